@@ -1,0 +1,36 @@
+# Set-up is part of every target: a fresh machine needs only `make demo` / `make test`.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# CPU-only machines get the CPU wheel of torch (on this project's machines
+# `pip install torch==2.13.0` takes it from local disk); set TORCH_SPEC to
+# override, e.g. TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu".
+HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
+TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.1,torch==2.13.0)
+
+.PHONY: setup demo test lint bench clean
+
+$(BIN)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q -e ".[dev]"
+	touch $@
+
+setup: $(BIN)/.installed
+
+demo: setup
+	$(BIN)/svattn demo
+
+test: setup
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/python -m pytest -q
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+bench: setup
+	$(BIN)/python benchmarks/bench_exact.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info
