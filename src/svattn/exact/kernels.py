@@ -1,0 +1,103 @@
+"""Kernels of the SV memory (float64, numpy only).
+
+Two kernels are supported (DESIGN.md §1):
+
+========  =====================  =============
+name      k(x, y)                default gamma
+========  =====================  =============
+``rbf``   exp(-gamma·‖x − y‖²)   1 / d
+``exp``   exp(gamma · x·y)       1 / sqrt(d)
+========  =====================  =============
+
+Every function here returns ``log k`` or ``k`` computed the same way, so the
+incremental solver, the oracle and the readout agree to the last bit on the
+same inputs.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+KERNELS = ("rbf", "exp")
+
+# exp() of anything above this overflows float64.
+_LOG_MAX = math.log(np.finfo(np.float64).max)
+
+
+class KernelOverflowError(ValueError):
+    """Raised when a kernel value would overflow float64 (``exp`` kernel)."""
+
+
+def check_kernel(kernel: str) -> str:
+    """Return ``kernel`` if it is a supported kernel name, else raise ``ValueError``."""
+    if kernel not in KERNELS:
+        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+    return kernel
+
+
+def default_gamma(kernel: str, dim: int) -> float:
+    """Default bandwidth: ``1/d`` for ``rbf``, ``1/sqrt(d)`` for ``exp``."""
+    check_kernel(kernel)
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    return 1.0 / dim if kernel == "rbf" else 1.0 / math.sqrt(dim)
+
+
+def log_kernel(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+    """``log k(x_i, y_j)`` for rows of ``x`` (m, d) and ``y`` (n, d) → (m, n).
+
+    The rbf squared distance uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0, which
+    is exact to ~1e-16·‖x‖² and keeps the cost one matrix product.
+    """
+    if kernel == "rbf":
+        sq = (
+            np.einsum("ij,ij->i", x, x)[:, None]
+            + np.einsum("ij,ij->i", y, y)[None, :]
+            - 2.0 * (x @ y.T)
+        )
+        np.maximum(sq, 0.0, out=sq)
+        sq *= -gamma
+        return sq
+    out = x @ y.T
+    out *= gamma
+    return out
+
+
+def kernel_matrix(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+    """Kernel matrix ``k(x_i, y_j)`` (m, n) in float64.
+
+    Raises
+    ------
+    KernelOverflowError
+        If an ``exp`` kernel entry would overflow float64.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
+    >>> np.round(kernel_matrix(x, x, "rbf", 0.5), 4)
+    array([[1.    , 0.6065],
+           [0.6065, 1.    ]])
+    """
+    logk = log_kernel(x, y, kernel, gamma)
+    if kernel == "exp" and logk.size and float(logk.max()) >= _LOG_MAX:
+        raise KernelOverflowError(
+            f"exp kernel overflows float64: gamma·x·y reaches {float(logk.max()):.4g} "
+            f"(limit {_LOG_MAX:.1f}); scale the keys down or lower gamma"
+        )
+    return np.exp(logk, out=logk)
+
+
+def kernel_diag(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+    """``k(x_i, x_i)`` for each row: 1 for ``rbf``, ``exp(gamma‖x‖²)`` for ``exp``."""
+    if kernel == "rbf":
+        return np.ones(x.shape[0])
+    logd = gamma * np.einsum("ij,ij->i", x, x)
+    if logd.size and float(logd.max()) >= _LOG_MAX:
+        raise KernelOverflowError(
+            f"exp kernel overflows float64: gamma·‖x‖² reaches {float(logd.max()):.4g} "
+            f"(limit {_LOG_MAX:.1f}); scale the keys down or lower gamma"
+        )
+    return np.exp(logd)
