@@ -1,0 +1,22 @@
+"""SV-Attention in PyTorch. One tensor layout throughout: ``[B, H, T, D]``.
+
+* :func:`sv_attention` — memory over the keys + readout (``mode="batched"`` or ``"exact"``).
+* :func:`sv_readout` — ``softmax(log alpha + log k(q, x)) · V`` on fused attention.
+* :class:`SVAttention` — the multi-head layer on ``[B, T, d_model]``.
+"""
+
+from svattn.nn._common import Partition
+from svattn.nn.attention import sv_attention, sv_attention_state
+from svattn.nn.layer import SVAttention
+from svattn.nn.projection import project_capped_simplex
+from svattn.nn.readout import sv_readout, sv_readout_reference
+
+__all__ = [
+    "Partition",
+    "SVAttention",
+    "project_capped_simplex",
+    "sv_attention",
+    "sv_attention_state",
+    "sv_readout",
+    "sv_readout_reference",
+]

@@ -1,0 +1,152 @@
+"""Shared helpers of :mod:`svattn.nn`: kernels in torch and input validation.
+
+Layout everywhere in this package: ``[B, H, T, D]`` (batch, head, token, feature).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from svattn.exact.conventions import FEASIBILITY_SLACK, warmup_threshold
+from svattn.exact.kernels import check_kernel, default_gamma
+
+__all__ = [
+    "resolve_gamma",
+    "log_kernel",
+    "log_kernel_diag",
+    "check_qkv",
+    "check_key_mask",
+    "check_feasible",
+    "Partition",
+    "gather_rows",
+]
+
+
+def resolve_gamma(kernel: str, gamma: float | None, dim: int) -> float:
+    """``gamma`` if given (must be > 0), else the kernel's default for head dim ``dim``."""
+    check_kernel(kernel)
+    if gamma is None:
+        return default_gamma(kernel, dim)
+    gamma = float(gamma)
+    if not gamma > 0:
+        raise ValueError(f"gamma must be > 0, got {gamma!r}")
+    return gamma
+
+
+def log_kernel(x: torch.Tensor, y: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
+    """``log k(x_i, y_j)``: x ``(..., M, D)``, y ``(..., N, D)`` → ``(..., M, N)``.
+
+    rbf uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0 (as :mod:`svattn.exact.kernels`).
+    """
+    xy = x @ y.transpose(-1, -2)  # (..., M, N)
+    if kernel == "exp":
+        return gamma * xy
+    sq = (x * x).sum(-1, keepdim=True) + (y * y).sum(-1).unsqueeze(-2) - 2.0 * xy
+    return -gamma * sq.clamp_min(0.0)
+
+
+def log_kernel_diag(x: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
+    """``log k(x_i, x_i)``: x ``(..., N, D)`` → ``(..., N)`` (0 for rbf)."""
+    if kernel == "rbf":
+        return x.new_zeros(x.shape[:-1])
+    return gamma * (x * x).sum(-1)
+
+
+def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless q, k, v are ``[B, H, Tq, D]``, ``[B, H, Tk, D]``,
+    ``[B, H, Tk, Dv]`` floating tensors of one dtype and device with finite entries."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(
+                f"{name} must have layout [B, H, T, D] (4 dims), got shape {tuple(t.shape)}"
+            )
+        if not t.is_floating_point():
+            raise ValueError(f"{name} must be a floating tensor, got dtype {t.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must share a device, got {q.device}, {k.device}, {v.device}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+        raise ValueError(
+            "q, k, v must agree on [B, H] (layout [B, H, T, D]); got "
+            f"q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share the feature dim D: q {tuple(q.shape)}, k {tuple(k.shape)}"
+        )
+    if k.shape[2] != v.shape[2]:
+        raise ValueError(
+            f"k and v must have the same number of tokens Tk: k {tuple(k.shape)}, "
+            f"v {tuple(v.shape)}"
+        )
+    if k.shape[2] < 1:
+        raise ValueError(f"k must hold at least one token, got shape {tuple(k.shape)}")
+    for name, t in (("k", k), ("q", q), ("v", v)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{name} has non-finite entries (nan or inf)")
+
+
+def check_key_mask(key_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor:
+    """Boolean mask ``[B, H, Tk]`` (True = key present) broadcast from ``key_mask``."""
+    B, H, Tk, _ = k.shape
+    if key_mask is None:
+        return torch.ones(B, H, Tk, dtype=torch.bool, device=k.device)
+    if not isinstance(key_mask, torch.Tensor) or key_mask.dtype != torch.bool:
+        raise ValueError("key_mask must be a bool tensor broadcastable to [B, H, Tk]")
+    try:
+        return key_mask.to(k.device).expand(B, H, Tk)
+    except RuntimeError:
+        raise ValueError(
+            f"key_mask of shape {tuple(key_mask.shape)} does not broadcast to [B, H, Tk] = "
+            f"{[B, H, Tk]}"
+        ) from None
+
+
+def check_feasible(mask: torch.Tensor, C: float) -> None:
+    """Raise ``ValueError`` when some (batch, head) problem has ``n·C < 1``."""
+    if not C > 0:
+        raise ValueError(f"C must be > 0, got {C!r}")
+    n = mask.sum(-1)  # (B, H)
+    n_min = int(n.min())
+    if n_min * C < 1.0 - FEASIBILITY_SLACK:
+        b, h = (int(i) for i in torch.nonzero(n == n_min)[0])
+        raise ValueError(
+            f"infeasible memory: n·C < 1 with n = {n_min} keys (batch {b}, head {h}) and "
+            f"C = {C}; the constraints sum(alpha) = 1, 0 <= alpha <= C need n >= 1/C, "
+            f"i.e. C >= {1.0 / max(n_min, 1):.6g} or at least {warmup_threshold(C)} keys"
+        )
+
+
+class Partition(NamedTuple):
+    """The three KKT sets of each (batch, head) memory, bool tensors ``[B, H, Tk]``.
+
+    ``margin`` (S): ``0 < alpha < C``; ``error`` (E): ``alpha = C``; ``reserve`` (R):
+    ``alpha = 0``. Masked-out keys belong to none of them.
+    """
+
+    margin: torch.Tensor
+    error: torch.Tensor
+    reserve: torch.Tensor
+
+    def kept(self) -> torch.Tensor:
+        """Tokens the memory keeps (margin ∪ error), bool ``[B, H, Tk]``."""
+        return self.margin | self.error
+
+
+def gather_rows(mask: torch.Tensor, min_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """Indices of the True entries of each row of ``mask`` (P, n), padded to one width.
+
+    Returns ``idx`` (P, s) and ``valid`` (P, s) with ``s = max(row count, min_size)``;
+    padded slots hold indices of False entries (distinct, so scatters stay well defined).
+    """
+    counts = mask.sum(-1)
+    s = max(int(counts.max()) if mask.numel() else 0, min_size)
+    s = min(s, mask.shape[-1])
+    idx = torch.argsort(mask.to(torch.int8), dim=-1, descending=True, stable=True)[..., :s]
+    valid = torch.arange(s, device=mask.device) < counts.unsqueeze(-1)
+    return idx, valid

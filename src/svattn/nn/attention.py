@@ -1,0 +1,166 @@
+"""``sv_attention``: build the SV memory over the keys, then read it with the queries.
+
+Layout ``[B, H, T, D]``: q ``[B, H, Tq, D]``, k ``[B, H, Tk, D]``, v ``[B, H, Tk, Dv]``,
+alpha ``[B, H, Tk]``, output ``[B, H, Tq, Dv]``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from svattn.nn._common import (
+    Partition,
+    check_feasible,
+    check_key_mask,
+    check_qkv,
+    gather_rows,
+    resolve_gamma,
+)
+from svattn.nn.batched import BatchedInfo, solve_batched
+from svattn.nn.exact_fn import exact_alpha
+from svattn.nn.readout import readout_fused
+
+__all__ = ["sv_attention", "sv_attention_state", "MODES"]
+
+MODES = ("batched", "exact")
+
+
+def _check_C(C: object) -> float:
+    if isinstance(C, bool) or not isinstance(C, (int, float)):
+        raise ValueError(f"C must be a positive real number, got {C!r}")
+    C = float(C)
+    if not (math.isfinite(C) and C > 0):
+        raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    return C
+
+
+def sv_attention_state(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    C: float,
+    kernel: str = "rbf",
+    gamma: float | None = None,
+    mode: str = "batched",
+    key_mask: torch.Tensor | None = None,
+    ridge: float = 1e-3,
+    max_iter: int = 300,
+    refine: int = 10,
+) -> tuple[torch.Tensor, torch.Tensor, Partition, BatchedInfo | None]:
+    """Like :func:`sv_attention`, returning ``(out, alpha, partition, info)``.
+
+    ``info`` holds the batched solver's diagnostics (None in exact mode).
+    """
+    check_qkv(q, k, v)
+    C = _check_C(C)
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not (isinstance(ridge, (int, float)) and ridge >= 0):
+        raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
+    valid = check_key_mask(key_mask, k)  # (B, H, Tk)
+    check_feasible(valid, C)
+    gamma = resolve_gamma(kernel, gamma, k.shape[-1])
+    if mode == "exact":
+        alpha, part = exact_alpha(k, valid, C, kernel, gamma)
+        info = None
+    else:
+        alpha, part, info = solve_batched(
+            k, C, kernel=kernel, gamma=gamma, valid=valid, ridge=ridge,
+            max_iter=max_iter, refine=refine,
+        )  # fmt: skip
+    # Read only the kept tokens (margin ∪ error): reserve tokens have alpha = 0 and
+    # contribute exactly nothing, so this is the same readout, and cheaper.
+    B, H, Tk, D = k.shape
+    P = B * H
+    idx, sval = gather_rows(part.kept().reshape(P, Tk))  # (P, m)
+    m = idx.shape[-1]
+    k_sup = k.reshape(P, Tk, D).gather(1, idx.unsqueeze(-1).expand(P, m, D))
+    v_sup = v.reshape(P, Tk, -1).gather(1, idx.unsqueeze(-1).expand(P, m, v.shape[-1]))
+    a_sup = torch.where(sval, alpha.reshape(P, Tk).gather(1, idx), 0.0)
+    out = readout_fused(
+        q,
+        k_sup.reshape(B, H, m, D),
+        v_sup.reshape(B, H, m, -1),
+        a_sup.reshape(B, H, m),
+        kernel,
+        gamma,
+    )  # (B, H, Tq, Dv)
+    return out, alpha, part, info
+
+
+def sv_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    C: float,
+    kernel: str = "rbf",
+    gamma: float | None = None,
+    mode: str = "batched",
+    key_mask: torch.Tensor | None = None,
+    return_alpha: bool = False,
+    ridge: float = 1e-3,
+    max_iter: int = 300,
+    refine: int = 10,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Support-vector attention: queries read the SV memory built from the keys.
+
+    For each (batch, head) the memory coefficients solve the SVDD dual
+    ``min alpha^T K alpha − diag(K)^T alpha`` s.t. ``Σ alpha = 1, 0 <= alpha <= C``
+    over the present keys; the output is
+    ``softmax_i(log alpha_i + log k(q, x_i)) · V``.
+
+    Parameters
+    ----------
+    q : Tensor ``[B, H, Tq, D]``
+    k : Tensor ``[B, H, Tk, D]``
+    v : Tensor ``[B, H, Tk, Dv]``
+    C : float
+        Box on each coefficient; needs ``n·C >= 1`` for the ``n`` present keys.
+    kernel : {"rbf", "exp"}
+        ``exp(-gamma‖x − y‖²)`` or ``exp(gamma x·y)``.
+    gamma : float, optional
+        Default ``1/D`` (rbf) or ``1/sqrt(D)`` (exp).
+    mode : {"batched", "exact"}
+        ``"batched"``: FISTA + active set + ridge-regularised margin solve, all
+        problems at once on k's device, differentiable through autograd.
+        ``"exact"``: float64 exact solver per problem with an implicit backward.
+    key_mask : bool Tensor broadcastable to ``[B, H, Tk]``, optional
+        True where a key is present; absent keys get ``alpha = 0`` and no gradient.
+    return_alpha : bool
+        Also return ``alpha`` ``[B, H, Tk]``.
+    ridge : float
+        Ridge on ``2 K_SS`` in the batched margin solve (default 1e-3).
+    max_iter, refine : int
+        Batched path: FISTA iteration cap; active-set repair rounds.
+
+    Returns
+    -------
+    out : Tensor ``[B, H, Tq, Dv]``
+    alpha : Tensor ``[B, H, Tk]``, only if ``return_alpha``
+
+    Raises
+    ------
+    ValueError
+        On shapes that are not ``[B, H, T, D]`` or do not match, non-finite
+        inputs, a bad key mask, or ``n·C < 1`` (infeasible memory).
+
+    Examples
+    --------
+    >>> import torch
+    >>> g = torch.Generator().manual_seed(0)
+    >>> q, k, v = (torch.randn(1, 2, 16, 4, generator=g) for _ in range(3))
+    >>> out, alpha = sv_attention(q, k, v, C=0.25, return_alpha=True)
+    >>> out.shape, alpha.shape
+    (torch.Size([1, 2, 16, 4]), torch.Size([1, 2, 16]))
+    >>> bool(torch.allclose(alpha.sum(-1), torch.ones(1, 2)))
+    True
+    """
+    out, alpha, _, _ = sv_attention_state(
+        q, k, v, C=C, kernel=kernel, gamma=gamma, mode=mode, key_mask=key_mask,
+        ridge=ridge, max_iter=max_iter, refine=refine,
+    )  # fmt: skip
+    return (out, alpha) if return_alpha else out

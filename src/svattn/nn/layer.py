@@ -1,0 +1,122 @@
+"""``SVAttention``: a multi-head SV-Attention layer (projections, heads, memory, readout).
+
+Inputs ``[B, T, d_model]``; internally ``[B, H, T, D]`` with ``D = d_model / n_heads``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from svattn.nn._common import Partition
+from svattn.nn.attention import MODES, sv_attention_state
+
+__all__ = ["SVAttention"]
+
+
+class SVAttention(nn.Module):
+    """Multi-head support-vector attention.
+
+    Queries (from ``x``) read, per head, the SV memory built from the keys and
+    values of ``context`` (``x`` itself when no context is given) — like
+    cross-attention over the context, without a causal mask. The causal,
+    chunked use belongs to a hybrid layer, which passes ``key_mask``.
+
+    Parameters
+    ----------
+    d_model : int
+        Model width; must be divisible by ``n_heads``.
+    n_heads : int
+        Number of heads.
+    C : float
+        Box of the SVDD dual (each memory needs ``n·C >= 1``).
+    kernel : {"rbf", "exp"}
+    mode : {"batched", "exact"}
+    gamma : float, optional
+        Kernel bandwidth (default from the head dim).
+    ridge : float
+        Batched-path ridge (default 1e-3).
+    bias : bool
+        Biases in the projections.
+
+    Examples
+    --------
+    >>> import torch
+    >>> layer = SVAttention(16, 2, C=0.2)
+    >>> x = torch.randn(3, 10, 16)
+    >>> layer(x).shape
+    torch.Size([3, 10, 16])
+    >>> layer.state_size() <= 10
+    True
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        C: float,
+        kernel: str = "rbf",
+        mode: str = "batched",
+        gamma: float | None = None,
+        ridge: float = 1e-3,
+        bias: bool = False,
+    ) -> None:
+        super().__init__()
+        if d_model < 1 or n_heads < 1 or d_model % n_heads:
+            raise ValueError(
+                f"d_model ({d_model}) must be a positive multiple of n_heads ({n_heads})"
+            )
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
+        self.C, self.kernel, self.mode, self.gamma, self.ridge = C, kernel, mode, gamma, ridge
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.last_partition_: Partition | None = None
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        return x.view(B, T, self.n_heads, self.head_dim).transpose(1, 2)  # (B, H, T, D)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        context: torch.Tensor | None = None,
+        *,
+        key_mask: torch.Tensor | None = None,
+        return_alpha: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, Partition]:
+        """Attend from ``x`` ``[B, Tq, d_model]`` to ``context`` ``[B, Tk, d_model]``.
+
+        Returns the output ``[B, Tq, d_model]``, and with ``return_alpha`` also
+        alpha ``[B, H, Tk]`` and the :class:`Partition` (bool ``[B, H, Tk]`` each).
+        ``key_mask`` (bool, broadcastable to ``[B, H, Tk]``) marks present keys.
+        """
+        ctx = x if context is None else context
+        for name, t in (("x", x), ("context", ctx)):
+            if t.dim() != 3 or t.shape[-1] != self.d_model:
+                raise ValueError(
+                    f"{name} must be [B, T, d_model={self.d_model}], got {tuple(t.shape)}"
+                )
+        if ctx.shape[0] != x.shape[0]:
+            raise ValueError(f"x and context batch sizes differ: {x.shape[0]} vs {ctx.shape[0]}")
+        q = self._heads(self.q_proj(x))  # (B, H, Tq, D)
+        k = self._heads(self.k_proj(ctx))  # (B, H, Tk, D)
+        v = self._heads(self.v_proj(ctx))  # (B, H, Tk, D)
+        o, alpha, part, _ = sv_attention_state(
+            q, k, v, C=self.C, kernel=self.kernel, gamma=self.gamma, mode=self.mode,
+            key_mask=key_mask, ridge=self.ridge,
+        )  # fmt: skip
+        self.last_partition_ = Partition(*(s.detach() for s in part))
+        B, _, Tq, _ = o.shape
+        out = self.out_proj(o.transpose(1, 2).reshape(B, Tq, self.d_model))  # (B, Tq, d_model)
+        return (out, alpha, part) if return_alpha else out
+
+    def state_size(self) -> int:
+        """Tokens kept (margin ∪ error) by the largest (batch, head) memory of the last call."""
+        if self.last_partition_ is None:
+            return 0
+        return int(self.last_partition_.kept().sum(-1).max())
