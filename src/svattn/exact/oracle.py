@@ -1,0 +1,559 @@
+"""Independent from-scratch SVDD solver: the oracle for tests and certificates.
+
+Solves the SVDD / one-class SVM dual (DESIGN.md §1–3)
+
+.. math::
+
+    \\min_\\alpha\\; \\alpha^T K \\alpha - \\operatorname{diag}(K)^T \\alpha
+    \\quad\\text{s.t.}\\quad \\textstyle\\sum_i \\alpha_i = 1,\\; 0 \\le \\alpha_i \\le C
+
+in two stages:
+
+1. a dense interior-point QP solve (Clarabel) for an approximate ``alpha``;
+2. an *exact active-set polish*: read the partition (margin S, error E,
+   reserve R) off the approximate solution, solve the bordered system
+
+   ``[[2 K_SS, 1], [1^T, 0]] [alpha_S; mu] = [d_S - 2 C K_SE 1; 1 - C |E|]``
+
+   with a backward-stable factorisation plus iterative refinement, move KKT
+   violators between the sets and repeat until the KKT residual is below
+   ``tol``.
+
+With ``g_i = 2 (K alpha)_i - K_ii + mu`` the KKT conditions are ``g = 0`` on S
+(``0 < alpha < C``), ``g <= 0`` on E (``alpha = C``) and ``g >= 0`` on R
+(``alpha = 0``). The output has ``alpha`` *exactly* 0 on R and *exactly* C on E.
+
+This module deliberately shares no code with the incremental solver
+(:mod:`svattn.exact.memory`); it depends only on numpy, scipy, clarabel and the
+shared conventions of :mod:`svattn.exact.conventions` (warm-up state and the
+choice of ``mu`` when the margin set is empty).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+import scipy.linalg
+import scipy.linalg.lapack
+import scipy.sparse
+
+from svattn.exact.conventions import is_feasible, mu_for_empty_margin
+
+__all__ = ["solve_svdd", "kkt_residual", "partition", "svdd_objective"]
+
+# Relative asymmetry of K that is still accepted (and symmetrised away).
+_SYM_RTOL = 1e-10
+# Iterations of "move every violator at once" before switching to one at a time.
+_BULK_ITERS = 8
+# Initial partition: |g| / max diag(K) below this, or alpha within
+# (_INTERIOR·C, (1 − _INTERIOR)·C), counts as margin.
+_G_DELTA = 1e-9
+_INTERIOR = 1e-3
+# Below this reciprocal condition number the bordered matrix is treated as singular.
+_RCOND_MIN = 1e-14
+
+
+# --------------------------------------------------------------------------- #
+# validation                                                                   #
+# --------------------------------------------------------------------------- #
+
+
+def _check_gram(K: object, name: str = "K") -> np.ndarray:
+    """Return ``K`` as a symmetric float64 (n, n) array or raise ``ValueError``."""
+    try:
+        arr = np.asarray(K, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} must be a real (n, n) array, got {type(K).__name__}") from exc
+    if arr.ndim != 2 or arr.shape[0] != arr.shape[1]:
+        raise ValueError(f"{name} must be a 2-D square (n, n) array, got shape {arr.shape}")
+    if arr.shape[0] == 0:
+        raise ValueError(f"{name} must have n >= 1 rows (at least one token), got shape (0, 0)")
+    if not np.all(np.isfinite(arr)):
+        raise ValueError(f"{name} must be finite, found {int(np.sum(~np.isfinite(arr)))} NaN/inf")
+    scale = float(np.max(np.abs(arr)))
+    asym = float(np.max(np.abs(arr - arr.T)))
+    if asym > _SYM_RTOL * max(scale, 1e-300):
+        raise ValueError(
+            f"{name} must be symmetric: max |K - K^T| = {asym:.3g} exceeds "
+            f"{_SYM_RTOL:g} * max |K| = {_SYM_RTOL * scale:.3g}"
+        )
+    if asym > 0.0:
+        arr = 0.5 * (arr + arr.T)
+    return arr
+
+
+def _check_C(C: object) -> float:
+    if isinstance(C, bool) or not isinstance(C, numbers.Real):
+        raise ValueError(f"C must be a real number > 0, got {C!r}")
+    Cf = float(C)
+    if not math.isfinite(Cf) or Cf <= 0.0:
+        raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    return Cf
+
+
+def _check_alpha(alpha: object, n: int | None = None) -> np.ndarray:
+    a = np.asarray(alpha, dtype=np.float64)
+    if a.ndim != 1:
+        raise ValueError(f"alpha must be a 1-D array, got shape {a.shape}")
+    if n is not None and a.shape[0] != n:
+        raise ValueError(f"alpha must have length n = {n} (rows of K), got {a.shape[0]}")
+    if not np.all(np.isfinite(a)):
+        raise ValueError("alpha must be finite")
+    return a
+
+
+def _check_nonneg(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{name} must be a real number >= 0, got {value!r}")
+    v = float(value)
+    if not math.isfinite(v) or v < 0.0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value!r}")
+    return v
+
+
+def _g_scale(diag: np.ndarray) -> float:
+    """Scale of ``g``: ``max diag(K)`` (1 for rbf), or 1 when that is 0."""
+    m = float(np.max(diag))
+    return m if m > 0.0 else 1.0
+
+
+# --------------------------------------------------------------------------- #
+# public helpers                                                               #
+# --------------------------------------------------------------------------- #
+
+
+def partition(alpha: np.ndarray, C: float, atol: float = 0.0) -> dict[str, list[int]]:
+    """Split token indices into margin, error and reserve sets.
+
+    Parameters
+    ----------
+    alpha
+        Coefficients, shape ``(n,)``.
+    C
+        Box bound (> 0).
+    atol
+        ``alpha_i <= atol`` counts as reserve, ``alpha_i >= C - atol`` as error.
+        The default 0 reads the exact partition of :func:`solve_svdd`'s output,
+        which has ``alpha`` exactly 0 on R and exactly C on E.
+
+    Returns
+    -------
+    dict
+        ``{"margin": [...], "error": [...], "reserve": [...]}``, each a sorted
+        list of ``int`` indices. A token with ``alpha_i <= atol`` and
+        ``alpha_i >= C - atol`` (only possible when ``C <= 2 atol``) is reserve.
+
+    Examples
+    --------
+    >>> partition(np.array([0.0, 0.25, 0.5, 0.25]), C=0.5)
+    {'margin': [1, 3], 'error': [2], 'reserve': [0]}
+    """
+    a = _check_alpha(alpha)
+    Cf = _check_C(C)
+    at = _check_nonneg(atol, "atol")
+    res = a <= at
+    err = (a >= Cf - at) & ~res
+    mar = ~res & ~err
+    return {
+        "margin": [int(i) for i in np.flatnonzero(mar)],
+        "error": [int(i) for i in np.flatnonzero(err)],
+        "reserve": [int(i) for i in np.flatnonzero(res)],
+    }
+
+
+def svdd_objective(K: np.ndarray, alpha: np.ndarray) -> float:
+    """The dual objective ``alpha^T K alpha - diag(K)^T alpha``.
+
+    Examples
+    --------
+    >>> svdd_objective(np.eye(2), np.array([0.5, 0.5]))
+    -0.5
+    """
+    Kc = _check_gram(K)
+    a = _check_alpha(alpha, Kc.shape[0])
+    return float(a @ (Kc @ a) - np.diag(Kc) @ a)
+
+
+def _kkt_parts(
+    K: np.ndarray, alpha: np.ndarray, mu: float, C: float, atol: float
+) -> tuple[float, float]:
+    """(primal violation, dual violation / scale) — inputs already validated."""
+    diag = np.diag(K)
+    g = 2.0 * (K @ alpha) - diag + mu
+    scale = _g_scale(diag)
+    primal = max(
+        abs(float(np.sum(alpha)) - 1.0),
+        float(np.max(-alpha, initial=0.0)),
+        float(np.max(alpha - C, initial=0.0)),
+    )
+    res = alpha <= atol
+    err = (alpha >= C - atol) & ~res
+    mar = ~res & ~err
+    dual = max(
+        float(np.max(np.abs(g[mar]), initial=0.0)),
+        float(np.max(g[err], initial=0.0)),
+        float(np.max(-g[res], initial=0.0)),
+    )
+    return primal, dual / scale
+
+
+def kkt_residual(
+    K: np.ndarray, alpha: np.ndarray, mu: float, C: float, *, atol: float = 0.0
+) -> float:
+    """Largest violation of the SVDD constraints and KKT conditions.
+
+    Computed from scratch: ``g = 2 K alpha - diag(K) + mu`` and the partition of
+    ``alpha`` (as :func:`partition` with the same ``atol``). The result is the
+    maximum of
+
+    * the primal violations ``|sum(alpha) - 1|``, ``max(-alpha)``,
+      ``max(alpha - C)`` (dimensionless), and
+    * the dual violations ``|g_S|``, ``max(g_E, 0)``, ``max(-g_R, 0)``,
+      divided by ``max(diag(K))`` (which is 1 for the rbf kernel; for the exp
+      kernel it puts ``g`` on the scale of the largest kernel value).
+
+    Parameters
+    ----------
+    K
+        Symmetric PSD Gram matrix ``(n, n)``.
+    alpha
+        Coefficients ``(n,)``.
+    mu
+        Multiplier of ``sum(alpha) = 1``.
+    C
+        Box bound.
+    atol
+        Tolerance for reading the partition off ``alpha`` (default 0: exact).
+
+    Returns
+    -------
+    float
+        The residual; 0 at an exact optimum. It is not meaningful in the
+        warm-up regime ``n·C < 1`` (no feasible point exists).
+
+    Examples
+    --------
+    >>> K = np.eye(3)
+    >>> alpha, mu = solve_svdd(K, 1.0, return_mu=True)
+    >>> kkt_residual(K, alpha, mu, 1.0) < 1e-15
+    True
+    """
+    Kc = _check_gram(K)
+    a = _check_alpha(alpha, Kc.shape[0])
+    Cf = _check_C(C)
+    if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not math.isfinite(float(mu)):
+        raise ValueError(f"mu must be a finite real number, got {mu!r}")
+    at = _check_nonneg(atol, "atol")
+    return max(_kkt_parts(Kc, a, float(mu), Cf, at))
+
+
+# --------------------------------------------------------------------------- #
+# stage 1: approximate solve                                                   #
+# --------------------------------------------------------------------------- #
+
+
+def _clarabel_solve(Ks: np.ndarray, C: float) -> tuple[np.ndarray, float]:
+    """Approximate ``(alpha, mu)`` from Clarabel on the (scaled) Gram matrix ``Ks``."""
+    import clarabel
+
+    n = Ks.shape[0]
+    P = scipy.sparse.csc_matrix(np.triu(2.0 * Ks))
+    q = -np.diag(Ks).copy()
+    eye = scipy.sparse.identity(n, format="csc")
+    A = scipy.sparse.vstack(
+        [scipy.sparse.csc_matrix(np.ones((1, n))), -eye, eye], format="csc"
+    )
+    b = np.concatenate([[1.0], np.zeros(n), np.full(n, C)])
+    cones = [clarabel.ZeroConeT(1), clarabel.NonnegativeConeT(2 * n)]
+    settings = clarabel.DefaultSettings()
+    settings.verbose = False
+    settings.tol_gap_abs = 1e-11
+    settings.tol_gap_rel = 1e-11
+    settings.tol_feas = 1e-11
+    settings.tol_ktratio = 1e-9
+    settings.max_iter = 200
+    sol = clarabel.DefaultSolver(P, q, A, b, cones, settings).solve()
+    x = np.asarray(sol.x, dtype=np.float64)
+    if x.shape != (n,) or not np.all(np.isfinite(x)):
+        raise RuntimeError(f"Clarabel returned no usable solution (status {sol.status})")
+    # Stationarity reads 2 Ks x - d + z_0 1 - z_low + z_up = 0, so z_0 is mu.
+    mu = float(sol.z[0])
+    return x, (mu if math.isfinite(mu) else 0.0)
+
+
+# --------------------------------------------------------------------------- #
+# stage 2: exact active-set polish                                             #
+# --------------------------------------------------------------------------- #
+
+
+def _solve_bordered(
+    K: np.ndarray, diag: np.ndarray, S: np.ndarray, E: np.ndarray, C: float
+) -> tuple[np.ndarray, float]:
+    """Solve ``[[2K_SS, 1], [1^T, 0]] [a_S; mu] = [d_S - 2C K_SE 1; 1 - C|E|]``.
+
+    Bunch–Kaufman LDL^T with two steps of iterative refinement; when the
+    matrix is (numerically) singular — e.g. duplicate keys on the margin — a
+    minimum-norm least-squares solution (SVD) instead, also refined. Every
+    solution of a singular but consistent system gives the same ``g`` on all
+    tokens (``K`` is PSD), so the choice only affects how ``alpha`` is split
+    between copies.
+    """
+    m = S.size
+    M = np.empty((m + 1, m + 1))
+    M[:m, :m] = 2.0 * K[np.ix_(S, S)]
+    M[:m, m] = 1.0
+    M[m, :m] = 1.0
+    M[m, m] = 0.0
+    rhs = np.empty(m + 1)
+    rhs[:m] = diag[S] - 2.0 * C * K[np.ix_(S, E)].sum(axis=1)
+    rhs[m] = 1.0 - C * E.size
+
+    def refine(solver) -> np.ndarray:
+        x = solver(rhs)
+        for _ in range(2):
+            r = rhs - M @ x
+            x = x + solver(r)
+        return x
+
+    x = None
+    ldu, ipiv, info = scipy.linalg.lapack.dsytrf(M, lower=1)
+    if info == 0:
+        anorm = float(np.max(np.sum(np.abs(M), axis=0)))
+        rcond, info = scipy.linalg.lapack.dsycon(ldu, ipiv, anorm, lower=1)
+        if info == 0 and rcond > _RCOND_MIN:
+
+            def ldl_solve(v: np.ndarray) -> np.ndarray:
+                return scipy.linalg.lapack.dsytrs(ldu, ipiv, v[:, None], lower=1)[0][:, 0]
+
+            x = refine(ldl_solve)
+            if not np.all(np.isfinite(x)):
+                x = None
+    if x is None:
+        U, s, Vt = np.linalg.svd(M)
+        cut = s[0] * (m + 1) * np.finfo(np.float64).eps
+        inv_s = np.where(s > cut, 1.0 / np.where(s > cut, s, 1.0), 0.0)
+        x = refine(lambda v: Vt.T @ (inv_s * (U.T @ v)))
+    return x[:m], float(x[m])
+
+
+def _initial_state(
+    K: np.ndarray, diag: np.ndarray, C: float, alpha0: np.ndarray, mu0: float
+) -> np.ndarray:
+    """Partition guess (0 = reserve, 1 = margin, 2 = error) from an approximate solve.
+
+    Read off ``g`` rather than ``alpha``: on badly scaled problems an interior
+    point solution sits far (relative to C) from the bounds while ``g`` already
+    separates the sets cleanly. A token is margin when ``|g| <= delta`` or when
+    ``alpha`` is clearly interior; otherwise the sign of ``g`` decides.
+    """
+    scale = _g_scale(diag)
+    g0 = (2.0 * (K @ alpha0) - diag) / scale + mu0
+    state = np.where(g0 > 0.0, 0, 2).astype(np.int8)
+    interior = (alpha0 > _INTERIOR * C) & (alpha0 < (1.0 - _INTERIOR) * C)
+    state[(np.abs(g0) <= _G_DELTA) | interior] = 1
+    return state
+
+
+def _polish(
+    K: np.ndarray, C: float, state: np.ndarray, tol: float, max_polish: int
+) -> tuple[np.ndarray, float]:
+    n = K.shape[0]
+    diag = np.diag(K).copy()
+    scale = _g_scale(diag)
+    gtol = tol * scale
+    state = state.copy()
+
+    seen_bulk: set[bytes] = set()
+    seen_single: set[bytes] = set()
+    bulk = True
+    last_res = math.inf
+    for it in range(max_polish):
+        sig = state.tobytes()
+        if bulk:
+            if sig in seen_bulk or it >= _BULK_ITERS:
+                bulk = False
+            seen_bulk.add(sig)
+        if not bulk:
+            if sig in seen_single:
+                raise RuntimeError(
+                    f"solve_svdd: active-set polish cycles after {it} iterations "
+                    f"(n={n}, C={C!r}, last KKT residual {last_res:.3g}, tol {tol:g})"
+                )
+            seen_single.add(sig)
+
+        S = np.flatnonzero(state == 1)
+        E = np.flatnonzero(state == 2)
+        R = np.flatnonzero(state == 0)
+        alpha = np.zeros(n)
+        alpha[E] = C
+        if S.size == 0:
+            deficit = 1.0 - C * E.size
+            if abs(deficit) > 1e-12:
+                # No margin token but the sum is off: pull in the most suitable token.
+                grad = 2.0 * (K @ alpha) - diag
+                if deficit > 0:  # need more weight: the reserve token that wants it most
+                    j = R[int(np.argmin(grad[R]))]
+                else:  # too much weight: the error token that wants it least
+                    j = E[int(np.argmax(grad[E]))]
+                state[j] = 1
+                continue
+            grad = 2.0 * (K @ alpha) - diag
+            mu = mu_for_empty_margin(grad[E])
+        else:
+            aS, mu = _solve_bordered(K, diag, S, E, C)
+            alpha[S] = aS
+
+        g = 2.0 * (K @ alpha) - diag + mu
+        # primal violators (strictly out of the box) ...
+        low = S[alpha[S] < 0.0]
+        high = S[alpha[S] > C]
+        # ... and dual violators (beyond tolerance)
+        e_bad = E[g[E] > gtol]
+        r_bad = R[g[R] < -gtol]
+        res_p = max(float(np.max(-alpha[low], initial=0.0)),
+                    float(np.max(alpha[high] - C, initial=0.0)))
+        res_d = max(float(np.max(np.abs(g[S]), initial=0.0)),
+                    float(np.max(g[E], initial=0.0)),
+                    float(np.max(-g[R], initial=0.0))) / scale
+        last_res = max(res_p, res_d, abs(float(alpha.sum()) - 1.0))
+
+        if low.size == 0 and high.size == 0 and e_bad.size == 0 and r_bad.size == 0:
+            if last_res <= tol:
+                return alpha, float(mu)
+            raise RuntimeError(
+                f"solve_svdd: bordered solve on the final partition leaves KKT residual "
+                f"{last_res:.3g} > tol {tol:g} (K_SS too ill-conditioned? n={n}, |S|={S.size})"
+            )
+
+        if bulk:
+            state[low] = 0
+            state[high] = 2
+            state[e_bad] = 1
+            state[r_bad] = 1
+        elif low.size or high.size:
+            # worst primal violator first (ties: lowest index)
+            viol = np.concatenate([-alpha[low], alpha[high] - C])
+            idx = np.concatenate([low, high])
+            order = np.lexsort((idx, -viol))
+            j = int(idx[order[0]])
+            state[j] = 0 if alpha[j] < 0.0 else 2
+        else:
+            viol = np.concatenate([g[e_bad], -g[r_bad]])
+            idx = np.concatenate([e_bad, r_bad])
+            order = np.lexsort((idx, -viol))
+            state[int(idx[order[0]])] = 1
+
+    raise RuntimeError(
+        f"solve_svdd: active-set polish did not converge in max_polish={max_polish} "
+        f"iterations (n={n}, C={C!r}, last KKT residual {last_res:.3g}, tol {tol:g})"
+    )
+
+
+# --------------------------------------------------------------------------- #
+# public solver                                                                #
+# --------------------------------------------------------------------------- #
+
+
+def solve_svdd(
+    K: np.ndarray,
+    C: float,
+    *,
+    tol: float = 1e-12,
+    return_mu: bool = False,
+    max_polish: int | None = None,
+) -> np.ndarray | tuple[np.ndarray, float]:
+    """Exact SVDD dual solution from scratch (the oracle).
+
+    Minimises ``alpha^T K alpha - diag(K)^T alpha`` subject to
+    ``sum(alpha) = 1`` and ``0 <= alpha <= C``: Clarabel for an approximate
+    optimum, then an exact active-set polish on the bordered margin system
+    until the KKT residual (see :func:`kkt_residual`) is at most ``tol``.
+
+    Parameters
+    ----------
+    K
+        Symmetric positive semi-definite Gram matrix, shape ``(n, n)``, ``n >= 1``.
+        Asymmetry up to ``1e-10 · max|K|`` is accepted and symmetrised away.
+    C
+        Box bound, finite and ``> 0``.
+    tol
+        Target KKT residual; dual violations are measured relative to
+        ``max(diag(K))``.
+    return_mu
+        Also return the multiplier ``mu`` of ``sum(alpha) = 1``.
+    max_polish
+        Cap on active-set iterations (default ``20 + 2 n``).
+
+    Returns
+    -------
+    alpha : numpy.ndarray
+        Shape ``(n,)``, float64; exactly 0 on the reserve set and exactly ``C``
+        on the error set.
+    mu : float
+        Only with ``return_mu=True``. When the margin set is empty it follows
+        :func:`svattn.exact.conventions.mu_for_empty_margin`.
+
+    Notes
+    -----
+    Warm-up: when ``n·C < 1`` (see :func:`svattn.exact.conventions.is_feasible`)
+    no feasible point exists and the convention state is returned: uniform
+    ``alpha = 1/n`` and ``mu = 0``.
+
+    When ``K_SS`` is singular (duplicate keys on the margin) ``alpha`` is not
+    unique; ``K alpha``, ``mu`` and the objective still are.
+
+    Raises
+    ------
+    ValueError
+        On malformed input (``K`` not a finite symmetric square matrix, ``n = 0``,
+        ``C`` not finite and positive, ``tol`` negative).
+    RuntimeError
+        If the polish does not reach ``tol`` within ``max_polish`` iterations
+        or cycles.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from svattn.exact.kernels import kernel_matrix
+    >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.1, 0.1]])
+    >>> K = kernel_matrix(x, x, "rbf", 0.5)
+    >>> alpha, mu = solve_svdd(K, 0.4, return_mu=True)
+    >>> float(alpha.sum())
+    1.0
+    >>> partition(alpha, 0.4)
+    {'margin': [0], 'error': [1, 2], 'reserve': [3]}
+    >>> kkt_residual(K, alpha, mu, 0.4) < 1e-12
+    True
+    >>> solve_svdd(K, 0.1)  # n·C < 1: warm-up convention
+    array([0.25, 0.25, 0.25, 0.25])
+    """
+    Kc = _check_gram(K)
+    Cf = _check_C(C)
+    tolf = _check_nonneg(tol, "tol")
+    n = Kc.shape[0]
+    if max_polish is None:
+        cap = 20 + 2 * n
+    else:
+        if isinstance(max_polish, bool) or not isinstance(max_polish, numbers.Integral):
+            raise ValueError(f"max_polish must be an int >= 1, got {max_polish!r}")
+        cap = int(max_polish)
+        if cap < 1:
+            raise ValueError(f"max_polish must be an int >= 1, got {max_polish!r}")
+
+    if not is_feasible(n, Cf):
+        alpha = np.full(n, 1.0 / n)
+        mu = 0.0
+    else:
+        diag = np.diag(Kc)
+        if n == 1:  # the only feasible point; the polish reads off its set and mu
+            state = np.array([2 if Cf <= 1.0 else 1], dtype=np.int8)
+        else:
+            alpha0, mu0 = _clarabel_solve(Kc / _g_scale(diag), Cf)
+            state = _initial_state(Kc, diag, Cf, alpha0, mu0)
+        alpha, mu = _polish(Kc, Cf, state, tolf, cap)
+
+    if return_mu:
+        return alpha, float(mu)
+    return alpha
