@@ -18,7 +18,7 @@ from svattn.nn._common import (
     gather_rows,
     resolve_gamma,
 )
-from svattn.nn.batched import BatchedInfo, solve_batched
+from svattn.nn.batched import RIDGE_STEPS, BatchedInfo, solve_batched
 from svattn.nn.exact_fn import exact_alpha
 from svattn.nn.readout import readout_fused
 
@@ -47,6 +47,7 @@ def sv_attention_state(
     mode: str = "batched",
     key_mask: torch.Tensor | None = None,
     ridge: float = 1e-3,
+    ridge_steps: int = RIDGE_STEPS,
     max_iter: int = 300,
     refine: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor, Partition, BatchedInfo | None]:
@@ -69,7 +70,7 @@ def sv_attention_state(
     else:
         alpha, part, info = solve_batched(
             k, C, kernel=kernel, gamma=gamma, valid=valid, ridge=ridge,
-            max_iter=max_iter, refine=refine,
+            ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
         )  # fmt: skip
     # Read only the kept tokens (margin ∪ error): reserve tokens have alpha = 0 and
     # contribute exactly nothing, so this is the same readout, and cheaper.
@@ -103,6 +104,7 @@ def sv_attention(
     key_mask: torch.Tensor | None = None,
     return_alpha: bool = False,
     ridge: float = 1e-3,
+    ridge_steps: int = RIDGE_STEPS,
     max_iter: int = 300,
     refine: int = 10,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
@@ -133,7 +135,12 @@ def sv_attention(
     return_alpha : bool
         Also return ``alpha`` ``[B, H, Tk]``.
     ridge : float
-        Ridge on ``2 K_SS`` in the batched margin solve (default 1e-3).
+        Ridge on ``2 K_SS`` in the batched margin solve (default 1e-3), in units
+        of the largest kernel diagonal.
+    ridge_steps : int
+        Iterated-ridge refinement steps reusing the ridged factorization: each
+        step shrinks the ridge's bias on alpha by ``ridge/(λ + ridge)`` per
+        eigendirection of ``2 K_SS`` (0 = plain ridge solve).
     max_iter, refine : int
         Batched path: FISTA iteration cap; active-set repair rounds.
 
@@ -161,6 +168,6 @@ def sv_attention(
     """
     out, alpha, _, _ = sv_attention_state(
         q, k, v, C=C, kernel=kernel, gamma=gamma, mode=mode, key_mask=key_mask,
-        ridge=ridge, max_iter=max_iter, refine=refine,
+        ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
     )  # fmt: skip
     return (out, alpha) if return_alpha else out

@@ -34,7 +34,10 @@ import torch
 
 from svattn.nn._common import Partition, gather_rows, log_kernel, log_kernel_diag
 
-__all__ = ["BatchedInfo", "solve_batched", "fista", "lambda_max"]
+__all__ = ["BatchedInfo", "solve_batched", "fista", "lambda_max", "RIDGE_STEPS"]
+
+# Iterated-ridge refinement steps of the margin solve (see ``_margin_solve``).
+RIDGE_STEPS = 1
 
 
 @dataclass
@@ -137,6 +140,7 @@ def _margin_solve(
     E: torch.Tensor,
     C: float,
     ridge: float,
+    ridge_steps: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Solve the padded bordered margin systems.
 
@@ -162,7 +166,18 @@ def _margin_solve(
     )  # (P, s+1, s+1)
     rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
     rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
-    sol = torch.linalg.solve(M, torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1))  # (P, s+1)
+    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1)  # (P, s+1)
+    if ridge > 0 and ridge_steps > 0:
+        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to
+        # the unridged M0 z = b, each step reusing one well-conditioned factorization.
+        LU, piv = torch.linalg.lu_factor(M)
+        sol = torch.linalg.lu_solve(LU, piv, rhs.unsqueeze(-1)).squeeze(-1)
+        zero = rhs.new_zeros(P, 1)
+        for _ in range(ridge_steps):
+            corr = torch.cat([torch.where(sval, ridge * sol[:, :s], 0.0), zero], -1)
+            sol = torch.linalg.lu_solve(LU, piv, (rhs + corr).unsqueeze(-1)).squeeze(-1)
+    else:
+        sol = torch.linalg.solve(M, rhs)
     alpha_S = torch.where(sval, sol[:, :s], 0.0)
     alpha = torch.zeros(P, n, dtype=Krow.dtype, device=Krow.device).scatter(-1, idx, alpha_S)
     return alpha + C * Ef, sol[:, s]
@@ -185,6 +200,7 @@ def solve_batched(
     gamma: float,
     valid: torch.Tensor,
     ridge: float = 1e-3,
+    ridge_steps: int = RIDGE_STEPS,
     max_iter: int = 300,
     check_every: int = 10,
     refine: int = 10,
@@ -216,7 +232,7 @@ def solve_batched(
             idx, sval = gather_rows(S)
             s = idx.shape[-1]
             Krow = K.gather(1, idx.unsqueeze(-1).expand(P, s, n))
-            alpha, mu = _margin_solve(Krow, d.gather(-1, idx), idx, sval, E, C, ridge)
+            alpha, mu = _margin_solve(Krow, d.gather(-1, idx), idx, sval, E, C, ridge, ridge_steps)
             g = _kkt(K, d, alpha, mu, S, E)
             R = vf & ~S & ~E
             to_R = S & (alpha < 0)
@@ -234,7 +250,7 @@ def solve_batched(
     Krow = (log_kernel(kS, kf, kernel, gamma) - shift[:, None, None]).exp()  # (P, s, n)
     Krow = torch.where(vf.unsqueeze(1), Krow, 0.0)
     d_S = (log_kernel_diag(kS, kernel, gamma) - shift[:, None]).exp()
-    alpha, mu = _margin_solve(Krow, d_S, idx, sval, E, C, ridge)
+    alpha, mu = _margin_solve(Krow, d_S, idx, sval, E, C, ridge, ridge_steps)
     R = vf & ~S & ~E
     with torch.no_grad():
         g = _kkt(K, d, alpha.detach(), mu.detach(), S, E)

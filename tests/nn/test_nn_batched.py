@@ -1,0 +1,71 @@
+"""Batched training path against the exact path (partition, alpha, readout)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from nn_keys import clustered_keys, random_keys
+
+from svattn.nn import sv_attention, sv_attention_state
+
+B, H, T, D = 2, 2, 96, 8
+
+
+def _keys(kind, kernel):
+    if kind == "random":
+        return random_keys(B, H, T, D, seed=11, scale=1.0 if kernel == "rbf" else 0.8)
+    spread, noise = (3.0, 0.5) if kernel == "rbf" else (1.0, 0.3)
+    return clustered_keys(B, H, T, D, spread=spread, noise=noise, seed=12)
+
+
+@pytest.mark.parametrize("kind", ["random", "clustered"])
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+def test_partition_and_readout_match_exact(kind, kernel):
+    k = _keys(kind, kernel)
+    q = _keys(kind, kernel).roll(1, dims=2) + 0.1
+    v = random_keys(B, H, T, 4, seed=13)
+    C = 0.05
+    o_ex, a_ex, p_ex, _ = sv_attention_state(q, k, v, C=C, kernel=kernel, mode="exact")
+    o_b, a_b, p_b, info = sv_attention_state(q, k, v, C=C, kernel=kernel, ridge=1e-3)
+    same = (p_b.margin == p_ex.margin) & (p_b.error == p_ex.error)
+    assert same.double().mean() >= 0.99
+    assert (o_b - o_ex).abs().max() <= 1e-3
+    torch.testing.assert_close(a_b.sum(-1), torch.ones(B, H, dtype=a_b.dtype))
+    assert info.box_violations == 0
+
+
+def test_float32_agrees_with_exact():
+    k = random_keys(B, H, T, D, seed=21)
+    q, v = random_keys(B, H, 10, D, seed=22), random_keys(B, H, T, 4, seed=23)
+    o_ex, _, p_ex, _ = sv_attention_state(q, k, v, C=0.05, mode="exact")
+    o32, _, p32, _ = sv_attention_state(q.float(), k.float(), v.float(), C=0.05)
+    same = (p32.margin == p_ex.margin) & (p32.error == p_ex.error)
+    assert same.double().mean() >= 0.99
+    assert (o32.double() - o_ex).abs().max() <= 1e-3
+
+
+def test_key_mask_equals_dropping_the_keys():
+    k = random_keys(1, 2, 40, D, seed=31)
+    q, v = random_keys(1, 2, 6, D, seed=32), random_keys(1, 2, 40, 3, seed=33)
+    mask = torch.ones(1, 2, 40, dtype=torch.bool)
+    mask[..., 25:] = False
+    k = k.requires_grad_(True)
+    out, alpha = sv_attention(q, k, v, C=0.1, key_mask=mask, return_alpha=True)
+    ref, alpha_ref = sv_attention(q, k[..., :25, :], v[..., :25, :], C=0.1, return_alpha=True)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    torch.testing.assert_close(alpha[..., :25], alpha_ref, rtol=0, atol=1e-12)
+    assert (alpha[..., 25:] == 0).all()
+    (gk,) = torch.autograd.grad(out.sum(), k)
+    assert (gk[..., 25:, :] == 0).all() and gk[..., :25, :].abs().max() > 0
+
+
+def test_variable_sizes_batch_together():
+    """Problems of different sizes (growing prefixes) in one padded call."""
+    k = random_keys(1, 1, 48, D, seed=41).expand(1, 4, 48, D)
+    q, v = random_keys(1, 4, 3, D, seed=42), random_keys(1, 4, 48, 2, seed=43)
+    lengths = torch.tensor([20, 30, 40, 48])
+    mask = (torch.arange(48) < lengths[:, None]).unsqueeze(0)  # (1, 4, 48)
+    out = sv_attention(q, k, v, C=0.1, key_mask=mask)
+    for h, n in enumerate(lengths.tolist()):
+        ref = sv_attention(q[:, h : h + 1], k[:, h : h + 1, :n], v[:, h : h + 1, :n], C=0.1)
+        torch.testing.assert_close(out[:, h : h + 1], ref, rtol=0, atol=1e-12)
