@@ -101,3 +101,32 @@ def kernel_diag(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
             f"(limit {_LOG_MAX:.1f}); scale the keys down or lower gamma"
         )
     return np.exp(logd)
+
+
+def biased_softmax_readout(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    values: np.ndarray,
+    alpha: np.ndarray,
+    kernel: str,
+    gamma: float,
+) -> np.ndarray:
+    """``softmax_i(log alpha_i + log k(q, x_i)) · V`` over the tokens with alpha > 0.
+
+    The SV readout ``sum alpha_i k(q,x_i) v_i / sum alpha_i k(q,x_i)``, computed
+    max-subtracted in log space (never as the raw ratio).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[0.0], [1.0]]); v = np.array([[1.0], [3.0]])
+    >>> biased_softmax_readout(np.array([[0.5]]), x, v, np.array([0.5, 0.5]), "rbf", 1.0)
+    array([[2.]])
+    """
+    keep = alpha > 0
+    logits = log_kernel(queries, keys[keep], kernel, gamma)
+    logits += np.log(alpha[keep])[None, :]
+    logits -= logits.max(axis=1, keepdims=True)
+    w = np.exp(logits, out=logits)
+    w /= w.sum(axis=1, keepdims=True)
+    return w @ values[keep]

@@ -1,0 +1,1117 @@
+"""The exact SV memory: incremental and decremental SVDD (Cauwenberghs–Poggio).
+
+The memory keeps the optimum of the SVDD dual (DESIGN.md §1–3)
+
+    minimize   alpha^T K alpha − diag(K)^T alpha
+    subject to sum(alpha) = 1,  0 <= alpha_i <= C
+
+over the tokens it holds, exactly, after every ``add`` and ``remove``. Each
+operation drives one coefficient adiabatically (up on add, down to 0 on
+remove) while the margin coefficients and ``mu`` follow the KKT conditions;
+the inverse of the bordered matrix ``Q = [[0, 1^T], [1, 2 K_SS]]`` is kept by
+rank-one expansions and contractions.
+
+Storage is slot based: a removed token's slot is wiped (zeros) and reused, ids
+are never reused, and kernel columns are cached only for margin and error
+tokens (the n×n Gram matrix is never built on the hot path).
+
+Conventions (see :mod:`svattn.exact.conventions`): while ``n·C < 1`` the memory
+is in *warm-up* with uniform ``alpha = 1/n``; at ``n = warmup_threshold(C)`` it
+solves the token set in batch and is incremental from then on. When the
+margin set is empty ``mu`` is the largest optimal value.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import secrets
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from svattn.exact.batch import batch_solve
+from svattn.exact.certificate import DeletionCertificate, commit_token
+from svattn.exact.conventions import mu_for_empty_margin, warmup_threshold
+from svattn.exact.kernels import (
+    _LOG_MAX,
+    KernelOverflowError,
+    biased_softmax_readout,
+    check_kernel,
+    default_gamma,
+    kernel_diag,
+    kernel_matrix,
+)
+
+FREE, RESERVE, MARGIN, ERROR, DRIVEN = 0, 1, 2, 3, 4
+_SET_NAMES = {RESERVE: "reserve", MARGIN: "margin", ERROR: "error"}
+_DIGEST_MOD = 1 << 256
+
+
+class UnknownTokenError(KeyError, ValueError):
+    """A token id that the memory does not hold (never added, or removed)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class _NeedResolve(Exception):
+    """Internal: an incremental step met a degeneracy; re-solve the set exactly."""
+
+
+@dataclass(frozen=True)
+class MarginSystem:
+    """The solved state as the torch exact path needs it.
+
+    Attributes
+    ----------
+    margin, error, reserve
+        Token ids of each set; ``margin`` is in the order of ``Qinv``'s rows 1..
+    alpha
+        Coefficients aligned with ``SVDDMemory.ids``.
+    mu
+        Multiplier of ``sum(alpha) = 1``.
+    Qinv
+        Inverse of ``[[0, 1^T], [1, 2 K_SS]]``, index 0 = mu (empty if no margin).
+    """
+
+    margin: list[int]
+    error: list[int]
+    reserve: list[int]
+    alpha: np.ndarray
+    mu: float
+    Qinv: np.ndarray
+
+
+class SVDDMemory:
+    """Exact SVDD memory with incremental add and decremental (exact) removal.
+
+    Parameters
+    ----------
+    C : float
+        Box bound on each coefficient, ``0 < alpha_i <= C``. At least
+        ``ceil(1/C)`` tokens carry weight; the problem is feasible from
+        ``n·C >= 1`` on (warm-up below, see module docs).
+    kernel : {"rbf", "exp"}
+        ``rbf``: exp(−gamma‖x−y‖²); ``exp``: exp(gamma x·y).
+    gamma : float, optional
+        Kernel bandwidth; default ``1/d`` (rbf) or ``1/sqrt(d)`` (exp), with d
+        fixed by the first key.
+    tol : float
+        KKT tolerance, in units of the largest kernel diagonal (1 for rbf).
+        After each operation the residual is checked; above ``tol`` the
+        bordered inverse is refactorized, then the set re-solved.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> rng = np.random.default_rng(0)
+    >>> mem = SVDDMemory(C=0.1)
+    >>> ids = mem.extend(rng.normal(size=(200, 4)))
+    >>> cert = mem.remove(ids[0])
+    >>> mem.kkt_residual() < 1e-10
+    True
+    >>> sorted(mem.partition())
+    ['error', 'margin', 'reserve']
+    """
+
+    def __init__(
+        self, C: float, kernel: str = "rbf", gamma: float | None = None, *, tol: float = 1e-10
+    ) -> None:
+        if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
+            raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
+        if not (math.isfinite(C) and C > 0):
+            raise ValueError(f"C must be a finite number > 0, got {C!r}")
+        check_kernel(kernel)
+        if gamma is not None and not (math.isfinite(gamma) and gamma > 0):
+            raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r}")
+        if not (math.isfinite(tol) and tol > 0):
+            raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+        self.C = float(C)
+        self.kernel = kernel
+        self.gamma = None if gamma is None else float(gamma)
+        self.tol = float(tol)
+        self.warmup_n = warmup_threshold(self.C)
+        # health counters (reported by the audit log and benchmarks)
+        self.n_refactorizations = 0
+        self.n_resolves = 0
+        self._dim: int | None = None
+        self._vdim: int | None = None
+        self._value_is_key = True
+        self._alloc(0, 0, 0)
+
+    # ------------------------------------------------------------------ storage
+    def _alloc(self, cap: int, d: int, dv: int) -> None:
+        self._cap = cap
+        self._X = np.zeros((cap, d))
+        self._V = np.zeros((cap, dv))
+        self._diag = np.zeros(cap)
+        self._slot_id = np.full(cap, -1, dtype=np.int64)
+        self._alpha = np.zeros(cap)
+        self._g = np.zeros(cap)
+        self._state = np.zeros(cap, dtype=np.int8)
+        self._col_of_slot = np.full(cap, -1, dtype=np.int64)
+        self._token_hash = np.zeros(cap, dtype=object)
+        self._free_slots: list[int] = []
+        self._hi = 0  # slots [0, hi) have been used
+        self._id_to_slot: dict[int, int] = {}
+        self._next_id = 0
+        self._n = 0
+        # kernel cache: one column per margin / error / driven token
+        self._ccap = 0
+        # column-major: column moves, writes and margin-block products are contiguous
+        self._KC = np.zeros((cap, 0), order="F")
+        self._xn2 = np.zeros(cap)  # ‖x‖² per slot (rbf columns without re-reading norms)
+        self._XC = np.zeros((0, d))
+        self._slot_of_col = np.full(0, -1, dtype=np.int64)
+        self._chi = 0
+        self._ac = np.zeros(0)  # alpha per cached column (0 for free columns)
+        # Margin tokens occupy cache columns [0, nS), in the order of Qinv rows
+        # 1..nS, so the margin block is one contiguous matrix slice.
+        self._nS = 0
+        self._Qinv = np.zeros((0, 0))
+        self._mu = 0.0
+        self._scale = 1.0
+        self._g_valid = True  # g[:hi] is exact (see _fresh_g)
+        self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
+
+    def _grow_slots(self, need: int) -> None:
+        if need <= self._cap:
+            return
+        cap = max(need, 2 * self._cap, 16)
+        extra = cap - self._cap
+
+        def pad(a: np.ndarray, fill) -> np.ndarray:
+            shape = (extra,) + a.shape[1:]
+            return np.concatenate([a, np.full(shape, fill, dtype=a.dtype)])
+
+        self._X = pad(self._X, 0.0)
+        self._V = pad(self._V, 0.0)
+        self._diag = pad(self._diag, 0.0)
+        self._slot_id = pad(self._slot_id, -1)
+        self._alpha = pad(self._alpha, 0.0)
+        self._g = pad(self._g, 0.0)
+        self._state = pad(self._state, FREE)
+        self._col_of_slot = pad(self._col_of_slot, -1)
+        self._token_hash = pad(self._token_hash, 0)
+        self._xn2 = pad(self._xn2, 0.0)
+        KC = np.zeros((cap, self._ccap), order="F")
+        KC[: self._cap] = self._KC
+        self._KC = KC
+        self._cap = cap
+
+    def _grow_cols(self) -> None:
+        ccap = max(2 * self._ccap, 8)
+        KC = np.zeros((self._cap, ccap), order="F")
+        KC[:, : self._ccap] = self._KC
+        XC = np.zeros((ccap, self._X.shape[1]))
+        XC[: self._ccap] = self._XC
+        soc = np.full(ccap, -1, dtype=np.int64)
+        soc[: self._ccap] = self._slot_of_col
+        ac = np.zeros(ccap)
+        ac[: self._ccap] = self._ac
+        self._KC, self._XC, self._slot_of_col, self._ac, self._ccap = KC, XC, soc, ac, ccap
+
+    def _alloc_col(self, slot: int) -> int:
+        """Cache the kernel column of ``slot`` over every used slot (outside the margin block)."""
+        holes = np.flatnonzero(self._slot_of_col[self._nS : self._chi] < 0)
+        if len(holes):
+            col = self._nS + int(holes[0])
+        else:
+            if self._chi == self._ccap:
+                self._grow_cols()
+            col = self._chi
+            self._chi += 1
+        x = self._X[slot]
+        hi = self._hi
+        column = self._KC[:hi, col]  # a contiguous view: fill it in place
+        np.dot(self._X[:hi], x, out=column)
+        if self.kernel == "rbf":
+            column *= -2.0
+            column += self._xn2[:hi]
+            column += self._xn2[slot]
+            np.maximum(column, 0.0, out=column)
+            column *= -self._gamma_val
+        else:
+            column *= self._gamma_val
+        np.exp(column, out=column)
+        column[slot] = self._diag[slot]
+        self._XC[col] = x
+        self._slot_of_col[col] = slot
+        self._col_of_slot[slot] = col
+        self._ac[col] = self._alpha[slot]
+        return col
+
+    def _free_col(self, slot: int) -> None:
+        col = int(self._col_of_slot[slot])
+        if col < 0:
+            return
+        assert col >= self._nS, "a margin token's column is freed only after contraction"
+        self._KC[:, col] = 0.0
+        self._XC[col] = 0.0
+        self._slot_of_col[col] = -1
+        self._col_of_slot[slot] = -1
+        self._ac[col] = 0.0
+        while self._chi > 0 and self._slot_of_col[self._chi - 1] < 0:
+            self._chi -= 1
+
+    def _swap_cols(self, p: int, q: int) -> None:
+        """Exchange two cache columns (contents and bookkeeping)."""
+        if p == q:
+            return
+        hi = self._hi
+        KC = self._KC
+        KC[:hi, [p, q]] = KC[:hi, [q, p]]
+        self._XC[[p, q]] = self._XC[[q, p]]
+        self._ac[[p, q]] = self._ac[[q, p]]
+        soc = self._slot_of_col
+        soc[[p, q]] = soc[[q, p]]
+        for col in (p, q):
+            if soc[col] >= 0:
+                self._col_of_slot[soc[col]] = col
+
+    def _margin_slots(self) -> np.ndarray:
+        return self._slot_of_col[: self._nS]
+
+    def _wipe_slot(self, slot: int) -> None:
+        """Forget a token: overwrite every array entry derived from it."""
+        self._free_col(slot)
+        self._X[slot] = 0.0
+        self._xn2[slot] = 0.0
+        self._V[slot] = 0.0
+        self._KC[slot] = 0.0
+        self._diag[slot] = 0.0
+        self._alpha[slot] = 0.0
+        self._g[slot] = 0.0
+        self._state[slot] = FREE
+        self._set_hash = (self._set_hash - int(self._token_hash[slot])) % _DIGEST_MOD
+        self._token_hash[slot] = 0
+        del self._id_to_slot[int(self._slot_id[slot])]
+        self._slot_id[slot] = -1
+        self._free_slots.append(slot)
+        self._n -= 1
+
+    # --------------------------------------------------------------- validation
+    @property
+    def _gamma_val(self) -> float:
+        assert self._dim is not None
+        return self.gamma if self.gamma is not None else default_gamma(self.kernel, self._dim)
+
+    def _check_rows(self, keys, values, *, batch: bool) -> tuple[np.ndarray, np.ndarray | None]:
+        """Validate keys/values without touching state; return float64 2-D arrays."""
+        name_k, name_v = ("keys", "values") if batch else ("key", "value")
+        k = np.asarray(keys, dtype=np.float64) if _is_numeric(keys) else None
+        if k is None:
+            raise TypeError(f"{name_k} must be an array of real numbers")
+        if batch:
+            if k.ndim != 2:
+                raise ValueError(f"keys must be 2-D (n, d), got shape {k.shape}")
+        else:
+            if k.ndim != 1:
+                raise ValueError(f"key must be 1-D (d,), got shape {k.shape}")
+            k = k[None, :]
+        d = k.shape[1]
+        if d == 0:
+            raise ValueError(f"{name_k} must have dimension d >= 1, got shape {k.shape}")
+        if self._dim is not None and d != self._dim:
+            raise ValueError(f"{name_k} must have dimension d={self._dim}, got {d}")
+        if not np.isfinite(k).all():
+            raise ValueError(f"{name_k} must be finite (no NaN or inf)")
+        v = None
+        if values is not None:
+            v = np.asarray(values, dtype=np.float64) if _is_numeric(values) else None
+            if v is None:
+                raise TypeError(f"{name_v} must be an array of real numbers")
+            if not batch:
+                if v.ndim != 1:
+                    raise ValueError(f"value must be 1-D (dv,), got shape {v.shape}")
+                v = v[None, :]
+            elif v.ndim != 2:
+                raise ValueError(f"values must be 2-D (n, dv), got shape {v.shape}")
+            if v.shape[0] != k.shape[0]:
+                raise ValueError(
+                    f"values must have one row per key: {v.shape[0]} values for {k.shape[0]} keys"
+                )
+            if self._vdim is not None and (self._value_is_key or v.shape[1] != self._vdim):
+                if self._value_is_key:
+                    raise ValueError(
+                        "this memory stores keys as values (the first token came without a "
+                        "value); pass value=None"
+                    )
+                raise ValueError(f"{name_v} must have dimension dv={self._vdim}, got {v.shape[1]}")
+            if not np.isfinite(v).all():
+                raise ValueError(f"{name_v} must be finite (no NaN or inf)")
+        elif self._vdim is not None and not self._value_is_key:
+            raise ValueError(f"{name_v} is required: this memory stores values of dim {self._vdim}")
+        if self.kernel == "exp":
+            self._check_exp_overflow(k)
+        return k, v
+
+    def _check_exp_overflow(self, k: np.ndarray) -> None:
+        gamma = self.gamma if self.gamma is not None else default_gamma("exp", k.shape[1])
+        live = self._live_slots() if self._dim is not None else np.zeros(0, dtype=np.int64)
+        top = max(float(np.einsum("ij,ij->i", k, k).max()), self._X_norm2_max(live))
+        if gamma * top < _LOG_MAX:
+            return  # Cauchy–Schwarz: no product x·y can overflow
+        others = np.concatenate([k, self._X[live]]) if len(live) else k
+        logk = gamma * (k @ others.T)
+        if float(logk.max()) >= _LOG_MAX:
+            raise KernelOverflowError(
+                f"exp kernel overflows float64 for this key: gamma·x·y reaches "
+                f"{float(logk.max()):.4g} (limit {_LOG_MAX:.1f}); scale the keys or lower gamma"
+            )
+
+    def _X_norm2_max(self, live: np.ndarray) -> float:
+        if len(live) == 0:
+            return 0.0
+        X = self._X[live]
+        return float(np.einsum("ij,ij->i", X, X).max())
+
+    # ------------------------------------------------------------------ public
+    def add(self, key, value=None) -> int:
+        """Add one token; return its id (ids are never reused).
+
+        Parameters
+        ----------
+        key : array_like, shape (d,)
+        value : array_like, shape (dv,), optional
+            Defaults to the key itself (then every token must come without a value).
+
+        Examples
+        --------
+        >>> mem = SVDDMemory(C=0.5)
+        >>> mem.add([0.0, 1.0]), mem.add([1.0, 0.0])
+        (0, 1)
+        """
+        k, v = self._check_rows(key, value, batch=False)
+        return self._add_rows(k, v)[0]
+
+    def extend(self, keys, values=None) -> list[int]:
+        """Add rows in order, exactly as repeated :meth:`add`; all-or-nothing validation.
+
+        Examples
+        --------
+        >>> import numpy as np
+        >>> mem = SVDDMemory(C=0.25)
+        >>> mem.extend(np.eye(4))
+        [0, 1, 2, 3]
+        """
+        k, v = self._check_rows(keys, values, batch=True)
+        return self._add_rows(k, v)
+
+    def remove(self, token_id: int) -> DeletionCertificate:
+        """Remove a token exactly and return the deletion certificate.
+
+        The state afterwards is the state of never having added the token (up to
+        rounding; the certificate says whether the optimum is unique).
+
+        Raises
+        ------
+        UnknownTokenError
+            If the id was never added or is already removed (state unchanged).
+        """
+        slot = self._slot_for(token_id)
+        before = self._sizes()
+        salt = secrets.token_bytes(16)
+        commitment = commit_token(salt, self._X[slot], self._V[slot])
+        events = self._remove_slot(slot)
+        return DeletionCertificate(
+            removed_id=int(token_id),
+            commitment=commitment,
+            salt=salt.hex(),
+            partition_before=before,
+            partition_after=self._sizes(),
+            kkt_residual_after=self.kkt_residual(),
+            n_events=events,
+            unique_optimum=self.unique_optimum(),
+            state_digest=self.state_digest(),
+            C=self.C,
+            kernel=self.kernel,
+            gamma=self._gamma_val,
+        )
+
+    def remove_many(self, token_ids: Iterable[int]) -> list[DeletionCertificate]:
+        """Remove several tokens (each exactly), after checking every id first."""
+        ids = list(token_ids)
+        seen = set()
+        for t in ids:
+            self._slot_for(t)
+            if t in seen:
+                raise ValueError(f"token_ids lists id {t} twice")
+            seen.add(t)
+        return [self.remove(t) for t in ids]
+
+    def compact(self) -> list[int]:
+        """Certified selection: drop every reserve token; return their ids.
+
+        Reserve tokens have alpha = 0 exactly, so the readout is unchanged for
+        every query (the KKT residual certifies the partition).
+        """
+        if self.warm:
+            return []
+        dropped = [int(self._slot_id[s]) for s in self._slots_in({RESERVE})]
+        for t in dropped:
+            self._wipe_slot(self._id_to_slot[t])
+        if dropped and not self._nS:
+            self._canonical_mu()
+        return sorted(dropped)
+
+    # ------------------------------------------------------------ read access
+    def __len__(self) -> int:
+        return self._n
+
+    @property
+    def warm(self) -> bool:
+        """True while ``n·C < 1`` (warm-up convention: uniform alpha)."""
+        return self._n < self.warmup_n
+
+    @property
+    def dim(self) -> int | None:
+        """Key dimension d (None before the first token)."""
+        return self._dim
+
+    @property
+    def ids(self) -> list[int]:
+        """Live token ids in insertion order."""
+        return [int(self._slot_id[s]) for s in self._ordered_slots()]
+
+    @property
+    def alpha(self) -> np.ndarray:
+        """Coefficients aligned with :attr:`ids` (float64 copy)."""
+        return self._alpha[self._ordered_slots()].copy()
+
+    @property
+    def keys(self) -> np.ndarray:
+        """Keys aligned with :attr:`ids`, shape (n, d)."""
+        return self._X[self._ordered_slots()].copy()
+
+    @property
+    def values(self) -> np.ndarray:
+        """Values aligned with :attr:`ids`, shape (n, dv)."""
+        slots = self._ordered_slots()
+        return (self._X if self._value_is_key else self._V)[slots].copy()
+
+    @property
+    def mu(self) -> float:
+        """Multiplier of ``sum(alpha) = 1`` (``R² − alpha^T K alpha``)."""
+        return float(self._mu)
+
+    def partition(self) -> dict[str, list[int]]:
+        """Ids of the margin, error and reserve sets (warm-up: all in margin)."""
+        out: dict[str, list[int]] = {"margin": [], "error": [], "reserve": []}
+        for s in self._ordered_slots():
+            st = int(self._state[s])
+            name = "margin" if self.warm else _SET_NAMES[st]
+            out[name].append(int(self._slot_id[s]))
+        return out
+
+    def support_ids(self) -> list[int]:
+        """Ids with alpha > 0 (margin ∪ error): all that the readout uses."""
+        return [int(self._slot_id[s]) for s in self._support_slots()]
+
+    def readout(self, queries) -> np.ndarray:
+        """``o(q) = softmax_i(log alpha_i + log k(q, x_i)) · V`` over tokens with alpha > 0.
+
+        Parameters
+        ----------
+        queries : array_like, shape (m, d) or (d,)
+
+        Returns
+        -------
+        np.ndarray, shape (m, dv) (or (dv,) for a single query)
+        """
+        q, single = self._check_queries(queries)
+        slots = self._support_slots()
+        vals = (self._X if self._value_is_key else self._V)[slots]
+        out = biased_softmax_readout(
+            q, self._X[slots], vals, self._alpha[slots], self.kernel, self._gamma_val
+        )
+        return out[0] if single else out
+
+    def decision_function(self, x) -> np.ndarray:
+        """``R² − ‖phi(x) − a‖²``: positive inside the description (sklearn's sign).
+
+        Equals ``2 sum_i alpha_i k(x, x_i) − k(x, x) + mu``.
+        """
+        q, single = self._check_queries(x)
+        slots = self._support_slots()
+        Kq = kernel_matrix(q, self._X[slots], self.kernel, self._gamma_val)
+        out = 2.0 * (Kq @ self._alpha[slots]) - kernel_diag(q, self.kernel, self._gamma_val)
+        out += self._mu
+        return out[0] if single else out
+
+    def kkt_residual(self) -> float:
+        """Largest violation of the KKT conditions and constraints, from scratch.
+
+        In units of the largest kernel diagonal (1 for rbf). 0 in warm-up, where
+        the convention holds exactly.
+        """
+        if self._n == 0 or self.warm:
+            return 0.0
+        return self._kkt(self._fresh_g())
+
+    def unique_optimum(self) -> bool:
+        """True when the optimum is unique: K is positive definite on the margin
+        set together with every token tied at ``g = 0`` (duplicates break this)."""
+        if self._n == 0 or self.warm:
+            return True
+        g = self._fresh_g()
+        st = self._state[: self._hi]
+        tie = 1e-9 * self._scale
+        tied = np.flatnonzero((np.abs(g) <= tie) & ((st == ERROR) | (st == RESERVE)))
+        T = np.concatenate([self._margin_slots(), tied])
+        if len(T) <= 1:
+            return True
+        Kt = kernel_matrix(self._X[T], self._X[T], self.kernel, self._gamma_val)
+        np.fill_diagonal(Kt, self._diag[T])
+        lam = np.linalg.eigvalsh(Kt)
+        return bool(lam[0] > 1e-10 * max(lam[-1], 1e-300))
+
+    def margin_system(self) -> MarginSystem:
+        """The partition, alpha, mu and the bordered inverse (for implicit gradients)."""
+        part = self.partition()
+        return MarginSystem(
+            margin=[int(self._slot_id[s]) for s in self._margin_slots()] if not self.warm else [],
+            error=part["error"],
+            reserve=part["reserve"],
+            alpha=self.alpha,
+            mu=self.mu,
+            Qinv=self._Qinv.copy() if (self._nS and not self.warm) else np.zeros((0, 0)),
+        )
+
+    def state_digest(self) -> str:
+        """SHA-256 over the parameters, the token set and the solved state.
+
+        The token set enters as a multiset hash (sum of per-token SHA-256 mod
+        2^256), updated in O(1) per add/remove, so digests stay cheap.
+        """
+        h = hashlib.sha256()
+        gamma = self._gamma_val if self._dim is not None else float("nan")
+        h.update(f"svattn-svdd-v1|{self.C!r}|{self.kernel}|{gamma!r}|{self._n}|".encode())
+        h.update(self._set_hash.to_bytes(32, "big"))
+        slots = self._support_slots_by_id()
+        h.update(self._slot_id[slots].tobytes())
+        h.update(self._alpha[slots].tobytes())
+        h.update(np.float64(self._mu).tobytes())
+        return h.hexdigest()
+
+    # ------------------------------------------------------------ internals
+    def _slot_for(self, token_id) -> int:
+        if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
+            raise TypeError(f"token_id must be an int, got {type(token_id).__name__}")
+        if self._n == 0:
+            raise UnknownTokenError(f"cannot remove token {token_id}: the memory is empty")
+        slot = self._id_to_slot.get(int(token_id))
+        if slot is None:
+            state = "was removed" if 0 <= token_id < self._next_id else "was never added"
+            raise UnknownTokenError(f"token_id {token_id} is not in the memory (it {state})")
+        return slot
+
+    def _check_queries(self, queries) -> tuple[np.ndarray, bool]:
+        if self._n == 0:
+            raise ValueError("the memory is empty: add tokens before reading")
+        q = np.asarray(queries, dtype=np.float64) if _is_numeric(queries) else None
+        if q is None:
+            raise TypeError("queries must be an array of real numbers")
+        single = q.ndim == 1
+        if single:
+            q = q[None, :]
+        if q.ndim != 2 or q.shape[1] != self._dim:
+            raise ValueError(f"queries must have shape (m, {self._dim}) or ({self._dim},), "
+                             f"got {np.shape(queries)}")
+        if not np.isfinite(q).all():
+            raise ValueError("queries must be finite (no NaN or inf)")
+        return q, single
+
+    def _live_slots(self) -> np.ndarray:
+        return np.flatnonzero(self._state[: self._hi] != FREE)
+
+    def _ordered_slots(self) -> np.ndarray:
+        live = self._live_slots()
+        return live[np.argsort(self._slot_id[live], kind="stable")]
+
+    def _slots_in(self, states: set[int]) -> np.ndarray:
+        st = self._state[: self._hi]
+        return np.flatnonzero(np.isin(st, list(states)))
+
+    def _support_slots(self) -> np.ndarray:
+        if self.warm:
+            return self._live_slots()
+        return np.flatnonzero(self._alpha[: self._hi] > 0)
+
+    def _support_slots_by_id(self) -> np.ndarray:
+        s = self._support_slots()
+        return s[np.argsort(self._slot_id[s], kind="stable")]
+
+    def _sizes(self) -> dict[str, int]:
+        if self.warm:
+            return {"margin": self._n, "error": 0, "reserve": 0}
+        st = self._state[: self._hi]
+        return {
+            "margin": int(np.count_nonzero(st == MARGIN)),
+            "error": int(np.count_nonzero(st == ERROR)),
+            "reserve": int(np.count_nonzero(st == RESERVE)),
+        }
+
+    def _fresh_g(self) -> np.ndarray:
+        """g over used slots, recomputed from the cached columns unless the
+        last operation already did so (each operation ends with an exact g)."""
+        if not self._g_valid:
+            self._g[: self._hi] = self._g_exact()
+            self._g_valid = True
+        return self._g[: self._hi]
+
+    def _g_exact(self) -> np.ndarray:
+        """g over all used slots from the cached columns (no incremental drift)."""
+        hi, chi = self._hi, self._chi
+        g = 2.0 * (self._KC[:hi, :chi] @ self._ac[:chi]) - self._diag[:hi]
+        g += self._mu
+        return g
+
+    def _kkt(self, g: np.ndarray) -> float:
+        st = self._state[: self._hi]
+        a = self._alpha[: self._hi]
+        live = st != FREE
+        viol = abs(float(a[live].sum()) - 1.0)
+        viol = max(viol, float(np.max(-a[live], initial=0.0)),
+                   float(np.max(a[live] - self.C, initial=0.0)))
+        viol = max(viol, float(np.max(np.abs(g[st == MARGIN]), initial=0.0)) / self._scale)
+        viol = max(viol, float(np.max(g[st == ERROR], initial=0.0)) / self._scale)
+        viol = max(viol, float(np.max(-g[st == RESERVE], initial=0.0)) / self._scale)
+        return viol
+
+    # ---- add
+    def _add_rows(self, k: np.ndarray, v: np.ndarray | None) -> list[int]:
+        if self._dim is None:
+            self._dim = k.shape[1]
+            self._value_is_key = v is None
+            self._vdim = k.shape[1] if v is None else v.shape[1]
+            self._alloc(0, self._dim, 0 if v is None else self._vdim)
+        gamma = self._gamma_val
+        diag = kernel_diag(k, self.kernel, gamma)
+        out = []
+        for r in range(k.shape[0]):
+            out.append(self._add_one(k[r], None if v is None else v[r], float(diag[r])))
+        return out
+
+    def _add_one(self, x: np.ndarray, v: np.ndarray | None, diag: float) -> int:
+        if self._free_slots:
+            slot = self._free_slots.pop()
+        else:
+            self._grow_slots(self._hi + 1)
+            slot = self._hi
+            self._hi += 1
+        tid = self._next_id
+        self._next_id += 1
+        self._X[slot] = x
+        self._xn2[slot] = float(x @ x)
+        if v is not None:
+            self._V[slot] = v
+        self._diag[slot] = diag
+        self._scale = max(self._scale, diag)
+        self._slot_id[slot] = tid
+        self._id_to_slot[tid] = slot
+        th = int.from_bytes(_token_hash(tid, x, v), "big")
+        self._token_hash[slot] = th
+        self._set_hash = (self._set_hash + th) % _DIGEST_MOD
+        self._n += 1
+        self._alpha[slot] = 0.0
+        self._g[slot] = 0.0
+        self._state[slot] = RESERVE
+        if self._n < self.warmup_n:
+            self._set_uniform()
+            return tid
+        if self._n == self.warmup_n:
+            self._resolve(fallback=False)
+            return tid
+        # kernel row of the new token against the cached columns
+        chi = self._chi
+        if chi:
+            row = kernel_matrix(x[None, :], self._XC[:chi], self.kernel, self._gamma_val)[0]
+            self._KC[slot, :chi] = row
+            g_c = 2.0 * float(row @ self._ac[:chi]) - diag + self._mu
+        else:
+            g_c = -diag + self._mu
+        self._g[slot] = g_c
+        if g_c >= -1e-13 * self._scale:
+            return tid  # inside the description: joins the reserve set, nothing moves
+        self._state[slot] = DRIVEN
+        self._alloc_col(slot)
+        try:
+            self._drive(slot, +1)
+            self._finish_op()
+        except _NeedResolve:
+            self._resolve()
+        return tid
+
+    # ---- remove
+    def _remove_slot(self, slot: int) -> int:
+        st = int(self._state[slot])
+        if self._n - 1 < self.warmup_n:
+            self._wipe_slot(slot)
+            self._drop_solution()
+            self._set_uniform()
+            return 0
+        if st == RESERVE:
+            self._wipe_slot(slot)
+            if not self._nS:
+                self._canonical_mu()
+            return 0
+        if st == MARGIN:
+            self._contract(int(self._col_of_slot[slot]))
+        self._state[slot] = DRIVEN
+        try:
+            events = self._drive(slot, -1)
+            self._wipe_slot(slot)
+            self._finish_op()
+        except _NeedResolve:
+            if self._state[slot] != FREE:
+                self._wipe_slot(slot)
+            self._resolve()
+            events = -1
+        return events
+
+    # ---- the adiabatic step loop
+    def _drive(self, c: int, direction: int) -> int:
+        """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1)."""
+        C = self.C
+        s = float(direction)
+        rate_tol = 1e-13
+        gtol = 1e-13 * self._scale
+        events = 0
+        zero_steps = 0
+        last_left = last_entered = -1
+        max_events = 20 * self._n + 200
+        self._g_valid = False
+        hi = self._hi
+        a, g = self._alpha, self._g
+        # c's kernel column, contiguous for the whole drive
+        k_c = self._KC[:hi, int(self._col_of_slot[c])].copy()
+        # +1 on error tokens (they enter the margin when g rises to 0), −1 on
+        # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
+        st0 = self._state[:hi]
+        sgn = (st0 == ERROR).astype(np.float64) - (st0 == RESERVE)
+        while True:
+            events += 1
+            if events > max_events or zero_steps > 2 * self._nS + 20:
+                raise _NeedResolve
+            nS = self._nS
+            if nS == 0:
+                done, who = self._mu_move(c, direction)
+                if done:
+                    return events
+                sgn[who] = 0.0
+                last_entered = who
+                continue
+            S = self._slot_of_col[:nS]
+            u = np.empty(nS + 1)
+            u[0] = 1.0
+            u[1:] = 2.0 * k_c[S]
+            beta = -(self._Qinv @ u)
+            # gam_i = d g_i / d alpha_c for every token (0 on the margin)
+            gam = self._KC[:hi, :nS] @ beta[1:]
+            gam += k_c
+            gam *= 2.0
+            gam += beta[0]
+            # --- candidate steps (t >= 0 is |d alpha_c|)
+            if direction > 0:
+                best_t, kind, who = C - a[c], "c_error", -1
+                if gam[c] > rate_tol * self._scale:
+                    t = max(-g[c], 0.0) / gam[c]
+                    if t <= best_t:
+                        best_t, kind = t, "c_margin"
+            else:
+                best_t, kind, who = a[c], "c_out", -1
+            r = beta[1:] * s
+            aS = a[S]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_dn = np.where(r < -rate_tol, np.maximum(aS, 0.0) / -r, np.inf)
+                t_up = np.where(r > rate_tol, np.maximum(C - aS, 0.0) / r, np.inf)
+            if last_entered >= 0:  # no zero-length exit for the token that just entered
+                p = int(self._col_of_slot[last_entered])
+                if 0 <= p < nS:
+                    if t_dn[p] == 0.0:
+                        t_dn[p] = np.inf
+                    if t_up[p] == 0.0:
+                        t_up[p] = np.inf
+            j = int(np.argmin(t_dn))
+            if t_dn[j] < best_t:
+                best_t, kind, who = float(t_dn[j]), "m_reserve", int(S[j])
+            j = int(np.argmin(t_up))
+            if t_up[j] < best_t:
+                best_t, kind, who = float(t_up[j]), "m_error", int(S[j])
+            rho = gam * s
+            # an error token moves towards g = 0 when rho > 0, a reserve one when rho < 0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_x = g[:hi] / -rho
+            t_x[rho * sgn <= gtol] = np.inf
+            np.maximum(t_x, 0.0, out=t_x)
+            if last_left >= 0 and t_x[last_left] == 0.0:
+                t_x[last_left] = np.inf
+            i = int(np.argmin(t_x))
+            if t_x[i] < best_t:
+                best_t, kind, who = float(t_x[i]), "enter", i
+            if not math.isfinite(best_t):
+                raise _NeedResolve
+            t = best_t
+            zero_steps = zero_steps + 1 if t == 0.0 else 0
+            # --- move everything linearly
+            a[c] += s * t
+            a[S] += r * t
+            self._ac[:nS] = a[S]
+            self._mu += beta[0] * s * t
+            rho *= t
+            g[:hi] += rho
+            last_left = last_entered = -1
+            # --- apply the event
+            if kind == "c_margin":
+                g[c] = 0.0
+                self._state[c] = MARGIN
+                self._ac[self._col_of_slot[c]] = a[c]
+                self._expand(c)
+                return events
+            if kind == "c_error":
+                a[c] = C
+                self._state[c] = ERROR
+                return events
+            if kind == "c_out":
+                a[c] = 0.0
+                return events
+            if kind == "m_reserve":
+                a[who] = 0.0
+                self._contract(int(self._col_of_slot[who]))
+                self._state[who] = RESERVE
+                sgn[who] = -1.0
+                self._free_col(who)
+                last_left = who
+            elif kind == "m_error":
+                a[who] = C
+                self._contract(int(self._col_of_slot[who]))
+                self._state[who] = ERROR
+                self._ac[self._col_of_slot[who]] = C
+                sgn[who] = 1.0
+                last_left = who
+            else:  # an error or reserve token reaches g = 0 and joins the margin
+                g[who] = 0.0
+                if self._state[who] == RESERVE:
+                    self._alloc_col(who)
+                self._state[who] = MARGIN
+                self._expand(who)
+                sgn[who] = 0.0
+                last_entered = who
+
+    def _mu_move(self, c: int, direction: int) -> tuple[bool, int]:
+        """Empty margin set: only mu moves. Return (drive done, token that joined)."""
+        hi = self._hi
+        st = self._state[:hi]
+        g = self._g[:hi]
+        if direction > 0:
+            errs = np.flatnonzero(st == ERROR)
+            t_c = max(-g[c], 0.0)
+            t_e, who = math.inf, -1
+            if len(errs):
+                k = int(np.argmax(g[errs]))
+                who, t_e = int(errs[k]), max(-float(g[errs[k]]), 0.0)
+            if t_c <= t_e:
+                self._mu += t_c
+                g += t_c
+                g[c] = 0.0
+                if self._alpha[c] > 0:
+                    self._state[c] = MARGIN
+                    self._expand(c)
+                else:
+                    self._state[c] = RESERVE
+                    self._free_col(c)
+                return True, c
+            self._mu += t_e
+            g += t_e
+        else:
+            res = np.flatnonzero(st == RESERVE)
+            if len(res) == 0:
+                raise _NeedResolve
+            k = int(np.argmin(g[res]))
+            who, t = int(res[k]), max(float(g[res[k]]), 0.0)
+            self._mu -= t
+            g -= t
+            self._alloc_col(who)
+        g[who] = 0.0
+        self._state[who] = MARGIN
+        self._expand(who)
+        return False, who
+
+    def _sync_ac(self) -> None:
+        """Copy alpha of every cached token into the per-column array."""
+        soc = self._slot_of_col[: self._chi]
+        self._ac[: self._chi] = np.where(soc >= 0, self._alpha[soc], 0.0)
+
+    # ---- bordered inverse (margin tokens are cache columns [0, nS))
+    def _expand(self, k: int) -> None:
+        """Add token ``k`` (which has a cache column) to the margin set."""
+        nS = self._nS
+        col_k = int(self._col_of_slot[k])
+        if nS == 0:
+            self._Qinv = np.array([[-2.0 * self._diag[k], 1.0], [1.0, 0.0]])
+        else:
+            u = np.empty(nS + 1)
+            u[0] = 1.0
+            u[1:] = 2.0 * self._KC[self._slot_of_col[:nS], col_k]
+            w = self._Qinv @ u
+            schur = 2.0 * self._diag[k] - float(u @ w)
+            if schur <= 1e-10 * self._scale:
+                # a (near) copy of margin keys: Q would be singular. Neither jitter
+                # (another problem) nor skipping (a corrupt inverse): re-solve.
+                raise _NeedResolve
+            Qn = np.empty((nS + 2, nS + 2))
+            Qn[: nS + 1, : nS + 1] = self._Qinv + np.outer(w, w) / schur
+            Qn[: nS + 1, nS + 1] = -w / schur
+            Qn[nS + 1, : nS + 1] = -w / schur
+            Qn[nS + 1, nS + 1] = 1.0 / schur
+            self._Qinv = Qn
+        self._swap_cols(col_k, nS)
+        self._nS = nS + 1
+
+    def _contract(self, p: int) -> None:
+        """Remove the margin token in column ``p`` from the margin set (keeps its column)."""
+        last = self._nS - 1
+        if last == 0:
+            self._nS = 0
+            self._Qinv = np.zeros((0, 0))
+            return
+        if p != last:  # move it to the end of the block, permuting Qinv alike
+            self._swap_cols(p, last)
+            perm = np.arange(last + 2)
+            perm[[p + 1, last + 1]] = perm[[last + 1, p + 1]]
+            self._Qinv = self._Qinv[np.ix_(perm, perm)]
+        Q = self._Qinv
+        piv = Q[last + 1, last + 1]
+        self._Qinv = Q[: last + 1, : last + 1] - np.outer(Q[: last + 1, last + 1],
+                                                          Q[last + 1, : last + 1]) / piv
+        self._nS = last
+
+    def _refactorize(self, *, count: bool = True) -> None:
+        nS = self._nS
+        if nS == 0:
+            self._Qinv = np.zeros((0, 0))
+            return
+        S = self._slot_of_col[:nS]
+        Q = np.zeros((nS + 1, nS + 1))
+        Q[0, 1:] = 1.0
+        Q[1:, 0] = 1.0
+        KSS = self._KC[S, :nS]
+        Q[1:, 1:] = KSS + KSS.T
+        self._Qinv = np.linalg.inv(Q)
+        self.n_refactorizations += int(count)
+
+    # ---- finishing an operation exactly
+    def _polish(self) -> None:
+        """Re-solve alpha_S and mu on the current partition with the kept inverse."""
+        st = self._state[: self._hi]
+        E = np.flatnonzero(st == ERROR)
+        self._alpha[E] = self.C
+        self._alpha[np.flatnonzero(st == RESERVE)] = 0.0
+        nS = self._nS
+        if nS:
+            S = self._slot_of_col[:nS]
+            rhs = np.empty(nS + 1)
+            rhs[0] = 1.0 - self.C * len(E)
+            rhs[1:] = self._diag[S]
+            if len(E):
+                rhs[1:] -= 2.0 * self.C * self._KC[np.ix_(S, self._col_of_slot[E])].sum(axis=1)
+            KSS = self._KC[S, :nS]
+            x = self._Qinv @ rhs
+            for _ in range(2):  # iterative refinement
+                res = rhs.copy()
+                res[0] -= x[1:].sum()
+                res[1:] -= x[0] + 2.0 * (KSS @ x[1:])
+                x += self._Qinv @ res
+            self._mu = float(x[0])
+            self._alpha[S] = x[1:]
+        self._sync_ac()
+        if not nS:
+            self._canonical_mu()
+        self._g[: self._hi] = self._g_exact()
+        self._g_valid = True
+
+    def _canonical_mu(self) -> None:
+        E = self._slots_in({ERROR})
+        if len(E) == 0:
+            return
+        grad = 2.0 * (self._KC[E, : self._chi] @ self._ac[: self._chi]) - self._diag[E]
+        self._mu = mu_for_empty_margin(grad)
+        self._g[: self._hi] = self._g_exact()
+        self._g_valid = True
+
+    def _finish_op(self) -> None:
+        self._polish()
+        if self._kkt(self._g[: self._hi]) <= 0.1 * self.tol:
+            return
+        self._refactorize()
+        self._polish()
+        if self._kkt(self._g[: self._hi]) <= 0.1 * self.tol:
+            return
+        self._resolve()
+
+    def _drop_solution(self) -> None:
+        self._nS = 0
+        self._Qinv = np.zeros((0, 0))
+        for s in self._slots_in({MARGIN, ERROR, DRIVEN}):
+            self._free_col(int(s))
+
+    def _set_uniform(self) -> None:
+        live = self._live_slots()
+        self._alpha[: self._hi] = 0.0
+        if len(live):
+            self._alpha[live] = 1.0 / len(live)
+            self._state[live] = RESERVE
+        self._mu = 0.0
+        self._g[: self._hi] = 0.0
+        self._g_valid = True
+
+    def _resolve(self, *, fallback: bool = True) -> None:
+        """Exact batch solve of the live set; rebuild caches and the inverse."""
+        self.n_resolves += int(fallback)
+        self._drop_solution()
+        live = self._live_slots()
+        for s in live:
+            self._free_col(int(s))
+        X = self._X[live]
+        K = kernel_matrix(X, X, self.kernel, self._gamma_val)
+        diag = self._diag[live]
+        np.fill_diagonal(K, diag)
+        K = 0.5 * (K + K.T)
+        sol = batch_solve(K, diag, self.C, tol=0.01 * self.tol)
+        self._alpha[: self._hi] = 0.0
+        self._alpha[live] = sol.alpha
+        self._state[live] = RESERVE
+        self._state[live[sol.error]] = ERROR
+        for s in live[sol.margin]:  # margin first: they fill columns [0, nS)
+            self._state[s] = MARGIN
+            self._alloc_col(int(s))
+            self._nS += 1
+        for s in live[sol.error]:
+            self._alloc_col(int(s))
+        self._mu = sol.mu
+        self._refactorize(count=False)
+        self._sync_ac()
+        self._g[: self._hi] = self._g_exact()
+        self._g_valid = True
+
+
+def _is_numeric(x) -> bool:
+    try:
+        arr = np.asarray(x)
+    except Exception:
+        return False
+    return arr.dtype.kind in "biuf"
+
+
+def _token_hash(tid: int, x: np.ndarray, v: np.ndarray | None) -> bytes:
+    h = hashlib.sha256(int(tid).to_bytes(8, "big", signed=False))
+    h.update(np.ascontiguousarray(x, dtype=np.float64).tobytes())
+    if v is not None:
+        h.update(np.ascontiguousarray(v, dtype=np.float64).tobytes())
+    return h.digest()
+
+
+__all__: Sequence[str] = ["SVDDMemory", "MarginSystem", "UnknownTokenError"]
