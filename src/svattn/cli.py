@@ -1,0 +1,180 @@
+"""The ``svattn`` command line: one subcommand per task, listed in :data:`COMMANDS`.
+
+Adding a subcommand is one entry: write ``add_arguments(parser)`` (cheap, no
+heavy imports) and ``run(args) -> int`` (import what it needs inside), then
+append ``Command(name, help, add_arguments, run)`` to :data:`COMMANDS`.
+
+Examples
+--------
+>>> from svattn.cli import main
+>>> main(["--version"])  # doctest: +SKIP
+svattn 0.1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import svattn
+
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its name, one-line help, argument set-up and runner.
+
+    ``run`` returns the process exit code (0 for success). Errors a user can
+    fix (bad paths, bad values) should be raised as ``ValueError`` or
+    ``FileNotFoundError``: :func:`main` prints them as one line and exits 2.
+    """
+
+    name: str
+    help: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+# ----------------------------------------------------------------------- demo
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--stays", type=_positive_int, default=6, metavar="N",
+        help="stream the first N ICU stays of the data (default: 6)",
+    )
+    parser.add_argument(
+        "--C", dest="C", type=_positive_float, default=0.05,
+        help="box bound of the SVDD memory; at least ceil(1/C) tokens carry weight "
+        "(default: 0.05)",
+    )
+    parser.add_argument(
+        "--gamma", type=_positive_float, default=None,
+        help="rbf bandwidth (default: 1/d for d = 7 vitals)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0,
+        help="draws the withdrawing patient and the verification probes (default: 0)",
+    )
+    parser.add_argument(
+        "--delete", type=int, default=None, metavar="STAY_ID",
+        help="the ICU stay to delete (default: drawn among streamed stays with support tokens)",
+    )
+    parser.add_argument(
+        "--data", type=Path, default=None, metavar="PATH",
+        help="a MIMIC-III demo vitals CSV(.gz) (default: the slice shipped with svattn)",
+    )
+    parser.add_argument(
+        "--show", type=int, default=40, metavar="K",
+        help="print at most K lines of certificates (all are checked; default: 40)",
+    )
+    parser.add_argument(
+        "--verify-each", action="store_true",
+        help="retrain from scratch after every single deletion (slower)",
+    )
+
+
+def _demo_run(args: argparse.Namespace) -> int:
+    from svattn.demo import run_demo
+
+    result = run_demo(
+        stays=args.stays, C=args.C, gamma=args.gamma, seed=args.seed, delete=args.delete,
+        data=args.data, show=args.show, verify_each=args.verify_each,
+    )
+    return 0 if result.ok else 1
+
+
+# ------------------------------------------------------------------- registry
+
+COMMANDS: list[Command] = [
+    Command(
+        "demo",
+        "stream ICU vital signs into an exact SV memory, delete one patient, verify",
+        _demo_arguments,
+        _demo_run,
+    ),
+]
+"""Every subcommand, in the order ``svattn --help`` lists them."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with one subparser per entry of :data:`COMMANDS`.
+
+    Returns
+    -------
+    argparse.ArgumentParser
+
+    Examples
+    --------
+    >>> from svattn.cli import build_parser
+    >>> build_parser().parse_args(["demo", "--stays", "3"]).stays
+    3
+    """
+    parser = argparse.ArgumentParser(
+        prog="svattn",
+        description="Support-Vector Attention: certified selection and exact unlearning.",
+    )
+    parser.add_argument("--version", action="version", version=f"svattn {svattn.__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    names = [c.name for c in COMMANDS]
+    if len(set(names)) != len(names):
+        raise RuntimeError(f"svattn.cli.COMMANDS has duplicate names: {names}")
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help, description=command.help)
+        command.add_arguments(p)
+        p.set_defaults(_run=command.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``svattn`` command line.
+
+    Parameters
+    ----------
+    argv : sequence of str, optional
+        Arguments without the program name; default ``sys.argv[1:]``.
+
+    Returns
+    -------
+    int
+        The exit code: 0 on success, 1 when a command's check failed, 2 on
+        usage errors (bad arguments, missing files).
+
+    Examples
+    --------
+    >>> from svattn.cli import main
+    >>> main(["demo", "--stays", "2", "--show", "0"])  # doctest: +SKIP
+    0
+    """
+    parser = build_parser()
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args._run(args))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"svattn {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,86 @@
+"""The ``svattn`` CLI and the demo, end to end on the shipped MIMIC-III slice."""
+
+from __future__ import annotations
+
+import argparse
+import doctest
+import io
+
+import pytest
+
+from svattn import cli
+from svattn.cli import Command, build_parser, main
+from svattn.demo import run_demo
+
+
+def test_cli_demo_end_to_end(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    verdict = lines[-1]
+    assert verdict.startswith("verdict  VERIFIED: stay ")
+    assert "certificates valid" in verdict and "partition equal" in verdict
+    assert "all ok" in out  # every certificate checked right after its deletion
+    assert any(line.strip().startswith("VERIFIED: digest ok") for line in lines)
+    assert "576 hourly tokens" in out  # the first 6 stays of the slice
+    assert "KKT residual" in out and "partition: margin" in out
+
+
+def test_run_demo_deletes_every_token_of_the_stay() -> None:
+    buffer = io.StringIO()
+    result = run_demo(stays=5, delete=204201, show=3, out=buffer)
+    assert result.ok and result.final.ok and result.final.partition_equal
+    assert result.deleted_stay == 204201 and result.deleted_subject > 0
+    assert len(result.certificates) == 17  # the stay's 17 observed hours
+    assert all(check.ok for check in result.checks)
+    assert result.final.max_alpha_dev < 1e-9 and result.final.readout_dev < 1e-8
+    removed = [c.removed_id for c in result.certificates]
+    assert len(set(removed)) == len(removed)
+    assert "17 certificates in" in buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["demo", "--stays", "99"], "stays: asked for 99 stays"),
+        (["demo", "--delete", "5"], "delete: stay 5 is not among the 6 streamed stays"),
+        (["demo", "--data", "/no/such/file.csv.gz"], "path '/no/such/file.csv.gz' does not exist"),
+    ],
+    ids=["too-many-stays", "unknown-stay", "missing-data"],
+)
+def test_cli_reports_user_errors(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("svattn demo: error: ") and message in err
+
+
+def test_cli_rejects_bad_numbers_and_no_command(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--C", "0"])
+    assert exc.value.code == 2
+    assert "--C: must be a number > 0" in capsys.readouterr().err
+    assert main([]) == 2
+    assert "COMMAND" in capsys.readouterr().err
+
+
+def test_adding_a_subcommand_is_one_registry_entry(monkeypatch: pytest.MonkeyPatch) -> None:
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--n", type=int, default=1)
+
+    seen: list[int] = []
+
+    def run(args: argparse.Namespace) -> int:
+        seen.append(args.n)
+        return 0
+
+    echo = Command("echo", "test", add_arguments, run)
+    monkeypatch.setattr(cli, "COMMANDS", [*cli.COMMANDS, echo])
+    assert main(["echo", "--n", "7"]) == 0 and seen == [7]
+    assert "echo" in build_parser().format_help()
+
+
+def test_cli_docstring_examples_run() -> None:
+    result = doctest.testmod(cli)
+    assert result.failed == 0 and result.attempted >= 1
