@@ -172,7 +172,6 @@ class SVDDMemory:
         self._nS = 0
         self._Qinv = np.zeros((0, 0))
         self._mu = 0.0
-        self._scale = 1.0
         self._g_valid = True  # g[:hi] is exact (see _fresh_g)
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
 
@@ -654,6 +653,11 @@ class SVDDMemory:
             "reserve": int(np.count_nonzero(st == RESERVE)),
         }
 
+    @property
+    def _scale(self) -> float:
+        """Largest kernel diagonal of the live tokens (>= 1): the unit of g."""
+        return max(1.0, float(self._diag[: self._hi].max(initial=0.0)))
+
     def _fresh_g(self) -> np.ndarray:
         """g over used slots, recomputed from the cached columns unless the
         last operation already did so (each operation ends with an exact g)."""
@@ -676,9 +680,10 @@ class SVDDMemory:
         viol = abs(float(a[live].sum()) - 1.0)
         viol = max(viol, float(np.max(-a[live], initial=0.0)),
                    float(np.max(a[live] - self.C, initial=0.0)))
-        viol = max(viol, float(np.max(np.abs(g[st == MARGIN]), initial=0.0)) / self._scale)
-        viol = max(viol, float(np.max(g[st == ERROR], initial=0.0)) / self._scale)
-        viol = max(viol, float(np.max(-g[st == RESERVE], initial=0.0)) / self._scale)
+        scale = self._scale
+        viol = max(viol, float(np.max(np.abs(g[st == MARGIN]), initial=0.0)) / scale)
+        viol = max(viol, float(np.max(g[st == ERROR], initial=0.0)) / scale)
+        viol = max(viol, float(np.max(-g[st == RESERVE], initial=0.0)) / scale)
         return viol
 
     # ---- add
@@ -709,7 +714,6 @@ class SVDDMemory:
         if v is not None:
             self._V[slot] = v
         self._diag[slot] = diag
-        self._scale = max(self._scale, diag)
         self._slot_id[slot] = tid
         self._id_to_slot[tid] = slot
         th = int.from_bytes(_token_hash(tid, x, v), "big")
@@ -778,7 +782,8 @@ class SVDDMemory:
         C = self.C
         s = float(direction)
         rate_tol = 1e-13
-        gtol = 1e-13 * self._scale
+        scale = self._scale
+        gtol = 1e-13 * scale
         events = 0
         zero_steps = 0
         last_left = last_entered = -1
@@ -817,7 +822,7 @@ class SVDDMemory:
             # --- candidate steps (t >= 0 is |d alpha_c|)
             if direction > 0:
                 best_t, kind, who = C - a[c], "c_error", -1
-                if gam[c] > rate_tol * self._scale:
+                if gam[c] > rate_tol * scale:
                     t = max(-g[c], 0.0) / gam[c]
                     if t <= best_t:
                         best_t, kind = t, "c_margin"

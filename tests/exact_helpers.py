@@ -1,0 +1,48 @@
+"""Shared helpers for the exact-core tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from svattn.exact import SVDDMemory
+from svattn.exact.kernels import kernel_diag, kernel_matrix
+
+
+def gram(mem: SVDDMemory, keys: np.ndarray | None = None) -> np.ndarray:
+    """The Gram matrix of the memory's keys (or of ``keys``) with exact diagonal."""
+    X = mem.keys if keys is None else keys
+    K = kernel_matrix(X, X, mem.kernel, mem._gamma_val)
+    np.fill_diagonal(K, kernel_diag(X, mem.kernel, mem._gamma_val))
+    return 0.5 * (K + K.T)
+
+
+def retrain(mem: SVDDMemory) -> tuple[np.ndarray, float]:
+    """alpha and mu of a from-scratch solve (the independent oracle) on the memory's keys."""
+    from svattn.exact.oracle import solve_svdd
+
+    return solve_svdd(gram(mem), mem.C, return_mu=True)
+
+
+def partition_ids(mem: SVDDMemory, alpha: np.ndarray) -> dict[str, list[int]]:
+    """Partition (as ids) read off a coefficient vector aligned with ``mem.ids``."""
+    from svattn.exact.oracle import partition
+
+    ids = mem.ids
+    return {k: sorted(ids[i] for i in v) for k, v in partition(alpha, mem.C).items()}
+
+
+def snapshot(mem: SVDDMemory) -> tuple:
+    """Everything observable about a memory, for "state unchanged" checks."""
+    if len(mem) == 0:
+        return (0, mem._next_id)
+    return (
+        len(mem),
+        tuple(mem.ids),
+        mem.alpha.tobytes(),
+        mem.keys.tobytes(),
+        mem.values.tobytes(),
+        mem.mu,
+        mem.state_digest(),
+        tuple(tuple(v) for v in mem.partition().values()),
+        mem._next_id,
+    )
