@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from svattn import cli
+from svattn import cli, demo
 from svattn.cli import Command, build_parser, main
 from svattn.demo import run_demo
 
@@ -81,6 +81,7 @@ def test_adding_a_subcommand_is_one_registry_entry(monkeypatch: pytest.MonkeyPat
     assert "echo" in build_parser().format_help()
 
 
-def test_cli_docstring_examples_run() -> None:
-    result = doctest.testmod(cli)
+@pytest.mark.parametrize("module", [cli, demo], ids=["cli", "demo"])
+def test_docstring_examples_run(module) -> None:
+    result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted >= 1
