@@ -82,7 +82,7 @@ def test_bad_unlearning_input(memory):
         coefficient_decay(memory, 10000, 0.5)
 
 
-def _train_classifier(x, y, seed=0, steps=200):
+def _train_classifier(x, y, seed=0, steps=60):
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(4, 16), nn.Tanh(), nn.Linear(16, 3))
     opt = torch.optim.Adam(model.parameters(), lr=0.05)

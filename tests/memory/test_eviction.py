@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import stream
+from memory_helpers import stream
 
 from svattn.memory import (
     FullMemory,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import stream
+from memory_helpers import stream
 
 from svattn.memory import DeltaNetMemory, LinearAttentionMemory, causal_outputs
 from svattn.ops import elu_feature_map, naive_recurrent_delta_rule, naive_recurrent_linear_attn
