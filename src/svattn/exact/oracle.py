@@ -53,6 +53,9 @@ _G_DELTA = 1e-9
 _INTERIOR = 1e-3
 # Below this reciprocal condition number the bordered matrix is treated as singular.
 _RCOND_MIN = 1e-14
+# A singular system whose min-norm (SVD) solution leaves a residual (scaled
+# system, O(1) entries) above this is inconsistent on that partition.
+_SVD_ACCEPT = 1e-13
 
 
 # --------------------------------------------------------------------------- #
@@ -290,52 +293,75 @@ def _clarabel_solve(Ks: np.ndarray, C: float) -> tuple[np.ndarray, float]:
 
 def _solve_bordered(
     K: np.ndarray, diag: np.ndarray, S: np.ndarray, E: np.ndarray, C: float
-) -> tuple[np.ndarray, float]:
+) -> tuple[np.ndarray, float, np.ndarray | None]:
     """Solve ``[[2K_SS, 1], [1^T, 0]] [a_S; mu] = [d_S - 2C K_SE 1; 1 - C|E|]``.
 
-    Bunch–Kaufman LDL^T with two steps of iterative refinement; when the
-    matrix is (numerically) singular — e.g. duplicate keys on the margin — a
-    minimum-norm least-squares solution (SVD) instead, also refined. Every
-    solution of a singular but consistent system gives the same ``g`` on all
-    tokens (``K`` is PSD), so the choice only affects how ``alpha`` is split
-    between copies.
+    The system is first equilibrated: with ``D = diag(2 K_SS)^(1/2)`` and a
+    scalar ``s`` it becomes ``[[D^-1 2K_SS D^-1, s D^-1 1], [s 1^T D^-1, 0]]
+    [D a_S; mu / s] = [D^-1 rhs_S; s rhs_last]`` (unit diagonal, balanced
+    border), which matters for the exp kernel whose diagonal spans many orders
+    of magnitude. Then Bunch–Kaufman LDL^T with two steps of iterative
+    refinement. When that matrix is numerically singular (duplicate or
+    near-duplicate keys on the margin) a minimum-norm least-squares solution
+    (SVD) is used instead, also refined, when that solves the system (it is
+    consistent); otherwise the exact (huge) solution, see the comment below.
+    Every solution of a singular but consistent system gives the
+    same ``g`` on all tokens (``K`` is PSD), so the choice only affects how
+    ``alpha`` is split between copies.
+
+    Returns ``(alpha_S, mu, None)``, or ``(alpha_S, mu, direction)`` when the
+    system is inconsistent, with ``direction`` a null direction of the face.
     """
     m = S.size
+    A = 2.0 * K[np.ix_(S, S)]
+    dA = np.sqrt(np.clip(np.diag(A), 0.0, None))
+    dA[~(dA > 0.0)] = 1.0
+    u = 1.0 / dA
+    sb = 1.0 / float(np.max(u))
     M = np.empty((m + 1, m + 1))
-    M[:m, :m] = 2.0 * K[np.ix_(S, S)]
-    M[:m, m] = 1.0
-    M[m, :m] = 1.0
+    M[:m, :m] = A / np.outer(dA, dA)
+    M[:m, m] = sb * u
+    M[m, :m] = sb * u
     M[m, m] = 0.0
     rhs = np.empty(m + 1)
-    rhs[:m] = diag[S] - 2.0 * C * K[np.ix_(S, E)].sum(axis=1)
-    rhs[m] = 1.0 - C * E.size
+    rhs[:m] = (diag[S] - 2.0 * C * K[np.ix_(S, E)].sum(axis=1)) * u
+    rhs[m] = sb * (1.0 - C * E.size)
 
-    def refine(solver) -> np.ndarray:
+    def refine(solver) -> tuple[np.ndarray, float]:
         x = solver(rhs)
         for _ in range(2):
-            r = rhs - M @ x
-            x = x + solver(r)
-        return x
+            x = x + solver(rhs - M @ x)
+        r = float(np.max(np.abs(rhs - M @ x)))
+        return x, (r if np.all(np.isfinite(x)) else math.inf)
 
-    x = None
+    ldl = None
     ldu, ipiv, info = scipy.linalg.lapack.dsytrf(M, lower=1)
     if info == 0:
+
+        def ldl_solve(v: np.ndarray) -> np.ndarray:
+            return scipy.linalg.lapack.dsytrs(ldu, ipiv, v[:, None], lower=1)[0][:, 0]
+
         anorm = float(np.max(np.sum(np.abs(M), axis=0)))
         rcond, info = scipy.linalg.lapack.dsycon(ldu, ipiv, anorm, lower=1)
-        if info == 0 and rcond > _RCOND_MIN:
+        ldl = refine(ldl_solve)
+        if info == 0 and rcond > _RCOND_MIN and ldl[1] < math.inf:
+            x = ldl[0]
+            return x[:m] * u, float(x[m]) * sb, None
 
-            def ldl_solve(v: np.ndarray) -> np.ndarray:
-                return scipy.linalg.lapack.dsytrs(ldu, ipiv, v[:, None], lower=1)[0][:, 0]
-
-            x = refine(ldl_solve)
-            if not np.all(np.isfinite(x)):
-                x = None
-    if x is None:
-        U, s, Vt = np.linalg.svd(M)
-        cut = s[0] * (m + 1) * np.finfo(np.float64).eps
-        inv_s = np.where(s > cut, 1.0 / np.where(s > cut, s, 1.0), 0.0)
-        x = refine(lambda v: Vt.T @ (inv_s * (U.T @ v)))
-    return x[:m], float(x[m])
+    U, sv, Vt = np.linalg.svd(M)
+    cut = sv[0] * (m + 1) * np.finfo(np.float64).eps
+    inv_s = np.where(sv > cut, 1.0 / np.where(sv > cut, sv, 1.0), 0.0)
+    x, res = refine(lambda v: Vt.T @ (inv_s * (U.T @ v)))
+    if res > _SVD_ACCEPT:
+        # Inconsistent on this partition: the right-hand side has a component
+        # along a (near-)null direction of the matrix, i.e. the objective is
+        # linear along it (near-duplicate keys on the margin). The face has no
+        # finite optimum; report the direction (alpha part, sum 0) so that the
+        # polish can walk along it to a bound. Its sign is left to the caller:
+        # the curvature along it is rounding noise.
+        v = Vt[-1]
+        return x[:m] * u, float(x[m]) * sb, v[:m] * u
+    return x[:m] * u, float(x[m]) * sb, None
 
 
 def _initial_state(
@@ -356,94 +382,179 @@ def _initial_state(
     return state
 
 
+def _project_capped_simplex(v: np.ndarray, C: float) -> np.ndarray:
+    """Euclidean projection of ``v`` onto ``{sum(x) = 1, 0 <= x <= C}`` (bisection)."""
+    lo, hi = float(np.min(v)) - 1.0, float(np.max(v))  # sum(clip(v - tau)) >= 1 at lo, 0 at hi
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if np.clip(v - mid, 0.0, C).sum() >= 1.0:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo <= 1e-17 * max(1.0, abs(lo)):
+            break
+    return np.clip(v - lo, 0.0, C)
+
+
+def _eqp(
+    K: np.ndarray, diag: np.ndarray, state: np.ndarray, C: float
+) -> tuple[np.ndarray, float, np.ndarray | None] | None:
+    """Optimum on the face given by ``state``: ``(alpha, mu, None)``; with a null
+    direction (on all n tokens) instead of None when the face has no finite
+    optimum; None when S is empty and ``C·|E| != 1`` (no point of the face
+    satisfies ``sum = 1``)."""
+    n = K.shape[0]
+    S = np.flatnonzero(state == 1)
+    E = np.flatnonzero(state == 2)
+    alpha = np.zeros(n)
+    alpha[E] = C
+    if S.size == 0:
+        if abs(1.0 - C * E.size) > 1e-12:
+            return None
+        grad = 2.0 * (K @ alpha) - diag
+        return alpha, mu_for_empty_margin(grad[E]), None
+    aS, mu, dS = _solve_bordered(K, diag, S, E, C)
+    alpha[S] = aS
+    if dS is None:
+        return alpha, mu, None
+    direction = np.zeros(n)
+    direction[S] = dS
+    return alpha, mu, direction
+
+
 def _polish(
-    K: np.ndarray, C: float, state: np.ndarray, tol: float, max_polish: int
+    K: np.ndarray,
+    C: float,
+    state: np.ndarray,
+    tol: float,
+    max_polish: int,
+    alpha0: np.ndarray,
 ) -> tuple[np.ndarray, float]:
+    """Exact active-set polish from the partition guess ``state``.
+
+    Phase 1 ("bulk") moves every violator at once; it converges in one or two
+    solves from a good guess. If it has not converged after ``_BULK_ITERS``
+    solves or revisits a partition, phase 2 runs a textbook primal active-set
+    method from a feasible point (the last in-box iterate, or the projection of
+    ``alpha0``): step towards the face optimum until the first margin token hits
+    a bound (it joins E or R; ties: lowest index), or, at a face optimum, free
+    the worst KKT violator (ties: lowest index). Phase 2 decreases the objective
+    monotonically, so it does not cycle except through zero-length steps.
+    """
     n = K.shape[0]
     diag = np.diag(K).copy()
     scale = _g_scale(diag)
     gtol = tol * scale
     state = state.copy()
-
-    seen_bulk: set[bytes] = set()
-    seen_single: set[bytes] = set()
-    bulk = True
     last_res = math.inf
-    for it in range(max_polish):
-        sig = state.tobytes()
-        if bulk:
-            if sig in seen_bulk or it >= _BULK_ITERS:
-                bulk = False
-            seen_bulk.add(sig)
-        if not bulk:
-            if sig in seen_single:
-                raise RuntimeError(
-                    f"solve_svdd: active-set polish cycles after {it} iterations "
-                    f"(n={n}, C={C!r}, last KKT residual {last_res:.3g}, tol {tol:g})"
-                )
-            seen_single.add(sig)
 
-        S = np.flatnonzero(state == 1)
-        E = np.flatnonzero(state == 2)
-        R = np.flatnonzero(state == 0)
-        alpha = np.zeros(n)
-        alpha[E] = C
-        if S.size == 0:
-            deficit = 1.0 - C * E.size
-            if abs(deficit) > 1e-12:
-                # No margin token but the sum is off: pull in the most suitable token.
-                grad = 2.0 * (K @ alpha) - diag
-                if deficit > 0:  # need more weight: the reserve token that wants it most
-                    j = R[int(np.argmin(grad[R]))]
-                else:  # too much weight: the error token that wants it least
-                    j = E[int(np.argmax(grad[E]))]
-                state[j] = 1
-                continue
-            grad = 2.0 * (K @ alpha) - diag
-            mu = mu_for_empty_margin(grad[E])
-        else:
-            aS, mu = _solve_bordered(K, diag, S, E, C)
-            alpha[S] = aS
-
+    def dual_violators(alpha: np.ndarray, mu: float, st: np.ndarray):
         g = 2.0 * (K @ alpha) - diag + mu
-        # primal violators (strictly out of the box) ...
-        low = S[alpha[S] < 0.0]
-        high = S[alpha[S] > C]
-        # ... and dual violators (beyond tolerance)
+        E = np.flatnonzero(st == 2)
+        R = np.flatnonzero(st == 0)
+        S = np.flatnonzero(st == 1)
         e_bad = E[g[E] > gtol]
         r_bad = R[g[R] < -gtol]
-        res_p = max(float(np.max(-alpha[low], initial=0.0)),
-                    float(np.max(alpha[high] - C, initial=0.0)))
-        res_d = max(float(np.max(np.abs(g[S]), initial=0.0)),
-                    float(np.max(g[E], initial=0.0)),
-                    float(np.max(-g[R], initial=0.0))) / scale
-        last_res = max(res_p, res_d, abs(float(alpha.sum()) - 1.0))
+        res = max(
+            float(np.max(np.abs(g[S]), initial=0.0)),
+            float(np.max(g[E], initial=0.0)),
+            float(np.max(-g[R], initial=0.0)),
+        ) / scale
+        res = max(res, abs(float(alpha.sum()) - 1.0))
+        return g, e_bad, r_bad, res
 
-        if low.size == 0 and high.size == 0 and e_bad.size == 0 and r_bad.size == 0:
-            if last_res <= tol:
-                return alpha, float(mu)
-            raise RuntimeError(
-                f"solve_svdd: bordered solve on the final partition leaves KKT residual "
-                f"{last_res:.3g} > tol {tol:g} (K_SS too ill-conditioned? n={n}, |S|={S.size})"
-            )
+    def worst(g: np.ndarray, e_bad: np.ndarray, r_bad: np.ndarray) -> int:
+        viol = np.concatenate([g[e_bad], -g[r_bad]])
+        idx = np.concatenate([e_bad, r_bad])
+        return int(idx[np.lexsort((idx, -viol))[0]])
 
-        if bulk:
-            state[low] = 0
-            state[high] = 2
-            state[e_bad] = 1
-            state[r_bad] = 1
-        elif low.size or high.size:
-            # worst primal violator first (ties: lowest index)
-            viol = np.concatenate([-alpha[low], alpha[high] - C])
-            idx = np.concatenate([low, high])
-            order = np.lexsort((idx, -viol))
-            j = int(idx[order[0]])
-            state[j] = 0 if alpha[j] < 0.0 else 2
+    def accept(alpha: np.ndarray, mu: float, res: float, st: np.ndarray):
+        if res <= tol:
+            return alpha, float(mu)
+        raise RuntimeError(
+            f"solve_svdd: bordered solve on the final partition leaves KKT residual "
+            f"{res:.3g} > tol {tol:g} (K_SS too ill-conditioned? n={n}, "
+            f"|S|={int(np.sum(st == 1))})"
+        )
+
+    # ---- phase 1: bulk moves -------------------------------------------------
+    seen: set[bytes] = set()
+    feasible: tuple[np.ndarray, np.ndarray] | None = None  # (alpha, state)
+    it = 0
+    while it < min(_BULK_ITERS, max_polish):
+        sig = state.tobytes()
+        if sig in seen:
+            break
+        seen.add(sig)
+        it += 1
+        sol = _eqp(K, diag, state, C)
+        if sol is None or sol[2] is not None:
+            break
+        alpha, mu, _ = sol
+        S = np.flatnonzero(state == 1)
+        low = S[alpha[S] < 0.0]
+        high = S[alpha[S] > C]
+        g, e_bad, r_bad, last_res = dual_violators(alpha, mu, state)
+        if low.size == 0 and high.size == 0:
+            if e_bad.size == 0 and r_bad.size == 0:
+                return accept(alpha, mu, last_res, state)
+            feasible = (alpha, state.copy())
+        state[low] = 0
+        state[high] = 2
+        state[e_bad] = 1
+        state[r_bad] = 1
+
+    # ---- phase 2: primal active set from a feasible point -------------------
+    if feasible is not None:
+        x, state = feasible[0].copy(), feasible[1].copy()
+    else:
+        x = _project_capped_simplex(alpha0, C)
+        state = np.ones(n, dtype=np.int8)
+        state[x <= 0.0] = 0
+        state[x >= C] = 2
+    while it < max_polish:
+        it += 1
+        S = np.flatnonzero(state == 1)
+        sol = _eqp(K, diag, state, C)
+        if sol is None:
+            # S empty but the face misses sum = 1 (x sits on it only up to
+            # rounding): free the bound token whose gradient favours it most.
+            grad = 2.0 * (K @ x) - diag
+            E = np.flatnonzero(state == 2)
+            R = np.flatnonzero(state == 0)
+            if C * E.size < 1.0:
+                j = int(R[np.argmin(grad[R])])
+            else:
+                j = int(E[np.argmax(grad[E])])
+            state[j] = 1
+            continue
+        xs, mu, direction = sol
+        if direction is not None:
+            # no finite face optimum: walk along the descent sign of the null
+            # direction (objective linear there) to the first bound
+            grad = 2.0 * (K @ x) - diag
+            p = -direction if float(grad @ direction) > 0.0 else direction
         else:
-            viol = np.concatenate([g[e_bad], -g[r_bad]])
-            idx = np.concatenate([e_bad, r_bad])
-            order = np.lexsort((idx, -viol))
-            state[int(idx[order[0]])] = 1
+            p = xs - x
+        out = S[(xs[S] < 0.0) | (xs[S] > C)] if direction is None else S
+        if out.size:
+            # ratio test: first margin token to hit a bound along x -> xs
+            pS = p[S]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t = np.where(pS < 0.0, x[S] / -pS, np.where(pS > 0.0, (C - x[S]) / pS, np.inf))
+            t = np.clip(t, 0.0, None)
+            k = int(np.lexsort((S, t))[0])
+            j, step = int(S[k]), float(t[k])
+            x = np.clip(x + step * p, 0.0, C)
+            to_error = pS[k] > 0.0
+            x[j] = C if to_error else 0.0
+            state[j] = 2 if to_error else 0
+            continue
+        x = xs
+        g, e_bad, r_bad, last_res = dual_violators(xs, mu, state)
+        if e_bad.size == 0 and r_bad.size == 0:
+            return accept(xs, mu, last_res, state)
+        state[worst(g, e_bad, r_bad)] = 1
 
     raise RuntimeError(
         f"solve_svdd: active-set polish did not converge in max_polish={max_polish} "
@@ -548,11 +659,12 @@ def solve_svdd(
     else:
         diag = np.diag(Kc)
         if n == 1:  # the only feasible point; the polish reads off its set and mu
+            alpha0 = np.ones(1)
             state = np.array([2 if Cf <= 1.0 else 1], dtype=np.int8)
         else:
             alpha0, mu0 = _clarabel_solve(Kc / _g_scale(diag), Cf)
             state = _initial_state(Kc, diag, Cf, alpha0, mu0)
-        alpha, mu = _polish(Kc, Cf, state, tolf, cap)
+        alpha, mu = _polish(Kc, Cf, state, tolf, cap, alpha0)
 
     if return_mu:
         return alpha, float(mu)
