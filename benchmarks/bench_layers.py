@@ -41,15 +41,18 @@ class SoftmaxAttention(nn.Module):
 
 
 def _time(fn, device: torch.device, reps: int) -> float:
-    fn()  # warm-up
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    """Best of ``reps`` timed calls after one warm-up (robust on shared CPUs)."""
+    fn()
+    best = float("inf")
     for _ in range(reps):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
         fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / reps
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
 
 
 def bench(device: torch.device, B: int, H: int, T: int, D: int, C: float, reps: int) -> None:
@@ -104,7 +107,7 @@ def main() -> None:
     ap.add_argument("--H", type=int, default=4)
     ap.add_argument("--D", type=int, default=32)
     ap.add_argument("--C", type=float, default=0.05)
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])

@@ -48,7 +48,7 @@ def sv_attention_state(
     key_mask: torch.Tensor | None = None,
     ridge: float = 1e-3,
     ridge_steps: int = RIDGE_STEPS,
-    max_iter: int = 30,
+    max_iter: int = 20,
     refine: int = 10,
 ) -> tuple[torch.Tensor, torch.Tensor, Partition, BatchedInfo | None]:
     """Like :func:`sv_attention`, returning ``(out, alpha, partition, info)``.
@@ -105,7 +105,7 @@ def sv_attention(
     return_alpha: bool = False,
     ridge: float = 1e-3,
     ridge_steps: int = RIDGE_STEPS,
-    max_iter: int = 30,
+    max_iter: int = 20,
     refine: int = 10,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Support-vector attention: queries read the SV memory built from the keys.

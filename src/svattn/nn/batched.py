@@ -15,6 +15,9 @@ For each problem (DESIGN.md §4)
    active-set rounds (no grad) then repair the partition: solve the margin
    system, move S tokens with ``alpha < 0`` to R and ``alpha > C`` to E, and R/E
    tokens whose ``g_i = 2 (K alpha)_i − K_ii + mu`` has the wrong sign to S.
+   If the repair has not settled after ``refine`` rounds (it can cycle from a
+   poor iterate), FISTA resumes from its iterate with twice the iterations
+   (at most 4 attempts).
 3. **Margin solve** (differentiable): with the partition fixed,
    ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``
    by :func:`torch.linalg.solve`, padded to the largest ``|S|`` of the batch
@@ -212,7 +215,7 @@ def solve_batched(
     valid: torch.Tensor,
     ridge: float = 1e-3,
     ridge_steps: int = RIDGE_STEPS,
-    max_iter: int = 30,
+    max_iter: int = 20,
     check_every: int = 10,
     refine: int = 10,
     kkt_tol: float | None = None,
@@ -244,25 +247,37 @@ def solve_batched(
         if not bool(vf.all()):
             K.mul_((vf.unsqueeze(-1) & vf.unsqueeze(-2)).to(K.dtype))
         d = torch.where(vf, (ldiag - shift[:, None]).exp(), 0.0)
-        a, iters = fista(K, d, C, vf, max_iter=max_iter, check_every=check_every)
-        S, E = _sets(a, C, vf)
-        rounds = 0
-        while rounds < refine:
-            rounds += 1
-            idx, sval = gather_rows(S)
-            s = idx.shape[-1]
-            Krow = K.gather(1, idx.unsqueeze(-1).expand(P, s, n))
-            alpha, mu = _margin_solve(Krow, d.gather(-1, idx), idx, sval, E, C, ridge, ridge_steps)
-            g = _kkt(K, d, alpha, mu, S, E)
-            R = vf & ~S & ~E
-            to_R = S & (alpha < 0)
-            to_E = S & (alpha > C)
-            from_R = R & (g < -kkt_tol)
-            from_E = E & (g > kkt_tol)
-            if not bool((to_R | to_E | from_R | from_E).any()):
+        # FISTA, then active-set repair; when the repair does not settle (a poor
+        # start on an ill-conditioned K, where it can cycle), resume FISTA from its
+        # iterate with twice the iterations, up to 4 times.
+        a, iters, rounds, budget = None, 0, 0, max_iter
+        for _attempt in range(4):
+            a, used = fista(K, d, C, vf, max_iter=budget, check_every=check_every, a0=a)
+            iters += used
+            S, E = _sets(a, C, vf)
+            settled = False
+            for _ in range(refine):
+                rounds += 1
+                idx, sval = gather_rows(S)
+                s = idx.shape[-1]
+                Krow = K.gather(1, idx.unsqueeze(-1).expand(P, s, n))
+                alpha, mu = _margin_solve(
+                    Krow, d.gather(-1, idx), idx, sval, E, C, ridge, ridge_steps
+                )
+                g = _kkt(K, d, alpha, mu, S, E)
+                R = vf & ~S & ~E
+                to_R = S & (alpha < 0)
+                to_E = S & (alpha > C)
+                from_R = R & (g < -kkt_tol)
+                from_E = E & (g > kkt_tol)
+                if not bool((to_R | to_E | from_R | from_E).any()):
+                    settled = True
+                    break
+                S = (S & ~to_R & ~to_E) | from_R | from_E
+                E = (E & ~from_E) | to_E
+            if settled or refine == 0:
                 break
-            S = (S & ~to_R & ~to_E) | from_R | from_E
-            E = (E & ~from_E) | to_E
+            budget *= 2
     # Differentiable final solve on the fixed partition.
     idx, sval = gather_rows(S)
     s = idx.shape[-1]
