@@ -240,9 +240,7 @@ def test_polish_recovers_from_wrong_start(monkeypatch):
         for C in (1.5 / n, 4.0 / n, 1.0):
             ref = solve_svdd(K, C)
             for start in (np.ones(n), np.zeros(n), rng.integers(0, 3, n)):
-                monkeypatch.setattr(
-                    oracle, "_initial_state", lambda *a, s=start: s.astype(np.int8)
-                )
+                monkeypatch.setattr(oracle, "_initial_state", lambda *a, s=start: s.astype(np.int8))
                 alpha, mu = solve_svdd(K, C, return_mu=True)
                 monkeypatch.undo()
                 assert kkt_residual(K, alpha, mu, C) <= 1e-13

@@ -265,9 +265,7 @@ def _clarabel_solve(Ks: np.ndarray, C: float) -> tuple[np.ndarray, float]:
     P = scipy.sparse.csc_matrix(np.triu(2.0 * Ks))
     q = -np.diag(Ks).copy()
     eye = scipy.sparse.identity(n, format="csc")
-    A = scipy.sparse.vstack(
-        [scipy.sparse.csc_matrix(np.ones((1, n))), -eye, eye], format="csc"
-    )
+    A = scipy.sparse.vstack([scipy.sparse.csc_matrix(np.ones((1, n))), -eye, eye], format="csc")
     b = np.concatenate([[1.0], np.zeros(n), np.full(n, C)])
     cones = [clarabel.ZeroConeT(1), clarabel.NonnegativeConeT(2 * n)]
     settings = clarabel.DefaultSettings()
@@ -455,11 +453,14 @@ def _polish(
         S = np.flatnonzero(st == 1)
         e_bad = E[g[E] > gtol]
         r_bad = R[g[R] < -gtol]
-        res = max(
-            float(np.max(np.abs(g[S]), initial=0.0)),
-            float(np.max(g[E], initial=0.0)),
-            float(np.max(-g[R], initial=0.0)),
-        ) / scale
+        res = (
+            max(
+                float(np.max(np.abs(g[S]), initial=0.0)),
+                float(np.max(g[E], initial=0.0)),
+                float(np.max(-g[R], initial=0.0)),
+            )
+            / scale
+        )
         res = max(res, abs(float(alpha.sum()) - 1.0))
         return g, e_bad, r_bad, res
 
