@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -117,7 +118,8 @@ class SVDDMemory:
     """
 
     def __init__(
-        self, C: float, kernel: str = "rbf", gamma: float | None = None, *, tol: float = 1e-10
+        self, C: float, kernel: str = "rbf", gamma: float | None = None, *, tol: float = 1e-10,
+        audit_log: str | os.PathLike[str] | None = None,
     ) -> None:
         if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
             raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
@@ -140,6 +142,14 @@ class SVDDMemory:
         self._vdim: int | None = None
         self._value_is_key = True
         self._alloc(0, 0, 0)
+        from svattn.exact.health import HealthMonitor  # persistence / audit: see persist.py
+
+        self._health = HealthMonitor()
+        self._audit = None
+        if audit_log is not None:
+            from svattn.exact.audit import AuditLog
+
+            self._audit = AuditLog.create(audit_log, self)
 
     # ------------------------------------------------------------------ storage
     def _alloc(self, cap: int, d: int, dv: int) -> None:
@@ -384,7 +394,10 @@ class SVDDMemory:
         (0, 1)
         """
         k, v = self._check_rows(key, value, batch=False)
-        return self._add_rows(k, v)[0]
+        self._audit_ready()
+        ids = self._add_rows(k, v)
+        self._after_op("add", ids=ids, keys=k, values=v)
+        return ids[0]
 
     def extend(self, keys, values=None) -> list[int]:
         """Add rows in order, exactly as repeated :meth:`add`; all-or-nothing validation.
@@ -397,7 +410,10 @@ class SVDDMemory:
         [0, 1, 2, 3]
         """
         k, v = self._check_rows(keys, values, batch=True)
-        return self._add_rows(k, v)
+        self._audit_ready()
+        ids = self._add_rows(k, v)
+        self._after_op("extend", ids=ids, keys=k, values=v)
+        return ids
 
     def remove(self, token_id: int) -> DeletionCertificate:
         """Remove a token exactly and return the deletion certificate.
@@ -411,11 +427,12 @@ class SVDDMemory:
             If the id was never added or is already removed (state unchanged).
         """
         slot = self._slot_for(token_id)
+        self._audit_ready()
         before = self._sizes()
         salt = secrets.token_bytes(16)
         commitment = commit_token(salt, self._X[slot], self._V[slot])
         events = self._remove_slot(slot)
-        return DeletionCertificate(
+        cert = DeletionCertificate(
             removed_id=int(token_id),
             commitment=commitment,
             salt=salt.hex(),
@@ -429,6 +446,8 @@ class SVDDMemory:
             kernel=self.kernel,
             gamma=self._gamma_val,
         )
+        self._after_op("remove", certificate=cert)
+        return cert
 
     def remove_many(self, token_ids: Iterable[int]) -> list[DeletionCertificate]:
         """Remove several tokens (each exactly), after checking every id first."""
@@ -449,12 +468,39 @@ class SVDDMemory:
         """
         if self.warm:
             return []
+        self._audit_ready()
         dropped = [int(self._slot_id[s]) for s in self._slots_in({RESERVE})]
         for t in dropped:
             self._wipe_slot(self._id_to_slot[t])
         if dropped and not self._nS:
             self._canonical_mu()
+        self._after_op("compact", dropped=sorted(dropped))
         return sorted(dropped)
+
+    # ------------------------------------------------- persistence and audit
+    def save(self, path: str | os.PathLike[str]) -> str:
+        """Save atomically to a safetensors file; see :func:`svattn.exact.persist.save`."""
+        from svattn.exact.persist import save
+
+        return save(self, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], *,
+             audit_log: str | os.PathLike[str] | None = None) -> SVDDMemory:
+        """Load and verify a saved memory; see :func:`svattn.exact.persist.load`."""
+        from svattn.exact.persist import load
+
+        return load(path, audit_log=audit_log)
+
+    def _audit_ready(self) -> None:
+        if self._audit is not None:
+            self._audit.ready()
+
+    def _after_op(self, op: str, **info) -> None:
+        """Numerical health check, then the audit record (see health.py, audit.py)."""
+        events = self._health.check(self)
+        if self._audit is not None:
+            self._audit.record(self, op, events=events, **info)
 
     # ------------------------------------------------------------ read access
     def __len__(self) -> int:

@@ -1,0 +1,519 @@
+"""A tamper-evident, append-only audit log of an :class:`SVDDMemory` (JSONL).
+
+Enable it with ``SVDDMemory(C, ..., audit_log=path)``. Every operation appends
+one line, a record in canonical JSON (sorted keys, no spaces)::
+
+    {"digest": ..., "n": 41, "op": "remove", "prev": ..., "seq": 7,
+     "sha256": ..., "time": "...", "certificate": {...}, ...}
+
+* ``seq`` counts records from 0 (the ``open`` record with the parameters).
+* ``prev`` is the SHA-256 of the previous record's line (64 zeros for record 0),
+  ``sha256`` the SHA-256 of this record without its ``sha256`` field: editing a
+  record breaks its own hash, and re-hashing an edited record breaks the next
+  record's ``prev``; deleting or reordering records breaks ``seq``.
+* ``digest`` is :meth:`SVDDMemory.state_digest` after the operation, ``n`` the
+  number of tokens.
+
+Operations: ``open``; ``add`` / ``extend`` (ids with a *salted commitment* per
+token, :func:`~svattn.exact.certificate.commit_token` — never the data);
+``remove`` (the full :class:`~svattn.exact.certificate.DeletionCertificate`);
+``compact`` (dropped ids); ``refactorize`` / ``resolve`` (numerical-health
+events, written just before the record of the operation during which they
+happened, with the count, the reason and, for drift, the condition estimate
+and inverse residual); ``ill_conditioned`` (the condition estimate crossed
+1e12);
+``save`` (the state file's SHA-256) and ``load``.
+
+Durability: each record is written with one ``write`` on an ``O_APPEND``
+descriptor and fsynced before the operation returns; ``extend`` writes one
+record (one fsync) for the whole batch. If a write fails the log refuses all
+further mutating operations (:class:`AuditLogError`) so the memory and its log
+cannot silently diverge.
+
+:func:`verify_log` (``svattn audit verify LOG [STATE]``) re-checks the chain,
+the bookkeeping (ids added / removed, counts), every certificate's
+``consistency_errors()`` and, with a saved state, that the log ends at that
+state; it reports the first broken record. Deleting the *last* records of a
+log is only detectable against a state saved after them (a state file stores
+the log head it was saved at).
+
+Examples
+--------
+>>> import os, tempfile
+>>> import numpy as np
+>>> from svattn.exact import SVDDMemory
+>>> log = os.path.join(tempfile.mkdtemp(), "audit.jsonl")
+>>> mem = SVDDMemory(C=0.2, audit_log=log)
+>>> ids = mem.extend(np.random.default_rng(0).normal(size=(30, 3)))
+>>> cert = mem.remove(ids[4])
+>>> report = verify_log(log)
+>>> report.ok, report.n_records, [r["op"] for r in report.records]
+(True, 3, ['open', 'extend', 'remove'])
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from svattn.exact.certificate import DeletionCertificate, commit_token
+
+if TYPE_CHECKING:  # pragma: no cover
+    from svattn.exact.memory import SVDDMemory
+
+LOG_FORMAT = "svattn.audit"
+LOG_VERSION = 1
+GENESIS = "0" * 64
+_STATE_OPS = {"add", "extend", "remove", "compact"}
+_EVENT_OPS = {"refactorize", "resolve", "ill_conditioned"}
+_OPS = {"open", "save", "load"} | _STATE_OPS | _EVENT_OPS
+
+
+class AuditLogError(RuntimeError):
+    """The audit log cannot be written or continued (the memory refuses to go on)."""
+
+
+def canonical(record: dict[str, Any]) -> str:
+    """The canonical JSON text of a record (what is written and hashed)."""
+    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def _sha(text: str | bytes) -> str:
+    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
+
+
+def _self_hash(record: dict[str, Any]) -> str:
+    return _sha(canonical({k: v for k, v in record.items() if k != "sha256"}))
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="microseconds")
+
+
+def _finite(x: float) -> float | str:
+    return float(x) if np.isfinite(x) else repr(float(x))
+
+
+# ---------------------------------------------------------------------- writer
+class AuditLog:
+    """Appends hash-chained records for one memory (create with :meth:`create`)."""
+
+    def __init__(self, path: Path, fd: int, seq: int, prev: str) -> None:
+        self.path = path
+        self._fd = fd
+        self._seq = seq  # seq of the next record
+        self._prev = prev  # sha256 of the last line
+        self._pending: list[dict[str, Any]] = []
+        self._failed: BaseException | None = None
+        self._last_counts = (0, 0, 0)
+
+    # -------------------------------------------------------------- opening
+    @classmethod
+    def create(cls, path: str | os.PathLike[str], memory: SVDDMemory) -> AuditLog:
+        """Start a new log for a new memory (the file must not exist or be empty)."""
+        path = Path(path)
+        if path.exists() and path.stat().st_size > 0:
+            raise ValueError(
+                f"audit log {path} already has records; continue it with "
+                "SVDDMemory.load(state, audit_log=...) or choose a new file"
+            )
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        log = cls(path, fd, 0, GENESIS)
+        log._last_counts = log._counts(memory)
+        _fsync_dir(path)
+        log._append(memory, "open", {
+            "format": LOG_FORMAT, "version": LOG_VERSION, "C": memory.C,
+            "kernel": memory.kernel, "gamma": memory.gamma, "tol": memory.tol,
+        })
+        return log
+
+    @classmethod
+    def resume(cls, path: str | os.PathLike[str], memory: SVDDMemory, *,
+               state_path: Path, state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
+        """Continue the log of a memory just loaded from ``state_path``.
+
+        The log must verify, and it must end at the loaded state: if it records
+        state-changing operations after the state was saved, loading that state
+        would undo them (resurrect removed tokens), so this refuses.
+        """
+        path = Path(path)
+        report = verify_log(path)
+        if not report.ok:
+            raise AuditLogError(f"audit log {path} does not verify: {report.error}")
+        recs = report.records
+        if head is None:
+            raise AuditLogError(f"state {state_path} was saved without an audit log; "
+                                f"it cannot continue {path}")
+        seq = int(head["seq"])
+        if seq >= len(recs) or report.hashes[seq] != head["sha256"]:
+            raise AuditLogError(
+                f"state {state_path} was saved at record {seq} of an audit log that {path} "
+                "does not contain (another log, or records were removed)"
+            )
+        later = [r for r in recs[seq + 1:] if r["op"] in _STATE_OPS]
+        if later:
+            r = later[0]
+            raise AuditLogError(
+                f"audit log {path} records {len(later)} operation(s) after state {state_path} "
+                f"was saved (first: record {r['seq']}, {r['op']}); loading that state would "
+                "undo them (and could resurrect removed tokens)"
+            )
+        if recs[-1]["digest"] != memory.state_digest():
+            raise AuditLogError(f"the last record of {path} does not carry the digest of "
+                                f"state {state_path}")
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        log = cls(path, fd, len(recs), report.hashes[-1])
+        log._last_counts = log._counts(memory)
+        log._append(memory, "load", {"file_sha256": state_sha256, "path": state_path.name})
+        return log
+
+    def head(self) -> dict[str, Any]:
+        """``{"seq", "sha256"}`` of the last record written."""
+        return {"seq": self._seq - 1, "sha256": self._prev}
+
+    def close(self) -> None:
+        """Close the descriptor (the memory can no longer log)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __del__(self) -> None:  # pragma: no cover - interpreter shutdown order
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # -------------------------------------------------------------- writing
+    def ready(self) -> None:
+        """Raise :class:`AuditLogError` if a previous write failed (called before ops)."""
+        if self._failed is not None:
+            raise AuditLogError(
+                f"audit log {self.path} failed earlier ({self._failed}); the memory refuses "
+                "further operations (save it and resume the log after fixing the cause)"
+            )
+        if self._fd < 0:
+            raise AuditLogError(f"audit log {self.path} is closed")
+
+    def _counts(self, memory: SVDDMemory) -> tuple[int, int, int]:
+        return (memory.n_refactorizations, memory.n_resolves,
+                memory._health.n_drift_refactorizations)
+
+    def record(self, memory: SVDDMemory, op: str, *, events: list[dict[str, Any]] = (),
+               **info: Any) -> None:
+        """Write the numerical-health events of operation ``op``, then its record.
+
+        Refactorizations and re-solves are read off the memory's counters (so
+        the solver needs no hooks); ``events`` come from the health monitor.
+        """
+        refac, res, drift = self._counts(memory)
+        refac0, res0, drift0 = self._last_counts
+        self._last_counts = (refac, res, drift)
+        health = memory._health
+        if drift > drift0:
+            self._pending.append({
+                "op": "refactorize", "count": drift - drift0,
+                "reason": "inverse drift beyond the conditioning bound",
+                "cond1": _finite(health.cond1), "inv_residual": _finite(health.inv_residual)})
+        if refac - refac0 > drift - drift0:
+            self._pending.append({"op": "refactorize", "count": refac - refac0 - (drift - drift0),
+                                  "reason": "KKT residual above tol after an operation"})
+        if res > res0:
+            self._pending.append({"op": "resolve", "count": res - res0,
+                                  "reason": "degenerate incremental step or residual above tol"})
+        for ev in events:  # drift refactorizations are counted above
+            if ev["event"] == "ill_conditioned":
+                self._pending.append({"op": "ill_conditioned", "cond1": _finite(ev["cond1"]),
+                                      "inv_residual": _finite(ev["inv_residual"])})
+        lines = []
+        for ev in self._pending:
+            fields = {k: v for k, v in ev.items() if k != "op"}
+            fields["within"] = op
+            lines.append(self._line(memory, ev["op"], fields))
+        self._pending = []
+        lines.append(self._line(memory, op, self._fields(memory, op, info)))
+        self._write(lines)
+
+    def record_save(self, memory: SVDDMemory, path: Path, sha256: str) -> None:
+        """Record a successful save (after the rename)."""
+        self.ready()
+        self._write([self._line(memory, "save", {"file_sha256": sha256, "path": path.name})])
+
+    def _fields(self, memory: SVDDMemory, op: str, info: dict[str, Any]) -> dict[str, Any]:
+        if op in ("add", "extend"):
+            ids, k, v = info["ids"], info["keys"], info["values"]
+            toks = []
+            for r, tid in enumerate(ids):
+                salt = secrets.token_bytes(16)
+                toks.append({"id": int(tid), "salt": salt.hex(),
+                             "commitment": commit_token(salt, k[r], None if v is None else v[r])})
+            from svattn.exact.persist import _residual
+
+            return {"tokens": toks, "kkt_residual": _finite(_residual(memory))}
+        if op == "remove":
+            cert: DeletionCertificate = info["certificate"]
+            return {"certificate": asdict(cert)}
+        if op == "compact":
+            return {"dropped": [int(i) for i in info["dropped"]]}
+        raise ValueError(f"unknown audit operation {op!r}")
+
+    def _line(self, memory: SVDDMemory, op: str, fields: dict[str, Any]) -> bytes:
+        rec = dict(fields)
+        rec.update(seq=self._seq, op=op, prev=self._prev, time=_now(),
+                   digest=memory.state_digest(), n=len(memory),
+                   next_id=int(memory._next_id))
+        rec["sha256"] = _self_hash(rec)
+        text = canonical(rec)
+        self._seq += 1
+        self._prev = _sha(text)
+        return text.encode() + b"\n"
+
+    def _write(self, lines: list[bytes]) -> None:
+        data = b"".join(lines)
+        try:
+            view = memoryview(data)
+            while view:
+                k = os.write(self._fd, view)
+                if k <= 0:
+                    raise OSError("short write")
+                view = view[k:]
+            os.fsync(self._fd)
+        except BaseException as exc:
+            self._failed = exc
+            raise AuditLogError(f"writing audit log {self.path} failed: {exc}") from exc
+
+    def _append(self, memory: SVDDMemory, op: str, fields: dict[str, Any]) -> None:
+        self._write([self._line(memory, op, fields)])
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
+    except OSError:  # pragma: no cover
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# -------------------------------------------------------------------- verifier
+@dataclass
+class AuditReport:
+    """Result of :func:`verify_log`.
+
+    Attributes
+    ----------
+    ok : bool
+    n_records : int
+        Records read (up to and including the broken one).
+    broken_record : int or None
+        Number (= expected ``seq``, 0-based; line ``broken_record + 1``) of the
+        first broken record.
+    error : str or None
+        What broke, naming the record.
+    final_digest : str or None
+        Digest carried by the last record.
+    state_checked : bool
+        Whether a state file was compared.
+    records, hashes : list
+        The parsed records and the SHA-256 of each line.
+    """
+
+    ok: bool = True
+    n_records: int = 0
+    broken_record: int | None = None
+    error: str | None = None
+    final_digest: str | None = None
+    state_checked: bool = False
+    n_certificates: int = 0
+    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    hashes: list[str] = field(default_factory=list, repr=False)
+
+    def summary(self) -> str:
+        """One line for people."""
+        if self.ok:
+            s = (f"OK: {self.n_records} records, chain intact, {self.n_certificates} "
+                 f"deletion certificates consistent")
+            if self.state_checked:
+                s += ", final digest matches the state"
+            return s
+        return f"BROKEN at record {self.broken_record}: {self.error}"
+
+
+def _fail(rep: AuditReport, i: int, msg: str) -> AuditReport:
+    rep.ok = False
+    rep.broken_record = i
+    rep.error = f"record {i} (line {i + 1}): {msg}"
+    return rep
+
+
+def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None
+               ) -> AuditReport:
+    """Verify an audit log (and optionally that it ends at a saved state).
+
+    Parameters
+    ----------
+    path : path-like
+        The JSONL log.
+    state : path-like, optional
+        A state file saved by :func:`svattn.exact.persist.save` with this log.
+
+    Returns
+    -------
+    AuditReport
+        ``ok`` False names the first broken record and what broke.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> from svattn.exact import SVDDMemory
+    >>> log = os.path.join(tempfile.mkdtemp(), "a.jsonl")
+    >>> mem = SVDDMemory(C=0.5, audit_log=log)
+    >>> _ = mem.extend([[0.0], [1.0], [2.0]])
+    >>> lines = open(log).read().splitlines()
+    >>> _ = open(log, "w").write(lines[1] + "\\n")  # drop the first record
+    >>> verify_log(log).error
+    'record 0 (line 1): seq is 1, expected 0 (records were deleted, inserted or reordered)'
+    """
+    rep = AuditReport()
+    data = Path(path).read_bytes()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    elif lines:
+        last = len(lines) - 1
+        if len(lines) == 1 and lines[0] == b"":
+            lines = []
+        else:
+            rep.n_records = last + 1
+            return _fail(rep, last, "incomplete record (no trailing newline: a write was cut)")
+    prev = GENESIS
+    live: set[int] = set()
+    next_id = 0
+    for i, raw in enumerate(lines):
+        rep.n_records = i + 1
+        try:
+            rec = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return _fail(rep, i, f"not valid JSON ({exc})")
+        if not isinstance(rec, dict):
+            return _fail(rep, i, "not a JSON object")
+        if rec.get("seq") != i:
+            return _fail(rep, i, f"seq is {rec.get('seq')!r}, expected {i} (records were "
+                                 "deleted, inserted or reordered)")
+        if rec.get("sha256") != _self_hash(rec):
+            return _fail(rep, i, "content does not match its sha256 (the record was edited)")
+        if raw.decode("utf-8") != canonical(rec):
+            return _fail(rep, i, "not in canonical form (the line was edited)")
+        if rec.get("prev") != prev:
+            if i > 0:
+                rep.n_records = i
+                return _fail(rep, i - 1, f"its hash does not match record {i}'s prev (record "
+                                         f"{i - 1} was edited and re-hashed, or replaced)")
+            return _fail(rep, i, "prev is not the genesis value (records before it are missing)")
+        op = rec.get("op")
+        if op not in _OPS:
+            return _fail(rep, i, f"unknown operation {op!r}")
+        if (i == 0) != (op == "open"):
+            return _fail(rep, i, "a log starts with exactly one 'open' record")
+        if op == "open" and (rec.get("format") != LOG_FORMAT or rec.get("version") != LOG_VERSION):
+            return _fail(rep, i, f"unsupported log format {rec.get('format')!r} version "
+                                 f"{rec.get('version')!r} (expected {LOG_FORMAT} {LOG_VERSION})")
+        # bookkeeping: which ids are live
+        if op in ("add", "extend"):
+            for tok in rec.get("tokens", []):
+                tid = tok.get("id")
+                if not isinstance(tid, int) or tid < next_id:
+                    return _fail(rep, i, f"adds id {tid!r}, but ids below {next_id} were "
+                                         "already issued")
+                if not (isinstance(tok.get("commitment"), str) and len(tok["commitment"]) == 64):
+                    return _fail(rep, i, f"token {tid} lacks a SHA-256 commitment")
+                live.add(tid)
+                next_id = tid + 1
+        elif op == "remove":
+            try:
+                cert = DeletionCertificate(**rec["certificate"])
+            except (KeyError, TypeError) as exc:
+                return _fail(rep, i, f"malformed deletion certificate ({exc})")
+            errs = cert.consistency_errors()
+            if errs:
+                return _fail(rep, i, "certificate inconsistent: " + "; ".join(errs))
+            if cert.state_digest != rec.get("digest"):
+                return _fail(rep, i, "the certificate's state digest differs from the record's")
+            if cert.removed_id not in live:
+                return _fail(rep, i, f"removes id {cert.removed_id}, which is not live")
+            live.discard(cert.removed_id)
+            rep.n_certificates += 1
+        elif op == "compact":
+            dropped = rec.get("dropped", [])
+            missing = [t for t in dropped if t not in live]
+            if missing:
+                return _fail(rep, i, f"compacts ids {missing[:5]} that are not live")
+            live.difference_update(dropped)
+        elif op == "load" and i > 0 and rec.get("digest") != rep.records[-1].get("digest"):
+            return _fail(rep, i, "the loaded state's digest differs from the log's state")
+        if op in _STATE_OPS and rec.get("n") != len(live):
+            return _fail(rep, i, f"says n = {rec.get('n')!r}, but the log's operations leave "
+                                 f"{len(live)} tokens")
+        rep.records.append(rec)
+        rep.hashes.append(_sha(raw))
+        prev = rep.hashes[-1]
+    if not lines:
+        return _fail(rep, 0, "the log is empty (no 'open' record)")
+    rep.final_digest = rep.records[-1].get("digest")
+    if state is not None:
+        _check_state(rep, Path(state))
+    return rep
+
+
+def _check_state(rep: AuditReport, state: Path) -> None:
+    from svattn.exact.persist import StateFileError, load
+
+    rep.state_checked = True
+    last = len(rep.records) - 1
+    try:
+        mem = load(state)
+    except (StateFileError, OSError) as exc:
+        rep.ok = False
+        rep.error = f"state {state} does not load: {exc}"
+        return
+    from svattn.exact.persist import _metadata, _parse
+
+    head = _metadata(_parse(state.read_bytes(), str(state))[0], str(state)).get("audit_head")
+    if head is None:
+        rep.ok = False
+        rep.error = f"state {state} was saved without an audit log"
+        return
+    seq = int(head["seq"])
+    if seq > last or rep.hashes[seq] != head["sha256"]:
+        rep.ok = False
+        rep.broken_record = min(seq, last + 1)
+        what = ("lacks (records were removed from its end)" if seq > last
+                else "does not contain (that record differs)")
+        rep.error = (f"state {state} was saved at record {seq} (sha256 {head['sha256'][:12]}…), "
+                     f"which this log {what}")
+        return
+    later = [r for r in rep.records[seq + 1:] if r["op"] in _STATE_OPS]
+    if later:
+        rep.ok = False
+        rep.broken_record = later[0]["seq"]
+        rep.error = (f"the log records {len(later)} operation(s) after state {state} was saved "
+                     f"(first: record {later[0]['seq']}, {later[0]['op']}): the state is stale")
+        return
+    if rep.final_digest != mem.state_digest():
+        rep.ok = False
+        rep.broken_record = last
+        rep.error = (f"record {last}: final digest {rep.final_digest[:12]}… differs from the "
+                     f"state's {mem.state_digest()[:12]}…")
+
+
+__all__ = ["AuditLog", "AuditLogError", "AuditReport", "canonical", "verify_log"]

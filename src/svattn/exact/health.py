@@ -1,0 +1,160 @@
+"""Numerical health of the exact memory: conditioning and drift of the bordered inverse.
+
+The memory keeps ``Qinv``, the inverse of ``Q = [[0, 1^T], [1, 2 K_SS]]``, by
+rank-one border updates. Each update is exact in exact arithmetic but adds
+rounding, and a long stream could let ``Qinv`` drift from the true inverse.
+After every operation that changed ``Qinv`` (detected by object identity, so a
+reserve-only add costs nothing) :class:`HealthMonitor` measures, in
+O(|S|²):
+
+* the 1-norm condition estimate ``cond1 = ‖Q‖₁ ‖Qinv‖₁`` (an upper bound on
+  the true 1-norm condition number when Qinv is accurate), and
+* the inverse residual ``‖Q (Qinv v) − v‖∞ / ‖v‖∞`` for a fixed probe ``v``.
+
+When the residual exceeds what the conditioning explains
+(``max(drift_tol, 1e3 · eps · cond1)``), it refactorizes ``Qinv`` from scratch
+(counted in ``SVDDMemory.n_refactorizations`` and written to the audit log
+with the reason). If even a fresh inverse stays above the bar (Q is
+ill-conditioned), the bar is raised to 100× the fresh residual until the next
+refactorization, so the memory never refactorizes in a loop. Entering the
+ill-conditioned regime (``cond1 > ill_cond``) is recorded as an event.
+
+Examples
+--------
+>>> import numpy as np
+>>> from svattn.exact import SVDDMemory
+>>> mem = SVDDMemory(C=0.05)
+>>> _ = mem.extend(np.random.default_rng(0).normal(size=(100, 4)))
+>>> h = mem._health.check(mem)  # what runs after every operation
+>>> mem._health.cond1 > 1, mem._health.inv_residual < 1e-10
+(True, True)
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from svattn.exact.memory import SVDDMemory
+
+_EPS = float(np.finfo(np.float64).eps)
+
+
+class HealthMonitor:
+    """Tracks conditioning and drift of a memory's bordered inverse.
+
+    Parameters
+    ----------
+    drift_tol : float
+        Absolute floor of the inverse-residual bar.
+    ill_cond : float
+        ``cond1`` above which Q counts as ill-conditioned (an audit event).
+
+    Attributes
+    ----------
+    cond1, inv_residual : float
+        The latest estimates (0 while the margin set is empty).
+    max_cond1, max_inv_residual : float
+        Largest seen.
+    n_checks, n_drift_refactorizations : int
+    """
+
+    def __init__(self, drift_tol: float = 1e-10, ill_cond: float = 1e12) -> None:
+        self.drift_tol = float(drift_tol)
+        self.ill_cond = float(ill_cond)
+        self.cond1 = 0.0
+        self.inv_residual = 0.0
+        self.max_cond1 = 0.0
+        self.max_inv_residual = 0.0
+        self.n_checks = 0
+        self.n_drift_refactorizations = 0
+        self.baseline = 0.0  # fresh residual of an ill-conditioned Q (raises the bar)
+        self.ill_conditioned = False
+        self.reason: str | None = None  # why the memory is refactorizing right now
+        # the Qinv object checked last, weakly: a stale inverse (which may involve
+        # a removed token's kernel values) must not be kept alive
+        self._last: weakref.ref | None = None
+
+    # --------------------------------------------------------------- measure
+    @staticmethod
+    def measure(mem: SVDDMemory) -> tuple[float, float]:
+        """``(cond1, inverse residual)`` of the memory's current ``Qinv``; O(|S|²)."""
+        nS = mem._nS
+        if nS == 0 or mem.warm:
+            return 0.0, 0.0
+        Qinv = mem._Qinv
+        S = mem._slot_of_col[:nS]
+        KSS = mem._KC[S, :nS]
+        norm_q = max(float(nS), 1.0 + 2.0 * float(np.abs(KSS).sum(axis=0).max()))
+        norm_qinv = float(np.abs(Qinv).sum(axis=0).max())
+        v = np.cos(0.7 * np.arange(nS + 1)) + 0.5
+        w = Qinv @ v
+        r = np.empty(nS + 1)
+        r[0] = w[1:].sum() - v[0]
+        r[1:] = w[0] + 2.0 * (KSS @ w[1:]) - v[1:]
+        res = float(np.max(np.abs(r)) / np.max(np.abs(v)))
+        return norm_q * norm_qinv, res
+
+    def check(self, mem: SVDDMemory) -> list[dict[str, Any]]:
+        """Check after an operation; refactorize on drift. Return events (dicts)."""
+        if self._checked(mem) or mem._nS == 0 or mem.warm:
+            return []
+        events: list[dict[str, Any]] = []
+        cond, res = self.measure(mem)
+        self.n_checks += 1
+        self.cond1, self.inv_residual = cond, res
+        self.max_cond1 = max(self.max_cond1, cond)
+        self.max_inv_residual = max(self.max_inv_residual, res)
+        ill = cond > self.ill_cond
+        if ill and not self.ill_conditioned:
+            events.append({"event": "ill_conditioned", "cond1": cond, "inv_residual": res})
+        self.ill_conditioned = ill
+        bar = max(self.drift_tol, 1e3 * _EPS * cond, 100.0 * self.baseline)
+        if res > bar:
+            self.reason = f"inverse drift {res:.3e} above {bar:.3e} (cond1 {cond:.3e})"
+            try:
+                mem._refactorize()
+            finally:
+                self.reason = None
+            self.n_drift_refactorizations += 1
+            cond2, res2 = self.measure(mem)
+            self.cond1, self.inv_residual = cond2, res2
+            self.baseline = res2 if res2 > max(self.drift_tol, 1e3 * _EPS * cond2) else 0.0
+            events.append({"event": "drift", "inv_residual": res, "bar": bar, "cond1": cond,
+                           "inv_residual_after": res2})
+        self._last = weakref.ref(mem._Qinv)
+        return events
+
+    def _checked(self, mem: SVDDMemory) -> bool:
+        return self._last is not None and self._last() is mem._Qinv
+
+    # ------------------------------------------------------------- persistence
+    def to_dict(self, mem: SVDDMemory) -> dict[str, Any]:
+        """JSON-ready state (``checked``: whether the memory's current Qinv was checked)."""
+        def f(x: float) -> float | str:
+            return x if np.isfinite(x) else repr(x)  # JSON has no inf
+
+        return {
+            "cond1": f(self.cond1), "inv_residual": f(self.inv_residual),
+            "max_cond1": f(self.max_cond1), "max_inv_residual": f(self.max_inv_residual),
+            "n_checks": self.n_checks, "n_drift_refactorizations": self.n_drift_refactorizations,
+            "baseline": self.baseline, "ill_conditioned": self.ill_conditioned,
+            "drift_tol": self.drift_tol, "ill_cond": self.ill_cond,
+            "checked": self._checked(mem),
+        }
+
+    def restore(self, data: dict[str, Any], mem: SVDDMemory) -> None:
+        """Inverse of :meth:`to_dict` (for a loaded memory)."""
+        for k in ("cond1", "inv_residual", "max_cond1", "max_inv_residual", "baseline",
+                  "drift_tol", "ill_cond"):
+            setattr(self, k, float(data[k]))
+        self.n_checks = int(data["n_checks"])
+        self.n_drift_refactorizations = int(data["n_drift_refactorizations"])
+        self.ill_conditioned = bool(data["ill_conditioned"])
+        self._last = weakref.ref(mem._Qinv) if data["checked"] else None
+
+
+__all__ = ["HealthMonitor"]
