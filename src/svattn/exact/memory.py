@@ -1056,7 +1056,30 @@ class SVDDMemory:
 
     # ---- finishing an operation exactly
     def _polish(self) -> None:
-        """Re-solve alpha_S and mu on the current partition with the kept inverse."""
+        """Re-solve alpha_S and mu on the current partition with the kept inverse.
+
+        A margin coefficient that lands on a bound (within 1e-13·C: a tie of the
+        two conditions) is moved to that bound's set, so the partition is the
+        one read off alpha, and the system re-solved.
+        """
+        self._solve_margin()
+        for _ in range(self._nS):
+            S = self._slot_of_col[: self._nS]
+            aS = self._alpha[S]
+            at_bound = np.flatnonzero(np.minimum(np.abs(aS - self.C), np.abs(aS)) <= 1e-13 * self.C)
+            if len(at_bound) == 0:
+                break
+            for p in at_bound[::-1]:  # descending: contracting p only moves the last column
+                slot = int(S[p])
+                up = self._alpha[slot] > 0.5 * self.C
+                self._contract(int(p))
+                self._state[slot] = ERROR if up else RESERVE
+                self._alpha[slot] = self.C if up else 0.0
+                if not up:
+                    self._free_col(slot)
+            self._solve_margin()
+
+    def _solve_margin(self) -> None:
         st = self._state[: self._hi]
         E = np.flatnonzero(st == ERROR)
         self._alpha[E] = self.C
@@ -1120,10 +1143,17 @@ class SVDDMemory:
         self._g_valid = True
 
     def _resolve(self, *, fallback: bool = True) -> None:
-        """Exact batch solve of the live set; rebuild caches and the inverse."""
+        """Exact batch solve of the live set; rebuild caches and the inverse.
+
+        Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
+        below 1e-13 of the diagonal) are solved as one token with bound ``m·C``
+        and the weight is spread back in id order: the first members at C,
+        one remainder, the rest 0. Copies are interchangeable, so this is an
+        optimum, and it keeps the margin set free of copies (Q invertible).
+        """
         self.n_resolves += int(fallback)
         self._drop_solution()
-        live = self._live_slots()
+        live = self._ordered_slots()
         for s in live:
             self._free_col(int(s))
         X = self._X[live]
@@ -1131,22 +1161,48 @@ class SVDDMemory:
         diag = self._diag[live]
         np.fill_diagonal(K, diag)
         K = 0.5 * (K + K.T)
-        sol = batch_solve(K, diag, self.C, tol=0.01 * self.tol)
+        dist = diag[:, None] + diag[None, :] - 2.0 * K
+        same = dist <= 1e-13 * max(1.0, float(diag.max()))
+        group = np.full(len(live), -1)
+        reps = []
+        for i in range(len(live)):
+            if group[i] < 0:
+                members = np.flatnonzero(same[i] & (group < 0))
+                group[members] = len(reps)
+                reps.append(i)
+        reps_a = np.asarray(reps)
+        sizes = np.bincount(group, minlength=len(reps))
+        sol = batch_solve(K[np.ix_(reps_a, reps_a)], diag[reps_a], self.C * sizes,
+                          tol=0.01 * self.tol)
+        alpha = np.zeros(len(live))
+        for gi, w in enumerate(sol.alpha):
+            members = np.flatnonzero(group == gi)
+            for m in members:  # fill in id order
+                if w <= 1e-13 * self.C:
+                    break
+                take = self.C if w >= self.C * (1 - 1e-13) else w
+                alpha[m] = take
+                w -= take
         self._alpha[: self._hi] = 0.0
-        self._alpha[live] = sol.alpha
+        self._alpha[live] = alpha
         self._state[live] = RESERVE
-        self._state[live[sol.error]] = ERROR
-        for s in live[sol.margin]:  # margin first: they fill columns [0, nS)
+        margin = (alpha > 0) & (alpha < self.C)
+        for s in live[margin]:  # margin first: they fill columns [0, nS)
             self._state[s] = MARGIN
             self._alloc_col(int(s))
             self._nS += 1
-        for s in live[sol.error]:
+        for s in live[alpha >= self.C]:
+            self._state[s] = ERROR
             self._alloc_col(int(s))
         self._mu = sol.mu
         self._refactorize(count=False)
         self._sync_ac()
+        if not self._nS:
+            self._canonical_mu()
         self._g[: self._hi] = self._g_exact()
         self._g_valid = True
+        if self._nS and self._kkt(self._g[: self._hi]) > 0.1 * self.tol:
+            self._polish()
 
 
 def _is_numeric(x) -> bool:

@@ -1,0 +1,106 @@
+"""Bad input gets a precise error and leaves the memory unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exact_helpers import snapshot
+from svattn.exact import KernelOverflowError, SVDDMemory, UnknownTokenError
+
+
+@pytest.fixture
+def mem() -> SVDDMemory:
+    m = SVDDMemory(0.1)
+    m.extend(np.random.default_rng(0).normal(size=(40, 3)))
+    m.remove(5)
+    return m
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda m: m.add([np.nan, 0.0, 0.0]), ValueError, "key must be finite"),
+        (lambda m: m.add([np.inf, 0.0, 0.0]), ValueError, "key must be finite"),
+        (lambda m: m.add([0.0, 0.0]), ValueError, "dimension d=3, got 2"),
+        (lambda m: m.add(np.zeros((1, 3))), ValueError, r"key must be 1-D \(d,\)"),
+        (lambda m: m.add("abc"), TypeError, "key must be an array of real numbers"),
+        (lambda m: m.extend(np.zeros(3)), ValueError, r"keys must be 2-D \(n, d\)"),
+        (lambda m: m.extend(np.zeros((2, 2, 3))), ValueError, r"keys must be 2-D"),
+        (lambda m: m.extend(np.r_[np.zeros((3, 3)), [[0, np.nan, 0]]]), ValueError, "finite"),
+        (lambda m: m.extend(np.zeros((2, 3)), np.zeros((2, 3))), ValueError, "keys as values"),
+        (lambda m: m.remove(5), UnknownTokenError, "token_id 5 is not in the memory .it was"),
+        (lambda m: m.remove(99), UnknownTokenError, "was never added"),
+        (lambda m: m.remove(-1), UnknownTokenError, "was never added"),
+        (lambda m: m.remove(1.0), TypeError, "token_id must be an int"),
+        (lambda m: m.remove_many([1, 2, 1]), ValueError, "lists id 1 twice"),
+        (lambda m: m.remove_many([1, 5]), UnknownTokenError, "token_id 5"),
+        (lambda m: m.readout(np.zeros((2, 4))), ValueError, r"queries must have shape \(m, 3\)"),
+        (lambda m: m.readout([[np.nan, 0, 0]]), ValueError, "queries must be finite"),
+    ],
+    ids=lambda p: p if isinstance(p, str) else "",
+)
+def test_bad_input_raises_and_leaves_state(mem, call, exc, match):
+    before = snapshot(mem)
+    with pytest.raises(exc, match=match):
+        call(mem)
+    assert snapshot(mem) == before
+    mem.add(np.zeros(3))  # still fully usable
+    assert mem.kkt_residual() <= 1e-10
+
+
+def test_unknown_token_error_is_both_key_and_value_error(mem):
+    with pytest.raises(KeyError):
+        mem.remove(12345)
+    with pytest.raises(ValueError):
+        mem.remove(12345)
+
+
+def test_remove_from_empty_memory():
+    m = SVDDMemory(0.5)
+    with pytest.raises(UnknownTokenError, match="the memory is empty"):
+        m.remove(0)
+    with pytest.raises(ValueError, match="memory is empty"):
+        m.readout(np.zeros((1, 2)))
+
+
+@pytest.mark.parametrize("C", [0, -1.0, float("nan"), float("inf")])
+def test_bad_C(C):
+    with pytest.raises(ValueError, match="C must be a finite number > 0"):
+        SVDDMemory(C)
+
+
+def test_bad_constructor_arguments():
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        SVDDMemory(0.1, kernel="poly")
+    with pytest.raises(ValueError, match="gamma must be None or a finite number > 0"):
+        SVDDMemory(0.1, gamma=-1.0)
+    with pytest.raises(ValueError, match="tol must be"):
+        SVDDMemory(0.1, tol=0.0)
+    with pytest.raises(TypeError, match="C must be a positive real number"):
+        SVDDMemory("0.1")
+
+
+def test_values_required_once_given():
+    m = SVDDMemory(0.2)
+    m.add([0.0, 1.0], [1.0, 2.0, 3.0])
+    before = snapshot(m)
+    with pytest.raises(ValueError, match="value is required"):
+        m.add([1.0, 0.0])
+    with pytest.raises(ValueError, match="dimension dv=3, got 2"):
+        m.add([1.0, 0.0], [1.0, 2.0])
+    with pytest.raises(ValueError, match="value must be finite"):
+        m.add([1.0, 0.0], [1.0, np.nan, 2.0])
+    assert snapshot(m) == before
+
+
+def test_exp_kernel_overflow_is_refused_and_state_kept():
+    m = SVDDMemory(0.2, kernel="exp", gamma=1.0)
+    m.extend(np.random.default_rng(1).normal(size=(10, 2)))
+    before = snapshot(m)
+    with pytest.raises(KernelOverflowError, match="exp kernel overflows float64"):
+        m.add([30.0, 0.0])  # gamma·x·x = 900 > log(max float64)
+    with pytest.raises(ValueError):  # KernelOverflowError is a ValueError
+        m.extend(np.array([[0.0, 0.0], [0.0, 40.0]]))
+    assert snapshot(m) == before
+    assert len(m) == 10
