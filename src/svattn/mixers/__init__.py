@@ -12,9 +12,11 @@ name           class                                            state_size(T)
 ``linear``     :class:`~svattn.mixers.recurrent.LinearAttentionMixer`  H·Dh² + H·Dh
 =============  ===============================================  ===================
 
-The hybrid SV mixer (DESIGN.md §5) registers here as ``"sv"`` when it lands
-(it lives with the torch SV layer, :mod:`svattn.nn`); it must follow the
-same contract.
+The hybrid SV mixer ``hybrid_sv``, :class:`~svattn.nn.hybrid.HybridSVAttention`
+(DESIGN.md §5), lives
+with the torch SV layer in :mod:`svattn.nn` and registers itself here when
+imported (importing this package imports it): 2·T·D ("full" policy) or
+2·min(T, budget + L)·D ("support").
 """
 
 from torch import nn
@@ -32,8 +34,10 @@ MIXERS: dict[str, type[nn.Module]] = {
     "sliding": SlidingWindowAttention,
     "deltanet": DeltaNetMixer,
     "linear": LinearAttentionMixer,
-    # "sv": the hybrid SV mixer, added by svattn.nn (a later issue)
 }
+# "hybrid_sv": svattn.nn.hybrid adds itself to MIXERS (it subclasses SoftmaxAttention,
+# so a plain import here would be circular).
+import svattn.nn.hybrid  # noqa: E402, F401
 
 __all__ = [
     "MIXERS",

@@ -7,11 +7,13 @@
 
 from svattn.nn._common import Partition
 from svattn.nn.attention import sv_attention, sv_attention_state
+from svattn.nn.hybrid import HybridSVAttention
 from svattn.nn.layer import SVAttention
 from svattn.nn.projection import project_capped_simplex
 from svattn.nn.readout import sv_readout, sv_readout_reference
 
 __all__ = [
+    "HybridSVAttention",
     "Partition",
     "SVAttention",
     "project_capped_simplex",

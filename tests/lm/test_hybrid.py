@@ -1,0 +1,146 @@
+"""HybridSVAttention: causality, reduction to softmax, memory policies, exact vs batched."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from svattn.mixers import MIXERS, SoftmaxAttention
+from svattn.nn import HybridSVAttention, sv_attention_state
+
+
+def identity_qkv(mix: HybridSVAttention) -> HybridSVAttention:
+    """q = k = v = x (per head) and out = identity, so inputs are the keys themselves."""
+    D = mix.d_model
+    eye = torch.eye(D, dtype=mix.qkv.weight.dtype)
+    with torch.no_grad():
+        mix.qkv.weight.copy_(torch.cat([eye, eye, eye], 0))
+        mix.out.weight.copy_(eye)
+    return mix
+
+
+def outlier_keys(T: int, L: int, D: int, radius: float, seed: int) -> torch.Tensor:
+    """Per chunk: L/2 keys on a sphere of ``radius`` (random directions), L/2 near 0."""
+    g = torch.Generator().manual_seed(seed)
+    x = 0.05 * torch.randn(1, T, D, generator=g, dtype=torch.float64)
+    for c in range(T // L):
+        d = torch.randn(L // 2, D, generator=g, dtype=torch.float64)
+        x[0, c * L : c * L + L // 2] = radius * d / d.norm(dim=-1, keepdim=True)
+    return x
+
+
+def reenters(x: torch.Tensor, L: int, C: float) -> bool:
+    """Whether, under the "full" policy, a token once in the reserve set leaves it later."""
+    k = x.unsqueeze(1)  # (1, 1, T, D)
+    ever_r = torch.zeros(0, dtype=torch.bool)
+    for end in range(L, x.shape[1] - L + 1, L):
+        _, _, part, _ = sv_attention_state(k[:, :, :end], k[:, :, :end], k[:, :, :end], C=C)
+        r = part.reserve[0, 0]
+        if bool((ever_r & ~r[: ever_r.numel()]).any()):
+            return True
+        ever_r = torch.cat([ever_r, torch.zeros(L, dtype=torch.bool)]) | r
+    return False
+
+
+@pytest.mark.parametrize("policy", ["full", "support"])
+def test_causal_by_perturbation(policy):
+    torch.manual_seed(0)
+    mix = HybridSVAttention(16, 2, chunk=8, C=0.25, policy=policy, budget=8).double()
+    x = torch.randn(2, 45, 16, dtype=torch.float64)
+    for t in (3, 8, 21, 40):  # inside chunk 0, at a boundary, mid-chunk, last chunk
+        x2 = x.clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])
+        y, y2 = mix(x), mix(x2)
+        torch.testing.assert_close(y[:, :t], y2[:, :t], rtol=0, atol=1e-10)
+        assert not torch.allclose(y[:, t:], y2[:, t:])
+
+
+@pytest.mark.parametrize("T", [17, 32])
+def test_one_chunk_is_causal_softmax(T):
+    torch.manual_seed(1)
+    mix = HybridSVAttention(16, 4, chunk=32, C=0.1).double()
+    ref = SoftmaxAttention(16, 4).double()
+    ref.load_state_dict({k: v for k, v in mix.state_dict().items() if k != "gate"})
+    x = torch.randn(3, T, 16, dtype=torch.float64)
+    torch.testing.assert_close(mix(x), ref(x), rtol=0, atol=1e-12)
+
+
+def test_gate_mixes_paths():
+    torch.manual_seed(2)
+    mix = HybridSVAttention(8, 2, chunk=4, C=0.25).double()
+    x = torch.randn(1, 16, 8, dtype=torch.float64)
+    with torch.no_grad():
+        mix.gate.fill_(-50.0)  # global path off: local causal softmax inside each chunk
+    y_local = mix(x)
+    with torch.no_grad():
+        mix.gate.fill_(50.0)
+    y_global = mix(x)
+    torch.testing.assert_close(y_local[:, :4], y_global[:, :4], rtol=0, atol=0)  # chunk 0
+    assert not torch.allclose(y_local[:, 4:], y_global[:, 4:])
+    mix(x).sum().backward()
+    assert mix.gate.grad is not None and torch.isfinite(mix.gate.grad).all()
+
+
+def test_support_equals_full_without_reentry():
+    T, L, D, C = 48, 8, 6, 0.25
+    x = outlier_keys(T, L, D, radius=3.0, seed=1)
+    assert not reenters(x, L, C)  # the constructed case: no reserve token comes back
+    kw = dict(chunk=L, C=C, budget=T)
+    full = identity_qkv(HybridSVAttention(D, 1, policy="full", **kw).double())
+    sup = identity_qkv(HybridSVAttention(D, 1, policy="support", **kw).double())
+    y_full, y_sup = full(x), sup(x)
+    assert sup.truncated_ == 0 and sup.kept_ < T - L  # reserve tokens were really dropped
+    torch.testing.assert_close(y_sup, y_full, rtol=0, atol=1e-9)
+
+
+def test_support_state_is_bounded():
+    T, L, D, C, budget = 160, 8, 6, 0.25, 8
+    x = outlier_keys(T, L, D, radius=0.5, seed=2)
+    assert reenters(x[:, :48], L, C)  # here "support" is an approximation of "full"
+    sup = identity_qkv(HybridSVAttention(D, 1, policy="support", chunk=L, C=C, budget=budget))
+    y = sup(x.float())
+    assert torch.isfinite(y).all()
+    assert sup.state_size(T) == 2 * (budget + L) * D
+    assert sup.state_size(5) == 2 * 5 * D
+    assert sup.kept_ <= budget + L  # largest memory solved: carried <= budget, plus a chunk
+    full = HybridSVAttention(D, 1, policy="full", chunk=L, C=C)
+    assert full.state_size(T) == 2 * T * D
+
+
+@pytest.mark.parametrize("policy", ["full", "support"])
+def test_exact_mode_agrees_with_batched(policy):
+    torch.manual_seed(3)
+    kw = dict(chunk=8, C=0.2, policy=policy, budget=10)
+    bat = HybridSVAttention(8, 2, mode="batched", **kw).double()
+    ex = HybridSVAttention(8, 2, mode="exact", **kw).double()
+    ex.load_state_dict(bat.state_dict())
+    x = torch.randn(2, 30, 8, dtype=torch.float64)
+    with torch.no_grad():
+        y_b, y_e = bat(x), ex(x)
+    assert (y_b - y_e).abs().max() <= 1e-3  # the ridge (1e-3) bounds the batched error
+
+
+def test_registered_and_contract():
+    assert MIXERS["hybrid_sv"] is HybridSVAttention
+    mix = MIXERS["hybrid_sv"](d_model=16, n_heads=2, chunk=4, C=0.25)
+    x = torch.randn(2, 13, 16, requires_grad=True)
+    y = mix(x)
+    assert y.shape == x.shape
+    y.square().sum().backward()
+    assert all(p.grad is not None for p in mix.parameters())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(chunk=0), "chunk must be an int >= 1"),
+        (dict(chunk=4, C=0.1), r"C = 0.1 is infeasible for chunk = 4"),
+        (dict(C=-1.0), "C must be a finite number > 0"),
+        (dict(policy="lru"), "policy must be one of"),
+        (dict(mode="fast"), "mode must be one of"),
+        (dict(C=0.25, chunk=8, budget=2), r"budget must be an int >= ceil\(1/C\) = 4"),
+    ],
+)
+def test_bad_arguments(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HybridSVAttention(16, 2, **kwargs)
