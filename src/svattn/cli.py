@@ -102,6 +102,68 @@ def _demo_run(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+# ---------------------------------------------------------------- audit verify
+
+
+def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["verify"], help="verify: check a log (and a state)")
+    parser.add_argument("log", type=Path, metavar="LOG", help="the JSONL audit log")
+    parser.add_argument(
+        "state", type=Path, nargs="?", default=None, metavar="STATE",
+        help="a state saved with this log: its digest must be the log's final digest",
+    )
+
+
+def _audit_run(args: argparse.Namespace) -> int:
+    from svattn.exact.audit import verify_log
+
+    if not args.log.exists():
+        raise FileNotFoundError(f"no audit log at {args.log}")
+    if args.state is not None and not args.state.exists():
+        raise FileNotFoundError(f"no state file at {args.state}")
+    report = verify_log(args.log, args.state)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+# ------------------------------------------------------------- verify-deletion
+
+
+def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("state", type=Path, metavar="STATE", help="the saved memory state")
+    parser.add_argument("certificate", type=Path, metavar="CERTIFICATE",
+                        help="a deletion certificate (JSON, DeletionCertificate.to_json)")
+    parser.add_argument("--tol", type=_positive_float, default=1e-8,
+                        help="tolerance on alpha, decision function and readout (default: 1e-8)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the probe points (default: 0)")
+
+
+def _verify_deletion_run(args: argparse.Namespace) -> int:
+    from svattn.exact.certificate import DeletionCertificate, verify_deletion
+    from svattn.exact.persist import load
+
+    for p in (args.state, args.certificate):
+        if not p.exists():
+            raise FileNotFoundError(f"no such file: {p}")
+    memory = load(args.state)
+    cert = DeletionCertificate.from_json(args.certificate.read_text())
+    v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed)
+    print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
+    print(f"certificate: removal of token {cert.removed_id}, issued {cert.issued_at}")
+    print(f"digest matches:      {v.digest_matches}")
+    print(f"token absent:        {v.removed_absent}")
+    print(f"KKT residual:        {v.kkt_residual:.3e}")
+    print(f"unique optimum:      {v.unique_optimum}")
+    if v.retrained:
+        print(f"partition equal:     {v.partition_equal}")
+        print(f"max |alpha - retrain|: {v.max_alpha_dev:.3e}")
+        print(f"decision deviation:  {v.decision_dev:.3e}")
+        print(f"readout deviation:   {v.readout_dev:.3e} ({v.n_probes} probes)")
+    print(f"tolerance:           {v.tolerance:.1e}")
+    print(v.summary())
+    return 0 if v.ok else 1
+
+
 # ------------------------------------------------------------------- registry
 
 COMMANDS: list[Command] = [
@@ -110,6 +172,18 @@ COMMANDS: list[Command] = [
         "stream ICU vital signs into an exact SV memory, delete one patient, verify",
         _demo_arguments,
         _demo_run,
+    ),
+    Command(
+        "audit",
+        "verify an audit log: hash chain, certificates, final digest against a saved state",
+        _audit_arguments,
+        _audit_run,
+    ),
+    Command(
+        "verify-deletion",
+        "re-solve a saved state from scratch and check a deletion certificate against it",
+        _verify_deletion_arguments,
+        _verify_deletion_run,
     ),
 ]
 """Every subcommand, in the order ``svattn --help`` lists them."""

@@ -1,0 +1,308 @@
+"""Fault injection: crashes during save, corrupted files, failing writers."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+from svattn.exact import SVDDMemory
+from svattn.exact.persist import StateFileError, StateVersionError, load
+
+from persist_helpers import make_memory
+
+# ----------------------------------------------------------------- SIGKILL
+
+_CHILD = textwrap.dedent(
+    """
+    import os, sys, time
+    import numpy as np
+    from svattn.exact import SVDDMemory
+    path, where = sys.argv[1], sys.argv[2]
+    rng = np.random.default_rng(0)
+    mem = SVDDMemory(0.01)
+    mem.extend(rng.normal(size=(400, 8)))
+    mem.save(path)
+    print("OLD", mem.state_digest(), flush=True)
+    mem.extend(rng.normal(size=(50, 8)))
+    mem.remove(3)
+    print("NEW", mem.state_digest(), flush=True)
+    real = {"write": os.write, "fsync": os.fsync, "replace": os.replace}
+
+    def hang(name, *a):
+        if name == "write":  # a partial write, then die
+            real["write"](a[0], bytes(a[1])[: len(a[1]) // 2])
+        if name == "after_replace":
+            real["replace"](*a)
+        print("HOOK", name, flush=True)
+        time.sleep(60)
+
+    if where == "write":
+        os.write = lambda fd, b: hang("write", fd, b)
+    elif where == "fsync":
+        os.fsync = lambda fd: hang("fsync", fd)
+    elif where == "replace":
+        os.replace = lambda a, b: hang("replace", a, b)
+    elif where == "after_replace":
+        os.replace = lambda a, b: hang("after_replace", a, b)
+    mem.save(path)
+    print("SAVED", flush=True)
+    """
+)
+
+
+def _run_child(tmp_path, where):
+    path = tmp_path / "m.safetensors"
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(path), where],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    got = {}
+    try:
+        for line in proc.stdout:
+            tag, *rest = line.split()
+            got[tag] = rest
+            if tag == "HOOK":
+                proc.send_signal(signal.SIGKILL)
+                break
+    finally:
+        proc.kill()
+        proc.wait(30)
+    assert "HOOK" in got, got
+    return path, got["OLD"][0], got["NEW"][0]
+
+
+@pytest.mark.parametrize("where", ["write", "fsync", "replace"])
+def test_sigkill_during_save_keeps_old_state(tmp_path, where):
+    path, old, _ = _run_child(tmp_path, where)
+    assert load(path).state_digest() == old
+    # a stale temp file may remain; it is never mistaken for the state
+    assert all(p.name.endswith(".tmp") for p in tmp_path.iterdir() if p != path)
+
+
+def test_sigkill_after_rename_has_new_state(tmp_path):
+    path, _, new = _run_child(tmp_path, "after_replace")
+    assert load(path).state_digest() == new
+
+
+def test_sigkill_at_random_times_never_mixes(tmp_path):
+    """Kill a process that saves two states alternately: the file is always one of them."""
+    child = textwrap.dedent(
+        """
+        import sys
+        import numpy as np
+        from svattn.exact import SVDDMemory
+        rng = np.random.default_rng(1)
+        a = SVDDMemory(0.01); a.extend(rng.normal(size=(1500, 16)))
+        b = SVDDMemory(0.01); b.extend(rng.normal(size=(1500, 16)))
+        a.save(sys.argv[1])
+        print(a.state_digest(), b.state_digest(), flush=True)
+        while True:
+            b.save(sys.argv[1]); a.save(sys.argv[1])
+        """
+    )
+    path = tmp_path / "m.safetensors"
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        proc = subprocess.Popen([sys.executable, "-c", child, str(path)],
+                                stdout=subprocess.PIPE, text=True)
+        digests = proc.stdout.readline().split()
+        time.sleep(float(rng.uniform(0.05, 0.4)))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert load(path).state_digest() in digests
+
+
+# ------------------------------------------------------ corrupted files
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    mem, _ = make_memory(n=200, values=True)
+    path = tmp_path_factory.mktemp("saved") / "m.safetensors"
+    mem.save(path)
+    return path, path.read_bytes(), mem.state_digest()
+
+
+def _header_len(data: bytes) -> int:
+    return struct.unpack("<Q", data[:8])[0]
+
+
+def test_every_flipped_byte_is_refused(saved, tmp_path):
+    path, data, _ = saved
+    hlen = _header_len(data)
+    rng = np.random.default_rng(0)
+    offsets = sorted({0, 3, 7, 8, 9, 8 + hlen - 1, 8 + hlen, len(data) - 1}
+                     | set(rng.integers(8, 8 + hlen, 40).tolist())
+                     | set(rng.integers(8 + hlen, len(data), 40).tolist()))
+    bad = tmp_path / "bad.safetensors"
+    for off in offsets:
+        for mask in (0x01, 0x80):
+            b = bytearray(data)
+            b[off] ^= mask
+            bad.write_bytes(bytes(b))
+            with pytest.raises(StateFileError):
+                load(bad)
+
+
+@pytest.mark.parametrize(
+    "region, match",
+    [
+        ("keys", "tensor 'keys' checksum mismatch"),
+        ("alpha", "tensor 'alpha' checksum mismatch"),
+        ("qinv", "tensor 'qinv' checksum mismatch"),
+        ("meta", "metadata checksum mismatch"),
+        ("pad", "differs from the canonical serialisation"),
+    ],
+)
+def test_flipped_byte_error_is_precise(saved, tmp_path, region, match):
+    path, data, _ = saved
+    hlen = _header_len(data)
+    header = json.loads(data[8 : 8 + hlen])
+    b = bytearray(data)
+    if region == "meta":
+        i = data.index(b'\\"C\\":') + 6  # a digit of C inside the metadata JSON
+        b[i] = ord("7") if b[i] != ord("7") else ord("3")
+    elif region == "pad":
+        assert data[8 + hlen - 1] == ord(" ")  # safetensors pads the header with spaces
+        b[8 + hlen - 1] = ord("\t")
+    else:
+        lo, hi = header[region]["data_offsets"]
+        b[8 + hlen + (lo + hi) // 2] ^= 0x10
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(bytes(b))
+    with pytest.raises(StateFileError, match=match):
+        load(bad)
+
+
+@pytest.mark.parametrize("cut", [0, 5, 8, 100, -1, -8, -1000])
+def test_truncated_file_is_refused(saved, tmp_path, cut):
+    _, data, _ = saved
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(data[:cut] if cut else b"")
+    with pytest.raises(StateFileError, match="truncated"):
+        load(bad)
+
+
+def test_trailing_garbage_is_refused(saved, tmp_path):
+    _, data, _ = saved
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(data + b"\0")
+    with pytest.raises(StateFileError, match="1 unexpected trailing bytes"):
+        load(bad)
+
+
+def _rewrite_meta(data: bytes, **changes) -> bytes:
+    from safetensors.numpy import load as st_load
+
+    from svattn.exact.persist import _serialize
+
+    hlen = _header_len(data)
+    meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
+    meta.update(changes)
+    return _serialize(st_load(data), meta)  # checksums recomputed: a "valid" file
+
+
+def test_wrong_version_is_refused(saved, tmp_path):
+    _, data, _ = saved
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(_rewrite_meta(data, format_version=2))
+    with pytest.raises(StateVersionError, match="unsupported format version 2 .this svattn "
+                                                "reads version 1"):
+        load(bad)
+    bad.write_bytes(_rewrite_meta(data, format="other"))
+    with pytest.raises(StateVersionError, match="not an svattn state file"):
+        load(bad)
+
+
+def test_foreign_safetensors_is_refused(tmp_path):
+    from safetensors.numpy import save_file
+
+    bad = tmp_path / "foreign.safetensors"
+    save_file({"w": np.zeros(3)}, str(bad))
+    with pytest.raises(StateVersionError, match="no 'svattn' metadata"):
+        load(bad)
+
+
+def test_consistent_forgery_is_caught_by_the_digest(saved, tmp_path):
+    """Re-hashed metadata with a changed mu still fails: the state digest is recomputed."""
+    _, data, _ = saved
+    hlen = _header_len(data)
+    meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
+    mu = float.fromhex(meta["mu_hex"]) * (1 + 1e-12)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(_rewrite_meta(data, mu=mu, mu_hex=mu.hex()))
+    with pytest.raises(StateFileError, match="state digest mismatch"):
+        load(bad)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError):
+        load(tmp_path / "nope.safetensors")
+
+
+# --------------------------------------------------------- failing writer
+
+
+@pytest.mark.parametrize("fail", ["write", "fsync", "replace"])
+def test_failing_writer_leaves_old_state(tmp_path, monkeypatch, fail):
+    mem, _ = make_memory(n=150)
+    path = tmp_path / "m.safetensors"
+    mem.save(path)
+    old = path.read_bytes()
+    mem.remove(mem.ids[0])
+
+    def boom(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, fail, boom)
+    with pytest.raises(OSError, match="No space left"):
+        mem.save(path)
+    monkeypatch.undo()
+    assert path.read_bytes() == old
+    assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]  # temp file removed
+    assert load(path).state_digest() != mem.state_digest()
+    mem.save(path)  # and the memory itself is unharmed
+    assert load(path).state_digest() == mem.state_digest()
+
+
+def test_short_writes_are_completed(tmp_path, monkeypatch):
+    mem, _ = make_memory(n=120)
+    path = tmp_path / "m.safetensors"
+    real = os.write
+    monkeypatch.setattr(os, "write", lambda fd, b: real(fd, bytes(b)[:1000]))
+    mem.save(path)
+    monkeypatch.undo()
+    assert load(path).state_digest() == mem.state_digest()
+
+
+def test_full_tmpfs(tmp_path):
+    """A real full filesystem, where a small tmpfs can be mounted (root only)."""
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)],
+                       capture_output=True)
+    if r.returncode != 0:
+        pytest.skip("cannot mount a tmpfs here")
+    try:
+        small = SVDDMemory(0.5)
+        small.extend(np.random.default_rng(0).normal(size=(4, 2)))
+        path = mnt / "m.safetensors"
+        small.save(path)
+        old = path.read_bytes()
+        big, _ = make_memory(n=600, d=16)
+        with pytest.raises(OSError):
+            big.save(path)
+        assert path.read_bytes() == old
+        assert load(path).state_digest() == small.state_digest()
+        assert [p.name for p in mnt.iterdir()] == ["m.safetensors"]
+    finally:
+        subprocess.run(["umount", str(mnt)], capture_output=True)

@@ -1,0 +1,92 @@
+"""No residue: a removed token's key and value leave no bytes behind."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from svattn.exact import SVDDMemory
+from svattn.exact.memory import _token_hash
+
+
+def _needles(x: np.ndarray) -> list[bytes]:
+    """The whole vector and each nonzero coordinate as float64 bytes."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    return [x.tobytes()] + [np.float64(v).tobytes() for v in x if v != 0.0]
+
+
+def _memory_bytes(mem: SVDDMemory) -> list[tuple[str, bytes]]:
+    out = []
+    for name, val in vars(mem).items():
+        if isinstance(val, np.ndarray) and val.dtype != object:
+            out.append((name, np.ascontiguousarray(val).tobytes()))
+    return out
+
+
+def _scan(blobs, removed) -> list[str]:
+    hits = []
+    for what, blob in blobs:
+        for tid, vecs in removed.items():
+            for vec in vecs:
+                for needle in _needles(vec):
+                    if needle in blob:
+                        hits.append(f"{what} holds bytes of removed token {tid}")
+    return hits
+
+
+@pytest.mark.parametrize("values", [False, True])
+def test_removed_tokens_leave_no_bytes(tmp_path, values):
+    rng = np.random.default_rng(3)
+    n, d = 240, 5
+    X = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, size=(n, 1))
+    V = rng.normal(size=(n, 4)) if values else None
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.02, audit_log=log)
+    ids = mem.extend(X[:200], None if V is None else V[:200])
+    part = mem.partition()
+    # one of each kind: margin, error, reserve, plus a batch of random ones
+    victims = [part["margin"][0], part["margin"][-1], part["reserve"][0]]
+    if part["error"]:
+        victims.append(part["error"][0])
+    victims += [int(t) for t in rng.choice(ids, 30, replace=False) if t not in victims]
+    removed = {}
+    for t in victims:
+        slot = mem._id_to_slot[t]
+        removed[t] = [X[t]] + ([V[t]] if values else [])
+        th = mem._token_hash[slot]
+        mem.remove(t)
+        # the slot is wiped everywhere
+        assert mem._state[slot] == 0 and not mem._X[slot].any() and not mem._V[slot].any()
+        assert not mem._KC[slot].any() and mem._col_of_slot[slot] == -1
+        assert mem._token_hash[slot] == 0 and th not in set(mem._token_hash.tolist())
+        assert t not in mem._id_to_slot
+    mem.compact()
+    for r in range(200, n):  # reuse freed slots
+        mem.add(X[r], None if V is None else V[r])
+    path = tmp_path / "m.safetensors"
+    mem.save(path)
+    blobs = _memory_bytes(mem) + [("saved file", path.read_bytes()), ("audit log",
+                                                                         log.read_bytes())]
+    assert not _scan(blobs, removed)
+    # the unsalted per-token hashes of removed tokens are gone too
+    live_hashes = set(mem._token_hash.tolist())
+    for t, vecs in removed.items():
+        h = int.from_bytes(_token_hash(t, vecs[0], vecs[1] if values else None), "big")
+        assert h not in live_hashes
+    # sanity: the scan does find live tokens' bytes (it is not vacuous)
+    live = mem.ids[0]
+    assert _scan([("saved file", path.read_bytes())], {live: [X[live]]})
+    # and the log never holds any token's data, live or removed
+    assert not _scan([("audit log", log.read_bytes())], {live: [X[live]]})
+
+
+def test_removal_in_warm_up_leaves_no_bytes(tmp_path):
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(6, 3))
+    mem = SVDDMemory(0.05)  # warm-up until 20 tokens
+    mem.extend(X)
+    mem.remove(2)
+    path = tmp_path / "m.safetensors"
+    mem.save(path)
+    blobs = _memory_bytes(mem) + [("saved file", path.read_bytes())]
+    assert not _scan(blobs, {2: [X[2]]})

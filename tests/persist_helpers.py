@@ -1,0 +1,75 @@
+"""Helpers for the persistence / audit tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from svattn.exact import SVDDMemory
+
+# per-slot arrays of the memory (compared on live slots only: free slots may
+# hold scratch values that no computation reads)
+_SLOT_ARRAYS = ("_X", "_V", "_diag", "_xn2", "_slot_id", "_alpha", "_g", "_state",
+                "_col_of_slot", "_token_hash")
+_SKIP = {"_audit", "_health", "_KC", "_XC", "_slot_of_col", "_ac", "_Qinv"}
+
+
+def live_state(mem: SVDDMemory) -> dict:
+    """Everything that determines the memory's future, as comparable values."""
+    out: dict = {}
+    if mem._dim is None:
+        live = np.zeros(0, dtype=np.int64)
+    else:
+        live = np.flatnonzero(mem._state[: mem._hi] != 0)
+    out["live"] = live.tobytes()
+    for name, val in vars(mem).items():
+        if name in _SKIP:
+            continue
+        if name in _SLOT_ARRAYS:
+            arr = val[live]
+            out[name] = (arr.shape, arr.dtype.str, arr.tolist() if arr.dtype == object
+                         else arr.tobytes())
+        elif isinstance(val, np.ndarray):  # an array this helper does not know: all of it
+            out[name] = (val.shape, val.dtype.str, val.tobytes())
+        else:
+            out[name] = val
+    chi = mem._chi
+    out["KC"] = np.ascontiguousarray(mem._KC[np.ix_(live, np.arange(chi))]).tobytes()
+    out["XC"] = mem._XC[:chi].tobytes()
+    out["slot_of_col"] = mem._slot_of_col[:chi].tobytes()
+    out["ac"] = mem._ac[:chi].tobytes()
+    out["Qinv"] = (mem._Qinv.shape, mem._Qinv.tobytes())
+    out["health"] = mem._health.to_dict(mem)
+    return out
+
+
+def assert_same_state(a: SVDDMemory, b: SVDDMemory) -> None:
+    sa, sb = live_state(a), live_state(b)
+    assert sa.keys() == sb.keys()
+    diff = [k for k in sa if sa[k] != sb[k]]
+    assert not diff, f"states differ in {diff}"
+    assert a.state_digest() == b.state_digest()
+
+
+def make_memory(n: int = 300, d: int = 6, C: float = 0.05, seed: int = 0, *,
+                values: bool = False, kernel: str = "rbf", removes: int = 40,
+                **kw) -> tuple[SVDDMemory, np.random.Generator]:
+    """A memory with history: a redundant stream, removals (margin ones included), re-adds."""
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(5, d))
+    X = centers[rng.integers(0, 5, n)] + 0.3 * rng.normal(size=(n, d))
+    if kernel == "exp":
+        X *= 0.3
+    mem = SVDDMemory(C, kernel, **kw)
+    V = rng.normal(size=(n, 3)) if values else None
+    ids = mem.extend(X[: n // 2], None if V is None else V[: n // 2])
+    for r in range(n // 2, n):
+        mem.add(X[r], None if V is None else V[r])
+    sup = mem.support_ids()
+    gone = set()
+    for t in list(rng.choice(sup, size=min(removes // 2, len(sup)), replace=False)) + list(
+        rng.choice(ids, size=removes // 2, replace=False)
+    ):
+        if int(t) not in gone and int(t) in mem._id_to_slot:
+            mem.remove(int(t))
+            gone.add(int(t))
+    return mem, rng
