@@ -1,0 +1,189 @@
+"""``CharLM``: a small decoder-only byte-level language model with a pluggable mixer.
+
+nanoGPT-shaped (pre-LayerNorm blocks, GELU MLP, tied input/output embedding),
+readable top to bottom: :class:`CharLMConfig`, :class:`MLP`, :class:`Block`,
+:class:`CharLM`. The sequence mixer of every block comes from
+:data:`svattn.mixers.MIXERS` (``softmax``, ``sliding``, ``hybrid_sv``,
+``deltanet``, ``linear``), so models that differ only in the mixer have the
+same width, depth and (up to a handful of gate or beta parameters) the same
+parameter count.
+
+Positions: by default no positional embedding (``pos_emb=False``, "NoPE"): a
+causal mixer already tells positions apart, and the SV memory's rbf kernel
+compares keys by content. ``pos_emb=True`` adds learned absolute positions.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from svattn.mixers import MIXERS
+
+__all__ = ["CharLMConfig", "CharLM", "MLP", "Block", "build_mixer"]
+
+
+@dataclass
+class CharLMConfig:
+    """Shape of a :class:`CharLM`.
+
+    Examples
+    --------
+    >>> cfg = CharLMConfig(n_layer=2, n_embd=32, n_head=2, block_size=64)
+    >>> cfg.mixer, cfg.vocab_size
+    ('softmax', 256)
+    """
+
+    vocab_size: int = 256  # bytes
+    block_size: int = 256  # context length T (training windows, and the eval context)
+    n_layer: int = 4
+    n_embd: int = 256  # d_model
+    n_head: int = 4
+    mlp_ratio: int = 4  # MLP hidden width = mlp_ratio · n_embd
+    bias: bool = True  # biases in the Linear layers (LayerNorms have none)
+    pos_emb: bool = False  # learned absolute positions (False: none, "NoPE")
+    mixer: str = "softmax"  # a key of svattn.mixers.MIXERS
+    mixer_options: dict = field(default_factory=dict)  # e.g. {"window": 128}
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "n_layer", "n_embd", "n_head", "mlp_ratio"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"CharLMConfig.{name} must be an int >= 1, got {val!r}")
+        if self.n_embd % self.n_head:
+            raise ValueError(
+                f"CharLMConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
+            )
+        if self.mixer not in MIXERS:
+            raise ValueError(
+                f"CharLMConfig.mixer must be one of {sorted(MIXERS)}, got {self.mixer!r}"
+            )
+        if not isinstance(self.mixer_options, dict):
+            raise ValueError(
+                f"CharLMConfig.mixer_options must be a dict, got {type(self.mixer_options)}"
+            )
+
+    def to_dict(self) -> dict:
+        """Plain-data form (JSON-serialisable)."""
+        return asdict(self)
+
+
+def build_mixer(cfg: CharLMConfig) -> nn.Module:
+    """The mixer of one block: ``MIXERS[cfg.mixer](n_embd, n_head, **options)``.
+
+    ``bias`` is passed when the mixer takes it (and the options do not set it).
+    """
+    cls = MIXERS[cfg.mixer]
+    opts = dict(cfg.mixer_options)
+    if "bias" in inspect.signature(cls).parameters:
+        opts.setdefault("bias", cfg.bias)
+    try:
+        return cls(d_model=cfg.n_embd, n_heads=cfg.n_head, **opts)
+    except TypeError as exc:  # an unknown option: say which mixer refused it
+        raise ValueError(f"mixer {cfg.mixer!r} rejected options {opts}: {exc}") from None
+
+
+class MLP(nn.Module):
+    """``Linear(d, r·d) → GELU → Linear(r·d, d)``."""
+
+    def __init__(self, cfg: CharLMConfig) -> None:
+        super().__init__()
+        hidden = cfg.mlp_ratio * cfg.n_embd
+        self.fc = nn.Linear(cfg.n_embd, hidden, bias=cfg.bias)
+        self.proj = nn.Linear(hidden, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    """Pre-norm residual block: ``x + mix(ln(x))``, then ``x + mlp(ln(x))``."""
+
+    def __init__(self, cfg: CharLMConfig) -> None:
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.mix = build_mixer(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.mlp = MLP(cfg)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.mix(self.ln_1(x))  # (B, T, D)
+        return x + self.mlp(self.ln_2(x))
+
+
+class CharLM(nn.Module):
+    """Decoder-only byte-level language model.
+
+    Parameters
+    ----------
+    cfg : CharLMConfig
+
+    Examples
+    --------
+    >>> import torch
+    >>> torch.manual_seed(0)  # doctest: +ELLIPSIS
+    <torch._C.Generator object at ...>
+    >>> cfg = CharLMConfig(n_layer=2, n_embd=32, n_head=2, block_size=16)
+    >>> model = CharLM(cfg)
+    >>> idx = torch.randint(0, 256, (3, 16))
+    >>> logits, loss = model(idx, targets=torch.randint(0, 256, (3, 16)))
+    >>> logits.shape, round(loss.item(), 1)  # about ln 256 = 5.5 at init
+    (torch.Size([3, 16, 256]), 5.5)
+    >>> model.num_params()
+    33504
+    """
+
+    def __init__(self, cfg: CharLMConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb else None
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
+        self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied
+        self.apply(self._init_weights)
+        for name, p in self.named_parameters():  # GPT-2: scaled residual projections
+            if name.endswith(("mlp.proj.weight", "mix.out.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def num_params(self) -> int:
+        """Number of parameters (the tied embedding counted once)."""
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits ``[B, T, 256]`` for bytes ``idx`` ``[B, T]``; with ``targets`` also the
+        mean cross-entropy (nats)."""
+        if idx.dim() != 2:
+            raise ValueError(f"idx must be [B, T], got shape {tuple(idx.shape)}")
+        B, T = idx.shape
+        if self.wpe is not None and T > self.cfg.block_size:
+            raise ValueError(
+                f"sequence of {T} tokens is longer than block_size = {self.cfg.block_size}"
+            )
+        x = self.wte(idx)  # (B, T, D)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(T, device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().reshape(B * T, -1), targets.reshape(B * T))
+        return logits, loss
