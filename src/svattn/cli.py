@@ -164,6 +164,47 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     return 0 if v.ok else 1
 
 
+# ------------------------------------------------------------------ reproduce
+
+
+def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
+    from svattn.experiments.runner import EXPERIMENTS  # a dict of names: cheap
+
+    parser.add_argument(
+        "names", nargs="*", metavar="NAME",
+        help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}",
+    )
+    parser.add_argument(
+        "--quick", action="store_true",
+        help="shipped slices and synthetic data only, well under a minute in all",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=Path("reproduce-out"), metavar="DIR",
+        help="output folder: README.md plus one folder per experiment (default: reproduce-out)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, metavar="PATH",
+        help="folder with icu/ and enwik8/ for full mode (default: ../shared/data next to "
+        "the repository, if present)",
+    )
+
+
+def _reproduce_run(args: argparse.Namespace) -> int:
+    from svattn.experiments.runner import command_line, reproduce
+
+    argv = [*args.names] + (["--quick"] if args.quick else []) + [
+        "--seed", str(args.seed), "--out", str(args.out)]
+    if args.data_dir is not None:
+        argv += ["--data-dir", str(args.data_dir)]
+    results = reproduce(
+        args.names, quick=args.quick, out=args.out, seed=args.seed, data_dir=args.data_dir,
+        command=command_line(["reproduce", *argv]),
+    )
+    print(f"wrote {args.out / 'README.md'} ({len(results)} experiments)")
+    return 1 if any(r.verdict.startswith("FAILED") for r in results) else 0
+
+
 # ------------------------------------------------------------------- registry
 
 COMMANDS: list[Command] = [
@@ -184,6 +225,12 @@ COMMANDS: list[Command] = [
         "re-solve a saved state from scratch and check a deletion certificate against it",
         _verify_deletion_arguments,
         _verify_deletion_run,
+    ),
+    Command(
+        "reproduce",
+        "run the paper's experiments and write reports beside the paper's figures",
+        _reproduce_arguments,
+        _reproduce_run,
     ),
 ]
 """Every subcommand, in the order ``svattn --help`` lists them."""

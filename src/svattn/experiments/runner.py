@@ -1,0 +1,248 @@
+"""Run experiments and write their reports: ``svattn reproduce``.
+
+Layout of the output folder::
+
+    OUT/README.md                  one row per paper claim: claim | paper | ours | verdict
+    OUT/<name>/report.md           what ran, the command, paper-beside-ours table, verdict
+    OUT/<name>/metrics.json        every number of the report (finite, or null when absent)
+    OUT/<name>/*.png               figures (seed count and interval stamped on each)
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import platform
+import shlex
+import sys
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from svattn.experiments._common import Claim, Context, ExperimentResult, markdown_table
+
+#: CLI name -> module (each has ``NAME``, ``TITLE`` and ``run(ctx)``), in report order.
+EXPERIMENTS: dict[str, str] = {
+    "forgetting": "svattn.experiments.forgetting",
+    "secret": "svattn.experiments.secret",
+    "rare-recall": "svattn.experiments.rare_recall",
+    "selective-copy": "svattn.experiments.selective_copy",
+    "icu": "svattn.experiments.icu",
+    "patient-deletion": "svattn.experiments.patient_deletion",
+    "fact-editing": "svattn.experiments.fact_editing",
+    "lm": "svattn.experiments.lm",
+    "throughput": "svattn.experiments.lm",
+}
+
+VERDICTS = (
+    "**reproduced**: ours meets the paper's figure by the rule stated in the experiment's "
+    "report; **partly reproduced**: the direction holds, the size does not (or only on some "
+    "sets); **not reproduced**: ours contradicts the paper; **differs**: a different regime "
+    "(e.g. ours is better or the setting differs), explained in the report; **not yet run**: "
+    "its inputs do not exist yet; **pending**: needs a component not built yet."
+)
+
+
+def repo_root() -> Path | None:
+    """The checkout holding this package (``src/svattn/experiments`` -> root), if any."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "pyproject.toml").exists() else None
+
+
+def default_data_dir() -> Path | None:
+    """``../shared/data`` next to the repository (or the working directory), if present."""
+    candidates = []
+    root = repo_root()
+    if root is not None:
+        candidates.append(root.parent / "shared" / "data")
+    candidates.append(Path.cwd().parent / "shared" / "data")
+    return next((c for c in candidates if c.is_dir()), None)
+
+
+def resolve_names(names: Sequence[str]) -> list[str]:
+    """Validate experiment names (empty: all), keep the report order.
+
+    Examples
+    --------
+    >>> resolve_names(["secret", "forgetting"])
+    ['forgetting', 'secret']
+    """
+    if not names:
+        return list(EXPERIMENTS)
+    unknown = [n for n in names if n not in EXPERIMENTS]
+    if unknown:
+        raise ValueError(f"unknown experiment(s) {unknown}; choose from {list(EXPERIMENTS)}")
+    return [n for n in EXPERIMENTS if n in set(names)]
+
+
+def _check_json(value: Any, where: str) -> Any:
+    """Reject NaN/inf and non-JSON types with the offending path."""
+    if isinstance(value, dict):
+        return {str(k): _check_json(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_check_json(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if hasattr(value, "item"):  # numpy scalar
+        return _check_json(value.item(), where)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"metrics: {where} is {value} (every number must be finite)")
+        return value
+    raise TypeError(f"metrics: {where} has type {type(value).__name__}, not JSON")
+
+
+def write_report(result: ExperimentResult, ctx: Context, seconds: float) -> None:
+    """Write ``report.md`` and ``metrics.json`` of one experiment into ``ctx.out``."""
+    metrics = _check_json(
+        {"name": result.name, "title": result.title, "mode": "quick" if ctx.quick else "full",
+         "seed": ctx.seed, "command": ctx.command, "seconds": round(seconds, 2),
+         "claims": [asdict(c) for c in result.claims], "verdict": result.verdict,
+         "metrics": result.metrics, "figures": result.figures},
+        result.name,
+    )
+    (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
+    lines = [
+        f"# {result.name}: {result.title}", "",
+        f"**Verdict.** {result.verdict}", "",
+        "## Paper vs ours", "",
+        markdown_table(["claim", "paper", "ours", "verdict"],
+                       [[c.claim, c.paper, c.ours, c.verdict] for c in result.claims]),
+        "", "## What was run", "", result.what, "",
+        "Command (from the repository root):", "", "```", ctx.command, "```", "",
+        f"Mode: {'quick' if ctx.quick else 'full'}; base seed {ctx.seed}; "
+        f"{seconds:.1f} s on {platform.machine()} ({platform.python_implementation()} "
+        f"{platform.python_version()}).", "",
+    ]
+    if result.tables:
+        lines += ["## Detail", ""]
+        for table in result.tables:
+            lines += [table, ""]
+    if result.figures:
+        lines += ["## Figures", ""]
+        lines += [f"![{f}]({f})" for f in result.figures] + [""]
+    if result.notes:
+        lines += ["## Where ours differs, and why", ""]
+        lines += [f"* {note}" for note in result.notes] + [""]
+    (ctx.out / "report.md").write_text("\n".join(lines))
+
+
+def _failed(name: str, title: str, exc: BaseException) -> ExperimentResult:
+    tb = "".join(traceback.format_exception(exc)).strip()
+    return ExperimentResult(
+        name=name, title=title, what=f"The experiment raised an error:\n\n```\n{tb}\n```",
+        claims=[Claim(title, "—", f"error: {type(exc).__name__}: {exc}", "failed")],
+        verdict=f"FAILED: {type(exc).__name__}: {exc}", metrics={"error": str(exc)},
+    )
+
+
+def write_readme(out: Path, done: list[tuple[ExperimentResult, float]], command: str,
+                 quick: bool, seed: int, data_dir: Path | None) -> None:
+    """The top-level ``README.md``: every claim of every experiment in one table."""
+    rows = []
+    for result, _ in done:
+        for c in result.claims:
+            rows.append([f"[{result.name}]({result.name}/report.md): {c.claim}", c.paper,
+                         c.ours, c.verdict])
+    total = sum(s for _, s in done)
+    lines = [
+        "# Reproducing *Forgetful Attention* (Ramesh, 2026) with svattn", "",
+        f"Mode: **{'quick' if quick else 'full'}**; base seed {seed}; data: "
+        f"{data_dir if (data_dir and not quick) else 'shipped slices and synthetic data'}; "
+        f"{total:.0f} s in all.", "",
+        "Command (from the repository root):", "", "```", command, "```", "",
+        markdown_table(["claim", "paper", "ours", "verdict"], rows), "",
+        "Verdicts: " + VERDICTS, "",
+        "Each experiment's folder has the full report (what ran, definitions, detail tables, "
+        "figures with their seed counts and intervals, and where ours differs and why) and "
+        "`metrics.json`.", "",
+        markdown_table(["experiment", "verdict", "seconds"],
+                       [[f"[{r.name}]({r.name}/report.md)", r.verdict, f"{s:.1f}"]
+                        for r, s in done]), "",
+    ]
+    (out / "README.md").write_text("\n".join(lines))
+
+
+def reproduce(
+    names: Sequence[str] = (),
+    *,
+    quick: bool = False,
+    out: str | Path = "reproduce-out",
+    seed: int = 0,
+    data_dir: str | Path | None = None,
+    command: str | None = None,
+    log=None,
+) -> list[ExperimentResult]:
+    """Run experiments, write each one's report and the top-level README.
+
+    Parameters
+    ----------
+    names : sequence of str
+        CLI names of :data:`EXPERIMENTS` (empty: all).
+    quick : bool
+        Shipped slices and synthetic data only; well under a minute in all.
+    out : path
+        Output folder (created).
+    seed : int
+        Base seed.
+    data_dir : path, optional
+        Folder with ``icu/`` and ``enwik8/``; default :func:`default_data_dir`.
+    command : str, optional
+        The command line to quote in the reports.
+    log : text stream, optional
+        Progress lines (default stderr).
+
+    Returns
+    -------
+    list of ExperimentResult
+        An experiment that raised is reported as failed (and the others still run).
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as d:  # doctest: +SKIP
+    ...     results = reproduce(["secret"], quick=True, out=d)
+    """
+    log = sys.stderr if log is None else log
+    selected = resolve_names(names)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if data_dir is None:
+        data = default_data_dir()
+    else:
+        data = Path(data_dir)
+        if not data.is_dir():
+            raise FileNotFoundError(f"--data-dir: '{data}' is not a folder")
+    if command is None:
+        command = "svattn reproduce " + " ".join(
+            [*selected] + (["--quick"] if quick else []) + [f"--seed {seed}", f"--out {out}"])
+    root = repo_root()
+    done: list[tuple[ExperimentResult, float]] = []
+    for name in selected:
+        ctx = Context(out=out / name, quick=quick, seed=seed, data_dir=data, command=command,
+                      repo_root=root)
+        ctx.out.mkdir(parents=True, exist_ok=True)
+        print(f"[reproduce] {name} ...", file=log, flush=True)
+        start = time.perf_counter()
+        try:
+            module = importlib.import_module(EXPERIMENTS[name])
+            result = module.run(ctx) if name != "throughput" else module.run_throughput(ctx)
+        except Exception as exc:  # report it and go on with the others
+            result = _failed(name, name, exc)
+        seconds = time.perf_counter() - start
+        write_report(result, ctx, seconds)
+        print(f"[reproduce] {name}: {seconds:.1f} s — {result.verdict}", file=log, flush=True)
+        done.append((result, seconds))
+    write_readme(out, done, command, quick, seed, data)
+    return [r for r, _ in done]
+
+
+def command_line(argv: Sequence[str]) -> str:
+    """``svattn <argv>`` shell-quoted."""
+    return "svattn " + " ".join(shlex.quote(a) for a in argv)
