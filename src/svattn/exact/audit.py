@@ -509,6 +509,14 @@ def _check_state(rep: AuditReport, state: Path) -> None:
         rep.error = (f"the log records {len(later)} operation(s) after state {state} was saved "
                      f"(first: record {later[0]['seq']}, {later[0]['op']}): the state is stale")
         return
+    sha = hashlib.sha256(state.read_bytes()).hexdigest()
+    if not any(r["op"] == "save" and r.get("file_sha256") == sha for r in rep.records[seq + 1:]):
+        rep.ok = False
+        rep.broken_record = last + 1
+        rep.error = (f"the log does not record saving this state (sha256 {sha[:12]}…) after "
+                     f"record {seq}: its last records were removed, or the file was not saved "
+                     "by this memory")
+        return
     if rep.final_digest != mem.state_digest():
         rep.ok = False
         rep.broken_record = last

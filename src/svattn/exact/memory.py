@@ -327,6 +327,7 @@ class SVDDMemory:
             raise ValueError(f"{name_k} must have dimension d={self._dim}, got {d}")
         if not np.isfinite(k).all():
             raise ValueError(f"{name_k} must be finite (no NaN or inf)")
+        _check_norms(k, name_k)
         v = None
         if values is not None:
             v = np.asarray(values, dtype=np.float64) if _is_numeric(values) else None
@@ -667,6 +668,7 @@ class SVDDMemory:
                              f"got {np.shape(queries)}")
         if not np.isfinite(q).all():
             raise ValueError("queries must be finite (no NaN or inf)")
+        _check_norms(q, "queries")
         return q, single
 
     def _live_slots(self) -> np.ndarray:
@@ -1203,6 +1205,18 @@ class SVDDMemory:
         self._g_valid = True
         if self._nS and self._kkt(self._g[: self._hi]) > 0.1 * self.tol:
             self._polish()
+
+
+_MAX_NORM2 = 1e300  # ‖x‖² bound: sums of three such terms stay finite in float64
+
+
+def _check_norms(x: np.ndarray, name: str) -> None:
+    """Refuse rows whose squared norm would overflow the kernel arithmetic."""
+    with np.errstate(over="ignore"):
+        big = float(np.max(np.einsum("ij,ij->i", x, x), initial=0.0))
+    if not big <= _MAX_NORM2:
+        raise ValueError(f"{name} are too large: ‖x‖² reaches {big:.3g}, above {_MAX_NORM2:.0e} "
+                         "(float64 kernel arithmetic would overflow); rescale the data")
 
 
 def _is_numeric(x) -> bool:

@@ -1,0 +1,261 @@
+"""The audit log: chain, tamper detection at the exact record, CLI verifiers."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from svattn.cli import main
+from svattn.exact import SVDDMemory
+from svattn.exact.audit import AuditLogError, _self_hash, canonical, verify_log
+
+
+@pytest.fixture
+def logged(tmp_path):
+    """A memory with an audit log of ~25 records and a state saved at the end."""
+    rng = np.random.default_rng(0)
+    log = tmp_path / "audit.jsonl"
+    state = tmp_path / "m.safetensors"
+    mem = SVDDMemory(0.05, audit_log=log)
+    ids = mem.extend(rng.normal(size=(80, 4)))
+    certs = []
+    for t in ids[:12]:
+        certs.append(mem.remove(t))
+    for x in rng.normal(size=(6, 4)):
+        mem.add(x)
+    mem.compact()
+    certs.append(mem.remove(mem.support_ids()[0]))
+    mem.save(state)
+    return mem, log, state, certs
+
+
+def _lines(log):
+    return log.read_text().splitlines()
+
+
+def _write(log, lines):
+    log.write_text("".join(line + "\n" for line in lines))
+
+
+def test_clean_log_verifies(logged):
+    mem, log, state, certs = logged
+    rep = verify_log(log, state)
+    assert rep.ok, rep.error
+    ops = [r["op"] for r in rep.records]
+    assert ops[0] == "open" and ops[1] == "extend" and ops[-1] == "save"
+    assert ops.count("remove") == len(certs) == rep.n_certificates
+    assert rep.final_digest == mem.state_digest()
+    rec = rep.records[2]
+    assert rec["certificate"]["removed_id"] == certs[0].removed_id
+    assert rec["digest"] == certs[0].state_digest
+    assert all(len(t["commitment"]) == 64 for t in rep.records[1]["tokens"])
+
+
+def test_add_commitments_open_with_the_data(tmp_path):
+    from svattn.exact.certificate import commit_token
+
+    log = tmp_path / "a.jsonl"
+    mem = SVDDMemory(0.5, audit_log=log)
+    x = np.array([0.25, -1.5])
+    mem.add(x)
+    tok = verify_log(log).records[1]["tokens"][0]
+    assert tok["commitment"] == commit_token(bytes.fromhex(tok["salt"]), x, None)
+
+
+def test_every_single_record_edit_is_detected_there(logged):
+    _, log, state, _ = logged
+    lines = _lines(log)
+    for i in range(len(lines)):
+        rec = json.loads(lines[i])
+        rec["time"] = "2000-01-01T00:00:00.000000+00:00"  # valid JSON, semantically neutral
+        edited = lines.copy()
+        edited[i] = canonical(rec)
+        _write(log, edited)
+        rep = verify_log(log)
+        assert not rep.ok and rep.broken_record == i, (i, rep.error)
+        assert "edited" in rep.error
+        # the same edit, re-hashed: caught by the next record's prev (or the state)
+        rec["sha256"] = _self_hash(rec)
+        edited[i] = canonical(rec)
+        _write(log, edited)
+        rep = verify_log(log, state)
+        if i < len(lines) - 1:
+            assert rep.broken_record == i and f"record {i} was edited and re-hashed" in rep.error
+        else:  # the last record (the save): re-hashing a neutral edit is undetectable
+            assert rep.ok
+    _write(log, lines)
+    assert verify_log(log, state).ok
+
+
+def test_whitespace_edit_is_detected(logged):
+    _, log, _, _ = logged
+    lines = _lines(log)
+    lines[3] = lines[3].replace(",", ", ", 1)
+    _write(log, lines)
+    rep = verify_log(log)
+    assert rep.broken_record == 3 and "canonical" in rep.error
+
+
+def test_every_deletion_is_detected_at_its_position(logged):
+    _, log, state, _ = logged
+    lines = _lines(log)
+    for i in range(len(lines)):
+        _write(log, lines[:i] + lines[i + 1 :])
+        rep = verify_log(log, state)
+        assert not rep.ok, i
+        if i < len(lines) - 1:
+            assert rep.broken_record == i, (i, rep.error)
+            assert "deleted, inserted or reordered" in rep.error
+        else:  # the last record (the save): only the saved state can tell
+            assert verify_log(log).ok
+            assert "does not record saving this state" in rep.error
+
+
+def test_every_reordering_is_detected_at_the_first_moved_record(logged):
+    _, log, _, _ = logged
+    lines = _lines(log)
+    rng = np.random.default_rng(0)
+    pairs = [(i, i + 1) for i in range(len(lines) - 1)] + [
+        tuple(sorted(rng.choice(len(lines), 2, replace=False))) for _ in range(10)]
+    for i, j in pairs:
+        moved = lines.copy()
+        moved[i], moved[j] = moved[j], moved[i]
+        _write(log, moved)
+        rep = verify_log(log)
+        assert not rep.ok and rep.broken_record == i, (i, j, rep.error)
+
+
+def test_inserted_and_truncated_records(logged):
+    _, log, _, _ = logged
+    lines = _lines(log)
+    _write(log, lines[:5] + [lines[4]] + lines[5:])  # a duplicated record
+    assert verify_log(log).broken_record == 5
+    log.write_text("\n".join(lines) + "\n" + lines[-1][:30])  # a cut final write
+    rep = verify_log(log)
+    assert rep.broken_record == len(lines) and "incomplete record" in rep.error
+    log.write_text("")
+    assert "empty" in verify_log(log).error
+
+
+def test_inconsistent_certificate_is_reported(logged):
+    _, log, _, _ = logged
+    lines = _lines(log)
+    i = next(k for k, line in enumerate(lines) if '"op":"remove"' in line)
+    rec = json.loads(lines[i])
+    rec["certificate"]["partition_after"]["margin"] += 5
+    rec["sha256"] = _self_hash(rec)
+    lines[i] = canonical(rec)
+    _write(log, lines[: i + 1])  # it is the last record: the chain alone cannot see it
+    rep = verify_log(log)
+    assert rep.broken_record == i and "certificate inconsistent" in rep.error
+
+
+def test_removing_an_unknown_id_is_reported(logged):
+    _, log, _, _ = logged
+    lines = _lines(log)
+    i = next(k for k, line in enumerate(lines) if '"op":"remove"' in line)
+    rec = json.loads(lines[i])
+    rec["certificate"]["removed_id"] = 10_000
+    rec["sha256"] = _self_hash(rec)
+    lines[i] = canonical(rec)
+    _write(log, lines[: i + 1])
+    rep = verify_log(log)
+    assert rep.broken_record == i and "removes id 10000, which is not live" in rep.error
+
+
+def test_state_mismatch_and_stale_state(logged, tmp_path):
+    mem, log, state, _ = logged
+    mem.remove(mem.ids[0])  # the log moves on; the saved state is now stale
+    rep = verify_log(log, state)
+    assert not rep.ok and "after state" in rep.error and "stale" in rep.error
+    with pytest.raises(AuditLogError, match="resurrect"):
+        SVDDMemory.load(state, audit_log=log)
+    other = tmp_path / "other.safetensors"
+    SVDDMemory(0.5).save(other)
+    assert "saved without an audit log" in verify_log(log, other).error
+
+
+def test_resume_continues_the_chain(logged):
+    mem, log, state, _ = logged
+    got = SVDDMemory.load(state, audit_log=log)
+    got.remove(got.ids[0])
+    got.add(np.zeros(4))
+    state2 = state.with_name("m2.safetensors")
+    got.save(state2)
+    rep = verify_log(log, state2)
+    assert rep.ok, rep.error
+    assert [r["op"] for r in rep.records[-4:]] == ["load", "remove", "add", "save"]
+
+
+def test_new_memory_refuses_an_existing_log(logged):
+    _, log, _, _ = logged
+    with pytest.raises(ValueError, match="already has records"):
+        SVDDMemory(0.1, audit_log=log)
+
+
+def test_failed_log_write_stops_the_memory(tmp_path, monkeypatch):
+    log = tmp_path / "a.jsonl"
+    mem = SVDDMemory(0.1, audit_log=log)
+    mem.extend(np.random.default_rng(0).normal(size=(30, 3)))
+
+    def boom(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    with pytest.raises(AuditLogError, match="No space left"):
+        mem.remove(0)
+    monkeypatch.undo()
+    n = len(mem)
+    with pytest.raises(AuditLogError, match="failed earlier"):
+        mem.add(np.zeros(3))
+    with pytest.raises(AuditLogError, match="failed earlier"):
+        mem.remove(1)
+    assert len(mem) == n  # refused before any change
+
+
+def test_health_events_are_logged(tmp_path):
+    log = tmp_path / "a.jsonl"
+    mem = SVDDMemory(0.05, audit_log=log)
+    mem.extend(np.random.default_rng(0).normal(size=(60, 3)))
+    mem._health.measure = lambda m: (10.0, 1e-3)  # pretend the inverse drifted
+    before = mem.n_refactorizations
+    mem.remove(mem.support_ids()[0])
+    assert mem.n_refactorizations > before
+    recs = verify_log(log).records
+    ev = [r for r in recs if r["op"] == "refactorize"]
+    assert ev and ev[-1]["within"] == "remove" and "drift" in ev[-1]["reason"]
+    assert recs[-1]["op"] == "remove"
+
+
+# ------------------------------------------------------------------------ CLI
+
+
+def test_cli_audit_verify(logged, capsys):
+    _, log, state, _ = logged
+    assert main(["audit", "verify", str(log), str(state)]) == 0
+    assert "OK" in capsys.readouterr().out
+    lines = _lines(log)
+    _write(log, lines[:3] + lines[4:])
+    assert main(["audit", "verify", str(log)]) == 1
+    assert "BROKEN at record 3" in capsys.readouterr().out
+    assert main(["audit", "verify", str(log.with_name("none.jsonl"))]) == 2
+
+
+def test_cli_verify_deletion(logged, tmp_path, capsys):
+    mem, _, state, certs = logged
+    cert_path = tmp_path / "cert.json"
+    cert_path.write_text(certs[-1].to_json())
+    assert main(["verify-deletion", str(state), str(cert_path)]) == 0
+    out = capsys.readouterr().out
+    assert "partition equal:     True" in out and "VERIFIED" in out
+    # a certificate of an earlier removal does not match the saved state's digest
+    cert_path.write_text(certs[0].to_json())
+    assert main(["verify-deletion", str(state), str(cert_path)]) == 1
+    assert "FAILED" in capsys.readouterr().out
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(state.read_bytes()[:100])
+    assert main(["verify-deletion", str(bad), str(cert_path)]) == 2
+    assert "truncated" in capsys.readouterr().err
