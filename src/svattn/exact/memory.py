@@ -46,6 +46,8 @@ from svattn.exact.kernels import (
 )
 
 FREE, RESERVE, MARGIN, ERROR, DRIVEN = 0, 1, 2, 3, 4
+# per state: the sign that turns g into a KKT violation (margin handled apart)
+_KKT_SIGN = np.array([0.0, -1.0, 0.0, 1.0, 0.0])
 _SET_NAMES = {RESERVE: "reserve", MARGIN: "margin", ERROR: "error"}
 _DIGEST_MOD = 1 << 256
 
@@ -183,6 +185,7 @@ class SVDDMemory:
         self._Qinv = np.zeros((0, 0))
         self._mu = 0.0
         self._g_valid = True  # g[:hi] is exact (see _fresh_g)
+        self._ops_since_exact_g = 0
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
 
     def _grow_slots(self, need: int) -> None:
@@ -609,9 +612,12 @@ class SVDDMemory:
         T = np.concatenate([self._margin_slots(), tied])
         if len(T) <= 1:
             return True
-        Kt = kernel_matrix(self._X[T], self._X[T], self.kernel, self._gamma_val)
-        np.fill_diagonal(Kt, self._diag[T])
-        lam = np.linalg.eigvalsh(Kt)
+        if len(tied):
+            Kt = kernel_matrix(self._X[T], self._X[T], self.kernel, self._gamma_val)
+            np.fill_diagonal(Kt, self._diag[T])
+        else:  # the margin block of the cache is K_SS already
+            Kt = self._KC[T, : self._nS]
+        lam = np.linalg.eigvalsh(0.5 * (Kt + Kt.T))
         return bool(lam[0] > 1e-10 * max(lam[-1], 1e-300))
 
     def margin_system(self) -> MarginSystem:
@@ -694,12 +700,9 @@ class SVDDMemory:
     def _sizes(self) -> dict[str, int]:
         if self.warm:
             return {"margin": self._n, "error": 0, "reserve": 0}
-        st = self._state[: self._hi]
-        return {
-            "margin": int(np.count_nonzero(st == MARGIN)),
-            "error": int(np.count_nonzero(st == ERROR)),
-            "reserve": int(np.count_nonzero(st == RESERVE)),
-        }
+        counts = np.bincount(self._state[: self._hi], minlength=DRIVEN + 1)
+        return {"margin": int(counts[MARGIN]), "error": int(counts[ERROR]),
+                "reserve": int(counts[RESERVE])}
 
     @property
     def _scale(self) -> float:
@@ -723,16 +726,14 @@ class SVDDMemory:
 
     def _kkt(self, g: np.ndarray) -> float:
         st = self._state[: self._hi]
-        a = self._alpha[: self._hi]
-        live = st != FREE
-        viol = abs(float(a[live].sum()) - 1.0)
-        viol = max(viol, float(np.max(-a[live], initial=0.0)),
-                   float(np.max(a[live] - self.C, initial=0.0)))
-        scale = self._scale
-        viol = max(viol, float(np.max(np.abs(g[st == MARGIN]), initial=0.0)) / scale)
-        viol = max(viol, float(np.max(g[st == ERROR], initial=0.0)) / scale)
-        viol = max(viol, float(np.max(-g[st == RESERVE], initial=0.0)) / scale)
-        return viol
+        a = self._alpha[: self._hi]  # free slots hold alpha = 0
+        viol = max(abs(float(a.sum()) - 1.0), -float(a.min(initial=0.0)),
+                   float(a.max(initial=0.0)) - self.C)
+        # signed violation per set: |g| on the margin, g on error, −g on reserve
+        sign = _KKT_SIGN[st]
+        gv = g * sign
+        gv[st == MARGIN] = np.abs(g[st == MARGIN])
+        return max(viol, float(gv.max(initial=0.0)) / self._scale)
 
     # ---- add
     def _add_rows(self, k: np.ndarray, v: np.ndarray | None) -> list[int]:
@@ -741,60 +742,101 @@ class SVDDMemory:
             self._value_is_key = v is None
             self._vdim = k.shape[1] if v is None else v.shape[1]
             self._alloc(0, self._dim, 0 if v is None else self._vdim)
-        gamma = self._gamma_val
-        diag = kernel_diag(k, self.kernel, gamma)
-        out = []
-        for r in range(k.shape[0]):
-            out.append(self._add_one(k[r], None if v is None else v[r], float(diag[r])))
+        diag = kernel_diag(k, self.kernel, self._gamma_val)
+        out: list[int] = []
+        r, m, block = 0, k.shape[0], 16
+        while r < m:
+            if self._n + 1 <= self.warmup_n:  # warm-up and the threshold solve
+                out.append(self._add_one(k[r], None if v is None else v[r], float(diag[r])))
+                r += 1
+                continue
+            # Score a block against the current solution: every row before the
+            # first one outside the description joins the reserve set and changes
+            # nothing, so those rows are stored at once (the same as adding them
+            # one by one); the first outside row is then added on its own.
+            end = min(m, r + block)
+            rows, g = self._score_rows(k[r:end], diag[r:end])
+            tie = -1e-13 * max(self._scale, float(diag[r:end].max()))
+            outside = np.flatnonzero(g < tie)
+            stop = end if len(outside) == 0 else r + int(outside[0])
+            if stop > r:
+                out += self._store(k[r:stop], None if v is None else v[r:stop], diag[r:stop],
+                                   rows[: stop - r], g[: stop - r])
+            if stop < end:
+                j = stop - r
+                out.append(self._add_one(k[stop], None if v is None else v[stop],
+                                         float(diag[stop]), row=rows[j], g_c=float(g[j])))
+                r = stop + 1
+                block = max(16, block // 2)
+            else:
+                r = end
+                block = min(1024, 2 * block)
         return out
 
-    def _add_one(self, x: np.ndarray, v: np.ndarray | None, diag: float) -> int:
-        if self._free_slots:
-            slot = self._free_slots.pop()
-        else:
-            self._grow_slots(self._hi + 1)
-            slot = self._hi
-            self._hi += 1
-        tid = self._next_id
-        self._next_id += 1
-        self._X[slot] = x
-        self._xn2[slot] = float(x @ x)
-        if v is not None:
-            self._V[slot] = v
-        self._diag[slot] = diag
-        self._slot_id[slot] = tid
-        self._id_to_slot[tid] = slot
-        th = int.from_bytes(_token_hash(tid, x, v), "big")
-        self._token_hash[slot] = th
-        self._set_hash = (self._set_hash + th) % _DIGEST_MOD
-        self._n += 1
-        self._alpha[slot] = 0.0
-        self._g[slot] = 0.0
-        self._state[slot] = RESERVE
+    def _score_rows(self, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Kernel rows of new keys against the cached columns, and their g."""
+        chi = self._chi
+        if chi == 0:
+            return np.zeros((len(xs), 0)), self._mu - diag
+        rows = kernel_matrix(xs, self._XC[:chi], self.kernel, self._gamma_val)
+        g = 2.0 * (rows @ self._ac[:chi]) - diag + self._mu
+        return rows, g
+
+    def _store(self, xs, vs, diag, rows, g) -> list[int]:
+        """Store new tokens as reserve tokens with their kernel rows and g."""
+        count = len(xs)
+        reuse = [self._free_slots.pop() for _ in range(min(count, len(self._free_slots)))]
+        fresh = count - len(reuse)
+        self._grow_slots(self._hi + fresh)
+        slots = np.array(reuse + list(range(self._hi, self._hi + fresh)), dtype=np.int64)
+        self._hi += fresh
+        tids = list(range(self._next_id, self._next_id + count))
+        self._next_id += count
+        self._X[slots] = xs
+        self._xn2[slots] = np.einsum("ij,ij->i", xs, xs)
+        if vs is not None:
+            self._V[slots] = vs
+        self._diag[slots] = diag
+        self._slot_id[slots] = tids
+        for i, (slot, tid) in enumerate(zip(slots.tolist(), tids, strict=True)):
+            self._id_to_slot[tid] = slot
+            th = int.from_bytes(_token_hash(tid, xs[i], None if vs is None else vs[i]), "big")
+            self._token_hash[slot] = th
+            self._set_hash = (self._set_hash + th) % _DIGEST_MOD
+        self._n += count
+        self._alpha[slots] = 0.0
+        self._state[slots] = RESERVE
+        chi = rows.shape[1]
+        if chi:
+            self._KC[slots, :chi] = rows
+        self._g[slots] = g
+        return tids
+
+    def _add_one(self, x: np.ndarray, v: np.ndarray | None, diag: float, *,
+                 row: np.ndarray | None = None, g_c: float | None = None) -> int:
+        if self._n + 1 > self.warmup_n:
+            if row is None:
+                rows, g = self._score_rows(x[None, :], np.array([diag]))
+                row, g_c = rows[0], float(g[0])
+            tid = self._store(x[None, :], None if v is None else v[None, :], np.array([diag]),
+                              row[None, :], np.array([g_c]))[0]
+            if g_c >= -1e-13 * self._scale:
+                return tid  # inside the description: joins the reserve set, nothing moves
+            slot = self._id_to_slot[tid]
+            self._state[slot] = DRIVEN
+            self._alloc_col(slot)
+            try:
+                self._drive(slot, +1)
+                self._finish_op()
+            except _NeedResolve:
+                self._resolve()
+            return tid
+        tid = self._store(x[None, :], None if v is None else v[None, :], np.array([diag]),
+                          np.zeros((1, 0)), np.zeros(1))[0]
         if self._n < self.warmup_n:
             self._set_uniform()
-            return tid
-        if self._n == self.warmup_n:
-            self._resolve(fallback=False)
-            return tid
-        # kernel row of the new token against the cached columns
-        chi = self._chi
-        if chi:
-            row = kernel_matrix(x[None, :], self._XC[:chi], self.kernel, self._gamma_val)[0]
-            self._KC[slot, :chi] = row
-            g_c = 2.0 * float(row @ self._ac[:chi]) - diag + self._mu
         else:
-            g_c = -diag + self._mu
-        self._g[slot] = g_c
-        if g_c >= -1e-13 * self._scale:
-            return tid  # inside the description: joins the reserve set, nothing moves
-        self._state[slot] = DRIVEN
-        self._alloc_col(slot)
-        try:
-            self._drive(slot, +1)
-            self._finish_op()
-        except _NeedResolve:
-            self._resolve()
+            self._resolve(fallback=False)
         return tid
 
     # ---- remove
@@ -1057,14 +1099,14 @@ class SVDDMemory:
         self.n_refactorizations += int(count)
 
     # ---- finishing an operation exactly
-    def _polish(self) -> None:
+    def _polish(self, *, refresh_g: bool = True) -> None:
         """Re-solve alpha_S and mu on the current partition with the kept inverse.
 
         A margin coefficient that lands on a bound (within 1e-13·C: a tie of the
         two conditions) is moved to that bound's set, so the partition is the
         one read off alpha, and the system re-solved.
         """
-        self._solve_margin()
+        self._solve_margin(refresh_g)
         for _ in range(self._nS):
             S = self._slot_of_col[: self._nS]
             aS = self._alpha[S]
@@ -1079,14 +1121,14 @@ class SVDDMemory:
                 self._alpha[slot] = self.C if up else 0.0
                 if not up:
                     self._free_col(slot)
-            self._solve_margin()
+            self._solve_margin(refresh_g)
 
-    def _solve_margin(self) -> None:
-        st = self._state[: self._hi]
-        E = np.flatnonzero(st == ERROR)
-        self._alpha[E] = self.C
-        self._alpha[np.flatnonzero(st == RESERVE)] = 0.0
+    def _solve_margin(self, refresh_g: bool = True) -> None:
         nS = self._nS
+        soc = self._slot_of_col[nS : self._chi]  # error tokens all have cached columns
+        E = soc[soc >= 0]
+        E = E[self._state[E] == ERROR]
+        self._alpha[E] = self.C
         if nS:
             S = self._slot_of_col[:nS]
             rhs = np.empty(nS + 1)
@@ -1106,8 +1148,11 @@ class SVDDMemory:
         self._sync_ac()
         if not nS:
             self._canonical_mu()
-        self._g[: self._hi] = self._g_exact()
-        self._g_valid = True
+        elif refresh_g:
+            self._g[: self._hi] = self._g_exact()
+            self._g_valid = True
+        else:  # g keeps the drive's linear updates; the polish moved alpha by ~1e-16
+            self._g_valid = False
 
     def _canonical_mu(self) -> None:
         E = self._slots_in({ERROR})
@@ -1119,7 +1164,18 @@ class SVDDMemory:
         self._g_valid = True
 
     def _finish_op(self) -> None:
-        self._polish()
+        # g is recomputed from the cached columns every 32 operations (and before
+        # any decision below); in between the drive's own linear updates are
+        # accurate to rounding, which the KKT check on them would expose.
+        self._ops_since_exact_g += 1
+        refresh = self._ops_since_exact_g >= 32
+        self._polish(refresh_g=refresh)
+        if refresh:
+            self._ops_since_exact_g = 0
+        if self._kkt(self._g[: self._hi]) <= 0.1 * self.tol:
+            return
+        self._fresh_g()
+        self._ops_since_exact_g = 0
         if self._kkt(self._g[: self._hi]) <= 0.1 * self.tol:
             return
         self._refactorize()

@@ -1,0 +1,167 @@
+"""Exact core: ingest speed and exact removal against retraining from scratch, in one run.
+
+For n in {1k, 4k, 16k}, d = 64, on a redundant stream (clusters plus rare
+outliers) and a Gaussian one, this prints
+
+* ingest tokens/s of ``SVDDMemory.extend``;
+* median and p99 latency of removing a margin token and an error token
+  (each removal returns its certificate; the key is added back afterwards so
+  the memory stays at n tokens; the add-back is not timed);
+* the time to retrain without one token from scratch, with the independent
+  oracle ``solve_svdd`` (Gram matrix included) and with scikit-learn's
+  ``OneClassSVM`` (libsvm), and the ratio of the faster retrain to the median
+  removal;
+* max |alpha − alpha_retrain| after all removals (oracle at n <= 4k).
+
+BLAS runs on one thread (threadpoolctl) so the figures are per core.
+
+Usage::
+
+    python benchmarks/bench_exact.py              # the full table (a few minutes)
+    python benchmarks/bench_exact.py --quick      # n = 1k only
+    python benchmarks/bench_exact.py --json results/bench_exact.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).parent))
+from streams import gaussian_stream, redundant_stream  # noqa: E402
+from svattn.exact import SVDDMemory  # noqa: E402
+from svattn.exact.kernels import kernel_diag, kernel_matrix  # noqa: E402
+from svattn.exact.oracle import solve_svdd  # noqa: E402
+
+
+def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng) -> list[float]:
+    out = []
+    for _ in range(count):
+        pool = mem.partition()[which]
+        if not pool:
+            break
+        tid = int(rng.choice(pool))
+        slot = mem._id_to_slot[tid]
+        key = mem._X[slot].copy()
+        t = time.perf_counter()
+        mem.remove(tid)
+        out.append(time.perf_counter() - t)
+        mem.add(key)  # back to n tokens (not timed)
+    return out
+
+
+def _oracle_retrain(X: np.ndarray, C: float, gamma: float) -> tuple[float, np.ndarray]:
+    t = time.perf_counter()
+    K = kernel_matrix(X, X, "rbf", gamma)
+    np.fill_diagonal(K, kernel_diag(X, "rbf", gamma))
+    alpha = solve_svdd(0.5 * (K + K.T), C)
+    return time.perf_counter() - t, alpha
+
+
+def _sklearn_retrain(X: np.ndarray, C: float, gamma: float, reps: int) -> float:
+    from sklearn.svm import OneClassSVM
+
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        OneClassSVM(kernel="rbf", gamma=gamma, nu=1.0 / (C * len(X)), tol=1e-10,
+                    cache_size=1000).fit(X)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times))
+
+
+def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: int,
+        seed: int) -> dict:
+    X = (redundant_stream if stream == "redundant" else gaussian_stream)(n, d, seed=seed)
+    rng = np.random.default_rng(seed)
+    mem = SVDDMemory(C)
+    t = time.perf_counter()
+    mem.extend(X)
+    ingest = n / (time.perf_counter() - t)
+    sizes = {k: len(v) for k, v in mem.partition().items()}
+    lat_m = _removal_latencies(mem, "margin", removals, rng)
+    lat_e = _removal_latencies(mem, "error", removals, rng)
+    gamma = 1.0 / d
+    keys = mem.keys
+    row: dict = {
+        "stream": stream, "n": n, "d": d, "C": C, "ingest_tok_s": ingest, **sizes,
+        "remove_margin_median_ms": 1e3 * float(np.median(lat_m)),
+        "remove_margin_p99_ms": 1e3 * float(np.percentile(lat_m, 99)),
+        "remove_error_median_ms": 1e3 * float(np.median(lat_e)) if lat_e else None,
+        "remove_error_p99_ms": 1e3 * float(np.percentile(lat_e, 99)) if lat_e else None,
+        "kkt_residual": mem.kkt_residual(), "resolves": mem.n_resolves,
+    }
+    row["sklearn_retrain_ms"] = 1e3 * _sklearn_retrain(keys[1:], C, gamma, reps=3)
+    retrains = [row["sklearn_retrain_ms"]]
+    if n <= oracle_max_n:
+        t_or, alpha_r = _oracle_retrain(keys, C, gamma)
+        row["oracle_retrain_ms"] = 1e3 * t_or
+        row["max_alpha_dev_vs_oracle"] = float(np.max(np.abs(mem.alpha - alpha_r)))
+        retrains.append(row["oracle_retrain_ms"])
+    else:
+        row["oracle_retrain_ms"] = None  # a dense n×n QP: not run at this size
+        row["max_alpha_dev_vs_oracle"] = None
+    fastest = min(retrains)
+    row["speedup_margin"] = fastest / row["remove_margin_median_ms"]
+    if lat_e:
+        row["speedup_error"] = fastest / row["remove_error_median_ms"]
+    return row
+
+
+def _fmt(x, spec: str) -> str:
+    return "—" if x is None else format(x, spec)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000])
+    p.add_argument("--d", type=int, default=64)
+    p.add_argument("--C", type=float, default=0.01)
+    p.add_argument("--removals", type=int, default=60)
+    p.add_argument("--oracle-max-n", type=int, default=4000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="n = 1000 only, 20 removals")
+    p.add_argument("--json", type=Path, help="also write the rows to this file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.sizes, args.removals = [1000], 20
+    rows = []
+    with threadpool_limits(1):
+        for n in args.sizes:
+            for stream in ("redundant", "gaussian"):
+                rows.append(run(n, stream, d=args.d, C=args.C, removals=args.removals,
+                                oracle_max_n=args.oracle_max_n, seed=args.seed))
+                r = rows[-1]
+                print(f"  {stream:9s} n={n:6d}: ingest {r['ingest_tok_s']:,.0f} tok/s, "
+                      f"remove margin {r['remove_margin_median_ms']:.3f} ms", flush=True)
+    print()
+    print(f"d = {args.d}, C = {args.C}, rbf gamma = 1/d, one BLAS thread")
+    print("| stream | n | margin/error/reserve | ingest tok/s | remove margin ms (p50/p99) "
+          "| remove error ms (p50/p99) | sklearn retrain ms | oracle retrain ms "
+          "| speed-up margin / error | max Δalpha vs oracle | KKT |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['stream']} | {r['n']} | {r['margin']}/{r['error']}/{r['reserve']} "
+            f"| {r['ingest_tok_s']:,.0f} "
+            f"| {r['remove_margin_median_ms']:.3f} / {r['remove_margin_p99_ms']:.3f} "
+            f"| {_fmt(r['remove_error_median_ms'], '.3f')} "
+            f"/ {_fmt(r['remove_error_p99_ms'], '.3f')} "
+            f"| {r['sklearn_retrain_ms']:.1f} | {_fmt(r['oracle_retrain_ms'], '.1f')} "
+            f"| {r['speedup_margin']:.0f}× / {_fmt(r.get('speedup_error'), '.0f')}× "
+            f"| {_fmt(r['max_alpha_dev_vs_oracle'], '.1e')} | {r['kkt_residual']:.1e} |"
+        )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
