@@ -24,7 +24,6 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streams import redundant_stream  # noqa: E402
-
 from svattn.exact import SVDDMemory  # noqa: E402
 from svattn.exact.kernels import kernel_diag, kernel_matrix  # noqa: E402
 

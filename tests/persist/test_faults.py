@@ -15,10 +15,9 @@ import time
 import numpy as np
 import pytest
 
+from persist_helpers import make_memory
 from svattn.exact import SVDDMemory
 from svattn.exact.persist import StateFileError, StateVersionError, load
-
-from persist_helpers import make_memory
 
 # ----------------------------------------------------------------- SIGKILL
 

@@ -9,10 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from persist_helpers import live_state
 from svattn.exact import SVDDMemory, UnknownTokenError
 from svattn.exact.persist import StateFileError
-
-from persist_helpers import live_state
 
 # documented: TypeError / ValueError (UnknownTokenError, KernelOverflowError and
 # StateFileError are ValueErrors)
@@ -60,7 +59,8 @@ def _snap(mem):
     return (len(mem), mem._next_id, mem.state_digest(), live_state(mem))
 
 
-@settings(max_examples=int(os.environ.get("SVATTN_FUZZ_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=int(os.environ.get("SVATTN_FUZZ_EXAMPLES", "60")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_random_call_sequences(data, tmp_path_factory):
     d = data.draw(st.integers(1, 4), label="d")

@@ -5,10 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from persist_helpers import assert_same_state, make_memory
 from svattn.exact import SVDDMemory
 from svattn.exact.persist import load, save
-
-from persist_helpers import assert_same_state, make_memory
 
 
 @pytest.mark.parametrize(

@@ -50,7 +50,7 @@ Examples
 >>> path = os.path.join(tempfile.mkdtemp(), "mem.safetensors")
 >>> _ = save(mem, path)
 >>> same = load(path)
->>> same.state_digest() == mem.state_digest(), (same.alpha == mem.alpha).all()
+>>> same.state_digest() == mem.state_digest(), bool((same.alpha == mem.alpha).all())
 (True, True)
 """
 
@@ -103,6 +103,19 @@ def _residual(mem: SVDDMemory) -> float:
 
 
 # ------------------------------------------------------------------------ save
+# scalar attributes restored explicitly by _build (or recomputed)
+_EXPLICIT = {"C", "kernel", "gamma", "tol", "warmup_n", "n_refactorizations", "n_resolves",
+             "_dim", "_vdim", "_value_is_key", "_cap", "_hi", "_next_id", "_n", "_ccap",
+             "_chi", "_nS", "_mu", "_g_valid", "_set_hash"}
+
+
+def _scalars(mem: SVDDMemory) -> dict[str, int | float | bool]:
+    """Other scalar solver state (counters the solver may add), restored verbatim."""
+    return {k: v for k, v in vars(mem).items()
+            if k not in _EXPLICIT and type(v) in (int, float, bool)
+            and (type(v) is not float or np.isfinite(v))}
+
+
 def _collect(mem: SVDDMemory) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The tensors and the metadata of a memory's state (no I/O)."""
     from svattn.exact.memory import ERROR, MARGIN, RESERVE
@@ -163,6 +176,7 @@ def _collect(mem: SVDDMemory) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "kkt_residual": _residual(mem),
         "state_digest": mem.state_digest(),
         "health": mem._health.to_dict(mem),
+        "scalars": _scalars(mem),
         "audit_head": audit.head() if audit is not None else None,
         "tensor_sha256": {k: _sha(v.tobytes()) for k, v in t.items()},
     }
@@ -500,6 +514,10 @@ def _build(t: dict[str, np.ndarray], meta: dict[str, Any], cls, token_hash) -> S
         mem._id_to_slot[int(tid)] = int(s)
     mem._set_hash = h
     mem._health.restore(meta["health"], mem)
+    for k, v in meta.get("scalars", {}).items():
+        _check(k in vars(mem) and type(getattr(mem, k)) is type(v), where,
+               f"unknown or mistyped solver attribute {k!r}")
+        setattr(mem, k, v)
     # the cache must be the kernel of the keys (a forged cache would corrupt later steps)
     if chi and n:
         from svattn.exact.kernels import kernel_matrix
