@@ -92,18 +92,31 @@ def learned_keys(
     held = data[-n_windows * context :]
     train = data[: -n_windows * context]
     model = TinyCharLM(context=context)
-    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    params = list(model.parameters())
+    # plain Adam by hand: torch.optim's first step imports the compiler stack (seconds)
+    m1 = [torch.zeros_like(p) for p in params]
+    m2 = [torch.zeros_like(p) for p in params]
+    lr, b1, b2, eps = 3e-3, 0.9, 0.999, 1e-8
     gen = torch.Generator().manual_seed(seed)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only contend
     start = time.perf_counter()
     loss = torch.tensor(float("nan"))
-    for _ in range(steps):
-        ix = torch.randint(0, len(train) - context - 1, (batch,), generator=gen)
-        x = torch.stack([train[i : i + context] for i in ix])  # (B, T)
-        y = torch.stack([train[i + 1 : i + context + 1] for i in ix])
-        loss = nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
+    try:
+        for step in range(1, steps + 1):
+            ix = torch.randint(0, len(train) - context - 1, (batch,), generator=gen)
+            x = torch.stack([train[i : i + context] for i in ix])  # (B, T)
+            y = torch.stack([train[i + 1 : i + context + 1] for i in ix])
+            loss = nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+            grads = torch.autograd.grad(loss, params)
+            with torch.no_grad():
+                for p, g, a, b in zip(params, grads, m1, m2, strict=True):
+                    a.mul_(b1).add_(g, alpha=1 - b1)
+                    b.mul_(b2).addcmul_(g, g, value=1 - b2)
+                    denom = (b / (1 - b2**step)).sqrt_().add_(eps)
+                    p.addcdiv_(a, denom, value=-lr / (1 - b1**step))
+    finally:
+        torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
     with torch.no_grad():
         keys = model.keys(held.reshape(n_windows, context)).reshape(-1, model.k.out_features)

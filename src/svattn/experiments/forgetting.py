@@ -194,7 +194,7 @@ def _icu_pool(ctx: Context) -> tuple[np.ndarray, str]:
 # ----------------------------------------------------------------- the run
 def _config(ctx: Context) -> dict:
     if ctx.quick:
-        return {"n": 80, "C": 0.1, "trials": 4, "n_dup": 60, "C_dup": 0.1, "lm_steps": 40,
+        return {"n": 80, "C": 0.1, "trials": 4, "n_dup": 60, "C_dup": 0.1, "lm_steps": 30,
                 "lm_bytes": 200_000}
     return {"n": 200, "C": 0.05, "trials": 60, "n_dup": 100, "C_dup": 0.1, "lm_steps": 1500,
             "lm_bytes": 2_000_000}

@@ -103,6 +103,7 @@ def write_report(result: ExperimentResult, ctx: Context, seconds: float) -> None
     metrics = _check_json(
         {"name": result.name, "title": result.title, "mode": "quick" if ctx.quick else "full",
          "seed": ctx.seed, "command": ctx.command, "seconds": round(seconds, 2),
+         "data_dir": None if ctx.quick or ctx.data_dir is None else str(ctx.data_dir),
          "claims": [asdict(c) for c in result.claims], "verdict": result.verdict,
          "metrics": result.metrics, "figures": result.figures},
         result.name,
@@ -116,7 +117,8 @@ def write_report(result: ExperimentResult, ctx: Context, seconds: float) -> None
                        [[c.claim, c.paper, c.ours, c.verdict] for c in result.claims]),
         "", "## What was run", "", result.what, "",
         "Command (from the repository root):", "", "```", ctx.command, "```", "",
-        f"Mode: {'quick' if ctx.quick else 'full'}; base seed {ctx.seed}; "
+        f"Mode: {'quick' if ctx.quick else 'full'}; base seed {ctx.seed}; data: "
+        f"{ctx.data_dir if (ctx.data_dir and not ctx.quick) else 'shipped slices / synthetic'}; "
         f"{seconds:.1f} s on {platform.machine()} ({platform.python_implementation()} "
         f"{platform.python_version()}).", "",
     ]
@@ -142,31 +144,39 @@ def _failed(name: str, title: str, exc: BaseException) -> ExperimentResult:
     )
 
 
-def write_readme(out: Path, done: list[tuple[ExperimentResult, float]], command: str,
-                 quick: bool, seed: int, data_dir: Path | None) -> None:
-    """The top-level ``README.md``: every claim of every experiment in one table."""
-    rows = []
-    for result, _ in done:
-        for c in result.claims:
-            rows.append([f"[{result.name}]({result.name}/report.md): {c.claim}", c.paper,
-                         c.ours, c.verdict])
-    total = sum(s for _, s in done)
+def write_readme(out: Path) -> Path:
+    """Rebuild ``OUT/README.md`` from every ``OUT/<name>/metrics.json`` present.
+
+    Experiments run separately into the same folder (e.g. a rerun of one of
+    them) all appear, each with the command that produced it.
+    """
+    found = []
+    for name in dict.fromkeys(EXPERIMENTS):
+        path = out / name / "metrics.json"
+        if path.exists():
+            found.append(json.loads(path.read_text()))
+    rows = [[f"[{m['name']}]({m['name']}/report.md): {c['claim']}", c["paper"], c["ours"],
+             c["verdict"]] for m in found for c in m["claims"]]
+    commands = list(dict.fromkeys(m["command"] for m in found))
+    modes = sorted({m["mode"] for m in found})
+    total = sum(m["seconds"] for m in found)
     lines = [
         "# Reproducing *Forgetful Attention* (Ramesh, 2026) with svattn", "",
-        f"Mode: **{'quick' if quick else 'full'}**; base seed {seed}; data: "
-        f"{data_dir if (data_dir and not quick) else 'shipped slices and synthetic data'}; "
-        f"{total:.0f} s in all.", "",
-        "Command (from the repository root):", "", "```", command, "```", "",
+        f"Mode: **{' + '.join(modes)}**; {len(found)} experiments; {total:.0f} s of compute in "
+        "all.", "",
+        "Produced by (from the repository root):", "", "```", *commands, "```", "",
         markdown_table(["claim", "paper", "ours", "verdict"], rows), "",
         "Verdicts: " + VERDICTS, "",
         "Each experiment's folder has the full report (what ran, definitions, detail tables, "
         "figures with their seed counts and intervals, and where ours differs and why) and "
         "`metrics.json`.", "",
-        markdown_table(["experiment", "verdict", "seconds"],
-                       [[f"[{r.name}]({r.name}/report.md)", r.verdict, f"{s:.1f}"]
-                        for r, s in done]), "",
+        markdown_table(["experiment", "verdict", "seconds", "seed"],
+                       [[f"[{m['name']}]({m['name']}/report.md)", m["verdict"],
+                         f"{m['seconds']:.1f}", m["seed"]] for m in found]), "",
     ]
-    (out / "README.md").write_text("\n".join(lines))
+    path = out / "README.md"
+    path.write_text("\n".join(lines))
+    return path
 
 
 def reproduce(
@@ -223,7 +233,7 @@ def reproduce(
         command = "svattn reproduce " + " ".join(
             [*selected] + (["--quick"] if quick else []) + [f"--seed {seed}", f"--out {out}"])
     root = repo_root()
-    done: list[tuple[ExperimentResult, float]] = []
+    done: list[ExperimentResult] = []
     for name in selected:
         ctx = Context(out=out / name, quick=quick, seed=seed, data_dir=data, command=command,
                       repo_root=root)
@@ -238,9 +248,9 @@ def reproduce(
         seconds = time.perf_counter() - start
         write_report(result, ctx, seconds)
         print(f"[reproduce] {name}: {seconds:.1f} s — {result.verdict}", file=log, flush=True)
-        done.append((result, seconds))
-    write_readme(out, done, command, quick, seed, data)
-    return [r for r, _ in done]
+        done.append(result)
+    write_readme(out)
+    return done
 
 
 def command_line(argv: Sequence[str]) -> str:

@@ -1,0 +1,206 @@
+"""``lm`` and ``throughput``: collect the hybrid language model's results (no training here).
+
+The hybrid LM work (:mod:`svattn.lm`) saves its results to ``results/lm.json``
+in the repository. This module reads that file, finds the runs in it (every
+JSON object with a ``test_bpc``, ``val_bpc`` or ``bpc`` number), sorts them
+into SV-hybrid and sliding-window/softmax baselines by name, and sets the
+paper's figures beside them. Without the file every row says "not yet run".
+Nothing is trained here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from svattn.experiments._common import (
+    NOT_REPRODUCED,
+    NOT_RUN,
+    PARTLY,
+    REPRODUCED,
+    Claim,
+    Context,
+    ExperimentResult,
+    markdown_table,
+)
+
+NAME = "lm"
+TITLE = "Hybrid SV language model on the enwik8 prefix (collected, not trained here)"
+THROUGHPUT_TITLE = "Training throughput of the hybrid model vs softmax attention (collected)"
+
+_SV = re.compile(r"(^|[^a-z])(sv|hybrid)", re.I)
+_BASE = re.compile(r"sliding|window|swa|baseline|softmax", re.I)
+_SOFTMAX = re.compile(r"softmax|full", re.I)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run found in the results file."""
+
+    path: str
+    name: str
+    bpc: float | None
+    params: float | None
+    tokens_per_s: float | None
+    record: dict[str, Any]
+
+    @property
+    def is_sv(self) -> bool:
+        return bool(_SV.search(self.name)) and not _BASE.search(self.name.replace("hybrid", ""))
+
+    @property
+    def size(self) -> str:
+        if self.params is None:
+            return "?"
+        return "3M" if self.params < 6e6 else "10M"
+
+
+def find_runs(obj: Any, path: str = "") -> list[Run]:
+    """Every JSON object under ``obj`` with a BPC or tokens/s number, as :class:`Run`.
+
+    Examples
+    --------
+    >>> runs = find_runs({"runs": [{"mixer": "hybrid_sv", "test_bpc": 2.2, "params": 3.2e6}]})
+    >>> runs[0].name, runs[0].bpc, runs[0].size, runs[0].is_sv
+    ('runs[0] hybrid_sv', 2.2, '3M', True)
+    """
+    found: list[Run] = []
+    if isinstance(obj, dict):
+        bpc = next((obj[k] for k in ("test_bpc", "val_bpc", "bpc")
+                    if isinstance(obj.get(k), int | float)), None)
+        tps = next((obj[k] for k in ("train_tokens_per_s", "tokens_per_s", "throughput")
+                    if isinstance(obj.get(k), int | float)), None)
+        if bpc is not None or tps is not None:
+            label = " ".join(str(obj[k]) for k in ("name", "mixer", "model", "preset")
+                             if isinstance(obj.get(k), str))
+            params = obj.get("params") if isinstance(obj.get("params"), int | float) else None
+            found.append(Run(path, f"{path} {label}".strip(), bpc, params, tps, obj))
+        for k, v in obj.items():
+            if isinstance(v, dict | list):
+                found += find_runs(v, f"{path}.{k}" if path else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            found += find_runs(v, f"{path}[{i}]")
+    return found
+
+
+def _load(ctx: Context) -> tuple[Path | None, Any]:
+    if ctx.repo_root is None:
+        return None, None
+    path = ctx.repo_root / "results" / "lm.json"
+    if not path.exists():
+        return path, None
+    return path, json.loads(path.read_text())
+
+
+def _runs_table(runs: list[Run]) -> str:
+    return markdown_table(
+        ["run", "params", "BPC", "train tokens/s"],
+        [[r.name, "—" if r.params is None else f"{r.params / 1e6:.2f}M",
+          "—" if r.bpc is None else f"{r.bpc:.3f}",
+          "—" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}"] for r in runs])
+
+
+def _not_run(name: str, title: str, claims: list[tuple[str, str]], path: Path | None,
+             what: str) -> ExperimentResult:
+    where = "results/lm.json" if path is None else str(path)
+    return ExperimentResult(
+        name=name, title=title,
+        what=what + f"\n\n`{where}` does not exist yet: the hybrid LM has not been run.",
+        claims=[Claim(c, p, "not yet run", NOT_RUN) for c, p in claims],
+        verdict=f"not yet run ({where} absent); nothing is trained by `svattn reproduce`.",
+        metrics={"results_file": where, "found": False},
+    )
+
+
+LM_CLAIMS = [
+    ("enwik8, 3.22M parameters: hybrid SV BPC", "2.178"),
+    ("… vs sliding-window Transformer with matched state", "8.6% better (p = 0.001)"),
+    ("enwik8, 10M parameters", "no advantage"),
+]
+THROUGHPUT_CLAIMS = [
+    ("Training throughput, 3.22M model", "9,125 tokens/s, 35.8× slower than softmax (Apple MPS)"),
+]
+
+_WHAT = (
+    "Read from `results/lm.json` (written by the hybrid LM work, `svattn.lm`); not trained by "
+    "this command. Runs are the JSON objects with a `test_bpc` / `val_bpc` / `bpc` (or "
+    "tokens/s) number; a run is SV-hybrid when its name or mixer says `sv`/`hybrid`, a "
+    "baseline when it says sliding/window/softmax; 3M vs 10M by `params` (< 6M is 3M). "
+    "Data: the enwik8 *prefix* (first 491 pages, 4.15 MB; 90/5/5 split), not full enwik8."
+)
+
+
+def run(ctx: Context) -> ExperimentResult:
+    """The BPC rows."""
+    path, data = _load(ctx)
+    if data is None:
+        return _not_run(NAME, TITLE, LM_CLAIMS, path, _WHAT)
+    runs = [r for r in find_runs(data) if r.bpc is not None]
+    claims, metrics = [], {"results_file": str(path), "found": True,
+                           "runs": [{"name": r.name, "params": r.params, "bpc": r.bpc,
+                                     "tokens_per_s": r.tokens_per_s} for r in runs]}
+    for size, (c_bpc, p_bpc), (c_cmp, p_cmp) in (
+        ("3M", LM_CLAIMS[0], LM_CLAIMS[1]), ("10M", (None, None), LM_CLAIMS[2]),
+    ):
+        sv = [r for r in runs if r.size == size and r.is_sv]
+        base = [r for r in runs if r.size == size and not r.is_sv and _BASE.search(r.name)]
+        if c_bpc is not None:
+            claims.append(Claim(c_bpc, p_bpc, f"{min(r.bpc for r in sv):.3f} (enwik8 prefix)"
+                                if sv else "not yet run", PARTLY if sv else NOT_RUN))
+        if sv and base:
+            s, b = min(r.bpc for r in sv), min(r.bpc for r in base)
+            gain = (b - s) / b
+            metrics[f"gain_{size}"] = gain
+            if size == "3M":
+                verdict = (REPRODUCED if gain >= 0.05 else PARTLY if gain > 0
+                           else NOT_REPRODUCED)
+            else:
+                verdict = REPRODUCED if gain <= 0.01 else "differs (ours has an advantage)"
+            claims.append(Claim(c_cmp, p_cmp, f"SV {s:.3f} vs baseline {b:.3f}: "
+                                f"{gain:+.1%} (single runs; no p-value)", verdict))
+        else:
+            claims.append(Claim(c_cmp, p_cmp, "not yet run", NOT_RUN))
+    notes = ["BPC is on the enwik8 prefix (a different, smaller test set than the paper's "
+             "enwik8 test split): the numbers are not directly comparable.",
+             "The paper's p = 0.001 needs several seeds per arm; the verdicts here use the "
+             "best run per arm."]
+    return ExperimentResult(
+        name=NAME, title=TITLE, what=_WHAT, claims=claims,
+        verdict=f"collected {len(runs)} runs from {path}.", metrics=metrics,
+        tables=[_runs_table(runs)], notes=notes,
+    )
+
+
+def run_throughput(ctx: Context) -> ExperimentResult:
+    """The tokens/s row."""
+    path, data = _load(ctx)
+    if data is None:
+        return _not_run("throughput", THROUGHPUT_TITLE, THROUGHPUT_CLAIMS, path, _WHAT)
+    runs = [r for r in find_runs(data) if r.tokens_per_s is not None]
+    sv = [r for r in runs if r.is_sv]
+    soft = [r for r in runs if not r.is_sv and _SOFTMAX.search(r.name)]
+    metrics: dict[str, Any] = {"results_file": str(path), "found": True,
+                               "runs": [{"name": r.name, "tokens_per_s": r.tokens_per_s}
+                                        for r in runs]}
+    if sv and soft:
+        s, f = max(r.tokens_per_s for r in sv), max(r.tokens_per_s for r in soft)
+        metrics["slowdown"] = f / s
+        ours = f"{s:,.0f} tokens/s, {f / s:.1f}× slower than softmax ({len(runs)} runs)"
+        verdict = PARTLY
+    elif sv:
+        s = max(r.tokens_per_s for r in sv)
+        ours, verdict = f"{s:,.0f} tokens/s (no softmax run to compare)", PARTLY
+    else:
+        ours, verdict = "not yet run", NOT_RUN
+    claims = [Claim(THROUGHPUT_CLAIMS[0][0], THROUGHPUT_CLAIMS[0][1], ours, verdict)]
+    return ExperimentResult(
+        name="throughput", title=THROUGHPUT_TITLE, what=_WHAT, claims=claims,
+        verdict=f"{ours} (hardware differs from the paper's Apple MPS)", metrics=metrics,
+        tables=[_runs_table(runs)] if runs else [],
+        notes=["Throughput depends on the hardware (the paper: Apple MPS; here: the machine "
+               "that ran svattn.lm); only the slowdown ratio is comparable."],
+    )
