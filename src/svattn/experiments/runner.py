@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import json
 import math
+import os
 import platform
 import shlex
 import sys
@@ -253,6 +254,10 @@ def reproduce(
     return done
 
 
+THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def command_line(argv: Sequence[str]) -> str:
-    """``svattn <argv>`` shell-quoted."""
-    return "svattn " + " ".join(shlex.quote(a) for a in argv)
+    """``svattn <argv>`` shell-quoted, prefixed by the thread-pinning variables that are set."""
+    env = [f"{v}={shlex.quote(os.environ[v])}" for v in THREAD_VARS if v in os.environ]
+    return " ".join([*env, "svattn", *(shlex.quote(a) for a in argv)])
