@@ -231,12 +231,22 @@ def run(ctx: Context) -> ExperimentResult:
                        f"+1e-9, +1e-6 noise), C = {cfg['C_dup']}"),
     }
     results: dict[str, list[RemovalTrial]] = {}
+    failures: dict[str, list[str]] = {}
     for offset, (name, (make, c_box, _)) in enumerate(key_sets.items()):
-        rows = []
+        rows, failed = [], []
         for i in progress(range(trials), desc=f"forgetting/{name}"):
-            rng = np.random.default_rng([ctx.seed, offset, i])
-            rows.append(removal_trial(make(rng), C=c_box, rng=rng))
+            for attempt in range(2):  # the oracle's SVD fallback can fail spuriously: retry once
+                rng = np.random.default_rng([ctx.seed, offset, i])
+                try:
+                    rows.append(removal_trial(make(rng), C=c_box, rng=rng))
+                    break
+                except np.linalg.LinAlgError as exc:
+                    if attempt:
+                        failed.append(f"trial {i}: {type(exc).__name__}: {exc}")
+        if not rows:
+            raise RuntimeError(f"forgetting/{name}: every trial failed: {failed}")
         results[name] = rows
+        failures[name] = failed
 
     metrics: dict = {"config": cfg, "decay_factor": DECAY_FACTOR, "key_sets": {}}
     detail_rows = []
@@ -259,6 +269,7 @@ def run(ctx: Context) -> ExperimentResult:
             "exact_readout_dev": quantiles([r.exact_readout_dev for r in rows]),
             "decay_decision_dev": quantiles(dc),
             "removed_from_error_set": float(np.mean([r.removed_set == "error" for r in rows])),
+            "retrain_failures": failures[name],
         }
         metrics["key_sets"][name] = m
         detail_rows.append([
@@ -303,6 +314,7 @@ def run(ctx: Context) -> ExperimentResult:
               else NOT_REPRODUCED),
     ]
     what = (
+        f"{trials} trials per key set (fewer where the retrain failed, see notes). "
         "Per trial: build an exact `SVDDMemory` (rbf kernel, gamma = 1/d) over the key set, "
         "remove one token drawn uniformly from its support (margin ∪ error), retrain from "
         "scratch on the remaining tokens with the independent oracle (`solve_svdd`, Clarabel + "
@@ -333,6 +345,14 @@ def run(ctx: Context) -> ExperimentResult:
             "Decay deviations are smaller than the paper's 1e-2–1e-1 on some key sets: the "
             "removed support token carries only α ≤ C of the mass, so shrinking it perturbs f "
             "by O(C); the paper's memory sizes and C are not stated, so the scale differs.")
+    failed = {k: v for k, v in failures.items() if v}
+    if failed:
+        notes.append(
+            "The from-scratch retrain (the independent oracle, `svattn.exact.oracle.solve_svdd`) "
+            "raised `LinAlgError: SVD did not converge` twice in a row in "
+            + ", ".join(f"{len(v)} {k} trial(s)" for k, v in failed.items())
+            + "; those trials are left out of the statistics (listed in metrics.json). This is "
+            "an oracle robustness issue on near-duplicate keys, not a removal failure.")
     notes.append("Learned keys come from a 1-layer model trained for seconds on CPU, not the "
                  "paper's CharLM; the row is a stand-in until `svattn.lm` exists.")
     return ExperimentResult(

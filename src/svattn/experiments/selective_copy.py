@@ -10,8 +10,9 @@ data token is addressed by its key; it is *recalled* when the memory's output
 decodes (argmax over the 17 symbols) to its symbol.
 
 Memories: the SV memory (streaming, reserve tokens dropped), DeltaNet and
-linear attention with their fixed state, and a sliding window holding as many
-tokens as the SV memory does.
+linear attention with their fixed state, a sliding window holding as many
+tokens as the SV memory does, and (as a reference, unmatched state) full
+softmax attention over every token.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ TITLE = "Selective copying with growing filler: recall and support size"
 
 N_DATA = 16
 VOCAB = 16
-METHODS = ("sv", "deltanet", "linear", "sliding")
+METHODS = ("sv", "deltanet", "linear", "sliding", "full")
 
 
 @dataclass(frozen=True)
@@ -186,7 +187,9 @@ def run(ctx: Context) -> ExperimentResult:
         f"argmax is its symbol. SV: streaming `SVMemory`, rbf, gamma = 1/d, C = 1/{N_DATA} (at "
         f"least {N_DATA} support tokens: room for the data). DeltaNet (β = 1) and linear "
         "attention (elu+1) keep their fixed d×dv state (≈ 12 key/value pairs' worth); the "
-        "sliding window holds as many tokens as the SV memory at the end. Chance = 1/17."
+        "sliding window holds as many tokens as the SV memory at the end; full softmax "
+        "attention (scale 1/sqrt(d)) keeps every token (a reference with unmatched state). "
+        "Chance = 1/17."
     )
     notes = [
         "Memory-level version only (keys = noisy token embeddings, no training); the trained "
@@ -208,7 +211,7 @@ def _figure(ctx: Context, stats: dict, lengths: Sequence[int], seeds: int) -> st
     plt = pyplot()
     fig, (ax, ax2) = plt.subplots(1, 2, figsize=(9, 3.8))
     colors = {"sv": "tab:blue", "deltanet": "tab:orange", "linear": "tab:green",
-              "sliding": "tab:gray"}
+              "sliding": "tab:gray", "full": "tab:purple"}
     for m in METHODS:
         est = np.array([stats[m][str(L)]["recall"]["value"] for L in lengths])
         lo = np.array([stats[m][str(L)]["recall"]["ci95"][0] for L in lengths])
