@@ -205,6 +205,108 @@ def _reproduce_run(args: argparse.Namespace) -> int:
     return 1 if any(r.verdict.startswith("FAILED") for r in results) else 0
 
 
+# ------------------------------------------------------------------ train/eval
+
+
+def _train_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "config", type=Path, metavar="CONFIG",
+        help="training config (JSON; keys of svattn.lm.train.TrainConfig, e.g. configs/*.json)",
+    )
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key (VALUE parsed as JSON, else taken as a string); repeatable",
+    )
+    parser.add_argument(
+        "--resume", action="store_true",
+        help="continue from OUT_DIR/ckpt.pt when it exists",
+    )
+    parser.add_argument(
+        "--stop-after", type=_positive_int, default=None, metavar="STEP",
+        help="checkpoint and stop at this step (as if interrupted; resume later)",
+    )
+
+
+def _parse_overrides(items: list[str]) -> dict:
+    import json
+
+    out = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            out[key] = json.loads(text)
+        except json.JSONDecodeError:
+            out[key] = text
+    return out
+
+
+def _train_run(args: argparse.Namespace) -> int:
+    import json
+
+    from svattn.lm.train import TrainConfig, train
+
+    if not args.config.is_file():
+        raise FileNotFoundError(f"config not found: {args.config}")
+    with open(args.config) as fh:
+        raw = json.load(fh)
+    cfg = TrainConfig.from_dict({**raw, **_parse_overrides(args.overrides)})
+    res = train(cfg, resume=args.resume, stop_after=args.stop_after)
+    import os
+
+    if int(os.environ.get("RANK", "0")) == 0:
+        print(
+            f"{cfg.mixer}: {res.params:,} params, {res.tokens_seen:,} tokens "
+            f"({res.train_tokens_per_s:,.0f} tokens/s), final loss {res.final_loss:.4f}, "
+            f"val BPC {res.val_bpc}, test BPC {res.test_bpc} on {res.data}; "
+            f"checkpoint {res.checkpoint}"
+        )
+    return 0
+
+
+def _eval_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a ckpt.pt of train")
+    parser.add_argument(
+        "--data", type=Path, default=None, metavar="PATH",
+        help="enwik8 file (raw or .zip; default: the run's data)",
+    )
+    parser.add_argument(
+        "--split", nargs="+", default=["val", "test"], choices=["train", "val", "test"],
+    )
+    parser.add_argument(
+        "--context", type=_positive_int, default=None,
+        help="context length (default: the model's block_size)",
+    )
+    parser.add_argument("--batch-size", type=_positive_int, default=32)
+    parser.add_argument(
+        "--max-bytes", type=_positive_int, default=None,
+        help="score only the first N bytes of each split (default: every byte)",
+    )
+
+
+def _eval_run(args: argparse.Namespace) -> int:
+    import json
+
+    from svattn.data.enwik8 import load_enwik8, slice_path
+    from svattn.lm.train import evaluate_bpc, load_checkpoint_model
+
+    if not args.checkpoint.is_file():
+        raise FileNotFoundError(f"checkpoint not found: {args.checkpoint}")
+    model, cfg, ckpt = load_checkpoint_model(args.checkpoint)
+    data = args.data if args.data is not None else cfg.data
+    ds = load_enwik8(data if data is not None else slice_path())
+    context = args.context or model.cfg.block_size
+    for split in args.split:
+        lo, hi = ds.bounds[split]
+        if args.max_bytes:
+            hi = min(hi, lo + args.max_bytes)
+        res = evaluate_bpc(model, ds.data, lo, hi, context=context, batch_size=args.batch_size)
+        rec = {"split": split, "data": ds.label, "step": ckpt["step"], **res}
+        print(json.dumps(rec))
+    return 0
+
+
 # ------------------------------------------------------------------- registry
 
 COMMANDS: list[Command] = [
@@ -231,6 +333,18 @@ COMMANDS: list[Command] = [
         "run the paper's experiments and write reports beside the paper's figures",
         _reproduce_arguments,
         _reproduce_run,
+    ),
+    Command(
+        "train",
+        "train a byte-level language model (CharLM) on enwik8; torchrun for several processes",
+        _train_arguments,
+        _train_run,
+    ),
+    Command(
+        "eval",
+        "bits per character of a trained checkpoint on enwik8 splits",
+        _eval_arguments,
+        _eval_run,
     ),
 ]
 """Every subcommand, in the order ``svattn --help`` lists them."""

@@ -122,8 +122,11 @@ def _extract(zpath: Path, cache_dir: Path | None) -> Path:
         if not names:
             raise ValueError(f"{zpath}: the archive holds no file")
         member = next((i for i in names if Path(i.filename).name == "enwik8"), names[0])
-        out_dir = cache_dir if cache_dir is not None else zpath.parent
-        if not os.access(out_dir, os.W_OK):
+        if cache_dir is not None:
+            out_dir = cache_dir
+        elif os.access(zpath.parent, os.W_OK):
+            out_dir = zpath.parent
+        else:
             out_dir = Path.home() / ".cache" / "svattn"
         out_dir.mkdir(parents=True, exist_ok=True)
         target = out_dir / Path(member.filename).name

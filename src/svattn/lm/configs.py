@@ -32,7 +32,18 @@ PRESETS: dict[str, CharLMConfig] = {
 
 # The hybrid's memory for the LM: chunks of 64, C = 1/16 (>= 16 tokens carry
 # weight), at most 64 support tokens carried ("support" policy: bounded state).
-HYBRID_DEFAULTS = {"chunk": 64, "C": 1.0 / 16, "budget": 64, "policy": "support"}
+# Training solver as DESIGN.md §4 states it: 20 FISTA iterations, the active set
+# read off the iterate, one ridged margin solve (no repair rounds, no ridge
+# refinement: both cost several factorizations and their backward passes).
+HYBRID_DEFAULTS = {
+    "chunk": 64,
+    "C": 1.0 / 16,
+    "budget": 64,
+    "policy": "support",
+    "max_iter": 20,
+    "refine": 0,
+    "ridge_steps": 0,
+}
 
 
 def preset(name: str, **overrides) -> CharLMConfig:
@@ -62,9 +73,7 @@ def matched_sliding(hybrid_options: dict) -> dict:
     return {"window": int(opts["budget"]) + int(opts["chunk"])}
 
 
-def mixer_config(
-    cfg: CharLMConfig, mixer: str, hybrid_options: dict | None = None
-) -> CharLMConfig:
+def mixer_config(cfg: CharLMConfig, mixer: str, hybrid_options: dict | None = None) -> CharLMConfig:
     """``cfg`` with ``mixer`` and its options: hybrid defaults for ``hybrid_sv``, the
     matched window for ``sliding``, chunk 64 for the recurrent mixers.
 

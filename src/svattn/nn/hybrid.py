@@ -57,6 +57,7 @@ from torch import nn
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.nn._common import Partition, gather_rows
 from svattn.nn.attention import MODES, sv_attention_state
+from svattn.nn.batched import RIDGE_STEPS
 
 __all__ = ["HybridSVAttention", "POLICIES", "chunked_causal_softmax"]
 
@@ -116,10 +117,12 @@ class HybridSVAttention(SoftmaxAttention):
         counts (window ``budget + L``). Must be ``>= ceil(1/C)``.
     mode : {"batched", "exact"}
         Solver of the boundary problems.
-    ridge : float
-        Ridge of the batched margin solve.
+    ridge, ridge_steps : float, int
+        Ridge of the batched margin solve and its iterated-ridge refinement
+        steps (0: one plain ridged solve, the cheapest to differentiate).
     max_iter, refine : int
-        Batched solver: FISTA iterations; active-set repair rounds.
+        Batched solver: FISTA iterations; active-set repair rounds (0: DESIGN.md
+        §4 as written, FISTA → active set → one margin solve).
     gate_init : float
         Initial gate logit (0 → both paths weighted 1/2).
     bias : bool
@@ -143,7 +146,7 @@ class HybridSVAttention(SoftmaxAttention):
     torch.Size([2, 30, 16])
     >>> mix.state_size(30) == 2 * (8 + 8) * 16  # budget + L keys and values
     True
-    >>> mix.kept_ <= 8
+    >>> mix.kept_ <= 8 + 8  # a boundary memory: carried support (<= budget) + one chunk
     True
     """
 
@@ -160,6 +163,7 @@ class HybridSVAttention(SoftmaxAttention):
         budget: int | None = None,
         mode: str = "batched",
         ridge: float = 1e-3,
+        ridge_steps: int = RIDGE_STEPS,
         max_iter: int = 20,
         refine: int = 10,
         gate_init: float = 0.0,
@@ -193,7 +197,8 @@ class HybridSVAttention(SoftmaxAttention):
             )
         self.chunk, self.C, self.kernel, self.gamma = chunk, float(C), kernel, gamma
         self.policy, self.budget, self.mode = policy, budget, mode
-        self.ridge, self.max_iter, self.refine = ridge, max_iter, refine
+        self.ridge, self.ridge_steps = ridge, ridge_steps
+        self.max_iter, self.refine = max_iter, refine
         self.gate = nn.Parameter(torch.full((n_heads,), float(gate_init)))
         self.last_partition_: Partition | None = None
         self.kept_ = 0
@@ -202,11 +207,17 @@ class HybridSVAttention(SoftmaxAttention):
     # ----------------------------------------------------------------- paths
 
     def _solve(self, q, k, v, key_mask):
-        out, alpha, part, _ = sv_attention_state(
-            q, k, v, C=self.C, kernel=self.kernel, gamma=self.gamma, mode=self.mode,
-            key_mask=key_mask, ridge=self.ridge, max_iter=self.max_iter, refine=self.refine,
-        )  # fmt: skip
-        return out, alpha, part
+        # The memory is solved and read in (at least) float32, never under autocast:
+        # FISTA, the active set and the margin solve are not meant for bf16.
+        dtype = q.dtype
+        work = torch.promote_types(dtype, torch.float32)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            out, alpha, part, _ = sv_attention_state(
+                q.to(work), k.to(work), v.to(work), C=self.C, kernel=self.kernel,
+                gamma=self.gamma, mode=self.mode, key_mask=key_mask, ridge=self.ridge,
+                ridge_steps=self.ridge_steps, max_iter=self.max_iter, refine=self.refine,
+            )  # fmt: skip
+        return out.to(dtype), alpha, part
 
     def _global_full(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Chunks 1.. read memories over all earlier keys: padded batched problems.

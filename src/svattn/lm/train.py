@@ -1,0 +1,513 @@
+"""Training and evaluation of :class:`~svattn.lm.model.CharLM` on byte-level enwik8.
+
+* **Optimiser**: AdamW (weight decay on matrices only), linear warmup then cosine
+  decay to ``min_lr`` (a :class:`torch.optim.lr_scheduler.LambdaLR`), gradient
+  clipping by global norm.
+* **Precision**: bf16 autocast where the device supports it (``precision="auto"``:
+  CUDA with bf16; fp32 on CPU). The SV memory always solves in float32 or wider.
+* **Data**: training windows of ``block_size + 1`` bytes at random offsets of the
+  train split. The global batch of step ``s`` is drawn from a generator seeded
+  with ``(seed, s)`` and rank ``r`` of ``W`` takes rows ``r·B/W .. (r+1)·B/W``, so
+  the data position is just the step: resuming, and splitting a batch over
+  ranks, see exactly the same windows.
+* **Checkpoints** (``out_dir/ckpt.pt``): model, optimiser, scheduler, step,
+  tokens seen, RNG states (torch, CUDA, numpy, python), the config. A resumed
+  run continues bit-for-bit on CPU.
+* **Distributed**: launched by ``torchrun`` (``WORLD_SIZE > 1`` in the
+  environment), :class:`~torch.nn.parallel.DistributedDataParallel` over
+  ``gloo`` on CPU or ``nccl`` on GPU; each rank takes ``batch_size / world``
+  rows of the global batch, rank 0 writes the log and checkpoints.
+* **Bits per character** (:func:`evaluate_bpc`): mean NLL in nats over **every
+  byte** of a split, divided by ln 2. The split is cut into consecutive blocks
+  of ``context`` bytes; each block's inputs are the ``context`` bytes before
+  its targets (the first block starts with the byte before the split), so a
+  byte is predicted from the 1..context bytes preceding it in its block.
+* **Log**: ``out_dir/log.jsonl``, one JSON object per line (``"kind"``: ``"config"``,
+  ``"train"``, ``"eval"``, ``"final"``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from svattn.data.enwik8 import Enwik8, load_enwik8, slice_path
+from svattn.lm.configs import mixer_config, preset
+from svattn.lm.model import CharLM, CharLMConfig
+
+__all__ = [
+    "TrainConfig",
+    "TrainResult",
+    "train",
+    "evaluate_bpc",
+    "load_checkpoint_model",
+    "lr_lambda",
+    "batch_starts",
+]
+
+CKPT = "ckpt.pt"
+LOG = "log.jsonl"
+
+
+@dataclass
+class TrainConfig:
+    """One training run. Load from JSON with :meth:`from_dict`.
+
+    ``model`` is a preset name (``paper-3m``, ``10m``, ``tiny``); ``mixer`` and
+    ``hybrid`` (options of the hybrid's memory; the ``sliding`` window is matched
+    to them) pick the mixer; ``model_overrides`` change preset fields.
+    """
+
+    model: str = "tiny"
+    mixer: str = "softmax"
+    hybrid: dict = field(default_factory=dict)  # chunk, C, budget, policy, ...
+    model_overrides: dict = field(default_factory=dict)  # e.g. {"block_size": 128}
+    data: str | None = None  # enwik8 file (raw or .zip); None = the shipped slice
+    out_dir: str = "runs/lm"
+    seed: int = 0
+    steps: int = 1000
+    batch_size: int = 16  # global, over all ranks
+    lr: float = 2e-3
+    min_lr: float = 2e-4
+    warmup: int = 100
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.99)
+    grad_clip: float = 1.0
+    precision: str = "auto"  # "auto" | "bf16" | "fp32"
+    device: str = "auto"  # "auto" | "cpu" | "cuda"
+    threads: int = 0  # torch CPU threads (0: leave torch's default)
+    log_every: int = 10
+    eval_every: int = 0  # quick validation estimate every N steps (0: never)
+    eval_batches: int = 8  # batches of that quick estimate
+    ckpt_every: int = 0  # checkpoint every N steps (0: only at the end)
+    final_eval: bool = True  # BPC on every byte of val and test at the end
+    eval_batch_size: int = 32
+    eval_max_bytes: int | None = None  # cap per split (None: every byte)
+    progress: bool = True  # tqdm bar on rank 0
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrainConfig:
+        """Build from a dict, rejecting unknown keys by name."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown training config keys {unknown}; known: {sorted(known)}")
+        d = dict(d)
+        if "betas" in d:
+            d["betas"] = tuple(d["betas"])
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, path: str | os.PathLike) -> TrainConfig:
+        """Read a JSON config file."""
+        with open(path) as fh:
+            return cls.from_dict(json.load(fh))
+
+    def model_config(self) -> CharLMConfig:
+        """The :class:`CharLMConfig` this run trains."""
+        return mixer_config(preset(self.model, **self.model_overrides), self.mixer, self.hybrid)
+
+    def to_dict(self) -> dict:
+        """Plain-data form (JSON-serialisable)."""
+        return asdict(self)
+
+
+@dataclass
+class TrainResult:
+    """What :func:`train` returns (on every rank; metrics from rank 0's view)."""
+
+    params: int
+    tokens_seen: int
+    steps: int
+    train_tokens_per_s: float
+    final_loss: float
+    val_bpc: float | None
+    test_bpc: float | None
+    data: str
+    checkpoint: str | None
+
+
+# --------------------------------------------------------------------- pieces
+
+
+def lr_lambda(step: int, *, warmup: int, total: int, lr: float, min_lr: float) -> float:
+    """Multiplier of ``lr`` at ``step``: linear warmup, then cosine to ``min_lr``.
+
+    Examples
+    --------
+    >>> lam = [lr_lambda(s, warmup=10, total=110, lr=1.0, min_lr=0.1) for s in (0, 9, 10, 60, 110)]
+    >>> [round(x, 3) for x in lam]
+    [0.1, 1.0, 1.0, 0.55, 0.1]
+    """
+    if step < warmup:
+        return (step + 1) / warmup
+    frac = min(1.0, (step - warmup) / max(1, total - warmup))
+    return (min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * frac))) / lr
+
+
+def batch_starts(seed: int, step: int, batch_size: int, n: int, block: int) -> np.ndarray:
+    """Offsets of the global batch of ``step``: ``batch_size`` ints in ``[0, n − block − 1]``.
+
+    A pure function of ``(seed, step)``: the data position of a run is its step.
+    """
+    g = np.random.default_rng([seed, step])
+    return g.integers(0, n - block - 1, size=batch_size, endpoint=True)
+
+
+def get_batch(
+    data: np.ndarray, starts: np.ndarray, block: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inputs and targets ``[B, block]`` (int64) at ``starts`` (one small copy of the memmap)."""
+    idx = starts[:, None] + np.arange(block + 1)  # (B, block + 1)
+    chunk = torch.from_numpy(np.asarray(data[idx], dtype=np.int64))
+    return chunk[:, :-1].to(device), chunk[:, 1:].to(device)
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "auto":
+        use = device.type == "cuda" and torch.cuda.is_bf16_supported()
+    elif precision == "bf16":
+        use = True
+    elif precision == "fp32":
+        use = False
+    else:
+        raise ValueError(f"precision must be 'auto', 'bf16' or 'fp32', got {precision!r}")
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
+
+
+@torch.no_grad()
+def evaluate_bpc(
+    model: nn.Module,
+    data: np.ndarray,
+    start: int,
+    stop: int,
+    *,
+    context: int,
+    batch_size: int = 32,
+    device: torch.device | str = "cpu",
+    precision: str = "fp32",
+    rank: int = 0,
+    world: int = 1,
+) -> dict:
+    """Bits per character of ``model`` on bytes ``data[start:stop]``, every byte counted.
+
+    ``model(idx [B, T]) -> logits [B, T, 256]`` (or a ``(logits, loss)`` tuple).
+    The bytes are cut into consecutive blocks of ``context`` targets; a block's
+    inputs are the ``context`` bytes just before its targets (for the first block
+    that includes ``data[start − 1]``; when ``start == 0`` the first byte is
+    predicted from an empty context by feeding byte 0 itself as a dummy input
+    and scoring from the second position — i.e. byte 0 is then not scored).
+    With ``world > 1`` rank ``r`` scores blocks ``r, r + world, ...`` and the sums
+    are all-reduced.
+
+    Returns
+    -------
+    dict
+        ``bpc``, ``nll_nats`` (mean), ``bytes`` (scored), ``context``.
+
+    Examples
+    --------
+    >>> import numpy as np, torch
+    >>> uniform = lambda idx: torch.zeros(*idx.shape, 256)
+    >>> data = np.arange(1000, dtype=np.uint8) % 251
+    >>> round(evaluate_bpc(uniform, data, 100, 1000, context=64)["bpc"], 9)
+    8.0
+    """
+    if not (0 <= start < stop <= len(data)):
+        raise ValueError(f"need 0 <= start < stop <= len(data), got {start}, {stop}, {len(data)}")
+    device = torch.device(device)
+    was_training = getattr(model, "training", False)
+    if hasattr(model, "eval"):
+        model.eval()
+    first = max(start, 1)  # first scored byte
+    blocks = list(range(first, stop, context))
+    nll = torch.zeros((), dtype=torch.float64)
+    count = torch.zeros((), dtype=torch.float64)
+    mine = blocks[rank::world]
+    for i in range(0, len(mine), batch_size):
+        group = mine[i : i + batch_size]
+        lens = [min(context, stop - b) for b in group]
+        T = max(lens)
+        x = np.zeros((len(group), T), dtype=np.int64)
+        y = np.full((len(group), T), -1, dtype=np.int64)
+        for j, (b, n) in enumerate(zip(group, lens, strict=True)):
+            x[j, :n] = data[b - 1 : b - 1 + n]
+            y[j, :n] = data[b : b + n]
+        xt, yt = torch.from_numpy(x).to(device), torch.from_numpy(y).to(device)
+        with _autocast(device, precision):
+            out = model(xt)
+        logits = out[0] if isinstance(out, tuple) else out  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.double().reshape(-1, logits.shape[-1]), yt.reshape(-1),
+            ignore_index=-1, reduction="sum",
+        )  # fmt: skip
+        nll += loss.double().cpu()
+        count += float(sum(lens))
+    if world > 1:
+        import torch.distributed as dist
+
+        both = torch.stack([nll, count]).to(device)
+        dist.all_reduce(both)
+        nll, count = both[0].cpu(), both[1].cpu()
+    if was_training:
+        model.train()
+    mean = float(nll / count)
+    return {"bpc": mean / math.log(2), "nll_nats": mean, "bytes": int(count), "context": context}
+
+
+# ------------------------------------------------------------------ the loop
+
+
+def _dist_env() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0")), world
+
+
+def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
+    if cfg.device == "auto":
+        return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
+    if cfg.device == "cuda":
+        return torch.device(f"cuda:{local_rank}")
+    if cfg.device == "cpu":
+        return torch.device("cpu")
+    raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {cfg.device!r}")
+
+
+def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": decay, "weight_decay": cfg.weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
+
+
+def _rng_state() -> dict:
+    state = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),  # noqa: NPY002 (the global state, as torch)
+        "python": random.getstate(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])  # noqa: NPY002
+    random.setstate(state["python"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig, dict]:
+    """Model (on CPU, eval mode), training config and the raw checkpoint dict."""
+    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    cfg = TrainConfig.from_dict(ckpt["config"])
+    model = CharLM(CharLMConfig(**ckpt["model_config"]))
+    model.load_state_dict(ckpt["model"])
+    model.eval()
+    return model, cfg, ckpt
+
+
+def train(
+    cfg: TrainConfig,
+    *,
+    resume: bool = False,
+    stop_after: int | None = None,
+) -> TrainResult:
+    """Train (and evaluate) one run; see the module docstring.
+
+    Parameters
+    ----------
+    cfg : TrainConfig
+    resume : bool
+        Continue from ``cfg.out_dir/ckpt.pt`` when it exists.
+    stop_after : int, optional
+        Stop (with a checkpoint, without the final evaluation) once this step
+        is reached, as if the run had been interrupted.
+
+    Returns
+    -------
+    TrainResult
+    """
+    rank, local_rank, world = _dist_env()
+    distributed = world > 1
+    device = _device(cfg, local_rank)
+    owns_group = False
+    if distributed:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            owns_group = True
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({world})")
+    if cfg.steps < 1:
+        raise ValueError(f"steps must be >= 1, got {cfg.steps}")
+    out = Path(cfg.out_dir)
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
+
+    ds: Enwik8 = load_enwik8(cfg.data if cfg.data is not None else slice_path())
+    train_lo, train_hi = ds.bounds["train"]
+    train_data = ds.split("train")
+    mcfg = cfg.model_config()
+    T = mcfg.block_size
+    if train_hi - train_lo < T + 2:
+        raise ValueError(f"train split ({train_hi - train_lo} bytes) is shorter than a window")
+
+    torch.manual_seed(cfg.seed)
+    model = CharLM(mcfg).to(device)
+    n_params = model.num_params()
+    opt = _optimizer(model, cfg)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt,
+        lambda s: lr_lambda(s, warmup=cfg.warmup, total=cfg.steps, lr=cfg.lr, min_lr=cfg.min_lr),
+    )
+    step, tokens_seen, elapsed = 0, 0, 0.0
+    ckpt_path = out / CKPT
+    if resume and ckpt_path.exists():
+        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        model.load_state_dict(ckpt["model"])
+        opt.load_state_dict(ckpt["optimizer"])
+        sched.load_state_dict(ckpt["scheduler"])
+        step, tokens_seen, elapsed = ckpt["step"], ckpt["tokens_seen"], ckpt["train_seconds"]
+        _set_rng_state(ckpt["rng"])
+    ddp_model: nn.Module = model
+    if distributed:
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp_model = DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None
+        )
+
+    log = open(out / LOG, "a") if rank == 0 else None  # noqa: SIM115
+
+    def emit(kind: str, **rec) -> None:
+        if log is not None:
+            log.write(json.dumps({"kind": kind, **rec}) + "\n")
+            log.flush()
+
+    def save() -> None:
+        if rank != 0:
+            return
+        state = {
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "scheduler": sched.state_dict(),
+            "step": step,
+            "tokens_seen": tokens_seen,
+            "train_seconds": elapsed,
+            "rng": _rng_state(),
+            "config": cfg.to_dict(),
+            "model_config": mcfg.to_dict(),
+            "params": n_params,
+            "data": ds.label,
+        }
+        tmp = out / (CKPT + ".tmp")
+        torch.save(state, tmp)
+        os.replace(tmp, ckpt_path)
+
+    emit(
+        "config", config=cfg.to_dict(), model_config=mcfg.to_dict(), params=n_params,
+        data=ds.describe(), world=world, device=str(device), resumed_at=step,
+    )  # fmt: skip
+    per_rank = cfg.batch_size // world
+    end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
+    bar = None
+    if rank == 0 and cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=cfg.steps, initial=step, desc=f"{mcfg.mixer}", file=sys.stderr)
+    model.train()
+    loss_val = float("nan")
+    while step < end:
+        t0 = time.perf_counter()
+        starts = batch_starts(cfg.seed, step, cfg.batch_size, len(train_data), T)
+        x, y = get_batch(train_data, starts[rank * per_rank : (rank + 1) * per_rank], T, device)
+        with _autocast(device, cfg.precision):
+            _, loss = ddp_model(x, targets=y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if cfg.grad_clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        sched.step()
+        step += 1
+        tokens_seen += cfg.batch_size * T
+        loss_val = float(loss.detach())
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        elapsed += dt
+        tps = tokens_seen / elapsed if elapsed > 0 else 0.0
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_val:.3f}", tok_s=f"{tps:,.0f}")
+        if step % cfg.log_every == 0 or step == end:
+            emit(
+                "train", step=step, loss=loss_val, lr=sched.get_last_lr()[0],
+                tokens_seen=tokens_seen, tokens_per_s=tps, step_seconds=dt,
+            )  # fmt: skip
+        if cfg.eval_every and step % cfg.eval_every == 0:
+            lo, hi = ds.bounds["val"]
+            hi = min(hi, lo + cfg.eval_batches * cfg.eval_batch_size * T)
+            quick = evaluate_bpc(
+                model, ds.data, lo, hi, context=T, batch_size=cfg.eval_batch_size,
+                device=device, precision=cfg.precision, rank=rank, world=world,
+            )  # fmt: skip
+            emit("eval", step=step, split="val", partial=True, **quick)
+        if cfg.ckpt_every and step % cfg.ckpt_every == 0:
+            save()
+    if bar is not None:
+        bar.close()
+    save()
+    tps = tokens_seen / elapsed if elapsed > 0 else 0.0
+    val = test = None
+    if cfg.final_eval and step >= cfg.steps:
+        res = {}
+        for split in ("val", "test"):
+            lo, hi = ds.bounds[split]
+            if cfg.eval_max_bytes:
+                hi = min(hi, lo + cfg.eval_max_bytes)
+            res[split] = evaluate_bpc(
+                model, ds.data, lo, hi, context=T, batch_size=cfg.eval_batch_size,
+                device=device, precision=cfg.precision, rank=rank, world=world,
+            )  # fmt: skip
+            emit("eval", step=step, split=split, partial=hi < ds.bounds[split][1], **res[split])
+        val, test = res["val"]["bpc"], res["test"]["bpc"]
+    emit(
+        "final", step=step, params=n_params, tokens_seen=tokens_seen, train_tokens_per_s=tps,
+        loss=loss_val, val_bpc=val, test_bpc=test, data=ds.label,
+    )  # fmt: skip
+    if log is not None:
+        log.close()
+    if distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+        if owns_group:
+            dist.destroy_process_group()
+    return TrainResult(
+        params=n_params, tokens_seen=tokens_seen, steps=step, train_tokens_per_s=tps,
+        final_loss=loss_val, val_bpc=val, test_bpc=test, data=ds.label,
+        checkpoint=str(ckpt_path),
+    )  # fmt: skip

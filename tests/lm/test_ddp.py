@@ -1,0 +1,42 @@
+"""DDP under real ``torchrun``: 2 CPU processes (gloo) equal one process with the whole batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import torch
+from lm_helpers import tiny_config
+
+
+def test_two_processes_equal_one_with_the_doubled_batch(tmp_path):
+    steps, batch = 4, 8  # global batch 8: 4 rows per rank under torchrun
+    # No biases: the key bias has a zero gradient in exact arithmetic (softmax is
+    # shift-invariant), so its gradient is rounding noise that Adam would scale up
+    # to a full step, differently for different reduction orders.
+    cfg = tiny_config(
+        tmp_path / "single", "softmax", steps=steps, batch_size=batch, warmup=2,
+        model_overrides={"block_size": 32, "bias": False},
+    )  # fmt: skip
+    cfg_path = tmp_path / "cfg.json"
+    cfg_path.write_text(json.dumps({**cfg.to_dict(), "out_dir": str(tmp_path / "ddp")}))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+        "-m", "svattn.cli", "train", str(cfg_path),
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    log = [json.loads(x) for x in (tmp_path / "ddp" / "log.jsonl").read_text().splitlines()]
+    assert log[0]["kind"] == "config" and log[0]["world"] == 2
+
+    from svattn.lm.train import train
+
+    train(cfg)  # one process, the whole global batch of 8
+    a = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=False)
+    b = torch.load(tmp_path / "single" / "ckpt.pt", weights_only=False)
+    assert a["step"] == b["step"] == steps and a["tokens_seen"] == b["tokens_seen"]
+    for k in b["model"]:
+        torch.testing.assert_close(a["model"][k], b["model"][k], rtol=1e-5, atol=1e-6, msg=k)
