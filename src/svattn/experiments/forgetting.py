@@ -225,7 +225,7 @@ def run(ctx: Context) -> ExperimentResult:
                     f"{n} distinct layer-0 keys (16-d) of a 1-layer character model trained "
                     f"{lk.steps} steps ({lk.seconds:.0f} s, train {lk.train_bpc:.2f} bits/byte) "
                     f"on {text_label}; held-out windows. Not the paper's CharLM "
-                    "(svattn.lm not yet available)."),
+                    "(no trained svattn.lm checkpoint yet)."),
         "duplicates": (lambda r: duplicate_keys(r, cfg["n_dup"]), cfg["C_dup"],
                        f"{cfg['n_dup']} keys: half Gaussian, half copies of them (exact, "
                        f"+1e-9, +1e-6 noise), C = {cfg['C_dup']}"),
@@ -310,8 +310,10 @@ def run(ctx: Context) -> ExperimentResult:
         Claim(f"Coefficient-decay baseline (×{DECAY_FACTOR:g}): decision deviation",
               "1e-2 to 1e-1",
               f"median {fmt_sci(min(decay_meds))} to {fmt_sci(max(decay_meds))}",
-              REPRODUCED if min(decay_meds) >= 1e-3 else PARTLY if max(decay_meds) >= 1e-3
-              else NOT_REPRODUCED),
+              # within a factor 2 of the paper's range counts; the right order of magnitude
+              # on some key set is partial
+              REPRODUCED if 5e-3 <= min(decay_meds) and max(decay_meds) <= 2e-1
+              else PARTLY if max(decay_meds) >= 1e-3 else NOT_REPRODUCED),
     ]
     what = (
         f"{trials} trials per key set (fewer where the retrain failed, see notes). "
@@ -353,12 +355,14 @@ def run(ctx: Context) -> ExperimentResult:
             + ", ".join(f"{len(v)} {k} trial(s)" for k, v in failed.items())
             + "; those trials are left out of the statistics (listed in metrics.json). This is "
             "an oracle robustness issue on near-duplicate keys, not a removal failure.")
-    notes.append("Learned keys come from a 1-layer model trained for seconds on CPU, not the "
-                 "paper's CharLM; the row is a stand-in until `svattn.lm` exists.")
+    notes.append(f"Learned keys come from a 1-layer model trained for {lk.seconds:.0f} s on CPU "
+                 "(see above), not the paper's CharLM; the row is a stand-in until a trained "
+                 "`svattn.lm` CharLM checkpoint is available.")
     return ExperimentResult(
         name=NAME, title=TITLE, what=what, claims=claims,
-        verdict=(f"Exact removal equals retraining (partition identical in {ident_min:.0%}+ of "
-                 f"trials on Gaussian, ICU and learned keys, median decision deviation ≤ "
+        verdict=(f"Exact removal equals retraining (partition identical in at least "
+                 f"{ident_min:.0%} of trials on Gaussian, ICU and learned keys, median "
+                 "decision deviation ≤ "
                  f"{fmt_sci(max(med[s] for s in unique_sets))}); decay does not "
                  f"(median {fmt_sci(min(decay_meds))}–{fmt_sci(max(decay_meds))})."),
         metrics=metrics, tables=[detail], figures=[figure], notes=notes,

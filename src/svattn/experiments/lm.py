@@ -107,7 +107,7 @@ def _runs_table(runs: list[Run]) -> str:
 
 def _not_run(name: str, title: str, claims: list[tuple[str, str]], path: Path | None,
              what: str) -> ExperimentResult:
-    where = "results/lm.json" if path is None else str(path)
+    where = "results/lm.json"  # relative to the repository root
     return ExperimentResult(
         name=name, title=title,
         what=what + f"\n\n`{where}` does not exist yet: the hybrid LM has not been run.",
@@ -142,7 +142,7 @@ def run(ctx: Context) -> ExperimentResult:
     if data is None:
         return _not_run(NAME, TITLE, LM_CLAIMS, path, _WHAT)
     runs = [r for r in find_runs(data) if r.bpc is not None]
-    claims, metrics = [], {"results_file": str(path), "found": True,
+    claims, metrics = [], {"results_file": "results/lm.json", "found": True,
                            "runs": [{"name": r.name, "params": r.params, "bpc": r.bpc,
                                      "tokens_per_s": r.tokens_per_s} for r in runs]}
     for size, (c_bpc, p_bpc), (c_cmp, p_cmp) in (
@@ -172,7 +172,7 @@ def run(ctx: Context) -> ExperimentResult:
              "best run per arm."]
     return ExperimentResult(
         name=NAME, title=TITLE, what=_WHAT, claims=claims,
-        verdict=f"collected {len(runs)} runs from {path}.", metrics=metrics,
+        verdict=f"collected {len(runs)} runs from results/lm.json.", metrics=metrics,
         tables=[_runs_table(runs)], notes=notes,
     )
 
@@ -185,7 +185,7 @@ def run_throughput(ctx: Context) -> ExperimentResult:
     runs = [r for r in find_runs(data) if r.tokens_per_s is not None]
     sv = [r for r in runs if r.is_sv]
     soft = [r for r in runs if not r.is_sv and _SOFTMAX.search(r.name)]
-    metrics: dict[str, Any] = {"results_file": str(path), "found": True,
+    metrics: dict[str, Any] = {"results_file": "results/lm.json", "found": True,
                                "runs": [{"name": r.name, "tokens_per_s": r.tokens_per_s}
                                         for r in runs]}
     if sv and soft:

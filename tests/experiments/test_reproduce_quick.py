@@ -1,0 +1,124 @@
+"""``svattn reproduce --quick`` end to end: every file, finite numbers, complete tables."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from svattn.cli import main
+from svattn.experiments.runner import EXPERIMENTS
+
+
+def _strict_json(path: Path) -> dict:
+    def reject(constant: str) -> float:
+        raise AssertionError(f"{path}: non-finite number {constant}")
+
+    return json.loads(path.read_text(), parse_constant=reject)
+
+
+def _numbers(obj) -> list[float]:
+    if isinstance(obj, dict):
+        return [x for v in obj.values() for x in _numbers(v)]
+    if isinstance(obj, list):
+        return [x for v in obj for x in _numbers(v)]
+    if isinstance(obj, bool) or obj is None or isinstance(obj, str):
+        return []
+    return [float(obj)]
+
+
+def _table_rows(markdown: str, header: str) -> list[list[str]]:
+    """Rows of the first markdown table whose header line starts with ``header``."""
+    lines = markdown.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2 :]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        rows.append(cells)
+    return rows
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, int, float]:
+    out = tmp_path_factory.mktemp("reproduce")
+    start = time.perf_counter()
+    code = main(["reproduce", "--quick", "--out", str(out)])
+    return out, code, time.perf_counter() - start
+
+
+def test_quick_run_succeeds_under_a_minute(quick_run: tuple[Path, int, float]) -> None:
+    out, code, seconds = quick_run
+    assert code == 0
+    assert seconds < 60, f"--quick took {seconds:.0f} s"
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_every_experiment_writes_its_files(quick_run: tuple[Path, int, float], name: str) -> None:
+    out, _, _ = quick_run
+    folder = out / name
+    report = (folder / "report.md").read_text()
+    metrics = _strict_json(folder / "metrics.json")
+    assert metrics["name"] == name and metrics["mode"] == "quick"
+    assert not metrics["verdict"].startswith("FAILED"), metrics["verdict"]
+    assert all(math.isfinite(x) for x in _numbers(metrics))
+    for figure in metrics["figures"]:
+        png = folder / figure
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f"]({figure})" in report
+    # the paper-beside-ours table: one complete row per claim
+    rows = _table_rows(report, "| claim | paper | ours | verdict |")
+    assert len(rows) == len(metrics["claims"]) >= 1
+    assert all(len(r) == 4 and all(r) for r in rows)
+    assert "svattn reproduce" in report and "**Verdict.**" in report
+    for section in ("## Paper vs ours", "## What was run"):
+        assert section in report
+
+
+def test_experiments_with_figures_have_intervals(quick_run: tuple[Path, int, float]) -> None:
+    out, _, _ = quick_run
+    with_figures = [n for n in EXPERIMENTS
+                    if _strict_json(out / n / "metrics.json")["figures"]]
+    # every experiment that computes something draws at least one figure
+    assert set(with_figures) == set(EXPERIMENTS) - {"lm", "throughput"}
+
+
+def test_readme_has_one_row_per_claim(quick_run: tuple[Path, int, float]) -> None:
+    out, _, _ = quick_run
+    readme = (out / "README.md").read_text()
+    rows = _table_rows(readme, "| claim | paper | ours | verdict |")
+    claims = sum(len(_strict_json(out / n / "metrics.json")["claims"]) for n in EXPERIMENTS)
+    assert len(rows) == claims
+    assert all(len(r) == 4 and all(r) for r in rows)
+    for name in EXPERIMENTS:
+        assert f"]({name}/report.md)" in readme
+    assert "svattn reproduce --quick" in readme
+
+
+def test_single_experiment_rerun_keeps_the_readme_complete(
+    quick_run: tuple[Path, int, float],
+) -> None:
+    out, _, _ = quick_run
+    before = (out / "README.md").read_text().count("\n| [")
+    assert main(["reproduce", "fact-editing", "--quick", "--out", str(out)]) == 0
+    assert (out / "README.md").read_text().count("\n| [") == before
+
+
+def test_unknown_experiment_is_a_usage_error(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["reproduce", "nope", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "unknown experiment(s) ['nope']" in err
+
+
+def test_missing_data_dir_is_a_usage_error(tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["reproduce", "secret", "--out", str(tmp_path), "--data-dir",
+                 str(tmp_path / "absent")])
+    assert code == 2
+    assert "is not a folder" in capsys.readouterr().err
