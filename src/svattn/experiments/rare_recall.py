@@ -175,7 +175,10 @@ def run(ctx: Context) -> ExperimentResult:
               REPRODUCED if sv >= 0.8 else PARTLY if sv > max(h2o, h2o_o) else NOT_REPRODUCED),
         Claim("Rare items kept: H2O heavy hitters (also with oracle query access)", "0.32",
               f"{fmt_ci(stats['h2o'])}; oracle {fmt_ci(stats['h2o_oracle'])}",
-              REPRODUCED if max(h2o, h2o_o) < sv else NOT_REPRODUCED),
+              # both near the paper's 0.32 (within 0.15) and below SV; below SV alone: partly
+              REPRODUCED if max(h2o, h2o_o) <= 0.47 and min(h2o, h2o_o) >= 0.17
+              and max(h2o, h2o_o) < sv else PARTLY if max(h2o, h2o_o) < sv
+              else NOT_REPRODUCED),
     ]
     figure = _figure(ctx, stats, seeds, metrics["budget"])
     what = (
