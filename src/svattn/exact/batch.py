@@ -89,7 +89,6 @@ def active_set_finish(K: np.ndarray, diag: np.ndarray, U: np.ndarray, alpha0: np
     and moves the worst violator of the KKT conditions until none is left.
     """
     n = K.shape[0]
-    scale = max(1.0, float(diag.max()))
     edge = 1e-9 * U
     state = np.where(alpha0 >= U - edge, 2, np.where(alpha0 <= edge, 0, 1))  # 0 R, 1 S, 2 E
     for _ in range(max_iter):
@@ -111,12 +110,14 @@ def active_set_finish(K: np.ndarray, diag: np.ndarray, U: np.ndarray, alpha0: np
                 continue
             mu = float(np.min(-grad[E]))  # the empty-margin convention
         g = grad + mu
+        # g violations relative to the size of their terms (K > 0 entrywise)
+        size = np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
         viol = np.zeros(n)
         if len(S):
             viol[S] = np.maximum(-alpha[S], alpha[S] - U[S])
-        viol[E] = np.maximum(g[E], 0.0) / scale
+        viol[E] = np.maximum(g[E], 0.0) / size[E]
         R = np.flatnonzero(state == 0)
-        viol[R] = np.maximum(-g[R], 0.0) / scale
+        viol[R] = np.maximum(-g[R], 0.0) / size[R]
         worst = int(np.argmax(viol))
         if viol[worst] <= tol:
             return BatchSolution(alpha, mu, S, E, R)

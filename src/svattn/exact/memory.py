@@ -733,7 +733,11 @@ class SVDDMemory:
         sign = _KKT_SIGN[st]
         gv = g * sign
         gv[st == MARGIN] = np.abs(g[st == MARGIN])
-        return max(viol, float(gv.max(initial=0.0)) / self._scale)
+        # relative to the size of the terms that make up g_i (all kernel values
+        # are positive): K_ii + 2 (K alpha)_i + |mu| = 2 K_ii + g_i − mu + |mu|
+        d = self._diag[: self._hi]
+        size = np.maximum(2.0 * d + g - self._mu + abs(self._mu), 1.0)
+        return max(viol, float((gv / size).max(initial=0.0)))
 
     # ---- add
     def _add_rows(self, k: np.ndarray, v: np.ndarray | None) -> list[int]:

@@ -116,6 +116,17 @@ def _check_nonneg(value: object, name: str) -> float:
     return v
 
 
+def _g_size(diag: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
+    """Per-token size of the terms in ``g_i`` (kernels here are positive entrywise):
+    ``K_ii + 2 (K alpha)_i + |mu| = 2 K_ii + g_i - mu + |mu|``, at least 1.
+
+    Rounding in ``g_i`` is relative to this, so KKT violations are measured
+    against it: with the exp kernel one huge diagonal entry must not make the
+    conditions on every other token ~1e8 times looser.
+    """
+    return np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
+
+
 def _g_scale(diag: np.ndarray) -> float:
     """Scale of ``g``: ``max diag(K)`` (1 for rbf), or 1 when that is 0."""
     m = float(np.max(diag))
@@ -185,7 +196,7 @@ def _kkt_parts(
     """(primal violation, dual violation / scale) — inputs already validated."""
     diag = np.diag(K)
     g = 2.0 * (K @ alpha) - diag + mu
-    scale = _g_scale(diag)
+    g = g / _g_size(diag, g, mu)
     primal = max(
         abs(float(np.sum(alpha)) - 1.0),
         float(np.max(-alpha, initial=0.0)),
@@ -199,7 +210,7 @@ def _kkt_parts(
         float(np.max(g[err], initial=0.0)),
         float(np.max(-g[res], initial=0.0)),
     )
-    return primal, dual / scale
+    return primal, dual
 
 
 def kkt_residual(
@@ -213,9 +224,10 @@ def kkt_residual(
 
     * the primal violations ``|sum(alpha) - 1|``, ``max(-alpha)``,
       ``max(alpha - C)`` (dimensionless), and
-    * the dual violations ``|g_S|``, ``max(g_E, 0)``, ``max(-g_R, 0)``,
-      divided by ``max(diag(K))`` (which is 1 for the rbf kernel; for the exp
-      kernel it puts ``g`` on the scale of the largest kernel value).
+    * the dual violations ``|g_S|``, ``max(g_E, 0)``, ``max(-g_R, 0)``, each
+      divided by the size of the terms of ``g_i``,
+      ``K_ii + 2 (K alpha)_i + |mu|`` (at least 1), the scale its rounding
+      error lives on.
 
     Parameters
     ----------
@@ -346,7 +358,12 @@ def _solve_bordered(
             x = ldl[0]
             return x[:m] * u, float(x[m]) * sb, None
 
-    U, sv, Vt = np.linalg.svd(M)
+    try:
+        U, sv, Vt = np.linalg.svd(M)
+    except np.linalg.LinAlgError:
+        # LAPACK's divide-and-conquer driver (gesdd) occasionally fails to
+        # converge on near-singular matrices; the QR-iteration driver does not
+        U, sv, Vt = scipy.linalg.svd(M, lapack_driver="gesvd")
     cut = sv[0] * (m + 1) * np.finfo(np.float64).eps
     inv_s = np.where(sv > cut, 1.0 / np.where(sv > cut, sv, 1.0), 0.0)
     x, res = refine(lambda v: Vt.T @ (inv_s * (U.T @ v)))
@@ -441,25 +458,22 @@ def _polish(
     """
     n = K.shape[0]
     diag = np.diag(K).copy()
-    scale = _g_scale(diag)
-    gtol = tol * scale
     state = state.copy()
     last_res = math.inf
 
     def dual_violators(alpha: np.ndarray, mu: float, st: np.ndarray):
         g = 2.0 * (K @ alpha) - diag + mu
+        gtol = tol * _g_size(diag, g, mu)
         E = np.flatnonzero(st == 2)
         R = np.flatnonzero(st == 0)
         S = np.flatnonzero(st == 1)
-        e_bad = E[g[E] > gtol]
-        r_bad = R[g[R] < -gtol]
-        res = (
-            max(
-                float(np.max(np.abs(g[S]), initial=0.0)),
-                float(np.max(g[E], initial=0.0)),
-                float(np.max(-g[R], initial=0.0)),
-            )
-            / scale
+        e_bad = E[g[E] > gtol[E]]
+        r_bad = R[g[R] < -gtol[R]]
+        gs = g / (gtol / tol)
+        res = max(
+            float(np.max(np.abs(gs[S]), initial=0.0)),
+            float(np.max(gs[E], initial=0.0)),
+            float(np.max(-gs[R], initial=0.0)),
         )
         res = max(res, abs(float(alpha.sum()) - 1.0))
         return g, e_bad, r_bad, res
