@@ -219,7 +219,8 @@ def test_kkt_residual_detects_violations():
     C = 0.1
     alpha, mu = solve_svdd(K, C, return_mu=True)
     assert kkt_residual(K, alpha, mu, C) <= 1e-14
-    assert kkt_residual(K, alpha, mu + 1e-6, C) >= 1e-6 * 0.999  # g_S off by 1e-6
+    # g_S off by 1e-6, measured against the size of g_i's terms (<= 4 for rbf)
+    assert kkt_residual(K, alpha, mu + 1e-6, C) >= 1e-6 / 4
     bad = alpha.copy()
     bad[partition(alpha, C)["margin"][0]] += 1e-7  # sum off
     assert kkt_residual(K, bad, mu, C) >= 1e-7 * 0.999
