@@ -887,6 +887,11 @@ class SVDDMemory:
         a, g = self._alpha, self._g
         # c's kernel column, contiguous for the whole drive
         k_c = self._KC[:hi, int(self._col_of_slot[c])].copy()
+        sk2 = (2.0 * s) * k_c  # direction-signed, for rho below
+        rho = np.empty(hi)
+        ratio = np.empty(hi)
+        bad = np.empty(hi, dtype=bool)
+        ratio_buf = np.empty(hi)
         # +1 on error tokens (they enter the margin when g rises to 0), −1 on
         # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
         st0 = self._state[:hi]
@@ -908,16 +913,15 @@ class SVDDMemory:
             u[0] = 1.0
             u[1:] = 2.0 * k_c[S]
             beta = -(self._Qinv @ u)
-            # gam_i = d g_i / d alpha_c for every token (0 on the margin)
-            gam = self._KC[:hi, :nS] @ beta[1:]
-            gam += k_c
-            gam *= 2.0
-            gam += beta[0]
+            # rho_i = d g_i / dt for every token (0 on the margin), with t = |d alpha_c|:
+            # 2 (K_iS beta_S + k_ic) + beta_mu, times the direction
+            np.add(self._KC[:hi, :nS] @ ((2.0 * s) * beta[1:]), sk2, out=rho)
+            rho += s * beta[0]
             # --- candidate steps (t >= 0 is |d alpha_c|)
             if direction > 0:
                 best_t, kind, who = C - a[c], "c_error", -1
-                if gam[c] > rate_tol * scale:
-                    t = max(-g[c], 0.0) / gam[c]
+                if rho[c] > rate_tol * scale:
+                    t = max(-g[c], 0.0) / rho[c]
                     if t <= best_t:
                         best_t, kind = t, "c_margin"
             else:
@@ -940,17 +944,20 @@ class SVDDMemory:
             j = int(np.argmin(t_up))
             if t_up[j] < best_t:
                 best_t, kind, who = float(t_up[j]), "m_error", int(S[j])
-            rho = gam * s
-            # an error token moves towards g = 0 when rho > 0, a reserve one when rho < 0
+            # an error token moves towards g = 0 when rho > 0, a reserve one when
+            # rho < 0; it gets there at t = −g/rho, i.e. the largest ratio g/rho <= 0
+            rho[S] = 0.0
             with np.errstate(divide="ignore", invalid="ignore"):
-                t_x = g[:hi] / -rho
-            t_x[rho * sgn <= gtol] = np.inf
-            np.maximum(t_x, 0.0, out=t_x)
-            if last_left >= 0 and t_x[last_left] == 0.0:
-                t_x[last_left] = np.inf
-            i = int(np.argmin(t_x))
-            if t_x[i] < best_t:
-                best_t, kind, who = float(t_x[i]), "enter", i
+                np.divide(g[:hi], rho, out=ratio)
+            np.multiply(rho, sgn, out=ratio_buf)
+            np.less_equal(ratio_buf, gtol, out=bad)
+            ratio[bad] = -np.inf
+            if last_left >= 0 and ratio[last_left] >= 0.0:
+                ratio[last_left] = -np.inf
+            i = int(np.argmax(ratio))
+            t_i = max(-float(ratio[i]), 0.0)
+            if t_i < best_t:
+                best_t, kind, who = t_i, "enter", i
             if not math.isfinite(best_t):
                 raise _NeedResolve
             t = best_t
