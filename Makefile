@@ -23,11 +23,11 @@ demo: setup
 	$(BIN)/svattn demo
 
 test: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check --no-cache src tests benchmarks scripts
 	$(BIN)/python -m pytest -q
 
 lint: setup
-	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/ruff check --no-cache src tests benchmarks scripts
 
 bench: setup
 	$(BIN)/python benchmarks/bench_exact.py

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from memory_helpers import stream
 
+from memory_helpers import stream
 from svattn.memory import (
     FullMemory,
     H2OMemory,

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from memory_helpers import stream
 
+from memory_helpers import stream
 from svattn.memory import DeltaNetMemory, LinearAttentionMemory, causal_outputs
 from svattn.ops import elu_feature_map, naive_recurrent_delta_rule, naive_recurrent_linear_attn
 
