@@ -108,7 +108,8 @@ def collect(run_dirs: list[str], command: str | None) -> list[dict]:
         recs = [json.loads(x) for x in lines]
         cfg = [r for r in recs if r["kind"] == "config"][-1]
         final = [r for r in recs if r["kind"] == "final"][-1]
-        evals = {r["split"]: r for r in recs if r["kind"] == "eval" and not r.get("partial")}
+        step = recs[-1]["step"]
+        evals = {r["split"]: r for r in recs if r["kind"] == "eval" and r["step"] == step}
         c = cfg["config"]
         records.append(
             {
@@ -122,6 +123,7 @@ def collect(run_dirs: list[str], command: str | None) -> list[dict]:
                 "val_bpc": final["val_bpc"],
                 "test_bpc": final["test_bpc"],
                 "eval_bytes": {s: e["bytes"] for s, e in evals.items()},
+                "eval_every_byte": not any(e.get("partial") for e in evals.values()),
                 "eval_context": cfg["model_config"]["block_size"],
                 "train_tokens_per_s": round(final["train_tokens_per_s"], 1),
                 "seed": c["seed"],
