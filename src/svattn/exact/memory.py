@@ -238,7 +238,7 @@ class SVDDMemory:
         x = self._X[slot]
         hi = self._hi
         column = self._KC[:hi, col]  # a contiguous view: fill it in place
-        np.dot(self._X[:hi], x, out=column)
+        column[:] = self._X[:hi] @ x
         if self.kernel == "rbf":
             column *= -2.0
             column += self._xn2[:hi]
@@ -617,8 +617,15 @@ class SVDDMemory:
             np.fill_diagonal(Kt, self._diag[T])
         else:  # the margin block of the cache is K_SS already
             Kt = self._KC[T, : self._nS]
-        lam = np.linalg.eigvalsh(0.5 * (Kt + Kt.T))
-        return bool(lam[0] > 1e-10 * max(lam[-1], 1e-300))
+        # positive definite with smallest eigenvalue above 1e-10 · the largest
+        # (<= trace): K_T − 1e-10·trace·I has a Cholesky factor
+        Kt = 0.5 * (Kt + Kt.T)
+        shift = 1e-10 * float(np.trace(Kt))
+        try:
+            np.linalg.cholesky(Kt - shift * np.eye(len(T)))
+        except np.linalg.LinAlgError:
+            return False
+        return True
 
     def margin_system(self) -> MarginSystem:
         """The partition, alpha, mu and the bordered inverse (for implicit gradients)."""
@@ -1146,7 +1153,9 @@ class SVDDMemory:
             rhs[0] = 1.0 - self.C * len(E)
             rhs[1:] = self._diag[S]
             if len(E):
-                rhs[1:] -= 2.0 * self.C * self._KC[np.ix_(S, self._col_of_slot[E])].sum(axis=1)
+                e = np.zeros(self._chi)
+                e[self._col_of_slot[E]] = 2.0 * self.C
+                rhs[1:] -= self._KC[S, : self._chi] @ e
             KSS = self._KC[S, :nS]
             x = self._Qinv @ rhs
             for _ in range(2):  # iterative refinement
