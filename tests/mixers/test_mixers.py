@@ -42,7 +42,10 @@ def test_state_size(name):
     sizes = [mix.state_size(t) for t in (1, 8, 100, 1000)]
     assert all(isinstance(s, int) and s > 0 for s in sizes)
     fixed = {"deltanet": 2 * 8 * 8, "linear": 2 * 8 * 9, "sliding": 2 * 8 * 16}
-    if name in fixed:
+    if name == "hybrid_sv":  # "support" policy: at most budget + chunk tokens (64 + 64)
+        bound = 2 * (64 + 64) * 16
+        assert sizes == [min(2 * t * 16, bound) for t in (1, 8, 100, 1000)]
+    elif name in fixed:
         assert sizes[-1] == sizes[-2] == fixed[name]
     else:
         assert sizes == [2 * t * 16 for t in (1, 8, 100, 1000)]
