@@ -1223,7 +1223,7 @@ class SVDDMemory:
         """Exact batch solve of the live set; rebuild caches and the inverse.
 
         Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
-        below 1e-13 of the diagonal) are solved as one token with bound ``m·C``
+        below 1e-13 of ``k(x,x) + k(y,y)``) are solved as one token with bound ``m·C``
         and the weight is spread back in id order: the first members at C,
         one remainder, the rest 0. Copies are interchangeable, so this is an
         optimum, and it keeps the margin set free of copies (Q invertible).
@@ -1239,7 +1239,9 @@ class SVDDMemory:
         np.fill_diagonal(K, diag)
         K = 0.5 * (K + K.T)
         dist = diag[:, None] + diag[None, :] - 2.0 * K
-        same = dist <= 1e-13 * max(1.0, float(diag.max()))
+        # indistinguishable at each pair's own scale (a huge exp-kernel diagonal
+        # elsewhere must not merge ordinary keys)
+        same = dist <= 1e-13 * (diag[:, None] + diag[None, :])
         group = np.full(len(live), -1)
         reps = []
         for i in range(len(live)):

@@ -1,9 +1,9 @@
-"""A tiny character-level attention model, trained for seconds, to get learned keys.
+"""Learned keys: key projections of the project's CharLM, trained here for seconds.
 
-Stand-in for the paper's CharLM while ``svattn.lm`` is not available: one
-causal softmax attention layer plus an MLP over byte embeddings, trained with
-Adam on next-byte prediction. Its layer-0 key projections of a held-out window
-are "learned keys" for the forgetting experiment.
+A one-block :class:`~svattn.lm.CharLM` (softmax mixer, d = 32) is trained with
+Adam on next-byte prediction; its block-0 key projections of held-out windows
+are the "learned keys" of the forgetting experiment. The paper used its
+3.22M-parameter CharLM; this one is far smaller (and trained far shorter).
 """
 
 from __future__ import annotations
@@ -14,45 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-from torch import nn
 
-
-class TinyCharLM(nn.Module):
-    """Byte embedding + learned positions, one attention layer, an MLP, a byte head.
-
-    Shapes: ``idx [B, T]`` (int64) -> logits ``[B, T, 256]``.
-    """
-
-    def __init__(self, d_model: int = 32, d_head: int = 16, context: int = 64) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(256, d_model)
-        self.pos = nn.Embedding(context, d_model)
-        self.ln1 = nn.LayerNorm(d_model)
-        self.q = nn.Linear(d_model, d_head, bias=False)
-        self.k = nn.Linear(d_model, d_head, bias=False)
-        self.v = nn.Linear(d_model, d_head, bias=False)
-        self.o = nn.Linear(d_head, d_model, bias=False)
-        self.ln2 = nn.LayerNorm(d_model)
-        self.mlp = nn.Sequential(nn.Linear(d_model, 4 * d_model), nn.GELU(),
-                                 nn.Linear(4 * d_model, d_model))
-        self.head = nn.Linear(d_model, 256)
-        self.context = context
-
-    def keys(self, idx: torch.Tensor) -> torch.Tensor:
-        """Layer-0 keys ``[B, T, d_head]``."""
-        t = idx.shape[1]
-        x = self.emb(idx) + self.pos(torch.arange(t))  # (B, T, D)
-        return self.k(self.ln1(x))
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        t = idx.shape[1]
-        x = self.emb(idx) + self.pos(torch.arange(t))  # (B, T, D)
-        h = self.ln1(x)
-        q, k, v = self.q(h), self.k(h), self.v(h)  # (B, T, dh)
-        att = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + self.o(att)
-        x = x + self.mlp(self.ln2(x))
-        return self.head(x)  # (B, T, 256)
+from svattn.lm import CharLM, CharLMConfig
 
 
 @dataclass(frozen=True)
@@ -70,7 +33,10 @@ def learned_keys(
     text: bytes, n_keys: int, *, steps: int = 200, seed: int = 0, context: int = 64,
     batch: int = 32,
 ) -> LearnedKeys:
-    """Train :class:`TinyCharLM` on ``text`` and return the keys of held-out windows.
+    """Train a small :class:`~svattn.lm.CharLM` on ``text``; return keys of held-out windows.
+
+    The model is the project's CharLM (one softmax block, d = 32, 2 heads,
+    learned positions); the keys are head 0's key projections in block 0.
 
     The last ``2 · ceil(n_keys / context)`` windows of ``context`` bytes are
     held out; the model trains on the rest for ``steps`` Adam steps. The keys
@@ -91,7 +57,8 @@ def learned_keys(
     n_windows = 2 * math.ceil(n_keys / context)  # spare windows: duplicates are dropped
     held = data[-n_windows * context :]
     train = data[: -n_windows * context]
-    model = TinyCharLM(context=context)
+    model = CharLM(CharLMConfig(n_layer=1, n_embd=32, n_head=2, block_size=context,
+                                pos_emb=True, mixer="softmax"))
     params = list(model.parameters())
     # plain Adam by hand: torch.optim's first step imports the compiler stack (seconds)
     m1 = [torch.zeros_like(p) for p in params]
@@ -107,7 +74,7 @@ def learned_keys(
             ix = torch.randint(0, len(train) - context - 1, (batch,), generator=gen)
             x = torch.stack([train[i : i + context] for i in ix])  # (B, T)
             y = torch.stack([train[i + 1 : i + context + 1] for i in ix])
-            loss = nn.functional.cross_entropy(model(x).reshape(-1, 256), y.reshape(-1))
+            _, loss = model(x, targets=y)
             grads = torch.autograd.grad(loss, params)
             with torch.no_grad():
                 for p, g, a, b in zip(params, grads, m1, m2, strict=True):
@@ -119,10 +86,20 @@ def learned_keys(
         torch.set_num_threads(threads)
     seconds = time.perf_counter() - start
     with torch.no_grad():
-        keys = model.keys(held.reshape(n_windows, context)).reshape(-1, model.k.out_features)
+        keys = _layer0_keys(model, held.reshape(n_windows, context))  # (B·T, d_head)
+    d_head = keys.shape[1]
     # the same byte at the same position gives the same key: keep distinct keys only
     keys = keys.double().numpy()
     _, first = np.unique(keys, axis=0, return_index=True)
     keys = keys[np.sort(first)][:n_keys]
     bpc = float(loss.detach()) / math.log(2)
-    return LearnedKeys(keys, steps, seconds, bpc, model.k.out_features)
+    return LearnedKeys(keys, steps, seconds, bpc, d_head)
+
+
+def _layer0_keys(model: CharLM, idx: torch.Tensor) -> torch.Tensor:
+    """Head-0 key projections of the first block's attention, ``[B·T, d_head]``."""
+    T = idx.shape[1]
+    x = model.wte(idx) + model.wpe(torch.arange(T))  # (B, T, D)
+    block = model.blocks[0]
+    _, k, _ = block.mix.qkv_heads(block.ln_1(x))  # (B, H, T, Dh)
+    return k[:, 0].reshape(-1, k.shape[-1])
