@@ -139,6 +139,8 @@ def batch_solve(K: np.ndarray, diag: np.ndarray, U: np.ndarray | float, *,
     """
     n = K.shape[0]
     U = np.broadcast_to(np.asarray(U, dtype=np.float64), (n,)).copy()
-    scale = max(1.0, float(diag.max()))
+    # the gap in units of a typical diagonal: one huge exp-kernel diagonal must
+    # not stop SMO before it has resolved the ordinary tokens
+    scale = max(1.0, float(np.median(diag)))
     alpha0 = smo(K, diag, U, gap_tol=1e-11 * scale, max_iter=200 * n + 1000)
     return active_set_finish(K, diag, U, alpha0, tol=tol, max_iter=10 * n + 100)
