@@ -196,7 +196,9 @@ class SVDDMemory:
 
         def pad(a: np.ndarray, fill) -> np.ndarray:
             shape = (extra,) + a.shape[1:]
-            return np.concatenate([a, np.full(shape, fill, dtype=a.dtype)])
+            out = np.concatenate([a, np.full(shape, fill, dtype=a.dtype)])
+            _scrub(a)  # the old buffer goes back to the allocator holding no data
+            return out
 
         self._X = pad(self._X, 0.0)
         self._V = pad(self._V, 0.0)
@@ -210,6 +212,7 @@ class SVDDMemory:
         self._xn2 = pad(self._xn2, 0.0)
         KC = np.zeros((cap, self._ccap), order="F")
         KC[: self._cap] = self._KC
+        _scrub(self._KC)
         self._KC = KC
         self._cap = cap
 
@@ -223,6 +226,8 @@ class SVDDMemory:
         soc[: self._ccap] = self._slot_of_col
         ac = np.zeros(ccap)
         ac[: self._ccap] = self._ac
+        for old in (self._KC, self._XC, self._ac):
+            _scrub(old)
         self._KC, self._XC, self._slot_of_col, self._ac, self._ccap = KC, XC, soc, ac, ccap
 
     def _alloc_col(self, slot: int) -> int:
@@ -1294,6 +1299,12 @@ def _check_norms(x: np.ndarray, name: str) -> None:
     if not big <= _MAX_NORM2:
         raise ValueError(f"{name} are too large: ‖x‖² reaches {big:.3g}, above {_MAX_NORM2:.0e} "
                          "(float64 kernel arithmetic would overflow); rescale the data")
+
+
+def _scrub(a: np.ndarray) -> None:
+    """Zero a buffer that is about to be dropped, so freed memory keeps no key data."""
+    if a.dtype != object:
+        a.fill(0)
 
 
 def _is_numeric(x) -> bool:
