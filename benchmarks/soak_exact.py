@@ -25,7 +25,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streams import redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
-from svattn.exact.kernels import kernel_diag, kernel_matrix  # noqa: E402
+from svattn.exact.kernels import gram_matrix  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         from svattn.exact.oracle import solve_svdd
 
         X = mem.keys
-        K = kernel_matrix(X, X, mem.kernel, mem._gamma_val)
-        np.fill_diagonal(K, kernel_diag(X, mem.kernel, mem._gamma_val))
-        K = 0.5 * (K + K.T)
+        K = gram_matrix(X, mem.kernel, mem._gamma_val)
         t1 = time.perf_counter()
         alpha_r, mu_r = solve_svdd(K, mem.C, return_mu=True)
         t_oracle = time.perf_counter() - t1

@@ -5,15 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact import SVDDMemory
-from svattn.exact.kernels import kernel_diag, kernel_matrix
+from svattn.exact.kernels import gram_matrix
 
 
 def gram(mem: SVDDMemory, keys: np.ndarray | None = None) -> np.ndarray:
     """The Gram matrix of the memory's keys (or of ``keys``) with exact diagonal."""
-    X = mem.keys if keys is None else keys
-    K = kernel_matrix(X, X, mem.kernel, mem._gamma_val)
-    np.fill_diagonal(K, kernel_diag(X, mem.kernel, mem._gamma_val))
-    return 0.5 * (K + K.T)
+    return gram_matrix(mem.keys if keys is None else keys, mem.kernel, mem._gamma_val)
 
 
 def retrain(mem: SVDDMemory) -> tuple[np.ndarray, float]:

@@ -30,7 +30,12 @@ import torch
 from torch import nn
 
 from svattn.exact.conventions import is_feasible, mu_for_empty_margin
-from svattn.exact.kernels import default_gamma, kernel_diag, kernel_matrix, log_kernel
+from svattn.exact.kernels import (
+    biased_softmax_readout,
+    decision_values,
+    default_gamma,
+    gram_matrix,
+)
 
 
 @dataclass(frozen=True)
@@ -87,19 +92,13 @@ class SVState:
     def readout(self, queries: np.ndarray) -> np.ndarray:
         """``softmax_i(log alpha_i + log k(q, x_i)) · V`` over alpha > 0: ``[m, d] -> [m, dv]``."""
         q = np.atleast_2d(np.asarray(queries, dtype=np.float64))
-        live = self.alpha > 0
-        logits = log_kernel(q, self.keys[live], self.kernel, self.gamma)  # (m, n_live)
-        logits += np.log(self.alpha[live])[None, :]
-        logits -= logits.max(axis=1, keepdims=True)
-        w = np.exp(logits)
-        w /= w.sum(axis=1, keepdims=True)
-        return w @ self.values[live]
+        return biased_softmax_readout(q, self.keys, self.values, self.alpha, self.kernel,
+                                      self.gamma)
 
     def decision_function(self, x: np.ndarray) -> np.ndarray:
         """``2 Σ alpha_i k(x, x_i) − k(x, x) + mu``; ``[m, d] -> [m]``."""
         x = np.atleast_2d(np.asarray(x, dtype=np.float64))
-        kx = kernel_matrix(x, self.keys, self.kernel, self.gamma)  # (m, n)
-        return 2.0 * (kx @ self.alpha) - kernel_diag(x, self.kernel, self.gamma) + self.mu
+        return decision_values(x, self.keys, self.alpha, self.mu, self.kernel, self.gamma)
 
 
 @dataclass(frozen=True)
@@ -142,7 +141,7 @@ def retrain_state(
     if not is_feasible(n, C):
         alpha, mu = np.full(n, 1.0 / n), 0.0
     else:
-        alpha, mu = solve_svdd(kernel_matrix(keys, keys, kernel, gamma), C, return_mu=True)
+        alpha, mu = solve_svdd(gram_matrix(keys, kernel, gamma), C, return_mu=True)
     return SVState(tuple(int(i) for i in ids), keys, np.asarray(values, dtype=np.float64),
                    np.asarray(alpha, dtype=np.float64), float(mu), float(C), kernel, float(gamma))
 
@@ -222,8 +221,8 @@ def coefficient_decay(memory, token_id: int, factor: float) -> SVState:
     alpha /= alpha.sum()
     keys, values = state.keys[rows], state.values[rows]
     ids = tuple(state.ids[i] for i in rows)
-    kdiag = kernel_diag(keys, state.kernel, state.gamma)
-    grad = 2.0 * (kernel_matrix(keys, keys, state.kernel, state.gamma) @ alpha) - kdiag
+    K = gram_matrix(keys, state.kernel, state.gamma)
+    grad = 2.0 * (K @ alpha) - np.diag(K)
     surviving = margin[rows] & (np.asarray(ids) != token_id)
     if surviving.any():
         mu = float(np.mean(-grad[surviving]))

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from svattn.exact.kernels import biased_softmax_readout, kernel_diag, kernel_matrix
+from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
 
 if TYPE_CHECKING:  # pragma: no cover
     from svattn.exact.memory import SVDDMemory
@@ -248,10 +248,7 @@ def verify_deletion(
 
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = certificate.gamma
-    K = kernel_matrix(keys, keys, memory.kernel, gamma)
-    diag = kernel_diag(keys, memory.kernel, gamma)
-    np.fill_diagonal(K, diag)
-    K = 0.5 * (K + K.T)
+    K = gram_matrix(keys, memory.kernel, gamma)
     alpha_r, mu_r = solve_svdd(K, memory.C, return_mu=True)
     ids = memory.ids
     part_r = oracle_partition(alpha_r, memory.C)
@@ -267,9 +264,8 @@ def verify_deletion(
         around = keys[rng.integers(0, len(keys), 64)] + noise
         probes = np.concatenate([keys, around])
     probes = np.asarray(probes, dtype=np.float64)
-    Kp = kernel_matrix(probes, keys, memory.kernel, gamma)
-    dec_r = 2.0 * (Kp @ alpha_r) - kernel_diag(probes, memory.kernel, gamma) + mu_r
-    scale = max(1.0, float(diag.max()))
+    dec_r = decision_values(probes, keys, alpha_r, mu_r, memory.kernel, gamma)
+    scale = max(1.0, float(np.diag(K).max()))
     decision_dev = float(np.max(np.abs(memory.decision_function(probes) - dec_r))) / scale
     read_r = biased_softmax_readout(probes, keys, values, alpha_r, memory.kernel, gamma)
     readout_dev = float(np.max(np.abs(memory.readout(probes) - read_r)))

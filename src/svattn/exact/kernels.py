@@ -130,3 +130,47 @@ def biased_softmax_readout(
     w = np.exp(logits, out=logits)
     w /= w.sum(axis=1, keepdims=True)
     return w @ values[keep]
+
+
+def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+    """Symmetric Gram matrix of the rows of ``x`` with the exact diagonal ``k(x, x)``.
+
+    The product form of :func:`kernel_matrix` leaves ~1e-16 on the rbf diagonal
+    and in ``K − K^T``; every from-scratch solve (re-solves, the oracle's
+    callers, verification) uses this form instead.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> K = gram_matrix(np.array([[0.0], [1.0]]), "rbf", 1.0)
+    >>> bool(np.all(np.diag(K) == 1.0)), bool(np.all(K == K.T))
+    (True, True)
+    """
+    K = kernel_matrix(x, x, kernel, gamma)
+    np.fill_diagonal(K, kernel_diag(x, kernel, gamma))
+    K += K.T
+    K *= 0.5
+    return K
+
+
+def decision_values(
+    queries: np.ndarray,
+    keys: np.ndarray,
+    alpha: np.ndarray,
+    mu: float,
+    kernel: str,
+    gamma: float,
+) -> np.ndarray:
+    """``R² − ‖phi(q) − a‖² = 2 sum_i alpha_i k(q, x_i) − k(q, q) + mu`` per query row.
+
+    Positive inside the description (scikit-learn's sign convention).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> decision_values(np.zeros((1, 1)), np.zeros((1, 1)), np.ones(1), -1.0, "rbf", 1.0)
+    array([0.])
+    """
+    keep = alpha > 0
+    Kq = kernel_matrix(queries, keys[keep], kernel, gamma)
+    return 2.0 * (Kq @ alpha[keep]) - kernel_diag(queries, kernel, gamma) + mu

@@ -40,7 +40,9 @@ from svattn.exact.kernels import (
     KernelOverflowError,
     biased_softmax_readout,
     check_kernel,
+    decision_values,
     default_gamma,
+    gram_matrix,
     kernel_diag,
     kernel_matrix,
 )
@@ -368,10 +370,11 @@ class SVDDMemory:
 
     def _check_exp_overflow(self, k: np.ndarray) -> None:
         gamma = self.gamma if self.gamma is not None else default_gamma("exp", k.shape[1])
-        live = self._live_slots() if self._dim is not None else np.zeros(0, dtype=np.int64)
-        top = max(float(np.einsum("ij,ij->i", k, k).max()), self._X_norm2_max(live))
+        stored = float(self._xn2[: self._hi].max(initial=0.0))  # free slots hold 0
+        top = max(float(np.einsum("ij,ij->i", k, k).max()), stored)
         if gamma * top < _LOG_MAX:
             return  # Cauchy–Schwarz: no product x·y can overflow
+        live = self._live_slots() if self._dim is not None else np.zeros(0, dtype=np.int64)
         others = np.concatenate([k, self._X[live]]) if len(live) else k
         logk = gamma * (k @ others.T)
         if float(logk.max()) >= _LOG_MAX:
@@ -379,12 +382,6 @@ class SVDDMemory:
                 f"exp kernel overflows float64 for this key: gamma·x·y reaches "
                 f"{float(logk.max()):.4g} (limit {_LOG_MAX:.1f}); scale the keys or lower gamma"
             )
-
-    def _X_norm2_max(self, live: np.ndarray) -> float:
-        if len(live) == 0:
-            return 0.0
-        X = self._X[live]
-        return float(np.einsum("ij,ij->i", X, X).max())
 
     # ------------------------------------------------------------------ public
     def add(self, key, value=None) -> int:
@@ -590,9 +587,8 @@ class SVDDMemory:
         """
         q, single = self._check_queries(x)
         slots = self._support_slots()
-        Kq = kernel_matrix(q, self._X[slots], self.kernel, self._gamma_val)
-        out = 2.0 * (Kq @ self._alpha[slots]) - kernel_diag(q, self.kernel, self._gamma_val)
-        out += self._mu
+        out = decision_values(q, self._X[slots], self._alpha[slots], self._mu, self.kernel,
+                              self._gamma_val)
         return out[0] if single else out
 
     def kkt_residual(self) -> float:
@@ -618,8 +614,7 @@ class SVDDMemory:
         if len(T) <= 1:
             return True
         if len(tied):
-            Kt = kernel_matrix(self._X[T], self._X[T], self.kernel, self._gamma_val)
-            np.fill_diagonal(Kt, self._diag[T])
+            Kt = gram_matrix(self._X[T], self.kernel, self._gamma_val)
         else:  # the margin block of the cache is K_SS already
             Kt = self._KC[T, : self._nS]
         # positive definite with smallest eigenvalue above 1e-10 · the largest
@@ -830,14 +825,11 @@ class SVDDMemory:
 
     def _add_one(self, x: np.ndarray, v: np.ndarray | None, diag: float, *,
                  row: np.ndarray | None = None, g_c: float | None = None) -> int:
-        if self._n + 1 > self.warmup_n:
-            if row is None:
-                rows, g = self._score_rows(x[None, :], np.array([diag]))
-                row, g_c = rows[0], float(g[0])
+        """Add a token in warm-up (no ``row``), or one that :meth:`_add_rows` scored
+        outside the description (``row``, ``g_c`` < 0): the solver drives it in."""
+        if row is not None:
             tid = self._store(x[None, :], None if v is None else v[None, :], np.array([diag]),
                               row[None, :], np.array([g_c]))[0]
-            if g_c >= -1e-13 * self._scale:
-                return tid  # inside the description: joins the reserve set, nothing moves
             slot = self._id_to_slot[tid]
             self._state[slot] = DRIVEN
             self._alloc_col(slot)
@@ -1238,11 +1230,8 @@ class SVDDMemory:
         live = self._ordered_slots()
         for s in live:
             self._free_col(int(s))
-        X = self._X[live]
-        K = kernel_matrix(X, X, self.kernel, self._gamma_val)
+        K = gram_matrix(self._X[live], self.kernel, self._gamma_val)
         diag = self._diag[live]
-        np.fill_diagonal(K, diag)
-        K = 0.5 * (K + K.T)
         dist = diag[:, None] + diag[None, :] - 2.0 * K
         # indistinguishable at each pair's own scale (a huge exp-kernel diagonal
         # elsewhere must not merge ordinary keys)
