@@ -37,7 +37,7 @@ import torch
 
 from svattn.nn._common import Partition, gather_rows, log_kernel, log_kernel_diag
 
-__all__ = ["BatchedInfo", "solve_batched", "fista", "lambda_max", "RIDGE_STEPS"]
+__all__ = ["BatchedInfo", "solve_batched", "fista", "lambda_max", "rows", "RIDGE_STEPS"]
 
 # Iterated-ridge refinement steps of the margin solve (see ``_margin_solve``).
 RIDGE_STEPS = 1
@@ -54,31 +54,46 @@ class BatchedInfo:
 
 
 def matvec(K: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """``K @ y`` for K (P, n, n), y (P, n) → (P, n).
+    """``K @ y`` for symmetric K (P, n, n), y (P, n) → (P, n).
 
-    On CPU one ``torch.mv`` per problem: batched matrix-vector products through
-    ``bmm`` are ~3x slower there (memory-bound, no batched gemv).
+    Computed as the row-vector product ``y^T K``: on CPU that batched GEMM streams
+    K row by row and runs 1.5–2.7x faster than ``K @ y`` (through ``bmm`` or one
+    ``torch.mv`` per problem), which is memory-bound gemv.
     """
-    if K.device.type == "cpu":
-        return torch.stack([torch.mv(Ki, yi) for Ki, yi in zip(K, y, strict=True)])
-    return torch.bmm(K, y.unsqueeze(-1)).squeeze(-1)
+    return torch.bmm(y.unsqueeze(1), K).squeeze(1)
 
 
-def lambda_max(K: torch.Tensor, n_iter: int = 4) -> torch.Tensor:
+def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``K[p, idx[p]]`` of each problem, (P, n, n) and (P, s) → (P, s, n).
+
+    One contiguous row copy each (``index_select`` on the flattened matrices),
+    several times faster than ``gather`` with an expanded index on CPU.
+    """
+    P, n, _ = K.shape
+    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
+    return K.reshape(P * n, n).index_select(0, flat).view(P, idx.shape[-1], n)
+
+
+def lambda_max(K: torch.Tensor, n_iter: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
     """Largest eigenvalue of each PSD matrix of ``K`` (P, n, n) by power iteration.
 
     Starts from the all-ones vector (the Perron vector of a positive kernel
     matrix is positive, so a few steps suffice: the Rayleigh quotient is within
     a few % after 4); returns it inflated by 5% and capped by the max row sum
-    (an upper bound, as both kernels are positive entrywise).
+    (an upper bound, as both kernels are positive entrywise), and the row sums
+    ``K 1`` themselves (the first step), which FISTA's first gradient reuses.
     """
     x = torch.ones(K.shape[:-1], dtype=K.dtype, device=K.device)
     lam = x.new_zeros(K.shape[0])
+    rowsum = None
     for _ in range(n_iter):
         y = matvec(K, x)
+        if rowsum is None:
+            rowsum = y
         lam = (x * y).sum(-1) / (x * x).sum(-1).clamp_min(1e-300)
         x = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    return torch.minimum(1.05 * lam, K.sum(-1).amax(-1)).clamp_min(1e-12)
+    assert rowsum is not None, "n_iter must be >= 1"
+    return torch.minimum(1.05 * lam, rowsum.amax(-1)).clamp_min(1e-12), rowsum
 
 
 def _sets(a: torch.Tensor, C: float, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -124,14 +139,18 @@ def fista(
     with torch.no_grad():
         n = valid.sum(-1, keepdim=True).to(K.dtype)
         a = valid.to(K.dtype) / n if a0 is None else a0
-        step = 1.0 / (2.0 * lambda_max(K)).unsqueeze(-1)  # (P, 1)
+        lam, rowsum = lambda_max(K)
+        step = 1.0 / (2.0 * lam).unsqueeze(-1)  # (P, 1)
+        # From the uniform start, K y = (K 1)/n: the power iteration's first product.
+        Ky = rowsum / n if a0 is None else None
         y = a
         t = torch.ones_like(step)
         tau = None
         sets = _sets(a, C, valid)
         it = 0
         for it in range(1, max_iter + 1):
-            grad = 2.0 * matvec(K, y) - d  # (P, n)
+            grad = 2.0 * (matvec(K, y) if Ky is None else Ky) - d  # (P, n)
+            Ky = None
             a_new, tau = project_capped_simplex(y - step * grad, C, valid, tau)
             restart = ((y - a_new) * (a_new - a)).sum(-1, keepdim=True) > 0
             t_new = 0.5 * (1.0 + torch.sqrt(1.0 + 4.0 * t * t))
@@ -199,8 +218,14 @@ def _margin_solve(
 
 
 def _kkt(K, d, alpha, mu, S, E):
-    """g = 2 K alpha − d + mu (mu for an empty margin set: the largest feasible one)."""
-    g0 = 2.0 * matvec(K, alpha) - d  # (P, n)
+    """g = 2 K alpha − d + mu (mu for an empty margin set: the largest feasible one).
+
+    ``K alpha`` reads only the rows of the kept tokens (alpha is zero elsewhere).
+    """
+    idx, sval = gather_rows(S | E)
+    a_kept = torch.where(sval, alpha.gather(-1, idx), 0.0)
+    Ka = torch.bmm(a_kept.unsqueeze(1), rows(K, idx)).squeeze(1)
+    g0 = 2.0 * Ka - d  # (P, n)
     big = torch.finfo(K.dtype).max
     mu_empty = torch.where(E, -g0, big).amin(-1)
     mu = torch.where(S.any(-1), mu, mu_empty)
@@ -236,17 +261,21 @@ def solve_batched(
         kd = kf.detach()
         ldiag = log_kernel_diag(kd, kernel, gamma)  # (P, n)
         shift = torch.where(vf, ldiag, -torch.finfo(k.dtype).max).amax(-1)  # (P,)
-        # K = exp(log k − shift) in place, fused: rbf log k = 2γ x·y − γ‖x‖² − γ‖y‖²
-        # (no clip at 0: a rounding-level excess over 1 on the diagonal is harmless here).
+        # K = exp(log k − shift) from one bmm of augmented keys:
+        # [s·x_i, h_i, 1] · [s·x_j, 1, h_j] = s² x_i·x_j + h_i + h_j, with
+        # rbf: s² = 2γ, h = −γ‖x‖² − shift/2; exp: s² = γ, h = −shift/2.
+        # An absent key gets x = 0 and h = −3e4, so its row and column are exactly 0
+        # after exp (no separate mask pass). No clip at 0: a rounding-level excess
+        # over 1 on the diagonal is harmless here.
+        scale2 = 2.0 * gamma if kernel == "rbf" else gamma
+        h = -0.5 * shift.unsqueeze(-1).expand(P, n)
         if kernel == "rbf":
-            half = -gamma * (kd * kd).sum(-1) - 0.5 * shift.unsqueeze(-1)  # (P, n)
-            bias = half.unsqueeze(-1) + half.unsqueeze(-2)  # (P, n, n)
-            K = torch.baddbmm(bias, kd, kd.transpose(1, 2), alpha=2.0 * gamma).exp_()
-        else:
-            bias = (-shift).view(P, 1, 1).expand(P, n, n)
-            K = torch.baddbmm(bias, kd, kd.transpose(1, 2), alpha=gamma).exp_()
-        if not bool(vf.all()):
-            K.mul_((vf.unsqueeze(-1) & vf.unsqueeze(-2)).to(K.dtype))
+            h = h - gamma * (kd * kd).sum(-1)
+        h = torch.where(vf, h, -3e4).unsqueeze(-1)  # (P, n, 1)
+        xs = torch.where(vf.unsqueeze(-1), kd * scale2**0.5, 0.0)
+        one = torch.ones_like(h)
+        K = torch.bmm(torch.cat([xs, h, one], -1), torch.cat([xs, one, h], -1).transpose(1, 2))
+        K.exp_()
         d = torch.where(vf, (ldiag - shift[:, None]).exp(), 0.0)
         # FISTA, then active-set repair; when the repair does not settle (a poor
         # start on an ill-conditioned K, where it can cycle), resume FISTA from its
@@ -260,8 +289,7 @@ def solve_batched(
             for _ in range(refine):
                 rounds += 1
                 idx, sval = gather_rows(S)
-                s = idx.shape[-1]
-                Krow = K.gather(1, idx.unsqueeze(-1).expand(P, s, n))
+                Krow = rows(K, idx)
                 alpha, mu = _margin_solve(
                     Krow, d.gather(-1, idx), idx, sval, E, C, ridge, ridge_steps
                 )
