@@ -9,13 +9,16 @@ For each T, both run on the same ``[B, H, T, D]`` tensors in one process:
 Prints tokens/s (B·T per forward+backward) and the slowdown ratio, on CPU and on
 CUDA when present. ``--profile`` adds a torch profiler table for the SV op.
 
-Run: ``.venv/bin/python benchmarks/bench_layers.py [--T 256 1024] [--profile]``
+Run: ``.venv/bin/python benchmarks/bench_layers.py [--T 256 1024] [--profile]
+[--json results/bench_layers.json]``
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -55,7 +58,9 @@ def _time(fn, device: torch.device, reps: int) -> float:
     return best
 
 
-def bench(device: torch.device, B: int, H: int, T: int, D: int, C: float, reps: int) -> None:
+def bench(
+    device: torch.device, B: int, H: int, T: int, D: int, C: float, reps: int
+) -> list[dict]:
     g = torch.Generator(device="cpu").manual_seed(0)
 
     def leaf(*shape):
@@ -79,13 +84,20 @@ def bench(device: torch.device, B: int, H: int, T: int, D: int, C: float, reps: 
     def sm_lay():
         sm_layer(x).sum().backward()
 
+    rows = []
     for name, sv_fn, sm_fn in (("op", sv_op, sdpa_op), ("layer", sv_lay, sm_lay)):
         t_sv, t_sm = _time(sv_fn, device, reps), _time(sm_fn, device, reps)
         print(
             f"{device.type:5} {name:5} T={T:5d}  SV {B * T / t_sv:10.0f} tok/s  "
             f"softmax {B * T / t_sm:10.0f} tok/s  ratio {t_sv / t_sm:6.2f}x"
         )
+        rows.append({
+            "device": device.type, "what": name, "B": B, "H": H, "T": T, "D": D, "C": C,
+            "threads": torch.get_num_threads(), "sv_tok_s": B * T / t_sv,
+            "softmax_tok_s": B * T / t_sm, "slowdown": t_sv / t_sm,
+        })  # fmt: skip
     print(f"{'':11} state_size (max kept tokens per head) = {sv_layer.state_size()}")
+    return rows
 
 
 def profile(device: torch.device, B: int, H: int, T: int, D: int, C: float) -> None:
@@ -109,14 +121,19 @@ def main() -> None:
     ap.add_argument("--C", type=float, default=0.05)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--json", type=Path, help="also write the rows to this file")
     args = ap.parse_args()
+    rows = []
     devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
     print(f"B={args.B} H={args.H} D={args.D} C={args.C} threads={torch.get_num_threads()}")
     for device in devices:
         for T in args.T:
-            bench(device, args.B, args.H, T, args.D, args.C, args.reps)
+            rows += bench(device, args.B, args.H, T, args.D, args.C, args.reps)
         if args.profile:
             profile(device, args.B, args.H, max(args.T), args.D, args.C)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=2))
 
 
 if __name__ == "__main__":
