@@ -69,3 +69,39 @@ def test_variable_sizes_batch_together():
     for h, n in enumerate(lengths.tolist()):
         ref = sv_attention(q[:, h : h + 1], k[:, h : h + 1, :n], v[:, h : h + 1, :n], C=0.1)
         torch.testing.assert_close(out[:, h : h + 1], ref, rtol=0, atol=1e-12)
+
+
+# ---- the solver's fast kernels against plain references
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_scaled_kernel_matrix_matches_log_kernel(kernel, dtype):
+    from svattn.nn._common import log_kernel
+    from svattn.nn.batched import scaled_kernel_matrix
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(3, 40, 6, generator=g, dtype=dtype)
+    valid = torch.rand(3, 40, generator=g) < 0.7
+    gamma = 0.3
+    shift = torch.tensor([0.0, 1.5, -2.0], dtype=dtype)
+    K = scaled_kernel_matrix(x, valid, shift, kernel, gamma)
+    ref = (log_kernel(x, x, kernel, gamma) - shift[:, None, None]).exp()
+    ref = torch.where(valid.unsqueeze(-1) & valid.unsqueeze(-2), ref, 0.0)
+    tol = 1e-5 if dtype == torch.float32 else 1e-12
+    torch.testing.assert_close(K, ref, rtol=tol, atol=tol * float(ref.abs().max()))
+    # absent keys: rows and columns exactly zero
+    assert bool((K[~valid] == 0).all()) and bool((K.transpose(1, 2)[~valid] == 0).all())
+
+
+def test_matvec_and_rows_match_dense():
+    from svattn.nn.batched import matvec, rows
+
+    g = torch.Generator().manual_seed(4)
+    A = torch.randn(5, 30, 30, generator=g, dtype=torch.float64)
+    K = A @ A.transpose(1, 2)  # symmetric, as every kernel matrix
+    y = torch.randn(5, 30, generator=g, dtype=torch.float64)
+    torch.testing.assert_close(matvec(K, y), (K @ y.unsqueeze(-1)).squeeze(-1))
+    idx = torch.stack([torch.randperm(30, generator=g)[:7] for _ in range(5)])
+    ref = torch.stack([K[p, idx[p]] for p in range(5)])
+    assert torch.equal(rows(K, idx), ref)

@@ -37,7 +37,16 @@ import torch
 
 from svattn.nn._common import Partition, gather_rows, log_kernel, log_kernel_diag
 
-__all__ = ["BatchedInfo", "solve_batched", "fista", "lambda_max", "rows", "RIDGE_STEPS"]
+__all__ = [
+    "BatchedInfo",
+    "solve_batched",
+    "fista",
+    "lambda_max",
+    "matvec",
+    "rows",
+    "scaled_kernel_matrix",
+    "RIDGE_STEPS",
+]
 
 # Iterated-ridge refinement steps of the margin solve (see ``_margin_solve``).
 RIDGE_STEPS = 1
@@ -94,6 +103,31 @@ def lambda_max(K: torch.Tensor, n_iter: int = 4) -> tuple[torch.Tensor, torch.Te
         x = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-300)
     assert rowsum is not None, "n_iter must be >= 1"
     return torch.minimum(1.05 * lam, rowsum.amax(-1)).clamp_min(1e-12), rowsum
+
+
+def scaled_kernel_matrix(
+    x: torch.Tensor, valid: torch.Tensor, shift: torch.Tensor, kernel: str, gamma: float
+) -> torch.Tensor:
+    """``exp(log k(x_i, x_j) − shift)`` per problem, zero on absent keys (no grad).
+
+    x (P, n, D), valid (P, n), shift (P,) → (P, n, n). One bmm of augmented keys:
+    ``[s·x_i, h_i, 1] · [s·x_j, 1, h_j] = s² x_i·x_j + h_i + h_j`` with, for rbf,
+    ``s² = 2γ, h = −γ‖x‖² − shift/2`` and, for exp, ``s² = γ, h = −shift/2``. An
+    absent key gets ``x = 0, h = −3e4``, so its row and column are exactly 0 after
+    exp (no separate mask pass, no n×n bias tensor). rbf is not clipped at 0: a
+    rounding-level excess over 1 on the diagonal is harmless to the solver.
+    :func:`svattn.nn._common.log_kernel` is the plain reference.
+    """
+    P, n, _ = x.shape
+    scale2 = 2.0 * gamma if kernel == "rbf" else gamma
+    h = -0.5 * shift.unsqueeze(-1).expand(P, n)
+    if kernel == "rbf":
+        h = h - gamma * (x * x).sum(-1)
+    h = torch.where(valid, h, -3e4).unsqueeze(-1)  # (P, n, 1)
+    xs = torch.where(valid.unsqueeze(-1), x * scale2**0.5, 0.0)
+    one = torch.ones_like(h)
+    K = torch.bmm(torch.cat([xs, h, one], -1), torch.cat([xs, one, h], -1).transpose(1, 2))
+    return K.exp_()
 
 
 def _sets(a: torch.Tensor, C: float, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -261,21 +295,7 @@ def solve_batched(
         kd = kf.detach()
         ldiag = log_kernel_diag(kd, kernel, gamma)  # (P, n)
         shift = torch.where(vf, ldiag, -torch.finfo(k.dtype).max).amax(-1)  # (P,)
-        # K = exp(log k − shift) from one bmm of augmented keys:
-        # [s·x_i, h_i, 1] · [s·x_j, 1, h_j] = s² x_i·x_j + h_i + h_j, with
-        # rbf: s² = 2γ, h = −γ‖x‖² − shift/2; exp: s² = γ, h = −shift/2.
-        # An absent key gets x = 0 and h = −3e4, so its row and column are exactly 0
-        # after exp (no separate mask pass). No clip at 0: a rounding-level excess
-        # over 1 on the diagonal is harmless here.
-        scale2 = 2.0 * gamma if kernel == "rbf" else gamma
-        h = -0.5 * shift.unsqueeze(-1).expand(P, n)
-        if kernel == "rbf":
-            h = h - gamma * (kd * kd).sum(-1)
-        h = torch.where(vf, h, -3e4).unsqueeze(-1)  # (P, n, 1)
-        xs = torch.where(vf.unsqueeze(-1), kd * scale2**0.5, 0.0)
-        one = torch.ones_like(h)
-        K = torch.bmm(torch.cat([xs, h, one], -1), torch.cat([xs, one, h], -1).transpose(1, 2))
-        K.exp_()
+        K = scaled_kernel_matrix(kd, vf, shift, kernel, gamma)
         d = torch.where(vf, (ldiag - shift[:, None]).exp(), 0.0)
         # FISTA, then active-set repair; when the repair does not settle (a poor
         # start on an ill-conditioned K, where it can cycle), resume FISTA from its
