@@ -1,0 +1,82 @@
+"""Learning curves of ``svattn train`` runs, side by side, as one PNG.
+
+Reads each run's ``log.jsonl`` and draws the training loss in bits per byte
+(a moving average over ``--smooth`` logged steps) and the validation BPC
+estimates against tokens seen; full-split evaluations are filled markers,
+partial ones (``eval_every`` estimates) hollow.
+
+    python scripts/plot_lm_runs.py runs/long3500_hybrid_sv runs/long3500_sliding \\
+        --out results/lm_curves.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict]]:
+    """The run's mixer and its training and validation records."""
+    recs = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line]
+    cfg = next((r["config"] for r in recs if r.get("kind") == "config"), {})
+    train = [r for r in recs if r.get("kind") == "train"]
+    val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
+    return str(cfg.get("mixer", run_dir.name)), train, val
+
+
+def smooth(xs: list[float], k: int) -> list[float]:
+    """Trailing moving average over ``k`` values."""
+    out, acc = [], 0.0
+    for i, x in enumerate(xs):
+        acc += x
+        if i >= k:
+            acc -= xs[i - k]
+        out.append(acc / min(i + 1, k))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("runs", type=Path, nargs="+", help="run directories (with log.jsonl)")
+    p.add_argument("--out", type=Path, default=Path("results/lm_curves.png"))
+    p.add_argument("--smooth", type=int, default=20, help="moving-average window (log records)")
+    args = p.parse_args(argv)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    tokens_per_step = 1
+    for i, run in enumerate(args.runs):
+        mixer, train, val = read_log(run)
+        color = f"C{i}"
+        if train:
+            tokens_per_step = train[-1]["tokens_seen"] / max(train[-1]["step"], 1)
+            x = [r["tokens_seen"] / 1e6 for r in train]
+            y = smooth([r["loss"] / math.log(2) for r in train], args.smooth)
+            ax.plot(x, y, color=color, lw=1.2, label=f"{mixer} train (smoothed)")
+        for r in val:
+            full = not r.get("partial", True)
+            ax.plot(r["step"] * tokens_per_step / 1e6, r["bpc"], "o", color=color,
+                    mfc=color if full else "none",
+                    label=f"{mixer} val {'(full split)' if full else '(estimate)'}")
+    ax.axhline(2.178, color="grey", ls="--", lw=1, label="paper: hybrid 2.178 BPC")
+    handles, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, handles, strict=True))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=8)
+    ax.set_xlabel("tokens seen (millions)")
+    ax.set_ylabel("bits per byte")
+    ax.set_title("CharLM on the enwik8 prefix")
+    ax.grid(alpha=0.3)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
