@@ -81,3 +81,31 @@ def test_config_round_trip():
     cfg = TrainConfig(mixer="sliding", steps=7, betas=(0.8, 0.9))
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.model_config().mixer_options == {"window": 64 + 64}  # matched: budget + L
+
+
+def test_resume_with_dropout_equals_unbroken_run(tmp_path):
+    # dropout draws from the RNG, which the checkpoint restores
+    kw = dict(steps=8, warmup=2, ckpt_every=0,
+              model_overrides={"block_size": 32, "dropout": 0.2})  # fmt: skip
+    train(tiny_config(tmp_path / "a", **kw))
+    train(tiny_config(tmp_path / "b", **kw), stop_after=3)
+    train(tiny_config(tmp_path / "b", **kw), resume=True)
+    a, b = _params(tmp_path / "a" / "ckpt.pt"), _params(tmp_path / "b" / "ckpt.pt")
+    for k in a:
+        torch.testing.assert_close(a[k], b[k], rtol=0, atol=0, msg=k)
+
+
+def test_dropout_only_in_training():
+    from svattn.lm import CharLM
+    from svattn.lm.model import CharLMConfig
+
+    torch.manual_seed(0)
+    model = CharLM(CharLMConfig(n_layer=2, n_embd=32, n_head=2, block_size=16, dropout=0.3))
+    idx = torch.randint(0, 256, (2, 16))
+    model.train()
+    assert not torch.equal(model(idx)[0], model(idx)[0])
+    model.eval()
+    torch.testing.assert_close(model(idx)[0], model(idx)[0], rtol=0, atol=0)
+    for bad in (-0.1, 1.0, True, "0.1"):
+        with pytest.raises(ValueError, match="dropout"):
+            CharLMConfig(dropout=bad)

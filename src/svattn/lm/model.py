@@ -47,6 +47,7 @@ class CharLMConfig:
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio · n_embd
     bias: bool = True  # biases in the Linear layers (LayerNorms have none)
     pos_emb: bool = False  # learned absolute positions (False: none, "NoPE")
+    dropout: float = 0.0  # on the embedding and each residual branch, in training only
     mixer: str = "softmax"  # a key of svattn.mixers.MIXERS
     mixer_options: dict = field(default_factory=dict)  # e.g. {"window": 128}
 
@@ -55,6 +56,12 @@ class CharLMConfig:
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ValueError(f"CharLMConfig.{name} must be an int >= 1, got {val!r}")
+        if isinstance(self.dropout, bool) or not (
+            isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0
+        ):
+            raise ValueError(
+                f"CharLMConfig.dropout must be a number in [0, 1), got {self.dropout!r}"
+            )
         if self.n_embd % self.n_head:
             raise ValueError(
                 f"CharLMConfig.n_embd ({self.n_embd}) must be divisible by n_head ({self.n_head})"
@@ -110,10 +117,11 @@ class Block(nn.Module):
         self.mix = build_mixer(cfg)
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=False)
         self.mlp = MLP(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x + self.mix(self.ln_1(x))  # (B, T, D)
-        return x + self.mlp(self.ln_2(x))
+        x = x + self.drop(self.mix(self.ln_1(x)))  # (B, T, D)
+        return x + self.drop(self.mlp(self.ln_2(x)))
 
 
 class CharLM(nn.Module):
@@ -143,6 +151,7 @@ class CharLM(nn.Module):
         self.cfg = cfg
         self.wte = nn.Embedding(cfg.vocab_size, cfg.n_embd)
         self.wpe = nn.Embedding(cfg.block_size, cfg.n_embd) if cfg.pos_emb else None
+        self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layer))
         self.ln_f = nn.LayerNorm(cfg.n_embd, bias=False)
         self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
@@ -180,6 +189,7 @@ class CharLM(nn.Module):
         x = self.wte(idx)  # (B, T, D)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(T, device=idx.device))
+        x = self.drop(x)
         for block in self.blocks:
             x = block(x)
         logits = self.lm_head(self.ln_f(x))  # (B, T, V)
