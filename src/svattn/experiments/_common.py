@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from svattn.memory import MEMORIES
+
 # Verdict words used in every table (the README explains them).
 REPRODUCED = "reproduced"
 PARTLY = "partly reproduced"
@@ -228,3 +230,43 @@ def finite_or_none(x: float) -> float | None:
     """``float(x)`` when finite, else None (for optional metrics)."""
     x = float(x)
     return x if math.isfinite(x) else None
+
+
+def matched_budget_positions(
+    keys: np.ndarray,
+    values: np.ndarray,
+    C: float,
+    methods: Sequence[str],
+    seed: int,
+    options: dict[str, dict] | None = None,
+) -> tuple[dict[str, np.ndarray], int]:
+    """Stream the rows into the SV memory, then into every other method at its size.
+
+    The SV memory's final state size is everyone's budget (the matched-state
+    comparison of the selection experiments). ``"sv"`` always runs; ``"random"``
+    keeps a uniform random subset of the budget's size (``default_rng(seed)``);
+    other names are memories of :data:`svattn.memory.MEMORIES`, built with
+    ``options.get(name, {})`` as extra arguments.
+
+    Returns
+    -------
+    (dict of str to ndarray, int)
+        Stream positions kept per method, and the matched budget.
+    """
+    d, dv = keys.shape[1], values.shape[1]
+    sv = MEMORIES["sv"](dim=d, value_dim=dv, budget=None, C=C)
+    for t in range(len(keys)):
+        sv.write(keys[t], values[t])
+    budget = sv.state_size()
+    kept = {"sv": sv.kept_positions()}
+    for name in methods:
+        if name == "sv":
+            continue
+        if name == "random":
+            kept[name] = np.random.default_rng(seed).choice(len(keys), size=budget, replace=False)
+            continue
+        mem = MEMORIES[name](dim=d, value_dim=dv, budget=budget, **(options or {}).get(name, {}))
+        for t in range(len(keys)):
+            mem.write(keys[t], values[t])
+        kept[name] = mem.kept_positions()
+    return kept, budget

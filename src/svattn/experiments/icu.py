@@ -27,11 +27,11 @@ from svattn.experiments._common import (
     ExperimentResult,
     bootstrap_ci,
     markdown_table,
+    matched_budget_positions,
     progress,
     pyplot,
     save_figure,
 )
-from svattn.memory import MEMORIES
 
 NAME = "icu"
 TITLE = "ICU vital-sign streams: critical hours kept at a matched budget"
@@ -89,23 +89,8 @@ def critical_hours_kept(
     if not (keys.shape[0] == values.shape[0] == critical.shape[0]):
         raise ValueError(f"keys, values and critical need one row per hour, got "
                          f"{keys.shape[0]}, {values.shape[0]}, {critical.shape[0]}")
-    d, dv = keys.shape[1], values.shape[1]
-    sv = MEMORIES["sv"](dim=d, value_dim=dv, budget=None, C=C)
-    for t in range(len(keys)):
-        sv.write(keys[t], values[t])
-    budget = sv.state_size()
-    kept = {"sv": int(critical[sv.kept_positions()].sum())}
-    for name in methods:
-        if name == "sv":
-            continue
-        if name == "random":
-            pos = np.random.default_rng(seed).choice(len(keys), size=budget, replace=False)
-            kept[name] = int(critical[pos].sum())
-            continue
-        mem = MEMORIES[name](dim=d, value_dim=dv, budget=budget)
-        for t in range(len(keys)):
-            mem.write(keys[t], values[t])
-        kept[name] = int(critical[mem.kept_positions()].sum())
+    pos, budget = matched_budget_positions(keys, values, C, methods, seed)
+    kept = {name: int(critical[p].sum()) for name, p in pos.items()}
     return kept, budget
 
 

@@ -27,11 +27,11 @@ from svattn.experiments._common import (
     ci_dict,
     fmt_ci,
     markdown_table,
+    matched_budget_positions,
     progress,
     pyplot,
     save_figure,
 )
-from svattn.memory import MEMORIES
 
 NAME = "rare-recall"
 TITLE = "Rare-item recall under skewed redundancy, matched budget"
@@ -129,25 +129,11 @@ def rare_recall_trial(
     >>> sorted(kept), budget >= 10
     (['sliding', 'sv'], True)
     """
-    d, dv = stream.keys.shape[1], stream.values.shape[1]
-    sv = MEMORIES["sv"](dim=d, value_dim=dv, budget=None, C=C)
-    for t in range(len(stream.keys)):
-        sv.write(stream.keys[t], stream.values[t])
-    budget = sv.state_size()
-    kept = {"sv": rare_kept(stream, sv.kept_positions())}
-    for name in methods:
-        if name == "sv":
-            continue
-        if name == "random":
-            rng = np.random.default_rng(seed)
-            pos = rng.choice(len(stream.keys), size=budget, replace=False)
-            kept[name] = rare_kept(stream, pos)
-            continue
-        opts = {"oracle_queries": stream.prototypes} if name == "h2o_oracle" else {}
-        mem = MEMORIES[name](dim=d, value_dim=dv, budget=budget, **opts)
-        for t in range(len(stream.keys)):
-            mem.write(stream.keys[t], stream.values[t])
-        kept[name] = rare_kept(stream, mem.kept_positions())
+    pos, budget = matched_budget_positions(
+        stream.keys, stream.values, C, methods, seed,
+        options={"h2o_oracle": {"oracle_queries": stream.prototypes}},
+    )  # fmt: skip
+    kept = {name: rare_kept(stream, p) for name, p in pos.items()}
     return kept, budget
 
 
