@@ -49,15 +49,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smooth", type=int, default=20, help="moving-average window (log records)")
     args = p.parse_args(argv)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    tokens_per_step = 1
     for i, run in enumerate(args.runs):
         mixer, train, val = read_log(run)
         color = f"C{i}"
-        if train:
-            tokens_per_step = train[-1]["tokens_seen"] / max(train[-1]["step"], 1)
-            x = [r["tokens_seen"] / 1e6 for r in train]
-            y = smooth([r["loss"] / math.log(2) for r in train], args.smooth)
-            ax.plot(x, y, color=color, lw=1.2, label=f"{mixer} train (smoothed)")
+        if not train:  # eval records carry steps only; tokens per step come from training
+            print(f"skipped {run}: no training records in its log.jsonl")
+            continue
+        tokens_per_step = train[-1]["tokens_seen"] / max(train[-1]["step"], 1)
+        x = [r["tokens_seen"] / 1e6 for r in train]
+        y = smooth([r["loss"] / math.log(2) for r in train], args.smooth)
+        ax.plot(x, y, color=color, lw=1.2, label=f"{mixer} train (smoothed)")
         for r in val:
             full = not r.get("partial", True)
             ax.plot(r["step"] * tokens_per_step / 1e6, r["bpc"], "o", color=color,

@@ -93,15 +93,12 @@ def lambda_max(K: torch.Tensor, n_iter: int = 4) -> tuple[torch.Tensor, torch.Te
     ``K 1`` themselves (the first step), which FISTA's first gradient reuses.
     """
     x = torch.ones(K.shape[:-1], dtype=K.dtype, device=K.device)
-    lam = x.new_zeros(K.shape[0])
-    rowsum = None
-    for _ in range(n_iter):
-        y = matvec(K, x)
-        if rowsum is None:
-            rowsum = y
+    y = rowsum = matvec(K, x)
+    for step in range(max(n_iter, 1)):
+        if step:
+            y = matvec(K, x)
         lam = (x * y).sum(-1) / (x * x).sum(-1).clamp_min(1e-300)
         x = y / y.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    assert rowsum is not None, "n_iter must be >= 1"
     return torch.minimum(1.05 * lam, rowsum.amax(-1)).clamp_min(1e-12), rowsum
 
 
