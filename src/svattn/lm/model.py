@@ -8,9 +8,13 @@ readable top to bottom: :class:`CharLMConfig`, :class:`MLP`, :class:`Block`,
 same width, depth and (up to a handful of gate or beta parameters) the same
 parameter count.
 
-Positions: by default no positional embedding (``pos_emb=False``, "NoPE"): a
-causal mixer already tells positions apart, and the SV memory's rbf kernel
-compares keys by content. ``pos_emb=True`` adds learned absolute positions.
+Positions: by default none (``pos_emb=False``, ``rope=False``, "NoPE"). A full
+causal softmax tells positions apart through its mask, but a window of fixed
+size (``sliding``, and the chunk-local path of ``hybrid_sv``) does not: inside
+a full window the keys are an unordered set. ``rope=True`` rotates queries and
+keys by position in the softmax mixers (for ``hybrid_sv`` on its local path
+only; the SV memory compares keys by content), without adding parameters;
+``pos_emb=True`` adds learned absolute positions.
 """
 
 from __future__ import annotations
@@ -47,6 +51,7 @@ class CharLMConfig:
     mlp_ratio: int = 4  # MLP hidden width = mlp_ratio · n_embd
     bias: bool = True  # biases in the Linear layers (LayerNorms have none)
     pos_emb: bool = False  # learned absolute positions (False: none, "NoPE")
+    rope: bool = False  # rotary positions in the softmax mixers (hybrid_sv: local path)
     dropout: float = 0.0  # on the embedding and each residual branch, in training only
     mixer: str = "softmax"  # a key of svattn.mixers.MIXERS
     mixer_options: dict = field(default_factory=dict)  # e.g. {"window": 128}
@@ -56,6 +61,9 @@ class CharLMConfig:
             val = getattr(self, name)
             if isinstance(val, bool) or not isinstance(val, int) or val < 1:
                 raise ValueError(f"CharLMConfig.{name} must be an int >= 1, got {val!r}")
+        for name in ("bias", "pos_emb", "rope"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"CharLMConfig.{name} must be a bool, got {getattr(self, name)!r}")
         if isinstance(self.dropout, bool) or not (
             isinstance(self.dropout, (int, float)) and 0.0 <= self.dropout < 1.0
         ):
@@ -83,12 +91,21 @@ class CharLMConfig:
 def build_mixer(cfg: CharLMConfig) -> nn.Module:
     """The mixer of one block: ``MIXERS[cfg.mixer](n_embd, n_head, **options)``.
 
-    ``bias`` is passed when the mixer takes it (and the options do not set it).
+    ``bias`` is passed when the mixer takes it (and the options do not set it);
+    ``rope=True`` is passed to mixers that take it and refused by the others.
     """
     cls = MIXERS[cfg.mixer]
     opts = dict(cfg.mixer_options)
-    if "bias" in inspect.signature(cls).parameters:
+    takes = inspect.signature(cls).parameters
+    if "bias" in takes:
         opts.setdefault("bias", cfg.bias)
+    if cfg.rope:
+        if "rope" not in takes:
+            raise ValueError(
+                f"CharLMConfig.rope = True, but mixer {cfg.mixer!r} has no rotary option "
+                "(rope applies to the softmax mixers: softmax, sliding, hybrid_sv)"
+            )
+        opts.setdefault("rope", True)
     try:
         return cls(d_model=cfg.n_embd, n_heads=cfg.n_head, **opts)
     except TypeError as exc:  # an unknown option: say which mixer refused it

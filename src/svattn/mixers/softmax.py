@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.mixers.base import SequenceMixer
+from svattn.mixers.rope import apply_rotary
 
 
 class SoftmaxAttention(SequenceMixer):
@@ -22,6 +23,9 @@ class SoftmaxAttention(SequenceMixer):
         Width and heads.
     bias
         Bias in the projections.
+    rope
+        Rotate queries and keys by position (:mod:`svattn.mixers.rope`) before
+        the softmax. Off by default: the full causal mask already orders tokens.
 
     Examples
     --------
@@ -31,8 +35,15 @@ class SoftmaxAttention(SequenceMixer):
     torch.Size([2, 10, 16])
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, bias: bool = False) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, *, bias: bool = False, rope: bool = False
+    ) -> None:
         super().__init__(d_model, n_heads)
+        if not isinstance(rope, bool):
+            raise ValueError(f"rope must be a bool, got {rope!r}")
+        if rope and self.head_dim % 2:
+            raise ValueError(f"rope needs an even head width, got {d_model}/{n_heads}")
+        self.rope = rope
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
 
@@ -40,8 +51,15 @@ class SoftmaxAttention(SequenceMixer):
         q, k, v = self.qkv(x).split(self.d_model, dim=-1)
         return self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, H, T, Dh)
 
+    def positioned(self, q: torch.Tensor, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(q, k)`` rotated by position when ``rope`` is on, else unchanged."""
+        if not self.rope:
+            return q, k
+        return apply_rotary(q), apply_rotary(k)
+
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)
+        q, k = self.positioned(q, k)
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, Dh)
         return self.out(self.merge_heads(o))
 
@@ -86,8 +104,9 @@ class SlidingWindowAttention(SoftmaxAttention):
 
     Parameters
     ----------
-    d_model, n_heads, bias
-        As in :class:`SoftmaxAttention`.
+    d_model, n_heads, bias, rope
+        As in :class:`SoftmaxAttention`. Without ``rope`` (or ``pos_emb`` in the
+        model) a full window is an unordered set to the softmax.
     window
         Tokens each query sees, self included (``>= 1``).
 
@@ -99,14 +118,17 @@ class SlidingWindowAttention(SoftmaxAttention):
     torch.Size([1, 10, 16])
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, window: int, bias: bool = False) -> None:
-        super().__init__(d_model, n_heads, bias=bias)
+    def __init__(
+        self, d_model: int, n_heads: int, *, window: int, bias: bool = False, rope: bool = False
+    ) -> None:
+        super().__init__(d_model, n_heads, bias=bias, rope=rope)
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
             raise ValueError(f"window must be an int >= 1, got {window!r}")
         self.window = window
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)
+        q, k = self.positioned(q, k)
         return self.out(self.merge_heads(sliding_window_attention(q, k, v, self.window)))
 
     def state_size(self, seq_len: int) -> int:

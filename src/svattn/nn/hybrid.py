@@ -127,6 +127,10 @@ class HybridSVAttention(SoftmaxAttention):
         Initial gate logit (0 → both paths weighted 1/2).
     bias : bool
         Biases in the projections.
+    rope : bool
+        Rotary positions (:mod:`svattn.mixers.rope`) on the **local** path only.
+        The memory stays a function of key content: the SVDD and its readout
+        see the unrotated keys and queries.
 
     Attributes
     ----------
@@ -168,8 +172,9 @@ class HybridSVAttention(SoftmaxAttention):
         refine: int = 10,
         gate_init: float = 0.0,
         bias: bool = False,
+        rope: bool = False,
     ) -> None:
-        super().__init__(d_model, n_heads, bias=bias)
+        super().__init__(d_model, n_heads, bias=bias, rope=rope)
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
         if (
@@ -288,7 +293,7 @@ class HybridSVAttention(SoftmaxAttention):
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)  # (B, H, T, Dh)
         T = q.shape[2]
-        o = chunked_causal_softmax(q, k, v, self.chunk)  # (B, H, T, Dh)
+        o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk)  # (B, H, T, Dh)
         if T > self.chunk:
             glob = (
                 self._global_full(q, k, v)
@@ -316,7 +321,7 @@ class HybridSVAttention(SoftmaxAttention):
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, chunk={self.chunk}, C={self.C}, "
             f"kernel={self.kernel!r}, policy={self.policy!r}, budget={self.budget}, "
-            f"mode={self.mode!r}"
+            f"mode={self.mode!r}, rope={self.rope}"
         )
 
 
