@@ -219,6 +219,27 @@ def test_lm_reads_saved_results(tmp_path: Path) -> None:
     assert "20.0× slower" in thr.claims[0].ours
 
 
+def test_lm_pairs_runs_by_positions_tokens_and_seed(tmp_path: Path) -> None:
+    """A rope pair and a NoPE pair at the same tokens and seed are two comparisons."""
+    def rec(mixer, val, positions=None):
+        r = {"mixer": mixer, "params": 3222800, "tokens_seen": 1000, "seed": 0, "val_bpc": val}
+        return r if positions is None else {**r, "positions": positions}
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "lm.json").write_text(json.dumps([
+        rec("hybrid_sv", 2.0), rec("sliding", 2.5),
+        rec("hybrid_sv", 1.9, "rope"), rec("sliding", 1.8, "rope"),
+    ]))
+    result = lm.run(_ctx(tmp_path, tmp_path))
+    gaps = result.metrics["paired_gaps_3M"]
+    assert sorted(gaps) == ["none/1000", "rope/1000"]
+    assert gaps["none/1000"] == [pytest.approx(0.2)]
+    assert gaps["rope/1000"] == [pytest.approx((1.8 - 1.9) / 1.8)]
+    ours = result.claims[1].ours
+    assert "+20.0% (1 seed, no interval) at 1,000 tokens (NoPE)" in ours
+    assert "-5.6% (1 seed, no interval) at 1,000 tokens (rope)" in ours
+
+
 # ---------------------------------------------------------------------- common
 def test_bootstrap_interval_brackets_the_estimate() -> None:
     est, lo, hi = bootstrap_ci(np.r_[np.zeros(20), np.ones(80)], seed=1)

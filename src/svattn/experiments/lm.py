@@ -138,22 +138,28 @@ _WHAT = (
 )
 
 
-def _paired_gaps(data: Any) -> dict[int, list[float]]:
-    """Relative val-BPC gaps (sliding − SV) / sliding of 3M runs paired by tokens seen
-    and seed, per token budget."""
-    cells: dict[tuple[int, int], dict[str, float]] = {}
+def _positions(r: dict) -> str:
+    """How a run's model knew token positions: ``"rope"``, ``"learned"`` or ``"none"`` (NoPE)."""
+    pos = r.get("positions")
+    return pos if isinstance(pos, str) and pos else "none"
+
+
+def _paired_gaps(data: Any) -> dict[tuple[str, int], list[float]]:
+    """Relative val-BPC gaps (sliding − SV) / sliding of 3M runs paired by positions,
+    tokens seen and seed, per (positions, token budget)."""
+    cells: dict[tuple[str, int, int], dict[str, float]] = {}
     for r in data if isinstance(data, list) else []:
         if not isinstance(r, dict) or r.get("val_bpc") is None or r.get("tokens_seen") is None:
             continue
         mixer = str(r.get("mixer", ""))
         arm = "sv" if "sv" in mixer else "base" if "sliding" in mixer else None
         if arm is not None and (r.get("params") or 0) < 6_000_000:
-            key = (int(r["tokens_seen"]), int(r.get("seed", 0)))
+            key = (_positions(r), int(r["tokens_seen"]), int(r.get("seed", 0)))
             cells.setdefault(key, {})[arm] = float(r["val_bpc"])
-    out: dict[int, list[float]] = {}
-    for (tokens, _seed), arms in sorted(cells.items()):
+    out: dict[tuple[str, int], list[float]] = {}
+    for (pos, tokens, _seed), arms in sorted(cells.items()):
         if "sv" in arms and "base" in arms:
-            out.setdefault(tokens, []).append((arms["base"] - arms["sv"]) / arms["base"])
+            out.setdefault((pos, tokens), []).append((arms["base"] - arms["sv"]) / arms["base"])
     return out
 
 
@@ -181,20 +187,20 @@ def run(ctx: Context) -> ExperimentResult:
             else:
                 claims.append(Claim(c_bpc, p_bpc, "not yet run", NOT_RUN))
         if size == "3M" and paired:
-            metrics["paired_gaps_3M"] = {str(t): g for t, g in paired.items()}
+            metrics["paired_gaps_3M"] = {f"{pos}/{t}": g for (pos, t), g in paired.items()}
             texts, significant, means = [], False, []
-            for tokens, gaps in sorted(paired.items()):
+            for (pos, tokens), gaps in sorted(paired.items(), key=lambda kv: kv[0][::-1]):
+                where = f"{tokens:,} tokens ({'NoPE' if pos == 'none' else pos})"
                 mean = float(np.mean(gaps))
                 means.append(mean)
                 if len(gaps) >= 2:
                     t_crit = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(gaps), 2.0)
                     half = t_crit * float(np.std(gaps, ddof=1)) / np.sqrt(len(gaps))
                     texts.append(f"{mean:+.1%} [95% t-interval {mean - half:+.1%}, "
-                                 f"{mean + half:+.1%}] over {len(gaps)} seeds at {tokens:,} "
-                                 "tokens")
+                                 f"{mean + half:+.1%}] over {len(gaps)} seeds at {where}")
                     significant |= mean - half > 0 and mean >= 0.05
                 else:
-                    texts.append(f"{mean:+.1%} (1 seed, no interval) at {tokens:,} tokens")
+                    texts.append(f"{mean:+.1%} (1 seed, no interval) at {where}")
             verdict = (REPRODUCED if significant else
                        PARTLY if means[-1] > 0 else NOT_REPRODUCED)
             claims.append(Claim(c_cmp, p_cmp, "SV better by " + "; ".join(texts), verdict))
