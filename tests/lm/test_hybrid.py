@@ -107,10 +107,11 @@ def test_support_state_is_bounded():
     assert full.state_size(T) == 2 * T * D
 
 
+@pytest.mark.parametrize("rope", [False, True], ids=["nope", "rope"])
 @pytest.mark.parametrize("policy", ["full", "support"])
-def test_exact_mode_agrees_with_batched(policy):
+def test_exact_mode_agrees_with_batched(policy, rope):
     torch.manual_seed(3)
-    kw = dict(chunk=8, C=0.2, policy=policy, budget=10)
+    kw = dict(chunk=8, C=0.2, policy=policy, budget=10, rope=rope)
     bat = HybridSVAttention(8, 2, mode="batched", **kw).double()
     ex = HybridSVAttention(8, 2, mode="exact", **kw).double()
     ex.load_state_dict(bat.state_dict())
