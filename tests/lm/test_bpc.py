@@ -53,3 +53,29 @@ def test_first_byte_of_corpus_is_not_scored():
 def test_bad_range():
     with pytest.raises(ValueError, match="need 0 <= start < stop <= len"):
         evaluate_bpc(Uniform(), np.zeros(10, dtype=np.uint8), 5, 20, context=4)
+
+
+class LearnsFromPosition(nn.Module):
+    """Uniform at block offset 0, certain of ``next = b + 1`` from offset 1 on."""
+
+    def forward(self, idx):
+        logits = torch.full((*idx.shape, 256), -1e9)
+        logits.scatter_(-1, ((idx + 1) % 256).unsqueeze(-1), 0.0)
+        logits[:, 0] = 0.0
+        return logits
+
+
+def test_per_position_bpc():
+    data = (np.arange(1001) % 256).astype(np.uint8)  # next = b + 1 always
+    res = evaluate_bpc(LearnsFromPosition(), data, 1, 1001, context=8, per_position=True,
+                       batch_size=7)
+    assert res["bytes_by_position"] == [125] * 8  # 1000 bytes, 125 blocks of 8
+    by_pos = res["bpc_by_position"]
+    assert by_pos[0] == pytest.approx(8.0, abs=1e-12)
+    assert max(by_pos[1:]) == pytest.approx(0.0, abs=1e-9)
+    # the overall figure is the byte-weighted mean of the per-position ones
+    assert res["bpc"] == pytest.approx(8.0 / 8, abs=1e-12)
+    # a short last block scores fewer bytes at the later offsets
+    res = evaluate_bpc(Uniform(), data, 1, 1000, context=8, per_position=True)
+    assert res["bytes_by_position"] == [125] * 7 + [124]
+    assert res["bpc_by_position"] == pytest.approx([8.0] * 8, abs=1e-12)

@@ -199,6 +199,7 @@ def evaluate_bpc(
     precision: str = "fp32",
     rank: int = 0,
     world: int = 1,
+    per_position: bool = False,
 ) -> dict:
     """Bits per character of ``model`` on bytes ``data[start:stop]``, every byte counted.
 
@@ -211,10 +212,16 @@ def evaluate_bpc(
     With ``world > 1`` rank ``r`` scores blocks ``r, r + world, ...`` and the sums
     are all-reduced.
 
+    With ``per_position`` the result also holds ``bpc_by_position``: the BPC of
+    the bytes scored at each offset ``0 .. context − 1`` of their block (how
+    loss falls with the context a byte gets; for ``hybrid_sv``, where in its
+    chunk), and ``bytes_by_position``.
+
     Returns
     -------
     dict
-        ``bpc``, ``nll_nats`` (mean), ``bytes`` (scored), ``context``.
+        ``bpc``, ``nll_nats`` (mean), ``bytes`` (scored), ``context``; with
+        ``per_position`` also ``bpc_by_position`` and ``bytes_by_position`` (lists).
 
     Examples
     --------
@@ -234,6 +241,8 @@ def evaluate_bpc(
     blocks = list(range(first, stop, context))
     nll = torch.zeros((), dtype=torch.float64)
     count = torch.zeros((), dtype=torch.float64)
+    pos_nll = torch.zeros(context, dtype=torch.float64)
+    pos_count = torch.zeros(context, dtype=torch.float64)
     mine = blocks[rank::world]
     for i in range(0, len(mine), batch_size):
         group = mine[i : i + batch_size]
@@ -250,20 +259,32 @@ def evaluate_bpc(
         logits = out[0] if isinstance(out, tuple) else out  # (B, T, V)
         loss = F.cross_entropy(
             logits.double().reshape(-1, logits.shape[-1]), yt.reshape(-1),
-            ignore_index=-1, reduction="sum",
-        )  # fmt: skip
-        nll += loss.double().cpu()
+            ignore_index=-1, reduction="none",
+        ).reshape(len(group), T).cpu()  # fmt: skip
+        nll += loss.sum()
         count += float(sum(lens))
+        if per_position:
+            pos_nll[:T] += loss.sum(0)
+            pos_count[:T] += (yt >= 0).sum(0).double().cpu()
     if world > 1:
         import torch.distributed as dist
 
-        both = torch.stack([nll, count]).to(device)
+        both = torch.cat([torch.stack([nll, count]), pos_nll, pos_count]).to(device)
         dist.all_reduce(both)
-        nll, count = both[0].cpu(), both[1].cpu()
+        both = both.cpu()
+        nll, count = both[0], both[1]
+        pos_nll, pos_count = both[2 : 2 + context], both[2 + context :]
     if was_training:
         model.train()
     mean = float(nll / count)
-    return {"bpc": mean / math.log(2), "nll_nats": mean, "bytes": int(count), "context": context}
+    out = {"bpc": mean / math.log(2), "nll_nats": mean, "bytes": int(count), "context": context}
+    if per_position:
+        by_pos = pos_nll / pos_count.clamp(min=1) / math.log(2)
+        out["bpc_by_position"] = [  # None where no byte sat at that offset
+            float(b) if c else None for b, c in zip(by_pos, pos_count, strict=True)
+        ]
+        out["bytes_by_position"] = [int(c) for c in pos_count]
+    return out
 
 
 # ------------------------------------------------------------------ the loop

@@ -1,0 +1,86 @@
+"""BPC by offset in the evaluation block, for trained checkpoints, as one PNG (and JSON).
+
+The evaluation cuts a split into blocks of ``context`` bytes; the byte at
+offset ``t`` of a block is predicted from ``t`` bytes of context. This draws
+the BPC of each offset, one line per checkpoint, with the hybrid's chunk
+boundaries marked: there a ``hybrid_sv`` query's local softmax starts over and
+everything older comes from the (position-free) SV memory.
+
+    python scripts/plot_bpc_by_position.py runs/rope3500_hybrid_sv/ckpt.pt \\
+        runs/rope3500_sliding/ckpt.pt --split val --out results/lm_bpc_by_position.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import matplotlib
+import torch
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from svattn.data.enwik8 import load_enwik8, slice_path  # noqa: E402
+from svattn.lm.train import evaluate_bpc, load_checkpoint_model  # noqa: E402
+
+
+def label_of(model_cfg, step: int) -> str:
+    """``mixer (positions) @ step``."""
+    pos = "rope" if model_cfg.rope else "learned" if model_cfg.pos_emb else "NoPE"
+    return f"{model_cfg.mixer} ({pos}) @ step {step}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("checkpoints", type=Path, nargs="+", help="ckpt.pt files of svattn train")
+    p.add_argument("--split", default="val", choices=["train", "val", "test"])
+    p.add_argument("--max-bytes", type=int, default=None, help="cap on the split (default: all)")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
+    p.add_argument("--out", type=Path, default=Path("results/lm_bpc_by_position.png"))
+    args = p.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    records, chunks = [], set()
+    for i, path in enumerate(args.checkpoints):
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint not found: {path}")
+        model, cfg, ckpt = load_checkpoint_model(path)
+        ds = load_enwik8(cfg.data if cfg.data is not None else slice_path())
+        lo, hi = ds.bounds[args.split]
+        if args.max_bytes:
+            hi = min(hi, lo + args.max_bytes)
+        context = model.cfg.block_size
+        with torch.no_grad():
+            res = evaluate_bpc(model, ds.data, lo, hi, context=context,
+                               batch_size=args.batch_size, per_position=True)
+        label = label_of(model.cfg, ckpt["step"])
+        print(f"{label}: {args.split} BPC {res['bpc']:.4f} over {res['bytes']:,} bytes")
+        ax.plot(range(context), res["bpc_by_position"], color=f"C{i}", lw=1.0,
+                label=f"{label}: {res['bpc']:.3f}")
+        if model.cfg.mixer == "hybrid_sv":
+            chunks.add(int(model.cfg.mixer_options["chunk"]))
+        records.append({"checkpoint": str(path), "label": label, "split": args.split,
+                        "data": ds.label, **res})
+    for L in sorted(chunks):
+        for b in range(L, max(r["context"] for r in records), L):
+            ax.axvline(b, color="grey", lw=0.6, ls=":")
+    ax.set_xlabel(f"offset in the evaluation block (bytes of context); dotted: hybrid chunk "
+                  f"boundaries {sorted(chunks) or ''}")
+    ax.set_ylabel(f"{args.split} bits per byte")
+    ax.set_title("BPC by context position")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=120)
+    args.out.with_suffix(".json").write_text(json.dumps(records, indent=1) + "\n")
+    print(f"wrote {args.out} and {args.out.with_suffix('.json')}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
