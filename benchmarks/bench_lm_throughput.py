@@ -6,7 +6,10 @@ backward, clipping, AdamW) on random bytes, ``--batch`` × ``--block`` tokens.
 Reports the median tokens/s per mixer and the ratios to softmax, and appends
 the runs to ``results/lm.json``.
 
-    python benchmarks/bench_lm_throughput.py [--rounds 3] [--steps 3] [--threads 2]
+    python benchmarks/bench_lm_throughput.py [--rounds 3] [--steps 3] [--threads 2] [--rope]
+
+``--rope`` gives every model rotary positions (``CharLMConfig.rope``; the
+hybrid's local path only); its records get ids ``throughput/rope/<mixer>``.
 
 ``--collect RUN_DIR ...`` instead appends finished ``svattn train`` runs (their
 ``log.jsonl`` "final" records) to ``results/lm.json``.
@@ -47,11 +50,19 @@ def step_fn(model: CharLM, opt: torch.optim.Optimizer, x: torch.Tensor):
     opt.step()
 
 
+def positions(model_config: dict) -> str:
+    """``"rope"``, ``"learned"`` or ``"none"``: how a model knows token positions."""
+    if model_config.get("rope"):
+        return "rope"
+    return "learned" if model_config.get("pos_emb") else "none"
+
+
 def bench(args: argparse.Namespace) -> list[dict]:
     torch.manual_seed(args.seed)
     models = {}
     for name in MIXERS:
-        model = CharLM(mixer_config(preset("paper-3m", block_size=args.block), name))
+        cfg = preset("paper-3m", block_size=args.block, rope=args.rope)
+        model = CharLM(mixer_config(cfg, name))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         models[name] = (model, opt)
     g = torch.Generator().manual_seed(args.seed)
@@ -73,10 +84,11 @@ def bench(args: argparse.Namespace) -> list[dict]:
     for name in MIXERS:
         model = models[name][0]
         rec = {
-            "id": f"throughput/{name}",
+            "id": f"throughput/rope/{name}" if args.rope else f"throughput/{name}",
             "kind": "throughput",
             "mixer": name,
             "mixer_options": model.cfg.mixer_options,
+            "positions": positions(model.cfg.to_dict()),
             "params": model.num_params(),
             "tokens_seen": None,
             "val_bpc": None,
@@ -117,6 +129,7 @@ def collect(run_dirs: list[str], command: str | None) -> list[dict]:
                 "kind": "bpc",
                 "mixer": c["mixer"],
                 "mixer_options": cfg["model_config"]["mixer_options"],
+                "positions": positions(cfg["model_config"]),
                 "params": final["params"],
                 "tokens_seen": final["tokens_seen"],
                 "steps": final["step"],
@@ -142,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--block", type=int, default=256)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--rope", action="store_true", help="rotary positions in every model")
     ap.add_argument("--no-write", action="store_true", help="do not touch results/lm.json")
     ap.add_argument("--collect", nargs="+", metavar="RUN_DIR", default=None)
     ap.add_argument("--command", default=None, help="with --collect: the command to record")
