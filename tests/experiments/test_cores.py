@@ -235,6 +235,9 @@ def test_lm_pairs_runs_by_positions_tokens_and_seed(tmp_path: Path) -> None:
     assert sorted(gaps) == ["none/1000", "rope/1000"]
     assert gaps["none/1000"] == [pytest.approx(0.2)]
     assert gaps["rope/1000"] == [pytest.approx((1.8 - 1.9) / 1.8)]
+    # the BPC target is read on the validation split: the best SV run by val BPC
+    assert result.claims[0].ours.startswith("val 1.900 (enwik8 prefix;")
+    assert result.claims[0].verdict == "reproduced"
     ours = result.claims[1].ours
     assert "+20.0% (1 seed, no interval) at 1,000 tokens (NoPE)" in ours
     assert "-5.6% (1 seed, no interval) at 1,000 tokens (rope)" in ours
