@@ -5,8 +5,8 @@ Reads each run's ``log.jsonl`` and draws the training loss in bits per byte
 estimates against tokens seen; full-split evaluations are filled markers,
 partial ones (``eval_every`` estimates) hollow.
 
-    python scripts/plot_lm_runs.py runs/long3500_hybrid_sv runs/long3500_sliding \\
-        --out results/lm_curves.png
+    python scripts/plot_lm_runs.py runs/rope3500_hybrid_sv runs/rope3500_sliding \\
+        runs/long3500_hybrid_sv runs/long3500_sliding --out results/lm_curves.png
 """
 
 from __future__ import annotations
@@ -23,12 +23,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict]]:
-    """The run's mixer and its training and validation records."""
+    """The run's label (mixer and positions) and its training and validation records."""
     recs = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line]
-    cfg = next((r["config"] for r in recs if r.get("kind") == "config"), {})
+    first = next((r for r in recs if r.get("kind") == "config"), {})
+    cfg, model = first.get("config", {}), first.get("model_config", {})
+    pos = "rope" if model.get("rope") else "learned" if model.get("pos_emb") else "NoPE"
     train = [r for r in recs if r.get("kind") == "train"]
     val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
-    return str(cfg.get("mixer", run_dir.name)), train, val
+    return f"{cfg.get('mixer', run_dir.name)} ({pos})", train, val
 
 
 def smooth(xs: list[float], k: int) -> list[float]:
