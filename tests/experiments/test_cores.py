@@ -216,7 +216,7 @@ def test_lm_reads_saved_results(tmp_path: Path) -> None:
     assert "+9.1%" in result.claims[1].ours and result.claims[1].verdict == "reproduced"
     assert result.claims[2].verdict == "not yet run"  # no 10M runs
     thr = lm.run_throughput(_ctx(tmp_path, tmp_path))
-    assert "20.0× slower" in thr.claims[0].ours
+    assert "20.00× slower" in thr.claims[0].ours
 
 
 def test_lm_pairs_runs_by_positions_tokens_and_seed(tmp_path: Path) -> None:
