@@ -235,7 +235,12 @@ def run(ctx: Context) -> ExperimentResult:
     notes = ["BPC is on the enwik8 prefix (a different, smaller test set than the paper's "
              "enwik8 test split): the numbers are not directly comparable.",
              "The paper's p = 0.001 needs several seeds per arm; the verdicts here use the "
-             "best run per arm."]
+             "best run per arm.",
+             "Positions: without a positional encoding (NoPE) a sliding window sees the keys "
+             "inside a full window as an unordered set, while the hybrid's chunk-local "
+             "softmax still orders them by the causal mask, so NoPE comparisons favour the "
+             "hybrid. Runs are paired only with runs of the same positions setting; the "
+             "comparison verdict follows the largest token budget."]
     return ExperimentResult(
         name=NAME, title=TITLE, what=_WHAT, claims=claims,
         verdict=f"collected {len(runs)} runs from results/lm.json.", metrics=metrics,
