@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from lm_helpers import tiny_config
 
@@ -19,6 +20,7 @@ def test_two_processes_equal_one_with_the_doubled_batch(tmp_path):
     cfg = tiny_config(
         tmp_path / "single", "softmax", steps=steps, batch_size=batch, warmup=2,
         model_overrides={"block_size": 32, "bias": False},
+        final_eval=True, eval_max_bytes=3000, eval_batch_size=8,  # sharded eval, all-reduced
     )  # fmt: skip
     cfg_path = tmp_path / "cfg.json"
     cfg_path.write_text(json.dumps({**cfg.to_dict(), "out_dir": str(tmp_path / "ddp")}))
@@ -34,9 +36,12 @@ def test_two_processes_equal_one_with_the_doubled_batch(tmp_path):
 
     from svattn.lm.train import train
 
-    train(cfg)  # one process, the whole global batch of 8
+    res = train(cfg)  # one process, the whole global batch of 8
     a = torch.load(tmp_path / "ddp" / "ckpt.pt", weights_only=False)
     b = torch.load(tmp_path / "single" / "ckpt.pt", weights_only=False)
     assert a["step"] == b["step"] == steps and a["tokens_seen"] == b["tokens_seen"]
     for k in b["model"]:
         torch.testing.assert_close(a["model"][k], b["model"][k], rtol=1e-5, atol=1e-6, msg=k)
+    final = [r for r in log if r["kind"] == "final"][-1]
+    assert final["val_bpc"] == pytest.approx(res.val_bpc, rel=1e-5)
+    assert final["test_bpc"] == pytest.approx(res.test_bpc, rel=1e-5)
