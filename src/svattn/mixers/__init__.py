@@ -17,6 +17,11 @@ The hybrid SV mixer ``hybrid_sv``, :class:`~svattn.nn.hybrid.HybridSVAttention`
 with the torch SV layer in :mod:`svattn.nn` and registers itself here when
 imported (importing this package imports it): 2·T·D ("full" policy) or
 2·min(T, budget + L)·D ("support").
+
+Positions: ``softmax``, ``sliding`` and ``hybrid_sv`` take ``rope=True``
+(rotary positions, :mod:`svattn.mixers.rope`; the hybrid rotates its local
+path only). Without positions a sliding window cannot order the keys inside
+its window.
 """
 
 from torch import nn
