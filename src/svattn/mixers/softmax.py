@@ -42,7 +42,10 @@ class SoftmaxAttention(SequenceMixer):
         if not isinstance(rope, bool):
             raise ValueError(f"rope must be a bool, got {rope!r}")
         if rope and self.head_dim % 2:
-            raise ValueError(f"rope needs an even head width, got {d_model}/{n_heads}")
+            raise ValueError(
+                f"rope needs an even head width d_model / n_heads, got {d_model} / {n_heads} "
+                f"= {self.head_dim}"
+            )
         self.rope = rope
         self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)
         self.out = nn.Linear(d_model, d_model, bias=bias)
