@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from svattn.lm import CharLM, mixer_config, preset
+from svattn.lm.model import positions_of
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "lm.json"
 MIXERS = ("softmax", "sliding", "hybrid_sv")
@@ -48,13 +49,6 @@ def step_fn(model: CharLM, opt: torch.optim.Optimizer, x: torch.Tensor):
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
-
-
-def positions(model_config: dict) -> str:
-    """``"rope"``, ``"learned"`` or ``"none"``: how a model knows token positions."""
-    if model_config.get("rope"):
-        return "rope"
-    return "learned" if model_config.get("pos_emb") else "none"
 
 
 def bench(args: argparse.Namespace) -> list[dict]:
@@ -88,7 +82,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
             "kind": "throughput",
             "mixer": name,
             "mixer_options": model.cfg.mixer_options,
-            "positions": positions(model.cfg.to_dict()),
+            "positions": positions_of(model.cfg),
             "params": model.num_params(),
             "tokens_seen": None,
             "val_bpc": None,
@@ -129,7 +123,7 @@ def collect(run_dirs: list[str], command: str | None) -> list[dict]:
                 "kind": "bpc",
                 "mixer": c["mixer"],
                 "mixer_options": cfg["model_config"]["mixer_options"],
-                "positions": positions(cfg["model_config"]),
+                "positions": positions_of(cfg["model_config"]),
                 "params": final["params"],
                 "tokens_seen": final["tokens_seen"],
                 "steps": final["step"],

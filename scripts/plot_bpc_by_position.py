@@ -23,12 +23,13 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from svattn.data.enwik8 import load_enwik8, slice_path  # noqa: E402
+from svattn.lm.model import positions_of  # noqa: E402
 from svattn.lm.train import evaluate_bpc, load_checkpoint_model  # noqa: E402
 
 
 def label_of(model_cfg, step: int) -> str:
     """``mixer (positions) @ step``."""
-    pos = "rope" if model_cfg.rope else "learned" if model_cfg.pos_emb else "NoPE"
+    pos = positions_of(model_cfg).replace("none", "NoPE")
     return f"{model_cfg.mixer} ({pos}) @ step {step}"
 
 

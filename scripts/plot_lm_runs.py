@@ -21,13 +21,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from svattn.lm.model import positions_of  # noqa: E402
+
 
 def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict]]:
     """The run's label (mixer and positions) and its training and validation records."""
     recs = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line]
     first = next((r for r in recs if r.get("kind") == "config"), {})
     cfg, model = first.get("config", {}), first.get("model_config", {})
-    pos = "rope" if model.get("rope") else "learned" if model.get("pos_emb") else "NoPE"
+    pos = positions_of(model).replace("none", "NoPE")
     train = [r for r in recs if r.get("kind") == "train"]
     val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
     return f"{cfg.get('mixer', run_dir.name)} ({pos})", train, val

@@ -25,9 +25,19 @@ def test_shape_and_dtype(name):
     assert y.shape == x.shape and y.dtype == x.dtype
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_causal(name):
-    mix = build(name).double()
+ROPE_CASES = [  # rotary positions: the softmax mixers (the hybrid with several chunks)
+    ("softmax", {"rope": True}),
+    ("sliding", {"rope": True}),
+    ("hybrid_sv", {"rope": True, "chunk": 8, "C": 0.25, "budget": 8}),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "extra"), [(n, {}) for n in NAMES] + ROPE_CASES,
+    ids=NAMES + [f"{n}-rope" for n, _ in ROPE_CASES],
+)  # fmt: skip
+def test_causal(name, extra):
+    mix = build(name, **extra).double()
     x = torch.randn(2, 40, 16, dtype=torch.float64)
     x2 = x.clone()
     x2[:, 23:] = torch.randn(2, 17, 16, dtype=torch.float64)

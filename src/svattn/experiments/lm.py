@@ -109,8 +109,7 @@ def _runs_table(runs: list[Run]) -> str:
          "train tokens/s"],
         [[r.name, _positions(r.record), num(r, "seed", "d"), num(r, "tokens_seen", ",d"),
           "—" if r.params is None else f"{r.params / 1e6:.2f}M",
-          num(r, "val_bpc", ".3f"), num(r, "test_bpc", ".3f") if r.record.get("test_bpc")
-          is not None else ("—" if r.bpc is None else f"{r.bpc:.3f}"),
+          num(r, "val_bpc", ".3f"), "—" if r.bpc is None else f"{r.bpc:.3f}",
           "—" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}"] for r in runs])
 
 
@@ -149,6 +148,10 @@ def _positions(r: dict) -> str:
     """How a run's model knew token positions: ``"rope"``, ``"learned"`` or ``"none"`` (NoPE)."""
     pos = r.get("positions")
     return pos if isinstance(pos, str) and pos else "none"
+
+
+def _pos_label(pos: str) -> str:
+    return "NoPE" if pos == "none" else pos
 
 
 def _paired_gaps(data: Any) -> dict[tuple[str, int], list[float]]:
@@ -204,7 +207,7 @@ def run(ctx: Context) -> ExperimentResult:
             metrics["paired_gaps_3M"] = {f"{pos}/{t}": g for (pos, t), g in paired.items()}
             texts, significant, means = [], False, []
             for (pos, tokens), gaps in sorted(paired.items(), key=lambda kv: kv[0][::-1]):
-                where = f"{tokens:,} tokens ({'NoPE' if pos == 'none' else pos})"
+                where = f"{tokens:,} tokens ({_pos_label(pos)})"
                 mean = float(np.mean(gaps))
                 means.append(mean)
                 if len(gaps) >= 2:
@@ -268,7 +271,7 @@ def run_throughput(ctx: Context) -> ExperimentResult:
             f = max(r.tokens_per_s for r in soft if _positions(r.record) == pos)
             metrics[f"slowdown_{pos}"] = f / s
             texts.append(f"{s:,.0f} tokens/s, {f / s:.2f}× slower than softmax"
-                         + ("" if len(groups) == 1 else f" ({'NoPE' if pos == 'none' else pos})"))
+                         + ("" if len(groups) == 1 else f" ({_pos_label(pos)})"))
         metrics["slowdown"] = max(metrics[f"slowdown_{pos}"] for pos in groups)
         ours = "; ".join(texts) + f" ({len(runs)} runs)"
         # the paper's figure is a cost (35.8× slower): being less slow is a difference

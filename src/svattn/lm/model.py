@@ -29,7 +29,7 @@ from torch import nn
 
 from svattn.mixers import MIXERS
 
-__all__ = ["CharLMConfig", "CharLM", "MLP", "Block", "build_mixer"]
+__all__ = ["CharLMConfig", "CharLM", "MLP", "Block", "build_mixer", "positions_of"]
 
 
 @dataclass
@@ -86,6 +86,22 @@ class CharLMConfig:
     def to_dict(self) -> dict:
         """Plain-data form (JSON-serialisable)."""
         return asdict(self)
+
+
+def positions_of(cfg: CharLMConfig | dict) -> str:
+    """How a model knows token positions: ``"rope"``, ``"learned"`` or ``"none"`` (NoPE).
+
+    Takes a :class:`CharLMConfig` or its dict form (e.g. a log's ``model_config``).
+
+    Examples
+    --------
+    >>> positions_of(CharLMConfig(rope=True)), positions_of({"pos_emb": False})
+    ('rope', 'none')
+    """
+    d = cfg.to_dict() if isinstance(cfg, CharLMConfig) else cfg
+    if d.get("rope"):
+        return "rope"
+    return "learned" if d.get("pos_emb") else "none"
 
 
 def build_mixer(cfg: CharLMConfig) -> nn.Module:

@@ -260,11 +260,11 @@ def evaluate_bpc(
         loss = F.cross_entropy(
             logits.double().reshape(-1, logits.shape[-1]), yt.reshape(-1),
             ignore_index=-1, reduction="none",
-        ).reshape(len(group), T).cpu()  # fmt: skip
-        nll += loss.sum()
+        ).reshape(len(group), T)  # fmt: skip
+        nll += loss.sum().cpu()
         count += float(sum(lens))
         if per_position:
-            pos_nll[:T] += loss.sum(0)
+            pos_nll[:T] += loss.sum(0).cpu()
             pos_count[:T] += (yt >= 0).sum(0).double().cpu()
     if world > 1:
         import torch.distributed as dist

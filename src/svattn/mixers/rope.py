@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["ROPE_BASE", "rotary_angles", "apply_rotary"]
+__all__ = ["ROPE_BASE", "rotary_angles", "apply_rotary", "apply_rotary_qk"]
 
 ROPE_BASE = 10_000.0
 
@@ -56,8 +56,37 @@ def apply_rotary(x: torch.Tensor, offset: int = 0, base: float = ROPE_BASE) -> t
     """
     if x.dim() != 4:
         raise ValueError(f"x must have layout [B, H, T, Dh], got shape {tuple(x.shape)}")
+    return _rotate(x, *_angles_for(x, offset, base))
+
+
+def apply_rotary_qk(
+    q: torch.Tensor, k: torch.Tensor, base: float = ROPE_BASE
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(apply_rotary(q), apply_rotary(k))`` from one table of angles (positions from 0).
+
+    Examples
+    --------
+    >>> import torch
+    >>> q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    >>> rq, rk = apply_rotary_qk(q, k)
+    >>> torch.equal(rq, apply_rotary(q)) and torch.equal(rk, apply_rotary(k))
+    True
+    """
+    if q.dim() != 4 or k.shape != q.shape:
+        raise ValueError(f"q and k must have one layout [B, H, T, Dh], got shapes "
+                         f"{tuple(q.shape)} and {tuple(k.shape)}")
+    cos, sin = _angles_for(q, 0, base)
+    return _rotate(q, cos, sin), _rotate(k, cos, sin)
+
+
+def _angles_for(x: torch.Tensor, offset: int, base: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin ``[T, Dh/2]`` for the positions of ``x``, in its dtype."""
     T, dh = x.shape[2], x.shape[3]
     cos, sin = rotary_angles(torch.arange(offset, offset + T, device=x.device), dh, base)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # (T, Dh/2)
-    x1, x2 = x[..., : dh // 2], x[..., dh // 2 :]
+    return cos.to(x.dtype), sin.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.mixers.base import SequenceMixer
-from svattn.mixers.rope import apply_rotary
+from svattn.mixers.rope import apply_rotary_qk
 
 
 class SoftmaxAttention(SequenceMixer):
@@ -58,7 +58,7 @@ class SoftmaxAttention(SequenceMixer):
         """``(q, k)`` rotated by position when ``rope`` is on, else unchanged."""
         if not self.rope:
             return q, k
-        return apply_rotary(q), apply_rotary(k)
+        return apply_rotary_qk(q, k)
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)
