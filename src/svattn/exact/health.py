@@ -86,6 +86,11 @@ class HealthMonitor:
         if nS == 0 or mem.warm:
             return 0.0, 0.0
         Qinv = mem._Qinv
+        if mem._compiled:
+            from svattn.exact._compiled import bordered_health
+
+            cond, res = bordered_health(Qinv, mem._KC, mem._slot_of_col, nS)
+            return float(cond), float(res)
         S = mem._slot_of_col[:nS]
         KSS = mem._KC[S, :nS]
         norm_q = max(float(nS), 1.0 + 2.0 * float(np.abs(KSS).sum(axis=0).max()))

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from svattn.exact import _compiled
+from svattn.exact._states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.batch import batch_solve
 from svattn.exact.certificate import DeletionCertificate, commit_token
 from svattn.exact.conventions import mu_for_empty_margin, warmup_threshold
@@ -47,7 +49,6 @@ from svattn.exact.kernels import (
     kernel_matrix,
 )
 
-FREE, RESERVE, MARGIN, ERROR, DRIVEN = 0, 1, 2, 3, 4
 # per state: the sign that turns g into a KKT violation (margin handled apart)
 _KKT_SIGN = np.array([0.0, -1.0, 0.0, 1.0, 0.0])
 _SET_NAMES = {RESERVE: "reserve", MARGIN: "margin", ERROR: "error"}
@@ -732,6 +733,12 @@ class SVDDMemory:
         return g
 
     def _kkt(self, g: np.ndarray) -> float:
+        if self._compiled:
+            return float(_compiled.kkt_residual(g, self._alpha, self._state, self._diag,
+                                                self._mu, self.C, self._hi))
+        return self._kkt_reference(g)
+
+    def _kkt_reference(self, g: np.ndarray) -> float:
         st = self._state[: self._hi]
         a = self._alpha[: self._hi]  # free slots hold alpha = 0
         viol = max(abs(float(a.sum()) - 1.0), -float(a.min(initial=0.0)),
@@ -866,7 +873,7 @@ class SVDDMemory:
         try:
             events = self._drive(slot, -1)
             self._wipe_slot(slot)
-            self._finish_op()
+            self._finish_op(exact_g=True)
         except _NeedResolve:
             if self._state[slot] != FREE:
                 self._wipe_slot(slot)
@@ -875,8 +882,48 @@ class SVDDMemory:
         return events
 
     # ---- the adiabatic step loop
+    # The compiled loop (svattn.exact._compiled) is the default; the numpy loop
+    # below is its reference (tests switch with ``mem._compiled = False``).
+    _compiled = True
+
     def _drive(self, c: int, direction: int) -> int:
         """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1)."""
+        if not self._compiled:
+            return self._drive_reference(c, direction)
+        self._g_valid = False
+        hi = self._hi
+        k_c = self._KC[:hi, int(self._col_of_slot[c])].copy()
+        st0 = self._state[:hi]
+        sgn = (st0 == ERROR).astype(np.float64) - (st0 == RESERVE)
+        loop = np.array([0, 0, -1, -1], dtype=np.int64)
+        max_events = 20 * self._n + 200
+        scale = self._scale
+        is_rbf = self.kernel == "rbf"
+        gamma = self._gamma_val
+        while True:
+            status, nS, chi, mu, Qinv = _compiled.drive_events(
+                self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
+                self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv,
+                self._nS, self._chi, hi, self._mu, self.C, gamma, is_rbf, c, direction, k_c,
+                sgn, loop, max_events, scale)
+            self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
+            if status == _compiled.DONE:
+                return int(loop[_compiled.EVENTS])
+            if status == _compiled.NEED_RESOLVE:
+                raise _NeedResolve
+            if status == _compiled.NEED_COLUMNS:
+                self._grow_cols()
+                continue
+            # EMPTY_MARGIN: only mu moves (rare; the numpy step is fine)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                done, who = self._mu_move(c, direction)
+            if done:
+                return int(loop[_compiled.EVENTS])
+            sgn[who] = 0.0
+            loop[_compiled.LAST_ENTERED] = who
+
+    def _drive_reference(self, c: int, direction: int) -> int:
+        """The numpy reference of :meth:`_drive` (one array call per step)."""
         C = self.C
         s = float(direction)
         rate_tol = 1e-13
@@ -1082,6 +1129,12 @@ class SVDDMemory:
 
     def _contract(self, p: int) -> None:
         """Remove the margin token in column ``p`` from the margin set (keeps its column)."""
+        if self._compiled:
+            nS, self._Qinv = _compiled.contract_margin(
+                self._Qinv, self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot,
+                p, self._nS, self._hi)
+            self._nS = int(nS)
+            return
         last = self._nS - 1
         if last == 0:
             self._nS = 0
@@ -1120,7 +1173,8 @@ class SVDDMemory:
         two conditions) is moved to that bound's set, so the partition is the
         one read off alpha, and the system re-solved.
         """
-        self._solve_margin(refresh_g)
+        if self._solve_margin(refresh_g) == 0:
+            return
         for _ in range(self._nS):
             S = self._slot_of_col[: self._nS]
             aS = self._alpha[S]
@@ -1137,8 +1191,18 @@ class SVDDMemory:
                     self._free_col(slot)
             self._solve_margin(refresh_g)
 
-    def _solve_margin(self, refresh_g: bool = True) -> None:
+    def _solve_margin(self, refresh_g: bool = True) -> int | None:
+        """Solve alpha_S, mu on the partition; return how many margin coefficients
+        sit on a bound (None when not counted: the caller checks)."""
         nS = self._nS
+        at_bound = None
+        if self._compiled and nS:
+            mu, at_bound = _compiled.solve_margin(
+                self._KC, self._Qinv, self._slot_of_col, self._col_of_slot, self._state,
+                self._diag, self._alpha, self._ac, nS, self._chi, self.C)
+            self._mu = float(mu)
+            self._after_margin_solve(refresh_g)
+            return int(at_bound)
         soc = self._slot_of_col[nS : self._chi]  # error tokens all have cached columns
         E = soc[soc >= 0]
         E = E[self._state[E] == ERROR]
@@ -1162,7 +1226,11 @@ class SVDDMemory:
             self._mu = float(x[0])
             self._alpha[S] = x[1:]
         self._sync_ac()
-        if not nS:
+        self._after_margin_solve(refresh_g)
+        return at_bound
+
+    def _after_margin_solve(self, refresh_g: bool) -> None:
+        if not self._nS:
             self._canonical_mu()
         elif refresh_g:
             self._g[: self._hi] = self._g_exact()
@@ -1179,12 +1247,13 @@ class SVDDMemory:
         self._g[: self._hi] = self._g_exact()
         self._g_valid = True
 
-    def _finish_op(self) -> None:
-        # g is recomputed from the cached columns every 32 operations (and before
-        # any decision below); in between the drive's own linear updates are
-        # accurate to rounding, which the KKT check on them would expose.
+    def _finish_op(self, *, exact_g: bool = False) -> None:
+        # g is recomputed from the cached columns every 32 operations, on
+        # ``exact_g`` (a removal: its certificate reports the residual of the exact
+        # g) and before any decision below; in between the drive's own linear
+        # updates are accurate to rounding, which the KKT check on them would expose.
         self._ops_since_exact_g += 1
-        refresh = self._ops_since_exact_g >= 32
+        refresh = exact_g or self._ops_since_exact_g >= 32
         self._polish(refresh_g=refresh)
         if refresh:
             self._ops_since_exact_g = 0

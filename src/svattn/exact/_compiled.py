@@ -1,0 +1,497 @@
+"""Compiled (numba) event loop of the adiabatic drive, and the post-drive polish.
+
+:meth:`SVDDMemory._drive_reference` (numpy, one array call per step) is the
+obviously-correct reference; :func:`drive_events` does the same steps, event by
+event and in the same order, as one compiled loop: at n = 4k the numpy version
+spends most of a removal in interpreter overhead between ~300 small array
+calls. Floating-point results differ from the reference only by summation
+order (BLAS vs loops); ``tests/exact/test_compiled.py`` compares trajectories.
+
+State arrays are the memory's own (modified in place). ``Qinv`` comes in as the
+memory's exact-size array and goes out as a new one (a new object: the health
+monitor keys its checks on the object). The loop counters live in ``loop`` so
+that a call that stops for Python's help (more cache columns; a move of ``mu``
+alone when the margin set is empty) can be resumed where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from svattn.exact._states import DRIVEN, ERROR, MARGIN, RESERVE
+
+# status codes of drive_events
+DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN = 0, 1, 2, 3
+# loop[...] indices
+EVENTS, ZERO_STEPS, LAST_LEFT, LAST_ENTERED = 0, 1, 2, 3
+
+_RATE_TOL = 1e-13
+# Reassociation lets LLVM vectorize the dot products (a rounding-level change);
+# no flag that assumes away NaN or inf, which the step tests rely on.
+_VEC = {"reassoc", "contract"}
+
+
+@njit(cache=True, fastmath=_VEC)
+def _row_dot(A, i, B, k):
+    """A[i] · B[k] over the last axis."""
+    acc = 0.0
+    for j in range(A.shape[1]):
+        acc += A[i, j] * B[k, j]
+    return acc
+
+
+@njit(cache=True, fastmath=_VEC)
+def _matvec_lead(Q, v, m, out, sign):
+    """out[:m] = sign · Q[:m, :m] @ v[:m]."""
+    for i in range(m):
+        acc = 0.0
+        for j in range(m):
+            acc += Q[i, j] * v[j]
+        out[i] = sign * acc
+
+
+@njit(cache=True)
+def _swap_cols(KC, XC, ac, soc, cos, hi, p, q):
+    if p == q:
+        return
+    for i in range(hi):
+        t = KC[i, p]
+        KC[i, p] = KC[i, q]
+        KC[i, q] = t
+    for j in range(XC.shape[1]):
+        t = XC[p, j]
+        XC[p, j] = XC[q, j]
+        XC[q, j] = t
+    t = ac[p]
+    ac[p] = ac[q]
+    ac[q] = t
+    ts = soc[p]
+    soc[p] = soc[q]
+    soc[q] = ts
+    if soc[p] >= 0:
+        cos[soc[p]] = p
+    if soc[q] >= 0:
+        cos[soc[q]] = q
+
+
+@njit(cache=True)
+def _free_col(KC, XC, ac, soc, cos, slot, chi):
+    col = cos[slot]
+    if col < 0:
+        return chi
+    for i in range(KC.shape[0]):
+        KC[i, col] = 0.0
+    for j in range(XC.shape[1]):
+        XC[col, j] = 0.0
+    soc[col] = -1
+    cos[slot] = -1
+    ac[col] = 0.0
+    while chi > 0 and soc[chi - 1] < 0:
+        chi -= 1
+    return chi
+
+
+@njit(cache=True)
+def _free_column_available(soc, nS, chi, ccap):
+    if chi < ccap:
+        return True
+    for col in range(nS, chi):
+        if soc[col] < 0:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, slot, nS, chi, hi, gamma, is_rbf):
+    """Cache ``slot``'s kernel column (a free column must exist); return chi."""
+    col = -1
+    for j in range(nS, chi):
+        if soc[j] < 0:
+            col = j
+            break
+    if col < 0:
+        col = chi
+        chi += 1
+    d = X.shape[1]
+    for i in range(hi):
+        dot = _row_dot(X, i, X, slot)
+        if is_rbf:
+            v = xn2[i] + xn2[slot] - 2.0 * dot
+            if v < 0.0:
+                v = 0.0
+            KC[i, col] = math.exp(-gamma * v)
+        else:
+            KC[i, col] = math.exp(gamma * dot)
+    KC[slot, col] = diag[slot]
+    for k in range(d):
+        XC[col, k] = X[slot, k]
+    soc[col] = slot
+    cos[slot] = col
+    ac[col] = alpha[slot]
+    return chi
+
+
+@njit(cache=True)
+def _expand(Qb, KC, XC, ac, soc, cos, diag, k, nS, hi, scale):
+    """Add margin token ``k`` to the bordered inverse; False if Q turns singular."""
+    col_k = cos[k]
+    if nS == 0:
+        Qb[0, 0] = -2.0 * diag[k]
+        Qb[0, 1] = 1.0
+        Qb[1, 0] = 1.0
+        Qb[1, 1] = 0.0
+    else:
+        m = nS + 1
+        u = np.empty(m)
+        u[0] = 1.0
+        for j in range(nS):
+            u[j + 1] = 2.0 * KC[soc[j], col_k]
+        w = np.empty(m)
+        _matvec_lead(Qb, u, m, w, 1.0)
+        uw = 0.0
+        for i in range(m):
+            uw += u[i] * w[i]
+        schur = 2.0 * diag[k] - uw
+        if schur <= 1e-10 * scale:
+            return False
+        for i in range(m):
+            wi = w[i] / schur
+            for j in range(m):
+                Qb[i, j] += wi * w[j]
+            Qb[i, m] = -wi
+            Qb[m, i] = -wi
+        Qb[m, m] = 1.0 / schur
+    _swap_cols(KC, XC, ac, soc, cos, hi, col_k, nS)
+    return True
+
+
+@njit(cache=True)
+def _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
+    """Remove the margin token in column ``p`` from the bordered inverse; return nS."""
+    last = nS - 1
+    if last == 0:
+        return 0
+    if p != last:
+        _swap_cols(KC, XC, ac, soc, cos, hi, p, last)
+        a, b = p + 1, last + 1
+        for j in range(nS + 1):
+            t = Qb[a, j]
+            Qb[a, j] = Qb[b, j]
+            Qb[b, j] = t
+        for i in range(nS + 1):
+            t = Qb[i, a]
+            Qb[i, a] = Qb[i, b]
+            Qb[i, b] = t
+    m = last + 1
+    piv = Qb[m, m]
+    for i in range(m):
+        qi = Qb[i, m] / piv
+        for j in range(m):
+            Qb[i, j] -= qi * Qb[m, j]
+    return last
+
+
+@njit(cache=True)
+def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
+                 nS, chi, hi, mu, C, gamma, is_rbf, c, direction, k_c, sgn, loop,
+                 max_events, scale):
+    """Run the drive's events until done or Python is needed.
+
+    Returns ``(status, nS, chi, mu, Qinv)``; ``status`` is one of DONE,
+    NEED_RESOLVE (a degeneracy: re-solve the set), NEED_COLUMNS (grow the
+    column cache, call again), EMPTY_MARGIN (move mu alone, call again).
+    """
+    ccap = KC.shape[1]
+    Qb = np.empty((ccap + 1, ccap + 1))
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            Qb[i, j] = Qinv[i, j]
+    s = float(direction)
+    gtol = 1e-13 * scale
+    rho = np.empty(hi)
+    beta = np.empty(ccap + 1)
+    u = np.empty(ccap + 1)
+    t_m = np.empty(ccap)
+    status = DONE
+    while True:
+        if not _free_column_available(soc, nS, chi, ccap):
+            status = NEED_COLUMNS
+            break
+        loop[EVENTS] += 1
+        if loop[EVENTS] > max_events or loop[ZERO_STEPS] > 2 * nS + 20:
+            status = NEED_RESOLVE
+            break
+        if nS == 0:
+            status = EMPTY_MARGIN
+            break
+        m = nS + 1
+        u[0] = 1.0
+        for j in range(nS):
+            u[j + 1] = 2.0 * k_c[soc[j]]
+        _matvec_lead(Qb, u, m, beta, -1.0)
+        # rho_i = d g_i / dt: 2 (K_iS beta_S + k_ic) + beta_mu, times the direction
+        b0 = s * beta[0]
+        for i in range(hi):
+            rho[i] = 2.0 * s * k_c[i] + b0
+        for j in range(nS):
+            w = 2.0 * s * beta[j + 1]
+            for i in range(hi):
+                rho[i] += KC[i, j] * w
+        # candidate steps (t >= 0 is |d alpha_c|): c itself
+        who = -1
+        if direction > 0:
+            best_t = C - alpha[c]
+            kind = 1  # c_error
+            if rho[c] > _RATE_TOL * scale:
+                t = max(-g[c], 0.0) / rho[c]
+                if t <= best_t:
+                    best_t = t
+                    kind = 0  # c_margin
+        else:
+            best_t = alpha[c]
+            kind = 2  # c_out
+        # a margin coefficient moving down reaches 0, one moving up reaches C
+        for j in range(nS):
+            r = beta[j + 1] * s
+            aS = alpha[soc[j]]
+            tj = aS if r < 0 else C - aS
+            if tj < 0.0:
+                tj = 0.0
+            ar = abs(r)
+            t_m[j] = math.inf if ar <= _RATE_TOL else tj / ar
+        le = loop[LAST_ENTERED]
+        if le >= 0:  # no zero-length exit for the token that just entered
+            p = cos[le]
+            if 0 <= p < nS and t_m[p] == 0.0:
+                t_m[p] = math.inf
+        jbest = 0
+        for j in range(1, nS):
+            if t_m[j] < t_m[jbest]:
+                jbest = j
+        if t_m[jbest] < best_t:
+            best_t = t_m[jbest]
+            who = soc[jbest]
+            kind = 3 if beta[jbest + 1] * s < 0 else 4  # m_reserve / m_error
+        # an error token moves towards g = 0 when rho > 0, a reserve one when
+        # rho < 0; it gets there at t = −g/rho, i.e. the largest ratio g/rho <= 0
+        for j in range(nS):
+            rho[soc[j]] = 0.0
+        ll = loop[LAST_LEFT]
+        ibest = -1
+        rbest = -math.inf
+        for i in range(hi):
+            if rho[i] * sgn[i] <= gtol:
+                continue
+            ratio = g[i] / rho[i]
+            if i == ll and ratio >= 0.0:
+                continue
+            if ratio > rbest:
+                rbest = ratio
+                ibest = i
+        if ibest >= 0:
+            t_i = max(-rbest, 0.0)
+            if t_i < best_t:
+                best_t = t_i
+                kind = 5  # enter
+                who = ibest
+        if not math.isfinite(best_t):
+            status = NEED_RESOLVE
+            break
+        t = best_t
+        loop[ZERO_STEPS] = loop[ZERO_STEPS] + 1 if t == 0.0 else 0
+        # move everything linearly
+        alpha[c] += s * t
+        for j in range(nS):
+            sj = soc[j]
+            alpha[sj] += beta[j + 1] * s * t
+            ac[j] = alpha[sj]
+        mu += beta[0] * s * t
+        for i in range(hi):
+            g[i] += rho[i] * t
+        loop[LAST_LEFT] = -1
+        loop[LAST_ENTERED] = -1
+        # apply the event
+        if kind == 0:
+            g[c] = 0.0
+            state[c] = MARGIN
+            ac[cos[c]] = alpha[c]
+            if not _expand(Qb, KC, XC, ac, soc, cos, diag, c, nS, hi, scale):
+                status = NEED_RESOLVE
+                break
+            nS += 1
+            break
+        if kind == 1:
+            alpha[c] = C
+            state[c] = ERROR
+            break
+        if kind == 2:
+            alpha[c] = 0.0
+            break
+        if kind == 3:
+            alpha[who] = 0.0
+            nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
+            state[who] = RESERVE
+            sgn[who] = -1.0
+            chi = _free_col(KC, XC, ac, soc, cos, who, chi)
+            loop[LAST_LEFT] = who
+        elif kind == 4:
+            alpha[who] = C
+            nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
+            state[who] = ERROR
+            ac[cos[who]] = C
+            sgn[who] = 1.0
+            loop[LAST_LEFT] = who
+        else:  # an error or reserve token reaches g = 0 and joins the margin
+            g[who] = 0.0
+            if state[who] == RESERVE:
+                chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, who, nS, chi, hi,
+                                 gamma, is_rbf)
+            state[who] = MARGIN
+            if not _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale):
+                status = NEED_RESOLVE
+                break
+            nS += 1
+            sgn[who] = 0.0
+            loop[LAST_ENTERED] = who
+    out = np.zeros((nS + 1, nS + 1)) if nS else np.zeros((0, 0))
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            out[i, j] = Qb[i, j]
+    return status, nS, chi, mu, out
+
+
+
+@njit(cache=True)
+def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
+    """:meth:`SVDDMemory._contract` compiled: returns ``(nS, Qinv)``."""
+    Qb = Qinv.copy()
+    nS = _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi)
+    if nS == 0:
+        return 0, np.zeros((0, 0))
+    return nS, Qb[: nS + 1, : nS + 1].copy()
+
+
+@njit(cache=True, fastmath=_VEC)
+def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, nS, chi, C):
+    """alpha_S and mu on the current partition (two steps of iterative
+    refinement), then alpha of every cached column into ``ac``.
+
+    Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
+    1e-13·C of 0 or C (the caller then moves them to that bound's set).
+    """
+    nE = 0
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            alpha[sl] = C
+            nE += 1
+    m = nS + 1
+    rhs = np.empty(m)
+    rhs[0] = 1.0 - C * nE
+    for i in range(nS):
+        si = soc[i]
+        acc = 0.0
+        for col in range(nS, chi):
+            sl = soc[col]
+            if sl >= 0 and state[sl] == ERROR:
+                acc += KC[si, col]
+        rhs[i + 1] = diag[si] - 2.0 * C * acc
+    x = np.empty(m)
+    _matvec_lead(Qinv, rhs, m, x, 1.0)
+    res = np.empty(m)
+    dx = np.empty(m)
+    for _ in range(2):  # iterative refinement against Q = [[0, 1^T], [1, 2 K_SS]]
+        acc = 0.0
+        for j in range(nS):
+            acc += x[j + 1]
+        res[0] = rhs[0] - acc
+        for i in range(nS):
+            res[i + 1] = rhs[i + 1] - x[0]
+        for j in range(nS):
+            xj = 2.0 * x[j + 1]
+            for i in range(nS):
+                res[i + 1] -= KC[soc[i], j] * xj
+        _matvec_lead(Qinv, res, m, dx, 1.0)
+        for i in range(m):
+            x[i] += dx[i]
+    n_at_bound = 0
+    tol = 1e-13 * C
+    for i in range(nS):
+        a = x[i + 1]
+        alpha[soc[i]] = a
+        if min(abs(a - C), abs(a)) <= tol:
+            n_at_bound += 1
+    for col in range(chi):
+        sl = soc[col]
+        ac[col] = alpha[sl] if sl >= 0 else 0.0
+    return x[0], n_at_bound
+
+
+@njit(cache=True)
+def kkt_residual(g, alpha, state, diag, mu, C, hi):
+    """:meth:`SVDDMemory._kkt` compiled (same definition, one pass)."""
+    total = 0.0
+    amin = 0.0
+    amax = 0.0
+    worst = 0.0
+    for i in range(hi):
+        a = alpha[i]
+        total += a
+        amin = min(amin, a)
+        amax = max(amax, a)
+        st = state[i]
+        gi = g[i]
+        if st == MARGIN:
+            v = abs(gi)
+        elif st == ERROR:
+            v = gi
+        elif st == RESERVE:
+            v = -gi
+        else:
+            v = 0.0 * gi
+        size = max(2.0 * diag[i] + gi - mu + abs(mu), 1.0)
+        worst = max(worst, v / size)
+    return max(abs(total - 1.0), -amin, amax - C, worst)
+
+
+@njit(cache=True, fastmath=_VEC)
+def bordered_health(Qinv, KC, soc, nS):
+    """``(cond1, inverse residual)`` of ``Qinv`` (see HealthMonitor.measure)."""
+    m = nS + 1
+    colmax = 0.0
+    for j in range(nS):
+        acc = 0.0
+        for i in range(nS):
+            acc += abs(KC[soc[i], j])
+        colmax = max(colmax, acc)
+    norm_q = max(float(nS), 1.0 + 2.0 * colmax)
+    norm_qinv = 0.0
+    for j in range(m):
+        acc = 0.0
+        for i in range(m):
+            acc += abs(Qinv[i, j])
+        norm_qinv = max(norm_qinv, acc)
+    v = np.empty(m)
+    vmax = 0.0
+    for i in range(m):
+        v[i] = math.cos(0.7 * i) + 0.5
+        vmax = max(vmax, abs(v[i]))
+    w = np.empty(m)
+    _matvec_lead(Qinv, v, m, w, 1.0)
+    acc = 0.0
+    for j in range(nS):
+        acc += w[j + 1]
+    rmax = abs(acc - v[0])
+    for i in range(nS):
+        r = w[0] - v[i + 1]
+        for j in range(nS):
+            r += 2.0 * KC[soc[i], j] * w[j + 1]
+        rmax = max(rmax, abs(r))
+    return norm_q * norm_qinv, rmax / vmax
+
+# DRIVEN is imported for readers: the driven token holds it while this loop runs
+__all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
+           "bordered_health", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN", "DRIVEN"]
