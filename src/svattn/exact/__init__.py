@@ -1,4 +1,4 @@
-"""The certified core: exact float64 SVDD memory (numpy/scipy only, never torch).
+"""The certified core: exact float64 SVDD memory (numpy, scipy, numba; never torch).
 
 Examples
 --------

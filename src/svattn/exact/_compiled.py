@@ -205,6 +205,14 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
     column cache, call again), EMPTY_MARGIN (move mu alone, call again).
     """
     ccap = KC.shape[1]
+    if loop[EVENTS] == 0:  # a fresh drive: c's kernel column and the entry signs
+        col_c = cos[c]
+        for i in range(hi):
+            k_c[i] = KC[i, col_c]
+            st = state[i]
+            # +1 on error tokens (they enter the margin when g rises to 0), −1 on
+            # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
+            sgn[i] = 1.0 if st == ERROR else (-1.0 if st == RESERVE else 0.0)
     Qb = np.empty((ccap + 1, ccap + 1))
     for i in range(nS + 1 if nS else 0):
         for j in range(nS + 1):
@@ -282,15 +290,23 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
         ll = loop[LAST_LEFT]
         ibest = -1
         rbest = -math.inf
-        for i in range(hi):
-            if rho[i] * sgn[i] <= gtol:
-                continue
-            ratio = g[i] / rho[i]
-            if i == ll and ratio >= 0.0:
-                continue
+        for i in range(hi):  # branch-light: the sign test is unpredictable
+            ok = rho[i] * sgn[i] > gtol
+            ratio = g[i] / rho[i] if ok else -math.inf
             if ratio > rbest:
                 rbest = ratio
                 ibest = i
+        if ibest == ll and ll >= 0 and rbest >= 0.0:
+            # no zero-length re-entry for the token that just left: take the
+            # best of the others
+            ibest = -1
+            rbest = -math.inf
+            for i in range(hi):
+                ok = rho[i] * sgn[i] > gtol and i != ll
+                ratio = g[i] / rho[i] if ok else -math.inf
+                if ratio > rbest:
+                    rbest = ratio
+                    ibest = i
         if ibest >= 0:
             t_i = max(-rbest, 0.0)
             if t_i < best_t:
@@ -492,6 +508,64 @@ def bordered_health(Qinv, KC, soc, nS):
         rmax = max(rmax, abs(r))
     return norm_q * norm_qinv, rmax / vmax
 
+
+@njit(cache=True)
+def tied_slots(g, state, hi, tie):
+    """Error and reserve slots with ``|g| <= tie`` (tied with the margin)."""
+    out = np.empty(hi, dtype=np.int64)
+    n = 0
+    for i in range(hi):
+        st = state[i]
+        if (st == ERROR or st == RESERVE) and abs(g[i]) <= tie:
+            out[n] = i
+            n += 1
+    return out[:n]
+
+
+@njit(cache=True)
+def shifted_margin_block(KC, soc, nS, rel_shift):
+    """``sym(K_SS) − rel_shift·trace·I`` from the cached margin block."""
+    out = np.empty((nS, nS))
+    tr = 0.0
+    for i in range(nS):
+        tr += KC[soc[i], i]
+    for i in range(nS):
+        for j in range(nS):
+            out[i, j] = 0.5 * (KC[soc[i], j] + KC[soc[j], i])
+        out[i, i] -= rel_shift * tr
+    return out
+
+
+@njit(cache=True)
+def support_slots_by_id(alpha, slot_id, hi):
+    """Slots with alpha > 0, in id order."""
+    n = 0
+    for i in range(hi):
+        if alpha[i] > 0:
+            n += 1
+    slots = np.empty(n, dtype=np.int64)
+    ids = np.empty(n, dtype=np.int64)
+    n = 0
+    for i in range(hi):
+        if alpha[i] > 0:
+            slots[n] = i
+            ids[n] = slot_id[i]
+            n += 1
+    return slots[np.argsort(ids, kind="mergesort")]
+
+
+@njit(cache=True)
+def count_states(state, hi):
+    """``(margin, error, reserve)`` counts over the used slots."""
+    nm = ne = nr = 0
+    for i in range(hi):
+        st = state[i]
+        nm += st == MARGIN
+        ne += st == ERROR
+        nr += st == RESERVE
+    return nm, ne, nr
+
 # DRIVEN is imported for readers: the driven token holds it while this loop runs
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
-           "bordered_health", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN", "DRIVEN"]
+           "bordered_health", "tied_slots", "shifted_margin_block", "support_slots_by_id",
+           "count_states", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN", "DRIVEN"]

@@ -608,9 +608,19 @@ class SVDDMemory:
         if self._n == 0 or self.warm:
             return True
         g = self._fresh_g()
-        st = self._state[: self._hi]
         tie = 1e-9 * self._scale
-        tied = np.flatnonzero((np.abs(g) <= tie) & ((st == ERROR) | (st == RESERVE)))
+        if self._compiled:
+            tied = _compiled.tied_slots(g, self._state, self._hi, tie)
+            if len(tied) == 0 and self._nS > 1:
+                try:
+                    np.linalg.cholesky(_compiled.shifted_margin_block(
+                        self._KC, self._slot_of_col, self._nS, 1e-10))
+                except np.linalg.LinAlgError:
+                    return False
+                return True
+        else:
+            st = self._state[: self._hi]
+            tied = np.flatnonzero((np.abs(g) <= tie) & ((st == ERROR) | (st == RESERVE)))
         T = np.concatenate([self._margin_slots(), tied])
         if len(T) <= 1:
             return True
@@ -702,12 +712,17 @@ class SVDDMemory:
         return np.flatnonzero(self._alpha[: self._hi] > 0)
 
     def _support_slots_by_id(self) -> np.ndarray:
+        if self._compiled and not self.warm:
+            return _compiled.support_slots_by_id(self._alpha, self._slot_id, self._hi)
         s = self._support_slots()
         return s[np.argsort(self._slot_id[s], kind="stable")]
 
     def _sizes(self) -> dict[str, int]:
         if self.warm:
             return {"margin": self._n, "error": 0, "reserve": 0}
+        if self._compiled:
+            nm, ne, nr = _compiled.count_states(self._state, self._hi)
+            return {"margin": int(nm), "error": int(ne), "reserve": int(nr)}
         counts = np.bincount(self._state[: self._hi], minlength=DRIVEN + 1)
         return {"margin": int(counts[MARGIN]), "error": int(counts[ERROR]),
                 "reserve": int(counts[RESERVE])}
@@ -892,9 +907,7 @@ class SVDDMemory:
             return self._drive_reference(c, direction)
         self._g_valid = False
         hi = self._hi
-        k_c = self._KC[:hi, int(self._col_of_slot[c])].copy()
-        st0 = self._state[:hi]
-        sgn = (st0 == ERROR).astype(np.float64) - (st0 == RESERVE)
+        k_c, sgn = np.empty(hi), np.empty(hi)  # filled by the first call
         loop = np.array([0, 0, -1, -1], dtype=np.int64)
         max_events = 20 * self._n + 200
         scale = self._scale
