@@ -7,6 +7,7 @@ import torch
 
 from svattn.mixers import MIXERS, SoftmaxAttention
 from svattn.nn import HybridSVAttention, sv_attention_state
+from svattn.nn.hybrid import chunked_causal_softmax
 
 
 def identity_qkv(mix: HybridSVAttention) -> HybridSVAttention:
@@ -140,8 +141,57 @@ def test_registered_and_contract():
         (dict(policy="lru"), "policy must be one of"),
         (dict(mode="fast"), "mode must be one of"),
         (dict(C=0.25, chunk=8, budget=2), r"budget must be an int >= ceil\(1/C\) = 4"),
+        (dict(C=0.25, chunk=8, lookback=-1), "lookback must be an int >= 0"),
+        (dict(C=0.25, chunk=8, lookback=2.0), "lookback must be an int >= 0"),
     ],
 )
 def test_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         HybridSVAttention(16, 2, **kwargs)
+
+
+def masked_softmax_reference(q, k, v, chunk: int, lookback: int) -> torch.Tensor:
+    """The local path written out: a dense mask, query t sees keys
+    ``floor(t / chunk)·chunk − lookback .. t``."""
+    T = q.shape[2]
+    t = torch.arange(T)[:, None]
+    j = torch.arange(T)[None, :]
+    allowed = (j <= t) & (j >= (t // chunk) * chunk - lookback)
+    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
+    return torch.softmax(scores.masked_fill(~allowed, float("-inf")), -1) @ v
+
+
+@pytest.mark.parametrize(("T", "chunk", "lookback"),
+                         [(32, 8, 0), (32, 8, 3), (30, 8, 8), (37, 8, 13), (9, 16, 4)])
+def test_local_path_with_lookback_matches_dense_mask(T, chunk, lookback):
+    g = torch.Generator().manual_seed(T + lookback)
+    q, k, v = (torch.randn(2, 3, T, 5, generator=g, dtype=torch.float64, requires_grad=True)
+               for _ in range(3))
+    fast = chunked_causal_softmax(q, k, v, chunk, lookback)
+    ref = masked_softmax_reference(q, k, v, chunk, lookback)
+    torch.testing.assert_close(fast, ref, rtol=0, atol=1e-12)
+    w = torch.randn(fast.shape, generator=g, dtype=torch.float64)
+    grads_fast = torch.autograd.grad((fast * w).sum(), (q, k, v))
+    grads_ref = torch.autograd.grad((ref * w).sum(), (q, k, v))
+    for a, b in zip(grads_fast, grads_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_lookback_changes_only_chunk_starts_context_and_state():
+    torch.manual_seed(4)
+    kw = dict(chunk=8, C=0.25, budget=8, gate_init=-60.0)  # gate closed: local path only
+    plain = HybridSVAttention(16, 2, **kw).double()
+    back = HybridSVAttention(16, 2, lookback=4, **kw).double()
+    back.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 24, 16, dtype=torch.float64)
+    y0, y1 = plain(x), back(x)
+    torch.testing.assert_close(y0[:, :8], y1[:, :8], rtol=0, atol=1e-12)  # chunk 0: nothing before
+    assert not torch.allclose(y0[:, 8:], y1[:, 8:])
+    assert back.state_size(100) == 2 * (8 + 4 + 8) * 16
+    assert "lookback=4" in repr(back)
+    # causal with the lookback and both paths open (the shared mixer suite runs lookback = 0)
+    both = HybridSVAttention(16, 2, chunk=8, C=0.25, budget=8, lookback=4, rope=True).double()
+    for t in (5, 8, 13, 20):
+        x2 = x.clone()
+        x2[:, t:] = torch.randn_like(x2[:, t:])
+        torch.testing.assert_close(both(x2)[:, :t], both(x)[:, :t], rtol=0, atol=1e-12)

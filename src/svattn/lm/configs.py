@@ -62,15 +62,18 @@ def preset(name: str, **overrides) -> CharLMConfig:
 
 
 def matched_sliding(hybrid_options: dict) -> dict:
-    """Sliding-window options with the state of a ``"support"``-policy hybrid: ``W = budget + L``.
+    """Sliding-window options with the state of a ``"support"``-policy hybrid:
+    ``W = budget + lookback + L`` (``lookback`` 0 unless set).
 
     Examples
     --------
     >>> matched_sliding({"chunk": 64, "C": 1 / 16, "budget": 64})
     {'window': 128}
+    >>> matched_sliding({"chunk": 64, "budget": 32, "lookback": 32})
+    {'window': 128}
     """
     opts = {**HYBRID_DEFAULTS, **hybrid_options}
-    return {"window": int(opts["budget"]) + int(opts["chunk"])}
+    return {"window": int(opts["budget"]) + int(opts.get("lookback", 0)) + int(opts["chunk"])}
 
 
 def mixer_config(cfg: CharLMConfig, mixer: str, hybrid_options: dict | None = None) -> CharLMConfig:

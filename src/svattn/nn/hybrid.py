@@ -68,21 +68,36 @@ GROUP_ENTRIES = 1 << 25
 
 
 def chunked_causal_softmax(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, chunk: int, lookback: int = 0
 ) -> torch.Tensor:
     """Causal softmax attention inside each chunk of ``chunk`` tokens.
 
     ``q, k, v`` ``[B, H, T, Dh]`` → ``[B, H, T, Dh]``; query ``t`` sees keys
-    ``floor(t / chunk)·chunk .. t``.
+    ``floor(t / chunk)·chunk − lookback .. t`` (from 0 on): with ``lookback > 0``
+    each chunk also sees the last ``lookback`` keys before it.
     """
     B, H, T, Dh = q.shape
     pad = (-T) % chunk
     if pad:  # padding sits at the end of the last chunk: causal masking hides it
         q, k, v = (F.pad(z, (0, 0, 0, pad)) for z in (q, k, v))
     n = (T + pad) // chunk
-    qc, kc, vc = (z.reshape(B, H, n, chunk, Dh) for z in (q, k, v))  # (B, H, N, L, Dh)
-    o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)  # (B, H, N, L, Dh)
-    return o.reshape(B, H, n * chunk, Dh)[:, :, :T]
+    qc = q.reshape(B, H, n, chunk, Dh)  # (B, H, N, L, Dh)
+    if lookback == 0:
+        kc, vc = (z.reshape(B, H, n, chunk, z.shape[-1]) for z in (k, v))
+        o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)  # (B, H, N, L, Dh)
+        return o.reshape(B, H, n * chunk, -1)[:, :, :T]
+    # chunk i reads keys [i·L − lookback, (i + 1)·L): windows of a left-padded sequence
+    span = lookback + chunk
+    kc, vc = (
+        F.pad(z, (0, 0, lookback, 0)).unfold(2, span, chunk).transpose(-1, -2)
+        for z in (k, v)
+    )  # (B, H, N, lookback + L, Dh)
+    row = torch.arange(chunk, device=q.device)[:, None]
+    col = torch.arange(span, device=q.device)[None, :]
+    first = chunk * torch.arange(n, device=q.device)[:, None, None] - lookback  # key 0's position
+    mask = (col <= row + lookback) & (first + col >= 0)  # (N, L, lookback + L): causal, no pad
+    o = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask)  # (B, H, N, L, Dh)
+    return o.reshape(B, H, n * chunk, -1)[:, :, :T]
 
 
 class HybridSVAttention(SoftmaxAttention):
@@ -131,6 +146,12 @@ class HybridSVAttention(SoftmaxAttention):
         Rotary positions (:mod:`svattn.mixers.rope`) on the **local** path only.
         The memory stays a function of key content: the SVDD and its readout
         see the unrotated keys and queries.
+    lookback : int
+        Keys before the chunk that its local path also sees (default 0: the
+        local path of DESIGN.md §5, inside the chunk only). A variant of ours,
+        not the paper's: a chunk's first queries otherwise have no recent
+        context but what the memory kept. The state grows by ``lookback``
+        tokens (``state_size``; the matched window is ``budget + lookback + L``).
 
     Attributes
     ----------
@@ -173,8 +194,11 @@ class HybridSVAttention(SoftmaxAttention):
         gate_init: float = 0.0,
         bias: bool = False,
         rope: bool = False,
+        lookback: int = 0,
     ) -> None:
         super().__init__(d_model, n_heads, bias=bias, rope=rope)
+        if isinstance(lookback, bool) or not isinstance(lookback, int) or lookback < 0:
+            raise ValueError(f"lookback must be an int >= 0, got {lookback!r}")
         if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
             raise ValueError(f"chunk must be an int >= 1, got {chunk!r}")
         if (
@@ -202,6 +226,7 @@ class HybridSVAttention(SoftmaxAttention):
             )
         self.chunk, self.C, self.kernel, self.gamma = chunk, float(C), kernel, gamma
         self.policy, self.budget, self.mode = policy, budget, mode
+        self.lookback = lookback
         self.ridge, self.ridge_steps = ridge, ridge_steps
         self.max_iter, self.refine = max_iter, refine
         self.gate = nn.Parameter(torch.full((n_heads,), float(gate_init)))
@@ -293,7 +318,7 @@ class HybridSVAttention(SoftmaxAttention):
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)  # (B, H, T, Dh)
         T = q.shape[2]
-        o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk)  # (B, H, T, Dh)
+        o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk, self.lookback)
         if T > self.chunk:
             glob = (
                 self._global_full(q, k, v)
@@ -311,17 +336,18 @@ class HybridSVAttention(SoftmaxAttention):
     def state_size(self, seq_len: int) -> int:
         """Floats of keys and values kept for one sequence of ``seq_len`` tokens, per layer.
 
-        ``"full"``: ``2·T·D``. ``"support"``: ``2·min(T, budget + L)·D``.
+        ``"full"``: ``2·T·D``. ``"support"``: ``2·min(T, budget + lookback + L)·D``.
         """
         if self.policy == "full":
             return 2 * seq_len * self.d_model
-        return 2 * min(seq_len, self.budget + self.chunk) * self.d_model
+        return 2 * min(seq_len, self.budget + self.lookback + self.chunk) * self.d_model
 
     def extra_repr(self) -> str:
         return (
             f"d_model={self.d_model}, n_heads={self.n_heads}, chunk={self.chunk}, C={self.C}, "
             f"kernel={self.kernel!r}, policy={self.policy!r}, budget={self.budget}, "
             f"mode={self.mode!r}, rope={self.rope}"
+            + (f", lookback={self.lookback}" if self.lookback else "")
         )
 
 
