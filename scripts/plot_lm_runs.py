@@ -30,9 +30,11 @@ def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict]]:
     first = next((r for r in recs if r.get("kind") == "config"), {})
     cfg, model = first.get("config", {}), first.get("model_config", {})
     pos = positions_of(model).replace("none", "NoPE")
+    lookback = (model.get("mixer_options") or {}).get("lookback", 0)
+    variant = f" lookback {lookback}" if lookback else ""  # the hybrid's local look-back
     train = [r for r in recs if r.get("kind") == "train"]
     val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
-    return f"{cfg.get('mixer', run_dir.name)} ({pos})", train, val
+    return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos})", train, val
 
 
 def smooth(xs: list[float], k: int) -> list[float]:
@@ -51,7 +53,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("runs", type=Path, nargs="+", help="run directories (with log.jsonl)")
     p.add_argument("--out", type=Path, default=Path("results/lm_curves.png"))
     p.add_argument("--smooth", type=int, default=20, help="moving-average window (log records)")
+    p.add_argument("--json", type=Path, help="also write every run's validation records here")
     args = p.parse_args(argv)
+    table = []
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, run in enumerate(args.runs):
         mixer, train, val = read_log(run)
@@ -60,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"skipped {run}: no training records in its log.jsonl")
             continue
         tokens_per_step = train[-1]["tokens_seen"] / max(train[-1]["step"], 1)
+        table.append({"run": str(run), "label": mixer, "val": [
+            {"step": r["step"], "tokens_seen": int(r["step"] * tokens_per_step),
+             "bpc": r["bpc"], "bytes": r.get("bytes"), "partial": r.get("partial", True)}
+            for r in val]})
         x = [r["tokens_seen"] / 1e6 for r in train]
         y = smooth([r["loss"] / math.log(2) for r in train], args.smooth)
         ax.plot(x, y, color=color, lw=1.2, label=f"{mixer} train (smoothed)")
@@ -80,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     fig.tight_layout()
     fig.savefig(args.out, dpi=120)
     print(f"wrote {args.out}")
+    if args.json:
+        args.json.write_text(json.dumps(table, indent=2) + "\n")
+        print(f"wrote {args.json}")
     return 0
 
 
