@@ -1,11 +1,14 @@
-"""Compiled (numba) event loop of the adiabatic drive, and the post-drive polish.
+"""Compiled (numba) parts of the exact memory: the drive's event loop, the
+margin solve, the KKT residual, the health measure and small bookkeeping.
 
 :meth:`SVDDMemory._drive_reference` (numpy, one array call per step) is the
 obviously-correct reference; :func:`drive_events` does the same steps, event by
 event and in the same order, as one compiled loop: at n = 4k the numpy version
 spends most of a removal in interpreter overhead between ~300 small array
 calls. Floating-point results differ from the reference only by summation
-order (BLAS vs loops); ``tests/exact/test_compiled.py`` compares trajectories.
+order (BLAS vs loops), so two events that tie to within rounding may be taken
+as one or two; ``tests/exact/test_compiled.py`` compares the trajectories.
+Each other function names the numpy method it replaces.
 
 State arrays are the memory's own (modified in place). ``Qinv`` comes in as the
 memory's exact-size array and goes out as a new one (a new object: the health
@@ -21,7 +24,7 @@ import math
 import numpy as np
 from numba import njit
 
-from svattn.exact._states import DRIVEN, ERROR, MARGIN, RESERVE
+from svattn.exact._states import ERROR, MARGIN, RESERVE
 
 # status codes of drive_events
 DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN = 0, 1, 2, 3
@@ -565,7 +568,7 @@ def count_states(state, hi):
         nr += st == RESERVE
     return nm, ne, nr
 
-# DRIVEN is imported for readers: the driven token holds it while this loop runs
+
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
            "bordered_health", "tied_slots", "shifted_margin_block", "support_slots_by_id",
-           "count_states", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN", "DRIVEN"]
+           "count_states", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN"]
