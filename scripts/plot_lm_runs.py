@@ -24,8 +24,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from svattn.lm.model import positions_of  # noqa: E402
 
 
-def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict]]:
-    """The run's label (mixer and positions) and its training and validation records."""
+def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict], dict]:
+    """The run's label (mixer and positions), its training and validation records
+    and its training config."""
     recs = [json.loads(line) for line in (run_dir / "log.jsonl").read_text().splitlines() if line]
     first = next((r for r in recs if r.get("kind") == "config"), {})
     cfg, model = first.get("config", {}), first.get("model_config", {})
@@ -34,7 +35,7 @@ def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict]]:
     variant = f" lookback {lookback}" if lookback else ""  # the hybrid's local look-back
     train = [r for r in recs if r.get("kind") == "train"]
     val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
-    return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos})", train, val
+    return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos})", train, val, cfg
 
 
 def smooth(xs: list[float], k: int) -> list[float]:
@@ -58,13 +59,13 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     for i, run in enumerate(args.runs):
-        mixer, train, val = read_log(run)
+        mixer, train, val, cfg = read_log(run)
         color = f"C{i}"
         if not train:  # eval records carry steps only; tokens per step come from training
             print(f"skipped {run}: no training records in its log.jsonl")
             continue
         tokens_per_step = train[-1]["tokens_seen"] / max(train[-1]["step"], 1)
-        table.append({"run": str(run), "label": mixer, "val": [
+        table.append({"run": str(run), "label": mixer, "config": cfg, "val": [
             {"step": r["step"], "tokens_seen": int(r["step"] * tokens_per_step),
              "bpc": r["bpc"], "bytes": r.get("bytes"), "partial": r.get("partial", True)}
             for r in val]})
