@@ -526,20 +526,6 @@ def tied_slots(g, state, hi, tie):
 
 
 @njit(cache=True)
-def shifted_margin_block(KC, soc, nS, rel_shift):
-    """``sym(K_SS) − rel_shift·trace·I`` from the cached margin block."""
-    out = np.empty((nS, nS))
-    tr = 0.0
-    for i in range(nS):
-        tr += KC[soc[i], i]
-    for i in range(nS):
-        for j in range(nS):
-            out[i, j] = 0.5 * (KC[soc[i], j] + KC[soc[j], i])
-        out[i, i] -= rel_shift * tr
-    return out
-
-
-@njit(cache=True)
 def support_slots_by_id(alpha, slot_id, hi):
     """Slots with alpha > 0, in id order."""
     n = 0
@@ -570,5 +556,5 @@ def count_states(state, hi):
 
 
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
-           "bordered_health", "tied_slots", "shifted_margin_block", "support_slots_by_id",
+           "bordered_health", "tied_slots", "support_slots_by_id",
            "count_states", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN"]

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from svattn.exact._compiled import bordered_health
+
 if TYPE_CHECKING:  # pragma: no cover
     from svattn.exact.memory import SVDDMemory
 
@@ -87,8 +89,6 @@ class HealthMonitor:
             return 0.0, 0.0
         Qinv = mem._Qinv
         if mem._compiled:
-            from svattn.exact._compiled import bordered_health
-
             cond, res = bordered_health(Qinv, mem._KC, mem._slot_of_col, nS)
             return float(cond), float(res)
         S = mem._slot_of_col[:nS]

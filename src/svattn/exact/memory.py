@@ -611,13 +611,6 @@ class SVDDMemory:
         tie = 1e-9 * self._scale
         if self._compiled:
             tied = _compiled.tied_slots(g, self._state, self._hi, tie)
-            if len(tied) == 0 and self._nS > 1:
-                try:
-                    np.linalg.cholesky(_compiled.shifted_margin_block(
-                        self._KC, self._slot_of_col, self._nS, 1e-10))
-                except np.linalg.LinAlgError:
-                    return False
-                return True
         else:
             st = self._state[: self._hi]
             tied = np.flatnonzero((np.abs(g) <= tie) & ((st == ERROR) | (st == RESERVE)))
