@@ -117,12 +117,16 @@ def collect(run_dirs: list[str], command: str | None) -> list[dict]:
         step = recs[-1]["step"]
         evals = {r["split"]: r for r in recs if r["kind"] == "eval" and r["step"] == step}
         c = cfg["config"]
+        opts = cfg["model_config"]["mixer_options"]
+        # our variants of the paper's layer are named, so reports never pair them as the paper's
+        variant = {"variant": f"lookback{opts['lookback']}"} if opts.get("lookback") else {}
         records.append(
             {
                 "id": f"bpc/{Path(d).name}",
                 "kind": "bpc",
                 "mixer": c["mixer"],
-                "mixer_options": cfg["model_config"]["mixer_options"],
+                **variant,
+                "mixer_options": opts,
                 "positions": positions_of(cfg["model_config"]),
                 "params": final["params"],
                 "tokens_seen": final["tokens_seen"],

@@ -243,6 +243,37 @@ def test_lm_pairs_runs_by_positions_tokens_and_seed(tmp_path: Path) -> None:
     assert "-5.6% (1 seed, no interval) at 1,000 tokens (rope)" in ours
 
 
+
+def test_lm_judges_the_paper_on_its_layer_and_gives_variants_their_own_rows(
+        tmp_path: Path) -> None:
+    """A look-back hybrid shares the sliding baseline but never stands in for the paper's layer."""
+    def rec(mixer, val, seed, variant=None):
+        r = {"mixer": mixer, "params": 3222800, "tokens_seen": 1000, "seed": seed,
+             "val_bpc": val, "positions": "rope"}
+        return r if variant is None else {**r, "variant": variant}
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "lm.json").write_text(json.dumps([
+        rec("hybrid_sv", 2.20, 0), rec("sliding", 2.10, 0), rec("hybrid_sv", 2.00, 0, "lb32"),
+        rec("hybrid_sv", 2.30, 1), rec("sliding", 2.20, 1), rec("hybrid_sv", 2.10, 1, "lb32"),
+    ]))
+    result = lm.run(_ctx(tmp_path, tmp_path))
+    # the paper's rows see only the paper's layer: best val 2.200, and it is worse than sliding
+    assert result.claims[0].ours.startswith("val 2.200") and result.claims[0].verdict == (
+        "not reproduced")
+    assert result.claims[1].verdict == "not reproduced"
+    assert result.metrics["paired_gaps_3M"]["rope/1000"] == [
+        pytest.approx(-0.1 / 2.1), pytest.approx(-0.1 / 2.2)]
+    # the variant's rows come after the paper's and say whose layer it is
+    variant_rows = [c for c in result.claims if "our variant `lb32`" in c.claim]
+    assert len(variant_rows) == 2
+    assert variant_rows[0].ours.startswith("val 2.000") and "lb32" in variant_rows[0].ours
+    assert variant_rows[0].verdict == "met by our variant (not the paper's layer)"
+    gaps = result.metrics["paired_gaps_3M_variants"]["lb32/rope/1000"]
+    assert gaps == [pytest.approx(0.1 / 2.1), pytest.approx(0.1 / 2.2)]
+    assert "over 2 seeds at 1,000 tokens (rope)" in variant_rows[1].ours
+
+
 # ---------------------------------------------------------------------- common
 def test_bootstrap_interval_brackets_the_estimate() -> None:
     est, lo, hi = bootstrap_ci(np.r_[np.zeros(20), np.ones(80)], seed=1)
