@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory
+from svattn.exact._states import ERROR
 from svattn.exact.health import HealthMonitor
 
 
@@ -109,3 +110,109 @@ def test_compiled_kkt_and_health_equal_their_references():
         assert fast[0] == pytest.approx(slow[0], rel=1e-9)  # cond1
         assert fast[1] == pytest.approx(slow[1], rel=1e-6, abs=1e-14)  # inverse residual
     assert fast[1] > 1e-7  # the drifted inverse is seen by both
+
+
+def _g_reference(mem: SVDDMemory) -> np.ndarray:
+    return mem._g_exact_reference()
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+def test_error_sum_g_equals_the_full_cache_g_through_every_kind_of_change(kernel, tmp_path):
+    """The exact g from margin columns + error-column sum equals the sum over every
+    cached column after adds, margin/error/reserve removals, batches, resets and a
+    reload, however the sum got there (lazy sync, subtraction, rebuild)."""
+    rng = np.random.default_rng(7)
+    scale = 0.5 if kernel == "exp" else 1.0
+    mem = SVDDMemory(0.03, kernel=kernel)
+    mem.extend(rng.normal(size=(150, 6)) * scale)
+    n_sync = n_rebuild = 0
+
+    def check() -> None:
+        nonlocal n_sync, n_rebuild
+        before_valid = mem._esum_valid
+        g = mem._g_exact()
+        n_sync += before_valid
+        n_rebuild += not before_valid
+        # g is in units of the largest kernel diagonal (exp keys reach ~1e4)
+        np.testing.assert_allclose(g, _g_reference(mem), rtol=0, atol=1e-13 * mem._scale)
+        # the members are exactly the error tokens, and the sum is theirs on every
+        # used row (a freed row holds the kernel of the zero key it was wiped to)
+        err = np.flatnonzero(mem._state[: mem._hi] == ERROR)
+        assert set(np.flatnonzero(mem._esum_member[: mem._hi]).tolist()) == set(err.tolist())
+        direct = mem._KC[: mem._hi, mem._col_of_slot[err]].sum(axis=1)
+        np.testing.assert_allclose(mem._esum[: mem._hi], direct, rtol=0,
+                                   atol=1e-13 * max(1.0, float(np.abs(direct).max(initial=0))))
+
+    check()
+    for step in range(90):
+        part = mem.partition()
+        kind = ("error", "margin", "reserve")[step % 3]
+        if part[kind]:
+            mem.remove(int(rng.choice(part[kind])))
+        if step % 4 == 0:
+            mem.add(rng.normal(size=6) * scale * (3.0 if step % 8 == 0 else 1.0))
+        if step % 9 == 0:
+            mem.extend(rng.normal(size=(5, 6)) * scale)
+        check()
+    assert n_sync > 50 and mem.partition()["error"], (n_sync, mem.partition())
+    mem.save(tmp_path / "m")
+    loaded = SVDDMemory.load(tmp_path / "m")
+    assert not loaded._esum_valid  # a loaded memory rebuilds the sum on first use
+    tol = 1e-13 * mem._scale
+    np.testing.assert_allclose(loaded._g_exact(), _g_reference(loaded), rtol=0, atol=tol)
+    live = mem._slot_id[: mem._hi] >= 0  # free rows of a loaded cache are zeros
+    np.testing.assert_allclose(loaded._g_exact()[live], mem._g_exact()[live], rtol=0, atol=tol)
+
+
+def _numpy_positive_definite(K: np.ndarray, rel_shift: float) -> bool:
+    Ks = 0.5 * (K + K.T)
+    try:
+        np.linalg.cholesky(Ks - rel_shift * float(np.trace(Ks)) * np.eye(len(K)))
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def test_compiled_positive_definite_agrees_with_numpy_cholesky():
+    """Gram matrices of distinct keys, of keys with copies, near-copies on either side
+    of the 1e-10 threshold, indefinite matrices and a non-symmetric input."""
+    from svattn.exact import _compiled
+    from svattn.exact.kernels import gram_matrix
+
+    rng = np.random.default_rng(3)
+    cases = []
+    for n in (1, 2, 5, 31):
+        X = rng.normal(size=(n, 4))
+        cases.append(gram_matrix(X, "rbf", 0.25))
+        if n > 1:
+            cases.append(gram_matrix(np.vstack([X, X[:1]]), "rbf", 0.25))  # a copy
+            for eps in (1e-2, 1e-4, 1e-6):  # a near-copy: the smallest eigenvalue ~ eps²
+                cases.append(gram_matrix(np.vstack([X, X[:1] + eps]), "rbf", 0.25))
+        A = rng.normal(size=(n, n))
+        cases.append(A + A.T)  # indefinite (for n > 1)
+        cases.append(A @ A.T + 0.1 * np.eye(n) + 1e-3 * rng.normal(size=(n, n)))  # asymmetric
+    outcomes = []
+    for K in cases:
+        expected = _numpy_positive_definite(K, 1e-10)
+        assert _compiled.positive_definite(np.ascontiguousarray(K), 1e-10) == expected
+        outcomes.append(expected)
+    assert any(outcomes) and not all(outcomes)
+    # NaN (which finite keys never produce) is refused; numpy's factor would be NaN
+    bad = gram_matrix(rng.normal(size=(4, 3)), "rbf", 0.5)
+    bad[2, 2] = np.nan
+    assert not _compiled.positive_definite(bad, 1e-10)
+
+
+def test_uniqueness_check_matches_reference_with_and_without_ties():
+    """The memory's uniqueness check (compiled margin-block Cholesky) against the numpy
+    path, on a plain stream (unique) and with a duplicated margin key (not unique)."""
+    rng = np.random.default_rng(11)
+    fast, ref = _pair(0.05, "rbf")
+    X = rng.normal(size=(120, 3))
+    fast.extend(X)
+    ref.extend(X)
+    assert fast.unique_optimum() is ref.unique_optimum() is True
+    dup = fast.keys[fast.ids.index(fast.partition()["margin"][0])]
+    fast.add(dup)
+    ref.add(dup)
+    assert fast.unique_optimum() is ref.unique_optimum() is False

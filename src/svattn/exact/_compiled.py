@@ -558,3 +558,119 @@ def count_states(state, hi):
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
            "bordered_health", "tied_slots", "support_slots_by_id",
            "count_states", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN"]
+
+
+# ------------------------------------------------------------ the error-column sum
+# Error tokens all sit at alpha = C, so their share of g is C times the sum of
+# their kernel columns. Keeping that sum (libsvm keeps the same for its bounded
+# variables, "G_bar") lets an exact g read the margin block and one vector
+# instead of every cached column. The sum follows the error set lazily: each
+# sync compares the members it was built from with the current error tokens.
+
+
+@njit(cache=True)
+def error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild):
+    """Bring ``esum`` (per slot: the sum of the error tokens' kernel values) up to
+    the current error set; rebuild it from the cached columns when ``rebuild`` is
+    set or a departed member has no column any more.
+
+    ``member[s]`` marks the slots ``esum`` currently sums over. Returns the number
+    of columns added or subtracted, or -1 after a rebuild from scratch.
+    """
+    if not rebuild:
+        for s in range(hi):
+            if member[s] and state[s] != ERROR and cos[s] < 0:
+                rebuild = True  # its column is gone: cannot subtract it
+                break
+    if rebuild:
+        for i in range(hi):
+            esum[i] = 0.0
+            member[i] = False
+        for col in range(nS, chi):
+            s = soc[col]
+            if s >= 0 and state[s] == ERROR:
+                for i in range(hi):
+                    esum[i] += KC[i, col]
+                member[s] = True
+        return -1
+    n = 0
+    for s in range(hi):
+        if member[s] and state[s] != ERROR:
+            col = cos[s]
+            for i in range(hi):
+                esum[i] -= KC[i, col]
+            member[s] = False
+            n += 1
+    for col in range(nS, chi):
+        s = soc[col]
+        if s >= 0 and state[s] == ERROR and not member[s]:
+            for i in range(hi):
+                esum[i] += KC[i, col]
+            member[s] = True
+            n += 1
+    return n
+
+
+@njit(cache=True, fastmath=_VEC)
+def g_from_error_sum(KC, ac, soc, state, esum, diag, mu, C, nS, chi, hi, g):
+    """g over used slots from the margin block and the (synced) error-column sum:
+    :meth:`SVDDMemory._g_exact` reads every cached column instead.
+
+    Any other cached column with alpha ≠ 0 (a driven token) and any error column
+    whose alpha is not exactly C are added as corrections, so the result equals
+    ``2 K_cached @ alpha_cached − diag + mu`` up to summation order.
+    """
+    two_c = 2.0 * C
+    for i in range(hi):
+        g[i] = two_c * esum[i] - diag[i] + mu
+    for j in range(nS):
+        w = 2.0 * ac[j]
+        for i in range(hi):
+            g[i] += KC[i, j] * w
+    for col in range(nS, chi):
+        s = soc[col]
+        if s < 0:
+            continue
+        extra = ac[col] - (C if state[s] == ERROR else 0.0)
+        if extra != 0.0:
+            w = 2.0 * extra
+            for i in range(hi):
+                g[i] += KC[i, col] * w
+
+
+# ------------------------------------------------------------ uniqueness
+@njit(cache=True)
+def positive_definite(K, rel_shift):
+    """True when the symmetric part of ``K`` minus ``rel_shift · trace(K) · I`` has a
+    Cholesky factor (``np.linalg.cholesky`` succeeding is the reference)."""
+    n = K.shape[0]
+    tr = 0.0
+    for i in range(n):
+        tr += K[i, i]
+    shift = rel_shift * tr
+    L = np.zeros((n, n))
+    for j in range(n):
+        s = K[j, j] - shift
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0.0:  # also False on NaN
+            return False
+        ljj = math.sqrt(s)
+        L[j, j] = ljj
+        for i in range(j + 1, n):
+            a = 0.5 * (K[i, j] + K[j, i])
+            for k in range(j):
+                a -= L[i, k] * L[j, k]
+            L[i, j] = a / ljj
+    return True
+
+
+@njit(cache=True)
+def margin_block_positive_definite(KC, soc, nS, rel_shift):
+    """:func:`positive_definite` of ``K_SS``, read from the margin block of the cache."""
+    K = np.empty((nS, nS))
+    for i in range(nS):
+        si = soc[i]
+        for j in range(nS):
+            K[i, j] = KC[si, j]
+    return positive_definite(K, rel_shift)

@@ -189,6 +189,12 @@ class SVDDMemory:
         self._mu = 0.0
         self._g_valid = True  # g[:hi] is exact (see _fresh_g)
         self._ops_since_exact_g = 0
+        # error-column sum (see _compiled.error_sum_sync): per slot, the sum of
+        # the error tokens' kernel values; ``_esum_member`` marks whom it sums
+        self._esum = np.zeros(cap)
+        self._esum_member = np.zeros(cap, dtype=np.bool_)
+        self._esum_valid = False
+        self._esum_updates = 0  # columns added/subtracted since the last rebuild
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
 
     def _grow_slots(self, need: int) -> None:
@@ -213,6 +219,8 @@ class SVDDMemory:
         self._col_of_slot = pad(self._col_of_slot, -1)
         self._token_hash = pad(self._token_hash, 0)
         self._xn2 = pad(self._xn2, 0.0)
+        self._esum = pad(self._esum, 0.0)
+        self._esum_member = pad(self._esum_member, False)
         KC = np.zeros((cap, self._ccap), order="F")
         KC[: self._cap] = self._KC
         _scrub(self._KC)
@@ -296,6 +304,15 @@ class SVDDMemory:
 
     def _wipe_slot(self, slot: int) -> None:
         """Forget a token: overwrite every array entry derived from it."""
+        if self._esum_member[slot]:  # take its column out of the error sum while it exists
+            col = int(self._col_of_slot[slot])
+            if col >= 0 and self._esum_valid:
+                self._esum[: self._hi] -= self._KC[: self._hi, col]
+                self._esum_updates += 1
+            else:
+                self._esum_valid = False
+            self._esum_member[slot] = False
+        self._esum[slot] = 0.0
         self._free_col(slot)
         self._X[slot] = 0.0
         self._xn2[slot] = 0.0
@@ -614,15 +631,21 @@ class SVDDMemory:
         else:
             st = self._state[: self._hi]
             tied = np.flatnonzero((np.abs(g) <= tie) & ((st == ERROR) | (st == RESERVE)))
-        T = np.concatenate([self._margin_slots(), tied])
-        if len(T) <= 1:
+        nS = self._nS
+        if len(tied) + nS <= 1:
             return True
-        if len(tied):
-            Kt = gram_matrix(self._X[T], self.kernel, self._gamma_val)
-        else:  # the margin block of the cache is K_SS already
-            Kt = self._KC[T, : self._nS]
         # positive definite with smallest eigenvalue above 1e-10 · the largest
         # (<= trace): K_T − 1e-10·trace·I has a Cholesky factor
+        if self._compiled and not len(tied):  # the margin block of the cache is K_SS
+            return bool(_compiled.margin_block_positive_definite(
+                self._KC, self._slot_of_col, nS, 1e-10))
+        T = np.concatenate([self._margin_slots(), tied])
+        if len(tied):
+            Kt = gram_matrix(self._X[T], self.kernel, self._gamma_val)
+        else:
+            Kt = self._KC[T, :nS]
+        if self._compiled:
+            return bool(_compiled.positive_definite(Kt, 1e-10))
         Kt = 0.5 * (Kt + Kt.T)
         shift = 1e-10 * float(np.trace(Kt))
         try:
@@ -734,7 +757,31 @@ class SVDDMemory:
         return self._g[: self._hi]
 
     def _g_exact(self) -> np.ndarray:
-        """g over all used slots from the cached columns (no incremental drift)."""
+        """g over all used slots from the cached kernel columns, not from the
+        drive's incremental updates.
+
+        The compiled path reads the margin columns and the error-column sum
+        (rebuilt from scratch after every 32 column updates, so its rounding stays
+        at the level of a direct sum); :meth:`_g_exact_reference` reads every
+        cached column.
+        """
+        if not self._compiled:
+            return self._g_exact_reference()
+        hi = self._hi
+        rebuild = not self._esum_valid or self._esum_updates >= 32
+        n = _compiled.error_sum_sync(self._esum, self._esum_member, self._KC,
+                                     self._slot_of_col, self._col_of_slot, self._state,
+                                     self._nS, self._chi, hi, rebuild)
+        self._esum_valid = True
+        self._esum_updates = 0 if n < 0 else self._esum_updates + int(n)
+        g = np.empty(hi)
+        _compiled.g_from_error_sum(self._KC, self._ac, self._slot_of_col, self._state,
+                                   self._esum, self._diag, self._mu, self.C, self._nS,
+                                   self._chi, hi, g)
+        return g
+
+    def _g_exact_reference(self) -> np.ndarray:
+        """g over all used slots from every cached column (the reference of :meth:`_g_exact`)."""
         hi, chi = self._hi, self._chi
         g = 2.0 * (self._KC[:hi, :chi] @ self._ac[:chi]) - self._diag[:hi]
         g += self._mu
@@ -836,7 +883,21 @@ class SVDDMemory:
         if chi:
             self._KC[slots, :chi] = rows
         self._g[slots] = g
+        self._esum_rows(slots, rows)
         return tids
+
+    def _esum_rows(self, slots: np.ndarray, rows: np.ndarray) -> None:
+        """The error sum on newly stored rows (their kernel rows over the cached columns)."""
+        self._esum[slots] = 0.0
+        if not self._esum_valid:
+            return
+        members = np.flatnonzero(self._esum_member[: self._hi])
+        cols = self._col_of_slot[members]
+        if len(cols) and (cols.min() < 0 or cols.max() >= rows.shape[1]):
+            self._esum_valid = False  # a member without a column here: rebuild on use
+            return
+        if len(cols):
+            self._esum[slots] = rows[:, cols].sum(axis=1)
 
     def _add_one(self, x: np.ndarray, v: np.ndarray | None, diag: float, *,
                  row: np.ndarray | None = None, g_c: float | None = None) -> int:
@@ -1276,12 +1337,14 @@ class SVDDMemory:
         self._resolve()
 
     def _drop_solution(self) -> None:
+        self._esum_valid = False
         self._nS = 0
         self._Qinv = np.zeros((0, 0))
         for s in self._slots_in({MARGIN, ERROR, DRIVEN}):
             self._free_col(int(s))
 
     def _set_uniform(self) -> None:
+        self._esum_valid = False
         live = self._live_slots()
         self._alpha[: self._hi] = 0.0
         if len(live):

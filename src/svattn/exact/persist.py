@@ -106,7 +106,9 @@ def _residual(mem: SVDDMemory) -> float:
 # scalar attributes restored explicitly by _build (or recomputed)
 _EXPLICIT = {"C", "kernel", "gamma", "tol", "warmup_n", "n_refactorizations", "n_resolves",
              "_dim", "_vdim", "_value_is_key", "_cap", "_hi", "_next_id", "_n", "_ccap",
-             "_chi", "_nS", "_mu", "_g_valid", "_set_hash"}
+             "_chi", "_nS", "_mu", "_g_valid", "_set_hash",
+             # derived from the cache; a loaded memory rebuilds it on first use
+             "_esum_valid", "_esum_updates"}
 
 
 def _scalars(mem: SVDDMemory) -> dict[str, int | float | bool]:
