@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000])
     p.add_argument("--d", type=int, default=64)
     p.add_argument("--C", type=float, default=0.01)
-    p.add_argument("--removals", type=int, default=60)
+    p.add_argument("--removals", type=int, default=200)
     p.add_argument("--oracle-max-n", type=int, default=4000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="n = 1000 only, 20 removals")

@@ -610,7 +610,8 @@ class SVDDMemory:
         return out[0] if single else out
 
     def kkt_residual(self) -> float:
-        """Largest violation of the KKT conditions and constraints, from scratch.
+        """Largest violation of the KKT conditions and constraints, with g recomputed
+        from the cached kernel columns (not the solver's running updates of g).
 
         In units of the largest kernel diagonal (1 for rbf). 0 in warm-up, where
         the convention holds exactly.
