@@ -11,6 +11,11 @@ the runs to ``results/lm.json``.
 ``--rope`` gives every model rotary positions (``CharLMConfig.rope``; the
 hybrid's local path only); its records get ids ``throughput/rope/<mixer>``.
 
+``--lookback K`` also times our look-back variant of the hybrid (the local path
+sees the K keys before its chunk; the SV budget drops by K so the state stays
+that of the W = 128 window), as a fourth model in the same rounds; its record
+has ``"variant": "lookbackK"``.
+
 ``--collect RUN_DIR ...`` instead appends finished ``svattn train`` runs (their
 ``log.jsonl`` "final" records) to ``results/lm.json``.
 """
@@ -29,6 +34,7 @@ from pathlib import Path
 import torch
 
 from svattn.lm import CharLM, mixer_config, preset
+from svattn.lm.configs import HYBRID_DEFAULTS
 from svattn.lm.model import positions_of
 
 RESULTS = Path(__file__).resolve().parent.parent / "results" / "lm.json"
@@ -51,12 +57,26 @@ def step_fn(model: CharLM, opt: torch.optim.Optimizer, x: torch.Tensor):
     opt.step()
 
 
+def _models(args: argparse.Namespace) -> dict[str, tuple[str, dict | None]]:
+    """Timed models: name -> (mixer, hybrid options or None for the defaults)."""
+    out: dict[str, tuple[str, dict | None]] = {m: (m, None) for m in MIXERS}
+    if args.lookback:
+        budget = HYBRID_DEFAULTS["budget"] - args.lookback
+        if budget < 1:
+            raise SystemExit(f"--lookback must be below the budget "
+                             f"{HYBRID_DEFAULTS['budget']}, got {args.lookback}")
+        out[f"hybrid_sv+lookback{args.lookback}"] = (
+            "hybrid_sv", {"budget": budget, "lookback": args.lookback})
+    return out
+
+
 def bench(args: argparse.Namespace) -> list[dict]:
     torch.manual_seed(args.seed)
     models = {}
-    for name in MIXERS:
+    specs = _models(args)
+    for name, (mixer, hybrid) in specs.items():
         cfg = preset("paper-3m", block_size=args.block, rope=args.rope)
-        model = CharLM(mixer_config(cfg, name))
+        model = CharLM(mixer_config(cfg, mixer, hybrid))
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         models[name] = (model, opt)
     g = torch.Generator().manual_seed(args.seed)
@@ -64,7 +84,7 @@ def bench(args: argparse.Namespace) -> list[dict]:
     tokens = args.batch * args.block
     for model, opt in models.values():  # warm-up
         step_fn(model, opt, x)
-    rates: dict[str, list[float]] = {n: [] for n in MIXERS}
+    rates: dict[str, list[float]] = {n: [] for n in models}
     for r in range(args.rounds):
         for name, (model, opt) in models.items():
             t0 = time.perf_counter()
@@ -75,12 +95,14 @@ def bench(args: argparse.Namespace) -> list[dict]:
     med = {n: statistics.median(v) for n, v in rates.items()}
     cmd = "python benchmarks/bench_lm_throughput.py " + shlex.join(sys.argv[1:])
     records = []
-    for name in MIXERS:
+    for name, (mixer, hybrid) in specs.items():
         model = models[name][0]
+        variant = {"variant": f"lookback{args.lookback}"} if hybrid else {}
         rec = {
             "id": f"throughput/rope/{name}" if args.rope else f"throughput/{name}",
             "kind": "throughput",
-            "mixer": name,
+            "mixer": mixer,
+            **variant,
             "mixer_options": model.cfg.mixer_options,
             "positions": positions_of(model.cfg),
             "params": model.num_params(),
@@ -154,6 +176,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--rope", action="store_true", help="rotary positions in every model")
+    ap.add_argument("--lookback", type=int, default=0,
+                    help="also time the hybrid with this local look-back (our variant)")
     ap.add_argument("--no-write", action="store_true", help="do not touch results/lm.json")
     ap.add_argument("--collect", nargs="+", metavar="RUN_DIR", default=None)
     ap.add_argument("--command", default=None, help="with --collect: the command to record")

@@ -274,6 +274,26 @@ def test_lm_judges_the_paper_on_its_layer_and_gives_variants_their_own_rows(
     assert "over 2 seeds at 1,000 tokens (rope)" in variant_rows[1].ours
 
 
+
+def test_throughput_variant_has_its_own_row_against_its_own_runs_softmax(tmp_path: Path) -> None:
+    def rec(mixer, tps, cmd, variant=None):
+        r = {"kind": "throughput", "mixer": mixer, "params": 3222800,
+             "train_tokens_per_s": tps, "positions": "rope", "command": cmd}
+        return r if variant is None else {**r, "variant": variant}
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "lm.json").write_text(json.dumps([
+        rec("softmax", 6000.0, "old"), rec("hybrid_sv", 3000.0, "old"),
+        rec("softmax", 4000.0, "new"), rec("hybrid_sv", 2000.0, "new"),
+        rec("hybrid_sv", 3500.0, "new", "lookback32"),  # faster than the paper's layer
+    ]))
+    thr = lm.run_throughput(_ctx(tmp_path, tmp_path))
+    # the paper's row never takes the variant's figure
+    assert thr.claims[0].ours.startswith("3,000 tokens/s, 2.00× slower")
+    assert len(thr.claims) == 2 and "lookback32" in thr.claims[1].claim
+    assert thr.claims[1].ours.startswith("3,500 tokens/s, 1.14× slower")
+
+
 # ---------------------------------------------------------------------- common
 def test_bootstrap_interval_brackets_the_estimate() -> None:
     est, lo, hi = bootstrap_ci(np.r_[np.zeros(20), np.ones(80)], seed=1)
