@@ -27,10 +27,13 @@ from svattn.lm.model import positions_of  # noqa: E402
 from svattn.lm.train import evaluate_bpc, load_checkpoint_model  # noqa: E402
 
 
-def label_of(model_cfg, step: int) -> str:
-    """``mixer (positions) @ step``."""
+def label_of(model_cfg, step: int, seed: int | None = None) -> str:
+    """``mixer[ lookback K] (positions[, seed s]) @ step``."""
     pos = positions_of(model_cfg).replace("none", "NoPE")
-    return f"{model_cfg.mixer} ({pos}) @ step {step}"
+    lookback = (model_cfg.mixer_options or {}).get("lookback", 0)
+    variant = f" lookback {lookback}" if lookback else ""  # our variant of the hybrid
+    where = pos if seed is None else f"{pos}, seed {seed}"
+    return f"{model_cfg.mixer}{variant} ({where}) @ step {step}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             res = evaluate_bpc(model, ds.data, lo, hi, context=context,
                                batch_size=args.batch_size, per_position=True)
-        label = label_of(model.cfg, ckpt["step"])
+        label = label_of(model.cfg, ckpt["step"], getattr(cfg, "seed", None))
         print(f"{label}: {args.split} BPC {res['bpc']:.4f} over {res['bytes']:,} bytes")
         ax.plot(range(context), res["bpc_by_position"], color=f"C{i}", lw=1.0,
                 label=f"{label}: {res['bpc']:.3f}")
