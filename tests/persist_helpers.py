@@ -9,7 +9,7 @@ from svattn.exact import SVDDMemory
 # per-slot arrays of the memory (compared on live slots only: free slots may
 # hold scratch values that no computation reads)
 _SLOT_ARRAYS = ("_X", "_V", "_diag", "_xn2", "_slot_id", "_alpha", "_g", "_state",
-                "_col_of_slot", "_token_hash")
+                "_col_of_slot", "_token_hash", "_esum", "_esum_member")
 _SKIP = {"_audit", "_health", "_KC", "_XC", "_slot_of_col", "_ac", "_Qinv"}
 
 

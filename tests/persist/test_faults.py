@@ -222,9 +222,9 @@ def _rewrite_meta(data: bytes, **changes) -> bytes:
 def test_wrong_version_is_refused(saved, tmp_path):
     _, data, _ = saved
     bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(_rewrite_meta(data, format_version=2))
-    with pytest.raises(StateVersionError, match="unsupported format version 2 .this svattn "
-                                                "reads version 1"):
+    bad.write_bytes(_rewrite_meta(data, format_version=3))
+    with pytest.raises(StateVersionError, match="unsupported format version 3 .this svattn "
+                                                "reads versions 1, 2"):
         load(bad)
     bad.write_bytes(_rewrite_meta(data, format="other"))
     with pytest.raises(StateVersionError, match="not an svattn state file"):
@@ -314,3 +314,45 @@ def test_full_tmpfs(tmp_path):
         assert [p.name for p in mnt.iterdir()] == ["m.safetensors"]
     finally:
         subprocess.run(["umount", str(mnt)], capture_output=True)
+
+
+def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
+    """A file written before the error sum existed (format 1) still loads; the sum is
+    rebuilt from the kernel cache on first use and the memory continues correctly."""
+    from safetensors.numpy import load as st_load
+
+    from svattn.exact.persist import _serialize
+
+    _, data, digest = saved
+    hlen = _header_len(data)
+    meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
+    tensors = {k: v for k, v in st_load(data).items() if k not in ("esum", "esum_member")}
+    meta = {k: v for k, v in meta.items() if k not in ("esum_valid", "esum_updates")}
+    meta["format_version"] = 1
+    meta["tensor_sha256"] = {k: v for k, v in meta["tensor_sha256"].items() if k in tensors}
+    old = tmp_path / "v1.safetensors"
+    old.write_bytes(_serialize(tensors, meta))
+    got = load(old)
+    assert not got._esum_valid and got.state_digest() == digest
+    got.remove(got.partition()["error"][0])  # the removal's exact g rebuilds the sum
+    assert got._esum_valid and got.kkt_residual() <= 1e-10
+    np.testing.assert_allclose(got._g_exact(), got._g_exact_reference(), rtol=0, atol=1e-13)
+
+
+def test_forged_error_sum_is_refused(saved, tmp_path):
+    from safetensors.numpy import load as st_load
+
+    from svattn.exact.persist import _serialize, _sha
+
+    _, data, _ = saved
+    hlen = _header_len(data)
+    meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
+    tensors = dict(st_load(data))
+    assert meta["esum_valid"] and tensors["esum_member"].any()
+    tensors["esum"] = tensors["esum"].copy()
+    tensors["esum"][0] += 1e-3
+    meta["tensor_sha256"]["esum"] = _sha(tensors["esum"].tobytes())
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(_serialize(tensors, meta))  # checksums recomputed: a "valid" file
+    with pytest.raises(StateFileError, match="error sum deviates"):
+        load(bad)

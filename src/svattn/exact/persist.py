@@ -1,7 +1,8 @@
 """Saving and loading an :class:`~svattn.exact.memory.SVDDMemory` (atomic, verified).
 
-File format (``format_version`` 1): one safetensors file. Tensors hold the
-*live* tokens only, in id order (a removed token's slot is never written):
+File format (``format_version`` 2; version 1 files still load): one safetensors
+file. Tensors hold the *live* tokens only, in id order (a removed token's slot is
+never written):
 
 ==============  ==========  ==================================================
 tensor          dtype       content
@@ -20,7 +21,12 @@ tensor          dtype       content
 ``kcache``      f64 (n, c)  the kernel cache restricted to live rows
 ``qinv``        f64         inverse of the bordered matrix (margin order = ``col``)
 ``free_slots``  int64       the free-slot stack (slot numbers only, no data)
+``esum``        f64 (n)     the error-column sum per token (v2; see
+                            ``_compiled.error_sum_sync``)
+``esum_member`` int8 (n)    1 where the token is one of the sum's members (v2)
 ==============  ==========  ==================================================
+
+Version 1 files have no error sum: it is rebuilt from the cache on first use.
 
 The header's ``__metadata__`` carries one string, ``svattn``: canonical JSON
 with the format version, C, kernel, gamma, tol, ids, next id, partition,
@@ -70,11 +76,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from svattn.exact.memory import SVDDMemory
 
 FORMAT_NAME = "svattn.SVDDMemory"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READS = (1, 2)  # format versions this svattn loads
 
-_TENSORS_F64 = ("keys", "values", "diag", "xn2", "alpha", "g", "kcache", "qinv")
+_TENSORS_F64 = ("keys", "values", "diag", "xn2", "alpha", "g", "kcache", "qinv", "esum")
 _TENSORS_I64 = ("ids", "slots", "col", "free_slots")
-_DTYPES = {**{k: "F64" for k in _TENSORS_F64}, **{k: "I64" for k in _TENSORS_I64}, "state": "I8"}
+_DTYPES = {**{k: "F64" for k in _TENSORS_F64}, **{k: "I64" for k in _TENSORS_I64},
+           "state": "I8", "esum_member": "I8"}
+_V2_ONLY = {"esum", "esum_member"}
 
 
 class StateFileError(ValueError):
@@ -98,7 +107,8 @@ def _residual(mem: SVDDMemory) -> float:
     """The KKT residual without refreshing any cached array (pure)."""
     if mem._n == 0 or mem.warm:
         return 0.0
-    g = mem._g[: mem._hi] if mem._g_valid else mem._g_exact()
+    # the full-cache g: the error-sum path would sync (modify) the sum
+    g = mem._g[: mem._hi] if mem._g_valid else mem._g_exact_reference()
     return float(mem._kkt(g))
 
 
@@ -106,9 +116,7 @@ def _residual(mem: SVDDMemory) -> float:
 # scalar attributes restored explicitly by _build (or recomputed)
 _EXPLICIT = {"C", "kernel", "gamma", "tol", "warmup_n", "n_refactorizations", "n_resolves",
              "_dim", "_vdim", "_value_is_key", "_cap", "_hi", "_next_id", "_n", "_ccap",
-             "_chi", "_nS", "_mu", "_g_valid", "_set_hash",
-             # derived from the cache; a loaded memory rebuilds it on first use
-             "_esum_valid", "_esum_updates"}
+             "_chi", "_nS", "_mu", "_g_valid", "_set_hash", "_esum_valid", "_esum_updates"}
 
 
 def _scalars(mem: SVDDMemory) -> dict[str, int | float | bool]:
@@ -137,6 +145,9 @@ def _collect(mem: SVDDMemory) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "kcache": mem._KC[np.ix_(slots, np.arange(chi))],
         "qinv": mem._Qinv.copy() if nS else np.zeros((0, 0)),
         "free_slots": np.asarray(mem._free_slots, dtype=np.int64),
+        "esum": mem._esum[slots] if mem._dim is not None else np.zeros(0),
+        "esum_member": (mem._esum_member[slots] if mem._dim is not None
+                        else np.zeros(0, bool)).astype(np.int8),
     }
     if mem._dim is not None and not mem._value_is_key:
         t["values"] = mem._V[slots]
@@ -173,6 +184,8 @@ def _collect(mem: SVDDMemory) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "mu": float(mem._mu),
         "mu_hex": float(mem._mu).hex(),
         "g_valid": bool(mem._g_valid),
+        "esum_valid": bool(mem._esum_valid),
+        "esum_updates": int(mem._esum_updates),
         "n_refactorizations": int(mem.n_refactorizations),
         "n_resolves": int(mem.n_resolves),
         "kkt_residual": _residual(mem),
@@ -324,10 +337,10 @@ def _metadata(header: dict[str, Any], where: str) -> dict[str, Any]:
             f"{where}: not an svattn state file (format {meta.get('format')!r}, "
             f"expected {FORMAT_NAME!r})"
         )
-    if meta.get("format_version") != FORMAT_VERSION:
+    if meta.get("format_version") not in _READS:
         raise StateVersionError(
             f"{where}: unsupported format version {meta.get('format_version')!r} "
-            f"(this svattn reads version {FORMAT_VERSION})"
+            f"(this svattn reads versions {', '.join(map(str, _READS))})"
         )
     body = {k: v for k, v in meta.items() if k != "meta_sha256"}
     if meta.get("meta_sha256") != _sha(_canonical(body).encode()):
@@ -388,7 +401,8 @@ def load(path: str | os.PathLike[str], *, audit_log: str | os.PathLike[str] | No
         raise StateFileError(f"{where}: corrupted tensor data ({exc})") from None
     sums = meta.get("tensor_sha256")
     _check(isinstance(sums, dict), where, "metadata lacks the tensor checksums")
-    expected = set(_DTYPES) - ({"values"} if meta.get("value_is_key") else set())
+    expected = (set(_DTYPES) - ({"values"} if meta.get("value_is_key") else set())
+                - (_V2_ONLY if meta["format_version"] == 1 else set()))
     _check(set(t) == expected and set(sums) == expected, where,
            f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
     for name in sorted(t):
@@ -428,6 +442,30 @@ def load(path: str | os.PathLike[str], *, audit_log: str | os.PathLike[str] | No
         mem._audit = AuditLog.resume(audit_log, mem, state_path=path, state_sha256=_sha(data),
                                      head=meta["audit_head"])
     return mem
+
+
+def _restore_error_sum(mem: SVDDMemory, t: dict[str, np.ndarray], meta: dict[str, Any],
+                       slots: np.ndarray, where: str) -> None:
+    """The error-column sum and its members (v2), checked against the kernel cache."""
+    n = len(slots)
+    esum, member = t["esum"], t["esum_member"]
+    _check(esum.shape == (n,) and member.shape == (n,), where,
+           "error sum tensors have the wrong shape")
+    _check(bool(np.isin(member, [0, 1]).all()), where, "error sum members are not 0/1")
+    _check(bool(np.isfinite(esum).all()), where, "error sum is not finite")
+    mem._esum[slots] = esum
+    mem._esum_member[slots] = member.astype(bool)
+    mem._esum_valid = bool(meta["esum_valid"])
+    mem._esum_updates = int(meta["esum_updates"])
+    _check(mem._esum_updates >= 0, where, "negative error sum update count")
+    cols = mem._col_of_slot[slots[member == 1]]
+    if mem._esum_valid and len(cols) and cols.min() >= 0:
+        # a forged sum would corrupt every later g: it must be the members' column sum
+        direct = mem._KC[np.ix_(slots, cols)].sum(axis=1)
+        dev = float(np.max(np.abs(esum - direct), initial=0.0))
+        _check(dev <= 1e-9 * mem._scale * len(cols), where,
+               f"error sum deviates from its members' kernel columns by {dev:.2e}")
+    # (a member without a column makes the next use rebuild the sum from the cache)
 
 
 def _build(t: dict[str, np.ndarray], meta: dict[str, Any], cls, token_hash) -> SVDDMemory:
@@ -506,6 +544,8 @@ def _build(t: dict[str, np.ndarray], meta: dict[str, Any], cls, token_hash) -> S
     _check(mem._mu == meta["mu"], where, "mu and its hex form differ")
     mem._g_valid = bool(meta["g_valid"])
     mem._sync_ac()
+    if meta["format_version"] >= 2:
+        _restore_error_sum(mem, t, meta, slots, where)
     # ids and token hashes (the digest's multiset hash)
     h = 0
     for s, tid in zip(slots, ids, strict=True):
