@@ -3,7 +3,9 @@
 100,000 operations (by default) on a redundant stream (clustered near-repeats
 and rare outliers, :func:`streams.redundant_stream`), keeping the live set
 near ``--live`` tokens. After every operation the KKT residual is computed
-from scratch (:meth:`SVDDMemory.kkt_residual`), and the largest is reported
+twice, the larger kept: as the memory reports it (:meth:`SVDDMemory.kkt_residual`)
+and with g summed afresh over every cached kernel column (independent of the
+solver's running g and of its error-column sum), and the largest is reported
 (target <= 1e-10 throughout); at the end the memory is compared with a
 from-scratch solve by the independent oracle (target <= 1e-9 on alpha, decision
 function and mu). BLAS is pinned to one thread. Not part of the test suite::
@@ -61,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
                 n_rem += 1
                 n_rem_support += sup
             if op % args.check_every == 0:
-                r = mem.kkt_residual()
+                r = max(mem.kkt_residual(), float(mem._kkt(mem._g_exact_reference())))
                 if r > worst:
                     worst, worst_at = r, op
             if (op + 1) % 10_000 == 0:
@@ -86,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     h = mem._health
     print(f"ops: {args.ops} ({n_add} adds, {n_rem} removes, {n_rem_support} of support tokens); "
           f"final n={len(mem)}, |S|={mem._nS}, unique optimum: {mem.unique_optimum()}")
-    print(f"max KKT residual (from scratch, every {args.check_every} op): {worst:.3e} "
+    print(f"max KKT residual (g from every cached column, every {args.check_every} op): "
+          f"{worst:.3e} "
           f"(at op {worst_at})")
     print(f"refactorizations: {mem.n_refactorizations} "
           f"(drift-triggered {h.n_drift_refactorizations}), resolves: {mem.n_resolves}")
