@@ -294,6 +294,21 @@ def test_throughput_variant_has_its_own_row_against_its_own_runs_softmax(tmp_pat
     assert thr.claims[1].ours.startswith("3,500 tokens/s, 1.14× slower")
 
 
+
+def test_lm_report_shows_the_gate_ablation_when_saved(tmp_path: Path) -> None:
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "lm.json").write_text(json.dumps([
+        {"mixer": "hybrid_sv", "params": 3222800, "val_bpc": 2.2, "tokens_seen": 10}]))
+    assert len(lm.run(_ctx(tmp_path, tmp_path)).tables) == 1  # no ablation file: no table
+    (tmp_path / "results" / "lm_gate_ablation.json").write_text(json.dumps([
+        {"checkpoint": "runs/a/ckpt.pt", "step": 3500, "seed": 0, "split": "val",
+         "mixer_options": {"lookback": 32}, "gates": [[0.1, 0.3], [0.2, 0.2]],
+         "as_trained": {"bpc": 2.16}, "global_off": {"bpc": 2.17},
+         "bpc_added_by_global_off": 0.01}]))
+    table = lm.run(_ctx(tmp_path, tmp_path)).tables[1]
+    assert "| lookback32 | 0.200 | 2.1600 | 2.1700 | +0.0100 |" in table
+
+
 # ---------------------------------------------------------------------- common
 def test_bootstrap_interval_brackets_the_estimate() -> None:
     est, lo, hi = bootstrap_ci(np.r_[np.zeros(20), np.ones(80)], seed=1)

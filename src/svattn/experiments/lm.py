@@ -311,11 +311,40 @@ def run(ctx: Context) -> ExperimentResult:
              "state still equals the W = 128 window) are not the paper's layer. The paper's "
              "two claims are judged on the paper's layer only; each variant gets rows of its "
              "own, marked as ours."]
+    tables = [_runs_table(runs)]
+    ablation = _gate_ablation_table(ctx)
+    if ablation is not None:
+        tables.append(ablation)
+        notes.append("Gate ablation (second table, from `results/lm_gate_ablation.json`, "
+                     "made by `scripts/ablate_hybrid_gate.py`): each trained hybrid "
+                     "evaluated as trained and with every gate forced to 0, so queries "
+                     "read the local path only. The difference is what the SV memory adds "
+                     "to that trained model.")
     return ExperimentResult(
         name=NAME, title=TITLE, what=_WHAT, claims=claims,
         verdict=f"collected {len(runs)} runs from results/lm.json.", metrics=metrics,
-        tables=[_runs_table(runs)], notes=notes,
+        tables=tables, notes=notes,
     )
+
+
+def _gate_ablation_table(ctx: Context) -> str | None:
+    """The gate-ablation rows, when ``results/lm_gate_ablation.json`` exists."""
+    if ctx.repo_root is None:
+        return None
+    path = ctx.repo_root / "results" / "lm_gate_ablation.json"
+    if not path.exists():
+        return None
+    rows = []
+    for r in json.loads(path.read_text()):
+        gates = [x for layer in r["gates"] for x in layer]
+        lookback = (r.get("mixer_options") or {}).get("lookback", 0)
+        rows.append([f"{r['checkpoint']} (seed {r.get('seed', '?')}, step {r['step']})",
+                     f"lookback{lookback}" if lookback else "paper",
+                     f"{sum(gates) / len(gates):.3f}", f"{r['as_trained']['bpc']:.4f}",
+                     f"{r['global_off']['bpc']:.4f}", f"{r['bpc_added_by_global_off']:+.4f}"])
+    return markdown_table(["checkpoint", "hybrid layer", "mean gate (SV weight)",
+                           f"{json.loads(path.read_text())[0]['split']} BPC as trained",
+                           "SV path off", "difference"], rows)
 
 
 def run_throughput(ctx: Context) -> ExperimentResult:
