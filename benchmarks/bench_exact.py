@@ -17,7 +17,9 @@ outliers) and a Gaussian one, this prints
 
 BLAS runs on one thread (threadpoolctl) so the figures are per core. The
 compiled loop is compiled (or loaded from numba's cache) on a small memory
-before anything is timed.
+before anything is timed. Removals and scikit-learn fits are timed in
+alternating rounds (``--rounds``), so a slow spell of a shared machine falls
+on both sides of the ratio.
 
 Usage::
 
@@ -66,16 +68,28 @@ def _oracle_retrain(X: np.ndarray, C: float, gamma: float) -> tuple[float, np.nd
     return time.perf_counter() - t, alpha
 
 
-def _sklearn_retrain(X: np.ndarray, C: float, gamma: float, reps: int) -> float:
+def _sklearn_fit_time(X: np.ndarray, C: float, gamma: float) -> float:
     from sklearn.svm import OneClassSVM
 
-    times = []
-    for _ in range(reps):
-        t = time.perf_counter()
-        OneClassSVM(kernel="rbf", gamma=gamma, nu=1.0 / (C * len(X)), tol=1e-10,
-                    cache_size=1000).fit(X)
-        times.append(time.perf_counter() - t)
-    return float(np.median(times))
+    t = time.perf_counter()
+    OneClassSVM(kernel="rbf", gamma=gamma, nu=1.0 / (C * len(X)), tol=1e-10,
+                cache_size=1000).fit(X)
+    return time.perf_counter() - t
+
+
+def _interleaved(mem: SVDDMemory, removals: int, rounds: int, C: float, gamma: float,
+                 rng) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Margin and error removal latencies, sklearn retrain times (one per round) and the
+    per-round ratio of the retrain to that round's median margin removal."""
+    lat_m, lat_e, fits, ratios = [], [], [], []
+    per = max(1, removals // rounds)
+    for _ in range(rounds):
+        m = _removal_latencies(mem, "margin", per, rng)
+        lat_e += _removal_latencies(mem, "error", per, rng)
+        fits.append(_sklearn_fit_time(mem.keys[1:], C, gamma))  # one token fewer
+        lat_m += m
+        ratios.append(fits[-1] / float(np.median(m)))
+    return lat_m, lat_e, fits, ratios
 
 
 def _warm_up() -> None:
@@ -87,7 +101,7 @@ def _warm_up() -> None:
 
 
 def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: int,
-        seed: int) -> dict:
+        seed: int, rounds: int = 5) -> dict:
     X = (redundant_stream if stream == "redundant" else gaussian_stream)(n, d, seed=seed)
     rng = np.random.default_rng(seed)
     mem = SVDDMemory(C)
@@ -95,12 +109,11 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
     mem.extend(X)
     ingest = n / (time.perf_counter() - t)
     sizes = {k: len(v) for k, v in mem.partition().items()}
-    lat_m = _removal_latencies(mem, "margin", removals, rng)
-    lat_e = _removal_latencies(mem, "error", removals, rng)
+    gamma = 1.0 / d
+    lat_m, lat_e, fits, ratios = _interleaved(mem, removals, rounds, C, gamma, rng)
     mem._compiled = False  # the numpy reference of the same steps
     lat_ref = _removal_latencies(mem, "margin", removals, rng)
     mem._compiled = True
-    gamma = 1.0 / d
     keys = mem.keys
     row: dict = {
         "stream": stream, "n": n, "d": d, "C": C, "ingest_tok_s": ingest, **sizes,
@@ -111,7 +124,9 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
         "remove_error_p99_ms": 1e3 * float(np.percentile(lat_e, 99)) if lat_e else None,
         "kkt_residual": mem.kkt_residual(), "resolves": mem.n_resolves,
     }
-    row["sklearn_retrain_ms"] = 1e3 * _sklearn_retrain(keys[1:], C, gamma, reps=3)
+    row["sklearn_retrain_ms"] = 1e3 * float(np.median(fits))
+    # how much the ratio moves between rounds on a shared machine
+    row["sklearn_over_margin_by_round"] = [round(float(r), 1) for r in ratios]
     retrains = [row["sklearn_retrain_ms"]]
     if n <= oracle_max_n:
         t_or, alpha_r = _oracle_retrain(keys, C, gamma)
@@ -139,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--d", type=int, default=64)
     p.add_argument("--C", type=float, default=0.01)
     p.add_argument("--removals", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=5,
+                   help="removal blocks alternating with scikit-learn fits (one fit each)")
     p.add_argument("--oracle-max-n", type=int, default=4000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="n = 1000 only, 20 removals")
@@ -152,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in args.sizes:
             for stream in ("redundant", "gaussian"):
                 rows.append(run(n, stream, d=args.d, C=args.C, removals=args.removals,
-                                oracle_max_n=args.oracle_max_n, seed=args.seed))
+                                oracle_max_n=args.oracle_max_n, seed=args.seed,
+                                rounds=args.rounds))
                 r = rows[-1]
                 print(f"  {stream:9s} n={n:6d}: ingest {r['ingest_tok_s']:,.0f} tok/s, "
                       f"remove margin {r['remove_margin_median_ms']:.3f} ms", flush=True)
@@ -175,6 +193,10 @@ def main(argv: list[str] | None = None) -> int:
             f"| {_fmt(r['max_alpha_dev_vs_oracle'], '.1e')} | {r['kkt_residual']:.1e} "
             f"| {r['remove_margin_numpy_median_ms']:.3f} ({r['compiled_vs_numpy']:.1f}×) |"
         )
+    print("\nsklearn retrain / median margin removal, round by round:")
+    for r in rows:
+        print(f"  {r['stream']:9s} n={r['n']:6d}: "
+              + ", ".join(f"{x:.0f}×" for x in r["sklearn_over_margin_by_round"]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=2))
