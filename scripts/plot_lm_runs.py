@@ -35,7 +35,8 @@ def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict], dict]:
     variant = f" lookback {lookback}" if lookback else ""  # the hybrid's local look-back
     train = [r for r in recs if r.get("kind") == "train"]
     val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
-    return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos})", train, val, cfg
+    seed = f", seed {cfg['seed']}" if "seed" in cfg else ""
+    return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos}{seed})", train, val, cfg
 
 
 def smooth(xs: list[float], k: int) -> list[float]:
@@ -55,9 +56,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=Path("results/lm_curves.png"))
     p.add_argument("--smooth", type=int, default=20, help="moving-average window (log records)")
     p.add_argument("--json", type=Path, help="also write every run's validation records here")
+    p.add_argument("--ylim", type=float, nargs=2, metavar=("LO", "HI"), help="y-axis range")
     args = p.parse_args(argv)
     table = []
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    many = len(args.runs) > 4  # the legend then goes beside the plot, not over the curves
+    fig, ax = plt.subplots(figsize=(12.0, 5.0) if many else (7.5, 4.5))
     for i, run in enumerate(args.runs):
         mixer, train, val, cfg = read_log(run)
         color = f"C{i}"
@@ -80,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     ax.axhline(2.178, color="grey", ls="--", lw=1, label="paper: hybrid 2.178 BPC")
     handles, labels = ax.get_legend_handles_labels()
     uniq = dict(zip(labels, handles, strict=True))
-    ax.legend(uniq.values(), uniq.keys(), fontsize=8)
+    if many:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper left",
+                  bbox_to_anchor=(1.01, 1.0))
+    else:
+        ax.legend(uniq.values(), uniq.keys(), fontsize=8)
+    if args.ylim:
+        ax.set_ylim(*args.ylim)
     ax.set_xlabel("tokens seen (millions)")
     ax.set_ylabel("bits per byte")
     ax.set_title("CharLM on the enwik8 prefix")
