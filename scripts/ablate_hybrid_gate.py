@@ -21,8 +21,7 @@ from pathlib import Path
 
 import torch
 
-from svattn.data.enwik8 import load_enwik8, slice_path
-from svattn.lm.train import evaluate_bpc, load_checkpoint_model
+from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval
 from svattn.nn.hybrid import HybridSVAttention
 
 # sigmoid(-60) underflows float32 to ~1e-26: the global path's weight is 0 to rounding
@@ -48,15 +47,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     records = []
     for path in args.checkpoints:
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint not found: {path}")
-        model, cfg, ckpt = load_checkpoint_model(path)
+        model, cfg, ckpt, ds = load_checkpoint_for_eval(path)
         if model.cfg.mixer != "hybrid_sv":
             raise ValueError(f"{path} is a {model.cfg.mixer!r} model, expected hybrid_sv")
-        ds = load_enwik8(cfg.data if cfg.data is not None else slice_path())
-        lo, hi = ds.bounds[args.split]
-        if args.max_bytes:
-            hi = min(hi, lo + args.max_bytes)
+        lo, hi = ds.span(args.split, args.max_bytes)
         context = model.cfg.block_size
         g = gates(model)
         row = {"checkpoint": str(path), "step": ckpt["step"], "seed": cfg.seed,

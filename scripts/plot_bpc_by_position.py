@@ -22,9 +22,8 @@ import torch
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from svattn.data.enwik8 import load_enwik8, slice_path  # noqa: E402
 from svattn.lm.model import positions_of  # noqa: E402
-from svattn.lm.train import evaluate_bpc, load_checkpoint_model  # noqa: E402
+from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval  # noqa: E402
 
 
 def label_of(model_cfg, step: int, seed: int | None = None) -> str:
@@ -50,13 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     records, chunks = [], set()
     for i, path in enumerate(args.checkpoints):
-        if not path.is_file():
-            raise FileNotFoundError(f"checkpoint not found: {path}")
-        model, cfg, ckpt = load_checkpoint_model(path)
-        ds = load_enwik8(cfg.data if cfg.data is not None else slice_path())
-        lo, hi = ds.bounds[args.split]
-        if args.max_bytes:
-            hi = min(hi, lo + args.max_bytes)
+        model, cfg, ckpt, ds = load_checkpoint_for_eval(path)
+        lo, hi = ds.span(args.split, args.max_bytes)
         context = model.cfg.block_size
         with torch.no_grad():
             res = evaluate_bpc(model, ds.data, lo, hi, context=context,

@@ -288,19 +288,12 @@ def _eval_arguments(parser: argparse.ArgumentParser) -> None:
 def _eval_run(args: argparse.Namespace) -> int:
     import json
 
-    from svattn.data.enwik8 import load_enwik8, slice_path
-    from svattn.lm.train import evaluate_bpc, load_checkpoint_model
+    from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval
 
-    if not args.checkpoint.is_file():
-        raise FileNotFoundError(f"checkpoint not found: {args.checkpoint}")
-    model, cfg, ckpt = load_checkpoint_model(args.checkpoint)
-    data = args.data if args.data is not None else cfg.data
-    ds = load_enwik8(data if data is not None else slice_path())
+    model, _, ckpt, ds = load_checkpoint_for_eval(args.checkpoint, args.data)
     context = args.context or model.cfg.block_size
     for split in args.split:
-        lo, hi = ds.bounds[split]
-        if args.max_bytes:
-            hi = min(hi, lo + args.max_bytes)
+        lo, hi = ds.span(split, args.max_bytes)
         res = evaluate_bpc(model, ds.data, lo, hi, context=context, batch_size=args.batch_size)
         rec = {"split": split, "data": ds.label, "step": ckpt["step"], **res}
         print(json.dumps(rec))

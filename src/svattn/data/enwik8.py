@@ -85,6 +85,14 @@ class Enwik8:
         start, stop = self.bounds[name]
         return self.data[start:stop]
 
+    def span(self, name: str, max_bytes: int | None = None) -> tuple[int, int]:
+        """``(start, stop)`` byte offsets of a split, cut to its first ``max_bytes``
+        bytes when given (None or 0: the whole split)."""
+        if name not in self.bounds:
+            raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+        start, stop = self.bounds[name]
+        return start, min(stop, start + max_bytes) if max_bytes else stop
+
     def describe(self) -> str:
         """One line: label, file, and split sizes."""
         sizes = ", ".join(f"{k} {b - a:,}" for k, (a, b) in self.bounds.items())

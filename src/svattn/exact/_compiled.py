@@ -78,6 +78,13 @@ def _add_block_matvec(KC, w, n_cols, hi, out):
 
 
 @njit(cache=True)
+def _add_column(KC, col, w, hi, out):
+    """out[:hi] += w · KC[:hi, col]."""
+    for i in range(hi):
+        out[i] += KC[i, col] * w
+
+
+@njit(cache=True)
 def _swap_cols(KC, XC, ac, soc, cos, hi, p, q):
     if p == q:
         return
@@ -603,33 +610,24 @@ def error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild):
             if member[s] and state[s] != ERROR and cos[s] < 0:
                 rebuild = True  # its column is gone: cannot subtract it
                 break
-    if rebuild:
+    n = 0
+    if rebuild:  # start empty: every error column is then added below
         for i in range(hi):
             esum[i] = 0.0
             member[i] = False
-        for col in range(nS, chi):
-            s = soc[col]
-            if s >= 0 and state[s] == ERROR:
-                for i in range(hi):
-                    esum[i] += KC[i, col]
-                member[s] = True
-        return -1
-    n = 0
-    for s in range(hi):
-        if member[s] and state[s] != ERROR:
-            col = cos[s]
-            for i in range(hi):
-                esum[i] -= KC[i, col]
-            member[s] = False
-            n += 1
+    else:  # take the departed members out
+        for s in range(hi):
+            if member[s] and state[s] != ERROR:
+                _add_column(KC, cos[s], -1.0, hi, esum)
+                member[s] = False
+                n += 1
     for col in range(nS, chi):
         s = soc[col]
         if s >= 0 and state[s] == ERROR and not member[s]:
-            for i in range(hi):
-                esum[i] += KC[i, col]
+            _add_column(KC, col, 1.0, hi, esum)
             member[s] = True
             n += 1
-    return n
+    return -1 if rebuild else n
 
 
 @njit(cache=True, fastmath=_VEC)
@@ -654,9 +652,7 @@ def g_from_error_sum(KC, ac, soc, state, esum, diag, mu, C, nS, chi, hi, g):
             continue
         extra = ac[col] - (C if state[s] == ERROR else 0.0)
         if extra != 0.0:
-            w = 2.0 * extra
-            for i in range(hi):
-                g[i] += KC[i, col] * w
+            _add_column(KC, col, 2.0 * extra, hi, g)
 
 
 # ------------------------------------------------------------ uniqueness
@@ -685,13 +681,3 @@ def positive_definite(K, rel_shift):
             L[i, j] = a / ljj
     return True
 
-
-@njit(cache=True)
-def margin_block_positive_definite(KC, soc, nS, rel_shift):
-    """:func:`positive_definite` of ``K_SS``, read from the margin block of the cache."""
-    K = np.empty((nS, nS))
-    for i in range(nS):
-        si = soc[i]
-        for j in range(nS):
-            K[i, j] = KC[si, j]
-    return positive_definite(K, rel_shift)

@@ -635,16 +635,13 @@ class SVDDMemory:
         nS = self._nS
         if len(tied) + nS <= 1:
             return True
-        # positive definite with smallest eigenvalue above 1e-10 · the largest
-        # (<= trace): K_T − 1e-10·trace·I has a Cholesky factor
-        if self._compiled and not len(tied):  # the margin block of the cache is K_SS
-            return bool(_compiled.margin_block_positive_definite(
-                self._KC, self._slot_of_col, nS, 1e-10))
         T = np.concatenate([self._margin_slots(), tied])
         if len(tied):
             Kt = gram_matrix(self._X[T], self.kernel, self._gamma_val)
-        else:
+        else:  # the margin block of the cache is K_SS already
             Kt = self._KC[T, :nS]
+        # positive definite with smallest eigenvalue above 1e-10 · the largest
+        # (<= trace): K_T − 1e-10·trace·I has a Cholesky factor
         if self._compiled:
             return bool(_compiled.positive_definite(Kt, 1e-10))
         Kt = 0.5 * (Kt + Kt.T)

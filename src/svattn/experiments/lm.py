@@ -206,6 +206,9 @@ def _gap_texts(paired: dict[tuple[str, int], list[float]]) -> tuple[list[str], b
     return texts, significant, mean
 
 
+_VARIANT_MET = "met by our variant (not the paper's layer)"
+
+
 def _best_val_claim(claim: str, paper: str, sv: list[Run], variant: str) -> Claim | None:
     """The BPC-target row for one hybrid variant: its best validation BPC against 2.178."""
     with_val = [r for r in sv if isinstance(r.record.get("val_bpc"), int | float)]
@@ -215,13 +218,9 @@ def _best_val_claim(claim: str, paper: str, sv: list[Run], variant: str) -> Clai
     best = min(with_val, key=lambda r: r.record["val_bpc"])
     val, test = best.record["val_bpc"], best.record.get("test_bpc")
     text = f"val {val:.3f}" + (f" / test {test:.3f}" if test is not None else "")
-    met = val <= 2.178
-    verdict = (REPRODUCED if met else NOT_REPRODUCED) if variant == "paper" else (
-        _VARIANT_MET if met else NOT_REPRODUCED)
-    return Claim(claim, paper, f"{text} (enwik8 prefix; {best.name})", verdict)
-
-
-_VARIANT_MET = "met by our variant (not the paper's layer)"
+    met = REPRODUCED if variant == "paper" else _VARIANT_MET
+    return Claim(claim, paper, f"{text} (enwik8 prefix; {best.name})",
+                 met if val <= 2.178 else NOT_REPRODUCED)
 
 
 def _variant_claims(runs: list[Run], paired: dict[tuple[str, str, int], list[float]]
@@ -334,8 +333,9 @@ def _gate_ablation_table(ctx: Context) -> str | None:
     path = ctx.repo_root / "results" / "lm_gate_ablation.json"
     if not path.exists():
         return None
+    records = json.loads(path.read_text())
     rows = []
-    for r in json.loads(path.read_text()):
+    for r in records:
         gates = [x for layer in r["gates"] for x in layer]
         lookback = (r.get("mixer_options") or {}).get("lookback", 0)
         rows.append([f"{r['checkpoint']} (seed {r.get('seed', '?')}, step {r['step']})",
@@ -343,8 +343,13 @@ def _gate_ablation_table(ctx: Context) -> str | None:
                      f"{sum(gates) / len(gates):.3f}", f"{r['as_trained']['bpc']:.4f}",
                      f"{r['global_off']['bpc']:.4f}", f"{r['bpc_added_by_global_off']:+.4f}"])
     return markdown_table(["checkpoint", "hybrid layer", "mean gate (SV weight)",
-                           f"{json.loads(path.read_text())[0]['split']} BPC as trained",
+                           f"{records[0]['split']} BPC as trained",
                            "SV path off", "difference"], rows)
+
+
+def _throughput_verdict(slowdown: float) -> str:
+    # the paper's figure is a cost (35.8× slower): being less slow is a difference
+    return "differs (ours is less slow; other hardware)" if slowdown < 35.8 else PARTLY
 
 
 def run_throughput(ctx: Context) -> ExperimentResult:
@@ -371,9 +376,7 @@ def run_throughput(ctx: Context) -> ExperimentResult:
                          + ("" if len(groups) == 1 else f" ({_pos_label(pos)})"))
         metrics["slowdown"] = max(metrics[f"slowdown_{pos}"] for pos in groups)
         ours = "; ".join(texts) + f" ({len(runs)} runs)"
-        # the paper's figure is a cost (35.8× slower): being less slow is a difference
-        verdict = ("differs (ours is less slow; other hardware)" if metrics["slowdown"] < 35.8
-                   else PARTLY)
+        verdict = _throughput_verdict(metrics["slowdown"])
     elif sv:
         s = max(r.tokens_per_s for r in sv)
         ours, verdict = f"{s:,.0f} tokens/s (no softmax run to compare)", PARTLY
@@ -397,8 +400,7 @@ def run_throughput(ctx: Context) -> ExperimentResult:
                                 THROUGHPUT_CLAIMS[0][1],
                                 f"{tps:,.0f} tokens/s, {slow:.2f}× slower than softmax "
                                 f"({_pos_label(pos)}, same benchmark run)",
-                                "differs (ours is less slow; other hardware)" if slow < 35.8
-                                else PARTLY))
+                                _throughput_verdict(slow)))
     return ExperimentResult(
         name="throughput", title=THROUGHPUT_TITLE, what=_WHAT, claims=claims,
         verdict=f"{ours} (hardware differs from the paper's Apple MPS)", metrics=metrics,

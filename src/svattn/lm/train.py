@@ -52,6 +52,7 @@ __all__ = [
     "train",
     "evaluate_bpc",
     "load_checkpoint_model",
+    "load_checkpoint_for_eval",
     "lr_lambda",
     "batch_starts",
 ]
@@ -344,6 +345,23 @@ def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig,
     return model, cfg, ckpt
 
 
+def load_checkpoint_for_eval(path: str | os.PathLike, data: str | os.PathLike | None = None
+                             ) -> tuple[CharLM, TrainConfig, dict, Enwik8]:
+    """:func:`load_checkpoint_model` and the corpus to score it on: ``data``, else the
+    one the run trained on, else the shipped slice.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``path`` is not a file.
+    """
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    model, cfg, ckpt = load_checkpoint_model(path)
+    data = data if data is not None else cfg.data
+    return model, cfg, ckpt, load_enwik8(data if data is not None else slice_path())
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -489,8 +507,7 @@ def train(
                 tokens_seen=tokens_seen, tokens_per_s=tps, step_seconds=dt,
             )  # fmt: skip
         if cfg.eval_every and step % cfg.eval_every == 0:
-            lo, hi = ds.bounds["val"]
-            hi = min(hi, lo + cfg.eval_batches * cfg.eval_batch_size * T)
+            lo, hi = ds.span("val", cfg.eval_batches * cfg.eval_batch_size * T)
             quick = evaluate_bpc(
                 model, ds.data, lo, hi, context=T, batch_size=cfg.eval_batch_size,
                 device=device, precision=cfg.precision, rank=rank, world=world,
@@ -506,9 +523,7 @@ def train(
     if cfg.final_eval and step >= cfg.steps:
         res = {}
         for split in ("val", "test"):
-            lo, hi = ds.bounds[split]
-            if cfg.eval_max_bytes:
-                hi = min(hi, lo + cfg.eval_max_bytes)
+            lo, hi = ds.span(split, cfg.eval_max_bytes)
             res[split] = evaluate_bpc(
                 model, ds.data, lo, hi, context=T, batch_size=cfg.eval_batch_size,
                 device=device, precision=cfg.precision, rank=rank, world=world,
