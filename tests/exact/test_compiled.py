@@ -218,3 +218,29 @@ def test_uniqueness_check_matches_reference_with_and_without_ties():
     fast.add(dup)
     ref.add(dup)
     assert fast.unique_optimum() is ref.unique_optimum() is False
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+def test_certificate_facts_equal_the_public_checks_after_every_removal(kernel):
+    """A certificate's sizes, residual, uniqueness and digest come from one compiled
+    pass and the residual of the removal's own exact-g check; each must equal the
+    public method computed afresh, through removals from every set, a duplicate
+    (not unique, tied tokens), warm-up and a re-solve."""
+    rng = np.random.default_rng(5)
+    mem = SVDDMemory(0.04, kernel=kernel)
+    X = rng.normal(size=(90, 4)) * (0.5 if kernel == "exp" else 1.0)
+    mem.extend(X)
+    mem.add(mem.keys[mem.ids.index(mem.partition()["margin"][0])])  # a copy: ties
+    seen_unique = set()
+    while len(mem):
+        part = mem.partition()
+        pool = [p for p in ("margin", "error", "reserve") if part[p]]
+        tid = int(rng.choice(part[pool[len(mem) % len(pool)]])) if pool else mem.ids[0]
+        cert = mem.remove(tid)
+        assert cert.partition_after == {k: len(v) for k, v in mem.partition().items()} \
+            or mem.warm
+        assert cert.kkt_residual_after == mem.kkt_residual()
+        assert cert.unique_optimum is mem.unique_optimum()
+        assert cert.state_digest == mem.state_digest()
+        seen_unique.add(cert.unique_optimum)
+    assert seen_unique == {True, False}

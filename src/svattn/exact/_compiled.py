@@ -422,9 +422,13 @@ def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
 
 
 @njit(cache=True, fastmath=_VEC)
-def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, nS, chi, C):
+def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
     """alpha_S and mu on the current partition (two steps of iterative
     refinement), then alpha of every cached column into ``ac``.
+
+    The error tokens' share of the right-hand side is read from the (synced)
+    error-column sum ``esum`` at the margin rows; the numpy reference sums their
+    cached columns there instead.
 
     Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
     1e-13·C of 0 or C (the caller then moves them to that bound's set).
@@ -440,12 +444,7 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, nS, chi, C):
     rhs[0] = 1.0 - C * nE
     for i in range(nS):
         si = soc[i]
-        acc = 0.0
-        for col in range(nS, chi):
-            sl = soc[col]
-            if sl >= 0 and state[sl] == ERROR:
-                acc += KC[si, col]
-        rhs[i + 1] = diag[si] - 2.0 * C * acc
+        rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
     x = np.empty(m)
     _matvec_lead(Qinv, rhs, m, x, 1.0)
     res = np.empty(m)
@@ -583,9 +582,56 @@ def count_states(state, hi):
     return nm, ne, nr
 
 
+
+@njit(cache=True)
+def certificate_facts(g, alpha, state, slot_id, KC, soc, nS, hi, tie, rel_shift):
+    """What a deletion certificate reads off the state, in one pass over the slots.
+
+    Returns ``(margin, error, reserve, unique, support)``: the set sizes
+    (:func:`count_states`); ``unique`` is 1 or 0 from :func:`positive_definite`
+    on the margin block when no error or reserve token is tied at ``|g| <= tie``
+    and -1 when some are (the caller then runs the general check with the keys);
+    ``support`` are the slots with alpha > 0 in id order
+    (:func:`support_slots_by_id`). :meth:`SVDDMemory._sizes`,
+    :meth:`~SVDDMemory.unique_optimum` and :meth:`~SVDDMemory.state_digest` are
+    the references.
+    """
+    nm = ne = nr = n_tied = n_sup = 0
+    for i in range(hi):
+        st = state[i]
+        nm += st == MARGIN
+        ne += st == ERROR
+        nr += st == RESERVE
+        if (st == ERROR or st == RESERVE) and abs(g[i]) <= tie:
+            n_tied += 1
+        if alpha[i] > 0:
+            n_sup += 1
+    slots = np.empty(n_sup, dtype=np.int64)
+    ids = np.empty(n_sup, dtype=np.int64)
+    n = 0
+    for i in range(hi):
+        if alpha[i] > 0:
+            slots[n] = i
+            ids[n] = slot_id[i]
+            n += 1
+    support = slots[np.argsort(ids, kind="mergesort")]
+    if n_tied:
+        unique = -1
+    elif nS <= 1:
+        unique = 1
+    else:
+        K = np.empty((nS, nS))
+        for j in range(nS):
+            for i in range(nS):
+                K[i, j] = KC[soc[i], j]
+        unique = 1 if positive_definite(K, rel_shift) else 0
+    return nm, ne, nr, unique, support
+
+
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
            "bordered_health", "tied_slots", "support_slots_by_id",
-           "count_states", "DONE", "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN"]
+           "count_states", "certificate_facts", "DONE", "NEED_RESOLVE", "NEED_COLUMNS",
+           "EMPTY_MARGIN"]
 
 
 # ------------------------------------------------------------ the error-column sum

@@ -196,6 +196,7 @@ class SVDDMemory:
         self._esum_valid = False
         self._esum_updates = 0  # columns added/subtracted since the last rebuild
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
+        self._kkt_after: float | None = None  # see _certificate_facts
 
     def _grow_slots(self, need: int) -> None:
         if need <= self._cap:
@@ -456,16 +457,17 @@ class SVDDMemory:
         salt = secrets.token_bytes(16)
         commitment = commit_token(salt, self._X[slot], self._V[slot])
         events = self._remove_slot(slot)
+        after, kkt, unique, digest = self._certificate_facts()
         cert = DeletionCertificate(
             removed_id=int(token_id),
             commitment=commitment,
             salt=salt.hex(),
             partition_before=before,
-            partition_after=self._sizes(),
-            kkt_residual_after=self.kkt_residual(),
+            partition_after=after,
+            kkt_residual_after=kkt,
             n_events=events,
-            unique_optimum=self.unique_optimum(),
-            state_digest=self.state_digest(),
+            unique_optimum=unique,
+            state_digest=digest,
             C=self.C,
             kernel=self.kernel,
             gamma=self._gamma_val,
@@ -670,15 +672,39 @@ class SVDDMemory:
         The token set enters as a multiset hash (sum of per-token SHA-256 mod
         2^256), updated in O(1) per add/remove, so digests stay cheap.
         """
+        return self._digest(self._support_slots_by_id())
+
+    def _digest(self, slots: np.ndarray) -> str:
+        """:meth:`state_digest` given the support slots in id order."""
         h = hashlib.sha256()
         gamma = self._gamma_val if self._dim is not None else float("nan")
         h.update(f"svattn-svdd-v1|{self.C!r}|{self.kernel}|{gamma!r}|{self._n}|".encode())
         h.update(self._set_hash.to_bytes(32, "big"))
-        slots = self._support_slots_by_id()
         h.update(self._slot_id[slots].tobytes())
         h.update(self._alpha[slots].tobytes())
         h.update(np.float64(self._mu).tobytes())
         return h.hexdigest()
+
+    def _certificate_facts(self) -> tuple[dict[str, int], float, bool, str]:
+        """Set sizes, KKT residual, uniqueness and digest after an operation.
+
+        Equal to :meth:`_sizes`, :meth:`kkt_residual`, :meth:`unique_optimum` and
+        :meth:`state_digest` (the references, and the path without the compiled
+        loop): one compiled pass over the slots, and the residual the operation's
+        own exact-g check already computed (``_kkt_after``, set only there).
+        """
+        kkt, self._kkt_after = self._kkt_after, None
+        if not self._compiled or self._n == 0 or self.warm:
+            return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
+        g = self._fresh_g()
+        nm, ne, nr, unique, support = _compiled.certificate_facts(
+            g, self._alpha, self._state, self._slot_id, self._KC, self._slot_of_col,
+            self._nS, self._hi, 1e-9 * self._scale, 1e-10)
+        sizes = {"margin": int(nm), "error": int(ne), "reserve": int(nr)}
+        if kkt is None:
+            kkt = self._kkt(g)
+        return (sizes, float(kkt), self.unique_optimum() if unique < 0 else bool(unique),
+                self._digest(support))
 
     # ------------------------------------------------------------ internals
     def _slot_for(self, token_id) -> int:
@@ -744,6 +770,8 @@ class SVDDMemory:
     @property
     def _scale(self) -> float:
         """Largest kernel diagonal of the live tokens (>= 1): the unit of g."""
+        if self.kernel == "rbf":  # k(x, x) = 1 for every key
+            return 1.0
         return max(1.0, float(self._diag[: self._hi].max(initial=0.0)))
 
     def _fresh_g(self) -> np.ndarray:
@@ -766,17 +794,22 @@ class SVDDMemory:
         if not self._compiled:
             return self._g_exact_reference()
         hi = self._hi
-        rebuild = not self._esum_valid or self._esum_updates >= 32
-        n = _compiled.error_sum_sync(self._esum, self._esum_member, self._KC,
-                                     self._slot_of_col, self._col_of_slot, self._state,
-                                     self._nS, self._chi, hi, rebuild)
-        self._esum_valid = True
-        self._esum_updates = 0 if n < 0 else self._esum_updates + int(n)
+        self._sync_error_sum()
         g = np.empty(hi)
         _compiled.g_from_error_sum(self._KC, self._ac, self._slot_of_col, self._state,
                                    self._esum, self._diag, self._mu, self.C, self._nS,
                                    self._chi, hi, g)
         return g
+
+    def _sync_error_sum(self) -> None:
+        """Bring the error-column sum up to the current error set (see
+        ``_compiled.error_sum_sync``); rebuilt from scratch every 32 updates."""
+        rebuild = not self._esum_valid or self._esum_updates >= 32
+        n = _compiled.error_sum_sync(self._esum, self._esum_member, self._KC,
+                                     self._slot_of_col, self._col_of_slot, self._state,
+                                     self._nS, self._chi, self._hi, rebuild)
+        self._esum_valid = True
+        self._esum_updates = 0 if n < 0 else self._esum_updates + int(n)
 
     def _g_exact_reference(self) -> np.ndarray:
         """g over all used slots from every cached column (the reference of :meth:`_g_exact`)."""
@@ -923,6 +956,7 @@ class SVDDMemory:
 
     # ---- remove
     def _remove_slot(self, slot: int) -> int:
+        self._kkt_after = None
         st = int(self._state[slot])
         if self._n - 1 < self.warmup_n:
             self._wipe_slot(slot)
@@ -1262,9 +1296,10 @@ class SVDDMemory:
         nS = self._nS
         at_bound = None
         if self._compiled and nS:
+            self._sync_error_sum()
             mu, at_bound = _compiled.solve_margin(
                 self._KC, self._Qinv, self._slot_of_col, self._col_of_slot, self._state,
-                self._diag, self._alpha, self._ac, nS, self._chi, self.C)
+                self._diag, self._alpha, self._ac, self._esum, nS, self._chi, self.C)
             self._mu = float(mu)
             self._after_margin_solve(refresh_g)
             return int(at_bound)
@@ -1322,7 +1357,10 @@ class SVDDMemory:
         self._polish(refresh_g=refresh)
         if refresh:
             self._ops_since_exact_g = 0
-        if self._kkt(self._g[: self._hi]) <= 0.1 * self.tol:
+        kkt = self._kkt(self._g[: self._hi])
+        if kkt <= 0.1 * self.tol:
+            # the certificate of a removal reports this residual (g is exact here)
+            self._kkt_after = kkt if self._g_valid else None
             return
         self._fresh_g()
         self._ops_since_exact_g = 0
