@@ -244,3 +244,36 @@ def test_certificate_facts_equal_the_public_checks_after_every_removal(kernel):
         assert cert.state_digest == mem.state_digest()
         seen_unique.add(cert.unique_optimum)
     assert seen_unique == {True, False}
+
+
+@pytest.mark.parametrize("max_segments", [0, 1, 2])
+def test_removal_by_segments_hands_over_to_the_event_loop_exactly(max_segments):
+    """Removals go segment by segment (one margin-block pass each, the last giving
+    the exact g) and hand over to the event loop on the cases it leaves (here
+    forced after ``max_segments`` segments; 0 = the event loop alone). Every
+    variant must reach the numpy reference's state, with the same events."""
+    rng = np.random.default_rng(13)
+    centers = rng.normal(size=(4, 12))
+    X = centers[rng.integers(0, 4, 300)] + 0.12 * rng.normal(size=(300, 12))
+    X[rng.random(300) < 0.05] *= 2.5
+    seg, capped = SVDDMemory(0.006), SVDDMemory(0.006)
+    ref = SVDDMemory(0.006)
+    ref._compiled = False
+    capped._max_segments = max_segments
+    for m in (seg, capped, ref):
+        m.extend(X)
+    part = seg.partition()
+    picks = part["margin"][:15] + part["error"][:15]
+    multi = same = 0
+    for t in picks:
+        cs, cc, cr = seg.remove(t), capped.remove(t), ref.remove(t)
+        assert cs.partition_after == cc.partition_after == cr.partition_after
+        assert cs.kkt_residual_after <= 1e-12 and cc.kkt_residual_after <= 1e-12
+        multi += cr.n_events > max(max_segments, 1)
+        same += cs.n_events == cr.n_events and cc.n_events == cr.n_events
+        _assert_same(seg, ref)
+        _assert_same(capped, ref)
+    assert multi >= 5  # the hand-over happened mid-removal, not only at the start
+    assert same >= 0.9 * len(picks)
+    assert seg._n_segment_fallbacks == 0 and seg.n_resolves == ref.n_resolves == 0
+    assert capped._n_segment_fallbacks == (len(picks) if max_segments == 0 else multi)

@@ -10,6 +10,11 @@ order (BLAS vs loops), so two events that tie to within rounding may be taken
 as one or two; ``tests/exact/test_compiled.py`` compares the trajectories.
 Each other function names the numpy method it replaces.
 
+:func:`remove_segments` is the removal's first resort: it takes whole segments
+of the solution path (one margin solve and one pass over the margin block
+each) instead of single events, and hands the rare cases it does not take
+(ties, an empty margin set) to :func:`drive_events` from the state it reached.
+
 State arrays are the memory's own (modified in place). ``Qinv`` comes in as the
 memory's exact-size array and goes out as a new one (a new object: the health
 monitor keys its checks on the object). The loop counters live in ``loop`` so
@@ -27,7 +32,7 @@ from numba import njit
 from svattn.exact._states import ERROR, MARGIN, RESERVE
 
 # status codes of drive_events
-DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN = 0, 1, 2, 3
+DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN, FALLBACK = 0, 1, 2, 3, 4
 # loop[...] indices
 EVENTS, ZERO_STEPS, LAST_LEFT, LAST_ENTERED = 0, 1, 2, 3
 
@@ -411,6 +416,156 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
 
 
 
+# remove_segments' counters: out[...] indices
+SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED = 0, 1, 2, 3
+
+
+@njit(cache=True)
+def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, esum, member,
+                    nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, scale, g_end, out):
+    """Remove token ``c`` (driven, outside the margin set) segment by segment,
+    each segment costing one pass over the margin block.
+
+    On a fixed partition the path of (alpha, mu) as alpha_c falls to 0 is a
+    straight line, so its end is the solution of the margin system without c
+    (:func:`_solve_partition`, the polish's own solve), and g along it is the
+    linear interpolation between g now and g at the end. One pass computes g at
+    the end from the cached columns (:func:`g_from_error_sum`, the exact g's own
+    formula). If no margin coefficient leaves (0, C) and no error or reserve
+    token changes the sign of g on the way, the end is the removal's result:
+    alpha, mu and g are then final and exact, with no drive steps, polish or
+    second pass. Otherwise the first event on the line is applied (as
+    :func:`drive_events` applies it) and the next segment starts.
+
+    Requires ``esum`` synced to the error set without c. Returns
+    ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
+    :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
+    no free column, ``max_segments`` segments taken), from a consistent state
+    with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
+    receives the segments taken, the error-sum updates and the last token to
+    leave and to enter the margin set (drive_events' loop seeds).
+    """
+    ccap = KC.shape[1]
+    Qb = np.empty((ccap + 1, ccap + 1))
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            Qb[i, j] = Qinv[i, j]
+    x = np.empty(ccap + 1)
+    tol_a = 1e-13 * C  # the polish's at-bound tie
+    gtol = 1e-13 * scale  # drive_events' smallest rate
+    status = DONE
+    while True:
+        if (nS == 0 or out[SEG_EVENTS] >= max_segments
+                or not _free_column_available(soc, nS, chi, ccap)):
+            status = FALLBACK
+            break
+        out[SEG_EVENTS] += 1
+        t_rem = alpha[c]
+        _solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x)
+        col_c = cos[c]
+        for j in range(nS):
+            ac[j] = x[j + 1]
+        ac[col_c] = 0.0
+        g_from_error_sum(KC, ac, soc, state, esum, diag, x[0], C, nS, chi, hi, g_end)
+        # the first event on the line, as a fraction of the segment: a margin
+        # coefficient reaching 0 or C ...
+        best = 1.0
+        kind = 2  # c leaves: the end is the result
+        who = -1
+        tie = False
+        for j in range(nS):
+            a0 = alpha[soc[j]]
+            a1 = x[j + 1]
+            if abs(a1) <= tol_a or abs(a1 - C) <= tol_a:
+                tie = True  # lands on a bound: the polish's case, left to the drive
+            elif a1 < 0.0 or a1 > C:
+                f = a0 / (a0 - a1) if a1 < 0.0 else (C - a0) / (a1 - a0)
+                if f < best:
+                    best = f
+                    kind = 3 if a1 < 0.0 else 4
+                    who = soc[j]
+        # ... or an error / reserve token whose g changes sign (g is linear on it)
+        rate_tol = gtol * t_rem
+        for i in range(hi):
+            st = state[i]
+            gi = g[i]
+            ge = g_end[i]
+            if st == RESERVE:
+                moving = gi - ge > rate_tol and ge < 0.0
+            elif st == ERROR:
+                moving = ge - gi > rate_tol and ge > 0.0
+            else:
+                moving = False
+            if moving:
+                f = gi / (gi - ge)
+                if f < best:
+                    best = f
+                    kind = 5
+                    who = i
+        if tie or best <= 0.0 or (kind != 2 and best >= 1.0):
+            for j in range(nS):
+                ac[j] = alpha[soc[j]]
+            ac[col_c] = alpha[c]
+            out[SEG_EVENTS] -= 1  # this segment is not taken
+            status = FALLBACK
+            break
+        if kind == 2:  # the end of the line: final alpha, mu and exact g
+            for j in range(nS):
+                alpha[soc[j]] = x[j + 1]
+            mu = x[0]
+            alpha[c] = 0.0
+            for i in range(hi):
+                g[i] = g_end[i]
+            break
+        # move to the event: alpha, mu and g of the non-margin rows linearly
+        for j in range(nS):
+            sj = soc[j]
+            alpha[sj] += best * (x[j + 1] - alpha[sj])
+            ac[j] = alpha[sj]
+        mu += best * (x[0] - mu)
+        alpha[c] = t_rem * (1.0 - best)
+        ac[col_c] = alpha[c]
+        for i in range(hi):
+            if state[i] != MARGIN:
+                g[i] += best * (g_end[i] - g[i])
+        out[SEG_LAST_LEFT] = -1
+        out[SEG_LAST_ENTERED] = -1
+        if kind == 3 or kind == 4:
+            nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
+            out[SEG_LAST_LEFT] = who
+            if kind == 3:
+                alpha[who] = 0.0
+                state[who] = RESERVE
+                chi = _free_col(KC, XC, ac, soc, cos, who, chi)
+            else:
+                alpha[who] = C
+                state[who] = ERROR
+                ac[cos[who]] = C
+                _add_column(KC, cos[who], 1.0, hi, esum)
+                member[who] = True
+                out[SEG_ESUM_UPDATES] += 1
+        else:  # an error or reserve token reaches g = 0 and joins the margin
+            g[who] = 0.0
+            if state[who] == RESERVE:
+                chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, who, nS, chi, hi,
+                                 gamma, is_rbf)
+            elif member[who]:
+                _add_column(KC, cos[who], -1.0, hi, esum)
+                member[who] = False
+                out[SEG_ESUM_UPDATES] += 1
+            state[who] = MARGIN
+            if not _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale):
+                status = NEED_RESOLVE
+                break
+            nS += 1
+            out[SEG_LAST_ENTERED] = who
+    res = np.zeros((nS + 1, nS + 1)) if nS else np.zeros((0, 0))
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            res[i, j] = Qb[i, j]
+    return status, nS, chi, mu, res
+
+
 @njit(cache=True)
 def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
     """:meth:`SVDDMemory._contract` compiled: returns ``(nS, Qinv)``."""
@@ -422,22 +577,19 @@ def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
 
 
 @njit(cache=True, fastmath=_VEC)
-def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
-    """alpha_S and mu on the current partition (two steps of iterative
-    refinement), then alpha of every cached column into ``ac``.
+def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x):
+    """``x = [mu, alpha_S]`` on the current partition (error tokens at C, every other
+    non-margin token at 0), with two steps of iterative refinement; returns the
+    number of error tokens.
 
     The error tokens' share of the right-hand side is read from the (synced)
     error-column sum ``esum`` at the margin rows; the numpy reference sums their
     cached columns there instead.
-
-    Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
-    1e-13·C of 0 or C (the caller then moves them to that bound's set).
     """
     nE = 0
     for col in range(nS, chi):
         sl = soc[col]
         if sl >= 0 and state[sl] == ERROR:
-            alpha[sl] = C
             nE += 1
     m = nS + 1
     rhs = np.empty(m)
@@ -445,7 +597,6 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
     for i in range(nS):
         si = soc[i]
         rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
-    x = np.empty(m)
     _matvec_lead(Qinv, rhs, m, x, 1.0)
     res = np.empty(m)
     dx = np.empty(m)
@@ -463,6 +614,23 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
         _matvec_lead(Qinv, res, m, dx, 1.0)
         for i in range(m):
             x[i] += dx[i]
+    return nE
+
+
+@njit(cache=True)
+def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
+    """alpha_S and mu on the current partition (:func:`_solve_partition`), then
+    alpha of every cached column into ``ac``.
+
+    Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
+    1e-13·C of 0 or C (the caller then moves them to that bound's set).
+    """
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            alpha[sl] = C
+    x = np.empty(nS + 1)
+    _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x)
     n_at_bound = 0
     tol = 1e-13 * C
     for i in range(nS):
@@ -631,7 +799,7 @@ def certificate_facts(g, alpha, state, slot_id, KC, soc, nS, hi, tie, rel_shift)
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
            "bordered_health", "tied_slots", "support_slots_by_id",
            "count_states", "certificate_facts", "DONE", "NEED_RESOLVE", "NEED_COLUMNS",
-           "EMPTY_MARGIN"]
+           "EMPTY_MARGIN", "FALLBACK", "remove_segments"]
 
 
 # ------------------------------------------------------------ the error-column sum

@@ -143,6 +143,7 @@ class SVDDMemory:
         # health counters (reported by the audit log and benchmarks)
         self.n_refactorizations = 0
         self.n_resolves = 0
+        self._n_segment_fallbacks = 0  # removals the segment loop left to the event loop
         self._dim: int | None = None
         self._vdim: int | None = None
         self._value_is_key = True
@@ -197,6 +198,7 @@ class SVDDMemory:
         self._esum_updates = 0  # columns added/subtracted since the last rebuild
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
         self._kkt_after: float | None = None  # see _certificate_facts
+        self._segment_seed: np.ndarray | None = None  # see _remove_by_segments
 
     def _grow_slots(self, need: int) -> None:
         if need <= self._cap:
@@ -957,6 +959,7 @@ class SVDDMemory:
     # ---- remove
     def _remove_slot(self, slot: int) -> int:
         self._kkt_after = None
+        self._segment_seed = None
         st = int(self._state[slot])
         if self._n - 1 < self.warmup_n:
             self._wipe_slot(slot)
@@ -972,9 +975,11 @@ class SVDDMemory:
             self._contract(int(self._col_of_slot[slot]))
         self._state[slot] = DRIVEN
         try:
-            events = self._drive(slot, -1)
-            self._wipe_slot(slot)
-            self._finish_op(exact_g=True)
+            events = self._remove_by_segments(slot) if self._compiled else None
+            if events is None:  # the event loop takes it from here (or from the start)
+                events = self._drive(slot, -1, seed=self._segment_seed)
+                self._wipe_slot(slot)
+                self._finish_op(exact_g=True)
         except _NeedResolve:
             if self._state[slot] != FREE:
                 self._wipe_slot(slot)
@@ -987,14 +992,63 @@ class SVDDMemory:
     # below is its reference (tests switch with ``mem._compiled = False``).
     _compiled = True
 
-    def _drive(self, c: int, direction: int) -> int:
-        """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1)."""
+    # Segments a removal takes before the event loop goes on from where they
+    # stopped (0: the event loop does the whole removal; tests vary it).
+    _max_segments = 1 << 30
+
+    def _remove_by_segments(self, c: int) -> int | None:
+        """Remove driven token ``c`` with :func:`_compiled.remove_segments` (one pass
+        over the margin block per segment, the last one giving the exact g).
+
+        Returns the number of events and leaves the removal finished (``c`` wiped,
+        KKT checked), or None when the event loop must go on from the state
+        reached; ``_segment_seed`` then holds the events taken so far and the
+        tokens that last left and entered the margin set.
+        """
+        self._segment_seed = None
+        self._sync_error_sum()  # without c: its share of the end state is 0
+        self._g_valid = False
+        hi = self._hi
+        g_end = np.empty(hi)
+        out = np.array([0, 0, -1, -1], dtype=np.int64)
+        status, nS, chi, mu, Qinv = _compiled.remove_segments(
+            self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
+            self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv, self._esum,
+            self._esum_member, self._nS, self._chi, hi, self._mu, self.C, self._gamma_val,
+            self.kernel == "rbf", c, self._max_segments, self._scale, g_end, out)
+        self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
+        self._esum_updates += int(out[_compiled.SEG_ESUM_UPDATES])
+        _scrub(g_end)
+        if status == _compiled.NEED_RESOLVE:
+            raise _NeedResolve
+        if status == _compiled.FALLBACK:
+            self._segment_seed = out
+            self._n_segment_fallbacks += 1
+            return None
+        self._g_valid = True  # g at the end of the last segment is the exact g
+        self._ops_since_exact_g = 0
+        self._wipe_slot(c)
+        kkt = self._kkt(self._g[:hi])
+        if kkt <= 0.1 * self.tol:
+            self._kkt_after = kkt
+        else:  # the general finish: polish, refactorize, re-solve
+            self._finish_op(exact_g=True)
+        return int(out[_compiled.SEG_EVENTS])
+
+    def _drive(self, c: int, direction: int, seed: np.ndarray | None = None) -> int:
+        """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1);
+        ``seed`` continues a removal that :meth:`_remove_by_segments` began."""
         if not self._compiled:
             return self._drive_reference(c, direction)
         self._g_valid = False
         hi = self._hi
         k_c, sgn = np.empty(hi), np.empty(hi)  # filled by the first call
         loop = np.array([0, 0, -1, -1], dtype=np.int64)
+        done = 0
+        if seed is not None:
+            done = int(seed[_compiled.SEG_EVENTS])
+            loop[_compiled.LAST_LEFT] = seed[_compiled.SEG_LAST_LEFT]
+            loop[_compiled.LAST_ENTERED] = seed[_compiled.SEG_LAST_ENTERED]
         max_events = 20 * self._n + 200
         scale = self._scale
         is_rbf = self.kernel == "rbf"
@@ -1007,7 +1061,7 @@ class SVDDMemory:
                 sgn, loop, max_events, scale)
             self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
             if status == _compiled.DONE:
-                return int(loop[_compiled.EVENTS])
+                return done + int(loop[_compiled.EVENTS])
             if status == _compiled.NEED_RESOLVE:
                 raise _NeedResolve
             if status == _compiled.NEED_COLUMNS:
@@ -1015,9 +1069,9 @@ class SVDDMemory:
                 continue
             # EMPTY_MARGIN: only mu moves (rare; the numpy step is fine)
             with np.errstate(divide="ignore", invalid="ignore"):
-                done, who = self._mu_move(c, direction)
-            if done:
-                return int(loop[_compiled.EVENTS])
+                finished, who = self._mu_move(c, direction)
+            if finished:
+                return done + int(loop[_compiled.EVENTS])
             sgn[who] = 0.0
             loop[_compiled.LAST_ENTERED] = who
 
