@@ -33,7 +33,16 @@ def _assert_same(fast: SVDDMemory, ref: SVDDMemory) -> None:
     assert fast.mu == pytest.approx(ref.mu, abs=1e-12)
     assert fast.kkt_residual() <= 1e-10 and ref.kkt_residual() <= 1e-10
     if fast._nS and not fast.warm:
-        np.testing.assert_allclose(fast._Qinv, ref._Qinv, rtol=1e-9, atol=1e-9)
+        # Both inverses are kept by rank-one updates whose rounding grows with the
+        # conditioning of Q, and the two memories took differently-rounded paths
+        # (kernel exp, segments vs events): each must meet the drift bar the memory
+        # enforces (its backward error, the inverse residual), and they may differ
+        # by what that allows: forward error <= cond(Q) · backward error.
+        cond, res_fast = HealthMonitor.measure(fast)
+        _, res_ref = HealthMonitor.measure(ref)
+        assert res_fast <= 1e-10 and res_ref <= 1e-10
+        bound = cond * (res_fast + res_ref + 2 * np.finfo(np.float64).eps)
+        assert np.abs(fast._Qinv - ref._Qinv).max() <= bound * np.abs(ref._Qinv).max()
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "exp"])
@@ -277,3 +286,25 @@ def test_removal_by_segments_hands_over_to_the_event_loop_exactly(max_segments):
     assert same >= 0.9 * len(picks)
     assert seg._n_segment_fallbacks == 0 and seg.n_resolves == ref.n_resolves == 0
     assert capped._n_segment_fallbacks == (len(picks) if max_segments == 0 else multi)
+
+
+def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
+    """Kernel columns take exp from a vectorizable Cody–Waite + Taylor loop; it must
+    agree with np.exp to 1 ulp over the whole normal range (rbf arguments are
+    <= 0, exp-kernel ones up to the overflow limit), give exactly 1 at 0, and
+    hand arguments past the normal range (underflow, overflow, NaN) to libm."""
+    from svattn.exact._compiled import _exp_column
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.uniform(-708, 709, 100_000), rng.uniform(-4, 1, 100_000),
+                        [0.0, -1e-300, 1e-20, -0.5 * np.log(2), 0.5 * np.log(2), -708.0, 709.0]])
+    KC = np.asfortranarray(np.stack([np.zeros_like(x), x], axis=1))
+    _exp_column(KC, 1, len(x))
+    ref = np.exp(x)
+    assert np.max(np.abs(KC[:, 1] - ref) / ref) <= np.finfo(np.float64).eps
+    assert KC[len(x) - 7, 1] == 1.0 and not KC[:, 0].any()  # only the named column
+    edge = np.array([-800.0, -745.0, -720.0, 0.0, 710.0, np.nan])
+    KE = np.asfortranarray(np.stack([edge, edge], axis=1))
+    _exp_column(KE, 0, len(edge))
+    with np.errstate(over="ignore"):
+        np.testing.assert_array_equal(KE[:, 0], np.exp(edge))

@@ -140,6 +140,42 @@ def _free_column_available(soc, nS, chi, ccap):
     return False
 
 
+# exp for a kernel column, written so LLVM vectorizes it (numba calls libm's
+# scalar exp, ~6x slower here, and its SVML path needs a patched llvmlite):
+# Cody–Waite reduction x = k ln2 + r with fdlibm's split of ln 2 (k·LN2_HI is
+# exact), |r| <= ln2/2, then exp(r) by its Taylor series to degree 13 (truncation
+# below 5e-18) and an exact scaling by 2**k. Within 1 ulp of np.exp
+# (tests/exact/test_compiled.py); arguments outside [-708, 709], where the
+# result leaves the normal range, take libm's exp.
+_LOG2E = 1.4426950408889634
+_LN2_HI = 6.93147180369123816490e-01
+_LN2_LO = 1.90821492927058770002e-10
+_POW2 = np.ldexp(1.0, np.arange(-1022, 1024))  # 2**k for every normal k
+_INV_FACT = np.array([1.0 / math.factorial(n) for n in range(13, -1, -1)])
+
+
+@njit(cache=True, fastmath={"contract"})
+def _exp_column(KC, col, hi):
+    """KC[:hi, col] = exp(KC[:hi, col])."""
+    lo_x = math.inf
+    hi_x = -math.inf
+    for i in range(hi):
+        lo_x = min(lo_x, KC[i, col])
+        hi_x = max(hi_x, KC[i, col])
+    if not (lo_x >= -708.0 and hi_x <= 709.0):  # also on NaN
+        for i in range(hi):
+            KC[i, col] = math.exp(KC[i, col])
+        return
+    for i in range(hi):
+        x = KC[i, col]
+        k = math.floor(x * _LOG2E + 0.5)
+        r = (x - k * _LN2_HI) - k * _LN2_LO
+        p = _INV_FACT[0]
+        for n in range(1, 14):
+            p = p * r + _INV_FACT[n]
+        KC[i, col] = p * _POW2[int(k) + 1022]
+
+
 @njit(cache=True)
 def _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, slot, nS, chi, hi, gamma, is_rbf):
     """Cache ``slot``'s kernel column (a free column must exist); return chi."""
@@ -158,9 +194,10 @@ def _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, slot, nS, chi, hi, gam
             v = xn2[i] + xn2[slot] - 2.0 * dot
             if v < 0.0:
                 v = 0.0
-            KC[i, col] = math.exp(-gamma * v)
+            KC[i, col] = -gamma * v
         else:
-            KC[i, col] = math.exp(gamma * dot)
+            KC[i, col] = gamma * dot
+    _exp_column(KC, col, hi)
     KC[slot, col] = diag[slot]
     for k in range(d):
         XC[col, k] = X[slot, k]
@@ -417,12 +454,13 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
 
 
 # remove_segments' counters: out[...] indices
-SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED = 0, 1, 2, 3
+SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC = 0, 1, 2, 3, 4
 
 
 @njit(cache=True)
 def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, esum, member,
-                    nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, scale, g_end, out):
+                    rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, scale, g_end,
+                    out, kkt):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -437,7 +475,9 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
     second pass. Otherwise the first event on the line is applied (as
     :func:`drive_events` applies it) and the next segment starts.
 
-    Requires ``esum`` synced to the error set without c. Returns
+    First syncs ``esum`` to the error set without c (:func:`error_sum_sync` with
+    ``rebuild``; its result goes to ``out[SEG_SYNC]``). On DONE, ``kkt[0]`` is
+    the KKT residual of the final state (:func:`kkt_residual`). Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
@@ -451,6 +491,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
         for j in range(nS + 1):
             Qb[i, j] = Qinv[i, j]
     x = np.empty(ccap + 1)
+    out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE
@@ -516,6 +557,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
             alpha[c] = 0.0
             for i in range(hi):
                 g[i] = g_end[i]
+            kkt[0] = kkt_residual(g, alpha, state, diag, mu, C, hi)
             break
         # move to the event: alpha, mu and g of the non-margin rows linearly
         for j in range(nS):

@@ -1006,18 +1006,24 @@ class SVDDMemory:
         tokens that last left and entered the margin set.
         """
         self._segment_seed = None
-        self._sync_error_sum()  # without c: its share of the end state is 0
         self._g_valid = False
         hi = self._hi
         g_end = np.empty(hi)
-        out = np.array([0, 0, -1, -1], dtype=np.int64)
+        out = np.array([0, 0, -1, -1, 0], dtype=np.int64)
+        kkt = np.zeros(1)
+        # the error sum is synced first, without c: its share of the end state is 0
+        rebuild = not self._esum_valid or self._esum_updates >= 32
         status, nS, chi, mu, Qinv = _compiled.remove_segments(
             self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
             self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv, self._esum,
-            self._esum_member, self._nS, self._chi, hi, self._mu, self.C, self._gamma_val,
-            self.kernel == "rbf", c, self._max_segments, self._scale, g_end, out)
+            self._esum_member, rebuild, self._nS, self._chi, hi, self._mu, self.C,
+            self._gamma_val, self.kernel == "rbf", c, self._max_segments, self._scale, g_end,
+            out, kkt)
         self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
-        self._esum_updates += int(out[_compiled.SEG_ESUM_UPDATES])
+        synced = int(out[_compiled.SEG_SYNC])
+        self._esum_valid = True
+        self._esum_updates = ((0 if synced < 0 else self._esum_updates + synced)
+                              + int(out[_compiled.SEG_ESUM_UPDATES]))
         _scrub(g_end)
         if status == _compiled.NEED_RESOLVE:
             raise _NeedResolve
@@ -1027,10 +1033,9 @@ class SVDDMemory:
             return None
         self._g_valid = True  # g at the end of the last segment is the exact g
         self._ops_since_exact_g = 0
-        self._wipe_slot(c)
-        kkt = self._kkt(self._g[:hi])
-        if kkt <= 0.1 * self.tol:
-            self._kkt_after = kkt
+        self._wipe_slot(c)  # c is no member of the error sum now: g stays exact
+        if kkt[0] <= 0.1 * self.tol:
+            self._kkt_after = float(kkt[0])
         else:  # the general finish: polish, refactorize, re-solve
             self._finish_op(exact_g=True)
         return int(out[_compiled.SEG_EVENTS])
