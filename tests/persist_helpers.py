@@ -10,7 +10,7 @@ from svattn.exact import SVDDMemory
 # hold scratch values that no computation reads)
 _SLOT_ARRAYS = ("_X", "_V", "_diag", "_xn2", "_slot_id", "_alpha", "_g", "_state",
                 "_col_of_slot", "_token_hash", "_esum", "_esum_member")
-_SKIP = {"_audit", "_health", "_KC", "_XC", "_slot_of_col", "_ac", "_Qinv"}
+_SKIP = {"_audit", "_health", "_KC", "_XC", "_slot_of_col", "_ac", "_Qinv", "_kss"}
 
 
 def live_state(mem: SVDDMemory) -> dict:
@@ -21,6 +21,8 @@ def live_state(mem: SVDDMemory) -> dict:
     else:
         live = np.flatnonzero(mem._state[: mem._hi] != 0)
     out["live"] = live.tobytes()
+    # scratch of margin solves, sized on use: zero between operations
+    assert not mem._kss.any() and mem._kss_for is None
     for name, val in vars(mem).items():
         if name in _SKIP:
             continue

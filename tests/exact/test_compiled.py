@@ -308,3 +308,33 @@ def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
     _exp_column(KE, 0, len(edge))
     with np.errstate(over="ignore"):
         np.testing.assert_array_equal(KE[:, 0], np.exp(edge))
+
+
+def test_margin_gram_copy_is_the_current_block_and_is_zeroed_after_each_operation():
+    """Margin solves leave a copy of K_SS that the certificate's uniqueness check and
+    the health check read instead of gathering the cache's margin rows again: it
+    must equal the cache's block whenever it is used, and hold nothing (kernel
+    values of a removed token included) once the operation is over."""
+    from svattn.exact import _compiled
+
+    rng = np.random.default_rng(21)
+    X = rng.normal(size=(250, 6))
+    mem = SVDDMemory(0.02)
+    mem.extend(X)
+    seen = {"copy": 0, "checks": 0}
+    check = mem._health.check
+
+    def checking(m):
+        gathered = _compiled.gather_margin_gram(m._KC, m._slot_of_col, m._nS)
+        np.testing.assert_array_equal(m._margin_gram(), gathered)
+        seen["copy"] += m._kss_for is m._Qinv
+        seen["checks"] += 1
+        return check(m)
+
+    mem._health.check = checking
+    for t in mem.partition()["margin"][:10] + mem.partition()["error"][:10]:
+        mem.remove(t)
+        assert not mem._kss.any() and mem._kss_for is None
+        mem.add(rng.normal(size=6))
+        assert not mem._kss.any()
+    assert seen["checks"] == 40 and seen["copy"] >= 20

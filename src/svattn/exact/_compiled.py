@@ -454,13 +454,13 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
 
 
 # remove_segments' counters: out[...] indices
-SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC = 0, 1, 2, 3, 4
+SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM = range(6)
 
 
 @njit(cache=True)
 def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, esum, member,
                     rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, scale, g_end,
-                    out, kkt):
+                    out, kkt, KSS):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -477,7 +477,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
 
     First syncs ``esum`` to the error set without c (:func:`error_sum_sync` with
     ``rebuild``; its result goes to ``out[SEG_SYNC]``). On DONE, ``kkt[0]`` is
-    the KKT residual of the final state (:func:`kkt_residual`). Returns
+    the KKT residual of the final state (:func:`kkt_residual`) and ``KSS`` its
+    margin Gram block; ``out[SEG_GRAM]`` is the largest block written. Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
@@ -502,7 +503,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
             break
         out[SEG_EVENTS] += 1
         t_rem = alpha[c]
-        _solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x)
+        _solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
+        out[SEG_GRAM] = max(out[SEG_GRAM], nS)
         col_c = cos[c]
         for j in range(nS):
             ac[j] = x[j + 1]
@@ -619,10 +621,11 @@ def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
 
 
 @njit(cache=True, fastmath=_VEC)
-def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x):
+def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
     """``x = [mu, alpha_S]`` on the current partition (error tokens at C, every other
     non-margin token at 0), with two steps of iterative refinement; returns the
-    number of error tokens.
+    number of error tokens. ``KSS[:nS, :nS]`` receives the margin Gram block
+    (gathered once from the cache's margin rows; the refinement reads it there).
 
     The error tokens' share of the right-hand side is read from the (synced)
     error-column sum ``esum`` at the margin rows; the numpy reference sums their
@@ -640,6 +643,10 @@ def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x):
         si = soc[i]
         rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
     _matvec_lead(Qinv, rhs, m, x, 1.0)
+    for i in range(nS):
+        si = soc[i]
+        for j in range(nS):
+            KSS[i, j] = KC[si, j]
     res = np.empty(m)
     dx = np.empty(m)
     for _ in range(2):  # iterative refinement against Q = [[0, 1^T], [1, 2 K_SS]]
@@ -648,11 +655,10 @@ def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x):
             acc += x[j + 1]
         res[0] = rhs[0] - acc
         for i in range(nS):
-            res[i + 1] = rhs[i + 1] - x[0]
-        for j in range(nS):
-            xj = 2.0 * x[j + 1]
-            for i in range(nS):
-                res[i + 1] -= KC[soc[i], j] * xj
+            r = rhs[i + 1] - x[0]
+            for j in range(nS):
+                r -= KSS[i, j] * (2.0 * x[j + 1])
+            res[i + 1] = r
         _matvec_lead(Qinv, res, m, dx, 1.0)
         for i in range(m):
             x[i] += dx[i]
@@ -660,9 +666,20 @@ def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x):
 
 
 @njit(cache=True)
-def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
-    """alpha_S and mu on the current partition (:func:`_solve_partition`), then
-    alpha of every cached column into ``ac``.
+def gather_margin_gram(KC, soc, nS):
+    """The margin Gram block ``K_SS`` as a dense array (rows and columns in margin order)."""
+    K = np.empty((nS, nS))
+    for i in range(nS):
+        si = soc[i]
+        for j in range(nS):
+            K[i, j] = KC[si, j]
+    return K
+
+
+@njit(cache=True)
+def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, KSS):
+    """alpha_S and mu on the current partition (:func:`_solve_partition`, which
+    leaves ``K_SS`` in ``KSS``), then alpha of every cached column into ``ac``.
 
     Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
     1e-13·C of 0 or C (the caller then moves them to that bound's set).
@@ -672,7 +689,7 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C):
         if sl >= 0 and state[sl] == ERROR:
             alpha[sl] = C
     x = np.empty(nS + 1)
-    _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x)
+    _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS)
     n_at_bound = 0
     tol = 1e-13 * C
     for i in range(nS):
@@ -714,14 +731,15 @@ def kkt_residual(g, alpha, state, diag, mu, C, hi):
 
 
 @njit(cache=True, fastmath=_VEC)
-def bordered_health(Qinv, KC, soc, nS):
-    """``(cond1, inverse residual)`` of ``Qinv`` (see HealthMonitor.measure)."""
+def bordered_health(Qinv, KSS, nS):
+    """``(cond1, inverse residual)`` of ``Qinv`` given the margin Gram block
+    ``KSS`` (see HealthMonitor.measure)."""
     m = nS + 1
     colmax = 0.0
     for j in range(nS):
         acc = 0.0
         for i in range(nS):
-            acc += abs(KC[soc[i], j])
+            acc += abs(KSS[i, j])
         colmax = max(colmax, acc)
     norm_q = max(float(nS), 1.0 + 2.0 * colmax)
     norm_qinv = 0.0
@@ -744,7 +762,7 @@ def bordered_health(Qinv, KC, soc, nS):
     for i in range(nS):
         r = w[0] - v[i + 1]
         for j in range(nS):
-            r += 2.0 * KC[soc[i], j] * w[j + 1]
+            r += 2.0 * KSS[i, j] * w[j + 1]
         rmax = max(rmax, abs(r))
     return norm_q * norm_qinv, rmax / vmax
 
@@ -794,12 +812,13 @@ def count_states(state, hi):
 
 
 @njit(cache=True)
-def certificate_facts(g, alpha, state, slot_id, KC, soc, nS, hi, tie, rel_shift):
+def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift):
     """What a deletion certificate reads off the state, in one pass over the slots.
 
     Returns ``(margin, error, reserve, unique, support)``: the set sizes
     (:func:`count_states`); ``unique`` is 1 or 0 from :func:`positive_definite`
-    on the margin block when no error or reserve token is tied at ``|g| <= tie``
+    on the margin Gram block ``KSS`` when no error or reserve token is tied at
+    ``|g| <= tie``
     and -1 when some are (the caller then runs the general check with the keys);
     ``support`` are the slots with alpha > 0 in id order
     (:func:`support_slots_by_id`). :meth:`SVDDMemory._sizes`,
@@ -830,18 +849,14 @@ def certificate_facts(g, alpha, state, slot_id, KC, soc, nS, hi, tie, rel_shift)
     elif nS <= 1:
         unique = 1
     else:
-        K = np.empty((nS, nS))
-        for j in range(nS):
-            for i in range(nS):
-                K[i, j] = KC[soc[i], j]
-        unique = 1 if positive_definite(K, rel_shift) else 0
+        unique = 1 if positive_definite(KSS[:nS, :nS], rel_shift) else 0
     return nm, ne, nr, unique, support
 
 
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
            "bordered_health", "tied_slots", "support_slots_by_id",
-           "count_states", "certificate_facts", "DONE", "NEED_RESOLVE", "NEED_COLUMNS",
-           "EMPTY_MARGIN", "FALLBACK", "remove_segments"]
+           "count_states", "certificate_facts", "gather_margin_gram", "DONE",
+           "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN", "FALLBACK", "remove_segments"]
 
 
 # ------------------------------------------------------------ the error-column sum

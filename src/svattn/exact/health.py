@@ -89,7 +89,7 @@ class HealthMonitor:
             return 0.0, 0.0
         Qinv = mem._Qinv
         if mem._compiled:
-            cond, res = bordered_health(Qinv, mem._KC, mem._slot_of_col, nS)
+            cond, res = bordered_health(Qinv, mem._margin_gram(), nS)
             return float(cond), float(res)
         S = mem._slot_of_col[:nS]
         KSS = mem._KC[S, :nS]

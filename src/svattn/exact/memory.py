@@ -196,6 +196,12 @@ class SVDDMemory:
         self._esum_member = np.zeros(cap, dtype=np.bool_)
         self._esum_valid = False
         self._esum_updates = 0  # columns added/subtracted since the last rebuild
+        # The margin Gram block as the last margin solve left it (see _margin_gram):
+        # valid while ``_kss_for`` is the current Qinv object; zeroed after every
+        # operation (``_kss_ext`` rows and columns were written).
+        self._kss = np.zeros((0, 0))
+        self._kss_for: np.ndarray | None = None
+        self._kss_ext = 0
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
         self._kkt_after: float | None = None  # see _certificate_facts
         self._segment_seed: np.ndarray | None = None  # see _remove_by_segments
@@ -527,6 +533,7 @@ class SVDDMemory:
     def _after_op(self, op: str, **info) -> None:
         """Numerical health check, then the audit record (see health.py, audit.py)."""
         events = self._health.check(self)
+        self._release_margin_gram()
         if self._audit is not None:
             self._audit.record(self, op, events=events, **info)
 
@@ -687,6 +694,34 @@ class SVDDMemory:
         h.update(np.float64(self._mu).tobytes())
         return h.hexdigest()
 
+    def _margin_gram(self) -> np.ndarray:
+        """``K_SS`` (margin order): the last margin solve's copy when it is current,
+        else gathered from the cache's margin rows (a temporary)."""
+        nS = self._nS
+        if self._kss_for is self._Qinv and self._kss_ext >= nS:
+            return self._kss[:nS, :nS]
+        return _compiled.gather_margin_gram(self._KC, self._slot_of_col, nS)
+
+    def _gram_buffer(self) -> np.ndarray:
+        """Where margin solves write ``K_SS``: room for every cache column."""
+        if self._kss.shape[0] < self._ccap:
+            self._release_margin_gram()
+            self._kss = np.zeros((self._ccap, self._ccap))
+        return self._kss
+
+    def _kept_margin_gram(self, written: int) -> None:
+        """A margin solve wrote ``K_SS`` (up to ``written`` rows/columns) for the current Qinv."""
+        self._kss_for = self._Qinv
+        self._kss_ext = max(self._kss_ext, written)
+
+    def _release_margin_gram(self) -> None:
+        """Zero the copy after an operation: kernel values stay only in the cache,
+        which removals scrub."""
+        if self._kss_ext:
+            ext = self._kss_ext
+            self._kss[:ext, :ext] = 0.0
+        self._kss_for, self._kss_ext = None, 0
+
     def _certificate_facts(self) -> tuple[dict[str, int], float, bool, str]:
         """Set sizes, KKT residual, uniqueness and digest after an operation.
 
@@ -700,8 +735,8 @@ class SVDDMemory:
             return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
         g = self._fresh_g()
         nm, ne, nr, unique, support = _compiled.certificate_facts(
-            g, self._alpha, self._state, self._slot_id, self._KC, self._slot_of_col,
-            self._nS, self._hi, 1e-9 * self._scale, 1e-10)
+            g, self._alpha, self._state, self._slot_id, self._margin_gram(), self._nS,
+            self._hi, 1e-9 * self._scale, 1e-10)
         sizes = {"margin": int(nm), "error": int(ne), "reserve": int(nr)}
         if kkt is None:
             kkt = self._kkt(g)
@@ -1009,7 +1044,7 @@ class SVDDMemory:
         self._g_valid = False
         hi = self._hi
         g_end = np.empty(hi)
-        out = np.array([0, 0, -1, -1, 0], dtype=np.int64)
+        out = np.array([0, 0, -1, -1, 0, 0], dtype=np.int64)
         kkt = np.zeros(1)
         # the error sum is synced first, without c: its share of the end state is 0
         rebuild = not self._esum_valid or self._esum_updates >= 32
@@ -1018,8 +1053,9 @@ class SVDDMemory:
             self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv, self._esum,
             self._esum_member, rebuild, self._nS, self._chi, hi, self._mu, self.C,
             self._gamma_val, self.kernel == "rbf", c, self._max_segments, self._scale, g_end,
-            out, kkt)
+            out, kkt, self._gram_buffer())
         self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
+        self._kss_ext = max(self._kss_ext, int(out[_compiled.SEG_GRAM]))
         synced = int(out[_compiled.SEG_SYNC])
         self._esum_valid = True
         self._esum_updates = ((0 if synced < 0 else self._esum_updates + synced)
@@ -1033,6 +1069,7 @@ class SVDDMemory:
             return None
         self._g_valid = True  # g at the end of the last segment is the exact g
         self._ops_since_exact_g = 0
+        self._kss_for = self._Qinv  # the last segment solved the final margin set
         self._wipe_slot(c)  # c is no member of the error sum now: g stays exact
         if kkt[0] <= 0.1 * self.tol:
             self._kkt_after = float(kkt[0])
@@ -1358,7 +1395,9 @@ class SVDDMemory:
             self._sync_error_sum()
             mu, at_bound = _compiled.solve_margin(
                 self._KC, self._Qinv, self._slot_of_col, self._col_of_slot, self._state,
-                self._diag, self._alpha, self._ac, self._esum, nS, self._chi, self.C)
+                self._diag, self._alpha, self._ac, self._esum, nS, self._chi, self.C,
+                self._gram_buffer())
+            self._kept_margin_gram(nS)
             self._mu = float(mu)
             self._after_margin_solve(refresh_g)
             return int(at_bound)
