@@ -46,7 +46,8 @@ from svattn.exact.kernels import gram_matrix  # noqa: E402
 from svattn.exact.oracle import solve_svdd  # noqa: E402
 
 
-def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng) -> list[float]:
+def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
+                       events: list[int] | None = None) -> list[float]:
     out = []
     for _ in range(count):
         pool = mem.partition()[which]
@@ -56,8 +57,10 @@ def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng) -> list[flo
         slot = mem._id_to_slot[tid]
         key = mem._X[slot].copy()
         t = time.perf_counter()
-        mem.remove(tid)
+        cert = mem.remove(tid)
         out.append(time.perf_counter() - t)
+        if events is not None:
+            events.append(cert.n_events)
         mem.add(key)  # back to n tokens (not timed)
     return out
 
@@ -78,14 +81,16 @@ def _sklearn_fit_time(X: np.ndarray, C: float, gamma: float) -> float:
 
 
 def _interleaved(mem: SVDDMemory, removals: int, rounds: int, C: float, gamma: float,
-                 rng) -> tuple[list[float], list[float], list[float], list[float]]:
+                 rng, events: dict[str, list[int]]
+                 ) -> tuple[list[float], list[float], list[float], list[float]]:
     """Margin and error removal latencies, sklearn retrain times (one per round) and the
-    per-round ratio of the retrain to that round's median margin removal."""
+    per-round ratio of the retrain to that round's median margin removal; each
+    removal's solver events go to ``events``."""
     lat_m, lat_e, fits, ratios = [], [], [], []
     per = max(1, removals // rounds)
     for _ in range(rounds):
-        m = _removal_latencies(mem, "margin", per, rng)
-        lat_e += _removal_latencies(mem, "error", per, rng)
+        m = _removal_latencies(mem, "margin", per, rng, events["margin"])
+        lat_e += _removal_latencies(mem, "error", per, rng, events["error"])
         fits.append(_sklearn_fit_time(mem.keys[1:], C, gamma))  # one token fewer
         lat_m += m
         ratios.append(fits[-1] / float(np.median(m)))
@@ -110,7 +115,8 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
     ingest = n / (time.perf_counter() - t)
     sizes = {k: len(v) for k, v in mem.partition().items()}
     gamma = 1.0 / d
-    lat_m, lat_e, fits, ratios = _interleaved(mem, removals, rounds, C, gamma, rng)
+    events: dict[str, list[int]] = {"margin": [], "error": []}
+    lat_m, lat_e, fits, ratios = _interleaved(mem, removals, rounds, C, gamma, rng, events)
     mem._compiled = False  # the numpy reference of the same steps
     lat_ref = _removal_latencies(mem, "margin", removals, rng)
     mem._compiled = True
@@ -123,6 +129,9 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
         "remove_error_median_ms": 1e3 * float(np.median(lat_e)) if lat_e else None,
         "remove_error_p99_ms": 1e3 * float(np.percentile(lat_e, 99)) if lat_e else None,
         "kkt_residual": mem.kkt_residual(), "resolves": mem.n_resolves,
+        # solver events (segments of the solution path) per removal: what a removal costs
+        "events_per_margin_removal": float(np.mean(events["margin"])),
+        "events_per_error_removal": float(np.mean(events["error"])) if events["error"] else None,
     }
     row["sklearn_retrain_ms"] = 1e3 * float(np.median(fits))
     # how much the ratio moves between rounds on a shared machine
@@ -193,6 +202,10 @@ def main(argv: list[str] | None = None) -> int:
             f"| {_fmt(r['max_alpha_dev_vs_oracle'], '.1e')} | {r['kkt_residual']:.1e} "
             f"| {r['remove_margin_numpy_median_ms']:.3f} ({r['compiled_vs_numpy']:.1f}×) |"
         )
+    print("\nsolver events (segments of the solution path) per removal, mean margin / error:")
+    for r in rows:
+        print(f"  {r['stream']:9s} n={r['n']:6d}: {r['events_per_margin_removal']:.2f} / "
+              f"{_fmt(r['events_per_error_removal'], '.2f')}")
     print("\nsklearn retrain / median margin removal, round by round:")
     for r in rows:
         print(f"  {r['stream']:9s} n={r['n']:6d}: "
