@@ -268,6 +268,26 @@ def _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
 
 
 @njit(cache=True)
+def _bordered_work(Qinv, nS, ccap):
+    """A copy of the bordered inverse with room to grow to every cache column."""
+    Qb = np.empty((ccap + 1, ccap + 1))
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            Qb[i, j] = Qinv[i, j]
+    return Qb
+
+
+@njit(cache=True)
+def _bordered_out(Qb, nS):
+    """The bordered inverse of ``nS`` margin tokens, as a new exact-size array."""
+    out = np.zeros((nS + 1, nS + 1)) if nS else np.zeros((0, 0))
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            out[i, j] = Qb[i, j]
+    return out
+
+
+@njit(cache=True)
 def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
                  nS, chi, hi, mu, C, gamma, is_rbf, c, direction, k_c, sgn, loop,
                  max_events, scale):
@@ -286,10 +306,7 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
             # +1 on error tokens (they enter the margin when g rises to 0), −1 on
             # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
             sgn[i] = 1.0 if st == ERROR else (-1.0 if st == RESERVE else 0.0)
-    Qb = np.empty((ccap + 1, ccap + 1))
-    for i in range(nS + 1 if nS else 0):
-        for j in range(nS + 1):
-            Qb[i, j] = Qinv[i, j]
+    Qb = _bordered_work(Qinv, nS, ccap)
     s = float(direction)
     gtol = 1e-13 * scale
     rho = np.empty(hi)
@@ -445,11 +462,7 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
             nS += 1
             sgn[who] = 0.0
             loop[LAST_ENTERED] = who
-    out = np.zeros((nS + 1, nS + 1)) if nS else np.zeros((0, 0))
-    for i in range(nS + 1 if nS else 0):
-        for j in range(nS + 1):
-            out[i, j] = Qb[i, j]
-    return status, nS, chi, mu, out
+    return status, nS, chi, mu, _bordered_out(Qb, nS)
 
 
 
@@ -487,10 +500,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
     leave and to enter the margin set (drive_events' loop seeds).
     """
     ccap = KC.shape[1]
-    Qb = np.empty((ccap + 1, ccap + 1))
-    for i in range(nS + 1 if nS else 0):
-        for j in range(nS + 1):
-            Qb[i, j] = Qinv[i, j]
+    Qb = _bordered_work(Qinv, nS, ccap)
     x = np.empty(ccap + 1)
     out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
@@ -603,11 +613,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
                 break
             nS += 1
             out[SEG_LAST_ENTERED] = who
-    res = np.zeros((nS + 1, nS + 1)) if nS else np.zeros((0, 0))
-    for i in range(nS + 1 if nS else 0):
-        for j in range(nS + 1):
-            res[i, j] = Qb[i, j]
-    return status, nS, chi, mu, res
+    return status, nS, chi, mu, _bordered_out(Qb, nS)
 
 
 @njit(cache=True)
@@ -825,7 +831,7 @@ def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift):
     :meth:`~SVDDMemory.unique_optimum` and :meth:`~SVDDMemory.state_digest` are
     the references.
     """
-    nm = ne = nr = n_tied = n_sup = 0
+    nm = ne = nr = n_tied = 0
     for i in range(hi):
         st = state[i]
         nm += st == MARGIN
@@ -833,17 +839,7 @@ def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift):
         nr += st == RESERVE
         if (st == ERROR or st == RESERVE) and abs(g[i]) <= tie:
             n_tied += 1
-        if alpha[i] > 0:
-            n_sup += 1
-    slots = np.empty(n_sup, dtype=np.int64)
-    ids = np.empty(n_sup, dtype=np.int64)
-    n = 0
-    for i in range(hi):
-        if alpha[i] > 0:
-            slots[n] = i
-            ids[n] = slot_id[i]
-            n += 1
-    support = slots[np.argsort(ids, kind="mergesort")]
+    support = support_slots_by_id(alpha, slot_id, hi)
     if n_tied:
         unique = -1
     elif nS <= 1:
