@@ -818,16 +818,17 @@ def count_states(state, hi):
 
 
 @njit(cache=True)
-def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift):
+def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift, mu):
     """What a deletion certificate reads off the state, in one pass over the slots.
 
-    Returns ``(margin, error, reserve, unique, support)``: the set sizes
+    Returns ``(margin, error, reserve, unique, ids, values)``: the set sizes
     (:func:`count_states`); ``unique`` is 1 or 0 from :func:`positive_definite`
     on the margin Gram block ``KSS`` when no error or reserve token is tied at
     ``|g| <= tie``
     and -1 when some are (the caller then runs the general check with the keys);
-    ``support`` are the slots with alpha > 0 in id order
-    (:func:`support_slots_by_id`). :meth:`SVDDMemory._sizes`,
+    ``ids`` those of the tokens with alpha > 0 in id order
+    (:func:`support_slots_by_id`) and ``values`` their alphas followed by ``mu``
+    (what :meth:`SVDDMemory.state_digest` hashes). :meth:`SVDDMemory._sizes`,
     :meth:`~SVDDMemory.unique_optimum` and :meth:`~SVDDMemory.state_digest` are
     the references.
     """
@@ -840,13 +841,20 @@ def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift):
         if (st == ERROR or st == RESERVE) and abs(g[i]) <= tie:
             n_tied += 1
     support = support_slots_by_id(alpha, slot_id, hi)
+    n = len(support)
+    ids = np.empty(n, dtype=np.int64)
+    values = np.empty(n + 1)
+    for k in range(n):
+        ids[k] = slot_id[support[k]]
+        values[k] = alpha[support[k]]
+    values[n] = mu
     if n_tied:
         unique = -1
     elif nS <= 1:
         unique = 1
     else:
         unique = 1 if positive_definite(KSS[:nS, :nS], rel_shift) else 0
-    return nm, ne, nr, unique, support
+    return nm, ne, nr, unique, ids, values
 
 
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",

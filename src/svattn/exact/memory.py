@@ -23,6 +23,7 @@ margin set is empty ``mu`` is the largest optimal value.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import os
@@ -681,17 +682,17 @@ class SVDDMemory:
         The token set enters as a multiset hash (sum of per-token SHA-256 mod
         2^256), updated in O(1) per add/remove, so digests stay cheap.
         """
-        return self._digest(self._support_slots_by_id())
+        slots = self._support_slots_by_id()
+        return self._digest(self._slot_id[slots], np.append(self._alpha[slots], self._mu))
 
-    def _digest(self, slots: np.ndarray) -> str:
-        """:meth:`state_digest` given the support slots in id order."""
-        h = hashlib.sha256()
+    def _digest(self, ids: np.ndarray, values: np.ndarray) -> str:
+        """:meth:`state_digest` given the support's ids (int64) in id order and
+        ``values``: their alphas, then mu."""
         gamma = self._gamma_val if self._dim is not None else float("nan")
-        h.update(f"svattn-svdd-v1|{self.C!r}|{self.kernel}|{gamma!r}|{self._n}|".encode())
+        h = hashlib.sha256(f"{_digest_head(self.C, self.kernel, gamma)}{self._n}|".encode())
         h.update(self._set_hash.to_bytes(32, "big"))
-        h.update(self._slot_id[slots].tobytes())
-        h.update(self._alpha[slots].tobytes())
-        h.update(np.float64(self._mu).tobytes())
+        h.update(ids.tobytes())
+        h.update(values.tobytes())
         return h.hexdigest()
 
     def _margin_gram(self) -> np.ndarray:
@@ -734,14 +735,14 @@ class SVDDMemory:
         if not self._compiled or self._n == 0 or self.warm:
             return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
         g = self._fresh_g()
-        nm, ne, nr, unique, support = _compiled.certificate_facts(
+        nm, ne, nr, unique, ids, values = _compiled.certificate_facts(
             g, self._alpha, self._state, self._slot_id, self._margin_gram(), self._nS,
-            self._hi, 1e-9 * self._scale, 1e-10)
+            self._hi, 1e-9 * self._scale, 1e-10, self._mu)
         sizes = {"margin": int(nm), "error": int(ne), "reserve": int(nr)}
         if kkt is None:
             kkt = self._kkt(g)
         return (sizes, float(kkt), self.unique_optimum() if unique < 0 else bool(unique),
-                self._digest(support))
+                self._digest(ids, values))
 
     # ------------------------------------------------------------ internals
     def _slot_for(self, token_id) -> int:
@@ -1551,6 +1552,12 @@ class SVDDMemory:
 
 
 _MAX_NORM2 = 1e300  # ‖x‖² bound: sums of three such terms stay finite in float64
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_head(C: float, kernel: str, gamma: float) -> str:
+    """The parameters' part of the state digest (formatted once per parameter set)."""
+    return f"svattn-svdd-v1|{C!r}|{kernel}|{gamma!r}|"
 
 
 def _check_norms(x: np.ndarray, name: str) -> None:
