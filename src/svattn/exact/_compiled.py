@@ -29,7 +29,7 @@ import math
 import numpy as np
 from numba import njit
 
-from svattn.exact._states import ERROR, MARGIN, RESERVE
+from svattn.exact._states import ERROR, FREE, MARGIN, RESERVE
 
 # status codes of drive_events
 DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN, FALLBACK = 0, 1, 2, 3, 4
@@ -857,9 +857,44 @@ def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift, mu)
     return nm, ne, nr, unique, ids, values
 
 
+@njit(cache=True)
+def wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member, state,
+                     slot, chi, hi, esum_valid):
+    """:meth:`SVDDMemory._wipe_slot`'s array work: take the token's column out of the
+    error sum (when it is a member), free its cache column and zero every per-slot
+    entry (key, value, kernel row, solver values).
+
+    Returns ``(chi, esum_change)``: 1 when the column was subtracted from the sum,
+    -1 when the sum must be rebuilt (no column, or the sum was not valid), 0 else.
+    """
+    change = 0
+    if member[slot]:
+        col = cos[slot]
+        if col >= 0 and esum_valid:
+            _add_column(KC, col, -1.0, hi, esum)
+            change = 1
+        else:
+            change = -1
+        member[slot] = False
+    chi = _free_col(KC, XC, ac, soc, cos, slot, chi)
+    for j in range(X.shape[1]):
+        X[slot, j] = 0.0
+    for j in range(V.shape[1]):
+        V[slot, j] = 0.0
+    for j in range(KC.shape[1]):
+        KC[slot, j] = 0.0
+    xn2[slot] = 0.0
+    diag[slot] = 0.0
+    alpha[slot] = 0.0
+    g[slot] = 0.0
+    esum[slot] = 0.0
+    state[slot] = FREE
+    return chi, change
+
+
 __all__ = ["drive_events", "contract_margin", "solve_margin", "kkt_residual",
            "bordered_health", "tied_slots", "support_slots_by_id",
-           "count_states", "certificate_facts", "gather_margin_gram", "DONE",
+           "count_states", "certificate_facts", "wipe_slot_arrays", "gather_margin_gram", "DONE",
            "NEED_RESOLVE", "NEED_COLUMNS", "EMPTY_MARGIN", "FALLBACK", "remove_segments"]
 
 

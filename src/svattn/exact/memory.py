@@ -313,25 +313,33 @@ class SVDDMemory:
         return self._slot_of_col[: self._nS]
 
     def _wipe_slot(self, slot: int) -> None:
-        """Forget a token: overwrite every array entry derived from it."""
-        if self._esum_member[slot]:  # take its column out of the error sum while it exists
-            col = int(self._col_of_slot[slot])
-            if col >= 0 and self._esum_valid:
-                self._esum[: self._hi] -= self._KC[: self._hi, col]
-                self._esum_updates += 1
-            else:
-                self._esum_valid = False
-            self._esum_member[slot] = False
-        self._esum[slot] = 0.0
-        self._free_col(slot)
-        self._X[slot] = 0.0
-        self._xn2[slot] = 0.0
-        self._V[slot] = 0.0
-        self._KC[slot] = 0.0
-        self._diag[slot] = 0.0
-        self._alpha[slot] = 0.0
-        self._g[slot] = 0.0
-        self._state[slot] = FREE
+        """Forget a token: overwrite every array entry derived from it (its column
+        leaves the error sum while it exists)."""
+        if self._compiled:
+            chi, change = _compiled.wipe_slot_arrays(
+                self._X, self._V, self._KC, self._XC, self._ac, self._slot_of_col,
+                self._col_of_slot, self._xn2, self._diag, self._alpha, self._g, self._esum,
+                self._esum_member, self._state, slot, self._chi, self._hi, self._esum_valid)
+            self._chi = int(chi)
+        else:  # the reference of the compiled array work
+            change = 0
+            if self._esum_member[slot]:
+                col = int(self._col_of_slot[slot])
+                if col >= 0 and self._esum_valid:
+                    self._esum[: self._hi] -= self._KC[: self._hi, col]
+                    change = 1
+                else:
+                    change = -1
+                self._esum_member[slot] = False
+            self._free_col(slot)
+            for a in (self._X, self._V, self._KC, self._xn2, self._diag, self._alpha, self._g,
+                      self._esum):
+                a[slot] = 0.0
+            self._state[slot] = FREE
+        if change > 0:
+            self._esum_updates += 1
+        elif change < 0:
+            self._esum_valid = False
         self._set_hash = (self._set_hash - int(self._token_hash[slot])) % _DIGEST_MOD
         self._token_hash[slot] = 0
         del self._id_to_slot[int(self._slot_id[slot])]
