@@ -12,8 +12,9 @@ outliers) and a Gaussian one, this prints
   ``OneClassSVM`` (libsvm), and the ratio of the faster retrain to the median
   removal;
 * max |alpha − alpha_retrain| after all removals (oracle at n <= 4k);
-* the median margin removal again with the numpy reference of the compiled
-  event loop (``mem._compiled = False``), on the same memory, as a ratio.
+* the median margin removal again with the numpy reference (``mem._compiled =
+  False``: the event loop, one array call per step, and the polish), on the same
+  memory, as a ratio to the compiled removal (segment by segment).
 
 BLAS runs on one thread (threadpoolctl) so the figures are per core. The
 compiled loop is compiled (or loaded from numba's cache) on a small memory
@@ -117,7 +118,7 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
     gamma = 1.0 / d
     events: dict[str, list[int]] = {"margin": [], "error": []}
     lat_m, lat_e, fits, ratios = _interleaved(mem, removals, rounds, C, gamma, rng, events)
-    mem._compiled = False  # the numpy reference of the same steps
+    mem._compiled = False  # the numpy reference of the same removal
     lat_ref = _removal_latencies(mem, "margin", removals, rng)
     mem._compiled = True
     keys = mem.keys

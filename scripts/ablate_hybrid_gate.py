@@ -15,11 +15,10 @@ weights loses, not a comparison with a model trained without it).
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 import torch
+from _eval_args import apply_threads, checkpoint_eval_parser
 
 from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval
 from svattn.nn.hybrid import HybridSVAttention
@@ -35,16 +34,9 @@ def gates(model: torch.nn.Module) -> list[list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("checkpoints", type=Path, nargs="+", help="ckpt.pt files of hybrid_sv runs")
-    p.add_argument("--split", default="val", choices=["train", "val", "test"])
-    p.add_argument("--max-bytes", type=int, default=None, help="cap on the split (default: all)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
-    p.add_argument("--out", type=Path, default=Path("results/lm_gate_ablation.json"))
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = checkpoint_eval_parser(__doc__.splitlines()[0], "ckpt.pt files of hybrid_sv runs",
+                                  "results/lm_gate_ablation.json").parse_args(argv)
+    apply_threads(args)
     records = []
     for path in args.checkpoints:
         model, cfg, ckpt, ds = load_checkpoint_for_eval(path)

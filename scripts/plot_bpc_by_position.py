@@ -12,15 +12,14 @@ everything older comes from the (position-free) SV memory.
 
 from __future__ import annotations
 
-import argparse
 import json
-from pathlib import Path
 
 import matplotlib
 import torch
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from _eval_args import apply_threads, checkpoint_eval_parser  # noqa: E402
 
 from svattn.lm.model import positions_of  # noqa: E402
 from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval  # noqa: E402
@@ -36,16 +35,9 @@ def label_of(model_cfg, step: int, seed: int | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("checkpoints", type=Path, nargs="+", help="ckpt.pt files of svattn train")
-    p.add_argument("--split", default="val", choices=["train", "val", "test"])
-    p.add_argument("--max-bytes", type=int, default=None, help="cap on the split (default: all)")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
-    p.add_argument("--out", type=Path, default=Path("results/lm_bpc_by_position.png"))
-    args = p.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    args = checkpoint_eval_parser(__doc__.splitlines()[0], "ckpt.pt files of svattn train",
+                                  "results/lm_bpc_by_position.png").parse_args(argv)
+    apply_threads(args)
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     records, chunks = [], set()
     for i, path in enumerate(args.checkpoints):

@@ -80,9 +80,7 @@ class Enwik8:
 
     def split(self, name: str) -> np.ndarray:
         """The bytes of one split (a view of the memmap, no copy)."""
-        if name not in self.bounds:
-            raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
-        start, stop = self.bounds[name]
+        start, stop = self.span(name)
         return self.data[start:stop]
 
     def span(self, name: str, max_bytes: int | None = None) -> tuple[int, int]:

@@ -268,6 +268,37 @@ def _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
 
 
 @njit(cache=True)
+def _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi, hi, C):
+    """Margin token ``who`` reaches a bound and leaves the bordered inverse: into the
+    error set at C (its column stays cached) or the reserve set at 0 (its column
+    is freed). Returns ``(nS, chi)``."""
+    nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
+    if to_error:
+        alpha[who] = C
+        state[who] = ERROR
+        ac[cos[who]] = C
+    else:
+        alpha[who] = 0.0
+        state[who] = RESERVE
+        chi = _free_col(KC, XC, ac, soc, cos, who, chi)
+    return nS, chi
+
+
+@njit(cache=True)
+def _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who, nS, chi, hi,
+                 gamma, is_rbf, scale):
+    """An error or reserve token reaches g = 0 and joins the margin set (a reserve
+    token gets its kernel column first). Returns ``(ok, chi)``; ``ok`` is False
+    when Q would turn singular (the caller re-solves)."""
+    g[who] = 0.0
+    if state[who] == RESERVE:
+        chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, who, nS, chi, hi, gamma,
+                         is_rbf)
+    state[who] = MARGIN
+    return _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale), chi
+
+
+@njit(cache=True)
 def _bordered_work(Qinv, nS, ccap):
     """A copy of the bordered inverse with room to grow to every cache column."""
     Qb = np.empty((ccap + 1, ccap + 1))
@@ -436,27 +467,15 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
         if kind == 2:
             alpha[c] = 0.0
             break
-        if kind == 3:
-            alpha[who] = 0.0
-            nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
-            state[who] = RESERVE
-            sgn[who] = -1.0
-            chi = _free_col(KC, XC, ac, soc, cos, who, chi)
+        if kind == 3 or kind == 4:
+            nS, chi = _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, kind == 4, nS,
+                                    chi, hi, C)
+            sgn[who] = 1.0 if kind == 4 else -1.0
             loop[LAST_LEFT] = who
-        elif kind == 4:
-            alpha[who] = C
-            nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
-            state[who] = ERROR
-            ac[cos[who]] = C
-            sgn[who] = 1.0
-            loop[LAST_LEFT] = who
-        else:  # an error or reserve token reaches g = 0 and joins the margin
-            g[who] = 0.0
-            if state[who] == RESERVE:
-                chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, who, nS, chi, hi,
-                                 gamma, is_rbf)
-            state[who] = MARGIN
-            if not _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale):
+        else:
+            ok, chi = _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who,
+                                   nS, chi, hi, gamma, is_rbf, scale)
+            if not ok:
                 status = NEED_RESOLVE
                 break
             nS += 1
@@ -585,30 +604,21 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
         out[SEG_LAST_LEFT] = -1
         out[SEG_LAST_ENTERED] = -1
         if kind == 3 or kind == 4:
-            nS = _contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
+            nS, chi = _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, kind == 4, nS,
+                                    chi, hi, C)
             out[SEG_LAST_LEFT] = who
-            if kind == 3:
-                alpha[who] = 0.0
-                state[who] = RESERVE
-                chi = _free_col(KC, XC, ac, soc, cos, who, chi)
-            else:
-                alpha[who] = C
-                state[who] = ERROR
-                ac[cos[who]] = C
+            if kind == 4:  # the error sum follows its set
                 _add_column(KC, cos[who], 1.0, hi, esum)
                 member[who] = True
                 out[SEG_ESUM_UPDATES] += 1
-        else:  # an error or reserve token reaches g = 0 and joins the margin
-            g[who] = 0.0
-            if state[who] == RESERVE:
-                chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, who, nS, chi, hi,
-                                 gamma, is_rbf)
-            elif member[who]:
+        else:
+            if member[who]:  # an error token leaves the error sum
                 _add_column(KC, cos[who], -1.0, hi, esum)
                 member[who] = False
                 out[SEG_ESUM_UPDATES] += 1
-            state[who] = MARGIN
-            if not _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale):
+            ok, chi = _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who,
+                                   nS, chi, hi, gamma, is_rbf, scale)
+            if not ok:
                 status = NEED_RESOLVE
                 break
             nS += 1
@@ -649,10 +659,7 @@ def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
         si = soc[i]
         rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
     _matvec_lead(Qinv, rhs, m, x, 1.0)
-    for i in range(nS):
-        si = soc[i]
-        for j in range(nS):
-            KSS[i, j] = KC[si, j]
+    _gather_margin_gram_into(KC, soc, nS, KSS)
     res = np.empty(m)
     dx = np.empty(m)
     for _ in range(2):  # iterative refinement against Q = [[0, 1^T], [1, 2 K_SS]]
@@ -672,13 +679,19 @@ def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
 
 
 @njit(cache=True)
-def gather_margin_gram(KC, soc, nS):
-    """The margin Gram block ``K_SS`` as a dense array (rows and columns in margin order)."""
-    K = np.empty((nS, nS))
+def _gather_margin_gram_into(KC, soc, nS, out):
+    """``out[:nS, :nS] = K_SS`` from the cache's margin rows (margin order)."""
     for i in range(nS):
         si = soc[i]
         for j in range(nS):
-            K[i, j] = KC[si, j]
+            out[i, j] = KC[si, j]
+
+
+@njit(cache=True)
+def gather_margin_gram(KC, soc, nS):
+    """The margin Gram block ``K_SS`` as a dense array (rows and columns in margin order)."""
+    K = np.empty((nS, nS))
+    _gather_margin_gram_into(KC, soc, nS, K)
     return K
 
 
@@ -819,25 +832,23 @@ def count_states(state, hi):
 
 @njit(cache=True)
 def certificate_facts(g, alpha, state, slot_id, KSS, nS, hi, tie, rel_shift, mu):
-    """What a deletion certificate reads off the state, in one pass over the slots.
+    """What a deletion certificate reads off the state, in one compiled call.
 
     Returns ``(margin, error, reserve, unique, ids, values)``: the set sizes
     (:func:`count_states`); ``unique`` is 1 or 0 from :func:`positive_definite`
     on the margin Gram block ``KSS`` when no error or reserve token is tied at
-    ``|g| <= tie``
-    and -1 when some are (the caller then runs the general check with the keys);
+    ``|g| <= tie`` and -1 when some are (the caller then runs the general check
+    with the keys);
     ``ids`` those of the tokens with alpha > 0 in id order
     (:func:`support_slots_by_id`) and ``values`` their alphas followed by ``mu``
     (what :meth:`SVDDMemory.state_digest` hashes). :meth:`SVDDMemory._sizes`,
     :meth:`~SVDDMemory.unique_optimum` and :meth:`~SVDDMemory.state_digest` are
     the references.
     """
-    nm = ne = nr = n_tied = 0
+    nm, ne, nr = count_states(state, hi)
+    n_tied = 0
     for i in range(hi):
         st = state[i]
-        nm += st == MARGIN
-        ne += st == ERROR
-        nr += st == RESERVE
         if (st == ERROR or st == RESERVE) and abs(g[i]) <= tie:
             n_tied += 1
     support = support_slots_by_id(alpha, slot_id, hi)

@@ -205,7 +205,6 @@ class SVDDMemory:
         self._kss_ext = 0
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
         self._kkt_after: float | None = None  # see _certificate_facts
-        self._segment_seed: np.ndarray | None = None  # see _remove_by_segments
 
     def _grow_slots(self, need: int) -> None:
         if need <= self._cap:
@@ -850,10 +849,16 @@ class SVDDMemory:
     def _sync_error_sum(self) -> None:
         """Bring the error-column sum up to the current error set (see
         ``_compiled.error_sum_sync``); rebuilt from scratch every 32 updates."""
-        rebuild = not self._esum_valid or self._esum_updates >= 32
-        n = _compiled.error_sum_sync(self._esum, self._esum_member, self._KC,
-                                     self._slot_of_col, self._col_of_slot, self._state,
-                                     self._nS, self._chi, self._hi, rebuild)
+        self._error_sum_synced(_compiled.error_sum_sync(
+            self._esum, self._esum_member, self._KC, self._slot_of_col, self._col_of_slot,
+            self._state, self._nS, self._chi, self._hi, self._error_sum_rebuild_due))
+
+    @property
+    def _error_sum_rebuild_due(self) -> bool:
+        return not self._esum_valid or self._esum_updates >= 32
+
+    def _error_sum_synced(self, n: int) -> None:
+        """Count a sync's column updates (``n``; -1: rebuilt from scratch)."""
         self._esum_valid = True
         self._esum_updates = 0 if n < 0 else self._esum_updates + int(n)
 
@@ -1003,7 +1008,6 @@ class SVDDMemory:
     # ---- remove
     def _remove_slot(self, slot: int) -> int:
         self._kkt_after = None
-        self._segment_seed = None
         st = int(self._state[slot])
         if self._n - 1 < self.warmup_n:
             self._wipe_slot(slot)
@@ -1019,9 +1023,11 @@ class SVDDMemory:
             self._contract(int(self._col_of_slot[slot]))
         self._state[slot] = DRIVEN
         try:
-            events = self._remove_by_segments(slot) if self._compiled else None
-            if events is None:  # the event loop takes it from here (or from the start)
-                events = self._drive(slot, -1, seed=self._segment_seed)
+            finished, seed = self._remove_by_segments(slot) if self._compiled else (False, None)
+            if finished:
+                events = int(seed[_compiled.SEG_EVENTS])
+            else:  # the event loop takes it from here (or from the start)
+                events = self._drive(slot, -1, seed=seed)
                 self._wipe_slot(slot)
                 self._finish_op(exact_g=True)
         except _NeedResolve:
@@ -1040,42 +1046,37 @@ class SVDDMemory:
     # stopped (0: the event loop does the whole removal; tests vary it).
     _max_segments = 1 << 30
 
-    def _remove_by_segments(self, c: int) -> int | None:
+    def _remove_by_segments(self, c: int) -> tuple[bool, np.ndarray]:
         """Remove driven token ``c`` with :func:`_compiled.remove_segments` (one pass
         over the margin block per segment, the last one giving the exact g).
 
-        Returns the number of events and leaves the removal finished (``c`` wiped,
-        KKT checked), or None when the event loop must go on from the state
-        reached; ``_segment_seed`` then holds the events taken so far and the
-        tokens that last left and entered the margin set.
+        Returns ``(finished, out)``: finished, the removal is done (``c`` wiped, KKT
+        checked); otherwise the event loop must go on from the state reached.
+        ``out`` holds the segments taken and the tokens that last left and entered
+        the margin set (the event loop's seed).
         """
-        self._segment_seed = None
         self._g_valid = False
         hi = self._hi
         g_end = np.empty(hi)
         out = np.array([0, 0, -1, -1, 0, 0], dtype=np.int64)
         kkt = np.zeros(1)
         # the error sum is synced first, without c: its share of the end state is 0
-        rebuild = not self._esum_valid or self._esum_updates >= 32
         status, nS, chi, mu, Qinv = _compiled.remove_segments(
             self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
             self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv, self._esum,
-            self._esum_member, rebuild, self._nS, self._chi, hi, self._mu, self.C,
-            self._gamma_val, self.kernel == "rbf", c, self._max_segments, self._scale, g_end,
-            out, kkt, self._gram_buffer())
+            self._esum_member, self._error_sum_rebuild_due, self._nS, self._chi, hi, self._mu,
+            self.C, self._gamma_val, self.kernel == "rbf", c, self._max_segments, self._scale,
+            g_end, out, kkt, self._gram_buffer())
         self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
         self._kss_ext = max(self._kss_ext, int(out[_compiled.SEG_GRAM]))
-        synced = int(out[_compiled.SEG_SYNC])
-        self._esum_valid = True
-        self._esum_updates = ((0 if synced < 0 else self._esum_updates + synced)
-                              + int(out[_compiled.SEG_ESUM_UPDATES]))
+        self._error_sum_synced(int(out[_compiled.SEG_SYNC]))
+        self._esum_updates += int(out[_compiled.SEG_ESUM_UPDATES])
         _scrub(g_end)
         if status == _compiled.NEED_RESOLVE:
             raise _NeedResolve
         if status == _compiled.FALLBACK:
-            self._segment_seed = out
             self._n_segment_fallbacks += 1
-            return None
+            return False, out
         self._g_valid = True  # g at the end of the last segment is the exact g
         self._ops_since_exact_g = 0
         self._kss_for = self._Qinv  # the last segment solved the final margin set
@@ -1084,7 +1085,7 @@ class SVDDMemory:
             self._kkt_after = float(kkt[0])
         else:  # the general finish: polish, refactorize, re-solve
             self._finish_op(exact_g=True)
-        return int(out[_compiled.SEG_EVENTS])
+        return True, out
 
     def _drive(self, c: int, direction: int, seed: np.ndarray | None = None) -> int:
         """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1);

@@ -161,6 +161,20 @@ def _variant(r: dict) -> str:
     return v if isinstance(v, str) and v else "paper"
 
 
+def _cells_3m(data: Any, arm_of) -> list[tuple[tuple[str, int, int], dict[str, float]]]:
+    """Validation BPC of 3M runs by (positions, tokens seen, seed), then by arm
+    (``arm_of(record, mixer)``; None leaves a run out), sorted by cell."""
+    cells: dict[tuple[str, int, int], dict[str, float]] = {}
+    for r in data if isinstance(data, list) else []:
+        if not isinstance(r, dict) or r.get("val_bpc") is None or r.get("tokens_seen") is None:
+            continue
+        arm = arm_of(r, str(r.get("mixer", "")))
+        if arm is not None and (r.get("params") or 0) < 6_000_000:
+            key = (_positions(r), int(r["tokens_seen"]), int(r.get("seed", 0)))
+            cells.setdefault(key, {})[arm] = float(r["val_bpc"])
+    return sorted(cells.items())
+
+
 def _paired_gaps(data: Any) -> dict[tuple[str, str, int], list[float]]:
     """Relative val-BPC gaps (sliding − SV) / sliding of 3M runs paired by positions,
     tokens seen and seed, per (hybrid variant, positions, token budget).
@@ -168,18 +182,11 @@ def _paired_gaps(data: Any) -> dict[tuple[str, str, int], list[float]]:
     Each variant of the hybrid is paired with the same sliding-window run: the variants
     keep the same state size, so they share the matched baseline.
     """
-    cells: dict[tuple[str, int, int], dict[str, float]] = {}
-    for r in data if isinstance(data, list) else []:
-        if not isinstance(r, dict) or r.get("val_bpc") is None or r.get("tokens_seen") is None:
-            continue
-        mixer = str(r.get("mixer", ""))
-        arm = ("sv:" + _variant(r) if "sv" in mixer else "base" if "sliding" in mixer
-               else None)
-        if arm is not None and (r.get("params") or 0) < 6_000_000:
-            key = (_positions(r), int(r["tokens_seen"]), int(r.get("seed", 0)))
-            cells.setdefault(key, {})[arm] = float(r["val_bpc"])
+    def arm_of(r: dict, mixer: str) -> str | None:
+        return "sv:" + _variant(r) if "sv" in mixer else "base" if "sliding" in mixer else None
+
     out: dict[tuple[str, str, int], list[float]] = {}
-    for (pos, tokens, _seed), arms in sorted(cells.items()):
+    for (pos, tokens, _seed), arms in _cells_3m(data, arm_of):
         for arm, sv in sorted(arms.items()):
             if arm.startswith("sv:") and "base" in arms:
                 gap = (arms["base"] - sv) / arms["base"]
@@ -195,16 +202,9 @@ def _softmax_headroom(data: Any) -> dict[tuple[str, int], list[float]]:
     summarises, so this gap is about the most any memory of that context can add
     over the matched window at this scale (not a strict bound: the models differ).
     """
-    cells: dict[tuple[str, int, int], dict[str, float]] = {}
-    for r in data if isinstance(data, list) else []:
-        if not isinstance(r, dict) or r.get("val_bpc") is None or r.get("tokens_seen") is None:
-            continue
-        mixer = str(r.get("mixer", ""))
-        if mixer in ("softmax", "sliding") and (r.get("params") or 0) < 6_000_000:
-            key = (_positions(r), int(r["tokens_seen"]), int(r.get("seed", 0)))
-            cells.setdefault(key, {})[mixer] = float(r["val_bpc"])
     out: dict[tuple[str, int], list[float]] = {}
-    for (pos, tokens, _seed), arms in sorted(cells.items()):
+    cells = _cells_3m(data, lambda r, mixer: mixer if mixer in ("softmax", "sliding") else None)
+    for (pos, tokens, _seed), arms in cells:
         if len(arms) == 2:
             out.setdefault((pos, tokens), []).append(
                 (arms["sliding"] - arms["softmax"]) / arms["sliding"])
