@@ -307,3 +307,17 @@ class TestDegenerate:
         for tid in list(mem.ids)[:25]:
             mem.remove(tid)
             assert mem.kkt_residual() <= 1e-10
+
+
+def test_a_huge_exp_kernel_diagonal_does_not_hide_an_outside_row():
+    # found by tests/persist/test_fuzz.py: the add path's tie was scaled by the
+    # largest diagonal in the memory (1.6e18 here), so a new row at g = -1.08
+    # was stored as a reserve token and the KKT residual jumped to 0.21
+    rng = np.random.default_rng(18609)
+    mem = SVDDMemory(0.5, "exp")
+    mem.extend(rng.normal(size=(1, 4)) * 0.5)
+    mem.add(rng.normal(size=4) * 3)
+    assert mem._diag[: mem._hi].max() > 1e17
+    tid = mem.add(rng.normal(size=4) * 1e-3)
+    assert mem.kkt_residual() <= 1e-10
+    assert tid in mem.support_ids()

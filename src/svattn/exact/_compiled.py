@@ -131,11 +131,12 @@ def _free_col(KC, XC, ac, soc, cos, slot, chi):
 
 
 @njit(cache=True)
-def _free_column_available(soc, nS, chi, ccap):
+def _free_column_available(soc, state, nS, chi, ccap):
+    """A column can be had: a hole, room past ``chi``, or a standby column to evict."""
     if chi < ccap:
         return True
     for col in range(nS, chi):
-        if soc[col] < 0:
+        if soc[col] < 0 or state[soc[col]] == RESERVE:
             return True
     return False
 
@@ -177,16 +178,25 @@ def _exp_column(KC, col, hi):
 
 
 @njit(cache=True)
-def _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, slot, nS, chi, hi, gamma, is_rbf):
-    """Cache ``slot``'s kernel column (a free column must exist); return chi."""
+def _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, slot, nS, chi, hi, gamma,
+               is_rbf):
+    """Cache ``slot``'s kernel column (:func:`_free_column_available` must hold);
+    return chi. With no hole and no room, a standby column (a reserve token's)
+    is evicted."""
     col = -1
     for j in range(nS, chi):
         if soc[j] < 0:
             col = j
             break
-    if col < 0:
+    if col < 0 and chi < KC.shape[1]:
         col = chi
         chi += 1
+    if col < 0:
+        for j in range(nS, chi):
+            if state[soc[j]] == RESERVE:
+                col = j
+                cos[soc[j]] = -1
+                break
     d = X.shape[1]
     for i in range(hi):
         dot = _row_dot(X, i, X, slot)
@@ -291,9 +301,9 @@ def _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who, n
     token gets its kernel column first). Returns ``(ok, chi)``; ``ok`` is False
     when Q would turn singular (the caller re-solves)."""
     g[who] = 0.0
-    if state[who] == RESERVE:
-        chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, who, nS, chi, hi, gamma,
-                         is_rbf)
+    if cos[who] < 0:  # a standby reserve token has its column already
+        chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, who, nS, chi, hi,
+                         gamma, is_rbf)
     state[who] = MARGIN
     return _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale), chi
 
@@ -347,7 +357,7 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
     wS = np.empty(ccap)
     status = DONE
     while True:
-        if not _free_column_available(soc, nS, chi, ccap):
+        if not _free_column_available(soc, state, nS, chi, ccap):
             status = NEED_COLUMNS
             break
         loop[EVENTS] += 1
@@ -527,7 +537,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
     status = DONE
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
-                or not _free_column_available(soc, nS, chi, ccap)):
+                or not _free_column_available(soc, state, nS, chi, ccap)):
             status = FALLBACK
             break
         out[SEG_EVENTS] += 1
@@ -815,6 +825,79 @@ def support_slots_by_id(alpha, slot_id, hi):
             ids[n] = slot_id[i]
             n += 1
     return slots[np.argsort(ids, kind="mergesort")]
+
+
+@njit(cache=True)
+def nearest_reserve(g, state, hi, out):
+    """The ``len(out)`` reserve slots with the smallest g, ascending (ties: lower
+    slot first), into ``out``; returns how many there are. One pass with an
+    insertion into the short sorted list (``np.argpartition`` costs ~10× more)."""
+    m = out.shape[0]
+    vals = np.empty(m)
+    n = 0
+    for i in range(hi):
+        if state[i] != RESERVE:
+            continue
+        gi = g[i]
+        if n == m and not gi < vals[m - 1]:
+            continue
+        j = n if n < m else m - 1  # the slot the new entry starts from
+        while j > 0 and vals[j - 1] > gi:
+            if j < m:
+                vals[j] = vals[j - 1]
+                out[j] = out[j - 1]
+            j -= 1
+        vals[j] = gi
+        out[j] = i
+        if n < m:
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def refresh_standby(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, nS, chi, hi, gamma,
+                    is_rbf, k):
+    """:meth:`SVDDMemory._refresh_standby` compiled: cache the columns of the ``k``
+    reserve tokens with the smallest g, keep those of the next ``k``, free the
+    other standby columns. Never evicts a standby column to make room.
+
+    Returns ``(chi, theta, short)``: theta is the k-th smallest reserve g (inf
+    when there are no more than k reserve tokens); ``short`` counts the picks
+    left without a column for want of room (the caller grows the cache and
+    calls again).
+    """
+    near = np.empty(2 * k, dtype=np.int64)
+    n_near = nearest_reserve(g, state, hi, near)
+    ccap = KC.shape[1]
+    for col in range(nS, chi):
+        s = soc[col]
+        if s < 0 or state[s] != RESERVE:
+            continue
+        kept = False
+        for j in range(n_near):
+            if near[j] == s:
+                kept = True
+                break
+        if not kept:
+            chi = _free_col(KC, XC, ac, soc, cos, s, chi)
+    short = 0
+    for j in range(min(k, n_near)):
+        s = near[j]
+        if cos[s] >= 0:
+            continue
+        room = chi < ccap
+        if not room:
+            for col in range(nS, chi):
+                if soc[col] < 0:
+                    room = True
+                    break
+        if room:
+            chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, s, nS, chi, hi,
+                             gamma, is_rbf)
+        else:
+            short += 1
+    theta = g[near[k - 1]] if n_near > k else math.inf
+    return chi, theta, short
 
 
 @njit(cache=True)

@@ -109,6 +109,15 @@ class SVDDMemory:
         KKT tolerance, in units of the largest kernel diagonal (1 for rbf).
         After each operation the residual is checked; above ``tol`` the
         bordered inverse is refactorized, then the set re-solved.
+    audit_log : path, optional
+        Append-only, hash-chained log of every operation (see
+        :mod:`svattn.exact.audit`).
+    standby : int
+        How many reserve tokens nearest the boundary keep a cached kernel
+        column, refreshed after adds, so that a removal which brings one of
+        them into the margin set does not compute its column (0: none). Costs
+        ``standby`` columns of memory and a little ingest time; results are
+        unchanged.
 
     Examples
     --------
@@ -125,7 +134,7 @@ class SVDDMemory:
 
     def __init__(
         self, C: float, kernel: str = "rbf", gamma: float | None = None, *, tol: float = 1e-10,
-        audit_log: str | os.PathLike[str] | None = None,
+        audit_log: str | os.PathLike[str] | None = None, standby: int = 16,
     ) -> None:
         if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
             raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
@@ -136,10 +145,13 @@ class SVDDMemory:
             raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r}")
         if not (math.isfinite(tol) and tol > 0):
             raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+        if isinstance(standby, bool) or not isinstance(standby, (int, np.integer)) or standby < 0:
+            raise ValueError(f"standby must be an int >= 0, got {standby!r}")
         self.C = float(C)
         self.kernel = kernel
         self.gamma = None if gamma is None else float(gamma)
         self.tol = float(tol)
+        self.standby = int(standby)
         self.warmup_n = warmup_threshold(self.C)
         # health counters (reported by the audit log and benchmarks)
         self.n_refactorizations = 0
@@ -205,6 +217,10 @@ class SVDDMemory:
         self._kss_ext = 0
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
         self._kkt_after: float | None = None  # see _certificate_facts
+        # standby columns (see _refresh_standby): chosen for the solution as it was
+        # when _standby_theta, the largest g among them, was taken
+        self._standby_stale = True
+        self._standby_theta = math.inf
 
     def _grow_slots(self, need: int) -> None:
         if need <= self._cap:
@@ -251,15 +267,31 @@ class SVDDMemory:
         self._KC, self._XC, self._slot_of_col, self._ac, self._ccap = KC, XC, soc, ac, ccap
 
     def _alloc_col(self, slot: int) -> int:
-        """Cache the kernel column of ``slot`` over every used slot (outside the margin block)."""
+        """Cache the kernel column of ``slot`` over every used slot (outside the margin
+        block): in a hole, past the used columns, in place of a standby column (the
+        compiled loop's order), or in a grown cache."""
+        if self._compiled:
+            if not _compiled._free_column_available(self._slot_of_col, self._state, self._nS,
+                                                    self._chi, self._ccap):
+                self._grow_cols()
+            self._chi = int(_compiled._alloc_col(
+                self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
+                self._xn2, self._diag, self._alpha, self._state, slot, self._nS, self._chi,
+                self._hi, self._gamma_val, self.kernel == "rbf"))
+            return int(self._col_of_slot[slot])
         holes = np.flatnonzero(self._slot_of_col[self._nS : self._chi] < 0)
+        soc = self._slot_of_col[self._nS : self._chi]
+        standby = np.flatnonzero((soc >= 0) & (self._state[soc] == RESERVE))
         if len(holes):
             col = self._nS + int(holes[0])
-        else:
+        elif self._chi < self._ccap or not len(standby):
             if self._chi == self._ccap:
                 self._grow_cols()
             col = self._chi
             self._chi += 1
+        else:
+            col = self._nS + int(standby[0])
+            self._col_of_slot[self._slot_of_col[col]] = -1
         x = self._X[slot]
         hi = self._hi
         column = self._KC[:hi, col]  # a contiguous view: fill it in place
@@ -307,6 +339,69 @@ class SVDDMemory:
         for col in (p, q):
             if soc[col] >= 0:
                 self._col_of_slot[soc[col]] = col
+
+    # ---- standby columns
+    def _standby_upkeep(self, ids: list[int]) -> None:
+        """After an add: refresh the standby columns when the solution moved or a new
+        token lies nearer the boundary than the farthest standby token."""
+        if not self.standby or self.warm or self._n == 0:
+            return
+        if not self._standby_stale:
+            slots = np.fromiter((self._id_to_slot[t] for t in ids), np.int64, len(ids))
+            new = slots[self._state[slots] == RESERVE]
+            if not len(new) or self._g[new].min() >= self._standby_theta:
+                return
+        self._refresh_standby()
+
+    def _refresh_standby(self) -> None:
+        """Cache the kernel columns of the ``standby`` reserve tokens nearest the
+        boundary (smallest g) and free those of other reserve tokens.
+
+        A removal brings reserve tokens into the margin set, and each needs its
+        kernel column: one pass over every key, the largest single cost of a
+        removal at n = 4k. The tokens that enter are almost always among the
+        nearest few (at 16, nine in ten of the entries in ``bench_exact``'s
+        redundant stream), so keeping their columns moves that pass from the
+        removal to the adds before it. Columns are exact kernel values like every
+        other cached column; a removed token's row is wiped from them as from the
+        rest, and eviction (:meth:`_alloc_col`) only ever drops a standby column.
+        """
+        self._standby_stale = False
+        # g as the operations left it (accurate to rounding; a choice of columns
+        # needs no exact g). Hysteresis: the columns of the next k nearest stay
+        # (ranks near the k-th swap after most operations).
+        k = self.standby
+        if self._compiled:
+            while True:
+                chi, theta, short = _compiled.refresh_standby(
+                    self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
+                    self._xn2, self._diag, self._alpha, self._g, self._state, self._nS,
+                    self._chi, self._hi, self._gamma_val, self.kernel == "rbf", k)
+                self._chi, self._standby_theta = int(chi), float(theta)
+                if not short:
+                    return
+                self._grow_cols()
+        near = self._nearest_reserve(2 * k)
+        pick = near[:k]
+        self._standby_theta = float(self._g[pick[-1]]) if len(near) > k else math.inf
+        for col in range(self._nS, self._chi):
+            s = int(self._slot_of_col[col])
+            if s >= 0 and self._state[s] == RESERVE and s not in near:
+                self._free_col(s)
+        for s in pick.tolist():
+            if self._col_of_slot[s] < 0:
+                if self._chi == self._ccap and (self._slot_of_col[self._nS : self._chi] >= 0).all():
+                    self._grow_cols()  # never evict a pick
+                self._alloc_col(s)
+
+    def _nearest_reserve(self, m: int) -> np.ndarray:
+        """The ``m`` reserve slots with the smallest g, ascending (ties: lower slot first)."""
+        hi = self._hi
+        if self._compiled:
+            out = np.empty(m, dtype=np.int64)
+            return out[: _compiled.nearest_reserve(self._g, self._state, hi, out)]
+        reserve = np.flatnonzero(self._state[:hi] == RESERVE)
+        return reserve[np.argsort(self._g[reserve], kind="stable")[:m]]
 
     def _margin_slots(self) -> np.ndarray:
         return self._slot_of_col[: self._nS]
@@ -437,6 +532,7 @@ class SVDDMemory:
         k, v = self._check_rows(key, value, batch=False)
         self._audit_ready()
         ids = self._add_rows(k, v)
+        self._standby_upkeep(ids)
         self._after_op("add", ids=ids, keys=k, values=v)
         return ids[0]
 
@@ -453,6 +549,7 @@ class SVDDMemory:
         k, v = self._check_rows(keys, values, batch=True)
         self._audit_ready()
         ids = self._add_rows(k, v)
+        self._standby_upkeep(ids)
         self._after_op("extend", ids=ids, keys=k, values=v)
         return ids
 
@@ -911,8 +1008,11 @@ class SVDDMemory:
             # one by one); the first outside row is then added on its own.
             end = min(m, r + block)
             rows, g = self._score_rows(k[r:end], diag[r:end])
-            tie = -1e-13 * max(self._scale, float(diag[r:end].max()))
-            outside = np.flatnonzero(g < tie)
+            # a rounding-level tie, relative to the terms g is made of, as the KKT
+            # residual measures it (a tie scaled by the largest diagonal in the
+            # memory let an exp-kernel outlier at 1e18 hide rows at g = -1)
+            size = np.maximum(2.0 * diag[r:end] + g - self._mu + abs(self._mu), 1.0)
+            outside = np.flatnonzero(g < -1e-13 * size)
             stop = end if len(outside) == 0 else r + int(outside[0])
             if stop > r:
                 out += self._store(k[r:stop], None if v is None else v[r:stop], diag[r:stop],
@@ -985,6 +1085,7 @@ class SVDDMemory:
                  row: np.ndarray | None = None, g_c: float | None = None) -> int:
         """Add a token in warm-up (no ``row``), or one that :meth:`_add_rows` scored
         outside the description (``row``, ``g_c`` < 0): the solver drives it in."""
+        self._standby_stale = True  # the solution moves
         if row is not None:
             tid = self._store(x[None, :], None if v is None else v[None, :], np.array([diag]),
                               row[None, :], np.array([g_c]))[0]
@@ -1008,6 +1109,7 @@ class SVDDMemory:
     # ---- remove
     def _remove_slot(self, slot: int) -> int:
         self._kkt_after = None
+        self._standby_stale = True  # g moves: the nearest reserve tokens may change
         st = int(self._state[slot])
         if self._n - 1 < self.warmup_n:
             self._wipe_slot(slot)
@@ -1255,7 +1357,7 @@ class SVDDMemory:
                     last_left = who
                 else:  # an error or reserve token reaches g = 0 and joins the margin
                     g[who] = 0.0
-                    if self._state[who] == RESERVE:
+                    if self._col_of_slot[who] < 0:  # a standby token has its column
                         self._alloc_col(who)
                     self._state[who] = MARGIN
                     self._expand(who)
@@ -1295,7 +1397,8 @@ class SVDDMemory:
             who, t = int(res[k]), max(float(g[res[k]]), 0.0)
             self._mu -= t
             g -= t
-            self._alloc_col(who)
+            if self._col_of_slot[who] < 0:
+                self._alloc_col(who)
         g[who] = 0.0
         self._state[who] = MARGIN
         self._expand(who)
@@ -1484,8 +1587,9 @@ class SVDDMemory:
         self._esum_valid = False
         self._nS = 0
         self._Qinv = np.zeros((0, 0))
-        for s in self._slots_in({MARGIN, ERROR, DRIVEN}):
-            self._free_col(int(s))
+        for s in self._slot_of_col[: self._chi].tolist():  # standby columns too
+            if s >= 0:
+                self._free_col(s)
 
     def _set_uniform(self) -> None:
         self._esum_valid = False
