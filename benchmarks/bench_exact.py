@@ -6,7 +6,10 @@ outliers) and a Gaussian one, this prints
 * ingest tokens/s of ``SVDDMemory.extend``;
 * median and p99 latency of removing a margin token and an error token
   (each removal returns its certificate; the key is added back afterwards so
-  the memory stays at n tokens; the add-back is not timed);
+  the memory stays at n tokens, and that add-back is timed apart: it is where
+  the memory refreshes its standby columns);
+* the same removals and add-backs on a memory without standby columns
+  (``standby=0``), in the same rounds: what the standby columns trade;
 * the time to retrain without one token from scratch, with the independent
   oracle ``solve_svdd`` (Gram matrix included) and with scikit-learn's
   ``OneClassSVM`` (libsvm), and the ratio of the faster retrain to the median
@@ -48,7 +51,8 @@ from svattn.exact.oracle import solve_svdd  # noqa: E402
 
 
 def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
-                       events: list[int] | None = None) -> list[float]:
+                       events: list[int] | None = None,
+                       adds: list[float] | None = None) -> list[float]:
     out = []
     for _ in range(count):
         pool = mem.partition()[which]
@@ -62,7 +66,10 @@ def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
         out.append(time.perf_counter() - t)
         if events is not None:
             events.append(cert.n_events)
-        mem.add(key)  # back to n tokens (not timed)
+        t = time.perf_counter()
+        mem.add(key)  # back to n tokens (timed apart: standby upkeep happens here)
+        if adds is not None:
+            adds.append(time.perf_counter() - t)
     return out
 
 
@@ -81,21 +88,25 @@ def _sklearn_fit_time(X: np.ndarray, C: float, gamma: float) -> float:
     return time.perf_counter() - t
 
 
-def _interleaved(mem: SVDDMemory, removals: int, rounds: int, C: float, gamma: float,
-                 rng, events: dict[str, list[int]]
-                 ) -> tuple[list[float], list[float], list[float], list[float]]:
-    """Margin and error removal latencies, sklearn retrain times (one per round) and the
-    per-round ratio of the retrain to that round's median margin removal; each
-    removal's solver events go to ``events``."""
-    lat_m, lat_e, fits, ratios = [], [], [], []
+def _interleaved(mem: SVDDMemory, plain: SVDDMemory, removals: int, rounds: int, C: float,
+                 gamma: float, rng, events: dict[str, list[int]], lat: dict[str, list[float]]
+                 ) -> tuple[list[float], list[float]]:
+    """Removal and add-back latencies into ``lat`` (``margin``, ``error``, ``add``,
+    and the same with ``plain_`` for the memory without standby columns), sklearn
+    retrain times (one per round) and the per-round ratio of the retrain to that
+    round's median margin removal; each removal's solver events go to ``events``."""
+    fits, ratios = [], []
     per = max(1, removals // rounds)
     for _ in range(rounds):
-        m = _removal_latencies(mem, "margin", per, rng, events["margin"])
-        lat_e += _removal_latencies(mem, "error", per, rng, events["error"])
+        m = _removal_latencies(mem, "margin", per, rng, events["margin"], lat["add"])
+        lat["error"] += _removal_latencies(mem, "error", per, rng, events["error"], lat["add"])
+        for which in ("margin", "error"):
+            lat["plain_" + which] += _removal_latencies(plain, which, per, rng,
+                                                        adds=lat["plain_add"])
         fits.append(_sklearn_fit_time(mem.keys[1:], C, gamma))  # one token fewer
-        lat_m += m
+        lat["margin"] += m
         ratios.append(fits[-1] / float(np.median(m)))
-    return lat_m, lat_e, fits, ratios
+    return fits, ratios
 
 
 def _warm_up() -> None:
@@ -116,8 +127,13 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
     ingest = n / (time.perf_counter() - t)
     sizes = {k: len(v) for k, v in mem.partition().items()}
     gamma = 1.0 / d
+    plain = SVDDMemory(C, standby=0)  # the same memory without standby columns
+    plain.extend(X)
     events: dict[str, list[int]] = {"margin": [], "error": []}
-    lat_m, lat_e, fits, ratios = _interleaved(mem, removals, rounds, C, gamma, rng, events)
+    lat: dict[str, list[float]] = {k: [] for k in ("margin", "error", "add", "plain_margin",
+                                                   "plain_error", "plain_add")}
+    fits, ratios = _interleaved(mem, plain, removals, rounds, C, gamma, rng, events, lat)
+    lat_m, lat_e = lat["margin"], lat["error"]
     mem._compiled = False  # the numpy reference of the same removal
     lat_ref = _removal_latencies(mem, "margin", removals, rng)
     mem._compiled = True
@@ -133,6 +149,15 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
         # solver events (segments of the solution path) per removal: what a removal costs
         "events_per_margin_removal": float(np.mean(events["margin"])),
         "events_per_error_removal": float(np.mean(events["error"])) if events["error"] else None,
+        # the trade standby columns make: removal latency against add-back (upkeep) time
+        "add_back_median_ms": 1e3 * float(np.median(lat["add"])),
+        "no_standby_remove_margin_median_ms": _ms_median(lat["plain_margin"]),
+        "no_standby_remove_error_median_ms": _ms_median(lat["plain_error"]),
+        "no_standby_add_back_median_ms": _ms_median(lat["plain_add"]),
+        # mean time of one removal plus its add-back, over both kinds of removal
+        "cycle_mean_ms": 1e3 * float(np.mean(lat_m + lat_e) + np.mean(lat["add"])),
+        "no_standby_cycle_mean_ms": 1e3 * float(
+            np.mean(lat["plain_margin"] + lat["plain_error"]) + np.mean(lat["plain_add"])),
     }
     row["sklearn_retrain_ms"] = 1e3 * float(np.median(fits))
     # how much the ratio moves between rounds on a shared machine
@@ -152,6 +177,10 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
     if lat_e:
         row["speedup_error"] = fastest / row["remove_error_median_ms"]
     return row
+
+
+def _ms_median(x: list[float]) -> float | None:
+    return 1e3 * float(np.median(x)) if x else None
 
 
 def _fmt(x, spec: str) -> str:
@@ -207,6 +236,21 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"  {r['stream']:9s} n={r['n']:6d}: {r['events_per_margin_removal']:.2f} / "
               f"{_fmt(r['events_per_error_removal'], '.2f')}")
+    print("\nstandby columns (kernel columns of the 16 reserve tokens nearest the boundary,"
+          " refreshed after adds)\nagainst the same memory without them, in the same rounds "
+          "(ms):")
+    print("| stream | n | remove margin p50 with / without | remove error p50 with / without "
+          "| add-back p50 with / without | remove + add-back mean with / without |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(
+            f"| {r['stream']} | {r['n']} | {r['remove_margin_median_ms']:.3f} / "
+            f"{_fmt(r['no_standby_remove_margin_median_ms'], '.3f')} "
+            f"| {_fmt(r['remove_error_median_ms'], '.3f')} / "
+            f"{_fmt(r['no_standby_remove_error_median_ms'], '.3f')} "
+            f"| {r['add_back_median_ms']:.3f} / {_fmt(r['no_standby_add_back_median_ms'], '.3f')} "
+            f"| {r['cycle_mean_ms']:.3f} / {r['no_standby_cycle_mean_ms']:.3f} |"
+        )
     print("\nsklearn retrain / median margin removal, round by round:")
     for r in rows:
         print(f"  {r['stream']:9s} n={r['n']:6d}: "
