@@ -496,13 +496,306 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
 
 
 # remove_segments' counters: out[...] indices
-SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM = range(6)
+(SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM,
+ SEG_PASSES, SEG_JUMPED) = range(8)
+
+
+# ------------------------------------------------------------ active-set jumps
+_JUMP_ROOM = 16  # how many more margin tokens than now a step may hold
+# The solution path applies one event per pass over the margin block. From the
+# end point of the first segment, a primal-dual active-set step instead moves
+# every token that violates its condition there at once, and is checked by a
+# pass computing the exact g of the result; convexity makes any point that
+# meets every KKT condition the optimum, however it was found. Up to
+# ``max_jumps`` such steps are tried on a tentative copy (the bordered inverse
+# and margin order edited without moving cache columns); only a converged one
+# is applied to the memory, else the path goes on from its first event.
+
+
+@njit(cache=True)
+def _t_contract(Qt, tord, p, nT):
+    """Drop position ``p`` from the tentative margin order and bordered inverse
+    (``_contract`` without moving cache columns); return the new size."""
+    last = nT - 1
+    if last == 0:
+        return 0
+    if p != last:
+        t = tord[p]
+        tord[p] = tord[last]
+        tord[last] = t
+        a, b = p + 1, last + 1
+        for j in range(nT + 1):
+            t2 = Qt[a, j]
+            Qt[a, j] = Qt[b, j]
+            Qt[b, j] = t2
+        for i in range(nT + 1):
+            t2 = Qt[i, a]
+            Qt[i, a] = Qt[i, b]
+            Qt[i, b] = t2
+    m = last + 1
+    piv = Qt[m, m]
+    for i in range(m):
+        qi = Qt[i, m] / piv
+        for j in range(m):
+            Qt[i, j] -= qi * Qt[m, j]
+    return last
+
+
+@njit(cache=True)
+def _t_expand(Qt, tord, KC, cos, diag, k, nT, scale):
+    """Append token ``k`` (its column cached) to the tentative margin order and
+    bordered inverse (``_expand`` without moving cache columns); False when the
+    set is empty or Q would turn singular."""
+    if nT == 0:
+        return False
+    m = nT + 1
+    col_k = cos[k]
+    u = np.empty(m)
+    u[0] = 1.0
+    for j in range(nT):
+        u[j + 1] = 2.0 * KC[tord[j], col_k]
+    w = np.empty(m)
+    _matvec_lead(Qt, u, m, w, 1.0)
+    uw = 0.0
+    for i in range(m):
+        uw += u[i] * w[i]
+    schur = 2.0 * diag[k] - uw
+    if schur <= 1e-10 * scale:
+        return False
+    for i in range(m):
+        wi = w[i] / schur
+        for j in range(m):
+            Qt[i, j] += wi * w[j]
+        Qt[i, m] = -wi
+        Qt[m, i] = -wi
+    Qt[m, m] = 1.0 / schur
+    tord[nT] = k
+    return True
+
+
+@njit(cache=True)
+def _t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KTT):
+    """``xt = [mu, alpha_T]`` on the tentative partition, with two steps of
+    iterative refinement against its Gram block (gathered into ``KTT``).
+
+    The error tokens' share of the right-hand side is the synced error sum
+    plus the columns of tokens the tentative partition puts at C (``err_in``)
+    minus those of real error tokens it takes off (``err_out``).
+    """
+    m = nT + 1
+    rhs = np.empty(m)
+    rhs[0] = 1.0 - C * (nE + n_in - n_out)
+    for i in range(nT):
+        s = tord[i]
+        e = esum[s]
+        for q in range(n_in):
+            e += KC[s, cos[err_in[q]]]
+        for q in range(n_out):
+            e -= KC[s, cos[err_out[q]]]
+        rhs[i + 1] = diag[s] - 2.0 * C * e
+    for i in range(nT):
+        s = tord[i]
+        for j in range(nT):
+            KTT[i, j] = KC[s, cos[tord[j]]]
+    _matvec_lead(Qt, rhs, m, xt, 1.0)
+    res = np.empty(m)
+    dx = np.empty(m)
+    for _ in range(2):
+        acc = 0.0
+        for j in range(nT):
+            acc += xt[j + 1]
+        res[0] = rhs[0] - acc
+        for i in range(nT):
+            r = rhs[i + 1] - xt[0]
+            for j in range(nT):
+                r -= KTT[i, j] * (2.0 * xt[j + 1])
+            res[i + 1] = r
+        _matvec_lead(Qt, res, m, dx, 1.0)
+        for i in range(m):
+            xt[i] += dx[i]
+
+
+@njit(cache=True)
+def _try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, chi, hi, C,
+               gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try):
+    """Active-set steps from the end point ``(x, g_end)`` of the current partition
+    without ``c`` (see above). Returns ``(passes, nT, changes, chi)``: ``nT`` >= 1 when a step
+    converged (tentative margin order ``tord[:nT]``, solution ``xt``, exact g
+    ``g_try``, states ``tstate``), -1 when none did within ``max_jumps`` passes
+    or one met a tie, a singular Q or a full cache. Only cache columns of
+    entering reserve tokens are written to the memory (a column in a hole or
+    past ``chi``, never an eviction).
+    """
+    ccap = KC.shape[1]
+    room = tord.shape[0]
+    tol_a = 1e-13 * C
+    tie = 1e-12 * scale
+    nT = nS
+    for i in range(nS):
+        tord[i] = soc[i]
+    for i in range(nS + 1):
+        for j in range(nS + 1):
+            Qt[i, j] = Qb[i, j]
+    for i in range(hi):
+        tstate[i] = state[i]
+    for i in range(nS + 1):
+        xt[i] = x[i]
+    nE = 0
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            nE += 1
+    err_in = np.empty(ccap, dtype=np.int64)
+    err_out = np.empty(ccap, dtype=np.int64)
+    n_in = 0
+    n_out = 0
+    leave = np.empty(room, dtype=np.int64)
+    enter = np.empty(hi, dtype=np.int64)
+    ac_try = np.empty(ccap)
+    KTT = np.empty((room, room))
+    g_cur = g_end
+    passes = 0
+    changes = 0
+    while True:
+        # the tokens that violate their condition at the current point
+        n_leave = 0
+        for i in range(nT):
+            a = xt[i + 1]
+            if abs(a) <= tol_a or abs(a - C) <= tol_a:
+                return passes, -1, changes, chi
+            if a < 0.0 or a > C:
+                leave[n_leave] = i
+                n_leave += 1
+        n_enter = 0
+        for r in range(hi):
+            st = tstate[r]
+            if st != RESERVE and st != ERROR:
+                continue
+            gr = g_cur[r]
+            if abs(gr) <= tie:
+                return passes, -1, changes, chi
+            if (st == RESERVE and gr < 0.0) or (st == ERROR and gr > 0.0):
+                enter[n_enter] = r
+                n_enter += 1
+        if n_leave == 0 and n_enter == 0:
+            return passes, (nT if passes else -1), changes, chi
+        if passes >= max_jumps or nT - n_leave + n_enter > room:
+            return passes, -1, changes, chi
+        changes += n_leave + n_enter
+        # move them: leaving tokens (descending positions keep the rest in place)
+        for q in range(n_leave - 1, -1, -1):
+            p = leave[q]
+            s = tord[p]
+            to_error = xt[p + 1] > C
+            nT = _t_contract(Qt, tord, p, nT)
+            if nT == 0:
+                return passes, -1, changes, chi
+            tstate[s] = ERROR if to_error else RESERVE
+            if to_error:
+                if state[s] == ERROR:  # back where it was
+                    for z in range(n_out):
+                        if err_out[z] == s:
+                            n_out -= 1
+                            err_out[z] = err_out[n_out]
+                            break
+                else:
+                    err_in[n_in] = s
+                    n_in += 1
+        for q in range(n_enter):
+            s = enter[q]
+            if tstate[s] == ERROR:
+                if state[s] == ERROR:
+                    err_out[n_out] = s
+                    n_out += 1
+                else:
+                    for z in range(n_in):
+                        if err_in[z] == s:
+                            n_in -= 1
+                            err_in[z] = err_in[n_in]
+                            break
+            if cos[s] < 0:
+                room = chi < ccap
+                for col in range(nS, chi):
+                    if soc[col] < 0:
+                        room = True
+                        break
+                if not room:
+                    return passes, -1, changes, chi
+                chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, s, nS, chi,
+                                 hi, gamma, is_rbf)
+            if not _t_expand(Qt, tord, KC, cos, diag, s, nT, scale):
+                return passes, -1, changes, chi
+            nT += 1
+            tstate[s] = MARGIN
+        _t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt,
+                 KTT)
+        # the exact g of the tentative point: one pass, as g_from_error_sum reads
+        # weights (margin block: alpha itself; other columns: alpha minus the
+        # error sum's C)
+        for col in range(chi):
+            sl = soc[col]
+            ac_try[col] = C if sl >= 0 and tstate[sl] == ERROR else 0.0
+        for i in range(nT):
+            ac_try[cos[tord[i]]] = xt[i + 1]
+        ac_try[cos[c]] = 0.0
+        g_from_error_sum(KC, ac_try, soc, state, esum, diag, xt[0], C, nS, chi, hi, g_try)
+        passes += 1
+        g_cur = g_try
+
+
+@njit(cache=True)
+def _commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, member, nS, chi,
+                 hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, kkt, KSS):
+    """Apply a converged active-set step to the memory: margin exits and entries
+    through the helpers the path uses (in that order), then the step's alpha,
+    mu and exact g. Returns ``(status, nS, chi, mu)``."""
+    n_leave = 0
+    leavers = np.empty(nS, dtype=np.int64)
+    for j in range(nS):
+        if tstate[soc[j]] != MARGIN:
+            leavers[n_leave] = soc[j]
+            n_leave += 1
+    for q in range(n_leave):
+        who = leavers[q]
+        to_error = tstate[who] == ERROR
+        nS, chi = _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi,
+                                hi, C)
+        if to_error:  # the error sum follows its set
+            _add_column(KC, cos[who], 1.0, hi, esum)
+            member[who] = True
+            out[SEG_ESUM_UPDATES] += 1
+    for i in range(nT):
+        who = tord[i]
+        if state[who] == MARGIN:
+            continue
+        if member[who]:  # an error token leaves the error sum
+            _add_column(KC, cos[who], -1.0, hi, esum)
+            member[who] = False
+            out[SEG_ESUM_UPDATES] += 1
+        ok, chi = _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who,
+                               nS, chi, hi, gamma, is_rbf, scale)
+        if not ok:
+            return NEED_RESOLVE, nS, chi, xt[0]
+        nS += 1
+    for i in range(nT):
+        alpha[tord[i]] = xt[i + 1]
+    alpha[c] = 0.0
+    for col in range(chi):
+        sl = soc[col]
+        ac[col] = alpha[sl] if sl >= 0 else 0.0
+    for i in range(hi):
+        g[i] = g_try[i]
+    mu = xt[0]
+    _gather_margin_gram_into(KC, soc, nS, KSS)  # the certificate's K_SS, in margin order
+    out[SEG_GRAM] = max(out[SEG_GRAM], nS)
+    kkt[0] = kkt_residual(g, alpha, state, diag, mu, C, hi)
+    return DONE, nS, chi, mu
 
 
 @njit(cache=True)
 def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, esum, member,
-                    rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, scale, g_end,
-                    out, kkt, KSS):
+                    rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, max_jumps,
+                    scale, g_end, out, kkt, KSS):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -526,7 +819,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
     no free column, ``max_segments`` segments taken), from a consistent state
     with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
     receives the segments taken, the error-sum updates and the last token to
-    leave and to enter the margin set (drive_events' loop seeds).
+    leave and to enter the margin set (drive_events' loop seeds), ``out[SEG_PASSES]``
+    the passes over the margin block and ``out[SEG_JUMPED]`` whether active-set
+    steps finished the removal (1) or were tried and left it to the path (-1).
+
+    When the first segment's end point has two or more violators, up to
+    ``max_jumps`` active-set steps are tried from it (:func:`_try_jumps`); a
+    converged one is applied (:func:`_commit_jump`) and is the result.
     """
     ccap = KC.shape[1]
     Qb = _bordered_work(Qinv, nS, ccap)
@@ -555,12 +854,14 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
         kind = 2  # c leaves: the end is the result
         who = -1
         tie = False
+        n_viol = 0  # tokens whose condition fails at the end point
         for j in range(nS):
             a0 = alpha[soc[j]]
             a1 = x[j + 1]
             if abs(a1) <= tol_a or abs(a1 - C) <= tol_a:
                 tie = True  # lands on a bound: the polish's case, left to the drive
             elif a1 < 0.0 or a1 > C:
+                n_viol += 1
                 f = a0 / (a0 - a1) if a1 < 0.0 else (C - a0) / (a1 - a0)
                 if f < best:
                     best = f
@@ -579,6 +880,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
             else:
                 moving = False
             if moving:
+                n_viol += 1
                 f = gi / (gi - ge)
                 if f < best:
                     best = f
@@ -591,6 +893,28 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
             out[SEG_EVENTS] -= 1  # this segment is not taken
             status = FALLBACK
             break
+        out[SEG_PASSES] += 1
+        # one violator: a step would make the path's own move, at more cost
+        if kind != 2 and out[SEG_EVENTS] == 1 and max_jumps > 0 and n_viol >= 2:
+            room = min(ccap, nS + _JUMP_ROOM)  # the steps' margin sets stay below this
+            tstate = np.empty(hi, dtype=state.dtype)
+            tord = np.empty(room, dtype=np.int64)
+            Qt = np.empty((room + 1, room + 1))
+            xt = np.empty(room + 1)
+            g_try = np.empty(hi)
+            passes, nT, changes, chi = _try_jumps(
+                KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, chi, hi, C,
+                gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try)
+            out[SEG_PASSES] += passes
+            if nT > 0:
+                status, nS, chi, mu = _commit_jump(
+                    KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, member, nS,
+                    chi, hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, kkt,
+                    KSS)
+                out[SEG_EVENTS] += changes  # with the segment: every set change and c's exit
+                out[SEG_JUMPED] = 1
+                break
+            out[SEG_JUMPED] = -1  # tried: the path goes on from its first event
         if kind == 2:  # the end of the line: final alpha, mu and exact g
             for j in range(nS):
                 alpha[soc[j]] = x[j + 1]

@@ -72,8 +72,11 @@ class DeletionCertificate:
     kkt_residual_after : float
         Largest KKT violation after the removal (units of the largest K_ii).
     n_events : int
-        Adiabatic solver events the removal took (0: reserve token or warm-up;
-        -1: the memory fell back to an exact batch re-solve).
+        Solver events the removal took: each token that changed set on the way,
+        plus the removed token's exit (0: reserve token or warm-up; -1: the
+        memory fell back to an exact batch re-solve). Along the solution path
+        these are its events; an active-set step that moves several tokens at
+        once counts each of them.
     unique_optimum : bool
         Whether the optimum is unique; when False (duplicate keys) alpha is
         not determined by the token set and exactness is not claimed.

@@ -157,6 +157,9 @@ class SVDDMemory:
         self.n_refactorizations = 0
         self.n_resolves = 0
         self._n_segment_fallbacks = 0  # removals the segment loop left to the event loop
+        self._n_block_passes = 0  # passes over the margin block by removals (segments, jumps)
+        self._n_jumps = 0  # removals finished by an active-set step
+        self._n_jump_fallbacks = 0  # removals whose steps did not converge (path went on)
         self._dim: int | None = None
         self._vdim: int | None = None
         self._value_is_key = True
@@ -1148,6 +1151,10 @@ class SVDDMemory:
     # stopped (0: the event loop does the whole removal; tests vary it).
     _max_segments = 1 << 30
 
+    # Active-set steps a removal may try from its first segment's end point
+    # (_compiled._try_jumps; 0: the solution path alone; tests vary it).
+    _max_jumps = 2
+
     def _remove_by_segments(self, c: int) -> tuple[bool, np.ndarray]:
         """Remove driven token ``c`` with :func:`_compiled.remove_segments` (one pass
         over the margin block per segment, the last one giving the exact g).
@@ -1160,15 +1167,19 @@ class SVDDMemory:
         self._g_valid = False
         hi = self._hi
         g_end = np.empty(hi)
-        out = np.array([0, 0, -1, -1, 0, 0], dtype=np.int64)
+        out = np.array([0, 0, -1, -1, 0, 0, 0, 0], dtype=np.int64)
         kkt = np.zeros(1)
         # the error sum is synced first, without c: its share of the end state is 0
         status, nS, chi, mu, Qinv = _compiled.remove_segments(
             self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
             self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv, self._esum,
             self._esum_member, self._error_sum_rebuild_due, self._nS, self._chi, hi, self._mu,
-            self.C, self._gamma_val, self.kernel == "rbf", c, self._max_segments, self._scale,
-            g_end, out, kkt, self._gram_buffer())
+            self.C, self._gamma_val, self.kernel == "rbf", c, self._max_segments,
+            self._max_jumps, self._scale, g_end, out, kkt, self._gram_buffer())
+        self._n_block_passes += int(out[_compiled.SEG_PASSES])
+        jumped = int(out[_compiled.SEG_JUMPED])
+        self._n_jumps += jumped > 0
+        self._n_jump_fallbacks += jumped < 0
         self._nS, self._chi, self._mu, self._Qinv = int(nS), int(chi), float(mu), Qinv
         self._kss_ext = max(self._kss_ext, int(out[_compiled.SEG_GRAM]))
         self._error_sum_synced(int(out[_compiled.SEG_SYNC]))
