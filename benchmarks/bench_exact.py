@@ -51,7 +51,7 @@ from svattn.exact.oracle import solve_svdd  # noqa: E402
 
 
 def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
-                       events: list[int] | None = None,
+                       events: list[tuple[int, int]] | None = None,
                        adds: list[float] | None = None) -> list[float]:
     out = []
     for _ in range(count):
@@ -61,11 +61,12 @@ def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
         tid = int(rng.choice(pool))
         slot = mem._id_to_slot[tid]
         key = mem._X[slot].copy()
+        passes = mem._n_block_passes
         t = time.perf_counter()
         cert = mem.remove(tid)
         out.append(time.perf_counter() - t)
         if events is not None:
-            events.append(cert.n_events)
+            events.append((cert.n_events, mem._n_block_passes - passes))
         t = time.perf_counter()
         mem.add(key)  # back to n tokens (timed apart: standby upkeep happens here)
         if adds is not None:
@@ -89,7 +90,8 @@ def _sklearn_fit_time(X: np.ndarray, C: float, gamma: float) -> float:
 
 
 def _interleaved(mem: SVDDMemory, plain: SVDDMemory, removals: int, rounds: int, C: float,
-                 gamma: float, rng, events: dict[str, list[int]], lat: dict[str, list[float]]
+                 gamma: float, rng, events: dict[str, list[tuple[int, int]]],
+                 lat: dict[str, list[float]]
                  ) -> tuple[list[float], list[float]]:
     """Removal and add-back latencies into ``lat`` (``margin``, ``error``, ``add``,
     and the same with ``plain_`` for the memory without standby columns), sklearn
@@ -129,7 +131,7 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
     gamma = 1.0 / d
     plain = SVDDMemory(C, standby=0)  # the same memory without standby columns
     plain.extend(X)
-    events: dict[str, list[int]] = {"margin": [], "error": []}
+    events: dict[str, list[tuple[int, int]]] = {"margin": [], "error": []}
     lat: dict[str, list[float]] = {k: [] for k in ("margin", "error", "add", "plain_margin",
                                                    "plain_error", "plain_add")}
     fits, ratios = _interleaved(mem, plain, removals, rounds, C, gamma, rng, events, lat)
@@ -146,9 +148,16 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
         "remove_error_median_ms": 1e3 * float(np.median(lat_e)) if lat_e else None,
         "remove_error_p99_ms": 1e3 * float(np.percentile(lat_e, 99)) if lat_e else None,
         "kkt_residual": mem.kkt_residual(), "resolves": mem.n_resolves,
-        # solver events (segments of the solution path) per removal: what a removal costs
-        "events_per_margin_removal": float(np.mean(events["margin"])),
-        "events_per_error_removal": float(np.mean(events["error"])) if events["error"] else None,
+        # solver events (set changes and the token's exit) and passes over the margin
+        # block (path segments and active-set steps) per removal: what a removal costs
+        "events_per_margin_removal": float(np.mean([e for e, _ in events["margin"]])),
+        "events_per_error_removal": (float(np.mean([e for e, _ in events["error"]]))
+                                     if events["error"] else None),
+        "passes_per_margin_removal": float(np.mean([p for _, p in events["margin"]])),
+        "passes_per_error_removal": (float(np.mean([p for _, p in events["error"]]))
+                                     if events["error"] else None),
+        "removals_by_active_set_step": mem._n_jumps,
+        "active_set_steps_left_to_the_path": mem._n_jump_fallbacks,
         # the trade standby columns make: removal latency against add-back (upkeep) time
         "add_back_median_ms": 1e3 * float(np.median(lat["add"])),
         "no_standby_remove_margin_median_ms": _ms_median(lat["plain_margin"]),
@@ -232,10 +241,15 @@ def main(argv: list[str] | None = None) -> int:
             f"| {_fmt(r['max_alpha_dev_vs_oracle'], '.1e')} | {r['kkt_residual']:.1e} "
             f"| {r['remove_margin_numpy_median_ms']:.3f} ({r['compiled_vs_numpy']:.1f}×) |"
         )
-    print("\nsolver events (segments of the solution path) per removal, mean margin / error:")
+    print("\nper removal, mean margin / error: solver events (set changes and the token's "
+          "exit); passes over the margin block (path segments and active-set steps):")
     for r in rows:
-        print(f"  {r['stream']:9s} n={r['n']:6d}: {r['events_per_margin_removal']:.2f} / "
-              f"{_fmt(r['events_per_error_removal'], '.2f')}")
+        print(f"  {r['stream']:9s} n={r['n']:6d}: events {r['events_per_margin_removal']:.2f} / "
+              f"{_fmt(r['events_per_error_removal'], '.2f')}; passes "
+              f"{r['passes_per_margin_removal']:.2f} / "
+              f"{_fmt(r['passes_per_error_removal'], '.2f')}; finished by an active-set step "
+              f"{r['removals_by_active_set_step']} (steps left to the path "
+              f"{r['active_set_steps_left_to_the_path']})")
     print("\nstandby columns (kernel columns of the 16 reserve tokens nearest the boundary,"
           " refreshed after adds)\nagainst the same memory without them, in the same rounds "
           "(ms):")

@@ -502,6 +502,7 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
 
 # ------------------------------------------------------------ active-set jumps
 _JUMP_ROOM = 16  # how many more margin tokens than now a step may hold
+_JUMP_COLUMNS = 2  # kernel columns the steps of one removal may compute
 # The solution path applies one event per pass over the margin block. From the
 # end point of the first segment, a primal-dual active-set step instead moves
 # every token that violates its condition there at once, and is checked by a
@@ -656,6 +657,7 @@ def _try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, c
     g_cur = g_end
     passes = 0
     changes = 0
+    new_columns = 0
     while True:
         # the tokens that violate their condition at the current point
         n_leave = 0
@@ -680,6 +682,12 @@ def _try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, c
         if n_leave == 0 and n_enter == 0:
             return passes, (nT if passes else -1), changes, chi
         if passes >= max_jumps or nT - n_leave + n_enter > room:
+            return passes, -1, changes, chi
+        # each entering token without a column costs a pass over every key: a step
+        # that needs many is a poor guess (the path computes only those it meets)
+        for q in range(n_enter):
+            new_columns += cos[enter[q]] < 0
+        if new_columns > _JUMP_COLUMNS:
             return passes, -1, changes, chi
         changes += n_leave + n_enter
         # move them: leaving tokens (descending positions keep the rest in place)
