@@ -48,6 +48,20 @@ def test_json_round_trip(memory_and_data):
     assert again == cert
 
 
+def test_a_removal_issues_an_ordinary_frozen_certificate(memory_and_data):
+    # removals build certificates without the dataclass __init__ (a hot path)
+    mem, X, V = memory_and_data
+    cert = mem.remove(5)
+    fields = dataclasses.asdict(cert)
+    assert cert == DeletionCertificate(**fields) and hash(cert.to_json())
+    assert set(vars(cert)) == {f.name for f in dataclasses.fields(DeletionCertificate)}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        cert.n_events = 0
+    assert cert.version == DeletionCertificate.version
+    assert cert.issued_at.endswith("+00:00") and len(cert.issued_at) == 25
+    assert cert.matches_token(X[5], V[5])
+
+
 @pytest.mark.parametrize(
     "edit, match",
     [

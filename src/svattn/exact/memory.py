@@ -574,7 +574,7 @@ class SVDDMemory:
         commitment = commit_token(salt, self._X[slot], self._V[slot])
         events = self._remove_slot(slot)
         after, kkt, unique, digest = self._certificate_facts()
-        cert = DeletionCertificate(
+        cert = DeletionCertificate._issue(
             removed_id=int(token_id),
             commitment=commitment,
             salt=salt.hex(),
