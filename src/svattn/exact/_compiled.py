@@ -497,7 +497,10 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
 
 # remove_segments' counters: out[...] indices
 (SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM,
- SEG_PASSES, SEG_JUMPED) = range(8)
+ SEG_PASSES, SEG_JUMPED, SEG_MARGIN, SEG_ERROR, SEG_RESERVE, SEG_UNIQUE, SEG_SUPPORT,
+ SEG_CHI) = range(14)
+# the float outputs of a finished removal: KKT residual, cond1, inverse residual
+FACT_KKT, FACT_COND, FACT_INV_RES = range(3)
 
 
 # ------------------------------------------------------------ active-set jumps
@@ -752,8 +755,84 @@ def _try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, c
 
 
 @njit(cache=True)
+def _finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member, state,
+                    slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts, sup_ids,
+                    sup_values):
+    """What a finished removal reports, computed where its arrays are in cache:
+    the KKT residual, set sizes, ties and uniqueness, the support in id order
+    with its alphas and mu (the digest's input), the health measure of the
+    bordered inverse; then ``c``'s array entries are wiped (it left the error
+    sum at the start). Equal to :func:`kkt_residual`, :func:`certificate_facts`
+    and :func:`bordered_health` (the references). Returns chi.
+    """
+    tie = 1e-9 * scale
+    total = 0.0
+    amin = 0.0
+    amax = 0.0
+    worst = 0.0
+    nm = ne = nr = n_tied = 0
+    for i in range(hi):
+        if i == c:
+            continue  # wiped below (alpha 0, no set)
+        a = alpha[i]
+        total += a
+        amin = min(amin, a)
+        amax = max(amax, a)
+        st = state[i]
+        gi = g[i]
+        if st == MARGIN:
+            v = abs(gi)
+            nm += 1
+        elif st == ERROR:
+            v = gi
+            ne += 1
+            n_tied += abs(gi) <= tie
+        elif st == RESERVE:
+            v = -gi
+            nr += 1
+            n_tied += abs(gi) <= tie
+        else:
+            v = 0.0 * gi
+        size = max(2.0 * diag[i] + gi - mu + abs(mu), 1.0)
+        worst = max(worst, v / size)
+    facts[FACT_KKT] = max(abs(total - 1.0), -amin, amax - C, worst)
+    out[SEG_MARGIN] = nm
+    out[SEG_ERROR] = ne
+    out[SEG_RESERVE] = nr
+    if n_tied:
+        out[SEG_UNIQUE] = -1  # the caller runs the general check with the keys
+    elif nS <= 1:
+        out[SEG_UNIQUE] = 1
+    else:
+        out[SEG_UNIQUE] = 1 if positive_definite(KSS[:nS, :nS], 1e-10) else 0
+    # the support: margin and error tokens, all of them cached columns
+    n = 0
+    slots = np.empty(chi, dtype=np.int64)
+    for col in range(chi):
+        sl = soc[col]
+        if sl >= 0 and sl != c and alpha[sl] > 0:
+            slots[n] = sl
+            sup_ids[n] = slot_id[sl]
+            n += 1
+    order = np.argsort(sup_ids[:n], kind="mergesort")
+    for k in range(n):
+        sl = slots[order[k]]
+        sup_values[k] = alpha[sl]
+        sup_ids[k] = slot_id[sl]
+    sup_values[n] = mu
+    out[SEG_SUPPORT] = n
+    cond, res = bordered_health(Qb, KSS, nS)
+    facts[FACT_COND] = cond
+    facts[FACT_INV_RES] = res
+    chi, _ = wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
+                              state, c, chi, hi, True)
+    out[SEG_CHI] = chi
+    return chi
+
+
+@njit(cache=True)
 def _commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, member, nS, chi,
-                 hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, kkt, KSS):
+                 hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, KSS):
     """Apply a converged active-set step to the memory: margin exits and entries
     through the helpers the path uses (in that order), then the step's alpha,
     mu and exact g. Returns ``(status, nS, chi, mu)``."""
@@ -796,14 +875,13 @@ def _commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, 
     mu = xt[0]
     _gather_margin_gram_into(KC, soc, nS, KSS)  # the certificate's K_SS, in margin order
     out[SEG_GRAM] = max(out[SEG_GRAM], nS)
-    kkt[0] = kkt_residual(g, alpha, state, diag, mu, C, hi)
     return DONE, nS, chi, mu
 
 
 @njit(cache=True)
-def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, esum, member,
-                    rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments, max_jumps,
-                    scale, g_end, out, kkt, KSS):
+def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
+                    member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments,
+                    max_jumps, scale, g_end, out, facts, sup_ids, sup_values, KSS):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -819,9 +897,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
     :func:`drive_events` applies it) and the next segment starts.
 
     First syncs ``esum`` to the error set without c (:func:`error_sum_sync` with
-    ``rebuild``; its result goes to ``out[SEG_SYNC]``). On DONE, ``kkt[0]`` is
-    the KKT residual of the final state (:func:`kkt_residual`) and ``KSS`` its
-    margin Gram block; ``out[SEG_GRAM]`` is the largest block written. Returns
+    ``rebuild``; its result goes to ``out[SEG_SYNC]``). On DONE, ``c`` is wiped
+    and the certificate's facts are in ``facts``, ``out[SEG_MARGIN:]``,
+    ``sup_ids`` and ``sup_values`` (:func:`_finish_removal`); ``KSS`` holds the
+    final margin Gram block and ``out[SEG_GRAM]`` the largest block written. Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
@@ -917,8 +996,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
             if nT > 0:
                 status, nS, chi, mu = _commit_jump(
                     KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, member, nS,
-                    chi, hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, kkt,
-                    KSS)
+                    chi, hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, KSS)
                 out[SEG_EVENTS] += changes  # with the segment: every set change and c's exit
                 out[SEG_JUMPED] = 1
                 break
@@ -930,7 +1008,6 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
             alpha[c] = 0.0
             for i in range(hi):
                 g[i] = g_end[i]
-            kkt[0] = kkt_residual(g, alpha, state, diag, mu, C, hi)
             break
         # move to the event: alpha, mu and g of the non-margin rows linearly
         for j in range(nS):
@@ -965,6 +1042,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv, e
                 break
             nS += 1
             out[SEG_LAST_ENTERED] = who
+    if status == DONE:
+        chi = _finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
+                              state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
+                              sup_ids, sup_values)
     return status, nS, chi, mu, _bordered_out(Qb, nS)
 
 

@@ -88,6 +88,9 @@ class HealthMonitor:
         if nS == 0 or mem.warm:
             return 0.0, 0.0
         Qinv = mem._Qinv
+        pre = mem._health_after
+        if pre is not None and pre[0] is Qinv:  # measured by the removal's last pass
+            return pre[1], pre[2]
         if mem._compiled:
             cond, res = bordered_health(Qinv, mem._margin_gram(), nS)
             return float(cond), float(res)

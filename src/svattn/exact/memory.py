@@ -220,6 +220,9 @@ class SVDDMemory:
         self._kss_ext = 0
         self._set_hash = 0  # sum of per-token hashes mod 2^256 (a multiset hash)
         self._kkt_after: float | None = None  # see _certificate_facts
+        self._facts_after: tuple | None = None  # (sizes, unique, ids, values), idem
+        # (Qinv, cond1, inverse residual) a removal measured for its final Qinv
+        self._health_after: tuple | None = None
         # standby columns (see _refresh_standby): chosen for the solution as it was
         # when _standby_theta, the largest g among them, was taken
         self._standby_stale = True
@@ -437,6 +440,11 @@ class SVDDMemory:
             self._esum_updates += 1
         elif change < 0:
             self._esum_valid = False
+        self._forget_slot(slot)
+
+    def _forget_slot(self, slot: int) -> None:
+        """The bookkeeping half of a wipe (the arrays are wiped already): the token
+        leaves the id map, the set hash and the count; its slot becomes free."""
         self._set_hash = (self._set_hash - int(self._token_hash[slot])) % _DIGEST_MOD
         self._token_hash[slot] = 0
         del self._id_to_slot[int(self._slot_id[slot])]
@@ -641,6 +649,7 @@ class SVDDMemory:
     def _after_op(self, op: str, **info) -> None:
         """Numerical health check, then the audit record (see health.py, audit.py)."""
         events = self._health.check(self)
+        self._health_after = None
         self._release_margin_gram()
         if self._audit is not None:
             self._audit.record(self, op, events=events, **info)
@@ -839,6 +848,11 @@ class SVDDMemory:
         own exact-g check already computed (``_kkt_after``, set only there).
         """
         kkt, self._kkt_after = self._kkt_after, None
+        pre, self._facts_after = self._facts_after, None
+        if pre is not None:  # the removal's own final pass found them
+            sizes, unique, ids, values = pre
+            return (sizes, float(kkt), self.unique_optimum() if unique < 0 else bool(unique),
+                    self._digest(ids, values))
         if not self._compiled or self._n == 0 or self.warm:
             return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
         g = self._fresh_g()
@@ -1167,15 +1181,19 @@ class SVDDMemory:
         self._g_valid = False
         hi = self._hi
         g_end = np.empty(hi)
-        out = np.array([0, 0, -1, -1, 0, 0, 0, 0], dtype=np.int64)
-        kkt = np.zeros(1)
+        out = np.zeros(_SEG_OUT, dtype=np.int64)
+        out[_compiled.SEG_LAST_LEFT] = out[_compiled.SEG_LAST_ENTERED] = -1
+        facts = np.zeros(3)
+        sup_ids = np.empty(self._ccap, dtype=np.int64)
+        sup_values = np.empty(self._ccap + 1)
         # the error sum is synced first, without c: its share of the end state is 0
         status, nS, chi, mu, Qinv = _compiled.remove_segments(
             self._KC, self._XC, self._ac, self._slot_of_col, self._col_of_slot, self._X,
-            self._xn2, self._diag, self._alpha, self._g, self._state, self._Qinv, self._esum,
-            self._esum_member, self._error_sum_rebuild_due, self._nS, self._chi, hi, self._mu,
-            self.C, self._gamma_val, self.kernel == "rbf", c, self._max_segments,
-            self._max_jumps, self._scale, g_end, out, kkt, self._gram_buffer())
+            self._V, self._xn2, self._diag, self._alpha, self._g, self._state, self._slot_id,
+            self._Qinv, self._esum, self._esum_member, self._error_sum_rebuild_due, self._nS,
+            self._chi, hi, self._mu, self.C, self._gamma_val, self.kernel == "rbf", c,
+            self._max_segments, self._max_jumps, self._scale, g_end, out, facts, sup_ids,
+            sup_values, self._gram_buffer())
         self._n_block_passes += int(out[_compiled.SEG_PASSES])
         jumped = int(out[_compiled.SEG_JUMPED])
         self._n_jumps += jumped > 0
@@ -1193,9 +1211,18 @@ class SVDDMemory:
         self._g_valid = True  # g at the end of the last segment is the exact g
         self._ops_since_exact_g = 0
         self._kss_for = self._Qinv  # the last segment solved the final margin set
-        self._wipe_slot(c)  # c is no member of the error sum now: g stays exact
-        if kkt[0] <= 0.1 * self.tol:
-            self._kkt_after = float(kkt[0])
+        # c's arrays are wiped (it left the error sum first: g stays exact)
+        self._forget_slot(c)
+        kkt = float(facts[_compiled.FACT_KKT])
+        if kkt <= 0.1 * self.tol:
+            self._kkt_after = kkt
+            n = int(out[_compiled.SEG_SUPPORT])
+            self._facts_after = (
+                {"margin": int(out[_compiled.SEG_MARGIN]), "error": int(out[_compiled.SEG_ERROR]),
+                 "reserve": int(out[_compiled.SEG_RESERVE])},
+                int(out[_compiled.SEG_UNIQUE]), sup_ids[:n], sup_values[: n + 1])
+            self._health_after = (self._Qinv, float(facts[_compiled.FACT_COND]),
+                                  float(facts[_compiled.FACT_INV_RES]))
         else:  # the general finish: polish, refactorize, re-solve
             self._finish_op(exact_g=True)
         return True, out
@@ -1675,6 +1702,7 @@ class SVDDMemory:
             self._polish()
 
 
+_SEG_OUT = 14  # length of remove_segments' integer output (see its SEG_* indices)
 _MAX_NORM2 = 1e300  # ‖x‖² bound: sums of three such terms stay finite in float64
 
 
