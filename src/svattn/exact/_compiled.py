@@ -880,8 +880,9 @@ def _commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, 
 
 @njit(cache=True)
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
-                    member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, max_segments,
-                    max_jumps, scale, g_end, out, facts, sup_ids, sup_values, KSS):
+                    member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
+                    max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
+                    KSS):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -896,8 +897,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     second pass. Otherwise the first event on the line is applied (as
     :func:`drive_events` applies it) and the next segment starts.
 
-    First syncs ``esum`` to the error set without c (:func:`error_sum_sync` with
-    ``rebuild``; its result goes to ``out[SEG_SYNC]``). On DONE, ``c`` is wiped
+    A margin token ``c`` leaves the margin set first (``contract_col``, its cache
+    column; -1 for an error token). Then ``esum`` is synced to the error set
+    without c (:func:`error_sum_sync` with ``rebuild``; its result goes to
+    ``out[SEG_SYNC]``). On DONE, ``c`` is wiped
     and the certificate's facts are in ``facts``, ``out[SEG_MARGIN:]``,
     ``sup_ids`` and ``sup_values`` (:func:`_finish_removal`); ``KSS`` holds the
     final margin Gram block and ``out[SEG_GRAM]`` the largest block written. Returns
@@ -916,6 +919,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     """
     ccap = KC.shape[1]
     Qb = _bordered_work(Qinv, nS, ccap)
+    if contract_col >= 0:  # c is a margin token: it leaves the margin set first
+        nS = _contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
     x = np.empty(ccap + 1)
     out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
@@ -992,6 +997,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             passes, nT, changes, chi = _try_jumps(
                 KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, chi, hi, C,
                 gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try)
+            g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             if nT > 0:
                 status, nS, chi, mu = _commit_jump(
@@ -1042,6 +1048,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                 break
             nS += 1
             out[SEG_LAST_ENTERED] = who
+    g_end[c] = 0.0  # the one entry that c's key makes (freed memory keeps no key data)
     if status == DONE:
         chi = _finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,

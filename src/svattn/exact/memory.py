@@ -1138,11 +1138,13 @@ class SVDDMemory:
             if not self._nS:
                 self._canonical_mu()
             return 0
-        if st == MARGIN:
+        fused = self._compiled  # the segment loop contracts a margin token itself
+        if st == MARGIN and not fused:
             self._contract(int(self._col_of_slot[slot]))
         self._state[slot] = DRIVEN
         try:
-            finished, seed = self._remove_by_segments(slot) if self._compiled else (False, None)
+            finished, seed = (self._remove_by_segments(slot, contract=st == MARGIN) if fused
+                              else (False, None))
             if finished:
                 events = int(seed[_compiled.SEG_EVENTS])
             else:  # the event loop takes it from here (or from the start)
@@ -1169,9 +1171,10 @@ class SVDDMemory:
     # (_compiled._try_jumps; 0: the solution path alone; tests vary it).
     _max_jumps = 2
 
-    def _remove_by_segments(self, c: int) -> tuple[bool, np.ndarray]:
+    def _remove_by_segments(self, c: int, *, contract: bool) -> tuple[bool, np.ndarray]:
         """Remove driven token ``c`` with :func:`_compiled.remove_segments` (one pass
-        over the margin block per segment, the last one giving the exact g).
+        over the margin block per segment, the last one giving the exact g); with
+        ``contract``, ``c`` is a margin token that leaves the margin set first.
 
         Returns ``(finished, out)``: finished, the removal is done (``c`` wiped, KKT
         checked); otherwise the event loop must go on from the state reached.
@@ -1192,8 +1195,8 @@ class SVDDMemory:
             self._V, self._xn2, self._diag, self._alpha, self._g, self._state, self._slot_id,
             self._Qinv, self._esum, self._esum_member, self._error_sum_rebuild_due, self._nS,
             self._chi, hi, self._mu, self.C, self._gamma_val, self.kernel == "rbf", c,
-            self._max_segments, self._max_jumps, self._scale, g_end, out, facts, sup_ids,
-            sup_values, self._gram_buffer())
+            int(self._col_of_slot[c]) if contract else -1, self._max_segments, self._max_jumps,
+            self._scale, g_end, out, facts, sup_ids, sup_values, self._gram_buffer())
         self._n_block_passes += int(out[_compiled.SEG_PASSES])
         jumped = int(out[_compiled.SEG_JUMPED])
         self._n_jumps += jumped > 0
@@ -1202,7 +1205,7 @@ class SVDDMemory:
         self._kss_ext = max(self._kss_ext, int(out[_compiled.SEG_GRAM]))
         self._error_sum_synced(int(out[_compiled.SEG_SYNC]))
         self._esum_updates += int(out[_compiled.SEG_ESUM_UPDATES])
-        _scrub(g_end)
+        # (g_end holds g values of live tokens; c's own entry was zeroed)
         if status == _compiled.NEED_RESOLVE:
             raise _NeedResolve
         if status == _compiled.FALLBACK:
