@@ -794,7 +794,8 @@ def _finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, membe
         else:
             v = 0.0 * gi
         size = max(2.0 * diag[i] + gi - mu + abs(mu), 1.0)
-        worst = max(worst, v / size)
+        if v > worst * size:  # a division only for a new worst row (size >= 1)
+            worst = v / size
     facts[FACT_KKT] = max(abs(total - 1.0), -amin, amax - C, worst)
     out[SEG_MARGIN] = nm
     out[SEG_ERROR] = ne
@@ -1175,7 +1176,8 @@ def kkt_residual(g, alpha, state, diag, mu, C, hi):
         else:
             v = 0.0 * gi
         size = max(2.0 * diag[i] + gi - mu + abs(mu), 1.0)
-        worst = max(worst, v / size)
+        if v > worst * size:  # a division only for a new worst row (size >= 1)
+            worst = v / size
     return max(abs(total - 1.0), -amin, amax - C, worst)
 
 
@@ -1395,7 +1397,7 @@ def wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, memb
         X[slot, j] = 0.0
     for j in range(V.shape[1]):
         V[slot, j] = 0.0
-    for j in range(KC.shape[1]):
+    for j in range(chi):  # columns past chi are free, and freed columns are zeroed
         KC[slot, j] = 0.0
     xn2[slot] = 0.0
     diag[slot] = 0.0
