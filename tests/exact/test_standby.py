@@ -101,12 +101,16 @@ def test_standby_changes_nothing_but_the_cache():
     _assert_columns_exact(cached)
 
 
+def _memory(seed: int, C: float, standby: int, compiled: bool, n: int) -> SVDDMemory:
+    mem = SVDDMemory(C, standby=standby)
+    mem._compiled = compiled
+    mem.extend(np.random.default_rng(seed).normal(size=(n, 3)))
+    return mem
+
+
 @pytest.mark.parametrize("compiled", [True, False])
 def test_a_full_cache_evicts_a_standby_column_never_a_support_column(compiled):
-    rng = np.random.default_rng(3)
-    mem = SVDDMemory(0.2, standby=4)
-    mem._compiled = compiled
-    mem.extend(rng.normal(size=(40, 3)))
+    mem = _memory(3, 0.2, 4, compiled, 40)
 
     def uncached_reserve() -> list[int]:
         return [int(s) for s in np.flatnonzero(mem._state[: mem._hi] == RESERVE)
@@ -130,10 +134,7 @@ def test_a_full_cache_evicts_a_standby_column_never_a_support_column(compiled):
 
 @pytest.mark.parametrize("compiled", [True, False])
 def test_removing_a_standby_token_leaves_no_trace_in_the_cache(compiled):
-    rng = np.random.default_rng(4)
-    mem = SVDDMemory(0.05, standby=8)
-    mem._compiled = compiled
-    mem.extend(rng.normal(size=(100, 3)))
+    mem = _memory(4, 0.05, 8, compiled, 100)
     slot = _standby_slots(mem)[0]
     col = int(mem._col_of_slot[slot])
     tid = int(mem._slot_id[slot])

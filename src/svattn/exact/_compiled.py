@@ -35,6 +35,12 @@ from svattn.exact._states import ERROR, FREE, MARGIN, RESERVE
 DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN, FALLBACK = 0, 1, 2, 3, 4
 # loop[...] indices
 EVENTS, ZERO_STEPS, LAST_LEFT, LAST_ENTERED = 0, 1, 2, 3
+# remove_segments' integer outputs: out[...] indices
+(SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM,
+ SEG_PASSES, SEG_JUMPED, SEG_MARGIN, SEG_ERROR, SEG_RESERVE, SEG_UNIQUE, SEG_SUPPORT,
+ SEG_CHI) = range(14)
+# the float outputs of a finished removal: KKT residual, cond1, inverse residual
+FACT_KKT, FACT_COND, FACT_INV_RES = range(3)
 
 _RATE_TOL = 1e-13
 # Reassociation lets LLVM vectorize the dot products (a rounding-level change);
@@ -227,44 +233,52 @@ def _expand(Qb, KC, XC, ac, soc, cos, diag, k, nS, hi, scale):
         Qb[1, 0] = 1.0
         Qb[1, 1] = 0.0
     else:
-        m = nS + 1
-        u = np.empty(m)
+        u = np.empty(nS + 1)
         u[0] = 1.0
         for j in range(nS):
             u[j + 1] = 2.0 * KC[soc[j], col_k]
-        w = np.empty(m)
-        _matvec_lead(Qb, u, m, w, 1.0)
-        uw = 0.0
-        for i in range(m):
-            uw += u[i] * w[i]
-        schur = 2.0 * diag[k] - uw
-        if schur <= 1e-10 * scale:
+        if not _qb_append(Qb, u, nS, diag[k], scale):
             return False
-        for i in range(m):
-            wi = w[i] / schur
-            for j in range(m):
-                Qb[i, j] += wi * w[j]
-            Qb[i, m] = -wi
-            Qb[m, i] = -wi
-        Qb[m, m] = 1.0 / schur
     _swap_cols(KC, XC, ac, soc, cos, hi, col_k, nS)
     return True
 
 
 @njit(cache=True)
-def _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
-    """Remove the margin token in column ``p`` from the bordered inverse; return nS."""
-    last = nS - 1
-    if last == 0:
-        return 0
+def _qb_append(Qb, u, n, d_k, scale):
+    """Border the inverse of ``n`` margin tokens with one more, whose column of Q is
+    ``u = [1, 2 K(S, k)]`` and diagonal ``2 d_k`` (a Schur-complement update);
+    False, and ``Qb`` untouched, when the complement is below ``1e-10·scale``."""
+    m = n + 1
+    w = np.empty(m)
+    _matvec_lead(Qb, u, m, w, 1.0)
+    uw = 0.0
+    for i in range(m):
+        uw += u[i] * w[i]
+    schur = 2.0 * d_k - uw
+    if schur <= 1e-10 * scale:
+        return False
+    for i in range(m):
+        wi = w[i] / schur
+        for j in range(m):
+            Qb[i, j] += wi * w[j]
+        Qb[i, m] = -wi
+        Qb[m, i] = -wi
+    Qb[m, m] = 1.0 / schur
+    return True
+
+
+@njit(cache=True)
+def _qb_drop(Qb, p, n):
+    """Drop margin position ``p`` from the inverse of ``n`` tokens (``n`` >= 2): its
+    row and column move last, then a rank-one downdate. Returns ``n - 1``."""
+    last = n - 1
     if p != last:
-        _swap_cols(KC, XC, ac, soc, cos, hi, p, last)
         a, b = p + 1, last + 1
-        for j in range(nS + 1):
+        for j in range(n + 1):
             t = Qb[a, j]
             Qb[a, j] = Qb[b, j]
             Qb[b, j] = t
-        for i in range(nS + 1):
+        for i in range(n + 1):
             t = Qb[i, a]
             Qb[i, a] = Qb[i, b]
             Qb[i, b] = t
@@ -275,6 +289,15 @@ def _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
         for j in range(m):
             Qb[i, j] -= qi * Qb[m, j]
     return last
+
+
+@njit(cache=True)
+def _contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
+    """Remove the margin token in column ``p`` from the bordered inverse; return nS."""
+    if nS == 1:
+        return 0
+    _swap_cols(KC, XC, ac, soc, cos, hi, p, nS - 1)
+    return _qb_drop(Qb, p, nS)
 
 
 @njit(cache=True)
@@ -306,6 +329,32 @@ def _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who, n
                          gamma, is_rbf)
     state[who] = MARGIN
     return _expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale), chi
+
+
+@njit(cache=True)
+def _leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who, to_error, nS, chi,
+                    hi, C, out):
+    """:func:`_leave_margin` for the segment loop and active-set steps: the error
+    sum follows its set (counted in ``out[SEG_ESUM_UPDATES]``)."""
+    nS, chi = _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi, hi, C)
+    if to_error:
+        _add_column(KC, cos[who], 1.0, hi, esum)
+        member[who] = True
+        out[SEG_ESUM_UPDATES] += 1
+    return nS, chi
+
+
+@njit(cache=True)
+def _join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, esum, member, who,
+                   nS, chi, hi, gamma, is_rbf, scale, out):
+    """:func:`_join_margin` for the segment loop and active-set steps: an error
+    token leaves the error sum first."""
+    if member[who]:
+        _add_column(KC, cos[who], -1.0, hi, esum)
+        member[who] = False
+        out[SEG_ESUM_UPDATES] += 1
+    return _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who, nS, chi,
+                        hi, gamma, is_rbf, scale)
 
 
 @njit(cache=True)
@@ -494,15 +543,6 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
     return status, nS, chi, mu, _bordered_out(Qb, nS)
 
 
-
-# remove_segments' counters: out[...] indices
-(SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM,
- SEG_PASSES, SEG_JUMPED, SEG_MARGIN, SEG_ERROR, SEG_RESERVE, SEG_UNIQUE, SEG_SUPPORT,
- SEG_CHI) = range(14)
-# the float outputs of a finished removal: KKT residual, cond1, inverse residual
-FACT_KKT, FACT_COND, FACT_INV_RES = range(3)
-
-
 # ------------------------------------------------------------ active-set jumps
 _JUMP_ROOM = 16  # how many more margin tokens than now a step may hold
 _JUMP_COLUMNS = 2  # kernel columns the steps of one removal may compute
@@ -520,29 +560,12 @@ _JUMP_COLUMNS = 2  # kernel columns the steps of one removal may compute
 def _t_contract(Qt, tord, p, nT):
     """Drop position ``p`` from the tentative margin order and bordered inverse
     (``_contract`` without moving cache columns); return the new size."""
-    last = nT - 1
-    if last == 0:
+    if nT == 1:
         return 0
-    if p != last:
-        t = tord[p]
-        tord[p] = tord[last]
-        tord[last] = t
-        a, b = p + 1, last + 1
-        for j in range(nT + 1):
-            t2 = Qt[a, j]
-            Qt[a, j] = Qt[b, j]
-            Qt[b, j] = t2
-        for i in range(nT + 1):
-            t2 = Qt[i, a]
-            Qt[i, a] = Qt[i, b]
-            Qt[i, b] = t2
-    m = last + 1
-    piv = Qt[m, m]
-    for i in range(m):
-        qi = Qt[i, m] / piv
-        for j in range(m):
-            Qt[i, j] -= qi * Qt[m, j]
-    return last
+    t = tord[p]
+    tord[p] = tord[nT - 1]
+    tord[nT - 1] = t
+    return _qb_drop(Qt, p, nT)
 
 
 @njit(cache=True)
@@ -552,27 +575,12 @@ def _t_expand(Qt, tord, KC, cos, diag, k, nT, scale):
     set is empty or Q would turn singular."""
     if nT == 0:
         return False
-    m = nT + 1
-    col_k = cos[k]
-    u = np.empty(m)
+    u = np.empty(nT + 1)
     u[0] = 1.0
     for j in range(nT):
-        u[j + 1] = 2.0 * KC[tord[j], col_k]
-    w = np.empty(m)
-    _matvec_lead(Qt, u, m, w, 1.0)
-    uw = 0.0
-    for i in range(m):
-        uw += u[i] * w[i]
-    schur = 2.0 * diag[k] - uw
-    if schur <= 1e-10 * scale:
+        u[j + 1] = 2.0 * KC[tord[j], cos[k]]
+    if not _qb_append(Qt, u, nT, diag[k], scale):
         return False
-    for i in range(m):
-        wi = w[i] / schur
-        for j in range(m):
-            Qt[i, j] += wi * w[j]
-        Qt[i, m] = -wi
-        Qt[m, i] = -wi
-    Qt[m, m] = 1.0 / schur
     tord[nT] = k
     return True
 
@@ -602,21 +610,7 @@ def _t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE
         for j in range(nT):
             KTT[i, j] = KC[s, cos[tord[j]]]
     _matvec_lead(Qt, rhs, m, xt, 1.0)
-    res = np.empty(m)
-    dx = np.empty(m)
-    for _ in range(2):
-        acc = 0.0
-        for j in range(nT):
-            acc += xt[j + 1]
-        res[0] = rhs[0] - acc
-        for i in range(nT):
-            r = rhs[i + 1] - xt[0]
-            for j in range(nT):
-                r -= KTT[i, j] * (2.0 * xt[j + 1])
-            res[i + 1] = r
-        _matvec_lead(Qt, res, m, dx, 1.0)
-        for i in range(m):
-            xt[i] += dx[i]
+    _refine(Qt, KTT, rhs, xt, nT)
 
 
 @njit(cache=True)
@@ -765,38 +759,9 @@ def _finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, membe
     sum at the start). Equal to :func:`kkt_residual`, :func:`certificate_facts`
     and :func:`bordered_health` (the references). Returns chi.
     """
-    tie = 1e-9 * scale
-    total = 0.0
-    amin = 0.0
-    amax = 0.0
-    worst = 0.0
-    nm = ne = nr = n_tied = 0
-    for i in range(hi):
-        if i == c:
-            continue  # wiped below (alpha 0, no set)
-        a = alpha[i]
-        total += a
-        amin = min(amin, a)
-        amax = max(amax, a)
-        st = state[i]
-        gi = g[i]
-        if st == MARGIN:
-            v = abs(gi)
-            nm += 1
-        elif st == ERROR:
-            v = gi
-            ne += 1
-            n_tied += abs(gi) <= tie
-        elif st == RESERVE:
-            v = -gi
-            nr += 1
-            n_tied += abs(gi) <= tie
-        else:
-            v = 0.0 * gi
-        size = max(2.0 * diag[i] + gi - mu + abs(mu), 1.0)
-        if v > worst * size:  # a division only for a new worst row (size >= 1)
-            worst = v / size
-    facts[FACT_KKT] = max(abs(total - 1.0), -amin, amax - C, worst)
+    # c is skipped: wiped below (alpha 0, no set)
+    facts[FACT_KKT], nm, ne, nr, n_tied = _kkt_pass(g, alpha, state, diag, mu, C, hi, c,
+                                                   1e-9 * scale)
     out[SEG_MARGIN] = nm
     out[SEG_ERROR] = ne
     out[SEG_RESERVE] = nr
@@ -845,23 +810,14 @@ def _commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, 
             n_leave += 1
     for q in range(n_leave):
         who = leavers[q]
-        to_error = tstate[who] == ERROR
-        nS, chi = _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi,
-                                hi, C)
-        if to_error:  # the error sum follows its set
-            _add_column(KC, cos[who], 1.0, hi, esum)
-            member[who] = True
-            out[SEG_ESUM_UPDATES] += 1
+        nS, chi = _leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
+                                  tstate[who] == ERROR, nS, chi, hi, C, out)
     for i in range(nT):
         who = tord[i]
         if state[who] == MARGIN:
             continue
-        if member[who]:  # an error token leaves the error sum
-            _add_column(KC, cos[who], -1.0, hi, esum)
-            member[who] = False
-            out[SEG_ESUM_UPDATES] += 1
-        ok, chi = _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who,
-                               nS, chi, hi, gamma, is_rbf, scale)
+        ok, chi = _join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, esum,
+                                 member, who, nS, chi, hi, gamma, is_rbf, scale, out)
         if not ok:
             return NEED_RESOLVE, nS, chi, xt[0]
         nS += 1
@@ -1030,20 +986,12 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         out[SEG_LAST_LEFT] = -1
         out[SEG_LAST_ENTERED] = -1
         if kind == 3 or kind == 4:
-            nS, chi = _leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, kind == 4, nS,
-                                    chi, hi, C)
+            nS, chi = _leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
+                                      kind == 4, nS, chi, hi, C, out)
             out[SEG_LAST_LEFT] = who
-            if kind == 4:  # the error sum follows its set
-                _add_column(KC, cos[who], 1.0, hi, esum)
-                member[who] = True
-                out[SEG_ESUM_UPDATES] += 1
         else:
-            if member[who]:  # an error token leaves the error sum
-                _add_column(KC, cos[who], -1.0, hi, esum)
-                member[who] = False
-                out[SEG_ESUM_UPDATES] += 1
-            ok, chi = _join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who,
-                                   nS, chi, hi, gamma, is_rbf, scale)
+            ok, chi = _join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state,
+                                     esum, member, who, nS, chi, hi, gamma, is_rbf, scale, out)
             if not ok:
                 status = NEED_RESOLVE
                 break
@@ -1091,22 +1039,30 @@ def _solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
         rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
     _matvec_lead(Qinv, rhs, m, x, 1.0)
     _gather_margin_gram_into(KC, soc, nS, KSS)
+    _refine(Qinv, KSS, rhs, x, nS)
+    return nE
+
+
+@njit(cache=True, fastmath=_VEC)
+def _refine(Qinv, K, rhs, x, n):
+    """Two steps of iterative refinement of ``x = Qinv rhs`` against
+    ``Q = [[0, 1^T], [1, 2 K]]`` (``K`` the Gram block of the ``n`` margin tokens)."""
+    m = n + 1
     res = np.empty(m)
     dx = np.empty(m)
-    for _ in range(2):  # iterative refinement against Q = [[0, 1^T], [1, 2 K_SS]]
+    for _ in range(2):
         acc = 0.0
-        for j in range(nS):
+        for j in range(n):
             acc += x[j + 1]
         res[0] = rhs[0] - acc
-        for i in range(nS):
+        for i in range(n):
             r = rhs[i + 1] - x[0]
-            for j in range(nS):
-                r -= KSS[i, j] * (2.0 * x[j + 1])
+            for j in range(n):
+                r -= K[i, j] * (2.0 * x[j + 1])
             res[i + 1] = r
         _matvec_lead(Qinv, res, m, dx, 1.0)
         for i in range(m):
             x[i] += dx[i]
-    return nE
 
 
 @njit(cache=True)
@@ -1156,11 +1112,22 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, K
 @njit(cache=True)
 def kkt_residual(g, alpha, state, diag, mu, C, hi):
     """:meth:`SVDDMemory._kkt` compiled (same definition, one pass)."""
+    return _kkt_pass(g, alpha, state, diag, mu, C, hi, -1, -1.0)[0]
+
+
+@njit(cache=True)
+def _kkt_pass(g, alpha, state, diag, mu, C, hi, skip, tie):
+    """The KKT residual over the used slots but ``skip``, with the set sizes and
+    the error and reserve tokens tied at ``|g| <= tie``, in one pass: returns
+    ``(residual, margin, error, reserve, tied)``."""
     total = 0.0
     amin = 0.0
     amax = 0.0
     worst = 0.0
+    nm = ne = nr = n_tied = 0
     for i in range(hi):
+        if i == skip:
+            continue
         a = alpha[i]
         total += a
         amin = min(amin, a)
@@ -1169,16 +1136,21 @@ def kkt_residual(g, alpha, state, diag, mu, C, hi):
         gi = g[i]
         if st == MARGIN:
             v = abs(gi)
+            nm += 1
         elif st == ERROR:
             v = gi
+            ne += 1
+            n_tied += abs(gi) <= tie
         elif st == RESERVE:
             v = -gi
+            nr += 1
+            n_tied += abs(gi) <= tie
         else:
             v = 0.0 * gi
         size = max(2.0 * diag[i] + gi - mu + abs(mu), 1.0)
         if v > worst * size:  # a division only for a new worst row (size >= 1)
             worst = v / size
-    return max(abs(total - 1.0), -amin, amax - C, worst)
+    return max(abs(total - 1.0), -amin, amax - C, worst), nm, ne, nr, n_tied
 
 
 @njit(cache=True, fastmath=_VEC)
@@ -1332,7 +1304,6 @@ def count_states(state, hi):
         ne += st == ERROR
         nr += st == RESERVE
     return nm, ne, nr
-
 
 
 @njit(cache=True)
