@@ -90,3 +90,31 @@ def test_removal_in_warm_up_leaves_no_bytes(tmp_path):
     mem.save(path)
     blobs = _memory_bytes(mem) + [("saved file", path.read_bytes())]
     assert not _scan(blobs, {2: [X[2]]})
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch, compiled):
+    # the event loop keeps the driven token's kernel column in a temporary; on a
+    # removal it is the deleted token's data, so it is zeroed before it is freed
+    import svattn.exact.memory as memory_module
+
+    rng = np.random.default_rng(2)
+    mem = SVDDMemory(0.03)
+    mem._compiled = compiled
+    mem._max_segments = 0  # the compiled removal hands the whole drive to the event loop
+    mem.extend(rng.normal(size=(120, 4)))
+    tid = mem.partition()["error"][0]
+    slot = mem._id_to_slot[tid]
+    column = mem._KC[: mem._hi, mem._col_of_slot[slot]].copy()
+    scrubbed = []
+    real = memory_module._scrub
+
+    def spy(a):
+        scrubbed.append(a.copy())
+        real(a)
+        assert not a.any()
+
+    monkeypatch.setattr(memory_module, "_scrub", spy)
+    cert = mem.remove(tid)
+    assert cert.n_events >= 1
+    assert any(np.array_equal(a, column) for a in scrubbed), "the column copy was not zeroed"

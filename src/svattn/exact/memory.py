@@ -1244,6 +1244,15 @@ class SVDDMemory:
             done = int(seed[_compiled.SEG_EVENTS])
             loop[_compiled.LAST_LEFT] = seed[_compiled.SEG_LAST_LEFT]
             loop[_compiled.LAST_ENTERED] = seed[_compiled.SEG_LAST_ENTERED]
+        try:
+            return self._drive_loop(c, direction, k_c, sgn, loop, done)
+        finally:  # a removed token's kernel column must not stay in freed memory
+            _scrub(k_c)
+
+    def _drive_loop(self, c: int, direction: int, k_c: np.ndarray, sgn: np.ndarray,
+                    loop: np.ndarray, done: int) -> int:
+        """:meth:`_drive`'s calls into the compiled event loop, until the drive ends."""
+        hi = self._hi
         max_events = 20 * self._n + 200
         scale = self._scale
         is_rbf = self.kernel == "rbf"
@@ -1286,124 +1295,128 @@ class SVDDMemory:
         # c's kernel column, contiguous for the whole drive
         k_c = self._KC[:hi, int(self._col_of_slot[c])].copy()
         sk2 = (2.0 * s) * k_c  # direction-signed, for rho below
-        rho = np.empty(hi)
-        ratio = np.empty(hi)
-        bad = np.empty(hi, dtype=bool)
-        ratio_buf = np.empty(hi)
-        # +1 on error tokens (they enter the margin when g rises to 0), −1 on
-        # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
-        st0 = self._state[:hi]
-        sgn = (st0 == ERROR).astype(np.float64) - (st0 == RESERVE)
-        # one errstate for the loop: 0/0 and x/0 in the ratio tests are expected
-        with np.errstate(divide="ignore", invalid="ignore"):
-            while True:
-                events += 1
-                if events > max_events or zero_steps > 2 * self._nS + 20:
-                    raise _NeedResolve
-                nS = self._nS
-                if nS == 0:
-                    done, who = self._mu_move(c, direction)
-                    if done:
+        try:
+            rho = np.empty(hi)
+            ratio = np.empty(hi)
+            bad = np.empty(hi, dtype=bool)
+            ratio_buf = np.empty(hi)
+            # +1 on error tokens (they enter the margin when g rises to 0), −1 on
+            # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
+            st0 = self._state[:hi]
+            sgn = (st0 == ERROR).astype(np.float64) - (st0 == RESERVE)
+            # one errstate for the loop: 0/0 and x/0 in the ratio tests are expected
+            with np.errstate(divide="ignore", invalid="ignore"):
+                while True:
+                    events += 1
+                    if events > max_events or zero_steps > 2 * self._nS + 20:
+                        raise _NeedResolve
+                    nS = self._nS
+                    if nS == 0:
+                        done, who = self._mu_move(c, direction)
+                        if done:
+                            return events
+                        sgn[who] = 0.0
+                        last_entered = who
+                        continue
+                    S = self._slot_of_col[:nS]
+                    u = np.empty(nS + 1)
+                    u[0] = 1.0
+                    u[1:] = 2.0 * k_c[S]
+                    beta = -(self._Qinv @ u)
+                    # rho_i = d g_i / dt for every token (0 on the margin), with t = |d alpha_c|:
+                    # 2 (K_iS beta_S + k_ic) + beta_mu, times the direction
+                    np.add(self._KC[:hi, :nS] @ ((2.0 * s) * beta[1:]), sk2, out=rho)
+                    rho += s * beta[0]
+                    # --- candidate steps (t >= 0 is |d alpha_c|)
+                    if direction > 0:
+                        best_t, kind, who = C - a[c], "c_error", -1
+                        if rho[c] > rate_tol * scale:
+                            t = max(-g[c], 0.0) / rho[c]
+                            if t <= best_t:
+                                best_t, kind = t, "c_margin"
+                    else:
+                        best_t, kind, who = a[c], "c_out", -1
+                    # a margin coefficient moving down reaches 0, one moving up reaches C
+                    r = beta[1:] * s
+                    aS = a[S]
+                    down = r < 0
+                    t_m = np.where(down, aS, C - aS)
+                    np.maximum(t_m, 0.0, out=t_m)
+                    absr = np.abs(r)
+                    t_m /= absr
+                    t_m[absr <= rate_tol] = np.inf
+                    if last_entered >= 0:  # no zero-length exit for the token that just entered
+                        p = int(self._col_of_slot[last_entered])
+                        if 0 <= p < nS and t_m[p] == 0.0:
+                            t_m[p] = np.inf
+                    j = int(np.argmin(t_m))
+                    if t_m[j] < best_t:
+                        best_t, who = float(t_m[j]), int(S[j])
+                        kind = "m_reserve" if down[j] else "m_error"
+                    # an error token moves towards g = 0 when rho > 0, a reserve one when
+                    # rho < 0; it gets there at t = −g/rho, i.e. the largest ratio g/rho <= 0
+                    rho[S] = 0.0
+                    np.divide(g[:hi], rho, out=ratio)
+                    np.multiply(rho, sgn, out=ratio_buf)
+                    np.less_equal(ratio_buf, gtol, out=bad)
+                    ratio[bad] = -np.inf
+                    if last_left >= 0 and ratio[last_left] >= 0.0:
+                        ratio[last_left] = -np.inf
+                    i = int(np.argmax(ratio))
+                    t_i = max(-float(ratio[i]), 0.0)
+                    if t_i < best_t:
+                        best_t, kind, who = t_i, "enter", i
+                    if not math.isfinite(best_t):
+                        raise _NeedResolve
+                    t = best_t
+                    zero_steps = zero_steps + 1 if t == 0.0 else 0
+                    # --- move everything linearly
+                    a[c] += s * t
+                    a[S] += r * t
+                    self._ac[:nS] = a[S]
+                    self._mu += beta[0] * s * t
+                    rho *= t
+                    g[:hi] += rho
+                    last_left = last_entered = -1
+                    # --- apply the event
+                    if kind == "c_margin":
+                        g[c] = 0.0
+                        self._state[c] = MARGIN
+                        self._ac[self._col_of_slot[c]] = a[c]
+                        self._expand(c)
                         return events
-                    sgn[who] = 0.0
-                    last_entered = who
-                    continue
-                S = self._slot_of_col[:nS]
-                u = np.empty(nS + 1)
-                u[0] = 1.0
-                u[1:] = 2.0 * k_c[S]
-                beta = -(self._Qinv @ u)
-                # rho_i = d g_i / dt for every token (0 on the margin), with t = |d alpha_c|:
-                # 2 (K_iS beta_S + k_ic) + beta_mu, times the direction
-                np.add(self._KC[:hi, :nS] @ ((2.0 * s) * beta[1:]), sk2, out=rho)
-                rho += s * beta[0]
-                # --- candidate steps (t >= 0 is |d alpha_c|)
-                if direction > 0:
-                    best_t, kind, who = C - a[c], "c_error", -1
-                    if rho[c] > rate_tol * scale:
-                        t = max(-g[c], 0.0) / rho[c]
-                        if t <= best_t:
-                            best_t, kind = t, "c_margin"
-                else:
-                    best_t, kind, who = a[c], "c_out", -1
-                # a margin coefficient moving down reaches 0, one moving up reaches C
-                r = beta[1:] * s
-                aS = a[S]
-                down = r < 0
-                t_m = np.where(down, aS, C - aS)
-                np.maximum(t_m, 0.0, out=t_m)
-                absr = np.abs(r)
-                t_m /= absr
-                t_m[absr <= rate_tol] = np.inf
-                if last_entered >= 0:  # no zero-length exit for the token that just entered
-                    p = int(self._col_of_slot[last_entered])
-                    if 0 <= p < nS and t_m[p] == 0.0:
-                        t_m[p] = np.inf
-                j = int(np.argmin(t_m))
-                if t_m[j] < best_t:
-                    best_t, who = float(t_m[j]), int(S[j])
-                    kind = "m_reserve" if down[j] else "m_error"
-                # an error token moves towards g = 0 when rho > 0, a reserve one when
-                # rho < 0; it gets there at t = −g/rho, i.e. the largest ratio g/rho <= 0
-                rho[S] = 0.0
-                np.divide(g[:hi], rho, out=ratio)
-                np.multiply(rho, sgn, out=ratio_buf)
-                np.less_equal(ratio_buf, gtol, out=bad)
-                ratio[bad] = -np.inf
-                if last_left >= 0 and ratio[last_left] >= 0.0:
-                    ratio[last_left] = -np.inf
-                i = int(np.argmax(ratio))
-                t_i = max(-float(ratio[i]), 0.0)
-                if t_i < best_t:
-                    best_t, kind, who = t_i, "enter", i
-                if not math.isfinite(best_t):
-                    raise _NeedResolve
-                t = best_t
-                zero_steps = zero_steps + 1 if t == 0.0 else 0
-                # --- move everything linearly
-                a[c] += s * t
-                a[S] += r * t
-                self._ac[:nS] = a[S]
-                self._mu += beta[0] * s * t
-                rho *= t
-                g[:hi] += rho
-                last_left = last_entered = -1
-                # --- apply the event
-                if kind == "c_margin":
-                    g[c] = 0.0
-                    self._state[c] = MARGIN
-                    self._ac[self._col_of_slot[c]] = a[c]
-                    self._expand(c)
-                    return events
-                if kind == "c_error":
-                    a[c] = C
-                    self._state[c] = ERROR
-                    return events
-                if kind == "c_out":
-                    a[c] = 0.0
-                    return events
-                if kind == "m_reserve":
-                    a[who] = 0.0
-                    self._contract(int(self._col_of_slot[who]))
-                    self._state[who] = RESERVE
-                    sgn[who] = -1.0
-                    self._free_col(who)
-                    last_left = who
-                elif kind == "m_error":
-                    a[who] = C
-                    self._contract(int(self._col_of_slot[who]))
-                    self._state[who] = ERROR
-                    self._ac[self._col_of_slot[who]] = C
-                    sgn[who] = 1.0
-                    last_left = who
-                else:  # an error or reserve token reaches g = 0 and joins the margin
-                    g[who] = 0.0
-                    if self._col_of_slot[who] < 0:  # a standby token has its column
-                        self._alloc_col(who)
-                    self._state[who] = MARGIN
-                    self._expand(who)
-                    sgn[who] = 0.0
-                    last_entered = who
+                    if kind == "c_error":
+                        a[c] = C
+                        self._state[c] = ERROR
+                        return events
+                    if kind == "c_out":
+                        a[c] = 0.0
+                        return events
+                    if kind == "m_reserve":
+                        a[who] = 0.0
+                        self._contract(int(self._col_of_slot[who]))
+                        self._state[who] = RESERVE
+                        sgn[who] = -1.0
+                        self._free_col(who)
+                        last_left = who
+                    elif kind == "m_error":
+                        a[who] = C
+                        self._contract(int(self._col_of_slot[who]))
+                        self._state[who] = ERROR
+                        self._ac[self._col_of_slot[who]] = C
+                        sgn[who] = 1.0
+                        last_left = who
+                    else:  # an error or reserve token reaches g = 0 and joins the margin
+                        g[who] = 0.0
+                        if self._col_of_slot[who] < 0:  # a standby token has its column
+                            self._alloc_col(who)
+                        self._state[who] = MARGIN
+                        self._expand(who)
+                        sgn[who] = 0.0
+                        last_entered = who
+        finally:  # a removed token's kernel column must not stay in freed memory
+            _scrub(k_c)
+            _scrub(sk2)
 
     def _mu_move(self, c: int, direction: int) -> tuple[bool, int]:
         """Empty margin set: only mu moves. Return (drive done, token that joined)."""
