@@ -719,12 +719,12 @@ def _try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, c
                             err_in[z] = err_in[n_in]
                             break
             if cos[s] < 0:
-                room = chi < ccap
+                free = chi < ccap
                 for col in range(nS, chi):
                     if soc[col] < 0:
-                        room = True
+                        free = True
                         break
-                if not room:
+                if not free:  # no hole and no room: never evict for a guess
                     return passes, -1, changes, chi
                 chi = _alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, s, nS, chi,
                                  hi, gamma, is_rbf)
