@@ -352,3 +352,24 @@ def test_lm_reports_the_softmax_headroom_over_the_matched_window(tmp_path: Path)
     assert any("+5.0% (1 seed, no interval) at 1,000 tokens (rope)" in n for n in result.notes)
     # the paper's comparison stays SV vs sliding
     assert result.metrics["paired_gaps_3M"] == {"rope/1000": [pytest.approx(-0.05)]}
+
+
+def test_lm_pairs_runs_only_within_one_context_length(tmp_path: Path) -> None:
+    """A T = 1024 run is never the matched baseline of a T = 256 run (same tokens, seed
+    and positions); each context gets its own cell, labelled when it is not 256."""
+    def rec(mixer, val, ctx):
+        return {"mixer": mixer, "params": 3222784, "tokens_seen": 1000, "seed": 0,
+                "val_bpc": val, "positions": "rope", "eval_context": ctx}
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "lm.json").write_text(json.dumps([
+        rec("sliding", 2.00, 256), rec("hybrid_sv", 2.10, 256),
+        rec("sliding", 1.90, 1024), rec("hybrid_sv", 1.80, 1024),
+        rec("softmax", 1.70, 1024),
+    ]))
+    result = lm.run(_ctx(tmp_path, tmp_path))
+    gaps = result.metrics["paired_gaps_3M"]
+    assert gaps["rope/1000"] == [pytest.approx(-0.05)]
+    assert gaps["rope, T = 1024/1000"] == [pytest.approx(0.1 / 1.9)]
+    assert result.metrics["softmax_over_sliding_3M"] == {
+        "rope, T = 1024/1000": [pytest.approx(0.2 / 1.9)]}

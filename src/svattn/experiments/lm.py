@@ -150,8 +150,17 @@ def _positions(r: dict) -> str:
     return pos if isinstance(pos, str) and pos else "none"
 
 
+def _setting(r: dict) -> str:
+    """What a run's BPC may be paired across: its positions (``_positions``), plus its
+    context length when that is not the paper's T = 256 (``"rope, T = 1024"``)."""
+    ctx = r.get("eval_context")
+    pos = _positions(r)
+    return pos if ctx in (None, 256) else f"{pos}, T = {int(ctx)}"
+
+
 def _pos_label(pos: str) -> str:
-    return "NoPE" if pos == "none" else pos
+    head, _, tail = pos.partition(", ")
+    return ("NoPE" if head == "none" else head) + (f", {tail}" if tail else "")
 
 
 def _variant(r: dict) -> str:
@@ -162,15 +171,15 @@ def _variant(r: dict) -> str:
 
 
 def _cells_3m(data: Any, arm_of) -> list[tuple[tuple[str, int, int], dict[str, float]]]:
-    """Validation BPC of 3M runs by (positions, tokens seen, seed), then by arm
-    (``arm_of(record, mixer)``; None leaves a run out), sorted by cell."""
+    """Validation BPC of 3M runs by (setting: positions and context, tokens seen, seed),
+    then by arm (``arm_of(record, mixer)``; None leaves a run out), sorted by cell."""
     cells: dict[tuple[str, int, int], dict[str, float]] = {}
     for r in data if isinstance(data, list) else []:
         if not isinstance(r, dict) or r.get("val_bpc") is None or r.get("tokens_seen") is None:
             continue
         arm = arm_of(r, str(r.get("mixer", "")))
         if arm is not None and (r.get("params") or 0) < 6_000_000:
-            key = (_positions(r), int(r["tokens_seen"]), int(r.get("seed", 0)))
+            key = (_setting(r), int(r["tokens_seen"]), int(r.get("seed", 0)))
             cells.setdefault(key, {})[arm] = float(r["val_bpc"])
     return sorted(cells.items())
 
@@ -327,8 +336,9 @@ def run(ctx: Context) -> ExperimentResult:
              "Positions: without a positional encoding (NoPE) a sliding window sees the keys "
              "inside a full window as an unordered set, while the hybrid's chunk-local "
              "softmax still orders them by the causal mask, so NoPE comparisons favour the "
-             "hybrid. Runs are paired only with runs of the same positions setting; the "
-             "comparison verdict follows the largest token budget.",
+             "hybrid. Runs are paired only with runs of the same positions setting and "
+             "context length (T = 256 unless a cell says otherwise); the comparison verdict "
+             "follows the largest token budget (at equal budgets, the last setting listed).",
              "Variants: runs whose record names a `variant` (e.g. `lookback32`, where the "
              "local path also sees the 32 keys before its chunk, with the SV budget cut so the "
              "state still equals the W = 128 window) are not the paper's layer. The paper's "
