@@ -37,8 +37,9 @@ DONE, NEED_RESOLVE, NEED_COLUMNS, EMPTY_MARGIN, FALLBACK = 0, 1, 2, 3, 4
 EVENTS, ZERO_STEPS, LAST_LEFT, LAST_ENTERED = 0, 1, 2, 3
 # remove_segments' integer outputs: out[...] indices
 (SEG_EVENTS, SEG_ESUM_UPDATES, SEG_LAST_LEFT, SEG_LAST_ENTERED, SEG_SYNC, SEG_GRAM,
- SEG_PASSES, SEG_JUMPED, SEG_MARGIN, SEG_ERROR, SEG_RESERVE, SEG_UNIQUE, SEG_SUPPORT,
- SEG_CHI) = range(14)
+ SEG_PASSES, SEG_JUMPED, SEG_MARGIN, SEG_ERROR, SEG_RESERVE, SEG_UNIQUE,
+ SEG_SUPPORT) = range(13)
+SEG_OUT = SEG_SUPPORT + 1  # the output's length
 # the float outputs of a finished removal: KKT residual, cond1, inverse residual
 FACT_KKT, FACT_COND, FACT_INV_RES = range(3)
 
@@ -792,7 +793,6 @@ def _finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, membe
     facts[FACT_INV_RES] = res
     chi, _ = wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, c, chi, hi, True)
-    out[SEG_CHI] = chi
     return chi
 
 

@@ -1184,7 +1184,7 @@ class SVDDMemory:
         self._g_valid = False
         hi = self._hi
         g_end = np.empty(hi)
-        out = np.zeros(_SEG_OUT, dtype=np.int64)
+        out = np.zeros(_compiled.SEG_OUT, dtype=np.int64)
         out[_compiled.SEG_LAST_LEFT] = out[_compiled.SEG_LAST_ENTERED] = -1
         facts = np.zeros(3)
         sup_ids = np.empty(self._ccap, dtype=np.int64)
@@ -1718,7 +1718,6 @@ class SVDDMemory:
             self._polish()
 
 
-_SEG_OUT = 14  # length of remove_segments' integer output (see its SEG_* indices)
 _MAX_NORM2 = 1e300  # ‖x‖² bound: sums of three such terms stay finite in float64
 
 
