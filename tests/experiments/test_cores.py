@@ -373,3 +373,6 @@ def test_lm_pairs_runs_only_within_one_context_length(tmp_path: Path) -> None:
     assert gaps["rope, T = 1024/1000"] == [pytest.approx(0.1 / 1.9)]
     assert result.metrics["softmax_over_sliding_3M"] == {
         "rope, T = 1024/1000": [pytest.approx(0.2 / 1.9)]}
+    # the detail table says which rows are T = 1024
+    rows = [line for line in result.tables[0].splitlines() if line.startswith("| [")]
+    assert [("T = 1024" in row) for row in rows] == [False, False, True, True, True]

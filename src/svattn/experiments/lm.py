@@ -105,9 +105,9 @@ def _runs_table(runs: list[Run]) -> str:
         return format(v, spec) if isinstance(v, int | float) else "—"
 
     return markdown_table(
-        ["run", "positions", "seed", "tokens seen", "params", "val BPC", "test BPC",
-         "train tokens/s"],
-        [[r.name, _positions(r.record), num(r, "seed", "d"), num(r, "tokens_seen", ",d"),
+        ["run", "positions (context, if not T = 256)", "seed", "tokens seen", "params",
+         "val BPC", "test BPC", "train tokens/s"],
+        [[r.name, _pos_label(_setting(r.record)), num(r, "seed", "d"), num(r, "tokens_seen", ",d"),
           "—" if r.params is None else f"{r.params / 1e6:.2f}M",
           num(r, "val_bpc", ".3f"), "—" if r.bpc is None else f"{r.bpc:.3f}",
           "—" if r.tokens_per_s is None else f"{r.tokens_per_s:,.0f}"] for r in runs])
