@@ -11,6 +11,7 @@ weights loses, not a comparison with a model trained without it).
 
     python scripts/ablate_hybrid_gate.py runs/rope3500_hybrid_sv/ckpt.pt \\
         runs/rope3500_hybrid_sv_lookback/ckpt.pt --out results/lm_gate_ablation.json
+    python scripts/ablate_hybrid_gate.py runs/t1024s600_hybrid_sv_lookback/ckpt.pt --append
 """
 
 from __future__ import annotations
@@ -34,8 +35,12 @@ def gates(model: torch.nn.Module) -> list[list[float]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = checkpoint_eval_parser(__doc__.splitlines()[0], "ckpt.pt files of hybrid_sv runs",
-                                  "results/lm_gate_ablation.json").parse_args(argv)
+    parser = checkpoint_eval_parser(__doc__.splitlines()[0], "ckpt.pt files of hybrid_sv runs",
+                                    "results/lm_gate_ablation.json")
+    parser.add_argument("--append", action="store_true",
+                        help="keep the records already in --out (a checkpoint measured again "
+                             "replaces its old record)")
+    args = parser.parse_args(argv)
     apply_threads(args)
     records = []
     for path in args.checkpoints:
@@ -64,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{row['as_trained']['bpc']:.4f} as trained, "
               f"{row['global_off']['bpc']:.4f} with the SV path off "
               f"({row['bpc_added_by_global_off']:+.4f})", flush=True)
+    if args.append and args.out.exists():
+        fresh = {r["checkpoint"] for r in records}
+        kept = [r for r in json.loads(args.out.read_text()) if r["checkpoint"] not in fresh]
+        records = kept + records
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(records, indent=1) + "\n")
     print(f"wrote {args.out}")

@@ -304,9 +304,15 @@ def test_lm_report_shows_the_gate_ablation_when_saved(tmp_path: Path) -> None:
         {"checkpoint": "runs/a/ckpt.pt", "step": 3500, "seed": 0, "split": "val",
          "mixer_options": {"lookback": 32}, "gates": [[0.1, 0.3], [0.2, 0.2]],
          "as_trained": {"bpc": 2.16}, "global_off": {"bpc": 2.17},
-         "bpc_added_by_global_off": 0.01}]))
+         "bpc_added_by_global_off": 0.01},
+        {"checkpoint": "runs/b/ckpt.pt", "step": 600, "seed": 0, "split": "val",
+         "context": 1024, "mixer_options": {}, "gates": [[0.5]],
+         "as_trained": {"bpc": 2.8}, "global_off": {"bpc": 2.9},
+         "bpc_added_by_global_off": 0.1}]))
     table = lm.run(_ctx(tmp_path, tmp_path)).tables[1]
-    assert "| lookback32 | 0.200 | 2.1600 | 2.1700 | +0.0100 |" in table
+    assert "| runs/a/ckpt.pt (seed 0, step 3500) | lookback32 | 0.200 | 2.1600 | 2.1700 | "\
+        "+0.0100 |" in table
+    assert "| runs/b/ckpt.pt (seed 0, step 600, T = 1024) | paper | 0.500 |" in table
 
 
 # ---------------------------------------------------------------------- common

@@ -47,7 +47,9 @@ def test_resume_equals_unbroken_run(tmp_path, mixer):
 
 
 def test_final_eval_reports_bpc(tmp_path):
-    res = train(tiny_config(tmp_path, steps=3, final_eval=True, eval_max_bytes=300))
+    # eval_every = 3 would also fire at the last step: the final evaluation replaces it
+    res = train(tiny_config(tmp_path, steps=3, final_eval=True, eval_max_bytes=300,
+                            eval_every=3, eval_batches=1, eval_batch_size=2))
     evals = read_log(tmp_path, "eval")
     assert [e["split"] for e in evals] == ["val", "test"]
     assert all(e["bytes"] == 300 and e["context"] == 32 and e["partial"] for e in evals)

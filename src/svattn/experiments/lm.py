@@ -381,7 +381,9 @@ def _gate_ablation_table(ctx: Context) -> str | None:
     for r in records:
         gates = [x for layer in r["gates"] for x in layer]
         lookback = (r.get("mixer_options") or {}).get("lookback", 0)
-        rows.append([f"{r['checkpoint']} (seed {r.get('seed', '?')}, step {r['step']})",
+        context = r.get("context", 256)
+        rows.append([f"{r['checkpoint']} (seed {r.get('seed', '?')}, step {r['step']}"
+                     + (f", T = {context})" if context != 256 else ")"),
                      f"lookback{lookback}" if lookback else "paper",
                      f"{sum(gates) / len(gates):.3f}", f"{r['as_trained']['bpc']:.4f}",
                      f"{r['global_off']['bpc']:.4f}", f"{r['bpc_added_by_global_off']:+.4f}"])

@@ -506,7 +506,9 @@ def train(
                 "train", step=step, loss=loss_val, lr=sched.get_last_lr()[0],
                 tokens_seen=tokens_seen, tokens_per_s=tps, step_seconds=dt,
             )  # fmt: skip
-        if cfg.eval_every and step % cfg.eval_every == 0:
+        # the final evaluation below supersedes a periodic one at the last step
+        final_next = cfg.final_eval and step >= cfg.steps
+        if cfg.eval_every and step % cfg.eval_every == 0 and not final_next:
             lo, hi = ds.span("val", cfg.eval_batches * cfg.eval_batch_size * T)
             quick = evaluate_bpc(
                 model, ds.data, lo, hi, context=T, batch_size=cfg.eval_batch_size,
