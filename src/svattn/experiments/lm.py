@@ -353,6 +353,10 @@ def run(ctx: Context) -> ExperimentResult:
                      "by " + "; ".join(texts) + ". That is about the most any memory of this "
                      "context can add over the window at this scale (the paper's hybrid claims "
                      "8.6%).")
+    notes.append("Train tokens/s in the detail table are as each run logged them, on a shared "
+                 "2-core machine whose speed varied between sessions (the T = 1024 sliding "
+                 "run: 3,057 tokens/s in one session, 1,185 in another); compare speeds only "
+                 "within one benchmark run (the throughput report).")
     tables = [_runs_table(runs)]
     ablation = _gate_ablation_table(ctx)
     if ablation is not None:
