@@ -382,3 +382,22 @@ def test_lm_pairs_runs_only_within_one_context_length(tmp_path: Path) -> None:
     # the detail table says which rows are T = 1024
     rows = [line for line in result.tables[0].splitlines() if line.startswith("| [")]
     assert [("T = 1024" in row) for row in rows] == [False, False, True, True, True]
+
+
+def test_lm_notes_the_spread_of_logged_speeds(tmp_path: Path) -> None:
+    """Runs of one mixer and setting that logged different tokens/s get a caveat naming
+    the largest ratio; a run of another setting is not compared with them."""
+    def rec(mixer, tps, ctx=256):
+        return {"mixer": mixer, "params": 3222784, "tokens_seen": 1000, "seed": 0,
+                "val_bpc": 2.0, "positions": "rope", "eval_context": ctx,
+                "train_tokens_per_s": tps}
+
+    (tmp_path / "results").mkdir()
+    path = tmp_path / "results" / "lm.json"
+    path.write_text(json.dumps([rec("sliding", 1000.0), rec("hybrid_sv", 500.0),
+                                rec("sliding", 9000.0, ctx=1024)]))
+    assert not any("apart" in n for n in lm.run(_ctx(tmp_path, tmp_path)).notes)
+    path.write_text(json.dumps([rec("sliding", 1000.0), rec("hybrid_sv", 500.0),
+                                rec("sliding", 2500.0), rec("sliding", 9000.0, ctx=1024)]))
+    (note,) = [n for n in lm.run(_ctx(tmp_path, tmp_path)).notes if "apart" in n]
+    assert "up to 2.5× apart" in note

@@ -150,12 +150,15 @@ def _positions(r: dict) -> str:
     return pos if isinstance(pos, str) and pos else "none"
 
 
+def _context_suffix(context: Any) -> str:
+    """``", T = 1024"`` for a context other than the paper's T = 256; ``""`` otherwise."""
+    return "" if context in (None, 256) else f", T = {int(context)}"
+
+
 def _setting(r: dict) -> str:
     """What a run's BPC may be paired across: its positions (``_positions``), plus its
     context length when that is not the paper's T = 256 (``"rope, T = 1024"``)."""
-    ctx = r.get("eval_context")
-    pos = _positions(r)
-    return pos if ctx in (None, 256) else f"{pos}, T = {int(ctx)}"
+    return _positions(r) + _context_suffix(r.get("eval_context"))
 
 
 def _pos_label(pos: str) -> str:
@@ -353,10 +356,13 @@ def run(ctx: Context) -> ExperimentResult:
                      "by " + "; ".join(texts) + ". That is about the most any memory of this "
                      "context can add over the window at this scale (the paper's hybrid claims "
                      "8.6%).")
-    notes.append("Train tokens/s in the detail table are as each run logged them, on a shared "
-                 "2-core machine whose speed varied between sessions (the T = 1024 sliding "
-                 "run: 3,057 tokens/s in one session, 1,185 in another); compare speeds only "
-                 "within one benchmark run (the throughput report).")
+    spread = _logged_speed_spread(runs)
+    if spread > 1.0:
+        notes.append("Train tokens/s in the detail table are as each run logged them, on a "
+                     f"shared 2-core machine: runs of one mixer and setting logged up to "
+                     f"{spread:.1f}× apart (machine speed varied between sessions, and short "
+                     "runs carry their start-up costs); compare speeds only within one "
+                     "benchmark run (the throughput report).")
     tables = [_runs_table(runs)]
     ablation = _gate_ablation_table(ctx)
     if ablation is not None:
@@ -373,6 +379,17 @@ def run(ctx: Context) -> ExperimentResult:
     )
 
 
+def _logged_speed_spread(runs: list[Run]) -> float:
+    """Largest max/min ratio of logged train tokens/s among runs of one mixer, variant,
+    setting and batch shape (the same model trained at different times); 1.0 if none."""
+    groups: dict[tuple, list[float]] = {}
+    for r in runs:
+        if r.tokens_per_s and r.record.get("tokens_seen") is not None:
+            key = (r.record.get("mixer"), _variant(r.record), _setting(r.record), r.size)
+            groups.setdefault(key, []).append(r.tokens_per_s)
+    return max((max(v) / min(v) for v in groups.values()), default=1.0)
+
+
 def _gate_ablation_table(ctx: Context) -> str | None:
     """The gate-ablation rows, when ``results/lm_gate_ablation.json`` exists."""
     if ctx.repo_root is None:
@@ -385,9 +402,8 @@ def _gate_ablation_table(ctx: Context) -> str | None:
     for r in records:
         gates = [x for layer in r["gates"] for x in layer]
         lookback = (r.get("mixer_options") or {}).get("lookback", 0)
-        context = r.get("context", 256)
         rows.append([f"{r['checkpoint']} (seed {r.get('seed', '?')}, step {r['step']}"
-                     + (f", T = {context})" if context != 256 else ")"),
+                     f"{_context_suffix(r.get('context'))})",
                      f"lookback{lookback}" if lookback else "paper",
                      f"{sum(gates) / len(gates):.3f}", f"{r['as_trained']['bpc']:.4f}",
                      f"{r['global_off']['bpc']:.4f}", f"{r['bpc_added_by_global_off']:+.4f}"])
