@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from svattn.nn import sv_attention_state
+from svattn.nn import SolverOptions, sv_attention_state
 
 
 def keys(kind: str, B: int, H: int, T: int, D: int, seed: int) -> torch.Tensor:
@@ -48,8 +48,8 @@ def main() -> None:
                 continue
             t0 = time.perf_counter()
             o, a, p, info = sv_attention_state(
-                q.to(dt), k.to(dt), v.to(dt), C=args.C, ridge=r, ridge_steps=st,
-                max_iter=it, refine=rf,
+                q.to(dt), k.to(dt), v.to(dt), C=args.C,
+                solver=SolverOptions(ridge=r, ridge_steps=st, max_iter=it, refine=rf),
             )  # fmt: skip
             dt_s = time.perf_counter() - t0
             agree = ((p.margin == p_ex.margin) & (p.error == p_ex.error)).double().mean()

@@ -22,7 +22,7 @@ import torch
 from _eval_args import apply_threads, checkpoint_eval_parser
 
 from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval
-from svattn.nn.hybrid import HybridSVAttention
+from svattn.mixers.hybrid import HybridSVAttention
 
 # sigmoid(-60) underflows float32 to ~1e-26: the global path's weight is 0 to rounding
 _OFF = -60.0

@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 MODULES = [
-    "svattn.nn.hybrid",
+    "svattn.mixers.hybrid",
     "svattn.lm.model",
     "svattn.lm.configs",
     "svattn.lm.train",

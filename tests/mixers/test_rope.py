@@ -10,9 +10,8 @@ import pytest
 import torch
 
 from svattn.lm import CharLM, CharLMConfig
-from svattn.mixers import MIXERS
+from svattn.mixers import MIXERS, HybridSVAttention
 from svattn.mixers.rope import ROPE_BASE, apply_rotary, apply_rotary_qk
-from svattn.nn import HybridSVAttention
 
 
 def rotary_reference(x: torch.Tensor, offset: int = 0) -> torch.Tensor:

@@ -35,6 +35,8 @@ PRESETS: dict[str, CharLMConfig] = {
 # Training solver as DESIGN.md §4 states it: 20 FISTA iterations, the active set
 # read off the iterate, one ridged margin solve (no repair rounds, no ridge
 # refinement: both cost several factorizations and their backward passes).
+# The solver fields stay flat keywords of HybridSVAttention (not a SolverOptions):
+# mixer_options is saved as JSON in configs, logs and checkpoints.
 HYBRID_DEFAULTS = {
     "chunk": 64,
     "C": 1.0 / 16,

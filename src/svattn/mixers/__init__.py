@@ -10,13 +10,14 @@ name           class                                            state_size(T)
 ``sliding``    :class:`~svattn.mixers.softmax.SlidingWindowAttention`  2·min(W, T)·D
 ``deltanet``   :class:`~svattn.mixers.recurrent.DeltaNetMixer`   H·Dh²
 ``linear``     :class:`~svattn.mixers.recurrent.LinearAttentionMixer`  H·Dh² + H·Dh
+``hybrid_sv``  :class:`~svattn.mixers.hybrid.HybridSVAttention`  2·T·D ("full"),
+                                                                2·min(T, budget + L)·D
+                                                                ("support")
 =============  ===============================================  ===================
 
-The hybrid SV mixer ``hybrid_sv``, :class:`~svattn.nn.hybrid.HybridSVAttention`
-(DESIGN.md §5), lives
-with the torch SV layer in :mod:`svattn.nn` and registers itself here when
-imported (importing this package imports it): 2·T·D ("full" policy) or
-2·min(T, budget + L)·D ("support").
+The hybrid SV mixer (DESIGN.md §5) builds its memory with
+:func:`svattn.nn.attention.sv_attention_state`; :mod:`svattn.nn` does not
+import this package, so the import runs one way only (mixers → nn).
 
 Positions: ``softmax``, ``sliding`` and ``hybrid_sv`` take ``rope=True``
 (rotary positions, :mod:`svattn.mixers.rope`; the hybrid rotates its local
@@ -27,6 +28,7 @@ its window.
 from torch import nn
 
 from svattn.mixers.base import SequenceMixer
+from svattn.mixers.hybrid import HybridSVAttention
 from svattn.mixers.recurrent import DeltaNetMixer, LinearAttentionMixer
 from svattn.mixers.softmax import (
     SlidingWindowAttention,
@@ -39,14 +41,13 @@ MIXERS: dict[str, type[nn.Module]] = {
     "sliding": SlidingWindowAttention,
     "deltanet": DeltaNetMixer,
     "linear": LinearAttentionMixer,
+    "hybrid_sv": HybridSVAttention,
 }
-# "hybrid_sv": svattn.nn.hybrid adds itself to MIXERS (it subclasses SoftmaxAttention,
-# so a plain import here would be circular).
-import svattn.nn.hybrid  # noqa: E402, F401
 
 __all__ = [
     "MIXERS",
     "DeltaNetMixer",
+    "HybridSVAttention",
     "LinearAttentionMixer",
     "SequenceMixer",
     "SlidingWindowAttention",

@@ -18,8 +18,9 @@ from svattn.nn._common import (
     gather_rows,
     resolve_gamma,
 )
-from svattn.nn.batched import RIDGE_STEPS, BatchedInfo, solve_batched
+from svattn.nn.batched import BatchedInfo, solve_batched
 from svattn.nn.exact_fn import exact_alpha
+from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused
 
 __all__ = ["sv_attention", "sv_attention_state", "MODES"]
@@ -46,19 +47,26 @@ def sv_attention_state(
     gamma: float | None = None,
     mode: str = "batched",
     key_mask: torch.Tensor | None = None,
-    ridge: float = 1e-3,
-    ridge_steps: int = RIDGE_STEPS,
-    max_iter: int = 20,
-    refine: int = 10,
+    solver: SolverOptions | None = None,
+    ridge: float | None = None,
+    ridge_steps: int | None = None,
+    max_iter: int | None = None,
+    refine: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Partition, BatchedInfo | None]:
     """Like :func:`sv_attention`, returning ``(out, alpha, partition, info)``.
 
     ``info`` holds the batched solver's diagnostics (None in exact mode).
+    ``solver`` and the keywords ``ridge``, ``ridge_steps``, ``max_iter``,
+    ``refine`` are as in :func:`sv_attention`.
     """
     check_qkv(q, k, v)
     C = _check_C(C)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    solver = resolve_solver(
+        solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
+    )
+    ridge = solver.ridge
     if not (isinstance(ridge, (int, float)) and ridge >= 0):
         raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
     valid = check_key_mask(key_mask, k)  # (B, H, Tk)
@@ -69,9 +77,8 @@ def sv_attention_state(
         info = None
     else:
         alpha, part, info = solve_batched(
-            k, C, kernel=kernel, gamma=gamma, valid=valid, ridge=ridge,
-            ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
-        )  # fmt: skip
+            k, C, kernel=kernel, gamma=gamma, valid=valid, solver=solver
+        )
     # Read only the kept tokens (margin ∪ error): reserve tokens have alpha = 0 and
     # contribute exactly nothing, so this is the same readout, and cheaper.
     B, H, Tk, D = k.shape
@@ -103,10 +110,11 @@ def sv_attention(
     mode: str = "batched",
     key_mask: torch.Tensor | None = None,
     return_alpha: bool = False,
-    ridge: float = 1e-3,
-    ridge_steps: int = RIDGE_STEPS,
-    max_iter: int = 20,
-    refine: int = 10,
+    solver: SolverOptions | None = None,
+    ridge: float | None = None,
+    ridge_steps: int | None = None,
+    max_iter: int | None = None,
+    refine: int | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Support-vector attention: queries read the SV memory built from the keys.
 
@@ -134,15 +142,13 @@ def sv_attention(
         True where a key is present; absent keys get ``alpha = 0`` and no gradient.
     return_alpha : bool
         Also return ``alpha`` ``[B, H, Tk]``.
-    ridge : float
-        Ridge on ``2 K_SS`` in the batched margin solve (default 1e-3), in units
-        of the largest kernel diagonal.
-    ridge_steps : int
-        Iterated-ridge refinement steps reusing the ridged factorization: each
-        step shrinks the ridge's bias on alpha by ``ridge/(λ + ridge)`` per
-        eigendirection of ``2 K_SS`` (0 = plain ridge solve).
-    max_iter, refine : int
-        Batched path: FISTA iteration cap; active-set repair rounds.
+    solver : SolverOptions, optional
+        Options of the batched solver: ridge, ridge steps, FISTA iteration cap,
+        active-set repair rounds (default :class:`~svattn.nn.SolverOptions()`:
+        1e-3, 1, 20, 10). Ignored in exact mode.
+    ridge, ridge_steps, max_iter, refine : optional
+        Shorthands that replace the matching field of ``solver``
+        (``sv_attention(q, k, v, C=C, ridge=0.0)``); None leaves it as it is.
 
     Returns
     -------
@@ -166,8 +172,10 @@ def sv_attention(
     >>> bool(torch.allclose(alpha.sum(-1), torch.ones(1, 2)))
     True
     """
+    solver = resolve_solver(
+        solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
+    )
     out, alpha, _, _ = sv_attention_state(
-        q, k, v, C=C, kernel=kernel, gamma=gamma, mode=mode, key_mask=key_mask,
-        ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
-    )  # fmt: skip
+        q, k, v, C=C, kernel=kernel, gamma=gamma, mode=mode, key_mask=key_mask, solver=solver
+    )
     return (out, alpha) if return_alpha else out

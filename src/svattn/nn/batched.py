@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 
 from svattn.nn._common import Partition, gather_rows, log_kernel, log_kernel_diag
+from svattn.nn.options import SolverOptions
+from svattn.nn.projection import project_capped_simplex
 
 __all__ = [
     "BatchedInfo",
@@ -45,11 +47,7 @@ __all__ = [
     "matvec",
     "rows",
     "scaled_kernel_matrix",
-    "RIDGE_STEPS",
 ]
-
-# Iterated-ridge refinement steps of the margin solve (see ``_margin_solve``).
-RIDGE_STEPS = 1
 
 
 @dataclass
@@ -165,8 +163,6 @@ def fista(
     iters : int
         Iterations run.
     """
-    from svattn.nn.projection import project_capped_simplex
-
     with torch.no_grad():
         n = valid.sum(-1, keepdim=True).to(K.dtype)
         a = valid.to(K.dtype) / n if a0 is None else a0
@@ -270,18 +266,19 @@ def solve_batched(
     kernel: str,
     gamma: float,
     valid: torch.Tensor,
-    ridge: float = 1e-3,
-    ridge_steps: int = RIDGE_STEPS,
-    max_iter: int = 20,
+    solver: SolverOptions | None = None,
     check_every: int = 10,
-    refine: int = 10,
     kkt_tol: float | None = None,
 ) -> tuple[torch.Tensor, Partition, BatchedInfo]:
     """Batched SV memory: alpha ``[B, H, Tk]`` from keys ``k`` ``[B, H, Tk, D]``.
 
     Inputs are assumed checked (see :func:`svattn.nn.sv_attention`). ``alpha`` is
-    differentiable w.r.t. ``k`` (through the final margin solve only).
+    differentiable w.r.t. ``k`` (through the final margin solve only). ``solver``
+    holds ridge, ridge steps, FISTA cap and repair rounds (default
+    :class:`~svattn.nn.options.SolverOptions()`).
     """
+    opts = SolverOptions() if solver is None else solver
+    ridge, ridge_steps, refine = opts.ridge, opts.ridge_steps, opts.refine
     B, H, n, D = k.shape
     P = B * H
     kf = k.reshape(P, n, D)  # (P, n, D)
@@ -297,7 +294,7 @@ def solve_batched(
         # FISTA, then active-set repair; when the repair does not settle (a poor
         # start on an ill-conditioned K, where it can cycle), resume FISTA from its
         # iterate with twice the iterations, up to 4 times.
-        a, iters, rounds, budget = None, 0, 0, max_iter
+        a, iters, rounds, budget = None, 0, 0, opts.max_iter
         for _attempt in range(4):
             a, used = fista(K, d, C, vf, max_iter=budget, check_every=check_every, a0=a)
             iters += used

@@ -10,6 +10,7 @@ from torch import nn
 
 from svattn.nn._common import Partition
 from svattn.nn.attention import MODES, sv_attention_state
+from svattn.nn.options import SolverOptions, resolve_solver
 
 __all__ = ["SVAttention"]
 
@@ -34,8 +35,9 @@ class SVAttention(nn.Module):
     mode : {"batched", "exact"}
     gamma : float, optional
         Kernel bandwidth (default from the head dim).
-    ridge : float
-        Batched-path ridge (default 1e-3).
+    solver : SolverOptions, optional
+        Options of the batched solver (default :class:`~svattn.nn.SolverOptions()`,
+        ridge 1e-3); ignored in exact mode.
     bias : bool
         Biases in the projections.
 
@@ -59,7 +61,7 @@ class SVAttention(nn.Module):
         kernel: str = "rbf",
         mode: str = "batched",
         gamma: float | None = None,
-        ridge: float = 1e-3,
+        solver: SolverOptions | None = None,
         bias: bool = False,
     ) -> None:
         super().__init__()
@@ -70,7 +72,8 @@ class SVAttention(nn.Module):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
-        self.C, self.kernel, self.mode, self.gamma, self.ridge = C, kernel, mode, gamma, ridge
+        self.C, self.kernel, self.mode, self.gamma = C, kernel, mode, gamma
+        self.solver = resolve_solver(solver)
         self.q_proj = nn.Linear(d_model, d_model, bias=bias)
         self.k_proj = nn.Linear(d_model, d_model, bias=bias)
         self.v_proj = nn.Linear(d_model, d_model, bias=bias)
@@ -108,7 +111,7 @@ class SVAttention(nn.Module):
         v = self._heads(self.v_proj(ctx))  # (B, H, Tk, D)
         o, alpha, part, _ = sv_attention_state(
             q, k, v, C=self.C, kernel=self.kernel, gamma=self.gamma, mode=self.mode,
-            key_mask=key_mask, ridge=self.ridge,
+            key_mask=key_mask, solver=self.solver,
         )  # fmt: skip
         self.last_partition_ = Partition(*(s.detach() for s in part))
         B, _, Tq, _ = o.shape

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from svattn.mixers import MIXERS, SoftmaxAttention
-from svattn.nn import HybridSVAttention, sv_attention_state
-from svattn.nn.hybrid import chunked_causal_softmax
+from svattn.mixers import MIXERS, HybridSVAttention, SoftmaxAttention
+from svattn.mixers.hybrid import chunked_causal_softmax
+from svattn.nn import sv_attention_state
 
 
 def identity_qkv(mix: HybridSVAttention) -> HybridSVAttention:

@@ -57,7 +57,7 @@ from torch import nn
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.nn._common import Partition, gather_rows
 from svattn.nn.attention import MODES, sv_attention_state
-from svattn.nn.batched import RIDGE_STEPS
+from svattn.nn.options import SolverOptions, resolve_solver
 
 __all__ = ["HybridSVAttention", "POLICIES", "chunked_causal_softmax"]
 
@@ -132,12 +132,15 @@ class HybridSVAttention(SoftmaxAttention):
         counts (window ``budget + L``). Must be ``>= ceil(1/C)``.
     mode : {"batched", "exact"}
         Solver of the boundary problems.
-    ridge, ridge_steps : float, int
-        Ridge of the batched margin solve and its iterated-ridge refinement
-        steps (0: one plain ridged solve, the cheapest to differentiate).
-    max_iter, refine : int
-        Batched solver: FISTA iterations; active-set repair rounds (0: DESIGN.md
-        §4 as written, FISTA → active set → one margin solve).
+    solver : SolverOptions, optional
+        Options of the batched solver (:class:`~svattn.nn.SolverOptions`:
+        ridge, iterated-ridge steps, FISTA iterations, active-set repair rounds;
+        ``refine=0`` is DESIGN.md §4 as written, FISTA → active set → one
+        margin solve). Default ``SolverOptions()``.
+    ridge, ridge_steps, max_iter, refine : optional
+        Replace the matching field of ``solver`` (None: keep it). This flat
+        form is what JSON configs and saved checkpoints (``mixer_options``,
+        e.g. :data:`svattn.lm.configs.HYBRID_DEFAULTS`) pass.
     gate_init : float
         Initial gate logit (0 → both paths weighted 1/2).
     bias : bool
@@ -187,10 +190,11 @@ class HybridSVAttention(SoftmaxAttention):
         policy: str = "support",
         budget: int | None = None,
         mode: str = "batched",
-        ridge: float = 1e-3,
-        ridge_steps: int = RIDGE_STEPS,
-        max_iter: int = 20,
-        refine: int = 10,
+        solver: SolverOptions | None = None,
+        ridge: float | None = None,
+        ridge_steps: int | None = None,
+        max_iter: int | None = None,
+        refine: int | None = None,
         gate_init: float = 0.0,
         bias: bool = False,
         rope: bool = False,
@@ -227,8 +231,9 @@ class HybridSVAttention(SoftmaxAttention):
         self.chunk, self.C, self.kernel, self.gamma = chunk, float(C), kernel, gamma
         self.policy, self.budget, self.mode = policy, budget, mode
         self.lookback = lookback
-        self.ridge, self.ridge_steps = ridge, ridge_steps
-        self.max_iter, self.refine = max_iter, refine
+        self.solver = resolve_solver(
+            solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
+        )
         self.gate = nn.Parameter(torch.full((n_heads,), float(gate_init)))
         self.last_partition_: Partition | None = None
         self.kept_ = 0
@@ -244,8 +249,7 @@ class HybridSVAttention(SoftmaxAttention):
         with torch.autocast(device_type=q.device.type, enabled=False):
             out, alpha, part, _ = sv_attention_state(
                 q.to(work), k.to(work), v.to(work), C=self.C, kernel=self.kernel,
-                gamma=self.gamma, mode=self.mode, key_mask=key_mask, ridge=self.ridge,
-                ridge_steps=self.ridge_steps, max_iter=self.max_iter, refine=self.refine,
+                gamma=self.gamma, mode=self.mode, key_mask=key_mask, solver=self.solver,
             )  # fmt: skip
         return out.to(dtype), alpha, part
 
@@ -349,12 +353,3 @@ class HybridSVAttention(SoftmaxAttention):
             f"mode={self.mode!r}, rope={self.rope}"
             + (f", lookback={self.lookback}" if self.lookback else "")
         )
-
-
-def _register() -> None:
-    from svattn.mixers import MIXERS
-
-    MIXERS["hybrid_sv"] = HybridSVAttention
-
-
-_register()
