@@ -96,7 +96,7 @@ def bench(
             "threads": torch.get_num_threads(), "sv_tok_s": B * T / t_sv,
             "softmax_tok_s": B * T / t_sm, "slowdown": t_sv / t_sm,
         })  # fmt: skip
-    print(f"{'':11} state_size (max kept tokens per head) = {sv_layer.state_size()}")
+    print(f"{'':11} tokens_kept (largest memory over batch and head) = {sv_layer.tokens_kept()}")
     return rows
 
 

@@ -49,7 +49,7 @@ def bench(name: str, keys, values, queries, budget: int, sv_seconds: float) -> d
     read_s = time.perf_counter() - start
     assert np.all(np.isfinite(out))
     return {"name": name, "tokens": done, "tok_per_s": done / write_s,
-            "reads_per_s": 256 / read_s, "state_size": mem.state_size()}
+            "reads_per_s": 256 / read_s, "tokens_kept": mem.tokens_kept()}
 
 
 def main() -> None:
@@ -66,11 +66,11 @@ def main() -> None:
     values = rng.normal(size=(args.tokens, args.dim))
     queries = rng.normal(size=(args.tokens, args.dim))
     print(f"T = {args.tokens}, d = dv = {args.dim}, budget = {args.budget}, float64, CPU, 1 thread")
-    print(f"{'memory':<12}{'tokens':>8}{'write tok/s':>14}{'read q/s':>12}{'state_size':>12}")
+    print(f"{'memory':<12}{'tokens':>8}{'write tok/s':>14}{'read q/s':>12}{'tokens_kept':>12}")
     for name in MEMORIES:
         r = bench(name, keys, values, queries, args.budget, args.sv_seconds)
         print(f"{r['name']:<12}{r['tokens']:>8}{r['tok_per_s']:>14,.0f}"
-              f"{r['reads_per_s']:>12,.0f}{r['state_size']:>12}")
+              f"{r['reads_per_s']:>12,.0f}{r['tokens_kept']:>12}")
 
 
 if __name__ == "__main__":

@@ -46,12 +46,12 @@ def test_causality_future_tokens_never_change_earlier_outputs(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_state_size_within_budget(name):
+def test_tokens_kept_within_budget(name):
     k, v, q = stream(2, 60, 8, 5)
     mem = build(name, budget=12)
     for t in range(60):
         mem.write(k[t], v[t], q[t])
-        size = mem.state_size()
+        size = mem.tokens_kept()
         assert size >= 1 and size == math.ceil(size)
         if mem.has_hard_budget:
             assert size <= mem.budget
@@ -69,8 +69,8 @@ def test_sv_state_is_its_support_not_a_hard_budget():
     mem.write_many(k, v, q)
     part = mem.memory.partition()
     assert part["reserve"] == []  # compacted: only the support is held
-    assert mem.state_size() == len(part["margin"]) + len(part["error"])
-    assert mem.state_size() >= math.ceil(1 / mem.C)
+    assert mem.tokens_kept() == len(part["margin"]) + len(part["error"])
+    assert mem.tokens_kept() >= math.ceil(1 / mem.C)
     assert len(part["error"]) <= 1 / mem.C + 1e-9
 
 
@@ -86,7 +86,7 @@ def test_long_stream_has_no_nan(name):
     out = mem.read(np.concatenate([q[-64:] * s, np.zeros((1, 16))]))
     assert np.all(np.isfinite(out))
     if mem.has_hard_budget:
-        assert mem.state_size() <= 64
+        assert mem.tokens_kept() <= 64
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -97,7 +97,7 @@ def test_deterministic_under_seed(name):
         mem = build(name)
         mem.write_many(k, v, q)
         outs.append(
-            (mem.read(q), mem.kept_positions() if mem.holds_tokens else None, mem.state_size())
+            (mem.read(q), mem.kept_positions() if mem.holds_tokens else None, mem.tokens_kept())
         )
     np.testing.assert_array_equal(outs[0][0], outs[1][0])
     if outs[0][1] is not None:

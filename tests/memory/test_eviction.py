@@ -122,7 +122,7 @@ def test_full_memory_is_softmax_attention():
     w = np.exp(logits - logits.max(1, keepdims=True))
     w /= w.sum(1, keepdims=True)
     np.testing.assert_allclose(mem.read(q), w @ v, rtol=1e-12, atol=1e-13)
-    assert mem.state_size() == 300 and mem.budget is None
+    assert mem.tokens_kept() == 300 and mem.budget is None
     np.testing.assert_array_equal(mem.kept_positions(), np.arange(300))
 
 

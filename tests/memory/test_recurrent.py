@@ -35,11 +35,11 @@ def test_linear_memory_matches_naive_linear_attention():
 
 
 @pytest.mark.parametrize("cls", [DeltaNetMemory, LinearAttentionMemory], ids=["deltanet", "linear"])
-def test_fixed_state_size_ignores_budget(cls):
+def test_fixed_tokens_kept_ignores_budget(cls):
     a = cls(dim=8, value_dim=4, budget=3)
     b = cls(dim=8, value_dim=4, budget=None)
     a.write_many(*stream(2, 100, 8, 4)[:2])
-    assert a.state_size() == b.state_size() == -(-a.state_floats() // 12)
+    assert a.tokens_kept() == b.tokens_kept() == -(-a.state_floats() // 12)
     with pytest.raises(NotImplementedError, match="holds no tokens"):
         a.kept_positions()
 

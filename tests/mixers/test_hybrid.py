@@ -101,11 +101,11 @@ def test_support_state_is_bounded():
     sup = identity_qkv(HybridSVAttention(D, 1, policy="support", chunk=L, C=C, budget=budget))
     y = sup(x.float())
     assert torch.isfinite(y).all()
-    assert sup.state_size(T) == 2 * (budget + L) * D
-    assert sup.state_size(5) == 2 * 5 * D
+    assert sup.state_floats(T) == 2 * (budget + L) * D
+    assert sup.state_floats(5) == 2 * 5 * D
     assert sup.kept_ <= budget + L  # largest memory solved: carried <= budget, plus a chunk
     full = HybridSVAttention(D, 1, policy="full", chunk=L, C=C)
-    assert full.state_size(T) == 2 * T * D
+    assert full.state_floats(T) == 2 * T * D
 
 
 @pytest.mark.parametrize("rope", [False, True], ids=["nope", "rope"])
@@ -187,7 +187,7 @@ def test_lookback_changes_only_chunk_starts_context_and_state():
     y0, y1 = plain(x), back(x)
     torch.testing.assert_close(y0[:, :8], y1[:, :8], rtol=0, atol=1e-12)  # chunk 0: nothing before
     assert not torch.allclose(y0[:, 8:], y1[:, 8:])
-    assert back.state_size(100) == 2 * (8 + 4 + 8) * 16
+    assert back.state_floats(100) == 2 * (8 + 4 + 8) * 16
     assert "lookback=4" in repr(back)
     # causal with the lookback and both paths open (the shared mixer suite runs lookback = 0)
     both = HybridSVAttention(16, 2, chunk=8, C=0.25, budget=8, lookback=4, rope=True).double()

@@ -47,9 +47,9 @@ def test_causal(name, extra):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_state_size(name):
+def test_state_floats(name):
     mix = build(name)
-    sizes = [mix.state_size(t) for t in (1, 8, 100, 1000)]
+    sizes = [mix.state_floats(t) for t in (1, 8, 100, 1000)]
     assert all(isinstance(s, int) and s > 0 for s in sizes)
     fixed = {"deltanet": 2 * 8 * 8, "linear": 2 * 8 * 9, "sliding": 2 * 8 * 16}
     if name == "hybrid_sv":  # "support" policy: at most budget + chunk tokens (64 + 64)

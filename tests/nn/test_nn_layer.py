@@ -16,15 +16,15 @@ def _layer(n_heads, mode, dtype, C=0.1, seed=0):
 
 
 @pytest.mark.parametrize("mode", ["batched", "exact"])
-def test_shapes_and_state_size(mode):
+def test_shapes_and_tokens_kept(mode):
     layer = _layer(2, mode, torch.float64)
     x = torch.randn(3, 9, 16, dtype=torch.float64)
     ctx = torch.randn(3, 30, 16, dtype=torch.float64)
     out, alpha, part = layer(x, ctx, return_alpha=True)
     assert out.shape == (3, 9, 16) and alpha.shape == (3, 2, 30)
     kept = (part.margin | part.error).sum(-1)
-    assert layer.state_size() == int(kept.max())
-    assert (alpha > 0).sum(-1).max() <= layer.state_size()
+    assert layer.tokens_kept() == int(kept.max())
+    assert (alpha > 0).sum(-1).max() <= layer.tokens_kept()
     assert ((part.margin.int() + part.error.int() + part.reserve.int()) == 1).all()
 
 

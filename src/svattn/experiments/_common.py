@@ -257,7 +257,7 @@ def matched_budget_positions(
     sv = MEMORIES["sv"](dim=d, value_dim=dv, budget=None, C=C)
     for t in range(len(keys)):
         sv.write(keys[t], values[t])
-    budget = sv.state_size()
+    budget = sv.tokens_kept()
     kept = {"sv": sv.kept_positions()}
     for name in methods:
         if name == "sv":

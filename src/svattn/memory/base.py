@@ -18,12 +18,12 @@ unknown options raise ``TypeError`` (constructors take explicit keywords).
 ``read(queries)``
     ``[m, d] -> [m, dv]``; numpy in gives numpy (float64) out, torch in
     gives torch out (the input's dtype and device). An empty memory reads 0.
-``state_size()``
+``tokens_kept()``
     Key/value pairs held (token memories) or the *equivalent* number of
     pairs, ``ceil(floats / (d + dv))`` (fixed-state memories);
     ``state_floats()`` gives the float count for every memory.
 ``budget``
-    The hard cap on ``state_size()`` where the method has one
+    The hard cap on ``tokens_kept()`` where the method has one
     (``has_hard_budget``); memories without one document what ``budget``
     means for them.
 ``kept_positions()``
@@ -112,7 +112,7 @@ class StreamingMemory(ABC):
     between numpy and torch.
     """
 
-    #: ``state_size() <= budget`` always holds.
+    #: ``tokens_kept() <= budget`` always holds.
     has_hard_budget: ClassVar[bool] = True
     #: ``kept_positions()`` is available.
     holds_tokens: ClassVar[bool] = True
@@ -163,7 +163,7 @@ class StreamingMemory(ABC):
             out = self._read(q)
         return like(out, queries)
 
-    def state_size(self) -> int:
+    def tokens_kept(self) -> int:
         """Key/value pairs held, or the equivalent ``ceil(floats / (d + dv))``."""
         return math.ceil(self.state_floats() / (self.dim + self.value_dim))
 
@@ -196,7 +196,7 @@ class StreamingMemory(ABC):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(dim={self.dim}, value_dim={self.value_dim}, "
-            f"budget={self.budget}, n_seen={self.n_seen}, state_size={self.state_size()})"
+            f"budget={self.budget}, n_seen={self.n_seen}, tokens_kept={self.tokens_kept()})"
         )
 
 

@@ -63,7 +63,7 @@ def check_scale(scale: float | None, dim: int) -> float:
 class KVMemory(StreamingMemory):
     """A memory holding key/value pairs, read by softmax attention over them.
 
-    ``state_size()`` is the number of pairs held; ``state_floats()`` is
+    ``tokens_kept()`` is the number of pairs held; ``state_floats()`` is
     ``pairs · (d + dv)``.
     """
 
@@ -91,7 +91,7 @@ class KVMemory(StreamingMemory):
         n = self.store.n
         return softmax_read(queries, self.store.keys[:n], self.store.values[:n], self.scale)
 
-    def state_size(self) -> int:
+    def tokens_kept(self) -> int:
         """Key/value pairs held."""
         return self.store.n
 
@@ -106,7 +106,7 @@ class FullMemory(KVMemory):
     """Full softmax attention: keeps every token (no eviction).
 
     ``budget`` is accepted for the common constructor and **ignored**: the
-    state grows with the stream (``state_size() == tokens written``).
+    state grows with the stream (``tokens_kept() == tokens written``).
 
     Parameters
     ----------

@@ -2,7 +2,7 @@
 
 Their state does not grow with the stream, so ``budget`` is accepted for
 the common constructor and **ignored**. ``state_floats()`` is the float
-count of the state; ``state_size()`` the equivalent number of key/value
+count of the state; ``tokens_kept()`` the equivalent number of key/value
 pairs, ``ceil(floats / (d + dv))``.
 
 The per-token step is a numpy float64 recurrence; ``write_many`` runs the

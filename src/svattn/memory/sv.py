@@ -12,7 +12,7 @@ support, margin ∪ error, whose size the box ``C`` sets (at least
 ``ceil(1/C)`` tokens carry weight, at most ``1/C`` sit at the bound). The
 ``budget`` argument only picks the default ``C = 2 / budget``, i.e. at
 least ``budget / 2`` support tokens; an explicit ``C`` overrides it and
-``budget`` is then ignored. ``state_size()`` is the number of tokens held
+``budget`` is then ignored. ``tokens_kept()`` is the number of tokens held
 (the support, plus during warm-up every token).
 
 Streaming note: compacting after each write makes the memory online —
@@ -52,7 +52,7 @@ class SVMemory(StreamingMemory):
     >>> rng = np.random.default_rng(0)
     >>> mem = SVMemory(dim=4, value_dim=2, budget=8)
     >>> mem.write_many(rng.normal(size=(100, 4)), rng.normal(size=(100, 2)))
-    >>> mem.state_size() >= 4  # at least ceil(1/C) = budget / 2 tokens carry weight
+    >>> mem.tokens_kept() >= 4  # at least ceil(1/C) = budget / 2 tokens carry weight
     True
     >>> mem.read(rng.normal(size=(3, 4))).shape
     (3, 2)
@@ -101,7 +101,7 @@ class SVMemory(StreamingMemory):
     def _read(self, queries: np.ndarray) -> np.ndarray:
         return self.memory.readout(queries)
 
-    def state_size(self) -> int:
+    def tokens_kept(self) -> int:
         """Tokens held: the support (margin ∪ error), or every token in warm-up."""
         return len(self.memory)
 

@@ -1,10 +1,10 @@
 """Sequence mixers behind one contract (see :mod:`svattn.mixers.base`).
 
 ``MIXERS[name](d_model=D, n_heads=H, **options)``; ``forward(x [B, T, D]) -> [B, T, D]``,
-causal; ``state_size(seq_len)`` in floats.
+causal; ``state_floats(seq_len)``: floats of context state per layer.
 
 =============  ===============================================  ===================
-name           class                                            state_size(T)
+name           class                                            state_floats(T)
 =============  ===============================================  ===================
 ``softmax``    :class:`~svattn.mixers.softmax.SoftmaxAttention`   2·T·D
 ``sliding``    :class:`~svattn.mixers.softmax.SlidingWindowAttention`  2·min(W, T)·D

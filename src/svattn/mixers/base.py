@@ -2,7 +2,7 @@
 
 A mixer is an ``nn.Module`` with ``forward(x: [B, T, D]) -> [B, T, D]``,
 causal (output ``t`` depends on inputs ``<= t`` only), and
-``state_size(seq_len) -> int``: the floats of context state one sequence of
+``state_floats(seq_len) -> int``: the floats of context state one sequence of
 length ``seq_len`` needs per layer at inference (a KV cache, or a fixed
 recurrent state), so memory-versus-accuracy plots compare like with like.
 
@@ -26,7 +26,7 @@ def check_heads(d_model: int, n_heads: int) -> int:
 
 
 class SequenceMixer(nn.Module):
-    """Base: input checks and head reshapes. Subclasses implement ``mix`` and ``state_size``.
+    """Base: input checks and head reshapes. Subclasses implement ``mix`` and ``state_floats``.
 
     Parameters
     ----------
@@ -62,6 +62,6 @@ class SequenceMixer(nn.Module):
     def mix(self, x: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def state_size(self, seq_len: int) -> int:  # pragma: no cover - abstract
+    def state_floats(self, seq_len: int) -> int:  # pragma: no cover - abstract
         """Floats of context state for one sequence of ``seq_len`` tokens, per layer."""
         raise NotImplementedError

@@ -37,7 +37,7 @@ Memory policies (what the boundary problem before chunk ``c`` sees)
     ``2·min(T, budget + L)·D`` floats per layer — bounded.
 
 The memory coefficients ``alpha`` (one float per kept token and head) are not
-counted in :meth:`state_size`, as the baselines' KV caches count keys and
+counted in :meth:`state_floats`, as the baselines' KV caches count keys and
 values only.
 
 ``mode="batched"`` (default) runs the differentiable FISTA + active-set +
@@ -105,7 +105,7 @@ class HybridSVAttention(SoftmaxAttention):
 
     See the module docstring for the two paths, the gate and the memory
     policies. Obeys the mixer contract of :mod:`svattn.mixers.base`
-    (``forward(x [B, T, D]) -> [B, T, D]``, causal; ``state_size(T)`` in floats).
+    (``forward(x [B, T, D]) -> [B, T, D]``, causal; ``state_floats(T)``: floats of context state).
     The projections are those of :class:`~svattn.mixers.softmax.SoftmaxAttention`
     (``qkv``, ``out``), shared by both paths; the only extra parameters are the
     ``n_heads`` gate logits ``gate``.
@@ -154,7 +154,7 @@ class HybridSVAttention(SoftmaxAttention):
         local path of DESIGN.md §5, inside the chunk only). A variant of ours,
         not the paper's: a chunk's first queries otherwise have no recent
         context but what the memory kept. The state grows by ``lookback``
-        tokens (``state_size``; the matched window is ``budget + lookback + L``).
+        tokens (``state_floats``; the matched window is ``budget + lookback + L``).
 
     Attributes
     ----------
@@ -172,7 +172,7 @@ class HybridSVAttention(SoftmaxAttention):
     >>> x = torch.randn(2, 30, 16)
     >>> mix(x).shape
     torch.Size([2, 30, 16])
-    >>> mix.state_size(30) == 2 * (8 + 8) * 16  # budget + L keys and values
+    >>> mix.state_floats(30) == 2 * (8 + 8) * 16  # budget + L keys and values
     True
     >>> mix.kept_ <= 8 + 8  # a boundary memory: carried support (<= budget) + one chunk
     True
@@ -337,7 +337,7 @@ class HybridSVAttention(SoftmaxAttention):
             o = o + 0.0 * self.gate.sum()
         return self.out(self.merge_heads(o))
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         """Floats of keys and values kept for one sequence of ``seq_len`` tokens, per layer.
 
         ``"full"``: ``2·T·D``. ``"support"``: ``2·min(T, budget + lookback + L)·D``.

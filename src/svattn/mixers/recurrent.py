@@ -19,7 +19,7 @@ from svattn.ops import (
 class DeltaNetMixer(SequenceMixer):
     """DeltaNet: L2-normalised q, k; per-token ``beta = sigmoid(W_b x)`` per head.
 
-    ``state_size(T) = H·Dh·Dh`` (fixed).
+    ``state_floats(T) = H·Dh·Dh`` (fixed).
 
     Parameters
     ----------
@@ -57,14 +57,14 @@ class DeltaNetMixer(SequenceMixer):
             o, _ = chunk_delta_rule(q, k, v, beta, chunk_size=self.chunk_size)
         return self.out(self.merge_heads(o))
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         return self.n_heads * self.head_dim * self.head_dim
 
 
 class LinearAttentionMixer(SequenceMixer):
     """Linear attention with the ``elu + 1`` feature map and normaliser.
 
-    ``state_size(T) = H·Dh·Dh + H·Dh`` (state and normaliser, fixed).
+    ``state_floats(T) = H·Dh·Dh + H·Dh`` (state and normaliser, fixed).
 
     Parameters
     ----------
@@ -96,5 +96,5 @@ class LinearAttentionMixer(SequenceMixer):
             o, _ = chunk_linear_attn(q, k, v, chunk_size=self.chunk_size)
         return self.out(self.merge_heads(o))
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         return self.n_heads * self.head_dim * (self.head_dim + 1)

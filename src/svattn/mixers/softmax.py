@@ -15,7 +15,7 @@ from svattn.mixers.rope import apply_rotary_qk
 class SoftmaxAttention(SequenceMixer):
     """Full causal multi-head softmax attention (``scaled_dot_product_attention``).
 
-    ``state_size(T) = 2·T·D`` (the KV cache).
+    ``state_floats(T) = 2·T·D`` (the KV cache).
 
     Parameters
     ----------
@@ -66,7 +66,7 @@ class SoftmaxAttention(SequenceMixer):
         o = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, H, T, Dh)
         return self.out(self.merge_heads(o))
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         return 2 * seq_len * self.d_model
 
 
@@ -103,7 +103,7 @@ def sliding_window_attention(
 class SlidingWindowAttention(SoftmaxAttention):
     """Causal softmax attention restricted to the last ``window`` tokens.
 
-    ``state_size(T) = 2·min(W, T)·D``.
+    ``state_floats(T) = 2·min(W, T)·D``.
 
     Parameters
     ----------
@@ -134,5 +134,5 @@ class SlidingWindowAttention(SoftmaxAttention):
         q, k = self.positioned(q, k)
         return self.out(self.merge_heads(sliding_window_attention(q, k, v, self.window)))
 
-    def state_size(self, seq_len: int) -> int:
+    def state_floats(self, seq_len: int) -> int:
         return 2 * min(self.window, seq_len) * self.d_model

@@ -48,7 +48,7 @@ class SVAttention(nn.Module):
     >>> x = torch.randn(3, 10, 16)
     >>> layer(x).shape
     torch.Size([3, 10, 16])
-    >>> layer.state_size() <= 10
+    >>> layer.tokens_kept() <= 10
     True
     """
 
@@ -118,7 +118,7 @@ class SVAttention(nn.Module):
         out = self.out_proj(o.transpose(1, 2).reshape(B, Tq, self.d_model))  # (B, Tq, d_model)
         return (out, alpha, part) if return_alpha else out
 
-    def state_size(self) -> int:
+    def tokens_kept(self) -> int:
         """Tokens kept (margin ∪ error) by the largest (batch, head) memory of the last call."""
         if self.last_partition_ is None:
             return 0
