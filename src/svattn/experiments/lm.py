@@ -167,8 +167,9 @@ def _pos_label(pos: str) -> str:
 
 
 def _variant(r: dict) -> str:
-    """Which hybrid layer a run used: ``"paper"`` (DESIGN §5) unless the record names one of
-    our variants (e.g. ``"lookback32"``: the local path also sees 32 keys before its chunk)."""
+    """Which hybrid layer a run used: ``"paper"`` (docs/design.md §5) unless the record names
+    one of our variants (e.g. ``"lookback32"``: the local path also sees 32 keys before its
+    chunk)."""
     v = r.get("variant")
     return v if isinstance(v, str) and v else "paper"
 

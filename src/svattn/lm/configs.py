@@ -10,7 +10,7 @@ name           layers  d      heads  T      parameters (softmax mixer)
 
 The hybrid adds ``n_head`` gate logits per layer (16 for ``paper-3m``).
 
-Matched state (DESIGN.md §5): the hybrid with the ``"support"`` policy keeps
+Matched state (docs/design.md §5): the hybrid with the ``"support"`` policy keeps
 at most ``budget`` support tokens plus the current chunk of ``L``, so the
 baseline is sliding-window softmax with ``W = budget + L``
 (:func:`matched_sliding`), same width, depth, data and steps.
@@ -32,7 +32,7 @@ PRESETS: dict[str, CharLMConfig] = {
 
 # The hybrid's memory for the LM: chunks of 64, C = 1/16 (>= 16 tokens carry
 # weight), at most 64 support tokens carried ("support" policy: bounded state).
-# Training solver as DESIGN.md §4 states it: 20 FISTA iterations, the active set
+# Training solver as docs/design.md §5 states it: 20 FISTA iterations, the active set
 # read off the iterate, one ridged margin solve (no repair rounds, no ridge
 # refinement: both cost several factorizations and their backward passes).
 # The solver fields stay flat keywords of HybridSVAttention (not a SolverOptions):

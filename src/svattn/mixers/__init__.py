@@ -15,7 +15,7 @@ name           class                                            state_floats(T)
                                                                 ("support")
 =============  ===============================================  ===================
 
-The hybrid SV mixer (DESIGN.md §5) builds its memory with
+The hybrid SV mixer (docs/design.md §5) builds its memory with
 :func:`svattn.nn.attention.sv_attention_state`; :mod:`svattn.nn` does not
 import this package, so the import runs one way only (mixers → nn).
 

@@ -1,6 +1,6 @@
 """``HybridSVAttention``: chunked causal mixer, SV memory of the past + local softmax.
 
-DESIGN.md §5. The sequence ``x`` ``[B, T, D]`` is cut into chunks of ``L`` tokens
+docs/design.md §5. The sequence ``x`` ``[B, T, D]`` is cut into chunks of ``L`` tokens
 (the last one may be short). Per head, with ``q, k, v`` ``[B, H, T, Dh]`` from one
 shared projection:
 
@@ -135,8 +135,8 @@ class HybridSVAttention(SoftmaxAttention):
     solver : SolverOptions, optional
         Options of the batched solver (:class:`~svattn.nn.SolverOptions`:
         ridge, iterated-ridge steps, FISTA iterations, active-set repair rounds;
-        ``refine=0`` is DESIGN.md §4 as written, FISTA → active set → one
-        margin solve). Default ``SolverOptions()``.
+        ``refine=0`` is the training path of docs/design.md §5 as written,
+        FISTA → active set → one margin solve). Default ``SolverOptions()``.
     ridge, ridge_steps, max_iter, refine : optional
         Replace the matching field of ``solver`` (None: keep it). This flat
         form is what JSON configs and saved checkpoints (``mixer_options``,
@@ -151,7 +151,7 @@ class HybridSVAttention(SoftmaxAttention):
         see the unrotated keys and queries.
     lookback : int
         Keys before the chunk that its local path also sees (default 0: the
-        local path of DESIGN.md §5, inside the chunk only). A variant of ours,
+        local path of docs/design.md §5, inside the chunk only). A variant of ours,
         not the paper's: a chunk's first queries otherwise have no recent
         context but what the memory kept. The state grows by ``lookback``
         tokens (``state_floats``; the matched window is ``budget + lookback + L``).

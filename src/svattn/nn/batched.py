@@ -3,7 +3,7 @@
 All (batch, head) problems of one call are solved together, on whatever device
 the keys live on (no host round trips in the numeric path). Layout ``[B, H, T, D]``.
 
-For each problem (DESIGN.md §4)
+For each problem (docs/design.md §5; the margin solve is the bordered system of §2)
 
 1. **FISTA** (no grad) on ``min a^T K a − diag(K)^T a`` over the capped simplex,
    step ``1/L`` with ``L = 2 λmax(K)`` from power iteration, momentum with the
