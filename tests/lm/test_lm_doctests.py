@@ -8,11 +8,9 @@ import importlib
 import pytest
 
 MODULES = [
-    "svattn.mixers.hybrid",
     "svattn.lm.model",
     "svattn.lm.configs",
     "svattn.lm.train",
-    "svattn.data.enwik8",
 ]
 
 
