@@ -7,7 +7,7 @@ import torch
 
 from svattn.mixers import MIXERS, HybridSVAttention, SoftmaxAttention
 from svattn.mixers.hybrid import chunked_causal_softmax
-from svattn.nn import sv_attention_state
+from svattn.nn import SolverOptions, sv_attention_state
 
 
 def identity_qkv(mix: HybridSVAttention) -> HybridSVAttention:
@@ -130,6 +130,19 @@ def test_registered_and_contract():
     assert y.shape == x.shape
     y.square().sum().backward()
     assert all(p.grad is not None for p in mix.parameters())
+
+
+def test_solver_keywords_equal_solver_options():
+    """The flat keywords of configs and checkpoints build the same SolverOptions."""
+    torch.manual_seed(5)
+    flat = HybridSVAttention(8, 2, chunk=4, C=0.25, max_iter=20, refine=0, ridge_steps=0).double()
+    opts = SolverOptions(max_iter=20, refine=0, ridge_steps=0)
+    packed = HybridSVAttention(8, 2, chunk=4, C=0.25, solver=opts).double()
+    assert flat.solver == packed.solver == opts
+    assert HybridSVAttention(8, 2, chunk=4, C=0.25).solver == SolverOptions()
+    packed.load_state_dict(flat.state_dict())
+    x = torch.randn(1, 14, 8, dtype=torch.float64)
+    assert torch.equal(flat(x), packed(x))
 
 
 @pytest.mark.parametrize(
