@@ -15,9 +15,10 @@ outliers) and a Gaussian one, this prints
   ``OneClassSVM`` (libsvm), and the ratio of the faster retrain to the median
   removal;
 * max |alpha − alpha_retrain| after all removals (oracle at n <= 4k);
-* the median margin removal again with the numpy reference (``mem._compiled =
-  False``: the event loop, one array call per step, and the polish), on the same
-  memory, as a ratio to the compiled removal (segment by segment).
+* the median margin removal again with the numpy reference backend
+  (``mem.copy(backend="reference")``: the event loop, one array call per step,
+  and the polish), on the same memory, as a ratio to the compiled removal
+  (segment by segment).
 
 BLAS runs on one thread (threadpoolctl) so the figures are per core. The
 compiled loop is compiled (or loaded from numba's cache) on a small memory
@@ -59,14 +60,14 @@ def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
         if not pool:
             break
         tid = int(rng.choice(pool))
-        slot = mem._id_to_slot[tid]
-        key = mem._X[slot].copy()
-        passes = mem._n_block_passes
+        slot = mem.solver_state.id_to_slot[tid]
+        key = mem.solver_state.X[slot].copy()
+        passes = mem.solver_state.n_block_passes
         t = time.perf_counter()
         cert = mem.remove(tid)
         out.append(time.perf_counter() - t)
         if events is not None:
-            events.append((cert.n_events, mem._n_block_passes - passes))
+            events.append((cert.n_events, mem.solver_state.n_block_passes - passes))
         t = time.perf_counter()
         mem.add(key)  # back to n tokens (timed apart: standby upkeep happens here)
         if adds is not None:
@@ -136,9 +137,9 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
                                                    "plain_error", "plain_add")}
     fits, ratios = _interleaved(mem, plain, removals, rounds, C, gamma, rng, events, lat)
     lat_m, lat_e = lat["margin"], lat["error"]
-    mem._compiled = False  # the numpy reference of the same removal
-    lat_ref = _removal_latencies(mem, "margin", removals, rng)
-    mem._compiled = True
+    ref = mem.copy(backend="reference")  # the numpy reference of the same removals
+    lat_ref = _removal_latencies(ref, "margin", removals, rng)
+    mem = ref.copy(backend="compiled")
     keys = mem.keys
     row: dict = {
         "stream": stream, "n": n, "d": d, "C": C, "ingest_tok_s": ingest, **sizes,
@@ -156,8 +157,8 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
         "passes_per_margin_removal": float(np.mean([p for _, p in events["margin"]])),
         "passes_per_error_removal": (float(np.mean([p for _, p in events["error"]]))
                                      if events["error"] else None),
-        "removals_by_active_set_step": mem._n_jumps,
-        "active_set_steps_left_to_the_path": mem._n_jump_fallbacks,
+        "removals_by_active_set_step": mem.solver_state.n_jumps,
+        "active_set_steps_left_to_the_path": mem.solver_state.n_jump_fallbacks,
         # the trade standby columns make: removal latency against add-back (upkeep) time
         "add_back_median_ms": 1e3 * float(np.median(lat["add"])),
         "no_standby_remove_margin_median_ms": _ms_median(lat["plain_margin"]),

@@ -26,7 +26,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streams import redundant_stream  # noqa: E402
-from svattn.exact import SVDDMemory  # noqa: E402
+from svattn.exact import SVDDMemory, compiled, reference  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
 
 
@@ -63,20 +63,22 @@ def main(argv: list[str] | None = None) -> int:
                 n_rem += 1
                 n_rem_support += sup
             if op % args.check_every == 0:
-                r = max(mem.kkt_residual(), float(mem._kkt(mem._g_exact_reference())))
+                # also from every cached column (not the kept error sum)
+                full_g = reference.g_exact(mem.solver_state)
+                r = max(mem.kkt_residual(), compiled.kkt(mem.solver_state, full_g))
                 if r > worst:
                     worst, worst_at = r, op
             if (op + 1) % 10_000 == 0:
                 el = time.perf_counter() - t0
-                print(f"  {op + 1:>7} ops  n={len(mem)}  |S|={mem._nS}  max KKT {worst:.2e}  "
+                print(f"  {op + 1:>7} ops  n={len(mem)}  |S|={mem.solver_state.nS}  max KKT {worst:.2e}  "
                       f"refact {mem.n_refactorizations}  resolves {mem.n_resolves}  "
-                      f"cond1 {mem._health.cond1:.2e}  {el:.0f}s", flush=True)
+                      f"cond1 {mem.health.cond1:.2e}  {el:.0f}s", flush=True)
         elapsed = time.perf_counter() - t0
         # final agreement with the independent oracle
         from svattn.exact.oracle import solve_svdd
 
         X = mem.keys
-        K = gram_matrix(X, mem.kernel, mem._gamma_val)
+        K = gram_matrix(X, mem.kernel, mem.gamma_value)
         t1 = time.perf_counter()
         alpha_r, mu_r = solve_svdd(K, mem.C, return_mu=True)
         t_oracle = time.perf_counter() - t1
@@ -85,9 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         a_dev = float(np.max(np.abs(mem.alpha - alpha_r)))
         d_dev = float(np.max(np.abs(dec_m - dec_r)))
         mu_dev = abs(mem.mu - mu_r)
-    h = mem._health
+    h = mem.health
     print(f"ops: {args.ops} ({n_add} adds, {n_rem} removes, {n_rem_support} of support tokens); "
-          f"final n={len(mem)}, |S|={mem._nS}, unique optimum: {mem.unique_optimum()}")
+          f"final n={len(mem)}, |S|={mem.solver_state.nS}, unique optimum: {mem.unique_optimum()}")
     print(f"max KKT residual (g from every cached column, every {args.check_every} op): "
           f"{worst:.3e} "
           f"(at op {worst_at})")

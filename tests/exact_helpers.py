@@ -10,7 +10,7 @@ from svattn.exact.kernels import gram_matrix
 
 def gram(mem: SVDDMemory, keys: np.ndarray | None = None) -> np.ndarray:
     """The Gram matrix of the memory's keys (or of ``keys``) with exact diagonal."""
-    return gram_matrix(mem.keys if keys is None else keys, mem.kernel, mem._gamma_val)
+    return gram_matrix(mem.keys if keys is None else keys, mem.kernel, mem.gamma_value)
 
 
 def retrain(mem: SVDDMemory) -> tuple[np.ndarray, float]:
@@ -31,7 +31,7 @@ def partition_ids(mem: SVDDMemory, alpha: np.ndarray) -> dict[str, list[int]]:
 def snapshot(mem: SVDDMemory) -> tuple:
     """Everything observable about a memory, for "state unchanged" checks."""
     if len(mem) == 0:
-        return (0, mem._next_id)
+        return (0, mem.solver_state.next_id)
     return (
         len(mem),
         tuple(mem.ids),
@@ -41,5 +41,12 @@ def snapshot(mem: SVDDMemory) -> tuple:
         mem.mu,
         mem.state_digest(),
         tuple(tuple(v) for v in mem.partition().values()),
-        mem._next_id,
+        mem.solver_state.next_id,
     )
+
+
+def backend_of(mem: SVDDMemory):
+    """The backend module a memory runs (:mod:`svattn.exact.compiled` or ``.reference``)."""
+    from svattn.exact.memory import BACKENDS
+
+    return BACKENDS[mem.backend]

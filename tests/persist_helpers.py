@@ -8,22 +8,25 @@ from svattn.exact import SVDDMemory
 
 # per-slot arrays of the memory (compared on live slots only: free slots may
 # hold scratch values that no computation reads)
-_SLOT_ARRAYS = ("_X", "_V", "_diag", "_xn2", "_slot_id", "_alpha", "_g", "_state",
-                "_col_of_slot", "_token_hash", "_esum", "_esum_member")
-_SKIP = {"_audit", "_health", "_KC", "_XC", "_slot_of_col", "_ac", "_Qinv", "_kss"}
+_SLOT_ARRAYS = ("X", "V", "diag", "xn2", "slot_id", "alpha", "g", "state", "col_of_slot",
+                "token_hash", "esum", "esum_member")
+# compared below (cache, inverse), or per-operation scratch that no later step reads
+_SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "kkt_after", "facts_after",
+         "health_after"}
 
 
 def live_state(mem: SVDDMemory) -> dict:
     """Everything that determines the memory's future, as comparable values."""
     out: dict = {}
-    if mem._dim is None:
+    if mem.solver_state.dim is None:
         live = np.zeros(0, dtype=np.int64)
     else:
-        live = np.flatnonzero(mem._state[: mem._hi] != 0)
+        live = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] != 0)
     out["live"] = live.tobytes()
     # scratch of margin solves, sized on use: zero between operations
-    assert not mem._kss.any() and mem._kss_for is None
-    for name, val in vars(mem).items():
+    assert not mem.solver_state.kss.any() and mem.solver_state.kss_for is None
+    out["backend"] = mem.backend
+    for name, val in vars(mem.solver_state).items():
         if name in _SKIP:
             continue
         if name in _SLOT_ARRAYS:
@@ -34,13 +37,13 @@ def live_state(mem: SVDDMemory) -> dict:
             out[name] = (val.shape, val.dtype.str, val.tobytes())
         else:
             out[name] = val
-    chi = mem._chi
-    out["KC"] = np.ascontiguousarray(mem._KC[np.ix_(live, np.arange(chi))]).tobytes()
-    out["XC"] = mem._XC[:chi].tobytes()
-    out["slot_of_col"] = mem._slot_of_col[:chi].tobytes()
-    out["ac"] = mem._ac[:chi].tobytes()
-    out["Qinv"] = (mem._Qinv.shape, mem._Qinv.tobytes())
-    out["health"] = mem._health.to_dict(mem)
+    chi = mem.solver_state.chi
+    out["KC"] = np.ascontiguousarray(mem.solver_state.KC[np.ix_(live, np.arange(chi))]).tobytes()
+    out["XC"] = mem.solver_state.XC[:chi].tobytes()
+    out["slot_of_col"] = mem.solver_state.slot_of_col[:chi].tobytes()
+    out["ac"] = mem.solver_state.ac[:chi].tobytes()
+    out["Qinv"] = (mem.solver_state.Qinv.shape, mem.solver_state.Qinv.tobytes())
+    out["health"] = mem.health.to_dict(mem.solver_state.Qinv)
     return out
 
 
@@ -71,7 +74,7 @@ def make_memory(n: int = 300, d: int = 6, C: float = 0.05, seed: int = 0, *,
     for t in list(rng.choice(sup, size=min(removes // 2, len(sup)), replace=False)) + list(
         rng.choice(ids, size=removes // 2, replace=False)
     ):
-        if int(t) not in gone and int(t) in mem._id_to_slot:
+        if int(t) not in gone and int(t) in mem.solver_state.id_to_slot:
             mem.remove(int(t))
             gone.add(int(t))
     return mem, rng

@@ -115,7 +115,7 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _audit_run(args: argparse.Namespace) -> int:
-    from svattn.exact.audit import verify_log
+    from svattn.exact.verify import verify_log
 
     if not args.log.exists():
         raise FileNotFoundError(f"no audit log at {args.log}")
@@ -139,8 +139,9 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
-    from svattn.exact.certificate import DeletionCertificate, verify_deletion
+    from svattn.exact.certificate import DeletionCertificate
     from svattn.exact.persist import load
+    from svattn.exact.verify import verify_deletion
 
     for p in (args.state, args.certificate):
         if not p.exists():

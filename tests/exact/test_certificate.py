@@ -108,9 +108,9 @@ def test_verification_detects_a_memory_that_is_not_the_optimum(memory_and_data):
     mem, _, _ = memory_and_data
     cert = mem.remove(mem.partition()["margin"][0])
     # corrupt the solution behind the memory's back (what a buggy solver would do)
-    slot = mem._id_to_slot[mem.partition()["margin"][0]]
-    mem._alpha[slot] += 1e-4
-    mem._g_valid = False
+    slot = mem.solver_state.id_to_slot[mem.partition()["margin"][0]]
+    mem.solver_state.alpha[slot] += 1e-4
+    mem.solver_state.g_valid = False
     report = verify_deletion(mem, cert)
     assert not report.ok
     assert report.max_alpha_dev >= 1e-5

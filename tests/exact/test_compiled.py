@@ -1,6 +1,6 @@
 """The compiled event loop and polish against their numpy references.
 
-``SVDDMemory._compiled = False`` (per instance) runs the numpy reference of
+``SVDDMemory(..., backend="reference")`` runs the numpy reference of
 every compiled step (drive, contraction, margin solve, KKT residual, health
 measure). Two memories fed the same operations must take the same events and
 reach the same state, to rounding. Event counts can differ where two events
@@ -14,16 +14,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory
-from svattn.exact._states import ERROR
-from svattn.exact.health import HealthMonitor
+from exact_helpers import backend_of
+from svattn.exact import SVDDMemory, compiled, reference, solver
+from svattn.exact.states import ERROR
 
 
 def _pair(C: float, kernel: str) -> tuple[SVDDMemory, SVDDMemory]:
-    fast, ref = SVDDMemory(C, kernel=kernel), SVDDMemory(C, kernel=kernel)
-    ref._compiled = False
-    assert fast._compiled and not ref._compiled
+    fast = SVDDMemory(C, kernel=kernel)
+    ref = SVDDMemory(C, kernel=kernel, backend="reference")
+    assert fast.backend == "compiled" and ref.backend == "reference"
     return fast, ref
+
+
+def _measure(mem: SVDDMemory) -> tuple[float, float]:
+    """``(cond1, inverse residual)`` of a memory's bordered inverse, by its own backend."""
+    be, ss = backend_of(mem), mem.solver_state
+    return be.margin_health(ss, be.margin_gram(ss))
 
 
 def _assert_same(fast: SVDDMemory, ref: SVDDMemory) -> None:
@@ -32,14 +38,14 @@ def _assert_same(fast: SVDDMemory, ref: SVDDMemory) -> None:
     np.testing.assert_allclose(fast.alpha, ref.alpha, rtol=0, atol=1e-12)
     assert fast.mu == pytest.approx(ref.mu, abs=1e-12)
     assert fast.kkt_residual() <= 1e-10 and ref.kkt_residual() <= 1e-10
-    if fast._nS and not fast.warm:
+    if fast.solver_state.nS and not fast.warm:
         # Both inverses are kept by rank-one updates whose rounding grows with the
         # conditioning of Q, and the two memories took differently-rounded paths
         # (kernel exp, segments vs events): each must meet the drift bar the memory
         # enforces (its backward error, the inverse residual), and they may differ
         # by what that allows: forward error <= cond(Q) · backward error.
-        cond, res_fast = HealthMonitor.measure(fast)
-        _, res_ref = HealthMonitor.measure(ref)
+        cond, res_fast = _measure(fast)
+        _, res_ref = _measure(ref)
         assert res_fast <= 1e-10 and res_ref <= 1e-10
         bound = cond * (res_fast + res_ref + 2 * np.finfo(np.float64).eps)
         # the margin order is a layout (an active-set step enters tokens in another
@@ -50,9 +56,9 @@ def _assert_same(fast: SVDDMemory, ref: SVDDMemory) -> None:
 
 def _in_id_order(mem: SVDDMemory) -> np.ndarray:
     """The bordered inverse with its margin rows and columns sorted by token id."""
-    ids = mem._slot_id[mem._slot_of_col[: mem._nS]]
+    ids = mem.solver_state.slot_id[mem.solver_state.slot_of_col[: mem.solver_state.nS]]
     p = np.concatenate([[0], 1 + np.argsort(ids)])
-    return mem._Qinv[np.ix_(p, p)]
+    return mem.solver_state.Qinv[np.ix_(p, p)]
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "exp"])
@@ -87,9 +93,9 @@ def _remove_both(fast: SVDDMemory, ref: SVDDMemory, tid: int):
     the path; a step reports every set change it made plus c's exit, at least
     the net change of the partition plus one."""
     before = {t: k for k, ts in fast.partition().items() for t in ts}
-    jumps = fast._n_jumps
+    jumps = fast.solver_state.n_jumps
     cf, cr = fast.remove(tid), ref.remove(tid)
-    jumped = fast._n_jumps > jumps
+    jumped = fast.solver_state.n_jumps > jumps
     if jumped:
         after = {t: k for k, ts in fast.partition().items() for t in ts}
         moved = sum(after[t] != k for t, k in before.items() if t != tid)
@@ -108,10 +114,10 @@ def test_compiled_matches_reference_on_clusters_with_cache_growth():
     fast, ref = _pair(0.004, "rbf")
     grew = False
     for x in X:
-        before = fast._ccap
+        before = fast.solver_state.ccap
         fast.add(x)
         ref.add(x)
-        grew |= fast._ccap > before
+        grew |= fast.solver_state.ccap > before
     assert grew
     _assert_same(fast, ref)
     errors = fast.partition()["error"][:20]
@@ -129,31 +135,30 @@ def test_compiled_kkt_and_health_equal_their_references():
     rng = np.random.default_rng(3)
     mem = SVDDMemory(0.02)
     mem.extend(rng.normal(size=(300, 6)))
-    g = mem._fresh_g()
+    g = solver.fresh_g(mem.solver_state, backend_of(mem))
     # at the optimum both are rounding (sum(alpha) − 1: sequential vs pairwise sum)
-    assert mem._kkt(g) == pytest.approx(mem._kkt_reference(g), abs=1e-15)
+    assert backend_of(mem).kkt(mem.solver_state, g) == pytest.approx(reference.kkt(mem.solver_state, g), abs=1e-15)
     # a violated state: the residual must see it in both
     g_bad = g.copy()
-    g_bad[mem._state[: mem._hi] == 1] -= 0.5  # reserve tokens (alpha = 0) need g >= 0
-    assert mem._kkt(g_bad) == pytest.approx(mem._kkt_reference(g_bad), rel=1e-12)
-    assert mem._kkt(g_bad) > 0.1
-    good = mem._Qinv
+    g_bad[mem.solver_state.state[: mem.solver_state.hi] == 1] -= 0.5  # reserve tokens (alpha = 0) need g >= 0
+    assert backend_of(mem).kkt(mem.solver_state, g_bad) == pytest.approx(reference.kkt(mem.solver_state, g_bad), rel=1e-12)
+    assert backend_of(mem).kkt(mem.solver_state, g_bad) > 0.1
+    good = mem.solver_state.Qinv
     drifted = good.copy()
     drifted[1, 2] += 1e-6
     drifted[2, 1] += 1e-6
     for Q in (good, drifted):
-        mem._Qinv = Q
-        mem._compiled = True
-        fast = HealthMonitor.measure(mem)
-        mem._compiled = False
-        slow = HealthMonitor.measure(mem)
+        mem.solver_state.Qinv = Q
+        ss = mem.solver_state
+        fast = compiled.margin_health(ss, compiled.margin_gram(ss))
+        slow = reference.margin_health(ss, reference.margin_gram(ss))
         assert fast[0] == pytest.approx(slow[0], rel=1e-9)  # cond1
         assert fast[1] == pytest.approx(slow[1], rel=1e-6, abs=1e-14)  # inverse residual
     assert fast[1] > 1e-7  # the drifted inverse is seen by both
 
 
 def _g_reference(mem: SVDDMemory) -> np.ndarray:
-    return mem._g_exact_reference()
+    return reference.g_exact(mem.solver_state)
 
 
 @pytest.mark.parametrize("kernel", ["rbf", "exp"])
@@ -169,18 +174,18 @@ def test_error_sum_g_equals_the_full_cache_g_through_every_kind_of_change(kernel
 
     def check() -> None:
         nonlocal n_sync, n_rebuild
-        before_valid = mem._esum_valid
-        g = mem._g_exact()
+        before_valid = mem.solver_state.esum_valid
+        g = backend_of(mem).g_exact(mem.solver_state)
         n_sync += before_valid
         n_rebuild += not before_valid
         # g is in units of the largest kernel diagonal (exp keys reach ~1e4)
-        np.testing.assert_allclose(g, _g_reference(mem), rtol=0, atol=1e-13 * mem._scale)
+        np.testing.assert_allclose(g, _g_reference(mem), rtol=0, atol=1e-13 * mem.solver_state.scale)
         # the members are exactly the error tokens, and the sum is theirs on every
         # used row (a freed row holds the kernel of the zero key it was wiped to)
-        err = np.flatnonzero(mem._state[: mem._hi] == ERROR)
-        assert set(np.flatnonzero(mem._esum_member[: mem._hi]).tolist()) == set(err.tolist())
-        direct = mem._KC[: mem._hi, mem._col_of_slot[err]].sum(axis=1)
-        np.testing.assert_allclose(mem._esum[: mem._hi], direct, rtol=0,
+        err = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] == ERROR)
+        assert set(np.flatnonzero(mem.solver_state.esum_member[: mem.solver_state.hi]).tolist()) == set(err.tolist())
+        direct = mem.solver_state.KC[: mem.solver_state.hi, mem.solver_state.col_of_slot[err]].sum(axis=1)
+        np.testing.assert_allclose(mem.solver_state.esum[: mem.solver_state.hi], direct, rtol=0,
                                    atol=1e-13 * max(1.0, float(np.abs(direct).max(initial=0))))
 
     check()
@@ -197,13 +202,13 @@ def test_error_sum_g_equals_the_full_cache_g_through_every_kind_of_change(kernel
     assert n_sync > 50 and mem.partition()["error"], (n_sync, mem.partition())
     mem.save(tmp_path / "m")
     loaded = SVDDMemory.load(tmp_path / "m")
-    live = mem._slot_id[: mem._hi] >= 0  # free rows of a loaded cache are zeros
+    live = mem.solver_state.slot_id[: mem.solver_state.hi] >= 0  # free rows of a loaded cache are zeros
     # the file carries the sum and its members bit for bit (a loaded memory continues exactly)
-    assert loaded._esum_valid == mem._esum_valid
-    assert loaded._esum[: mem._hi][live].tobytes() == mem._esum[: mem._hi][live].tobytes()
-    tol = 1e-13 * mem._scale
-    np.testing.assert_allclose(loaded._g_exact(), _g_reference(loaded), rtol=0, atol=tol)
-    np.testing.assert_allclose(loaded._g_exact()[live], mem._g_exact()[live], rtol=0, atol=tol)
+    assert loaded.solver_state.esum_valid == mem.solver_state.esum_valid
+    assert loaded.solver_state.esum[: mem.solver_state.hi][live].tobytes() == mem.solver_state.esum[: mem.solver_state.hi][live].tobytes()
+    tol = 1e-13 * mem.solver_state.scale
+    np.testing.assert_allclose(backend_of(loaded).g_exact(loaded.solver_state), _g_reference(loaded), rtol=0, atol=tol)
+    np.testing.assert_allclose(backend_of(loaded).g_exact(loaded.solver_state)[live], backend_of(mem).g_exact(mem.solver_state)[live], rtol=0, atol=tol)
 
 
 def _numpy_positive_definite(K: np.ndarray, rel_shift: float) -> bool:
@@ -218,7 +223,6 @@ def _numpy_positive_definite(K: np.ndarray, rel_shift: float) -> bool:
 def test_compiled_positive_definite_agrees_with_numpy_cholesky():
     """Gram matrices of distinct keys, of keys with copies, near-copies on either side
     of the 1e-10 threshold, indefinite matrices and a non-symmetric input."""
-    from svattn.exact import _compiled
     from svattn.exact.kernels import gram_matrix
 
     rng = np.random.default_rng(3)
@@ -236,13 +240,13 @@ def test_compiled_positive_definite_agrees_with_numpy_cholesky():
     outcomes = []
     for K in cases:
         expected = _numpy_positive_definite(K, 1e-10)
-        assert _compiled.positive_definite(np.ascontiguousarray(K), 1e-10) == expected
+        assert compiled.positive_definite(np.ascontiguousarray(K), 1e-10) == expected
         outcomes.append(expected)
     assert any(outcomes) and not all(outcomes)
     # NaN (which finite keys never produce) is refused; numpy's factor would be NaN
     bad = gram_matrix(rng.normal(size=(4, 3)), "rbf", 0.5)
     bad[2, 2] = np.nan
-    assert not _compiled.positive_definite(bad, 1e-10)
+    assert not compiled.positive_definite(bad, 1e-10)
 
 
 def test_uniqueness_check_matches_reference_with_and_without_ties():
@@ -284,12 +288,12 @@ def test_certificate_facts_equal_the_public_checks_after_every_removal(kernel):
         assert cert.unique_optimum is mem.unique_optimum()
         assert cert.state_digest == mem.state_digest()
         seen_unique.add(cert.unique_optimum)
-        if mem._nS and not mem.warm:  # the health check read the removal's own measure
+        if mem.solver_state.nS and not mem.warm:  # the health check read the removal's own measure
             # (taken on the removal's working copy of Qinv: a residual of rounding
             # size may differ by rounding, summed in another order)
-            cond, res = HealthMonitor.measure(mem)
-            assert mem._health.cond1 == pytest.approx(cond, rel=1e-12)
-            assert abs(mem._health.inv_residual - res) <= 64 * np.finfo(np.float64).eps
+            cond, res = _measure(mem)
+            assert mem.health.cond1 == pytest.approx(cond, rel=1e-12)
+            assert abs(mem.health.inv_residual - res) <= 64 * np.finfo(np.float64).eps
             measured += 1
     assert seen_unique == {True, False}
     assert measured >= 20
@@ -306,10 +310,9 @@ def test_removal_by_segments_hands_over_to_the_event_loop_exactly(max_segments):
     X = centers[rng.integers(0, 4, 300)] + 0.12 * rng.normal(size=(300, 12))
     X[rng.random(300) < 0.05] *= 2.5
     seg, capped = SVDDMemory(0.006), SVDDMemory(0.006)
-    ref = SVDDMemory(0.006)
-    ref._compiled = False
-    capped._max_segments = max_segments
-    seg._max_jumps = capped._max_jumps = 0  # the path alone (steps: the next test)
+    ref = SVDDMemory(0.006, backend="reference")
+    capped.solver_state.max_segments = max_segments
+    seg.solver_state.max_jumps = capped.solver_state.max_jumps = 0  # the path alone (steps: the next test)
     for m in (seg, capped, ref):
         m.extend(X)
     part = seg.partition()
@@ -325,8 +328,8 @@ def test_removal_by_segments_hands_over_to_the_event_loop_exactly(max_segments):
         _assert_same(capped, ref)
     assert multi >= 5  # the hand-over happened mid-removal, not only at the start
     assert same >= 0.9 * len(picks)
-    assert seg._n_segment_fallbacks == 0 and seg.n_resolves == ref.n_resolves == 0
-    assert capped._n_segment_fallbacks == (len(picks) if max_segments == 0 else multi)
+    assert seg.solver_state.n_segment_fallbacks == 0 and seg.n_resolves == ref.n_resolves == 0
+    assert capped.solver_state.n_segment_fallbacks == (len(picks) if max_segments == 0 else multi)
 
 
 @pytest.mark.parametrize("max_jumps", [1, 2, 4])
@@ -340,7 +343,7 @@ def test_active_set_steps_reach_the_reference_state_or_leave_it_to_the_path(max_
     X = centers[rng.integers(0, 4, 400)] + 0.12 * rng.normal(size=(400, 12))
     X[rng.random(400) < 0.05] *= 2.5
     fast, ref = _pair(0.005, "rbf")
-    fast._max_jumps = max_jumps
+    fast.solver_state.max_jumps = max_jumps
     for m in (fast, ref):
         m.extend(X)
     part = fast.partition()
@@ -349,11 +352,11 @@ def test_active_set_steps_reach_the_reference_state_or_leave_it_to_the_path(max_
         assert cf.partition_after == cr.partition_after
         assert cf.kkt_residual_after <= 1e-12
         _assert_same(fast, ref)
-    assert fast._n_jumps >= 5
+    assert fast.solver_state.n_jumps >= 5
     if max_jumps == 1:
-        assert fast._n_jump_fallbacks >= 1
-    assert fast._n_segment_fallbacks == 0 and fast.n_resolves == ref.n_resolves == 0
-    assert fast._n_block_passes > 0
+        assert fast.solver_state.n_jump_fallbacks >= 1
+    assert fast.solver_state.n_segment_fallbacks == 0 and fast.n_resolves == ref.n_resolves == 0
+    assert fast.solver_state.n_block_passes > 0
 
 
 def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
@@ -361,7 +364,7 @@ def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
     agree with np.exp to 1 ulp over the whole normal range (rbf arguments are
     <= 0, exp-kernel ones up to the overflow limit), give exactly 1 at 0, and
     hand arguments past the normal range (underflow, overflow, NaN) to libm."""
-    from svattn.exact._compiled import _exp_column
+    from svattn.exact.compiled.columns import exp_column as _exp_column
 
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-708, 709, 100_000), rng.uniform(-4, 1, 100_000),
@@ -383,26 +386,27 @@ def test_margin_gram_copy_is_the_current_block_and_is_zeroed_after_each_operatio
     the health check read instead of gathering the cache's margin rows again: it
     must equal the cache's block whenever it is used, and hold nothing (kernel
     values of a removed token included) once the operation is over."""
-    from svattn.exact import _compiled
+    from svattn.exact.compiled import linalg
 
     rng = np.random.default_rng(21)
     X = rng.normal(size=(250, 6))
     mem = SVDDMemory(0.02)
     mem.extend(X)
     seen = {"copy": 0, "checks": 0}
-    check = mem._health.check
+    check = mem.health.check
 
-    def checking(m):
-        gathered = _compiled.gather_margin_gram(m._KC, m._slot_of_col, m._nS)
-        np.testing.assert_array_equal(m._margin_gram(), gathered)
-        seen["copy"] += m._kss_for is m._Qinv
+    def checking(qinv, measure, refactorize):
+        m = mem
+        gathered = linalg.gather_margin_gram(m.solver_state.KC, m.solver_state.slot_of_col, m.solver_state.nS)
+        np.testing.assert_array_equal(backend_of(m).margin_gram(m.solver_state), gathered)
+        seen["copy"] += m.solver_state.kss_for is m.solver_state.Qinv
         seen["checks"] += 1
-        return check(m)
+        return check(qinv, measure, refactorize)
 
-    mem._health.check = checking
+    mem.health.check = checking
     for t in mem.partition()["margin"][:10] + mem.partition()["error"][:10]:
         mem.remove(t)
-        assert not mem._kss.any() and mem._kss_for is None
+        assert not mem.solver_state.kss.any() and mem.solver_state.kss_for is None
         mem.add(rng.normal(size=6))
-        assert not mem._kss.any()
+        assert not mem.solver_state.kss.any()
     assert seen["checks"] == 40 and seen["copy"] >= 20

@@ -39,7 +39,7 @@ def test_every_add_and_remove_keeps_kkt_and_matches_retrain(d, n, C, kernel):
     assert worst <= 1e-10
     alpha_r, mu_r = retrain(mem)
     assert np.max(np.abs(mem.alpha - alpha_r)) <= 1e-9
-    scale = max(1.0, float(kernel_diag(X, kernel, mem._gamma_val).max()))
+    scale = max(1.0, float(kernel_diag(X, kernel, mem.gamma_value).max()))
     assert abs(mem.mu - mu_r) <= 1e-9 * scale
     assert mem.unique_optimum()
     assert mem.partition() == partition_ids(mem, alpha_r)
@@ -87,7 +87,7 @@ def test_add_then_remove_restores_never_added(kernel):
         assert mem.partition() == ref.partition()
         assert np.max(np.abs(mem.alpha - ref.alpha)) <= 1e-10
         assert abs(mem.mu - ref.mu) <= 1e-10 * max(1.0, float(kernel_diag(base, kernel,
-                                                                           ref._gamma_val).max()))
+                                                                           ref.gamma_value).max()))
 
 
 def test_state_depends_on_the_set_not_the_order():
@@ -144,7 +144,7 @@ def test_readout_is_the_biased_softmax_and_stable():
     mem = SVDDMemory(0.1)
     mem.extend(X, V)
     q = np.random.default_rng(12).normal(size=(7, 3))
-    K = kernel_matrix(q, mem.keys, "rbf", mem._gamma_val)
+    K = kernel_matrix(q, mem.keys, "rbf", mem.gamma_value)
     w = K * mem.alpha
     ratio = (w @ mem.values) / w.sum(axis=1, keepdims=True)
     np.testing.assert_allclose(mem.readout(q), ratio, rtol=1e-12, atol=1e-14)
@@ -168,7 +168,7 @@ def test_decision_function_sign_and_formula():
     m = mem.ids.index(mem.partition()["margin"][0])
     R2 = Kxx[m, m] - 2 * Kxx[m] @ a + aKa
     x = np.array([[0.3, -0.2]])
-    kx = kernel_matrix(x, mem.keys, "rbf", mem._gamma_val)[0]
+    kx = kernel_matrix(x, mem.keys, "rbf", mem.gamma_value)[0]
     dist2 = 1.0 - 2 * kx @ a + aKa
     np.testing.assert_allclose(mem.decision_function(x), [R2 - dist2], atol=1e-12)
 
@@ -207,10 +207,10 @@ def test_removal_never_leaves_residue_in_arrays():
     mem.extend(X, V)
     victim = mem.support_ids()[0]
     mem.remove(victim)
-    for arr in (mem._X, mem._V, mem._XC):
+    for arr in (mem.solver_state.X, mem.solver_state.V, mem.solver_state.XC):
         assert not np.any(np.all(np.isclose(arr, X[victim]), axis=-1)) if arr.shape[-1] == 3 else \
             not np.any(np.all(np.isclose(arr, V[victim]), axis=-1))
-    assert victim not in mem._id_to_slot
+    assert victim not in mem.solver_state.id_to_slot
 
 
 class TestWarmupConvention:
@@ -291,10 +291,10 @@ class TestDegenerate:
         # the decision function is unique even when alpha is not
         alpha_r, mu_r = retrain(mem)
         q = rng.normal(size=(20, 3))
-        Kq = kernel_matrix(q, mem.keys, "rbf", mem._gamma_val)
+        Kq = kernel_matrix(q, mem.keys, "rbf", mem.gamma_value)
         np.testing.assert_allclose(mem.decision_function(q), 2 * Kq @ alpha_r - 1 + mu_r,
                                    atol=1e-9)
-        ref = biased_softmax_readout(q, mem.keys, mem.values, alpha_r, "rbf", mem._gamma_val)
+        ref = biased_softmax_readout(q, mem.keys, mem.values, alpha_r, "rbf", mem.gamma_value)
         assert np.all(np.isfinite(ref))
 
     def test_many_copies_of_one_key(self):
@@ -317,7 +317,7 @@ def test_a_huge_exp_kernel_diagonal_does_not_hide_an_outside_row():
     mem = SVDDMemory(0.5, "exp")
     mem.extend(rng.normal(size=(1, 4)) * 0.5)
     mem.add(rng.normal(size=4) * 3)
-    assert mem._diag[: mem._hi].max() > 1e17
+    assert mem.solver_state.diag[: mem.solver_state.hi].max() > 1e17
     tid = mem.add(rng.normal(size=4) * 1e-3)
     assert mem.kkt_residual() <= 1e-10
     assert tid in mem.support_ids()

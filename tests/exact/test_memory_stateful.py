@@ -72,9 +72,9 @@ class MemoryMachine(RuleBasedStateMachine):
         q = np.linspace(-2, 2, 5)[:, None] * np.ones(DIM)
         from svattn.exact.kernels import kernel_diag, kernel_matrix
 
-        K = kernel_matrix(q, mem.keys, mem.kernel, mem._gamma_val)
-        ref = 2 * K @ alpha_r - kernel_diag(q, mem.kernel, mem._gamma_val) + mu_r
-        scale = max(1.0, float(kernel_diag(mem.keys, mem.kernel, mem._gamma_val).max()))
+        K = kernel_matrix(q, mem.keys, mem.kernel, mem.gamma_value)
+        ref = 2 * K @ alpha_r - kernel_diag(q, mem.kernel, mem.gamma_value) + mu_r
+        scale = max(1.0, float(kernel_diag(mem.keys, mem.kernel, mem.gamma_value).max()))
         assert np.max(np.abs(mem.decision_function(q) - ref)) <= 1e-8 * scale
 
 

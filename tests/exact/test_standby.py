@@ -12,35 +12,37 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory, _compiled
-from svattn.exact._states import RESERVE
+from exact_helpers import backend_of
+from svattn.exact import SVDDMemory
+from svattn.exact.compiled import checks
 from svattn.exact.kernels import kernel_matrix
+from svattn.exact.states import RESERVE
 
 
 def _standby_slots(mem: SVDDMemory) -> list[int]:
-    soc = mem._slot_of_col[mem._nS : mem._chi]
-    return sorted(int(s) for s in soc if s >= 0 and mem._state[s] == RESERVE)
+    soc = mem.solver_state.slot_of_col[mem.solver_state.nS : mem.solver_state.chi]
+    return sorted(int(s) for s in soc if s >= 0 and mem.solver_state.state[s] == RESERVE)
 
 
 def _nearest_by_sort(mem: SVDDMemory, m: int) -> list[int]:
-    reserve = np.flatnonzero(mem._state[: mem._hi] == RESERVE)
-    order = np.lexsort((reserve, mem._g[reserve]))  # g, then slot
+    reserve = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] == RESERVE)
+    order = np.lexsort((reserve, mem.solver_state.g[reserve]))  # g, then slot
     return reserve[order][:m].tolist()
 
 
 def _assert_columns_exact(mem: SVDDMemory) -> None:
-    hi = mem._hi
-    live = mem._live_slots()
-    for col in range(mem._chi):
-        s = int(mem._slot_of_col[col])
+    hi = mem.solver_state.hi
+    live = mem.solver_state.live_slots()
+    for col in range(mem.solver_state.chi):
+        s = int(mem.solver_state.slot_of_col[col])
         if s < 0:
             continue
-        assert mem._col_of_slot[s] == col, "one column per token, both maps agree"
-        want = kernel_matrix(mem._X[live], mem._X[s][None, :], mem.kernel, mem._gamma_val)[:, 0]
-        want[live == s] = mem._diag[s]
-        np.testing.assert_allclose(mem._KC[live, col], want, rtol=1e-13, atol=1e-15)
+        assert mem.solver_state.col_of_slot[s] == col, "one column per token, both maps agree"
+        want = kernel_matrix(mem.solver_state.X[live], mem.solver_state.X[s][None, :], mem.kernel, mem.gamma_value)[:, 0]
+        want[live == s] = mem.solver_state.diag[s]
+        np.testing.assert_allclose(mem.solver_state.KC[live, col], want, rtol=1e-13, atol=1e-15)
         dead = np.setdiff1d(np.arange(hi), live)
-        assert not mem._KC[dead, col].any(), "a freed slot's row must be zero"
+        assert not mem.solver_state.KC[dead, col].any(), "a freed slot's row must be zero"
 
 
 def test_nearest_reserve_is_a_stable_sort_by_g_including_ties():
@@ -51,7 +53,7 @@ def test_nearest_reserve_is_a_stable_sort_by_g_including_ties():
         state = rng.choice(np.array([0, 1, 2, RESERVE], dtype=np.int8), size=hi)
         for m in (1, 3, 16):
             out = np.empty(m, dtype=np.int64)
-            n = _compiled.nearest_reserve(g, state, hi, out)
+            n = checks.nearest_reserve(g, state, hi, out)
             reserve = np.flatnonzero(state == RESERVE)
             want = reserve[np.lexsort((reserve, g[reserve]))][:m]
             assert out[:n].tolist() == want.tolist(), (trial, m)
@@ -60,8 +62,7 @@ def test_nearest_reserve_is_a_stable_sort_by_g_including_ties():
 @pytest.mark.parametrize("compiled", [True, False])
 def test_standby_columns_are_the_nearest_reserve_tokens_with_exact_columns(compiled):
     rng = np.random.default_rng(1)
-    mem = SVDDMemory(0.05, standby=6)
-    mem._compiled = compiled
+    mem = SVDDMemory(0.05, standby=6, backend="compiled" if compiled else "reference")
     ids = mem.extend(rng.normal(size=(150, 4)))
     for t in ids[:40:3]:
         mem.remove(t)
@@ -69,7 +70,7 @@ def test_standby_columns_are_the_nearest_reserve_tokens_with_exact_columns(compi
         nearest = _nearest_by_sort(mem, 12)
         standby = _standby_slots(mem)
         assert set(nearest[:6]) <= set(standby) <= set(nearest), "picks cached, only near kept"
-        assert mem._standby_theta == mem._g[nearest[5]]
+        assert mem.solver_state.standby_theta == mem.solver_state.g[nearest[5]]
         _assert_columns_exact(mem)
 
 
@@ -83,7 +84,7 @@ def test_standby_changes_nothing_but_the_cache():
     for x in X[200:]:
         live = plain.ids
         tid = live[int(rng.integers(len(live)))]
-        standby_before = {cached._slot_id[s] for s in _standby_slots(cached)}
+        standby_before = {cached.solver_state.slot_id[s] for s in _standby_slots(cached)}
         reserve_before = set(cached.partition()["reserve"])
         c_plain, c_cached = plain.remove(tid), cached.remove(tid)
         used += len(set(cached.partition()["margin"]) & reserve_before & standby_before)
@@ -102,8 +103,7 @@ def test_standby_changes_nothing_but_the_cache():
 
 
 def _memory(seed: int, C: float, standby: int, compiled: bool, n: int) -> SVDDMemory:
-    mem = SVDDMemory(C, standby=standby)
-    mem._compiled = compiled
+    mem = SVDDMemory(C, standby=standby, backend="compiled" if compiled else "reference")
     mem.extend(np.random.default_rng(seed).normal(size=(n, 3)))
     return mem
 
@@ -113,20 +113,20 @@ def test_a_full_cache_evicts_a_standby_column_never_a_support_column(compiled):
     mem = _memory(3, 0.2, 4, compiled, 40)
 
     def uncached_reserve() -> list[int]:
-        return [int(s) for s in np.flatnonzero(mem._state[: mem._hi] == RESERVE)
-                if mem._col_of_slot[s] < 0]
+        return [int(s) for s in np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] == RESERVE)
+                if mem.solver_state.col_of_slot[s] < 0]
 
-    while mem._chi < mem._ccap or (mem._slot_of_col[: mem._chi] < 0).any():
-        mem._alloc_col(uncached_reserve()[0])  # fill every hole and the room past chi
-    owners = {int(s) for s in mem._slot_of_col[: mem._chi]}
-    support = {s for s in owners if mem._state[s] != RESERVE}
+    while mem.solver_state.chi < mem.solver_state.ccap or (mem.solver_state.slot_of_col[: mem.solver_state.chi] < 0).any():
+        backend_of(mem).alloc_col(mem.solver_state, uncached_reserve()[0])  # fill every hole and the room past chi
+    owners = {int(s) for s in mem.solver_state.slot_of_col[: mem.solver_state.chi]}
+    support = {s for s in owners if mem.solver_state.state[s] != RESERVE}
     standby = owners - support
     assert standby and support
     outsider = uncached_reserve()[0]
-    ccap = mem._ccap
-    mem._alloc_col(outsider)
-    assert mem._ccap == ccap, "a standby column was there to give: no growth"
-    after = {int(s) for s in mem._slot_of_col[: mem._chi] if s >= 0}
+    ccap = mem.solver_state.ccap
+    backend_of(mem).alloc_col(mem.solver_state, outsider)
+    assert mem.solver_state.ccap == ccap, "a standby column was there to give: no growth"
+    after = {int(s) for s in mem.solver_state.slot_of_col[: mem.solver_state.chi] if s >= 0}
     assert support <= after and outsider in after
     assert len(standby - after) == 1
     _assert_columns_exact(mem)
@@ -136,11 +136,11 @@ def test_a_full_cache_evicts_a_standby_column_never_a_support_column(compiled):
 def test_removing_a_standby_token_leaves_no_trace_in_the_cache(compiled):
     mem = _memory(4, 0.05, 8, compiled, 100)
     slot = _standby_slots(mem)[0]
-    col = int(mem._col_of_slot[slot])
-    tid = int(mem._slot_id[slot])
+    col = int(mem.solver_state.col_of_slot[slot])
+    tid = int(mem.solver_state.slot_id[slot])
     mem.remove(tid)
-    assert mem._col_of_slot[slot] == -1 and mem._slot_of_col[col] != slot
-    assert not mem._KC[slot].any() and not mem._X[slot].any()
+    assert mem.solver_state.col_of_slot[slot] == -1 and mem.solver_state.slot_of_col[col] != slot
+    assert not mem.solver_state.KC[slot].any() and not mem.solver_state.X[slot].any()
     _assert_columns_exact(mem)
 
 

@@ -10,7 +10,9 @@ import pytest
 
 from svattn.cli import main
 from svattn.exact import SVDDMemory
-from svattn.exact.audit import AuditLogError, _self_hash, canonical, verify_log
+from svattn.exact.audit import AuditLogError, canonical
+from svattn.exact.audit import record_hash as _self_hash
+from svattn.exact.verify import verify_log
 
 
 @pytest.fixture
@@ -220,7 +222,12 @@ def test_health_events_are_logged(tmp_path):
     log = tmp_path / "a.jsonl"
     mem = SVDDMemory(0.05, audit_log=log)
     mem.extend(np.random.default_rng(0).normal(size=(60, 3)))
-    mem._health.measure = lambda m: (10.0, 1e-3)  # pretend the inverse drifted
+    check = mem.health.check
+
+    def drifted(qinv, measure, refactorize):  # pretend the inverse drifted
+        return check(qinv, lambda: (10.0, 1e-3), refactorize)
+
+    mem.health.check = drifted
     before = mem.n_refactorizations
     mem.remove(mem.support_ids()[0])
     assert mem.n_refactorizations > before

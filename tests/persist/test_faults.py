@@ -15,8 +15,9 @@ import time
 import numpy as np
 import pytest
 
+from exact_helpers import backend_of
 from persist_helpers import make_memory
-from svattn.exact import SVDDMemory
+from svattn.exact import SVDDMemory, reference
 from svattn.exact.persist import StateFileError, StateVersionError, load
 
 # ----------------------------------------------------------------- SIGKILL
@@ -211,7 +212,7 @@ def test_trailing_garbage_is_refused(saved, tmp_path):
 def _rewrite_meta(data: bytes, **changes) -> bytes:
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.persist import _serialize
+    from svattn.exact.fileformat import serialize as _serialize
 
     hlen = _header_len(data)
     meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
@@ -222,9 +223,9 @@ def _rewrite_meta(data: bytes, **changes) -> bytes:
 def test_wrong_version_is_refused(saved, tmp_path):
     _, data, _ = saved
     bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(_rewrite_meta(data, format_version=3))
-    with pytest.raises(StateVersionError, match="unsupported format version 3 .this svattn "
-                                                "reads versions 1, 2"):
+    bad.write_bytes(_rewrite_meta(data, format_version=4))
+    with pytest.raises(StateVersionError, match="unsupported format version 4 .this svattn "
+                                                "reads versions 1, 2, 3"):
         load(bad)
     bad.write_bytes(_rewrite_meta(data, format="other"))
     with pytest.raises(StateVersionError, match="not an svattn state file"):
@@ -321,7 +322,7 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     rebuilt from the kernel cache on first use and the memory continues correctly."""
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.persist import _serialize
+    from svattn.exact.fileformat import serialize as _serialize
 
     _, data, digest = saved
     hlen = _header_len(data)
@@ -333,16 +334,17 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     old = tmp_path / "v1.safetensors"
     old.write_bytes(_serialize(tensors, meta))
     got = load(old)
-    assert not got._esum_valid and got.state_digest() == digest
+    assert not got.solver_state.esum_valid and got.state_digest() == digest
     got.remove(got.partition()["error"][0])  # the removal's exact g rebuilds the sum
-    assert got._esum_valid and got.kkt_residual() <= 1e-10
-    np.testing.assert_allclose(got._g_exact(), got._g_exact_reference(), rtol=0, atol=1e-13)
+    assert got.solver_state.esum_valid and got.kkt_residual() <= 1e-10
+    np.testing.assert_allclose(backend_of(got).g_exact(got.solver_state), reference.g_exact(got.solver_state), rtol=0, atol=1e-13)
 
 
 def test_forged_error_sum_is_refused(saved, tmp_path):
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.persist import _serialize, _sha
+    from svattn.exact.fileformat import serialize as _serialize
+    from svattn.exact.fileformat import sha256_hex as _sha
 
     _, data, _ = saved
     hlen = _header_len(data)

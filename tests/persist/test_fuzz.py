@@ -56,7 +56,7 @@ token_ids = st.one_of(st.integers(-3, 40), st.sampled_from([2**63, -(2**70), 1.0
 
 
 def _snap(mem):
-    return (len(mem), mem._next_id, mem.state_digest(), live_state(mem))
+    return (len(mem), mem.solver_state.next_id, mem.state_digest(), live_state(mem))
 
 
 @settings(max_examples=int(os.environ.get("SVATTN_FUZZ_EXAMPLES", "60")), deadline=None,
@@ -105,9 +105,9 @@ def test_random_call_sequences(data, tmp_path_factory):
         # after a success the memory is sound
         if len(mem):
             assert np.isfinite(mem.alpha).all() and np.isfinite(mem.mu)
-            live = mem._live_slots()
-            assert np.isfinite(mem._KC[live][:, : mem._chi]).all()
-            assert np.isfinite(mem._g[live]).all()
+            live = mem.solver_state.live_slots()
+            assert np.isfinite(mem.solver_state.KC[live][:, : mem.solver_state.chi]).all()
+            assert np.isfinite(mem.solver_state.g[live]).all()
             assert mem.kkt_residual() <= 1e-8, (op, mem.kkt_residual())
 
 

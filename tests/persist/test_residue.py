@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory
-from svattn.exact.memory import _token_hash
+from svattn.exact.memory import BACKENDS
+from svattn.exact.state import token_hash
 
 
 def _needles(x: np.ndarray) -> list[bytes]:
@@ -17,7 +18,9 @@ def _needles(x: np.ndarray) -> list[bytes]:
 
 def _memory_bytes(mem: SVDDMemory) -> list[tuple[str, bytes]]:
     out = []
-    for name, val in vars(mem).items():
+    # every array of the solver state (the memory object holds none of its own)
+    assert not any(isinstance(v, np.ndarray) for v in vars(mem).values())
+    for name, val in vars(mem.solver_state).items():
         if isinstance(val, np.ndarray) and val.dtype != object:
             out.append((name, np.ascontiguousarray(val).tobytes()))
     return out
@@ -51,15 +54,15 @@ def test_removed_tokens_leave_no_bytes(tmp_path, values):
     victims += [int(t) for t in rng.choice(ids, 30, replace=False) if t not in victims]
     removed = {}
     for t in victims:
-        slot = mem._id_to_slot[t]
+        slot = mem.solver_state.id_to_slot[t]
         removed[t] = [X[t]] + ([V[t]] if values else [])
-        th = mem._token_hash[slot]
+        th = mem.solver_state.token_hash[slot]
         mem.remove(t)
         # the slot is wiped everywhere
-        assert mem._state[slot] == 0 and not mem._X[slot].any() and not mem._V[slot].any()
-        assert not mem._KC[slot].any() and mem._col_of_slot[slot] == -1
-        assert mem._token_hash[slot] == 0 and th not in set(mem._token_hash.tolist())
-        assert t not in mem._id_to_slot
+        assert mem.solver_state.state[slot] == 0 and not mem.solver_state.X[slot].any() and not mem.solver_state.V[slot].any()
+        assert not mem.solver_state.KC[slot].any() and mem.solver_state.col_of_slot[slot] == -1
+        assert mem.solver_state.token_hash[slot] == 0 and th not in set(mem.solver_state.token_hash.tolist())
+        assert t not in mem.solver_state.id_to_slot
     mem.compact()
     for r in range(200, n):  # reuse freed slots
         mem.add(X[r], None if V is None else V[r])
@@ -69,9 +72,9 @@ def test_removed_tokens_leave_no_bytes(tmp_path, values):
                                                                          log.read_bytes())]
     assert not _scan(blobs, removed)
     # the unsalted per-token hashes of removed tokens are gone too
-    live_hashes = set(mem._token_hash.tolist())
+    live_hashes = set(mem.solver_state.token_hash.tolist())
     for t, vecs in removed.items():
-        h = int.from_bytes(_token_hash(t, vecs[0], vecs[1] if values else None), "big")
+        h = token_hash(t, vecs[0], vecs[1] if values else None)
         assert h not in live_hashes
     # sanity: the scan does find live tokens' bytes (it is not vacuous)
     live = mem.ids[0]
@@ -96,25 +99,23 @@ def test_removal_in_warm_up_leaves_no_bytes(tmp_path):
 def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch, compiled):
     # the event loop keeps the driven token's kernel column in a temporary; on a
     # removal it is the deleted token's data, so it is zeroed before it is freed
-    import svattn.exact.memory as memory_module
-
     rng = np.random.default_rng(2)
-    mem = SVDDMemory(0.03)
-    mem._compiled = compiled
-    mem._max_segments = 0  # the compiled removal hands the whole drive to the event loop
+    mem = SVDDMemory(0.03, backend="compiled" if compiled else "reference")
+    backend_module = BACKENDS[mem.backend]
+    mem.solver_state.max_segments = 0  # the compiled removal hands the whole drive to the event loop
     mem.extend(rng.normal(size=(120, 4)))
     tid = mem.partition()["error"][0]
-    slot = mem._id_to_slot[tid]
-    column = mem._KC[: mem._hi, mem._col_of_slot[slot]].copy()
+    slot = mem.solver_state.id_to_slot[tid]
+    column = mem.solver_state.KC[: mem.solver_state.hi, mem.solver_state.col_of_slot[slot]].copy()
     scrubbed = []
-    real = memory_module._scrub
+    real = backend_module.scrub
 
     def spy(a):
         scrubbed.append(a.copy())
         real(a)
         assert not a.any()
 
-    monkeypatch.setattr(memory_module, "_scrub", spy)
+    monkeypatch.setattr(backend_module, "scrub", spy)
     cert = mem.remove(tid)
     assert cert.n_events >= 1
     assert any(np.array_equal(a, column) for a in scrubbed), "the column copy was not zeroed"

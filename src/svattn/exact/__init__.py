@@ -11,14 +11,11 @@ Examples
 True
 """
 
-from svattn.exact.certificate import (
-    DeletionCertificate,
-    DeletionVerification,
-    commit_token,
-    verify_deletion,
-)
+from svattn.exact.certificate import DeletionCertificate, commit_token
 from svattn.exact.kernels import KERNELS, KernelOverflowError, default_gamma, kernel_matrix
 from svattn.exact.memory import MarginSystem, SVDDMemory, UnknownTokenError
+from svattn.exact.state import SlotState
+from svattn.exact.verify import DeletionVerification, verify_deletion
 
 __all__ = [
     "KERNELS",
@@ -27,6 +24,7 @@ __all__ = [
     "KernelOverflowError",
     "MarginSystem",
     "SVDDMemory",
+    "SlotState",
     "UnknownTokenError",
     "commit_token",
     "default_gamma",
@@ -36,10 +34,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    # the oracle is imported lazily: it pulls in the QP solver
-    if name == "solve_svdd":
-        from svattn.exact.oracle import solve_svdd
-
-        return solve_svdd
-    raise AttributeError(f"module 'svattn.exact' has no attribute {name!r}")
+from svattn.exact.oracle import solve_svdd

@@ -30,7 +30,7 @@ record (one fsync) for the whole batch. If a write fails the log refuses all
 further mutating operations (:class:`AuditLogError`) so the memory and its log
 cannot silently diverge.
 
-:func:`verify_log` (``svattn audit verify LOG [STATE]``) re-checks the chain,
+:func:`verify_chain` re-checks the chain,
 the bookkeeping (ids added / removed, counts), every certificate's
 ``consistency_errors()`` and, with a saved state, that the log ends at that
 state; it reports the first broken record. Deleting the *last* records of a
@@ -46,7 +46,7 @@ Examples
 >>> mem = SVDDMemory(C=0.2, audit_log=log)
 >>> ids = mem.extend(np.random.default_rng(0).normal(size=(30, 3)))
 >>> cert = mem.remove(ids[4])
->>> report = verify_log(log)
+>>> report = verify_chain(log)
 >>> report.ok, report.n_records, [r["op"] for r in report.records]
 (True, 3, ['open', 'extend', 'remove'])
 """
@@ -60,21 +60,18 @@ import os
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from svattn.exact.certificate import DeletionCertificate, commit_token
 
-if TYPE_CHECKING:  # pragma: no cover
-    from svattn.exact.memory import SVDDMemory
-
 LOG_FORMAT = "svattn.audit"
 LOG_VERSION = 1
 GENESIS = "0" * 64
-_STATE_OPS = {"add", "extend", "remove", "compact"}
+STATE_OPS = {"add", "extend", "remove", "compact"}
 _EVENT_OPS = {"refactorize", "resolve", "ill_conditioned"}
-_OPS = {"open", "save", "load"} | _STATE_OPS | _EVENT_OPS
+_OPS = {"open", "save", "load"} | STATE_OPS | _EVENT_OPS
 
 
 class AuditLogError(RuntimeError):
@@ -91,7 +88,8 @@ def _sha(text: str | bytes) -> str:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
 
 
-def _self_hash(record: dict[str, Any]) -> str:
+def record_hash(record: dict[str, Any]) -> str:
+    """SHA-256 of a record's canonical JSON without its own ``sha256`` field."""
     return _sha(canonical({k: v for k, v in record.items() if k != "sha256"}))
 
 
@@ -104,6 +102,39 @@ def _finite(x: float) -> float | str:
 
 
 # ---------------------------------------------------------------------- writer
+@dataclass(frozen=True)
+class AuditFacts:
+    """What the memory tells its log after an operation (plain values, no memory).
+
+    Attributes
+    ----------
+    digest : str
+        :meth:`SVDDMemory.state_digest` after the operation.
+    n, next_id : int
+        Tokens held, and the next id to be issued.
+    n_refactorizations, n_resolves, n_drift_refactorizations : int
+        The solver's and the health monitor's counters (the log records their increase).
+    cond1, inv_residual : float
+        The health monitor's latest estimates.
+    kkt_residual : float or None
+        The KKT residual, where the record carries it (adds).
+    """
+
+    digest: str
+    n: int
+    next_id: int
+    n_refactorizations: int
+    n_resolves: int
+    n_drift_refactorizations: int
+    cond1: float = 0.0
+    inv_residual: float = 0.0
+    kkt_residual: float | None = None
+
+    @property
+    def counts(self) -> tuple[int, int, int]:
+        return self.n_refactorizations, self.n_resolves, self.n_drift_refactorizations
+
+
 class AuditLog:
     """Appends hash-chained records for one memory (create with :meth:`create`)."""
 
@@ -118,8 +149,11 @@ class AuditLog:
 
     # -------------------------------------------------------------- opening
     @classmethod
-    def create(cls, path: str | os.PathLike[str], memory: SVDDMemory) -> AuditLog:
-        """Start a new log for a new memory (the file must not exist or be empty)."""
+    def create(cls, path: str | os.PathLike[str], params: dict[str, Any], facts: AuditFacts
+               ) -> AuditLog:
+        """Start a new log for a new memory (the file must not exist or be empty).
+
+        ``params`` (C, kernel, gamma, tol) go into the ``open`` record."""
         path = Path(path)
         if path.exists() and path.stat().st_size > 0:
             raise ValueError(
@@ -128,16 +162,13 @@ class AuditLog:
             )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         log = cls(path, fd, 0, GENESIS)
-        log._last_counts = log._counts(memory)
+        log._last_counts = facts.counts
         _fsync_dir(path)
-        log._append(memory, "open", {
-            "format": LOG_FORMAT, "version": LOG_VERSION, "C": memory.C,
-            "kernel": memory.kernel, "gamma": memory.gamma, "tol": memory.tol,
-        })
+        log._append(facts, "open", {"format": LOG_FORMAT, "version": LOG_VERSION, **params})
         return log
 
     @classmethod
-    def resume(cls, path: str | os.PathLike[str], memory: SVDDMemory, *,
+    def resume(cls, path: str | os.PathLike[str], facts: AuditFacts, *,
                state_path: Path, state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
         """Continue the log of a memory just loaded from ``state_path``.
 
@@ -146,7 +177,7 @@ class AuditLog:
         would undo them (resurrect removed tokens), so this refuses.
         """
         path = Path(path)
-        report = verify_log(path)
+        report = verify_chain(path)
         if not report.ok:
             raise AuditLogError(f"audit log {path} does not verify: {report.error}")
         recs = report.records
@@ -159,7 +190,7 @@ class AuditLog:
                 f"state {state_path} was saved at record {seq} of an audit log that {path} "
                 "does not contain (another log, or records were removed)"
             )
-        later = [r for r in recs[seq + 1:] if r["op"] in _STATE_OPS]
+        later = [r for r in recs[seq + 1:] if r["op"] in STATE_OPS]
         if later:
             r = later[0]
             raise AuditLogError(
@@ -167,13 +198,13 @@ class AuditLog:
                 f"was saved (first: record {r['seq']}, {r['op']}); loading that state would "
                 "undo them (and could resurrect removed tokens)"
             )
-        if recs[-1]["digest"] != memory.state_digest():
+        if recs[-1]["digest"] != facts.digest:
             raise AuditLogError(f"the last record of {path} does not carry the digest of "
                                 f"state {state_path}")
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         log = cls(path, fd, len(recs), report.hashes[-1])
-        log._last_counts = log._counts(memory)
-        log._append(memory, "load", {"file_sha256": state_sha256, "path": state_path.name})
+        log._last_counts = facts.counts
+        log._append(facts, "load", {"file_sha256": state_sha256, "path": state_path.name})
         return log
 
     def head(self) -> dict[str, Any]:
@@ -203,26 +234,21 @@ class AuditLog:
         if self._fd < 0:
             raise AuditLogError(f"audit log {self.path} is closed")
 
-    def _counts(self, memory: SVDDMemory) -> tuple[int, int, int]:
-        return (memory.n_refactorizations, memory.n_resolves,
-                memory._health.n_drift_refactorizations)
-
-    def record(self, memory: SVDDMemory, op: str, *, events: list[dict[str, Any]] = (),
+    def record(self, facts: AuditFacts, op: str, *, events: list[dict[str, Any]] = (),
                **info: Any) -> None:
         """Write the numerical-health events of operation ``op``, then its record.
 
         Refactorizations and re-solves are read off the memory's counters (so
         the solver needs no hooks); ``events`` come from the health monitor.
         """
-        refac, res, drift = self._counts(memory)
+        refac, res, drift = facts.counts
         refac0, res0, drift0 = self._last_counts
         self._last_counts = (refac, res, drift)
-        health = memory._health
         if drift > drift0:
             self._pending.append({
                 "op": "refactorize", "count": drift - drift0,
                 "reason": "inverse drift beyond the conditioning bound",
-                "cond1": _finite(health.cond1), "inv_residual": _finite(health.inv_residual)})
+                "cond1": _finite(facts.cond1), "inv_residual": _finite(facts.inv_residual)})
         if refac - refac0 > drift - drift0:
             self._pending.append({"op": "refactorize", "count": refac - refac0 - (drift - drift0),
                                   "reason": "KKT residual above tol after an operation"})
@@ -237,17 +263,17 @@ class AuditLog:
         for ev in self._pending:
             fields = {k: v for k, v in ev.items() if k != "op"}
             fields["within"] = op
-            lines.append(self._line(memory, ev["op"], fields))
+            lines.append(self._line(facts, ev["op"], fields))
         self._pending = []
-        lines.append(self._line(memory, op, self._fields(memory, op, info)))
+        lines.append(self._line(facts, op, self._fields(facts, op, info)))
         self._write(lines)
 
-    def record_save(self, memory: SVDDMemory, path: Path, sha256: str) -> None:
+    def record_save(self, facts: AuditFacts, path: Path, sha256: str) -> None:
         """Record a successful save (after the rename)."""
         self.ready()
-        self._write([self._line(memory, "save", {"file_sha256": sha256, "path": path.name})])
+        self._write([self._line(facts, "save", {"file_sha256": sha256, "path": path.name})])
 
-    def _fields(self, memory: SVDDMemory, op: str, info: dict[str, Any]) -> dict[str, Any]:
+    def _fields(self, facts: AuditFacts, op: str, info: dict[str, Any]) -> dict[str, Any]:
         if op in ("add", "extend"):
             ids, k, v = info["ids"], info["keys"], info["values"]
             toks = []
@@ -255,9 +281,7 @@ class AuditLog:
                 salt = secrets.token_bytes(16)
                 toks.append({"id": int(tid), "salt": salt.hex(),
                              "commitment": commit_token(salt, k[r], None if v is None else v[r])})
-            from svattn.exact.persist import _residual
-
-            return {"tokens": toks, "kkt_residual": _finite(_residual(memory))}
+            return {"tokens": toks, "kkt_residual": _finite(facts.kkt_residual)}
         if op == "remove":
             cert: DeletionCertificate = info["certificate"]
             return {"certificate": asdict(cert)}
@@ -265,12 +289,11 @@ class AuditLog:
             return {"dropped": [int(i) for i in info["dropped"]]}
         raise ValueError(f"unknown audit operation {op!r}")
 
-    def _line(self, memory: SVDDMemory, op: str, fields: dict[str, Any]) -> bytes:
+    def _line(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> bytes:
         rec = dict(fields)
         rec.update(seq=self._seq, op=op, prev=self._prev, time=_now(),
-                   digest=memory.state_digest(), n=len(memory),
-                   next_id=int(memory._next_id))
-        rec["sha256"] = _self_hash(rec)
+                   digest=facts.digest, n=facts.n, next_id=facts.next_id)
+        rec["sha256"] = record_hash(rec)
         text = canonical(rec)
         self._seq += 1
         self._prev = _sha(text)
@@ -290,8 +313,8 @@ class AuditLog:
             self._failed = exc
             raise AuditLogError(f"writing audit log {self.path} failed: {exc}") from exc
 
-    def _append(self, memory: SVDDMemory, op: str, fields: dict[str, Any]) -> None:
-        self._write([self._line(memory, op, fields)])
+    def _append(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> None:
+        self._write([self._line(facts, op, fields)])
 
 
 def _fsync_dir(path: Path) -> None:
@@ -356,16 +379,14 @@ def _fail(rep: AuditReport, i: int, msg: str) -> AuditReport:
     return rep
 
 
-def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None
-               ) -> AuditReport:
-    """Verify an audit log (and optionally that it ends at a saved state).
+def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
+    """Verify an audit log's chain and bookkeeping (the state side is
+    :func:`svattn.exact.verify.verify_log`).
 
     Parameters
     ----------
     path : path-like
         The JSONL log.
-    state : path-like, optional
-        A state file saved by :func:`svattn.exact.persist.save` with this log.
 
     Returns
     -------
@@ -381,7 +402,7 @@ def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | Non
     >>> _ = mem.extend([[0.0], [1.0], [2.0]])
     >>> lines = open(log).read().splitlines()
     >>> _ = open(log, "w").write(lines[1] + "\\n")  # drop the first record
-    >>> verify_log(log).error
+    >>> verify_chain(log).error
     'record 0 (line 1): seq is 1, expected 0 (records were deleted, inserted or reordered)'
     """
     rep = AuditReport()
@@ -410,7 +431,7 @@ def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | Non
         if rec.get("seq") != i:
             return _fail(rep, i, f"seq is {rec.get('seq')!r}, expected {i} (records were "
                                  "deleted, inserted or reordered)")
-        if rec.get("sha256") != _self_hash(rec):
+        if rec.get("sha256") != record_hash(rec):
             return _fail(rep, i, "content does not match its sha256 (the record was edited)")
         if raw.decode("utf-8") != canonical(rec):
             return _fail(rep, i, "not in canonical form (the line was edited)")
@@ -461,7 +482,7 @@ def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | Non
             live.difference_update(dropped)
         elif op == "load" and i > 0 and rec.get("digest") != rep.records[-1].get("digest"):
             return _fail(rep, i, "the loaded state's digest differs from the log's state")
-        if op in _STATE_OPS and rec.get("n") != len(live):
+        if op in STATE_OPS and rec.get("n") != len(live):
             return _fail(rep, i, f"says n = {rec.get('n')!r}, but the log's operations leave "
                                  f"{len(live)} tokens")
         rep.records.append(rec)
@@ -470,58 +491,8 @@ def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | Non
     if not lines:
         return _fail(rep, 0, "the log is empty (no 'open' record)")
     rep.final_digest = rep.records[-1].get("digest")
-    if state is not None:
-        _check_state(rep, Path(state))
     return rep
 
 
-def _check_state(rep: AuditReport, state: Path) -> None:
-    from svattn.exact.persist import StateFileError, load
-
-    rep.state_checked = True
-    last = len(rep.records) - 1
-    try:
-        mem = load(state)
-    except (StateFileError, OSError) as exc:
-        rep.ok = False
-        rep.error = f"state {state} does not load: {exc}"
-        return
-    from svattn.exact.persist import _metadata, _parse
-
-    head = _metadata(_parse(state.read_bytes(), str(state))[0], str(state)).get("audit_head")
-    if head is None:
-        rep.ok = False
-        rep.error = f"state {state} was saved without an audit log"
-        return
-    seq = int(head["seq"])
-    if seq > last or rep.hashes[seq] != head["sha256"]:
-        rep.ok = False
-        rep.broken_record = min(seq, last + 1)
-        what = ("lacks (records were removed from its end)" if seq > last
-                else "does not contain (that record differs)")
-        rep.error = (f"state {state} was saved at record {seq} (sha256 {head['sha256'][:12]}…), "
-                     f"which this log {what}")
-        return
-    later = [r for r in rep.records[seq + 1:] if r["op"] in _STATE_OPS]
-    if later:
-        rep.ok = False
-        rep.broken_record = later[0]["seq"]
-        rep.error = (f"the log records {len(later)} operation(s) after state {state} was saved "
-                     f"(first: record {later[0]['seq']}, {later[0]['op']}): the state is stale")
-        return
-    sha = hashlib.sha256(state.read_bytes()).hexdigest()
-    if not any(r["op"] == "save" and r.get("file_sha256") == sha for r in rep.records[seq + 1:]):
-        rep.ok = False
-        rep.broken_record = last + 1
-        rep.error = (f"the log does not record saving this state (sha256 {sha[:12]}…) after "
-                     f"record {seq}: its last records were removed, or the file was not saved "
-                     "by this memory")
-        return
-    if rep.final_digest != mem.state_digest():
-        rep.ok = False
-        rep.broken_record = last
-        rep.error = (f"record {last}: final digest {rep.final_digest[:12]}… differs from the "
-                     f"state's {mem.state_digest()[:12]}…")
-
-
-__all__ = ["AuditLog", "AuditLogError", "AuditReport", "canonical", "verify_log"]
+__all__ = ["STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError", "AuditReport", "canonical",
+           "record_hash", "verify_chain"]

@@ -19,10 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
-
 if TYPE_CHECKING:  # pragma: no cover
-    from svattn.exact.memory import SVDDMemory
+    pass
 
 CERTIFICATE_VERSION = 1
 
@@ -109,7 +107,7 @@ class DeletionCertificate:
     version: int = CERTIFICATE_VERSION
 
     @classmethod
-    def _issue(cls, **fields: Any) -> DeletionCertificate:
+    def issue(cls, **fields: Any) -> DeletionCertificate:
         """Construct from every field but ``issued_at`` and ``version`` (set here),
         without the dataclass ``__init__``: the removal's hot path, where each
         interpreted call runs on caches the solver has just evicted (~5 µs less
@@ -171,140 +169,3 @@ class DeletionCertificate:
         return errs
 
 
-@dataclass(frozen=True)
-class DeletionVerification:
-    """Result of :func:`verify_deletion`.
-
-    ``ok`` is True only when the digest matches, the id is gone, the KKT
-    residual is within tolerance and (with retraining) the memory agrees with
-    a from-scratch solve: identical partition and alpha, decision function and
-    readout within tolerance when the optimum is unique; the decision function
-    (which is unique even when alpha is not) when it is not.
-    """
-
-    ok: bool
-    digest_matches: bool
-    removed_absent: bool
-    kkt_residual: float
-    retrained: bool
-    unique_optimum: bool
-    partition_equal: bool | None = None
-    max_alpha_dev: float | None = None
-    decision_dev: float | None = None
-    readout_dev: float | None = None
-    n_probes: int = 0
-    tolerance: float = 0.0
-    reasons: tuple[str, ...] = ()
-
-    def summary(self) -> str:
-        """One line for people."""
-        verdict = "VERIFIED" if self.ok else "FAILED"
-        parts = [f"{verdict}: digest {'ok' if self.digest_matches else 'MISMATCH'}",
-                 f"KKT {self.kkt_residual:.1e}"]
-        if self.retrained:
-            parts += [
-                f"partition {'equal' if self.partition_equal else 'DIFFERS'}",
-                f"max|Δalpha| {self.max_alpha_dev:.1e}",
-                f"decision dev {self.decision_dev:.1e}",
-                f"readout dev {self.readout_dev:.1e} ({self.n_probes} probes)",
-            ]
-        if not self.unique_optimum:
-            parts.append("optimum NOT unique (exactness not claimed)")
-        if self.reasons:
-            parts.append("; ".join(self.reasons))
-        return ", ".join(parts)
-
-
-def verify_deletion(
-    memory: SVDDMemory,
-    certificate: DeletionCertificate,
-    retrain: bool = True,
-    *,
-    probes: np.ndarray | None = None,
-    tol: float = 1e-8,
-    seed: int = 0,
-) -> DeletionVerification:
-    """Check a deletion certificate against a memory, re-solving from scratch.
-
-    Parameters
-    ----------
-    memory : SVDDMemory
-        The memory after the removal (and nothing since).
-    certificate : DeletionCertificate
-    retrain : bool
-        Re-solve the remaining tokens with :func:`svattn.exact.oracle.solve_svdd`
-        (independent of the incremental solver) and compare.
-    probes : array, shape (m, d), optional
-        Query points; default: the remaining keys plus 64 points around them.
-    tol : float
-        Tolerance on |Δalpha|, the decision-function deviation (units of the
-        largest K_ii) and the readout deviation.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> from svattn.exact import SVDDMemory
-    >>> mem = SVDDMemory(C=0.2)
-    >>> ids = mem.extend(np.random.default_rng(1).normal(size=(40, 3)))
-    >>> verify_deletion(mem, mem.remove(ids[3])).ok
-    True
-    """
-    reasons = []
-    digest_ok = memory.state_digest() == certificate.state_digest
-    if not digest_ok:
-        reasons.append("state digest differs from the certificate's")
-    absent = certificate.removed_id not in set(memory.ids)
-    if not absent:
-        reasons.append(f"token {certificate.removed_id} is still in the memory")
-    kkt = memory.kkt_residual()
-    if not kkt <= tol:
-        reasons.append(f"KKT residual {kkt:.2e} above {tol:.0e}")
-    reasons += certificate.consistency_errors()
-    unique = memory.unique_optimum()
-    if not retrain or len(memory) == 0:
-        return DeletionVerification(
-            ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
-            retrained=False, unique_optimum=unique, tolerance=tol, reasons=tuple(reasons),
-        )
-    from svattn.exact.oracle import partition as oracle_partition
-    from svattn.exact.oracle import solve_svdd
-
-    keys, values, alpha = memory.keys, memory.values, memory.alpha
-    gamma = certificate.gamma
-    K = gram_matrix(keys, memory.kernel, gamma)
-    alpha_r, mu_r = solve_svdd(K, memory.C, return_mu=True)
-    ids = memory.ids
-    part_r = oracle_partition(alpha_r, memory.C)
-    part_m = memory.partition()
-    partition_equal = all(
-        sorted(ids[i] for i in part_r[name]) == sorted(part_m[name])
-        for name in ("margin", "error", "reserve")
-    ) if not memory.warm else True
-    if probes is None:
-        rng = np.random.default_rng(seed)
-        spread = keys.std(axis=0) + 1e-12
-        noise = rng.normal(size=(64, keys.shape[1])) * spread
-        around = keys[rng.integers(0, len(keys), 64)] + noise
-        probes = np.concatenate([keys, around])
-    probes = np.asarray(probes, dtype=np.float64)
-    dec_r = decision_values(probes, keys, alpha_r, mu_r, memory.kernel, gamma)
-    scale = max(1.0, float(np.diag(K).max()))
-    decision_dev = float(np.max(np.abs(memory.decision_function(probes) - dec_r))) / scale
-    read_r = biased_softmax_readout(probes, keys, values, alpha_r, memory.kernel, gamma)
-    readout_dev = float(np.max(np.abs(memory.readout(probes) - read_r)))
-    alpha_dev = float(np.max(np.abs(alpha - alpha_r)))
-    if not decision_dev <= tol:
-        reasons.append(f"decision function differs from retrain by {decision_dev:.2e}")
-    if unique:
-        if not partition_equal:
-            reasons.append("partition differs from retrain")
-        if not alpha_dev <= tol:
-            reasons.append(f"alpha differs from retrain by {alpha_dev:.2e}")
-        if not readout_dev <= tol:
-            reasons.append(f"readout differs from retrain by {readout_dev:.2e}")
-    return DeletionVerification(
-        ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
-        retrained=True, unique_optimum=unique, partition_equal=partition_equal,
-        max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
-        n_probes=len(probes), tolerance=tol, reasons=tuple(reasons),
-    )

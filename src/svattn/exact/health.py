@@ -19,28 +19,27 @@ ill-conditioned), the bar is raised to 100× the fresh residual until the next
 refactorization, so the memory never refactorizes in a loop. Entering the
 ill-conditioned regime (``cond1 > ill_cond``) is recorded as an event.
 
+The monitor sees no memory: the memory hands it the current ``Qinv`` object
+and two callables, one that measures ``(cond1, inverse residual)`` and one that
+refactorizes and returns the new inverse.
+
 Examples
 --------
 >>> import numpy as np
 >>> from svattn.exact import SVDDMemory
 >>> mem = SVDDMemory(C=0.05)
 >>> _ = mem.extend(np.random.default_rng(0).normal(size=(100, 4)))
->>> h = mem._health.check(mem)  # what runs after every operation
->>> mem._health.cond1 > 1, mem._health.inv_residual < 1e-10
+>>> mem.health.cond1 > 1, mem.health.inv_residual < 1e-10
 (True, True)
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
-from svattn.exact._compiled import bordered_health
-
-if TYPE_CHECKING:  # pragma: no cover
-    from svattn.exact.memory import SVDDMemory
 
 _EPS = float(np.finfo(np.float64).eps)
 
@@ -80,38 +79,24 @@ class HealthMonitor:
         # a removed token's kernel values) must not be kept alive
         self._last: weakref.ref | None = None
 
-    # --------------------------------------------------------------- measure
-    @staticmethod
-    def measure(mem: SVDDMemory) -> tuple[float, float]:
-        """``(cond1, inverse residual)`` of the memory's current ``Qinv``; O(|S|²)."""
-        nS = mem._nS
-        if nS == 0 or mem.warm:
-            return 0.0, 0.0
-        Qinv = mem._Qinv
-        pre = mem._health_after
-        if pre is not None and pre[0] is Qinv:  # measured by the removal's last pass
-            return pre[1], pre[2]
-        if mem._compiled:
-            cond, res = bordered_health(Qinv, mem._margin_gram(), nS)
-            return float(cond), float(res)
-        S = mem._slot_of_col[:nS]
-        KSS = mem._KC[S, :nS]
-        norm_q = max(float(nS), 1.0 + 2.0 * float(np.abs(KSS).sum(axis=0).max()))
-        norm_qinv = float(np.abs(Qinv).sum(axis=0).max())
-        v = np.cos(0.7 * np.arange(nS + 1)) + 0.5
-        w = Qinv @ v
-        r = np.empty(nS + 1)
-        r[0] = w[1:].sum() - v[0]
-        r[1:] = w[0] + 2.0 * (KSS @ w[1:]) - v[1:]
-        res = float(np.max(np.abs(r)) / np.max(np.abs(v)))
-        return norm_q * norm_qinv, res
+    def check(self, qinv: np.ndarray, measure: Callable[[], tuple[float, float]],
+              refactorize: Callable[[], np.ndarray]) -> list[dict[str, Any]]:
+        """Check after an operation; refactorize on drift. Return events (dicts).
 
-    def check(self, mem: SVDDMemory) -> list[dict[str, Any]]:
-        """Check after an operation; refactorize on drift. Return events (dicts)."""
-        if self._checked(mem) or mem._nS == 0 or mem.warm:
+        Parameters
+        ----------
+        qinv
+            The memory's current bordered inverse (checked once per object; an
+            empty one, as in warm-up or with an empty margin, is not checked).
+        measure
+            ``() -> (cond1, inverse residual)`` of the current inverse.
+        refactorize
+            Rebuilds the inverse from the kernel cache and returns the new one.
+        """
+        if self.checked(qinv) or qinv.size == 0:
             return []
         events: list[dict[str, Any]] = []
-        cond, res = self.measure(mem)
+        cond, res = measure()
         self.n_checks += 1
         self.cond1, self.inv_residual = cond, res
         self.max_cond1 = max(self.max_cond1, cond)
@@ -124,23 +109,24 @@ class HealthMonitor:
         if res > bar:
             self.reason = f"inverse drift {res:.3e} above {bar:.3e} (cond1 {cond:.3e})"
             try:
-                mem._refactorize()
+                qinv = refactorize()
             finally:
                 self.reason = None
             self.n_drift_refactorizations += 1
-            cond2, res2 = self.measure(mem)
+            cond2, res2 = measure()
             self.cond1, self.inv_residual = cond2, res2
             self.baseline = res2 if res2 > max(self.drift_tol, 1e3 * _EPS * cond2) else 0.0
             events.append({"event": "drift", "inv_residual": res, "bar": bar, "cond1": cond,
                            "inv_residual_after": res2})
-        self._last = weakref.ref(mem._Qinv)
+        self._last = weakref.ref(qinv)
         return events
 
-    def _checked(self, mem: SVDDMemory) -> bool:
-        return self._last is not None and self._last() is mem._Qinv
+    def checked(self, qinv: np.ndarray) -> bool:
+        """Whether ``qinv`` (this very object) was checked last."""
+        return self._last is not None and self._last() is qinv
 
     # ------------------------------------------------------------- persistence
-    def to_dict(self, mem: SVDDMemory) -> dict[str, Any]:
+    def to_dict(self, qinv: np.ndarray) -> dict[str, Any]:
         """JSON-ready state (``checked``: whether the memory's current Qinv was checked)."""
         def f(x: float) -> float | str:
             return x if np.isfinite(x) else repr(x)  # JSON has no inf
@@ -151,10 +137,10 @@ class HealthMonitor:
             "n_checks": self.n_checks, "n_drift_refactorizations": self.n_drift_refactorizations,
             "baseline": self.baseline, "ill_conditioned": self.ill_conditioned,
             "drift_tol": self.drift_tol, "ill_cond": self.ill_cond,
-            "checked": self._checked(mem),
+            "checked": self.checked(qinv),
         }
 
-    def restore(self, data: dict[str, Any], mem: SVDDMemory) -> None:
+    def restore(self, data: dict[str, Any], qinv: np.ndarray) -> None:
         """Inverse of :meth:`to_dict` (for a loaded memory)."""
         for k in ("cond1", "inv_residual", "max_cond1", "max_inv_residual", "baseline",
                   "drift_tol", "ill_cond"):
@@ -162,7 +148,7 @@ class HealthMonitor:
         self.n_checks = int(data["n_checks"])
         self.n_drift_refactorizations = int(data["n_drift_refactorizations"])
         self.ill_conditioned = bool(data["ill_conditioned"])
-        self._last = weakref.ref(mem._Qinv) if data["checked"] else None
+        self._last = weakref.ref(qinv) if data["checked"] else None
 
 
 __all__ = ["HealthMonitor"]

@@ -23,7 +23,7 @@ import numpy as np
 KERNELS = ("rbf", "exp")
 
 # exp() of anything above this overflows float64.
-_LOG_MAX = math.log(np.finfo(np.float64).max)
+LOG_MAX = math.log(np.finfo(np.float64).max)
 
 
 class KernelOverflowError(ValueError):
@@ -82,10 +82,10 @@ def kernel_matrix(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np
            [0.6065, 1.    ]])
     """
     logk = log_kernel(x, y, kernel, gamma)
-    if kernel == "exp" and logk.size and float(logk.max()) >= _LOG_MAX:
+    if kernel == "exp" and logk.size and float(logk.max()) >= LOG_MAX:
         raise KernelOverflowError(
             f"exp kernel overflows float64: gamma·x·y reaches {float(logk.max()):.4g} "
-            f"(limit {_LOG_MAX:.1f}); scale the keys down or lower gamma"
+            f"(limit {LOG_MAX:.1f}); scale the keys down or lower gamma"
         )
     return np.exp(logk, out=logk)
 
@@ -95,10 +95,10 @@ def kernel_diag(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     if kernel == "rbf":
         return np.ones(x.shape[0])
     logd = gamma * np.einsum("ij,ij->i", x, x)
-    if logd.size and float(logd.max()) >= _LOG_MAX:
+    if logd.size and float(logd.max()) >= LOG_MAX:
         raise KernelOverflowError(
             f"exp kernel overflows float64: gamma·‖x‖² reaches {float(logd.max()):.4g} "
-            f"(limit {_LOG_MAX:.1f}); scale the keys down or lower gamma"
+            f"(limit {LOG_MAX:.1f}); scale the keys down or lower gamma"
         )
     return np.exp(logd)
 

@@ -1,0 +1,280 @@
+"""The compiled (numba) backend of the exact solver: the default.
+
+Same function names and contract as the numpy reference
+(:mod:`svattn.exact.reference`), each taking the
+:class:`~svattn.exact.state.SlotState`; the loops run in the kernels of this
+package (:mod:`.columns`, :mod:`.linalg`, :mod:`.checks`, :mod:`.events`,
+:mod:`.segments`), compiled once and cached on disk. Floating-point results differ
+from the reference only by summation order, so two events that tie to within
+rounding may be taken as one or two; ``tests/exact/test_backends.py`` compares the
+trajectories.
+
+Beyond the reference, a removal goes segment by segment
+(:func:`remove_by_segments`): on a fixed partition the solution path is a
+straight line, so one margin solve and one pass over the margin block give a
+segment's end and the exact g there; ties and an empty margin set go to the
+event loop (:func:`drive`) from the state reached. The exact g reads the margin
+columns plus a kept sum of the error tokens' columns (:func:`sync_error_sum`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from svattn.exact import reference
+from svattn.exact.cache import mu_move
+from svattn.exact.compiled import checks, codes, columns, events, linalg, segments
+from svattn.exact.state import NeedResolve, SlotState, scrub
+
+NAME = "compiled"
+
+
+# ---------------------------------------------------------------- cache columns
+def alloc_col(ss: SlotState, slot: int) -> int:
+    """:func:`svattn.exact.reference.alloc_col`, compiled (same column choice)."""
+    if not columns.free_column_available(ss.slot_of_col, ss.state, ss.nS, ss.chi, ss.ccap):
+        ss.grow_cols()
+    ss.chi = int(columns.alloc_col(
+        ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag, ss.alpha,
+        ss.state, slot, ss.nS, ss.chi, ss.hi, ss.gamma_value, ss.is_rbf))
+    return int(ss.col_of_slot[slot])
+
+
+def nearest_reserve(ss: SlotState, m: int) -> np.ndarray:
+    """:func:`svattn.exact.reference.nearest_reserve`, compiled."""
+    out = np.empty(m, dtype=np.int64)
+    return out[: checks.nearest_reserve(ss.g, ss.state, ss.hi, out)]
+
+
+def refresh_standby(ss: SlotState) -> None:
+    """:func:`svattn.exact.reference.refresh_standby`, compiled (same hysteresis)."""
+    ss.standby_stale = False
+    while True:
+        chi, theta, short = checks.refresh_standby(
+            ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag,
+            ss.alpha, ss.g, ss.state, ss.nS, ss.chi, ss.hi, ss.gamma_value, ss.is_rbf,
+            ss.standby)
+        ss.chi, ss.standby_theta = int(chi), float(theta)
+        if not short:
+            return
+        ss.grow_cols()
+
+
+def wipe_slot_arrays(ss: SlotState, slot: int) -> int:
+    """:func:`svattn.exact.reference.wipe_slot_arrays`, compiled."""
+    chi, change = checks.wipe_slot_arrays(
+        ss.X, ss.V, ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.xn2, ss.diag,
+        ss.alpha, ss.g, ss.esum, ss.esum_member, ss.state, slot, ss.chi, ss.hi, ss.esum_valid)
+    ss.chi = int(chi)
+    return int(change)
+
+
+# ------------------------------------------------------------ bordered system
+def contract(ss: SlotState, p: int) -> None:
+    """:func:`svattn.exact.reference.contract`, compiled."""
+    nS, ss.Qinv = linalg.contract_margin(ss.Qinv, ss.KC, ss.XC, ss.ac, ss.slot_of_col,
+                                         ss.col_of_slot, p, ss.nS, ss.hi)
+    ss.nS = int(nS)
+
+
+def solve_margin(ss: SlotState) -> int | None:
+    """:func:`svattn.exact.reference.solve_margin`, compiled: also counts the margin
+    coefficients on a bound and keeps ``K_SS`` for the checks after it."""
+    if not ss.nS:
+        return reference.solve_margin(ss)
+    sync_error_sum(ss)
+    mu, at_bound = linalg.solve_margin(
+        ss.KC, ss.Qinv, ss.slot_of_col, ss.col_of_slot, ss.state, ss.diag, ss.alpha, ss.ac,
+        ss.esum, ss.nS, ss.chi, ss.C, ss.gram_buffer())
+    ss.kept_margin_gram(ss.nS)
+    ss.mu = float(mu)
+    return int(at_bound)
+
+
+def margin_gram(ss: SlotState) -> np.ndarray:
+    """``K_SS``: the last margin solve's copy when current, else a gather."""
+    kss = ss.current_margin_gram()
+    if kss is not None:
+        return kss
+    return linalg.gather_margin_gram(ss.KC, ss.slot_of_col, ss.nS)
+
+
+def margin_health(ss: SlotState, KSS: np.ndarray) -> tuple[float, float]:
+    """:func:`svattn.exact.reference.margin_health`, compiled."""
+    cond, res = linalg.bordered_health(ss.Qinv, KSS, ss.nS)
+    return float(cond), float(res)
+
+
+# ------------------------------------------------------------------- checks
+def sync_error_sum(ss: SlotState) -> None:
+    """Bring the error-column sum up to the current error set; rebuilt from scratch
+    after every 32 column updates, so its rounding stays that of a direct sum."""
+    _error_sum_synced(ss, checks.error_sum_sync(
+        ss.esum, ss.esum_member, ss.KC, ss.slot_of_col, ss.col_of_slot, ss.state, ss.nS,
+        ss.chi, ss.hi, ss.error_sum_rebuild_due))
+
+
+def _error_sum_synced(ss: SlotState, n: int) -> None:
+    """Count a sync's column updates (``n``; -1: rebuilt from scratch)."""
+    ss.esum_valid = True
+    ss.esum_updates = 0 if n < 0 else ss.esum_updates + int(n)
+
+
+def g_exact(ss: SlotState) -> np.ndarray:
+    """:func:`svattn.exact.reference.g_exact` from the margin columns and the error sum."""
+    sync_error_sum(ss)
+    g = np.empty(ss.hi)
+    checks.g_from_error_sum(ss.KC, ss.ac, ss.slot_of_col, ss.state, ss.esum, ss.diag, ss.mu,
+                            ss.C, ss.nS, ss.chi, ss.hi, g)
+    return g
+
+
+def kkt(ss: SlotState, g: np.ndarray) -> float:
+    """:func:`svattn.exact.reference.kkt`, compiled (same definition, one pass)."""
+    return float(checks.kkt_residual(g, ss.alpha, ss.state, ss.diag, ss.mu, ss.C, ss.hi))
+
+
+def tied_slots(ss: SlotState, g: np.ndarray, tie: float) -> np.ndarray:
+    """:func:`svattn.exact.reference.tied_slots`, compiled."""
+    return checks.tied_slots(g, ss.state, ss.hi, tie)
+
+
+def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
+    """:func:`svattn.exact.reference.positive_definite`, compiled (a Cholesky loop)."""
+    return bool(linalg.positive_definite(K, rel_shift))
+
+
+def count_states(ss: SlotState) -> tuple[int, int, int]:
+    """:func:`svattn.exact.reference.count_states`, compiled."""
+    nm, ne, nr = checks.count_states(ss.state, ss.hi)
+    return int(nm), int(ne), int(nr)
+
+
+def support_slots_by_id(ss: SlotState) -> np.ndarray:
+    """:func:`svattn.exact.reference.support_slots_by_id`, compiled (not in warm-up)."""
+    if ss.warm:
+        return reference.support_slots_by_id(ss)
+    return checks.support_slots_by_id(ss.alpha, ss.slot_id, ss.hi)
+
+
+def certificate_facts(ss: SlotState, g: np.ndarray, KSS: np.ndarray, tie: float
+                      ) -> tuple[int, int, int, int, np.ndarray, np.ndarray]:
+    """:func:`svattn.exact.reference.certificate_facts` in one compiled pass, with the
+    uniqueness test on the margin block when no token is tied."""
+    nm, ne, nr, unique, ids, values = checks.certificate_facts(
+        g, ss.alpha, ss.state, ss.slot_id, KSS, ss.nS, ss.hi, tie, 1e-10, ss.mu)
+    return int(nm), int(ne), int(nr), int(unique), ids, values
+
+
+# -------------------------------------------------------------------- drives
+def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None) -> int:
+    """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1) with the
+    compiled event loop; ``seed`` continues a removal that :func:`remove_by_segments`
+    began. Returns the events taken."""
+    ss.g_valid = False
+    hi = ss.hi
+    k_c, sgn = np.empty(hi), np.empty(hi)  # filled by the first call
+    loop = np.array([0, 0, -1, -1], dtype=np.int64)
+    done = 0
+    if seed is not None:
+        done = int(seed[codes.SEG_EVENTS])
+        loop[codes.LAST_LEFT] = seed[codes.SEG_LAST_LEFT]
+        loop[codes.LAST_ENTERED] = seed[codes.SEG_LAST_ENTERED]
+    try:
+        return _drive_loop(ss, c, direction, k_c, sgn, loop, done)
+    finally:  # a removed token's kernel column must not stay in freed memory
+        scrub(k_c)
+
+
+def _drive_loop(ss: SlotState, c: int, direction: int, k_c: np.ndarray, sgn: np.ndarray,
+                loop: np.ndarray, done: int) -> int:
+    """:func:`drive`'s calls into the compiled event loop, until the drive ends."""
+    max_events = 20 * ss.n + 200
+    scale, gamma = ss.scale, ss.gamma_value
+    while True:
+        status, nS, chi, mu, Qinv = events.drive_events(
+            ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag,
+            ss.alpha, ss.g, ss.state, ss.Qinv, ss.nS, ss.chi, ss.hi, ss.mu, ss.C, gamma,
+            ss.is_rbf, c, direction, k_c, sgn, loop, max_events, scale)
+        ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
+        if status == codes.DONE:
+            return done + int(loop[codes.EVENTS])
+        if status == codes.NEED_RESOLVE:
+            raise NeedResolve
+        if status == codes.NEED_COLUMNS:
+            ss.grow_cols()
+            continue
+        # EMPTY_MARGIN: only mu moves (rare; the numpy step is fine)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            finished, who = mu_move(ss, c, direction, alloc_col)
+        if finished:
+            return done + int(loop[codes.EVENTS])
+        sgn[who] = 0.0
+        loop[codes.LAST_ENTERED] = who
+
+
+def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
+                       ) -> tuple[str, np.ndarray | int]:
+    """Remove driven token ``c`` segment by segment (one pass over the margin block
+    each, the last one giving the exact g); with ``contract_first``, ``c`` is a margin
+    token that leaves the margin set first.
+
+    Returns ``(status, out)``:
+
+    * ``"done"``: ``c``'s arrays are wiped and the KKT check passed; the
+      certificate's facts are in ``ss.facts_after`` (``out``: events taken);
+    * ``"finish"``: wiped, but the residual needs the general finish (``out``: events);
+    * ``"fallback"``: the event loop must go on from the state reached; ``out`` is
+      its seed (segments taken, the tokens that last left and entered the margin).
+
+    Raises :class:`~svattn.exact.state.NeedResolve` on a degeneracy.
+    """
+    ss.g_valid = False
+    hi = ss.hi
+    g_end = np.empty(hi)
+    out = np.zeros(codes.SEG_OUT, dtype=np.int64)
+    out[codes.SEG_LAST_LEFT] = out[codes.SEG_LAST_ENTERED] = -1
+    facts = np.zeros(3)
+    sup_ids = np.empty(ss.ccap, dtype=np.int64)
+    sup_values = np.empty(ss.ccap + 1)
+    # the error sum is synced first, without c: its share of the end state is 0
+    status, nS, chi, mu, Qinv = segments.remove_segments(
+        ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.V, ss.xn2, ss.diag,
+        ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
+        ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value, ss.is_rbf,
+        c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments, ss.max_jumps,
+        ss.scale, g_end, out, facts, sup_ids, sup_values, ss.gram_buffer())
+    ss.n_block_passes += int(out[codes.SEG_PASSES])
+    jumped = int(out[codes.SEG_JUMPED])
+    ss.n_jumps += jumped > 0
+    ss.n_jump_fallbacks += jumped < 0
+    ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
+    ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
+    _error_sum_synced(ss, int(out[codes.SEG_SYNC]))
+    ss.esum_updates += int(out[codes.SEG_ESUM_UPDATES])
+    # (g_end holds g values of live tokens; c's own entry was zeroed)
+    if status == codes.NEED_RESOLVE:
+        raise NeedResolve
+    if status == codes.FALLBACK:
+        ss.n_segment_fallbacks += 1
+        return "fallback", out
+    ss.g_valid = True  # g at the end of the last segment is the exact g
+    ss.ops_since_exact_g = 0
+    ss.kss_for = ss.Qinv  # the last segment solved the final margin set
+    kkt_end = float(facts[codes.FACT_KKT])
+    if kkt_end > 0.1 * ss.tol:
+        return "finish", int(out[codes.SEG_EVENTS])
+    ss.kkt_after = kkt_end
+    n = int(out[codes.SEG_SUPPORT])
+    ss.facts_after = (
+        {"margin": int(out[codes.SEG_MARGIN]), "error": int(out[codes.SEG_ERROR]),
+         "reserve": int(out[codes.SEG_RESERVE])},
+        int(out[codes.SEG_UNIQUE]), sup_ids[:n], sup_values[: n + 1])
+    ss.health_after = (ss.Qinv, float(facts[codes.FACT_COND]), float(facts[codes.FACT_INV_RES]))
+    return "done", int(out[codes.SEG_EVENTS])
+
+
+__all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
+           "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
+           "positive_definite", "refresh_standby", "remove_by_segments", "solve_margin",
+           "support_slots_by_id", "sync_error_sum", "tied_slots", "wipe_slot_arrays"]

@@ -1,0 +1,182 @@
+"""Small dense linear algebra of the bordered system, compiled: margin solves with
+iterative refinement, the margin Gram gather, health measures, a Cholesky test.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from svattn.exact.compiled.codes import VEC
+from svattn.exact.compiled.columns import contract, matvec_lead
+from svattn.exact.states import ERROR
+
+
+@njit(cache=True)
+def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
+    """:meth:`SVDDMemory._contract` compiled: returns ``(nS, Qinv)``."""
+    Qb = Qinv.copy()
+    nS = contract(Qb, KC, XC, ac, soc, cos, p, nS, hi)
+    if nS == 0:
+        return 0, np.zeros((0, 0))
+    return nS, Qb[: nS + 1, : nS + 1].copy()
+
+
+@njit(cache=True, fastmath=VEC)
+def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
+    """``x = [mu, alpha_S]`` on the current partition (error tokens at C, every other
+    non-margin token at 0), with two steps of iterative refinement; returns the
+    number of error tokens. ``KSS[:nS, :nS]`` receives the margin Gram block
+    (gathered once from the cache's margin rows; the refinement reads it there).
+
+    The error tokens' share of the right-hand side is read from the (synced)
+    error-column sum ``esum`` at the margin rows; the numpy reference sums their
+    cached columns there instead.
+    """
+    nE = 0
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            nE += 1
+    m = nS + 1
+    rhs = np.empty(m)
+    rhs[0] = 1.0 - C * nE
+    for i in range(nS):
+        si = soc[i]
+        rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
+    matvec_lead(Qinv, rhs, m, x, 1.0)
+    gather_margin_gram_into(KC, soc, nS, KSS)
+    refine(Qinv, KSS, rhs, x, nS)
+    return nE
+
+
+@njit(cache=True, fastmath=VEC)
+def refine(Qinv, K, rhs, x, n):
+    """Two steps of iterative refinement of ``x = Qinv rhs`` against
+    ``Q = [[0, 1^T], [1, 2 K]]`` (``K`` the Gram block of the ``n`` margin tokens)."""
+    m = n + 1
+    res = np.empty(m)
+    dx = np.empty(m)
+    for _ in range(2):
+        acc = 0.0
+        for j in range(n):
+            acc += x[j + 1]
+        res[0] = rhs[0] - acc
+        for i in range(n):
+            r = rhs[i + 1] - x[0]
+            for j in range(n):
+                r -= K[i, j] * (2.0 * x[j + 1])
+            res[i + 1] = r
+        matvec_lead(Qinv, res, m, dx, 1.0)
+        for i in range(m):
+            x[i] += dx[i]
+
+
+@njit(cache=True)
+def gather_margin_gram_into(KC, soc, nS, out):
+    """``out[:nS, :nS] = K_SS`` from the cache's margin rows (margin order)."""
+    for i in range(nS):
+        si = soc[i]
+        for j in range(nS):
+            out[i, j] = KC[si, j]
+
+
+@njit(cache=True)
+def gather_margin_gram(KC, soc, nS):
+    """The margin Gram block ``K_SS`` as a dense array (rows and columns in margin order)."""
+    K = np.empty((nS, nS))
+    gather_margin_gram_into(KC, soc, nS, K)
+    return K
+
+
+@njit(cache=True)
+def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, KSS):
+    """alpha_S and mu on the current partition (:func:`solve_partition`, which
+    leaves ``K_SS`` in ``KSS``), then alpha of every cached column into ``ac``.
+
+    Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
+    1e-13·C of 0 or C (the caller then moves them to that bound's set).
+    """
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            alpha[sl] = C
+    x = np.empty(nS + 1)
+    solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS)
+    n_at_bound = 0
+    tol = 1e-13 * C
+    for i in range(nS):
+        a = x[i + 1]
+        alpha[soc[i]] = a
+        if min(abs(a - C), abs(a)) <= tol:
+            n_at_bound += 1
+    for col in range(chi):
+        sl = soc[col]
+        ac[col] = alpha[sl] if sl >= 0 else 0.0
+    return x[0], n_at_bound
+
+
+@njit(cache=True, fastmath=VEC)
+def bordered_health(Qinv, KSS, nS):
+    """``(cond1, inverse residual)`` of ``Qinv`` given the margin Gram block
+    ``KSS`` (see HealthMonitor.measure)."""
+    m = nS + 1
+    colmax = 0.0
+    for j in range(nS):
+        acc = 0.0
+        for i in range(nS):
+            acc += abs(KSS[i, j])
+        colmax = max(colmax, acc)
+    norm_q = max(float(nS), 1.0 + 2.0 * colmax)
+    norm_qinv = 0.0
+    for j in range(m):
+        acc = 0.0
+        for i in range(m):
+            acc += abs(Qinv[i, j])
+        norm_qinv = max(norm_qinv, acc)
+    v = np.empty(m)
+    vmax = 0.0
+    for i in range(m):
+        v[i] = math.cos(0.7 * i) + 0.5
+        vmax = max(vmax, abs(v[i]))
+    w = np.empty(m)
+    matvec_lead(Qinv, v, m, w, 1.0)
+    acc = 0.0
+    for j in range(nS):
+        acc += w[j + 1]
+    rmax = abs(acc - v[0])
+    for i in range(nS):
+        r = w[0] - v[i + 1]
+        for j in range(nS):
+            r += 2.0 * KSS[i, j] * w[j + 1]
+        rmax = max(rmax, abs(r))
+    return norm_q * norm_qinv, rmax / vmax
+
+
+# ------------------------------------------------------------ uniqueness
+@njit(cache=True)
+def positive_definite(K, rel_shift):
+    """True when the symmetric part of ``K`` minus ``rel_shift · trace(K) · I`` has a
+    Cholesky factor (``np.linalg.cholesky`` succeeding is the reference)."""
+    n = K.shape[0]
+    tr = 0.0
+    for i in range(n):
+        tr += K[i, i]
+    shift = rel_shift * tr
+    L = np.zeros((n, n))
+    for j in range(n):
+        s = K[j, j] - shift
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0.0:  # also False on NaN
+            return False
+        ljj = math.sqrt(s)
+        L[j, j] = ljj
+        for i in range(j + 1, n):
+            a = 0.5 * (K[i, j] + K[j, i])
+            for k in range(j):
+                a -= L[i, k] * L[j, k]
+            L[i, j] = a / ljj
+    return True

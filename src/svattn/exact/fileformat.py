@@ -1,0 +1,210 @@
+"""The state file's bytes: safetensors, canonical JSON metadata, checksums, atomic writes.
+
+File format (``format_version`` 3; versions 1-2 still load): one safetensors
+file. Its tensors are :meth:`SlotState.to_tensors` (the live tokens only, in id
+order: a removed token's slot is never written). The header's ``__metadata__``
+carries one string, ``svattn``: canonical JSON with the format name and
+version, the state's fields (:meth:`SlotState.to_tensors`), the digest, health,
+KKT residual and audit-log head the memory adds, a SHA-256 per tensor, and
+``meta_sha256`` (SHA-256 of the canonical JSON of all other fields).
+:func:`read_state` re-checks the structure, the checksums and that the content
+serialises back to exactly the file's bytes, so no flipped byte anywhere (header
+padding included) goes unnoticed.
+
+Writes are atomic: the bytes go to a temporary file in the same directory,
+which is fsynced, renamed over the target, and the directory fsynced. A crash
+at any point leaves either the old file or the new one, never a mix.
+
+The checksums detect corruption and naive tampering; they are not a signature
+(anyone who can write the file can recompute them). The audit log anchors a
+state to its hash-chained history (``docs/design.md`` §4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from svattn.exact.state import READS, SCHEMA_VERSION, TENSOR_DTYPES
+
+FORMAT_NAME = "svattn.SVDDMemory"
+FORMAT_VERSION = SCHEMA_VERSION
+
+
+class StateFileError(ValueError):
+    """A state file that cannot be loaded: corrupted, truncated, tampered or foreign."""
+
+
+class StateVersionError(StateFileError):
+    """A state file of another format or format version."""
+
+
+def canonical(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False)
+
+
+def sha256_hex(b: bytes) -> str:
+    return hashlib.sha256(b).hexdigest()
+
+
+def serialize(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
+    from safetensors.numpy import save as st_save
+
+    # one metadata key: safetensors writes the metadata map in hash order
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    text = canonical({**body, "meta_sha256": sha256_hex(canonical(body).encode())})
+    return st_save(t, metadata={"svattn": text})
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                k = os.write(fd, view)
+                if k <= 0:
+                    raise OSError(f"short write to {tmp}")
+                view = view[k:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
+    """Structural checks of a safetensors file; return (header, data offset)."""
+    size = len(data)
+    if size < 8:
+        raise StateFileError(f"{where}: truncated: {size} bytes, a state file has at least 8")
+    (hlen,) = struct.unpack("<Q", data[:8])
+    if hlen > size - 8:
+        raise StateFileError(
+            f"{where}: truncated: the header declares {hlen} bytes but only {size - 8} follow"
+        )
+    try:
+        header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StateFileError(f"{where}: corrupted header (not valid JSON: {exc})") from None
+    if not isinstance(header, dict):
+        raise StateFileError(f"{where}: corrupted header (not a JSON object)")
+    base = 8 + hlen
+    end = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            lo, hi = (int(x) for x in info["data_offsets"])
+        except (KeyError, TypeError, ValueError):
+            raise StateFileError(f"{where}: corrupted header entry for tensor {name!r}") from None
+        if not 0 <= lo <= hi:
+            raise StateFileError(f"{where}: tensor {name!r} has invalid offsets [{lo}, {hi})")
+        if base + hi > size:
+            raise StateFileError(
+                f"{where}: truncated: tensor {name!r} ends at byte {base + hi} "
+                f"but the file has {size} bytes"
+            )
+        end = max(end, hi)
+    if base + end != size:
+        raise StateFileError(
+            f"{where}: {size - base - end} unexpected trailing bytes after the tensor data"
+        )
+    return header, base
+
+
+def read_metadata(header: dict[str, Any], where: str) -> dict[str, Any]:
+    md = header.get("__metadata__")
+    if not isinstance(md, dict) or "svattn" not in md:
+        raise StateVersionError(f"{where}: not an svattn state file (no 'svattn' metadata)")
+    text = md["svattn"]
+    try:
+        meta = json.loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise StateFileError(f"{where}: corrupted metadata (not valid JSON: {exc})") from None
+    if not isinstance(meta, dict):
+        raise StateFileError(f"{where}: corrupted metadata (not a JSON object)")
+    if meta.get("format") != FORMAT_NAME:
+        raise StateVersionError(
+            f"{where}: not an svattn state file (format {meta.get('format')!r}, "
+            f"expected {FORMAT_NAME!r})"
+        )
+    if meta.get("format_version") not in READS:
+        raise StateVersionError(
+            f"{where}: unsupported format version {meta.get('format_version')!r} "
+            f"(this svattn reads versions {', '.join(map(str, READS))})"
+        )
+    body = {k: v for k, v in meta.items() if k != "meta_sha256"}
+    if meta.get("meta_sha256") != sha256_hex(canonical(body).encode()):
+        raise StateFileError(f"{where}: metadata checksum mismatch (the metadata was altered)")
+    return meta
+
+
+def check(cond: bool, where: str, msg: str) -> None:
+    """Raise :class:`StateFileError` with ``where: msg`` unless ``cond``."""
+    if not cond:
+        raise StateFileError(f"{where}: {msg}")
+
+
+def read_state(data: bytes, where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Tensors and metadata of a state file's bytes, every checksum and the canonical
+    form verified (the semantic checks are the caller's)."""
+    from safetensors import SafetensorError
+    from safetensors.numpy import load as st_load
+
+    header, _ = parse_header(data, where)
+    meta = read_metadata(header, where)
+    try:
+        t = st_load(data)
+    except SafetensorError as exc:
+        raise StateFileError(f"{where}: corrupted tensor data ({exc})") from None
+    sums = meta.get("tensor_sha256")
+    check(isinstance(sums, dict), where, "metadata lacks the tensor checksums")
+    check(set(sums) == set(t), where,
+          f"tensor set {sorted(t)} does not match its checksums ({sorted(sums)})")
+    for name in sorted(t):
+        check(name in TENSOR_DTYPES and header[name]["dtype"] == TENSOR_DTYPES[name], where,
+              f"tensor {name!r} has dtype {header[name]['dtype']}, expected "
+              f"{TENSOR_DTYPES.get(name)}")
+        check(sha256_hex(np.ascontiguousarray(t[name]).tobytes()) == sums[name], where,
+              f"tensor {name!r} checksum mismatch (its bytes were altered)")
+    # catch-all: the loaded content must serialise back to exactly these bytes
+    if serialize(t, meta) != data:
+        raise StateFileError(f"{where}: the file differs from the canonical serialisation of "
+                             "its content (header bytes were altered)")
+    return t, meta
+
+
+def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
+    """The bytes of a state file: ``meta`` gains the format, version and checksums."""
+    meta = {"format": FORMAT_NAME, "format_version": FORMAT_VERSION, **meta,
+            "tensor_sha256": {k: sha256_hex(v.tobytes()) for k, v in t.items()}}
+    return serialize(t, meta)
+
+
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "StateFileError", "StateVersionError", "canonical",
+           "check", "parse_header", "read_metadata", "read_state", "serialize", "sha256_hex",
+           "state_file_bytes", "write_atomic"]

@@ -1,0 +1,400 @@
+"""The exact solver's algorithm on a :class:`~svattn.exact.state.SlotState`, for either backend.
+
+Adds score a block of new keys against the solution and store every row that
+lands inside the description at once; a row outside is driven in by the
+backend's event loop. Removals drive the token's coefficient to 0 (segment by
+segment where the backend can). Each operation ends exactly (:func:`finish_op`):
+polish on the partition, check the KKT residual, refactorize, and as the last
+resort re-solve the token set in batch (:func:`resolve`). ``docs/design.md`` §1-3
+has the math; ``be`` is :mod:`svattn.exact.compiled` or :mod:`svattn.exact.reference`.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from svattn.exact.batch import batch_solve
+from svattn.exact.cache import free_col, refactorize
+from svattn.exact.conventions import mu_for_empty_margin
+from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
+from svattn.exact.state import DIGEST_MOD, NeedResolve, SlotState, token_hash
+from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
+
+Backend = ModuleType  # svattn.exact.compiled or svattn.exact.reference (same function names)
+
+
+def forget_slot(ss: SlotState, slot: int) -> None:
+    """The bookkeeping half of a wipe (the arrays are wiped already): the token
+    leaves the id map, the set hash and the count; its slot becomes free."""
+    ss.set_hash = (ss.set_hash - int(ss.token_hash[slot])) % DIGEST_MOD
+    ss.token_hash[slot] = 0
+    del ss.id_to_slot[int(ss.slot_id[slot])]
+    ss.slot_id[slot] = -1
+    ss.free_slots.append(slot)
+    ss.n -= 1
+
+
+def wipe_slot(ss: SlotState, be: Backend, slot: int) -> None:
+    """Forget a token: overwrite every array entry derived from it (its column
+    leaves the error sum while it exists), then its bookkeeping."""
+    change = be.wipe_slot_arrays(ss, slot)
+    if change > 0:
+        ss.esum_updates += 1
+    elif change < 0:
+        ss.esum_valid = False
+    forget_slot(ss, slot)
+
+
+def standby_upkeep(ss: SlotState, be: Backend, ids: list[int]) -> None:
+    """After an add: refresh the standby columns when the solution moved or a new
+    token lies nearer the boundary than the farthest standby token."""
+    if not ss.standby or ss.warm or ss.n == 0:
+        return
+    if not ss.standby_stale:
+        slots = np.fromiter((ss.id_to_slot[t] for t in ids), np.int64, len(ids))
+        new = slots[ss.state[slots] == RESERVE]
+        if not len(new) or ss.g[new].min() >= ss.standby_theta:
+            return
+    be.refresh_standby(ss)
+
+
+def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> list[int]:
+    """Add validated rows in order, exactly as one add each; return their ids."""
+    if ss.dim is None:
+        ss.dim = k.shape[1]
+        ss.value_is_key = v is None
+        ss.vdim = k.shape[1] if v is None else v.shape[1]
+        ss.alloc(0, ss.dim, 0 if v is None else ss.vdim)
+    diag = kernel_diag(k, ss.kernel, ss.gamma_value)
+    out: list[int] = []
+    r, m, block = 0, k.shape[0], 16
+    while r < m:
+        if ss.n + 1 <= ss.warmup_n:  # warm-up and the threshold solve
+            out.append(add_one(ss, be, k[r], None if v is None else v[r], float(diag[r])))
+            r += 1
+            continue
+        # Score a block against the current solution: every row before the
+        # first one outside the description joins the reserve set and changes
+        # nothing, so those rows are stored at once (the same as adding them
+        # one by one); the first outside row is then added on its own.
+        end = min(m, r + block)
+        rows, g = score_rows(ss, k[r:end], diag[r:end])
+        # a rounding-level tie, relative to the terms g is made of, as the KKT
+        # residual measures it (a tie scaled by the largest diagonal in the
+        # memory let an exp-kernel outlier at 1e18 hide rows at g = -1)
+        size = np.maximum(2.0 * diag[r:end] + g - ss.mu + abs(ss.mu), 1.0)
+        outside = np.flatnonzero(g < -1e-13 * size)
+        stop = end if len(outside) == 0 else r + int(outside[0])
+        if stop > r:
+            out += store(ss, k[r:stop], None if v is None else v[r:stop], diag[r:stop],
+                               rows[: stop - r], g[: stop - r])
+        if stop < end:
+            j = stop - r
+            out.append(add_one(ss, be, k[stop], None if v is None else v[stop],
+                                     float(diag[stop]), row=rows[j], g_c=float(g[j])))
+            r = stop + 1
+            block = max(16, block // 2)
+        else:
+            r = end
+            block = min(1024, 2 * block)
+    return out
+
+
+def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel rows of new keys against the cached columns, and their g."""
+    chi = ss.chi
+    if chi == 0:
+        return np.zeros((len(xs), 0)), ss.mu - diag
+    rows = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)
+    g = 2.0 * (rows @ ss.ac[:chi]) - diag + ss.mu
+    return rows, g
+
+
+def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
+    """Store new tokens as reserve tokens with their kernel rows and g."""
+    count = len(xs)
+    reuse = [ss.free_slots.pop() for _ in range(min(count, len(ss.free_slots)))]
+    fresh = count - len(reuse)
+    ss.grow_slots(ss.hi + fresh)
+    slots = np.array(reuse + list(range(ss.hi, ss.hi + fresh)), dtype=np.int64)
+    ss.hi += fresh
+    tids = list(range(ss.next_id, ss.next_id + count))
+    ss.next_id += count
+    ss.X[slots] = xs
+    ss.xn2[slots] = np.einsum("ij,ij->i", xs, xs)
+    if vs is not None:
+        ss.V[slots] = vs
+    ss.diag[slots] = diag
+    ss.slot_id[slots] = tids
+    for i, (slot, tid) in enumerate(zip(slots.tolist(), tids, strict=True)):
+        ss.id_to_slot[tid] = slot
+        th = token_hash(tid, xs[i], None if vs is None else vs[i])
+        ss.token_hash[slot] = th
+        ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
+    ss.n += count
+    ss.alpha[slots] = 0.0
+    ss.state[slots] = RESERVE
+    chi = rows.shape[1]
+    if chi:
+        ss.KC[slots, :chi] = rows
+    ss.g[slots] = g
+    esum_rows(ss, slots, rows)
+    return tids
+
+
+def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
+    """The error sum on newly stored rows (their kernel rows over the cached columns)."""
+    ss.esum[slots] = 0.0
+    if not ss.esum_valid:
+        return
+    members = np.flatnonzero(ss.esum_member[: ss.hi])
+    cols = ss.col_of_slot[members]
+    if len(cols) and (cols.min() < 0 or cols.max() >= rows.shape[1]):
+        ss.esum_valid = False  # a member without a column here: rebuild on use
+        return
+    if len(cols):
+        ss.esum[slots] = rows[:, cols].sum(axis=1)
+
+
+def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, diag: float, *,
+             row: np.ndarray | None = None, g_c: float | None = None) -> int:
+    """Add a token in warm-up (no ``row``), or one that :func:`add_rows` scored
+    outside the description (``row``, ``g_c`` < 0): the solver drives it in."""
+    ss.standby_stale = True  # the solution moves
+    if row is not None:
+        tid = store(ss, x[None, :], None if v is None else v[None, :], np.array([diag]),
+                          row[None, :], np.array([g_c]))[0]
+        slot = ss.id_to_slot[tid]
+        ss.state[slot] = DRIVEN
+        be.alloc_col(ss, slot)
+        try:
+            be.drive(ss, slot, +1)
+            finish_op(ss, be)
+        except NeedResolve:
+            resolve(ss, be)
+        return tid
+    tid = store(ss, x[None, :], None if v is None else v[None, :], np.array([diag]),
+                      np.zeros((1, 0)), np.zeros(1))[0]
+    if ss.n < ss.warmup_n:
+        set_uniform(ss)
+    else:
+        resolve(ss, be, fallback=False)
+    return tid
+
+
+def remove_slot(ss: SlotState, be: Backend, slot: int) -> int:
+    """Remove the token in ``slot`` exactly; return the solver events taken (-1: re-solved)."""
+    ss.kkt_after = None
+    ss.standby_stale = True  # g moves: the nearest reserve tokens may change
+    st = int(ss.state[slot])
+    if ss.n - 1 < ss.warmup_n:
+        wipe_slot(ss, be, slot)
+        drop_solution(ss)
+        set_uniform(ss)
+        return 0
+    if st == RESERVE:
+        wipe_slot(ss, be, slot)
+        if not ss.nS:
+            canonical_mu(ss, be)
+        return 0
+    ss.state[slot] = DRIVEN
+    try:
+        status, out = be.remove_by_segments(ss, slot, contract_first=st == MARGIN)
+        if status == "fallback":  # the event loop takes it from here (or from the start)
+            events = be.drive(ss, slot, -1, seed=out)
+            wipe_slot(ss, be, slot)
+            finish_op(ss, be, exact_g=True)
+        else:  # c's arrays are wiped (it left the error sum first: g stays exact)
+            events = int(out)
+            forget_slot(ss, slot)
+            if status == "finish":  # the general finish: polish, refactorize, re-solve
+                finish_op(ss, be, exact_g=True)
+    except NeedResolve:
+        if ss.state[slot] != FREE:
+            wipe_slot(ss, be, slot)
+        resolve(ss, be)
+        events = -1
+    return events
+
+
+def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:
+    """g over used slots, recomputed from the cached columns unless the
+    last operation already did so (each operation ends with an exact g)."""
+    if not ss.g_valid:
+        ss.g[: ss.hi] = be.g_exact(ss)
+        ss.g_valid = True
+    return ss.g[: ss.hi]
+
+
+def polish(ss: SlotState, be: Backend, *, refresh_g: bool = True) -> None:
+    """Re-solve alpha_S and mu on the current partition with the kept inverse.
+
+    A margin coefficient that lands on a bound (within 1e-13·C: a tie of the
+    two conditions) is moved to that bound's set, so the partition is the
+    one read off alpha, and the system re-solved.
+    """
+    if solve_margin(ss, be, refresh_g) == 0:
+        return
+    for _ in range(ss.nS):
+        S = ss.slot_of_col[: ss.nS]
+        aS = ss.alpha[S]
+        at_bound = np.flatnonzero(np.minimum(np.abs(aS - ss.C), np.abs(aS)) <= 1e-13 * ss.C)
+        if len(at_bound) == 0:
+            break
+        for p in at_bound[::-1]:  # descending: contracting p only moves the last column
+            slot = int(S[p])
+            up = ss.alpha[slot] > 0.5 * ss.C
+            be.contract(ss, int(p))
+            ss.state[slot] = ERROR if up else RESERVE
+            ss.alpha[slot] = ss.C if up else 0.0
+            if not up:
+                free_col(ss, slot)
+        solve_margin(ss, be, refresh_g)
+
+
+def solve_margin(ss: SlotState, be: Backend, refresh_g: bool = True) -> int | None:
+    """Solve alpha_S, mu on the partition; return how many margin coefficients
+    sit on a bound (None when not counted: the caller checks)."""
+    at_bound = be.solve_margin(ss)
+    after_margin_solve(ss, be, refresh_g)
+    return at_bound
+
+
+def after_margin_solve(ss: SlotState, be: Backend, refresh_g: bool) -> None:
+    """After a margin solve: mu for an empty margin, or g refreshed (or marked stale)."""
+    if not ss.nS:
+        canonical_mu(ss, be)
+    elif refresh_g:
+        ss.g[: ss.hi] = be.g_exact(ss)
+        ss.g_valid = True
+    else:  # g keeps the drive's linear updates; the polish moved alpha by ~1e-16
+        ss.g_valid = False
+
+
+def canonical_mu(ss: SlotState, be: Backend) -> None:
+    """Empty margin set: the largest optimal mu (docs/design.md §3)."""
+    E = ss.slots_in({ERROR})
+    if len(E) == 0:
+        return
+    grad = 2.0 * (ss.KC[E, : ss.chi] @ ss.ac[: ss.chi]) - ss.diag[E]
+    ss.mu = mu_for_empty_margin(grad)
+    ss.g[: ss.hi] = be.g_exact(ss)
+    ss.g_valid = True
+
+
+def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> None:
+    """End an incremental step exactly: polish, check, refactorize, re-solve."""
+    # g is recomputed from the cached columns every 32 operations, on
+    # ``exact_g`` (a removal: its certificate reports the residual of the exact
+    # g) and before any decision below; in between the drive's own linear
+    # updates are accurate to rounding, which the KKT check on them would expose.
+    ss.ops_since_exact_g += 1
+    refresh = exact_g or ss.ops_since_exact_g >= 32
+    polish(ss, be, refresh_g=refresh)
+    if refresh:
+        ss.ops_since_exact_g = 0
+    kkt = be.kkt(ss, ss.g[: ss.hi])
+    if kkt <= 0.1 * ss.tol:
+        # the certificate of a removal reports this residual (g is exact here)
+        ss.kkt_after = kkt if ss.g_valid else None
+        return
+    fresh_g(ss, be)
+    ss.ops_since_exact_g = 0
+    if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
+        return
+    refactorize(ss)
+    polish(ss, be)
+    if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
+        return
+    resolve(ss, be)
+
+
+def drop_solution(ss: SlotState) -> None:
+    """Forget the solution: no margin set, no inverse, no cached columns."""
+    ss.esum_valid = False
+    ss.nS = 0
+    ss.Qinv = np.zeros((0, 0))
+    for s in ss.slot_of_col[: ss.chi].tolist():  # standby columns too
+        if s >= 0:
+            free_col(ss, s)
+
+
+def set_uniform(ss: SlotState) -> None:
+    """The warm-up convention: alpha = 1/n on every live token, mu = 0."""
+    ss.esum_valid = False
+    live = ss.live_slots()
+    ss.alpha[: ss.hi] = 0.0
+    if len(live):
+        ss.alpha[live] = 1.0 / len(live)
+        ss.state[live] = RESERVE
+    ss.mu = 0.0
+    ss.g[: ss.hi] = 0.0
+    ss.g_valid = True
+
+
+def resolve(ss: SlotState, be: Backend, *, fallback: bool = True) -> None:
+    """Exact batch solve of the live set; rebuild caches and the inverse.
+
+    Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
+    below 1e-13 of ``k(x,x) + k(y,y)``) are solved as one token with bound ``m·C``
+    and the weight is spread back in id order: the first members at C,
+    one remainder, the rest 0. Copies are interchangeable, so this is an
+    optimum, and it keeps the margin set free of copies (Q invertible).
+    """
+    ss.n_resolves += int(fallback)
+    drop_solution(ss)
+    live = ss.ordered_slots()
+    for s in live:
+        free_col(ss, int(s))
+    K = gram_matrix(ss.X[live], ss.kernel, ss.gamma_value)
+    diag = ss.diag[live]
+    dist = diag[:, None] + diag[None, :] - 2.0 * K
+    # indistinguishable at each pair's own scale (a huge exp-kernel diagonal
+    # elsewhere must not merge ordinary keys)
+    same = dist <= 1e-13 * (diag[:, None] + diag[None, :])
+    group = np.full(len(live), -1)
+    reps = []
+    for i in range(len(live)):
+        if group[i] < 0:
+            members = np.flatnonzero(same[i] & (group < 0))
+            group[members] = len(reps)
+            reps.append(i)
+    reps_a = np.asarray(reps)
+    sizes = np.bincount(group, minlength=len(reps))
+    sol = batch_solve(K[np.ix_(reps_a, reps_a)], diag[reps_a], ss.C * sizes,
+                      tol=0.01 * ss.tol)
+    alpha = np.zeros(len(live))
+    for gi, w in enumerate(sol.alpha):
+        members = np.flatnonzero(group == gi)
+        for m in members:  # fill in id order
+            if w <= 1e-13 * ss.C:
+                break
+            take = ss.C if w >= ss.C * (1 - 1e-13) else w
+            alpha[m] = take
+            w -= take
+    ss.alpha[: ss.hi] = 0.0
+    ss.alpha[live] = alpha
+    ss.state[live] = RESERVE
+    margin = (alpha > 0) & (alpha < ss.C)
+    for s in live[margin]:  # margin first: they fill columns [0, nS)
+        ss.state[s] = MARGIN
+        be.alloc_col(ss, int(s))
+        ss.nS += 1
+    for s in live[alpha >= ss.C]:
+        ss.state[s] = ERROR
+        be.alloc_col(ss, int(s))
+    ss.mu = sol.mu
+    refactorize(ss, count=False)
+    ss.sync_ac()
+    if not ss.nS:
+        canonical_mu(ss, be)
+    ss.g[: ss.hi] = be.g_exact(ss)
+    ss.g_valid = True
+    if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+        polish(ss, be)
+
+
+__all__ = ["Backend", "add_rows", "fresh_g", "remove_slot", "resolve", "standby_upkeep",
+           "wipe_slot"]
