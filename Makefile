@@ -24,10 +24,12 @@ demo: setup
 
 test: setup
 	$(BIN)/ruff check --no-cache src tests benchmarks scripts
+	$(BIN)/lint-imports --no-cache
 	$(BIN)/python -m pytest -q
 
 lint: setup
 	$(BIN)/ruff check --no-cache src tests benchmarks scripts
+	$(BIN)/lint-imports --no-cache
 
 bench: setup
 	$(BIN)/python benchmarks/bench_exact.py

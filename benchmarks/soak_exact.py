@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
                     worst, worst_at = r, op
             if (op + 1) % 10_000 == 0:
                 el = time.perf_counter() - t0
-                print(f"  {op + 1:>7} ops  n={len(mem)}  |S|={mem.solver_state.nS}  max KKT {worst:.2e}  "
+                nS = mem.solver_state.nS
+                print(f"  {op + 1:>7} ops  n={len(mem)}  |S|={nS}  max KKT {worst:.2e}  "
                       f"refact {mem.n_refactorizations}  resolves {mem.n_resolves}  "
                       f"cond1 {mem.health.cond1:.2e}  {el:.0f}s", flush=True)
         elapsed = time.perf_counter() - t0

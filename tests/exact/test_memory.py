@@ -310,7 +310,7 @@ class TestDegenerate:
 
 
 def test_a_huge_exp_kernel_diagonal_does_not_hide_an_outside_row():
-    # found by tests/persist/test_fuzz.py: the add path's tie was scaled by the
+    # found by tests/exact/test_persist_fuzz.py: the add path's tie was scaled by the
     # largest diagonal in the memory (1.6e18 here), so a new row at g = -1.08
     # was stored as a reserve token and the KKT residual jumped to 0.21
     rng = np.random.default_rng(18609)

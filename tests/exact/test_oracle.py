@@ -135,7 +135,7 @@ def test_matches_sklearn_one_class_svm(d, n, Cmul):
     ref[ocs.support_] = ocs.dual_coef_.ravel() / ocs.dual_coef_.sum()
     alpha = solve_svdd(gram(x, "rbf", gamma), C)
     # libsvm caches the kernel in float32. Observed max |alpha - ref|:
-    # 1.3e-9, 2.7e-9, 8.0e-9 on these three problems (~1e-8, as DESIGN.md says).
+    # 1.3e-9, 2.7e-9, 8.0e-9 on these three problems (~1e-8, what a float32 kernel cache allows).
     assert np.max(np.abs(alpha - ref)) <= 1e-7
 
 

@@ -38,7 +38,8 @@ def _assert_columns_exact(mem: SVDDMemory) -> None:
         if s < 0:
             continue
         assert mem.solver_state.col_of_slot[s] == col, "one column per token, both maps agree"
-        want = kernel_matrix(mem.solver_state.X[live], mem.solver_state.X[s][None, :], mem.kernel, mem.gamma_value)[:, 0]
+        X = mem.solver_state.X
+        want = kernel_matrix(X[live], X[s][None, :], mem.kernel, mem.gamma_value)[:, 0]
         want[live == s] = mem.solver_state.diag[s]
         np.testing.assert_allclose(mem.solver_state.KC[live, col], want, rtol=1e-13, atol=1e-15)
         dead = np.setdiff1d(np.arange(hi), live)
@@ -113,11 +114,14 @@ def test_a_full_cache_evicts_a_standby_column_never_a_support_column(compiled):
     mem = _memory(3, 0.2, 4, compiled, 40)
 
     def uncached_reserve() -> list[int]:
-        return [int(s) for s in np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] == RESERVE)
+        ss = mem.solver_state
+        return [int(s) for s in np.flatnonzero(ss.state[: ss.hi] == RESERVE)
                 if mem.solver_state.col_of_slot[s] < 0]
 
-    while mem.solver_state.chi < mem.solver_state.ccap or (mem.solver_state.slot_of_col[: mem.solver_state.chi] < 0).any():
-        backend_of(mem).alloc_col(mem.solver_state, uncached_reserve()[0])  # fill every hole and the room past chi
+    ss = mem.solver_state
+    while ss.chi < ss.ccap or (ss.slot_of_col[: ss.chi] < 0).any():
+        # fill every hole and the room past chi
+        backend_of(mem).alloc_col(ss, uncached_reserve()[0])
     owners = {int(s) for s in mem.solver_state.slot_of_col[: mem.solver_state.chi]}
     support = {s for s in owners if mem.solver_state.state[s] != RESERVE}
     standby = owners - support

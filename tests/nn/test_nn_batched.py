@@ -77,8 +77,8 @@ def test_variable_sizes_batch_together():
 @pytest.mark.parametrize("kernel", ["rbf", "exp"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_scaled_kernel_matrix_matches_log_kernel(kernel, dtype):
-    from svattn.nn._common import log_kernel
     from svattn.nn.batched import scaled_kernel_matrix
+    from svattn.nn.common import log_kernel
 
     g = torch.Generator().manual_seed(3)
     x = torch.randn(3, 40, 6, generator=g, dtype=dtype)

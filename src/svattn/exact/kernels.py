@@ -1,6 +1,6 @@
 """Kernels of the SV memory (float64, numpy only).
 
-Two kernels are supported (DESIGN.md §1):
+Two kernels are supported (``docs/design.md`` §1):
 
 ========  =====================  =============
 name      k(x, y)                default gamma

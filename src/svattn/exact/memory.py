@@ -165,6 +165,14 @@ class SVDDMemory:
         self._health = HealthMonitor()
         self._audit: AuditLog | None = None
 
+    def __getstate__(self) -> dict:
+        # pickle and deepcopy: the backend is a module, restored from the state's flag
+        return {k: v for k, v in vars(self).items() if k != "_be"}
+
+    def __setstate__(self, state: dict) -> None:
+        vars(self).update(state)
+        self._be = compiled if self._s.compiled else reference
+
     # ------------------------------------------------------------ parameters
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
     kernel = property(lambda self: self._s.kernel, doc='"rbf" or "exp".')

@@ -1,6 +1,6 @@
 """Independent from-scratch SVDD solver: the oracle for tests and certificates.
 
-Solves the SVDD / one-class SVM dual (DESIGN.md §1–3)
+Solves the SVDD / one-class SVM dual (``docs/design.md`` §1–3)
 
 .. math::
 

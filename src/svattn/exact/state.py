@@ -3,7 +3,7 @@
 :class:`SlotState` is what the two backends (:mod:`svattn.exact.reference`,
 :mod:`svattn.exact.compiled`) and the shared algorithm (:mod:`svattn.exact.solver`)
 operate on, and what a state file holds (:meth:`SlotState.to_tensors` /
-:meth:`SlotState.from_tensors` *are* the file schema; see ``docs/design.md`` §6).
+:meth:`SlotState.from_tensors` *are* the file schema; see ``docs/design.md`` §4).
 
 Storage is slot based. Slots ``[0, hi)`` have been used; a removed token's slot
 is wiped (zeros) and pushed on ``free_slots`` for reuse; ids are never reused.
@@ -529,7 +529,8 @@ class SlotState:
         """The error-column sum and its members, checked against the kernel cache."""
         n = len(slots)
         esum, member = t["esum"], t["esum_member"]
-        _check(esum.shape == (n,) and member.shape == (n,), "error sum tensors have the wrong shape")
+        _check(esum.shape == (n,) and member.shape == (n,),
+               "error sum tensors have the wrong shape")
         _check(bool(np.isin(member, [0, 1]).all()), "error sum members are not 0/1")
         _check(bool(np.isfinite(esum).all()), "error sum is not finite")
         self.esum[slots] = esum
@@ -557,8 +558,9 @@ class SlotState:
         for j, s in enumerate(self.slot_of_col[live_cols]):
             Kc[pos[int(s)], j] = self.diag[s]
         dev = float(np.max(np.abs(Kc - t["kcache"][:, live_cols]), initial=0.0))
-        _check(dev <= 1e-9 * self.scale, f"kernel cache deviates from the keys' kernel by {dev:.2e}")
+        _check(dev <= 1e-9 * self.scale,
+               f"kernel cache deviates from the keys' kernel by {dev:.2e}")
 
 
-__all__ = ["DIGEST_MOD", "READS", "NeedResolve", "SCHEMA_VERSION", "TENSOR_DTYPES", "SchemaError", "SlotState",
-           "scrub", "token_hash"]
+__all__ = ["DIGEST_MOD", "READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "NeedResolve", "SchemaError",
+           "SlotState", "scrub", "token_hash"]

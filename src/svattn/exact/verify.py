@@ -205,7 +205,8 @@ def _check_state(rep: AuditReport, state: Path) -> None:
         rep.ok = False
         rep.error = f"state {state} does not load: {exc}"
         return
-    head = read_metadata(parse_header(state.read_bytes(), str(state))[0], str(state)).get("audit_head")
+    header = parse_header(state.read_bytes(), str(state))[0]
+    head = read_metadata(header, str(state)).get("audit_head")
     if head is None:
         rep.ok = False
         rep.error = f"state {state} was saved without an audit log"

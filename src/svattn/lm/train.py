@@ -5,6 +5,8 @@
   clipping by global norm.
 * **Precision**: bf16 autocast where the device supports it (``precision="auto"``:
   CUDA with bf16; fp32 on CPU). The SV memory always solves in float32 or wider.
+  ``precision="fp64"`` trains in float64, for checks that must not depend on
+  float32 rounding (the DDP test compares 2 ranks with 1 process this way).
 * **Data**: training windows of ``block_size + 1`` bytes at random offsets of the
   train split. The global batch of step ``s`` is drawn from a generator seeded
   with ``(seed, s)`` and rank ``r`` of ``W`` takes rows ``r·B/W .. (r+1)·B/W``, so
@@ -85,7 +87,8 @@ class TrainConfig:
     weight_decay: float = 0.1
     betas: tuple[float, float] = (0.9, 0.99)
     grad_clip: float = 1.0
-    precision: str = "auto"  # "auto" | "bf16" | "fp32"
+    # "auto" | "bf16" | "fp32" | "fp64" (float64 weights: for exactness checks, e.g. DDP)
+    precision: str = "auto"
     device: str = "auto"  # "auto" | "cpu" | "cuda"
     threads: int = 0  # torch CPU threads (0: leave torch's default)
     log_every: int = 10
@@ -180,10 +183,10 @@ def _autocast(device: torch.device, precision: str):
         use = device.type == "cuda" and torch.cuda.is_bf16_supported()
     elif precision == "bf16":
         use = True
-    elif precision == "fp32":
+    elif precision in ("fp32", "fp64"):
         use = False
     else:
-        raise ValueError(f"precision must be 'auto', 'bf16' or 'fp32', got {precision!r}")
+        raise ValueError(f"precision must be 'auto', 'bf16', 'fp32' or 'fp64', got {precision!r}")
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
 
 
@@ -414,7 +417,8 @@ def train(
         raise ValueError(f"train split ({train_hi - train_lo} bytes) is shorter than a window")
 
     torch.manual_seed(cfg.seed)
-    model = CharLM(mcfg).to(device)
+    model = CharLM(mcfg).to(device=device,
+                            dtype=torch.float64 if cfg.precision == "fp64" else None)
     n_params = model.num_params()
     opt = _optimizer(model, cfg)
     sched = torch.optim.lr_scheduler.LambdaLR(

@@ -55,8 +55,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.mixers.softmax import SoftmaxAttention
-from svattn.nn._common import Partition, gather_rows
 from svattn.nn.attention import MODES, sv_attention_state
+from svattn.nn.common import Partition, gather_rows
 from svattn.nn.options import SolverOptions, resolve_solver
 
 __all__ = ["HybridSVAttention", "POLICIES", "chunked_causal_softmax"]

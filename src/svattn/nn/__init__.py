@@ -11,8 +11,8 @@ is a sequence mixer and lives in :mod:`svattn.mixers`, which imports this packag
 (never the other way round).
 """
 
-from svattn.nn._common import Partition
 from svattn.nn.attention import sv_attention, sv_attention_state
+from svattn.nn.common import Partition
 from svattn.nn.layer import SVAttention
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import project_capped_simplex

@@ -10,7 +10,8 @@ import math
 
 import torch
 
-from svattn.nn._common import (
+from svattn.nn.batched import BatchedInfo, solve_batched
+from svattn.nn.common import (
     Partition,
     check_feasible,
     check_key_mask,
@@ -18,7 +19,6 @@ from svattn.nn._common import (
     gather_rows,
     resolve_gamma,
 )
-from svattn.nn.batched import BatchedInfo, solve_batched
 from svattn.nn.exact_fn import exact_alpha
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 
-from svattn.nn._common import Partition, gather_rows, log_kernel, log_kernel_diag
+from svattn.nn.common import Partition, gather_rows, log_kernel, log_kernel_diag
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import project_capped_simplex
 
@@ -111,7 +111,7 @@ def scaled_kernel_matrix(
     absent key gets ``x = 0, h = −3e4``, so its row and column are exactly 0 after
     exp (no separate mask pass, no n×n bias tensor). rbf is not clipped at 0: a
     rounding-level excess over 1 on the diagonal is harmless to the solver.
-    :func:`svattn.nn._common.log_kernel` is the plain reference.
+    :func:`svattn.nn.common.log_kernel` is the plain reference.
     """
     P, n, _ = x.shape
     scale2 = 2.0 * gamma if kernel == "rbf" else gamma

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from svattn.nn._common import Partition, log_kernel, log_kernel_diag
+from svattn.nn.common import Partition, log_kernel, log_kernel_diag
 
 __all__ = ["ExactAlpha", "exact_alpha", "MarginState", "exact_margin_state"]
 

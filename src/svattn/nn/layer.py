@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from svattn.nn._common import Partition
 from svattn.nn.attention import MODES, sv_attention_state
+from svattn.nn.common import Partition
 from svattn.nn.options import SolverOptions, resolve_solver
 
 __all__ = ["SVAttention"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from svattn.nn._common import check_qkv, log_kernel, resolve_gamma
+from svattn.nn.common import check_qkv, log_kernel, resolve_gamma
 
 __all__ = ["sv_readout", "sv_readout_reference", "log_alpha"]
 

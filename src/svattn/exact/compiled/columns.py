@@ -117,7 +117,7 @@ def free_column_available(soc, state, nS, chi, ccap):
 # Cody–Waite reduction x = k ln2 + r with fdlibm's split of ln 2 (k·LN2_HI is
 # exact), |r| <= ln2/2, then exp(r) by its Taylor series to degree 13 (truncation
 # below 5e-18) and an exact scaling by 2**k. Within 1 ulp of np.exp
-# (tests/exact/test_compiled.py); arguments outside [-708, 709], where the
+# (tests/exact/test_backends.py); arguments outside [-708, 709], where the
 # result leaves the normal range, take libm's exp.
 _LOG2E = 1.4426950408889634
 _LN2_HI = 6.93147180369123816490e-01

@@ -1,4 +1,4 @@
-"""The compiled event loop and polish against their numpy references.
+"""The compiled backend against the numpy reference backend, step by step.
 
 ``SVDDMemory(..., backend="reference")`` runs the numpy reference of
 every compiled step (drive, contraction, margin solve, KKT residual, health
@@ -137,11 +137,12 @@ def test_compiled_kkt_and_health_equal_their_references():
     mem.extend(rng.normal(size=(300, 6)))
     g = solver.fresh_g(mem.solver_state, backend_of(mem))
     # at the optimum both are rounding (sum(alpha) − 1: sequential vs pairwise sum)
-    assert backend_of(mem).kkt(mem.solver_state, g) == pytest.approx(reference.kkt(mem.solver_state, g), abs=1e-15)
+    ss, be = mem.solver_state, backend_of(mem)
+    assert be.kkt(ss, g) == pytest.approx(reference.kkt(ss, g), abs=1e-15)
     # a violated state: the residual must see it in both
     g_bad = g.copy()
-    g_bad[mem.solver_state.state[: mem.solver_state.hi] == 1] -= 0.5  # reserve tokens (alpha = 0) need g >= 0
-    assert backend_of(mem).kkt(mem.solver_state, g_bad) == pytest.approx(reference.kkt(mem.solver_state, g_bad), rel=1e-12)
+    g_bad[ss.state[: ss.hi] == 1] -= 0.5  # reserve tokens (alpha = 0) need g >= 0
+    assert be.kkt(ss, g_bad) == pytest.approx(reference.kkt(ss, g_bad), rel=1e-12)
     assert backend_of(mem).kkt(mem.solver_state, g_bad) > 0.1
     good = mem.solver_state.Qinv
     drifted = good.copy()
@@ -179,12 +180,13 @@ def test_error_sum_g_equals_the_full_cache_g_through_every_kind_of_change(kernel
         n_sync += before_valid
         n_rebuild += not before_valid
         # g is in units of the largest kernel diagonal (exp keys reach ~1e4)
-        np.testing.assert_allclose(g, _g_reference(mem), rtol=0, atol=1e-13 * mem.solver_state.scale)
+        ss = mem.solver_state
+        np.testing.assert_allclose(g, _g_reference(mem), rtol=0, atol=1e-13 * ss.scale)
         # the members are exactly the error tokens, and the sum is theirs on every
         # used row (a freed row holds the kernel of the zero key it was wiped to)
         err = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] == ERROR)
-        assert set(np.flatnonzero(mem.solver_state.esum_member[: mem.solver_state.hi]).tolist()) == set(err.tolist())
-        direct = mem.solver_state.KC[: mem.solver_state.hi, mem.solver_state.col_of_slot[err]].sum(axis=1)
+        assert set(np.flatnonzero(ss.esum_member[: ss.hi]).tolist()) == set(err.tolist())
+        direct = ss.KC[: ss.hi, ss.col_of_slot[err]].sum(axis=1)
         np.testing.assert_allclose(mem.solver_state.esum[: mem.solver_state.hi], direct, rtol=0,
                                    atol=1e-13 * max(1.0, float(np.abs(direct).max(initial=0))))
 
@@ -202,13 +204,15 @@ def test_error_sum_g_equals_the_full_cache_g_through_every_kind_of_change(kernel
     assert n_sync > 50 and mem.partition()["error"], (n_sync, mem.partition())
     mem.save(tmp_path / "m")
     loaded = SVDDMemory.load(tmp_path / "m")
-    live = mem.solver_state.slot_id[: mem.solver_state.hi] >= 0  # free rows of a loaded cache are zeros
+    ss, hi = mem.solver_state, mem.solver_state.hi
+    live = ss.slot_id[:hi] >= 0  # free rows of a loaded cache are zeros
     # the file carries the sum and its members bit for bit (a loaded memory continues exactly)
     assert loaded.solver_state.esum_valid == mem.solver_state.esum_valid
-    assert loaded.solver_state.esum[: mem.solver_state.hi][live].tobytes() == mem.solver_state.esum[: mem.solver_state.hi][live].tobytes()
+    assert loaded.solver_state.esum[:hi][live].tobytes() == ss.esum[:hi][live].tobytes()
     tol = 1e-13 * mem.solver_state.scale
-    np.testing.assert_allclose(backend_of(loaded).g_exact(loaded.solver_state), _g_reference(loaded), rtol=0, atol=tol)
-    np.testing.assert_allclose(backend_of(loaded).g_exact(loaded.solver_state)[live], backend_of(mem).g_exact(mem.solver_state)[live], rtol=0, atol=tol)
+    g_loaded = backend_of(loaded).g_exact(loaded.solver_state)
+    np.testing.assert_allclose(g_loaded, _g_reference(loaded), rtol=0, atol=tol)
+    np.testing.assert_allclose(g_loaded[live], backend_of(mem).g_exact(ss)[live], rtol=0, atol=tol)
 
 
 def _numpy_positive_definite(K: np.ndarray, rel_shift: float) -> bool:
@@ -312,7 +316,8 @@ def test_removal_by_segments_hands_over_to_the_event_loop_exactly(max_segments):
     seg, capped = SVDDMemory(0.006), SVDDMemory(0.006)
     ref = SVDDMemory(0.006, backend="reference")
     capped.solver_state.max_segments = max_segments
-    seg.solver_state.max_jumps = capped.solver_state.max_jumps = 0  # the path alone (steps: the next test)
+    # the path alone (steps: the next test)
+    seg.solver_state.max_jumps = capped.solver_state.max_jumps = 0
     for m in (seg, capped, ref):
         m.extend(X)
     part = seg.partition()
@@ -397,7 +402,8 @@ def test_margin_gram_copy_is_the_current_block_and_is_zeroed_after_each_operatio
 
     def checking(qinv, measure, refactorize):
         m = mem
-        gathered = linalg.gather_margin_gram(m.solver_state.KC, m.solver_state.slot_of_col, m.solver_state.nS)
+        ss = m.solver_state
+        gathered = linalg.gather_margin_gram(ss.KC, ss.slot_of_col, ss.nS)
         np.testing.assert_array_equal(backend_of(m).margin_gram(m.solver_state), gathered)
         seen["copy"] += m.solver_state.kss_for is m.solver_state.Qinv
         seen["checks"] += 1

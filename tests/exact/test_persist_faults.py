@@ -337,7 +337,9 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     assert not got.solver_state.esum_valid and got.state_digest() == digest
     got.remove(got.partition()["error"][0])  # the removal's exact g rebuilds the sum
     assert got.solver_state.esum_valid and got.kkt_residual() <= 1e-10
-    np.testing.assert_allclose(backend_of(got).g_exact(got.solver_state), reference.g_exact(got.solver_state), rtol=0, atol=1e-13)
+    ss = got.solver_state
+    np.testing.assert_allclose(backend_of(got).g_exact(ss), reference.g_exact(ss), rtol=0,
+                               atol=1e-13)
 
 
 def test_forged_error_sum_is_refused(saved, tmp_path):

@@ -59,9 +59,10 @@ def test_removed_tokens_leave_no_bytes(tmp_path, values):
         th = mem.solver_state.token_hash[slot]
         mem.remove(t)
         # the slot is wiped everywhere
-        assert mem.solver_state.state[slot] == 0 and not mem.solver_state.X[slot].any() and not mem.solver_state.V[slot].any()
+        ss = mem.solver_state
+        assert ss.state[slot] == 0 and not ss.X[slot].any() and not ss.V[slot].any()
         assert not mem.solver_state.KC[slot].any() and mem.solver_state.col_of_slot[slot] == -1
-        assert mem.solver_state.token_hash[slot] == 0 and th not in set(mem.solver_state.token_hash.tolist())
+        assert ss.token_hash[slot] == 0 and th not in set(ss.token_hash.tolist())
         assert t not in mem.solver_state.id_to_slot
     mem.compact()
     for r in range(200, n):  # reuse freed slots
@@ -102,7 +103,8 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
     rng = np.random.default_rng(2)
     mem = SVDDMemory(0.03, backend="compiled" if compiled else "reference")
     backend_module = BACKENDS[mem.backend]
-    mem.solver_state.max_segments = 0  # the compiled removal hands the whole drive to the event loop
+    # the compiled removal hands the whole drive to the event loop
+    mem.solver_state.max_segments = 0
     mem.extend(rng.normal(size=(120, 4)))
     tid = mem.partition()["error"][0]
     slot = mem.solver_state.id_to_slot[tid]

@@ -1,0 +1,165 @@
+"""The structure of ``src/svattn`` holds: no import cycles, no private names across
+modules, small modules in the certified core.
+
+The layer contracts themselves are import-linter's (``[tool.importlinter]`` in
+pyproject.toml, run by ``make test``); these tests add what a layer contract
+does not say. Imports inside functions count like module-level ones (grimp
+reads every import statement).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import grimp
+import pytest
+
+SRC = Path(__file__).parents[1] / "src" / "svattn"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(SRC.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return grimp.build_graph("svattn", cache_dir=None)
+
+
+def _cycles(graph) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    modules = sorted(graph.modules)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for root in modules:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, it = work[-1]
+            for nxt in it:
+                if nxt not in index:
+                    index[nxt] = low[nxt] = counter
+                    counter += 1
+                    stack.append(nxt)
+                    on_stack.add(nxt)
+                    work.append((nxt, iter(edges[nxt])))
+                    break
+                if nxt in on_stack:
+                    low[node] = min(low[node], index[nxt])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        comp.append(m)
+                        if m == node:
+                            break
+                    if len(comp) > 1:
+                        out.append(sorted(comp))
+    return out
+
+
+def test_no_import_cycles(graph):
+    # a package's __init__ re-exporting its own submodules is not a cycle of logic;
+    # every other circle is
+    cycles = []
+    for comp in _cycles(graph):
+        real = [m for m in comp if not any(o != m and o.startswith(m + ".") for o in comp)]
+        if len(real) > 1:
+            cycles.append(comp)
+    assert not cycles, f"import cycles: {cycles}"
+
+
+def test_the_cycle_finder_finds_a_cycle():
+    class Fake:
+        modules = {"a", "b", "c"}
+
+        @staticmethod
+        def find_modules_directly_imported_by(m):
+            return {"a": {"b"}, "b": {"a"}, "c": set()}[m]
+
+    assert _cycles(Fake()) == [["a", "b"]]
+
+
+def _private_violations(path: Path) -> list[str]:
+    """``from svattn.x import _name``, ``import svattn.x._mod`` from outside x, and
+    ``alias._name`` on an imported svattn module, in one source file."""
+    me = _module_name(path)
+    mine = {me} | {me.rsplit(".", k)[0] for k in range(1, me.count(".") + 1)}
+    tree = ast.parse(path.read_text(), str(path))
+    out, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.startswith("svattn"):
+            target = node.module
+            for alias in node.names:
+                full = f"{target}.{alias.name}"
+                if alias.name.startswith("_") and not alias.name.startswith("__") \
+                        and target != me:
+                    out.append(f"{me}: from {target} import {alias.name}")
+                aliases[alias.asname or alias.name] = full
+            targets = [target]
+        elif isinstance(node, ast.Import):
+            targets = [a.name for a in node.names if a.name.startswith("svattn")]
+            for a in node.names:
+                if a.asname:
+                    aliases[a.asname] = a.name
+        else:
+            continue
+        for t in targets:  # a private module, reached from outside its package
+            parts = t.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and ".".join(parts[:i]) not in mine:
+                    out.append(f"{me}: imports the private module {t}")
+                    break
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id in aliases and node.attr.startswith("_") \
+                and not node.attr.startswith("__"):
+            out.append(f"{me}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
+    return out
+
+
+def test_no_private_names_across_modules():
+    bad = [v for p in sorted(SRC.rglob("*.py")) for v in _private_violations(p)]
+    assert not bad, "private names used across modules:\n" + "\n".join(bad)
+
+
+def test_the_private_name_check_sees_a_violation(tmp_path):
+    fake = SRC / "exact" / "_probe_not_a_module.py"
+    fake.write_text("from svattn.exact.state import _check\nimport svattn.nn._common as c\n"
+                    "x = c._helper\n")
+    try:
+        got = _private_violations(fake)
+    finally:
+        fake.unlink()
+    assert len(got) == 3, got
+
+
+def test_modules_of_the_exact_core_are_small():
+    big = {str(p.relative_to(SRC)): n for p in (SRC / "exact").rglob("*.py")
+           if (n := len(p.read_text().splitlines())) > 700}
+    assert not big, f"modules of svattn.exact over 700 lines: {big}"
+
+
+def test_svddmemory_is_orchestration():
+    path = SRC / "exact" / "memory.py"
+    cls = next(n for n in ast.parse(path.read_text()).body
+               if isinstance(n, ast.ClassDef) and n.name == "SVDDMemory")
+    assert cls.end_lineno - cls.lineno + 1 < 700
