@@ -28,7 +28,6 @@ True
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -252,7 +251,7 @@ def _report_memory(
     say(
         f"         partition: margin {part['margin']}, error {part['error']}, reserve "
         f"{part['reserve']}; support {len(support)} (at least ceil(1/C) = "
-        f"{math.ceil(1 / memory.C - 1e-12)})"
+        f"{memory.warmup_n})"
     )
     say(
         f"         KKT residual {memory.kkt_residual():.1e}, unique optimum: "

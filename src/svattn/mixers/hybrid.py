@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from svattn.exact.conventions import warmup_threshold
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.nn.attention import MODES, sv_attention_state
 from svattn.nn.common import Partition, gather_rows
@@ -220,7 +221,7 @@ class HybridSVAttention(SoftmaxAttention):
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        min_support = math.ceil(1.0 / C - 1e-9)
+        min_support = warmup_threshold(C)  # the fewest tokens that can carry weight
         if budget is None:
             budget = 4 * min_support
         if isinstance(budget, bool) or not isinstance(budget, int) or budget < min_support:

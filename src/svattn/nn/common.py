@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.exact.conventions import FEASIBILITY_SLACK, warmup_threshold
+from svattn.exact.conventions import is_feasible, warmup_threshold
 from svattn.exact.kernels import check_kernel, default_gamma
 
 __all__ = [
@@ -113,7 +113,7 @@ def check_feasible(mask: torch.Tensor, C: float) -> None:
         raise ValueError(f"C must be > 0, got {C!r}")
     n = mask.sum(-1)  # (B, H)
     n_min = int(n.min())
-    if n_min * C < 1.0 - FEASIBILITY_SLACK:
+    if not is_feasible(n_min, C):
         b, h = (int(i) for i in torch.nonzero(n == n_min)[0])
         raise ValueError(
             f"infeasible memory: n·C < 1 with n = {n_min} keys (batch {b}, head {h}) and "
