@@ -71,23 +71,8 @@ def save(memory: SVDDMemory, path: str | os.PathLike[str]) -> str:
 
 def load(path: str | os.PathLike[str], *, audit_log: str | os.PathLike[str] | None = None
          ) -> SVDDMemory:
-    """Load a memory saved by :func:`save`, verifying everything.
-
-    Parameters
-    ----------
-    path : path-like
-    audit_log : path-like, optional
-        Continue this audit log (it must end at the state being loaded; see
-        :meth:`svattn.exact.audit.AuditLog.resume`).
-
-    Raises
-    ------
-    FileNotFoundError
-        No such file.
-    StateVersionError
-        Not an svattn state file, or another format version.
-    StateFileError
-        Truncated, corrupted or tampered: the message says what does not match.
+    """Load a memory saved by :func:`save`, verifying everything: :meth:`SVDDMemory.load`
+    (its parameters, and the errors it raises).
 
     Examples
     --------
