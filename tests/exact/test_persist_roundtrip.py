@@ -98,3 +98,21 @@ def test_save_replaces_and_is_reloadable(tmp_path):
     assert len(sha) == 64
     assert load(path).state_digest() == mem.state_digest()
     assert [p.name for p in tmp_path.iterdir()] == ["m.safetensors"]  # no temp file left
+
+
+def test_every_state_saved_after_single_adds_loads_and_continues(tmp_path):
+    # C = 0.1, d = 3, one add at a time: format 2 refused ~1 file in 10 of these
+    # (a per-operation residual saved as if it were state)
+    rng = np.random.default_rng(0)
+    mem = SVDDMemory(0.1)
+    path = tmp_path / "m.safetensors"
+    for _ in range(120):
+        mem.add(rng.normal(size=3))
+        mem.save(path)
+        loaded = SVDDMemory.load(path)
+        assert loaded.state_digest() == mem.state_digest()
+    key = rng.normal(size=3)
+    mem.add(key)
+    loaded.add(key)
+    assert loaded.state_digest() == mem.state_digest()
+    assert loaded.alpha.tobytes() == mem.alpha.tobytes()

@@ -64,3 +64,27 @@ def test_a_loaded_v2_memory_saves_as_format_3_and_round_trips(v2, tmp_path):
     assert continue_memory(back) == record["continuation"]
     assert hashlib.sha256(back.alpha.tobytes()).hexdigest() == \
         record["continuation"][-1]["alpha_sha256"]
+
+
+def test_a_format_2_file_with_a_per_operation_residual_loads(v2, tmp_path):
+    """Format 2 saved every scalar attribute, so a file written right after an add that
+    drove a token carried the removal-only ``_kkt_after`` (a float), which that code
+    itself then refused to load ("mistyped solver attribute"). It is not state: ignored."""
+    from safetensors.numpy import load as st_load
+
+    from svattn.exact.fileformat import serialize
+
+    path, record = v2
+    data = path.read_bytes()
+    hlen = int.from_bytes(data[:8], "little")
+    meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
+    meta["scalars"]["_kkt_after"] = 3.5e-17
+    forged = tmp_path / "v2_kkt_after.safetensors"
+    forged.write_bytes(serialize(st_load(data), meta))
+    mem = SVDDMemory.load(forged)
+    assert mem.state_digest() == record["saved_digest"]
+    assert continue_memory(mem) == record["continuation"]
+    meta["scalars"]["_no_such_attribute"] = 1  # anything else unknown is still refused
+    forged.write_bytes(serialize(st_load(data), meta))
+    with pytest.raises(ValueError, match="unknown or mistyped solver attribute"):
+        SVDDMemory.load(forged)
