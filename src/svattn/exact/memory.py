@@ -166,12 +166,21 @@ class SVDDMemory:
         self._audit: AuditLog | None = None
 
     def __getstate__(self) -> dict:
-        # pickle and deepcopy: the backend is a module, restored from the state's flag
-        return {k: v for k, v in vars(self).items() if k != "_be"}
+        # pickle and deepcopy: the backend is a module (restored from the state's
+        # flag), the health monitor holds a weak reference (kept as its dict), and an
+        # audit log's descriptor belongs to this memory alone (a copy is not logged)
+        state = {k: v for k, v in vars(self).items() if k not in ("_be", "_health", "_audit")}
+        state["_health"] = self._health.to_dict(self._s.Qinv)
+        return state
 
     def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        health = state.pop("_health")
         vars(self).update(state)
         self._be = compiled if self._s.compiled else reference
+        self._health = HealthMonitor()
+        self._health.restore(health, self._s.Qinv)
+        self._audit = None
 
     # ------------------------------------------------------------ parameters
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
