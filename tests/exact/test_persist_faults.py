@@ -360,3 +360,14 @@ def test_forged_error_sum_is_refused(saved, tmp_path):
     bad.write_bytes(_serialize(tensors, meta))  # checksums recomputed: a "valid" file
     with pytest.raises(StateFileError, match="error sum deviates"):
         load(bad)
+
+
+@pytest.mark.parametrize("field, value", [("tol", -1.0), ("kernel", "linear"), ("gamma", -2.0),
+                                          ("C", -0.5), ("C", True)])
+def test_a_file_with_invalid_parameters_is_refused(saved, tmp_path, field, value):
+    # checksums recomputed: only the constructor's own checks can refuse it
+    _, data, _ = saved
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(_rewrite_meta(data, **{field: value}))
+    with pytest.raises(StateFileError, match=f"invalid parameters: .*{field}"):
+        load(bad)

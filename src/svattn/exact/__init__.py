@@ -15,7 +15,6 @@ from svattn.exact.certificate import DeletionCertificate, commit_token
 from svattn.exact.kernels import KERNELS, KernelOverflowError, default_gamma, kernel_matrix
 from svattn.exact.memory import MarginSystem, SVDDMemory, UnknownTokenError
 from svattn.exact.state import SlotState
-from svattn.exact.verify import DeletionVerification, verify_deletion
 
 __all__ = [
     "KERNELS",
@@ -34,4 +33,15 @@ __all__ = [
 ]
 
 
-from svattn.exact.oracle import solve_svdd
+def __getattr__(name: str):
+    # the auditor's side on first use: the oracle pulls in scipy.sparse and the QP
+    # solver (~0.3 s), which the solver itself never needs
+    if name == "solve_svdd":
+        from svattn.exact.oracle import solve_svdd
+
+        return solve_svdd
+    if name in ("verify_deletion", "DeletionVerification"):
+        from svattn.exact import verify
+
+        return getattr(verify, name)
+    raise AttributeError(f"module 'svattn.exact' has no attribute {name!r}")

@@ -1,11 +1,11 @@
-"""Deletion certificates and their verification against retraining.
+"""Deletion certificates: the record an exact removal issues.
 
 A :class:`DeletionCertificate` is what :meth:`SVDDMemory.remove` hands to an
 auditor: which id went, a salted SHA-256 commitment to its key and value (never
 the data itself), the partition sizes before and after, the KKT residual after,
-whether the optimum is unique, and a digest of the state it left.
-:func:`verify_deletion` checks a certificate against a memory and, by default,
-re-solves the remaining tokens from scratch with the independent oracle.
+whether the optimum is unique, and a digest of the state it left. Checking one
+against a memory and a retrain is the auditor's side,
+:func:`svattn.exact.verify.verify_deletion`.
 """
 
 from __future__ import annotations
@@ -15,12 +15,9 @@ import hmac
 import json
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-
-if TYPE_CHECKING:  # pragma: no cover
-    pass
 
 CERTIFICATE_VERSION = 1
 

@@ -183,6 +183,8 @@ def read_state(data: bytes, where: str) -> tuple[dict[str, np.ndarray], dict[str
         raise StateFileError(f"{where}: corrupted tensor data ({exc})") from None
     sums = meta.get("tensor_sha256")
     check(isinstance(sums, dict), where, "metadata lacks the tensor checksums")
+    check(set(t) <= set(TENSOR_DTYPES), where,
+          f"tensor set {sorted(t)} does not match the format ({sorted(TENSOR_DTYPES)})")
     check(set(sums) == set(t), where,
           f"tensor set {sorted(t)} does not match its checksums ({sorted(sums)})")
     for name in sorted(t):

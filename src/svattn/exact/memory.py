@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -50,8 +49,8 @@ from svattn.exact.fileformat import (
     write_atomic,
 )
 from svattn.exact.health import HealthMonitor
-from svattn.exact.kernels import biased_softmax_readout, check_kernel, decision_values, gram_matrix
-from svattn.exact.state import SchemaError, SlotState
+from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
+from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import ERROR, MARGIN, RESERVE, SET_NAMES
 from svattn.exact.validation import check_queries, check_rows
 
@@ -139,17 +138,7 @@ class SVDDMemory:
         audit_log: str | os.PathLike[str] | None = None, standby: int = 16,
         backend: str = "compiled",
     ) -> None:
-        if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
-            raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
-        if not (math.isfinite(C) and C > 0):
-            raise ValueError(f"C must be a finite number > 0, got {C!r}")
-        check_kernel(kernel)
-        if gamma is not None and not (math.isfinite(gamma) and gamma > 0):
-            raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r}")
-        if not (math.isfinite(tol) and tol > 0):
-            raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
-        if isinstance(standby, bool) or not isinstance(standby, (int, np.integer)) or standby < 0:
-            raise ValueError(f"standby must be an int >= 0, got {standby!r}")
+        check_parameters(C, kernel, gamma, tol, standby)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
         self._init_state(SlotState.new(C=C, kernel=kernel, gamma=gamma, tol=tol,
@@ -393,7 +382,13 @@ class SVDDMemory:
                                  ) from None
         mem = cls.__new__(cls)
         mem._init_state(ss)
-        mem._check_loaded(t, meta, where)
+        try:
+            mem._check_loaded(t, meta, where)
+        except StateFileError:
+            raise
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise StateFileError(f"{where}: inconsistent state ({type(exc).__name__}: {exc})"
+                                 ) from None
         if audit_log is not None:
             mem._audit = AuditLog.resume(audit_log, mem._audit_facts(), state_path=path,
                                          state_sha256=sha256_hex(data), head=meta["audit_head"])
@@ -627,8 +622,7 @@ class SVDDMemory:
         if ss.n == 0 or ss.warm:
             return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
         g = solver.fresh_g(ss, be)
-        nm, ne, nr, unique, ids, values = be.certificate_facts(
-            ss, g, be.margin_gram(ss), 1e-9 * ss.scale)
+        nm, ne, nr, unique, ids, values = be.certificate_facts(ss, g, 1e-9 * ss.scale)
         if kkt is None:
             kkt = be.kkt(ss, g)
         return ({"margin": nm, "error": ne, "reserve": nr}, float(kkt),

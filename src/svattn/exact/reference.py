@@ -245,7 +245,7 @@ def support_slots_by_id(ss: SlotState) -> np.ndarray:
     return s[np.argsort(ss.slot_id[s], kind="stable")]
 
 
-def certificate_facts(ss: SlotState, g: np.ndarray, KSS: np.ndarray, tie: float
+def certificate_facts(ss: SlotState, g: np.ndarray, tie: float
                       ) -> tuple[int, int, int, int, np.ndarray, np.ndarray]:
     """``(margin, error, reserve, unique, ids, values)`` after an operation: set sizes;
     uniqueness (1 / 0, or -1: the caller runs the full check); the support's ids in

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.conventions import warmup_threshold
-from svattn.exact.kernels import default_gamma, kernel_matrix
+from svattn.exact.kernels import check_kernel, default_gamma, kernel_matrix
 from svattn.exact.states import ERROR, FREE, MARGIN, RESERVE
 
 DIGEST_MOD = 1 << 256  # the token set's multiset hash is a sum modulo this
@@ -81,6 +81,21 @@ class SchemaError(ValueError):
 def _check(cond: bool, msg: str) -> None:
     if not cond:
         raise SchemaError(msg)
+
+
+def check_parameters(C, kernel, gamma, tol, standby) -> None:
+    """Raise ``TypeError`` / ``ValueError`` naming the first invalid parameter of a memory."""
+    if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
+        raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
+    if not (math.isfinite(C) and C > 0):
+        raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    check_kernel(kernel)
+    if gamma is not None and not (math.isfinite(gamma) and gamma > 0):
+        raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r}")
+    if not (math.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    if isinstance(standby, bool) or not isinstance(standby, (int, np.integer)) or standby < 0:
+        raise ValueError(f"standby must be an int >= 0, got {standby!r}")
 
 
 def scrub(a: np.ndarray) -> None:
@@ -415,6 +430,10 @@ class SlotState:
                     - (_V2_TENSORS if version == 1 else set()))
         _check(set(t) == expected,
                f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
+        try:  # a file's parameters pass the constructor's checks, or it is refused
+            check_parameters(fields["C"], fields["kernel"], fields["gamma"], fields["tol"], 16)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"invalid parameters: {exc}") from None
         st = cls.new(C=fields["C"], kernel=fields["kernel"], gamma=fields["gamma"],
                      tol=fields["tol"], standby=16)
         n = int(fields["n"])
@@ -451,6 +470,8 @@ class SlotState:
         for k, v in named.items():
             _check(type(v) is _SOLVER_FIELDS[k], f"unknown or mistyped solver attribute {k!r}")
             setattr(self, k, v)
+        _check(self.standby >= 0 and self.max_segments >= 0 and self.max_jumps >= 0,
+               "negative solver settings")
 
     def _restore_arrays(self, t: dict[str, np.ndarray], fields: dict[str, Any],
                         version: int) -> None:
@@ -563,4 +584,4 @@ class SlotState:
 
 
 __all__ = ["DIGEST_MOD", "READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "NeedResolve", "SchemaError",
-           "SlotState", "scrub", "token_hash"]
+           "SlotState", "check_parameters", "scrub", "token_hash"]

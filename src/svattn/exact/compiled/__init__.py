@@ -157,12 +157,12 @@ def support_slots_by_id(ss: SlotState) -> np.ndarray:
     return checks.support_slots_by_id(ss.alpha, ss.slot_id, ss.hi)
 
 
-def certificate_facts(ss: SlotState, g: np.ndarray, KSS: np.ndarray, tie: float
+def certificate_facts(ss: SlotState, g: np.ndarray, tie: float
                       ) -> tuple[int, int, int, int, np.ndarray, np.ndarray]:
     """:func:`svattn.exact.reference.certificate_facts` in one compiled pass, with the
     uniqueness test on the margin block when no token is tied."""
     nm, ne, nr, unique, ids, values = checks.certificate_facts(
-        g, ss.alpha, ss.state, ss.slot_id, KSS, ss.nS, ss.hi, tie, 1e-10, ss.mu)
+        g, ss.alpha, ss.state, ss.slot_id, margin_gram(ss), ss.nS, ss.hi, tie, 1e-10, ss.mu)
     return int(nm), int(ne), int(nr), int(unique), ids, values
 
 
