@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 
@@ -173,6 +174,7 @@ def test_state_mismatch_and_stale_state(logged, tmp_path):
     mem.remove(mem.ids[0])  # the log moves on; the saved state is now stale
     rep = verify_log(log, state)
     assert not rep.ok and "after state" in rep.error and "stale" in rep.error
+    mem.close_audit_log()  # one writer per log (see the lock test below)
     with pytest.raises(AuditLogError, match="resurrect"):
         SVDDMemory.load(state, audit_log=log)
     other = tmp_path / "other.safetensors"
@@ -182,6 +184,7 @@ def test_state_mismatch_and_stale_state(logged, tmp_path):
 
 def test_resume_continues_the_chain(logged):
     mem, log, state, _ = logged
+    mem.close_audit_log()
     got = SVDDMemory.load(state, audit_log=log)
     got.remove(got.ids[0])
     got.add(np.zeros(4))
@@ -190,6 +193,42 @@ def test_resume_continues_the_chain(logged):
     rep = verify_log(log, state2)
     assert rep.ok, rep.error
     assert [r["op"] for r in rep.records[-4:]] == ["load", "remove", "add", "save"]
+
+
+def test_one_writer_per_log(logged, tmp_path):
+    mem, log, state, _ = logged
+    before = log.read_bytes()
+    with pytest.raises(AuditLogError, match="being written by another memory"):
+        SVDDMemory.load(state, audit_log=log)  # mem still holds the log
+    assert log.read_bytes() == before  # nothing written by the refused second writer
+    mem.close_audit_log()
+    with pytest.raises(AuditLogError, match="closed"):
+        mem.add(np.zeros(4))  # a memory whose log is released changes nothing more
+    got = SVDDMemory.load(state, audit_log=log)  # now it may continue the log
+    got.add(np.ones(4))
+    assert verify_log(log).ok
+    # a log held by another process is refused the same way
+    import subprocess
+    import sys
+
+    other = tmp_path / "other.jsonl"
+    other.touch()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_WRONLY); "
+        "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(30)"),
+        str(other)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(AuditLogError, match="being written by another memory"):
+            SVDDMemory(0.1, audit_log=other)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_directory_is_not_an_audit_log(tmp_path):
+    with pytest.raises(ValueError, match="is a directory"):
+        SVDDMemory(0.1, audit_log=tmp_path)
 
 
 def test_new_memory_refuses_an_existing_log(logged):
@@ -266,3 +305,43 @@ def test_cli_verify_deletion(logged, tmp_path, capsys):
     bad.write_bytes(state.read_bytes()[:100])
     assert main(["verify-deletion", str(bad), str(cert_path)]) == 2
     assert "truncated" in capsys.readouterr().err
+
+
+def _rechain(records: list[dict]) -> list[str]:
+    """Re-hash every record and re-link the chain: a forger who rewrites the whole log."""
+    lines, prev = [], "0" * 64
+    for rec in records:
+        rec = {k: v for k, v in rec.items() if k != "sha256"}
+        rec["prev"] = prev
+        rec["sha256"] = _self_hash(rec)
+        text = canonical(rec)
+        lines.append(text)
+        prev = hashlib.sha256(text.encode()).hexdigest()
+    return lines
+
+
+@pytest.mark.parametrize("op, field, value", [
+    ("extend", "tokens", "abc"), ("extend", "tokens", [1, 2]), ("extend", "tokens", [{"id": "x"}]),
+    ("extend", "tokens", [{"id": True, "commitment": "0" * 64}]), ("extend", "tokens", None),
+    ("remove", "certificate", []), ("remove", "certificate", "cert"),
+    ("remove", "certificate", {"removed_id": [1]}), ("compact", "dropped", 5),
+    ("compact", "dropped", [{"id": 1}]), ("compact", "dropped", "12"),
+])
+def test_rehashed_malformed_records_are_named_by_index(logged, tmp_path, op, field, value):
+    _, log, _, _ = logged
+    records = verify_log(log).records
+    i = next(k for k, r in enumerate(records) if r["op"] == op)
+    bad = [dict(r) for r in records]
+    bad[i][field] = value
+    if op == "remove" and isinstance(value, dict):  # every other field of a real certificate
+        bad[i][field] = {**records[i]["certificate"], **value}
+    # the forger's tool is sound: re-chaining the untouched records verifies
+    assert verify_log(_write_back(tmp_path / "rechained.jsonl", _rechain(records))).ok
+    rep = verify_log(_write_back(tmp_path / "forged.jsonl", _rechain(bad)))  # never raises
+    assert not rep.ok and rep.broken_record == i, rep.error
+    assert rep.error.startswith(f"record {i} (line {i + 1}):")
+
+
+def _write_back(path, lines):
+    path.write_text("".join(line + "\n" for line in lines))
+    return path

@@ -104,3 +104,18 @@ def test_exp_kernel_overflow_is_refused_and_state_kept():
         m.extend(np.array([[0.0, 0.0], [0.0, 40.0]]))
     assert snapshot(m) == before
     assert len(m) == 10
+
+
+def test_repr_names_parameters_and_sizes_but_no_data():
+    X = np.random.default_rng(4).normal(size=(40, 3)) + 123.456
+    mem = SVDDMemory(0.1, standby=4)
+    mem.extend(X)
+    text = repr(mem)
+    part = mem.partition()
+    for piece in ("C=0.1", "kernel='rbf'", "standby=4", "backend='compiled'", "n=40",
+                  f"margin={len(part['margin'])}", f"reserve={len(part['reserve'])}"):
+        assert piece in text, (piece, text)
+    assert "123" not in text  # no key digits
+    warm = SVDDMemory(0.1)
+    warm.extend(X[:3])  # n·C < 1: the uniform warm-up state
+    assert "n=3" in repr(warm) and "warm-up" in repr(warm)

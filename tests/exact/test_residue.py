@@ -121,3 +121,31 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
     cert = mem.remove(tid)
     assert cert.n_events >= 1
     assert any(np.array_equal(a, column) for a in scrubbed), "the column copy was not zeroed"
+
+
+@pytest.mark.parametrize("then", ["save", "load"])
+def test_a_killed_saves_temporary_file_is_removed_by_the_next_save_or_load(tmp_path, then):
+    # a save killed after writing its temporary file leaves it beside the state; it
+    # holds the state of then, with tokens that may be erased since
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, 3))
+    mem = SVDDMemory(0.1)
+    mem.extend(X)
+    path = tmp_path / "m.safetensors"
+    mem.save(path)
+    leftover = tmp_path / ".m.safetensors.k1ll3d_x.tmp"
+    leftover.write_bytes(path.read_bytes())  # what the killed save had written
+    unrelated = [tmp_path / ".m.safetensors.notes.tmp",
+                 tmp_path / ".other.safetensors.k1ll3d_x.tmp"]
+    for u in unrelated:
+        u.write_bytes(b"keep me")
+    mem.remove(7)
+    if then == "save":
+        mem.save(path)
+    else:
+        SVDDMemory.load(path)
+    assert not leftover.exists()
+    assert all(u.read_bytes() == b"keep me" for u in unrelated)  # only this state's leftovers
+    blobs = [(p.name, p.read_bytes()) for p in tmp_path.iterdir() if p.is_file()]
+    if then == "save":
+        assert not _scan(blobs, {7: [X[7]]})  # no byte of the erased token under the directory

@@ -54,6 +54,7 @@ Examples
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -155,12 +156,17 @@ class AuditLog:
 
         ``params`` (C, kernel, gamma, tol) go into the ``open`` record."""
         path = Path(path)
+        if path.is_dir():
+            raise ValueError(f"audit_log {path} is a directory; give a file path")
         if path.exists() and path.stat().st_size > 0:
             raise ValueError(
                 f"audit log {path} already has records; continue it with "
                 "SVDDMemory.load(state, audit_log=...) or choose a new file"
             )
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = _open_locked(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        if os.fstat(fd).st_size > 0:  # another writer got there between the check and the lock
+            os.close(fd)
+            raise ValueError(f"audit log {path} already has records (written just now)")
         log = cls(path, fd, 0, GENESIS)
         log._last_counts = facts.counts
         _fsync_dir(path)
@@ -177,6 +183,16 @@ class AuditLog:
         would undo them (resurrect removed tokens), so this refuses.
         """
         path = Path(path)
+        fd = _open_locked(path, os.O_WRONLY | os.O_APPEND)  # before reading: no writer between
+        try:
+            return cls._resume_locked(path, fd, facts, state_path, state_sha256, head)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @classmethod
+    def _resume_locked(cls, path: Path, fd: int, facts: AuditFacts, state_path: Path,
+                       state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
         report = verify_chain(path)
         if not report.ok:
             raise AuditLogError(f"audit log {path} does not verify: {report.error}")
@@ -201,7 +217,6 @@ class AuditLog:
         if recs[-1]["digest"] != facts.digest:
             raise AuditLogError(f"the last record of {path} does not carry the digest of "
                                 f"state {state_path}")
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         log = cls(path, fd, len(recs), report.hashes[-1])
         log._last_counts = facts.counts
         log._append(facts, "load", {"file_sha256": state_sha256, "path": state_path.name})
@@ -315,6 +330,21 @@ class AuditLog:
 
     def _append(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> None:
         self._write([self._line(facts, op, fields)])
+
+
+def _open_locked(path: Path, flags: int) -> int:
+    """Open the log for appending with an exclusive lock: one writer per log, or two
+    memories would interleave their chains and corrupt it for good."""
+    fd = os.open(path, flags, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AuditLogError(
+            f"audit log {path} is being written by another memory (it holds the log's lock); "
+            "close that one first (SVDDMemory.close_audit_log()) or use another file"
+        ) from None
+    return fd
 
 
 def _fsync_dir(path: Path) -> None:
@@ -449,42 +479,15 @@ def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
         if op == "open" and (rec.get("format") != LOG_FORMAT or rec.get("version") != LOG_VERSION):
             return _fail(rep, i, f"unsupported log format {rec.get('format')!r} version "
                                  f"{rec.get('version')!r} (expected {LOG_FORMAT} {LOG_VERSION})")
-        # bookkeeping: which ids are live
-        if op in ("add", "extend"):
-            for tok in rec.get("tokens", []):
-                tid = tok.get("id")
-                if not isinstance(tid, int) or tid < next_id:
-                    return _fail(rep, i, f"adds id {tid!r}, but ids below {next_id} were "
-                                         "already issued")
-                if not (isinstance(tok.get("commitment"), str) and len(tok["commitment"]) == 64):
-                    return _fail(rep, i, f"token {tid} lacks a SHA-256 commitment")
-                live.add(tid)
-                next_id = tid + 1
-        elif op == "remove":
-            try:
-                cert = DeletionCertificate(**rec["certificate"])
-            except (KeyError, TypeError) as exc:
-                return _fail(rep, i, f"malformed deletion certificate ({exc})")
-            errs = cert.consistency_errors()
-            if errs:
-                return _fail(rep, i, "certificate inconsistent: " + "; ".join(errs))
-            if cert.state_digest != rec.get("digest"):
-                return _fail(rep, i, "the certificate's state digest differs from the record's")
-            if cert.removed_id not in live:
-                return _fail(rep, i, f"removes id {cert.removed_id}, which is not live")
-            live.discard(cert.removed_id)
-            rep.n_certificates += 1
-        elif op == "compact":
-            dropped = rec.get("dropped", [])
-            missing = [t for t in dropped if t not in live]
-            if missing:
-                return _fail(rep, i, f"compacts ids {missing[:5]} that are not live")
-            live.difference_update(dropped)
-        elif op == "load" and i > 0 and rec.get("digest") != rep.records[-1].get("digest"):
-            return _fail(rep, i, "the loaded state's digest differs from the log's state")
-        if op in STATE_OPS and rec.get("n") != len(live):
-            return _fail(rep, i, f"says n = {rec.get('n')!r}, but the log's operations leave "
-                                 f"{len(live)} tokens")
+        # bookkeeping: which ids are live (a record of the wrong shape, re-hashed so
+        # that the chain holds, is reported by its index, never raised)
+        try:
+            error, next_id, certified = _bookkeep(rec, op, live, next_id, rep.records)
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            error = f"malformed record ({type(exc).__name__}: {exc})"
+        if error is not None:
+            return _fail(rep, i, error)
+        rep.n_certificates += certified
         rep.records.append(rec)
         rep.hashes.append(_sha(raw))
         prev = rep.hashes[-1]
@@ -492,6 +495,57 @@ def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
         return _fail(rep, 0, "the log is empty (no 'open' record)")
     rep.final_digest = rep.records[-1].get("digest")
     return rep
+
+
+def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
+              earlier: list[dict[str, Any]]) -> tuple[str | None, int, int]:
+    """Apply one record to the live ids: ``(error or None, next id, certificates)``."""
+    if op in ("add", "extend"):
+        tokens = rec.get("tokens", [])
+        if not isinstance(tokens, list):
+            return f"tokens is {type(tokens).__name__}, not a list", next_id, 0
+        for tok in tokens:
+            if not isinstance(tok, dict):
+                return f"a token entry is {type(tok).__name__}, not an object", next_id, 0
+            tid = tok.get("id")
+            if not isinstance(tid, int) or isinstance(tid, bool) or tid < next_id:
+                return f"adds id {tid!r}, but ids below {next_id} were already issued", \
+                    next_id, 0
+            if not (isinstance(tok.get("commitment"), str) and len(tok["commitment"]) == 64):
+                return f"token {tid} lacks a SHA-256 commitment", next_id, 0
+            live.add(tid)
+            next_id = tid + 1
+    elif op == "remove":
+        fields = rec.get("certificate")
+        if not isinstance(fields, dict):
+            return "malformed deletion certificate (not an object)", next_id, 0
+        try:
+            cert = DeletionCertificate(**fields)
+        except (KeyError, TypeError) as exc:
+            return f"malformed deletion certificate ({exc})", next_id, 0
+        errs = cert.consistency_errors()
+        if errs:
+            return "certificate inconsistent: " + "; ".join(errs), next_id, 0
+        if cert.state_digest != rec.get("digest"):
+            return "the certificate's state digest differs from the record's", next_id, 0
+        if not isinstance(cert.removed_id, int) or cert.removed_id not in live:
+            return f"removes id {cert.removed_id!r}, which is not live", next_id, 0
+        live.discard(cert.removed_id)
+        return None, next_id, 1
+    elif op == "compact":
+        dropped = rec.get("dropped", [])
+        if not isinstance(dropped, list) or not all(isinstance(t, int) for t in dropped):
+            return "dropped is not a list of ids", next_id, 0
+        missing = [t for t in dropped if t not in live]
+        if missing:
+            return f"compacts ids {missing[:5]} that are not live", next_id, 0
+        live.difference_update(dropped)
+    elif op == "load" and earlier and rec.get("digest") != earlier[-1].get("digest"):
+        return "the loaded state's digest differs from the log's state", next_id, 0
+    if op in STATE_OPS and rec.get("n") != len(live):
+        return (f"says n = {rec.get('n')!r}, but the log's operations leave {len(live)} tokens",
+                next_id, 0)
+    return None, next_id, 0
 
 
 __all__ = ["STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError", "AuditReport", "canonical",

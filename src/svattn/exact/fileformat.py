@@ -25,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import struct
 import tempfile
 from pathlib import Path
@@ -64,9 +65,43 @@ def serialize(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
     return st_save(t, metadata={"svattn": text})
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir)."""
+def _leftover_name(name: str) -> re.Pattern:
+    # what tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp") names: 8 random characters
+    return re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")
+
+
+def remove_leftovers(path: Path) -> list[Path]:
+    """Zero and delete the temporary files of earlier saves of ``path`` that a killed
+    process left beside it (they may hold tokens erased since); return them.
+
+    Files that cannot be removed (a read-only directory) are left and skipped.
+    """
     directory = path.parent if str(path.parent) else Path(".")
+    pattern = _leftover_name(path.name)
+    removed = []
+    try:
+        names = [p for p in directory.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return removed
+    for p in names:
+        try:
+            size = p.stat().st_size
+            with open(p, "r+b") as f:  # overwrite first: the bytes are key data
+                f.write(b"\0" * size)
+                f.flush()
+                os.fsync(f.fileno())
+            p.unlink()
+            removed.append(p)
+        except OSError:
+            continue
+    return removed
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir),
+    after removing the temporary files a killed earlier save left."""
+    directory = path.parent if str(path.parent) else Path(".")
+    remove_leftovers(path)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
     try:
         try:
@@ -208,5 +243,5 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "StateFileError", "StateVersionError", "canonical",
-           "check", "parse_header", "read_metadata", "read_state", "serialize", "sha256_hex",
-           "state_file_bytes", "write_atomic"]
+           "check", "parse_header", "read_metadata", "read_state", "remove_leftovers", "serialize",
+           "sha256_hex", "state_file_bytes", "write_atomic"]

@@ -44,6 +44,7 @@ from svattn.exact.fileformat import (
     StateFileError,
     check,
     read_state,
+    remove_leftovers,
     sha256_hex,
     state_file_bytes,
     write_atomic,
@@ -372,6 +373,7 @@ class SVDDMemory:
         path = Path(path)
         where = str(path)
         data = path.read_bytes()
+        remove_leftovers(path)  # a killed save's temporary file: older, maybe erased, data
         t, meta = read_state(data, where)
         try:
             ss = SlotState.from_tensors(t, meta, version=meta["format_version"])
@@ -414,6 +416,13 @@ class SVDDMemory:
         check(res == meta["kkt_residual"], where,
               f"KKT residual {res:.3e} recomputed on load differs from the saved "
               f"{meta['kkt_residual']:.3e}")
+
+    def close_audit_log(self) -> None:
+        """Release this memory's audit log (its lock and descriptor): another memory
+        may then continue the log, and this one refuses every further change.
+        No-op without a log."""
+        if self._audit is not None:
+            self._audit.close()
 
     def _audit_ready(self) -> None:
         if self._audit is not None:
@@ -460,6 +469,27 @@ class SVDDMemory:
         return float(self._be.kkt(ss, g))
 
     # ------------------------------------------------------------ read access
+    def __repr__(self) -> str:
+        """Parameters and set sizes (never any key or value).
+
+        Examples
+        --------
+        >>> mem = SVDDMemory(C=0.5)
+        >>> _ = mem.extend([[0.0, 1.0], [1.0, 0.0], [2.0, 2.0]])
+        >>> head, tail = repr(mem).split("; ")
+        >>> head
+        "SVDDMemory(C=0.5, kernel='rbf', gamma=None, tol=1e-10, standby=16, backend='compiled'"
+        >>> tail  # doctest: +ELLIPSIS
+        'n=3, margin=..., error=..., reserve=..., audit_log=None)'
+        """
+        ss = self._s
+        sizes = self._sizes() if ss.n else {"margin": 0, "error": 0, "reserve": 0}
+        log = None if self._audit is None else str(self._audit.path)
+        return (f"SVDDMemory(C={ss.C!r}, kernel={ss.kernel!r}, gamma={ss.gamma!r}, "
+                f"tol={ss.tol!r}, standby={ss.standby}, backend={self.backend!r}; n={ss.n}, "
+                f"margin={sizes['margin']}, error={sizes['error']}, reserve={sizes['reserve']}"
+                f"{', warm-up' if ss.n and ss.warm else ''}, audit_log={log!r})")
+
     def __len__(self) -> int:
         return self._s.n
 
