@@ -136,6 +136,9 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tol", type=_positive_float, default=1e-8,
                         help="tolerance on alpha, decision function and readout (default: 1e-8)")
     parser.add_argument("--seed", type=int, default=0, help="draws the probe points (default: 0)")
+    parser.add_argument("--log", type=Path, metavar="LOG", default=None,
+                        help="the memory's audit log: it must verify and record exactly this "
+                             "certificate (catches edits of the commitment and salt)")
 
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
@@ -143,18 +146,28 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     from svattn.exact.persist import load
     from svattn.exact.verify import verify_deletion
 
-    for p in (args.state, args.certificate):
+    for p in (args.state, args.certificate) + ((args.log,) if args.log else ()):
         if not p.exists():
             raise FileNotFoundError(f"no such file: {p}")
+        if p.is_dir():
+            raise ValueError(f"{p} is a directory, not a file")
     memory = load(args.state)
-    cert = DeletionCertificate.from_json(args.certificate.read_text())
-    v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed)
+    try:
+        text = args.certificate.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"certificate {args.certificate} is not a text (JSON) file") from None
+    cert = DeletionCertificate.from_json(text)
+    v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log)
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"certificate: removal of token {cert.removed_id}, issued {cert.issued_at}")
     print(f"digest matches:      {v.digest_matches}")
     print(f"token absent:        {v.removed_absent}")
+    print(f"parameters match:    {v.parameters_match}")
     print(f"KKT residual:        {v.kkt_residual:.3e}")
     print(f"unique optimum:      {v.unique_optimum}")
+    print(f"live copies:         {list(v.copies) if v.copies else 'none'}")
+    if v.logged is not None:
+        print(f"in the audit log:    {v.logged}")
     if v.retrained:
         print(f"partition equal:     {v.partition_equal}")
         print(f"max |alpha - retrain|: {v.max_alpha_dev:.3e}")

@@ -127,3 +127,113 @@ def test_non_unique_optimum_is_reported():
     assert not report.unique_optimum
     assert "NOT unique" in report.summary()
     assert report.decision_dev <= 1e-9  # the decision function is unique regardless
+
+
+# ---------------------------------------------------------------- tampering
+def _removed_memory(tmp_path=None):
+    rng = np.random.default_rng(11)
+    log = None if tmp_path is None else tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.05, audit_log=log)
+    ids = mem.extend(rng.normal(size=(90, 3)))
+    cert = mem.remove(mem.partition()["margin"][0])
+    return mem, cert, ids, log
+
+
+# every field of a real certificate, edited to a well-formed but false value; the
+# words the verifier's reason must contain (it names the field)
+_EDITS = [
+    ("removed_id", 10_000, "never added"), ("removed_id", "live", "still in the memory"),
+    ("C", 0.06, "C:"), ("kernel", "exp", "kernel:"), ("gamma", 0.123, "gamma:"),
+    ("kkt_residual_after", 0.02, "kkt_residual_after:"),
+    ("partition_after", {"margin": 1, "error": 1, "reserve": 87}, "partition_after:"),
+    ("partition_before", {"margin": 1, "error": 1, "reserve": 87}, "sizes do not drop"),
+    ("unique_optimum", "flip", "unique_optimum:"), ("state_digest", "0" * 64, "state_digest"),
+]
+
+
+@pytest.mark.parametrize("field, value, words", _EDITS, ids=[f"{e[0]}={e[1]}" for e in _EDITS])
+def test_an_edited_certificate_fails_and_names_the_field(field, value, words):
+    mem, cert, ids, _ = _removed_memory()
+    assert verify_deletion(mem, cert).ok
+    if value == "live":
+        value = ids[1]
+    if value == "flip":
+        value = not cert.unique_optimum
+    forged = dataclasses.replace(cert, **{field: value})
+    v = verify_deletion(mem, forged)
+    assert not v.ok and any(words in r for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("field, value", [("commitment", "ab" * 32), ("salt", "cd" * 16),
+                                          ("n_events", 99), ("issued_at", "2020-01-01T00:00:00")])
+def test_edits_of_what_the_state_cannot_confirm_are_caught_by_the_log(tmp_path, field, value):
+    # a commitment or salt describes data the verifier does not hold: the state alone
+    # cannot tell an edited one from the real one, the hash-chained log can
+    mem, cert, _, log = _removed_memory(tmp_path)
+    forged = dataclasses.replace(cert, **{field: value})
+    assert verify_deletion(mem, forged).ok  # (documented: the state cannot confirm it)
+    assert verify_deletion(mem, cert, log=log).ok
+    v = verify_deletion(mem, forged, log=log)
+    assert not v.ok and v.logged is False and any(field in r for r in v.reasons), v.reasons
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("salt", "not hex!" * 4, "salt must be"), ("commitment", "12", "commitment must be"),
+    ("removed_id", "7", "removed_id must be"), ("C", "0.05", "C must be"),
+    ("kkt_residual_after", None, "kkt_residual_after must be"),
+    ("unique_optimum", "yes", "unique_optimum must be"), ("kernel", 3, "kernel must be"),
+    ("partition_after", [1, 2, 3], "partition_after must"),
+])
+def test_a_malformed_certificate_is_refused_with_the_field_named(field, value, words):
+    mem, cert, _, _ = _removed_memory()
+    data = json.loads(cert.to_json())
+    data[field] = value
+    with pytest.raises(ValueError, match=words):
+        DeletionCertificate.from_json(json.dumps(data))
+    v = verify_deletion(mem, dataclasses.replace(cert, **{field: value}))  # built by hand
+    assert not v.ok and any(words in r for r in v.reasons)
+
+
+def test_a_record_ingested_twice_is_not_erased_by_removing_one_copy():
+    rng = np.random.default_rng(12)
+    mem = SVDDMemory(0.05)
+    X, V = rng.normal(size=(80, 3)), rng.normal(size=(80, 2))
+    mem.extend(X, V)
+    twin = mem.add(X[5], V[5])  # the same record again, under id 80
+    cert = mem.remove(5)
+    v = verify_deletion(mem, cert)
+    assert not v.ok and v.copies == (twin,)
+    assert any(f"live tokens [{twin}]" in r for r in v.reasons)
+    mem.remove(twin)  # now both are gone: the first certificate's data is erased too
+    assert verify_deletion(mem, mem.remove(mem.ids[0]), retrain=False).copies == ()
+
+
+def test_the_cli_refuses_malformed_certificates_with_exit_2(tmp_path, capsys):
+    from svattn.cli import main
+
+    mem, cert, _, log = _removed_memory(tmp_path)
+    state = tmp_path / "m.safetensors"
+    mem.save(state)
+    good = tmp_path / "cert.json"
+    good.write_text(cert.to_json())
+    assert main(["verify-deletion", str(state), str(good), "--log", str(log)]) == 0
+    assert "in the audit log:    True" in capsys.readouterr().out
+    cases = [("salt", "zz"), ("C", "x"), ("removed_id", None), ("partition_after", 3)]
+    for field, value in cases:
+        data = json.loads(cert.to_json())
+        data[field] = value
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps(data))
+        assert main(["verify-deletion", str(state), str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"{field} must" in err and "Traceback" not in err
+    for path, words in [(tmp_path, "is a directory"), (tmp_path / "none.json", "no such file")]:
+        assert main(["verify-deletion", str(state), str(path)]) == 2
+        assert words in capsys.readouterr().err
+    binary = tmp_path / "bin.json"
+    binary.write_bytes(b"\xff\xfe\x00")
+    assert main(["verify-deletion", str(state), str(binary)]) == 2
+    forged = dataclasses.replace(cert, C=0.5)
+    good.write_text(forged.to_json())
+    assert main(["verify-deletion", str(state), str(good)]) == 1
+    assert "C: the certificate says 0.5" in capsys.readouterr().out

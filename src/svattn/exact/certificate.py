@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 import numpy as np
 
 CERTIFICATE_VERSION = 1
+_HEX = frozenset("0123456789abcdef")
 
 
 def commit_token(salt: bytes, key: np.ndarray, value: np.ndarray | None) -> str:
@@ -138,16 +140,66 @@ class DeletionCertificate:
                 f"certificate version {data['version']} is not supported "
                 f"(expected {CERTIFICATE_VERSION})"
             )
-        return cls(**data)
+        cert = cls(**data)
+        errs = cert.field_errors()
+        if errs:
+            raise ValueError("certificate: " + "; ".join(errs))
+        return cert
 
     def matches_token(self, key: np.ndarray, value: np.ndarray | None = None) -> bool:
         """True when ``key``/``value`` are the token this certificate committed to."""
         expected = commit_token(bytes.fromhex(self.salt), key, value)
         return hmac.compare_digest(expected, self.commitment)
 
-    def consistency_errors(self) -> list[str]:
-        """Internal consistency problems (empty list when consistent)."""
+    def field_errors(self) -> list[str]:
+        """Fields of the wrong type or form, each named (empty list when well-formed)."""
         errs = []
+
+        def integer(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def real(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        def hexdigits(v, n: int) -> bool:
+            return isinstance(v, str) and len(v) == n and all(c in _HEX for c in v)
+
+        if not (integer(self.removed_id) and self.removed_id >= 0):
+            errs.append(f"removed_id must be an int >= 0, got {self.removed_id!r}")
+        if not hexdigits(self.commitment, 64):
+            errs.append("commitment must be 64 lowercase hex digits (a SHA-256)")
+        if not hexdigits(self.salt, 32):
+            errs.append("salt must be 32 lowercase hex digits (16 bytes)")
+        if not hexdigits(self.state_digest, 64):
+            errs.append("state_digest must be 64 lowercase hex digits (a SHA-256)")
+        for name in ("partition_before", "partition_after"):
+            part = getattr(self, name)
+            if not (isinstance(part, dict) and set(part) == {"margin", "error", "reserve"}
+                    and all(integer(v) and v >= 0 for v in part.values())):
+                errs.append(f"{name} must map margin/error/reserve to counts >= 0")
+        if not (real(self.kkt_residual_after) and self.kkt_residual_after >= 0):
+            errs.append(f"kkt_residual_after must be a number >= 0, got "
+                        f"{self.kkt_residual_after!r}")
+        if not (integer(self.n_events) and self.n_events >= -1):
+            errs.append(f"n_events must be an int >= -1, got {self.n_events!r}")
+        if not isinstance(self.unique_optimum, bool):
+            errs.append(f"unique_optimum must be true or false, got {self.unique_optimum!r}")
+        if not (real(self.C) and self.C > 0):
+            errs.append(f"C must be a number > 0, got {self.C!r}")
+        if self.kernel not in ("rbf", "exp"):
+            errs.append(f"kernel must be 'rbf' or 'exp', got {self.kernel!r}")
+        if not (real(self.gamma) and self.gamma > 0):
+            errs.append(f"gamma must be a number > 0, got {self.gamma!r}")
+        if not isinstance(self.issued_at, str):
+            errs.append(f"issued_at must be an ISO 8601 string, got {self.issued_at!r}")
+        return errs
+
+    def consistency_errors(self) -> list[str]:
+        """Problems of form (:meth:`field_errors`) and internal consistency (empty list
+        when the certificate is well-formed and consistent with itself)."""
+        errs = self.field_errors()
+        if errs:
+            return errs
         for name in ("partition_before", "partition_after"):
             part = getattr(self, name)
             if set(part) != {"margin", "error", "reserve"} or any(
@@ -159,10 +211,6 @@ class DeletionCertificate:
             na = sum(self.partition_after.values())
             if na != nb - 1:
                 errs.append(f"sizes do not drop by one token ({nb} -> {na})")
-        if len(self.commitment) != 64 or len(self.state_digest) != 64:
-            errs.append("commitment and state_digest must be SHA-256 hex digests")
-        if not (self.kkt_residual_after >= 0):
-            errs.append("kkt_residual_after must be >= 0")
         return errs
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from svattn.exact.audit import STATE_OPS, AuditReport, verify_chain
-from svattn.exact.certificate import DeletionCertificate
+from svattn.exact.certificate import DeletionCertificate, commit_token
 from svattn.exact.fileformat import StateFileError, parse_header, read_metadata
 from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
 from svattn.exact.memory import SVDDMemory
@@ -30,11 +30,15 @@ from svattn.exact.oracle import solve_svdd
 class DeletionVerification:
     """Result of :func:`verify_deletion`.
 
-    ``ok`` is True only when the digest matches, the id is gone, the KKT
-    residual is within tolerance and (with retraining) the memory agrees with
-    a from-scratch solve: identical partition and alpha, decision function and
+    ``ok`` is True only when the certificate is well-formed, its parameters are
+    the memory's, the digest matches, the id was issued and is gone, every
+    recomputable field (sizes after, KKT residual, uniqueness) agrees, no live
+    token holds the erased key and value, the log (when given) records exactly
+    this certificate, and (with retraining) the memory agrees with a
+    from-scratch solve: identical partition and alpha, decision function and
     readout within tolerance when the optimum is unique; the decision function
-    (which is unique even when alpha is not) when it is not.
+    (which is unique even when alpha is not) when it is not. ``reasons`` names
+    every failed check, by field where one is to blame.
     """
 
     ok: bool
@@ -49,6 +53,9 @@ class DeletionVerification:
     readout_dev: float | None = None
     n_probes: int = 0
     tolerance: float = 0.0
+    parameters_match: bool = True
+    copies: tuple[int, ...] = ()
+    logged: bool | None = None
     reasons: tuple[str, ...] = ()
 
     def summary(self) -> str:
@@ -63,6 +70,12 @@ class DeletionVerification:
                 f"decision dev {self.decision_dev:.1e}",
                 f"readout dev {self.readout_dev:.1e} ({self.n_probes} probes)",
             ]
+        if not self.parameters_match:
+            parts.append("parameters DIFFER (not retrained)")
+        if self.copies:
+            parts.append(f"COPIES of the erased record live as {list(self.copies)}")
+        if self.logged is not None:
+            parts.append(f"audit log {'records it' if self.logged else 'DISAGREES'}")
         if not self.unique_optimum:
             parts.append("optimum NOT unique (exactness not claimed)")
         if self.reasons:
@@ -78,6 +91,7 @@ def verify_deletion(
     probes: np.ndarray | None = None,
     tol: float = 1e-8,
     seed: int = 0,
+    log: str | os.PathLike[str] | None = None,
 ) -> DeletionVerification:
     """Check a deletion certificate against a memory, re-solving from scratch.
 
@@ -94,6 +108,16 @@ def verify_deletion(
     tol : float
         Tolerance on |Δalpha|, the decision-function deviation (units of the
         largest K_ii) and the readout deviation.
+    log : path-like, optional
+        The memory's audit log: its chain must verify and record exactly this
+        certificate (without it, an edited commitment or salt cannot be told from
+        a real one: they describe data the verifier does not hold).
+
+    Every field the state can confirm is recomputed and a mismatch is named:
+    the parameters (C, kernel, gamma), the digest, that ``removed_id`` was issued
+    and is gone, the sizes after, the KKT residual, uniqueness; and no live token
+    may hold the erased key and value (a copy under another id). Retraining is
+    skipped when the parameters differ (it would compare other problems).
 
     Examples
     --------
@@ -104,25 +128,55 @@ def verify_deletion(
     >>> verify_deletion(mem, mem.remove(ids[3])).ok
     True
     """
-    reasons = []
-    digest_ok = memory.state_digest() == certificate.state_digest
+    cert = certificate
+    malformed = cert.field_errors()
+    if malformed:  # nothing else is worth comparing with a certificate of the wrong form
+        return DeletionVerification(
+            ok=False, digest_matches=False, removed_absent=False, kkt_residual=float("nan"),
+            retrained=False, unique_optimum=False, tolerance=tol, parameters_match=False,
+            reasons=tuple(malformed))
+    reasons = _parameter_mismatches(memory, cert)
+    params_ok = not reasons
+    digest_ok = memory.state_digest() == cert.state_digest
     if not digest_ok:
-        reasons.append("state digest differs from the certificate's")
-    absent = certificate.removed_id not in set(memory.ids)
+        reasons.append("state_digest differs from the memory's")
+    ss = memory.solver_state
+    absent = cert.removed_id not in ss.id_to_slot
     if not absent:
-        reasons.append(f"token {certificate.removed_id} is still in the memory")
+        reasons.append(f"removed_id: token {cert.removed_id} is still in the memory")
+    elif cert.removed_id >= ss.next_id:
+        reasons.append(f"removed_id: token {cert.removed_id} was never added (the memory "
+                       f"has issued ids 0..{ss.next_id - 1})")
     kkt = memory.kkt_residual()
     if not kkt <= tol:
         reasons.append(f"KKT residual {kkt:.2e} above {tol:.0e}")
-    reasons += certificate.consistency_errors()
+    if not abs(cert.kkt_residual_after - kkt) <= 1e-12:
+        reasons.append(f"kkt_residual_after: the certificate says {cert.kkt_residual_after:.3e}, "
+                       f"the memory's is {kkt:.3e}")
+    sizes = {k: len(v) for k, v in memory.partition().items()}
+    if cert.partition_after != sizes:
+        reasons.append(f"partition_after: the certificate says {cert.partition_after}, the "
+                       f"memory holds {sizes}")
+    reasons += cert.consistency_errors()
     unique = memory.unique_optimum()
-    if not retrain or len(memory) == 0:
+    if cert.unique_optimum != unique:
+        reasons.append(f"unique_optimum: the certificate says {cert.unique_optimum}, the "
+                       f"memory's optimum is {'' if unique else 'not '}unique")
+    copies = _live_copies(memory, cert)
+    if copies:
+        reasons.append(f"live tokens {list(copies)} hold the same key and value as the erased "
+                       "record: the data is still in the memory")
+    logged = None
+    if log is not None:
+        logged = _matches_the_log(cert, Path(log), reasons)
+    if not retrain or len(memory) == 0 or not params_ok:
         return DeletionVerification(
             ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
-            retrained=False, unique_optimum=unique, tolerance=tol, reasons=tuple(reasons),
+            retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
+            copies=copies, logged=logged, reasons=tuple(reasons),
         )
     keys, values, alpha = memory.keys, memory.values, memory.alpha
-    gamma = certificate.gamma
+    gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
     K = gram_matrix(keys, memory.kernel, gamma)
     alpha_r, mu_r = solve_svdd(K, memory.C, return_mu=True)
     ids = memory.ids
@@ -158,8 +212,56 @@ def verify_deletion(
         ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
         retrained=True, unique_optimum=unique, partition_equal=partition_equal,
         max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
-        n_probes=len(probes), tolerance=tol, reasons=tuple(reasons),
+        n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
+        logged=logged, reasons=tuple(reasons),
     )
+
+
+def _parameter_mismatches(memory: SVDDMemory, cert: DeletionCertificate) -> list[str]:
+    """The parameters the certificate names that are not the memory's (each named)."""
+    out = []
+    if cert.C != memory.C:
+        out.append(f"C: the certificate says {cert.C!r}, the memory has {memory.C!r}")
+    if cert.kernel != memory.kernel:
+        out.append(f"kernel: the certificate says {cert.kernel!r}, the memory has "
+                   f"{memory.kernel!r}")
+    if memory.dim is not None and cert.gamma != memory.gamma_value:
+        out.append(f"gamma: the certificate says {cert.gamma!r}, the memory has "
+                   f"{memory.gamma_value!r}")
+    return out
+
+
+def _live_copies(memory: SVDDMemory, cert: DeletionCertificate) -> tuple[int, ...]:
+    """Ids of live tokens whose key and value open the certificate's commitment: the
+    erased record ingested again under another id (a request is about the data)."""
+    ss = memory.solver_state
+    if ss.n == 0:
+        return ()
+    salt = bytes.fromhex(cert.salt)
+    slots = ss.ordered_slots()
+    return tuple(int(ss.slot_id[s]) for s in slots
+                 if commit_token(salt, ss.X[s], ss.V[s]) == cert.commitment)
+
+
+def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str]) -> bool:
+    """Whether the log's chain holds and records exactly this certificate (any edited
+    field, commitment and salt included, shows as a difference)."""
+    rep = verify_chain(log)
+    if not rep.ok:
+        reasons.append(f"the audit log does not verify: {rep.error}")
+        return False
+    recorded = [r["certificate"] for r in rep.records
+                if r["op"] == "remove" and r["certificate"].get("removed_id") == cert.removed_id]
+    if not recorded:
+        reasons.append(f"the audit log records no removal of token {cert.removed_id}")
+        return False
+    mine = asdict(cert)
+    diff = sorted(k for k in set(mine) | set(recorded[-1])
+                  if mine.get(k) != recorded[-1].get(k))
+    if diff:
+        reasons.append(f"the audit log recorded this removal with other {', '.join(diff)}")
+        return False
+    return True
 
 
 def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None
