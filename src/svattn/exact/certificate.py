@@ -77,8 +77,10 @@ class DeletionCertificate:
         these are its events; an active-set step that moves several tokens at
         once counts each of them.
     unique_optimum : bool
-        Whether the optimum is unique; when False (duplicate keys) alpha is
-        not determined by the token set and exactness is not claimed.
+        Whether exactness of alpha is claimed: the optimum is unique and the state
+        meets the KKT conditions to the memory's ``tol``. False for duplicate keys
+        (alpha is then not determined by the token set) and for near-copies that
+        leave the residual above ``tol``; the decision function is still checked.
     state_digest : str
         :meth:`SVDDMemory.state_digest` after the removal.
     C, kernel, gamma

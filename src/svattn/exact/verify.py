@@ -159,9 +159,13 @@ def verify_deletion(
                        f"memory holds {sizes}")
     reasons += cert.consistency_errors()
     unique = memory.unique_optimum()
-    if cert.unique_optimum != unique:
+    claim = unique and kkt <= memory.tol  # what the memory certifies (see remove)
+    if cert.unique_optimum != claim:
         reasons.append(f"unique_optimum: the certificate says {cert.unique_optimum}, the "
-                       f"memory's optimum is {'' if unique else 'not '}unique")
+                       f"memory's optimum is {'' if unique else 'not '}unique"
+                       + ("" if kkt <= memory.tol else f" and its KKT residual {kkt:.1e} is "
+                          f"above its tol {memory.tol:.0e}"))
+    unique = claim
     copies = _live_copies(memory, cert)
     if copies:
         reasons.append(f"live tokens {list(copies)} hold the same key and value as the erased "
