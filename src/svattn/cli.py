@@ -139,6 +139,9 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log", type=Path, metavar="LOG", default=None,
                         help="the memory's audit log: it must verify and record exactly this "
                              "certificate (catches edits of the commitment and salt)")
+    parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
+                        help="the controller's Ed25519 public key (svattn keygen): the "
+                             "certificate must carry its valid signature")
 
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
@@ -146,7 +149,8 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     from svattn.exact.persist import load
     from svattn.exact.verify import verify_deletion
 
-    for p in (args.state, args.certificate) + ((args.log,) if args.log else ()):
+    extra = tuple(p for p in (args.log, args.public_key) if p is not None)
+    for p in (args.state, args.certificate) + extra:
         if not p.exists():
             raise FileNotFoundError(f"no such file: {p}")
         if p.is_dir():
@@ -157,7 +161,8 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     except UnicodeDecodeError:
         raise ValueError(f"certificate {args.certificate} is not a text (JSON) file") from None
     cert = DeletionCertificate.from_json(text)
-    v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log)
+    v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log,
+                        public_key=args.public_key)
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"certificate: removal of token {cert.removed_id}, issued {cert.issued_at}")
     print(f"digest matches:      {v.digest_matches}")
@@ -168,6 +173,8 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     print(f"live copies:         {list(v.copies) if v.copies else 'none'}")
     if v.logged is not None:
         print(f"in the audit log:    {v.logged}")
+    if v.signed is not None:
+        print(f"signature valid:     {v.signed}")
     if v.retrained:
         print(f"partition equal:     {v.partition_equal}")
         print(f"max |alpha - retrain|: {v.max_alpha_dev:.3e}")
@@ -176,6 +183,27 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     print(f"tolerance:           {v.tolerance:.1e}")
     print(v.summary())
     return 0 if v.ok else 1
+
+
+def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("prefix", type=Path, metavar="PREFIX",
+                        help="writes PREFIX.key (private, mode 0600) and PREFIX.pub")
+
+
+def _keygen_run(args: argparse.Namespace) -> int:
+    from svattn.exact.signing import fingerprint, load_public_key, write_keypair
+
+    if args.prefix.is_dir():
+        raise ValueError(f"{args.prefix} is a directory; give a file prefix such as "
+                         f"{args.prefix / 'controller'}")
+    try:
+        key_path, pub_path = write_keypair(args.prefix)
+    except FileExistsError as exc:
+        raise ValueError(str(exc)) from None
+    print(f"private key: {key_path} (keep it secret: SVDDMemory(..., signing_key=...))")
+    print(f"public key:  {pub_path} (give it to auditors: verify-deletion --public-key)")
+    print(f"fingerprint: {fingerprint(load_public_key(pub_path))}")
+    return 0
 
 
 # ------------------------------------------------------------------ reproduce
@@ -334,6 +362,12 @@ COMMANDS: list[Command] = [
         "re-solve a saved state from scratch and check a deletion certificate against it",
         _verify_deletion_arguments,
         _verify_deletion_run,
+    ),
+    Command(
+        "keygen",
+        "write an Ed25519 key pair that signs deletion receipts (PREFIX.key, PREFIX.pub)",
+        _keygen_arguments,
+        _keygen_run,
     ),
     Command(
         "reproduce",

@@ -263,3 +263,85 @@ def test_near_copies_never_get_a_certificate_claiming_exactness_over_a_kkt_viola
             assert all("decision function" in r or "KKT residual" in r for r in v.reasons), \
                 v.reasons
     assert seen_above > 0  # the case is exercised
+
+
+# ---------------------------------------------------------------- signatures
+def test_signed_receipts_fail_on_any_edited_byte(tmp_path):
+    from svattn.exact.signing import generate_key
+
+    key = generate_key()
+    rng = np.random.default_rng(13)
+    mem = SVDDMemory(0.1, signing_key=key)
+    mem.extend(rng.normal(size=(40, 2)))
+    cert = mem.remove(mem.partition()["margin"][0])
+    public = key.public_key()  # all a third party needs
+    assert cert.signature is not None and verify_deletion(mem, cert, public_key=public).ok
+    text = cert.to_json()
+    caught = 0
+    for i in range(len(text)):
+        for c in ("0", "9", "x"):
+            if text[i] == c:
+                continue
+            edited = text[:i] + c + text[i + 1:]
+            try:
+                forged = DeletionCertificate.from_json(edited)
+            except ValueError:
+                caught += 1  # malformed: refused before any check
+                continue
+            v = verify_deletion(mem, forged, retrain=False, public_key=public)
+            assert not v.ok, (i, c, edited[max(0, i - 20): i + 20])
+            caught += 1
+    assert caught >= 2 * len(text)
+    other = generate_key().public_key()
+    v = verify_deletion(mem, cert, retrain=False, public_key=other)
+    assert not v.ok and any("signed by another key" in r for r in v.reasons)
+    unsigned = SVDDMemory(0.1)
+    unsigned.extend(rng.normal(size=(40, 2)))
+    v = verify_deletion(unsigned, unsigned.remove(3), retrain=False, public_key=public)
+    assert not v.ok and any("not signed" in r for r in v.reasons)
+
+
+def test_the_signing_key_never_travels_with_the_memory(tmp_path):
+    import pickle
+
+    from svattn.exact.signing import write_keypair
+
+    key_path, pub_path = write_keypair(tmp_path / "controller")
+    assert oct(key_path.stat().st_mode & 0o777) == "0o600"
+    mem = SVDDMemory(0.1, signing_key=key_path)
+    mem.extend(np.random.default_rng(14).normal(size=(30, 2)))
+    state = tmp_path / "m.safetensors"
+    mem.save(state)
+    secret = key_path.read_bytes()
+    assert b"PRIVATE" in secret
+    for blob in (state.read_bytes(), pickle.dumps(mem), repr(mem).encode()):
+        assert b"PRIVATE" not in blob and secret[-60:-30] not in blob
+    assert pickle.loads(pickle.dumps(mem)).remove(0).signature is None  # a copy cannot sign
+    loaded = SVDDMemory.load(state, signing_key=key_path)
+    assert verify_deletion(loaded, loaded.remove(1), retrain=False, public_key=pub_path).ok
+    with pytest.raises(FileExistsError):
+        write_keypair(tmp_path / "controller")
+    with pytest.raises(ValueError, match="not an Ed25519 private key|not an unencrypted PEM"):
+        SVDDMemory(0.1, signing_key=pub_path)
+
+
+def test_cli_keygen_and_verify_with_the_public_key(tmp_path, capsys):
+    from svattn.cli import main
+
+    assert main(["keygen", str(tmp_path / "ctl")]) == 0
+    assert "fingerprint:" in capsys.readouterr().out
+    assert main(["keygen", str(tmp_path / "ctl")]) == 2  # never overwrites
+    assert "never overwritten" in capsys.readouterr().err
+    mem = SVDDMemory(0.1, signing_key=tmp_path / "ctl.key")
+    mem.extend(np.random.default_rng(15).normal(size=(30, 2)))
+    cert = mem.remove(mem.partition()["margin"][0])
+    state, receipt = tmp_path / "m.safetensors", tmp_path / "r.json"
+    mem.save(state)
+    receipt.write_text(cert.to_json())
+    args = ["verify-deletion", str(state), str(receipt), "--public-key", str(tmp_path / "ctl.pub")]
+    assert main(args) == 0 and "signature valid:     True" in capsys.readouterr().out
+    receipt.write_text(dataclasses.replace(cert, n_events=cert.n_events + 1).to_json())
+    assert main(args) == 1 and "signature INVALID" in capsys.readouterr().out
+    receipt.write_text(cert.to_json())
+    assert main(args[:-1] + [str(tmp_path / "ctl.key")]) == 2  # a private key is not a public key
+    assert "not a PEM public key" in capsys.readouterr().err

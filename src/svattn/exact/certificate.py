@@ -88,6 +88,10 @@ class DeletionCertificate:
     issued_at : str
         UTC time of issue (ISO 8601).
     version : int
+    signer, signature : str or None
+        For a memory with a signing key (:mod:`svattn.exact.signing`): the SHA-256 of
+        the controller's Ed25519 public key and the signature (hex) over every other
+        field (:meth:`signed_bytes`); any edited byte fails its verification.
     """
 
     removed_id: int
@@ -106,6 +110,8 @@ class DeletionCertificate:
     # is what a removal can afford (datetime.now(UTC) costs ~20 µs on a cold cache)
     issued_at: str = field(default_factory=_now_iso)
     version: int = CERTIFICATE_VERSION
+    signer: str | None = None
+    signature: str | None = None
 
     @classmethod
     def issue(cls, **fields: Any) -> DeletionCertificate:
@@ -114,8 +120,15 @@ class DeletionCertificate:
         interpreted call runs on caches the solver has just evicted (~5 µs less
         per removal at n = 4k). The result is an ordinary frozen certificate."""
         cert = object.__new__(cls)
-        cert.__dict__.update(fields, issued_at=_now_iso(), version=CERTIFICATE_VERSION)
+        cert.__dict__.update(fields, issued_at=_now_iso(), version=CERTIFICATE_VERSION,
+                             signer=None, signature=None)
         return cert
+
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of every field but ``signature``."""
+        body = {k: v for k, v in asdict(self).items() if k != "signature"}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                          allow_nan=False).encode()
 
     def to_json(self) -> str:
         """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
@@ -131,7 +144,7 @@ class DeletionCertificate:
         if not isinstance(data, dict):
             raise ValueError("certificate JSON must be an object")
         names = {f for f in cls.__dataclass_fields__}
-        missing = names - set(data) - {"issued_at", "version"}
+        missing = names - set(data) - {"issued_at", "version", "signer", "signature"}
         if missing:
             raise ValueError(f"certificate is missing fields: {sorted(missing)}")
         unknown = set(data) - names
@@ -194,6 +207,11 @@ class DeletionCertificate:
             errs.append(f"gamma must be a number > 0, got {self.gamma!r}")
         if not isinstance(self.issued_at, str):
             errs.append(f"issued_at must be an ISO 8601 string, got {self.issued_at!r}")
+        if (self.signer is None) != (self.signature is None):
+            errs.append("signer and signature come together (both or neither)")
+        elif self.signer is not None and not (hexdigits(self.signer, 64)
+                                              and hexdigits(self.signature, 128)):
+            errs.append("signer must be 64 and signature 128 lowercase hex digits (Ed25519)")
         return errs
 
     def consistency_errors(self) -> list[str]:

@@ -26,8 +26,6 @@ from then on. When the margin set is empty ``mu`` is the largest optimal value.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import os
 import secrets
 from collections.abc import Iterable, Sequence
@@ -51,6 +49,8 @@ from svattn.exact.fileformat import (
 )
 from svattn.exact.health import HealthMonitor
 from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
+from svattn.exact.signing import sign
+from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import ERROR, MARGIN, RESERVE, SET_NAMES
 from svattn.exact.validation import check_queries, check_rows
@@ -120,6 +120,10 @@ class SVDDMemory:
         The solver's loops: numba-compiled (default), or the numpy reference
         (slow, obviously correct; equal up to summation order, for tests and
         for checking the compiled one).
+    signing_key : Ed25519PrivateKey or path, optional
+        The controller's key (a PEM file, ``svattn keygen``): every deletion
+        certificate is then signed (:mod:`svattn.exact.signing`). Never saved,
+        logged or pickled with the memory.
 
     Examples
     --------
@@ -137,13 +141,15 @@ class SVDDMemory:
     def __init__(
         self, C: float, kernel: str = "rbf", gamma: float | None = None, *, tol: float = 1e-10,
         audit_log: str | os.PathLike[str] | None = None, standby: int = 16,
-        backend: str = "compiled",
+        backend: str = "compiled", signing_key=None,
     ) -> None:
         check_parameters(C, kernel, gamma, tol, standby)
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
+        key = None if signing_key is None else as_signing_key(signing_key)
         self._init_state(SlotState.new(C=C, kernel=kernel, gamma=gamma, tol=tol,
                                        standby=standby, compiled=backend == "compiled"))
+        self._signing_key = key
         if audit_log is not None:
             self._audit = AuditLog.create(audit_log, {"C": self.C, "kernel": self.kernel,
                                                       "gamma": self.gamma, "tol": self.tol},
@@ -154,12 +160,15 @@ class SVDDMemory:
         self._be = compiled if ss.compiled else reference
         self._health = HealthMonitor()
         self._audit: AuditLog | None = None
+        self._signing_key = None
 
     def __getstate__(self) -> dict:
         # pickle and deepcopy: the backend is a module (restored from the state's
         # flag), the health monitor holds a weak reference (kept as its dict), and an
         # audit log's descriptor belongs to this memory alone (a copy is not logged)
-        state = {k: v for k, v in vars(self).items() if k not in ("_be", "_health", "_audit")}
+        # the signing key is the controller's secret: it never travels with a copy
+        state = {k: v for k, v in vars(self).items()
+                 if k not in ("_be", "_health", "_audit", "_signing_key")}
         state["_health"] = self._health.to_dict(self._s.Qinv)
         return state
 
@@ -171,6 +180,7 @@ class SVDDMemory:
         self._health = HealthMonitor()
         self._health.restore(health, self._s.Qinv)
         self._audit = None
+        self._signing_key = None
 
     # ------------------------------------------------------------ parameters
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
@@ -275,6 +285,8 @@ class SVDDMemory:
             n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
             kernel=self.kernel, gamma=ss.gamma_value,
         )
+        if self._signing_key is not None:
+            cert = sign(cert, self._signing_key)
         self._after_op("remove", certificate=cert)
         return cert
 
@@ -354,7 +366,7 @@ class SVDDMemory:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *,
-             audit_log: str | os.PathLike[str] | None = None) -> SVDDMemory:
+             audit_log: str | os.PathLike[str] | None = None, signing_key=None) -> SVDDMemory:
         """Load a memory saved by :meth:`save`, verifying everything.
 
         Parameters
@@ -363,6 +375,8 @@ class SVDDMemory:
         audit_log : path-like, optional
             Continue this audit log (it must end at the state being loaded; see
             :meth:`svattn.exact.audit.AuditLog.resume`).
+        signing_key : Ed25519PrivateKey or path, optional
+            Sign the certificates of removals from now on (see the class).
 
         Raises
         ------
@@ -373,6 +387,7 @@ class SVDDMemory:
         StateFileError
             Truncated, corrupted or tampered: the message says what does not match.
         """
+        key = None if signing_key is None else as_signing_key(signing_key)
         path = Path(path)
         where = str(path)
         data = path.read_bytes()
@@ -387,6 +402,7 @@ class SVDDMemory:
                                  ) from None
         mem = cls.__new__(cls)
         mem._init_state(ss)
+        mem._signing_key = key
         try:
             mem._check_loaded(t, meta, where)
         except StateFileError:
@@ -624,18 +640,7 @@ class SVDDMemory:
         """
         ss = self._s
         slots = self._be.support_slots_by_id(ss)
-        return self._digest(ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu))
-
-    def _digest(self, ids: np.ndarray, values: np.ndarray) -> str:
-        """:meth:`state_digest` given the support's ids (int64) in id order and
-        ``values``: their alphas, then mu."""
-        ss = self._s
-        gamma = ss.gamma_value if ss.dim is not None else float("nan")
-        h = hashlib.sha256(f"{_digest_head(ss.C, ss.kernel, gamma)}{ss.n}|".encode())
-        h.update(ss.set_hash.to_bytes(32, "big"))
-        h.update(ids.tobytes())
-        h.update(values.tobytes())
-        return h.hexdigest()
+        return self._s.digest(ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu))
 
     def _certificate_facts(self) -> tuple[dict[str, int], float, bool, str]:
         """Set sizes, KKT residual, uniqueness and digest after an operation.
@@ -651,7 +656,7 @@ class SVDDMemory:
         if pre is not None:  # the removal's own final pass found them
             sizes, unique, ids, values = pre
             return (sizes, float(kkt), self.unique_optimum() if unique < 0 else bool(unique),
-                    self._digest(ids, values))
+                    self._s.digest(ids, values))
         if ss.n == 0 or ss.warm:
             return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
         g = solver.fresh_g(ss, be)
@@ -659,7 +664,7 @@ class SVDDMemory:
         if kkt is None:
             kkt = be.kkt(ss, g)
         return ({"margin": nm, "error": ne, "reserve": nr}, float(kkt),
-                self.unique_optimum() if unique < 0 else bool(unique), self._digest(ids, values))
+                self.unique_optimum() if unique < 0 else bool(unique), self._s.digest(ids, values))
 
     def _sizes(self) -> dict[str, int]:
         if self._s.warm:
@@ -677,12 +682,6 @@ class SVDDMemory:
             state = "was removed" if 0 <= token_id < self._s.next_id else "was never added"
             raise UnknownTokenError(f"token_id {token_id} is not in the memory (it {state})")
         return slot
-
-
-@functools.lru_cache(maxsize=64)
-def _digest_head(C: float, kernel: str, gamma: float) -> str:
-    """The parameters' part of the state digest (formatted once per parameter set)."""
-    return f"svattn-svdd-v1|{C!r}|{kernel}|{gamma!r}|"
 
 
 __all__: Sequence[str] = ["BACKENDS", "MarginSystem", "SVDDMemory", "UnknownTokenError"]

@@ -26,6 +26,7 @@ Examples
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import math
 from dataclasses import dataclass, field
@@ -111,6 +112,12 @@ def token_hash(tid: int, x: np.ndarray, v: np.ndarray | None) -> int:
     if v is not None:
         h.update(np.ascontiguousarray(v, dtype=np.float64).tobytes())
     return int.from_bytes(h.digest(), "big")
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_head(C: float, kernel: str, gamma: float) -> str:
+    """The parameters' part of the state digest (formatted once per parameter set)."""
+    return f"svattn-svdd-v1|{C!r}|{kernel}|{gamma!r}|"
 
 
 def _f64(n: int = 0, *rest: int) -> np.ndarray:
@@ -319,6 +326,17 @@ class SlotState:
         if self.warm:
             return self.live_slots()
         return np.flatnonzero(self.alpha[: self.hi] > 0)
+
+    def digest(self, ids: np.ndarray, values: np.ndarray) -> str:
+        """The state digest (``docs/design.md`` §4) given the support's ids (int64) in id
+        order and ``values``: their alphas, then mu. SHA-256 over the parameters, n, the
+        token set's multiset hash (O(1) per add and remove), the ids and the values."""
+        gamma = self.gamma_value if self.dim is not None else float("nan")
+        h = hashlib.sha256(f"{_digest_head(self.C, self.kernel, gamma)}{self.n}|".encode())
+        h.update(self.set_hash.to_bytes(32, "big"))
+        h.update(ids.tobytes())
+        h.update(values.tobytes())
+        return h.hexdigest()
 
     def gram_buffer(self) -> np.ndarray:
         """Where margin solves write ``K_SS``: room for every cache column."""

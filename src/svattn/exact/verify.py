@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from svattn.exact.audit import STATE_OPS, AuditReport, verify_chain
 from svattn.exact.certificate import DeletionCertificate, commit_token
@@ -24,6 +25,7 @@ from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_m
 from svattn.exact.memory import SVDDMemory
 from svattn.exact.oracle import partition as oracle_partition
 from svattn.exact.oracle import solve_svdd
+from svattn.exact.signing import load_public_key, signature_errors
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class DeletionVerification:
     parameters_match: bool = True
     copies: tuple[int, ...] = ()
     logged: bool | None = None
+    signed: bool | None = None
     reasons: tuple[str, ...] = ()
 
     def summary(self) -> str:
@@ -76,6 +79,8 @@ class DeletionVerification:
             parts.append(f"COPIES of the erased record live as {list(self.copies)}")
         if self.logged is not None:
             parts.append(f"audit log {'records it' if self.logged else 'DISAGREES'}")
+        if self.signed is not None:
+            parts.append("signature ok" if self.signed else "signature INVALID")
         if not self.unique_optimum:
             parts.append("optimum NOT unique (exactness not claimed)")
         if self.reasons:
@@ -92,6 +97,7 @@ def verify_deletion(
     tol: float = 1e-8,
     seed: int = 0,
     log: str | os.PathLike[str] | None = None,
+    public_key=None,
 ) -> DeletionVerification:
     """Check a deletion certificate against a memory, re-solving from scratch.
 
@@ -110,8 +116,12 @@ def verify_deletion(
         largest K_ii) and the readout deviation.
     log : path-like, optional
         The memory's audit log: its chain must verify and record exactly this
-        certificate (without it, an edited commitment or salt cannot be told from
-        a real one: they describe data the verifier does not hold).
+        certificate (without it or a signature, an edited commitment or salt
+        cannot be told from a real one: they describe data the verifier does not
+        hold).
+    public_key : Ed25519PublicKey or path, optional
+        The controller's public key: the certificate must carry its valid
+        signature (:mod:`svattn.exact.signing`); any edited byte fails.
 
     Every field the state can confirm is recomputed and a mismatch is named:
     the parameters (C, kernel, gamma), the digest, that ``removed_id`` was issued
@@ -129,6 +139,8 @@ def verify_deletion(
     True
     """
     cert = certificate
+    if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
+        public_key = load_public_key(public_key)
     malformed = cert.field_errors()
     if malformed:  # nothing else is worth comparing with a certificate of the wrong form
         return DeletionVerification(
@@ -137,6 +149,11 @@ def verify_deletion(
             reasons=tuple(malformed))
     reasons = _parameter_mismatches(memory, cert)
     params_ok = not reasons
+    signed = None
+    if public_key is not None:
+        bad_signature = signature_errors(cert, public_key)
+        signed = not bad_signature
+        reasons += bad_signature
     digest_ok = memory.state_digest() == cert.state_digest
     if not digest_ok:
         reasons.append("state_digest differs from the memory's")
@@ -177,7 +194,7 @@ def verify_deletion(
         return DeletionVerification(
             ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
             retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
-            copies=copies, logged=logged, reasons=tuple(reasons),
+            copies=copies, logged=logged, signed=signed, reasons=tuple(reasons),
         )
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
@@ -217,7 +234,7 @@ def verify_deletion(
         retrained=True, unique_optimum=unique, partition_equal=partition_equal,
         max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
         n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
-        logged=logged, reasons=tuple(reasons),
+        logged=logged, signed=signed, reasons=tuple(reasons),
     )
 
 

@@ -1,0 +1,140 @@
+"""Signed deletion receipts: Ed25519 keys of the controller, via the ``cryptography`` package.
+
+A memory given a signing key (``SVDDMemory(..., signing_key=...)``) signs every
+deletion certificate it issues: ``signer`` is the SHA-256 of the public key, and
+``signature`` covers every other field (:meth:`DeletionCertificate.signed_bytes`),
+so any edited byte of a receipt fails verification. Verifying needs only the
+public key, which the controller can hand to any third party (an auditor, the
+data subject); the private key never enters a state file, a log or a pickle.
+
+``svattn keygen PREFIX`` writes ``PREFIX.key`` (private, PKCS#8 PEM, mode 0600)
+and ``PREFIX.pub`` (SubjectPublicKeyInfo PEM).
+
+Examples
+--------
+>>> import numpy as np
+>>> from svattn.exact import SVDDMemory
+>>> key = generate_key()
+>>> mem = SVDDMemory(C=0.2, signing_key=key)
+>>> ids = mem.extend(np.random.default_rng(0).normal(size=(30, 2)))
+>>> cert = mem.remove(ids[0])
+>>> signature_errors(cert, key.public_key())
+[]
+>>> import dataclasses
+>>> signature_errors(dataclasses.replace(cert, removed_id=1), key.public_key())
+['signature: does not verify (the receipt was edited after signing)']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from svattn.exact.certificate import DeletionCertificate
+
+
+def generate_key() -> Ed25519PrivateKey:
+    """A new Ed25519 private key (the controller's)."""
+    return Ed25519PrivateKey.generate()
+
+
+def fingerprint(public_key: Ed25519PublicKey) -> str:
+    """SHA-256 (hex) of the raw public key: the ``signer`` field of a receipt."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def write_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
+    """Write ``PREFIX.key`` (private, mode 0600) and ``PREFIX.pub``; refuse to overwrite.
+
+    Returns
+    -------
+    (private key path, public key path)
+    """
+    prefix = Path(prefix)
+    key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
+    for p in (key_path, pub_path):
+        if p.exists():
+            raise FileExistsError(f"{p} exists; keys are never overwritten (choose another prefix)")
+    key = generate_key()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                serialization.NoEncryption())
+    fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(private)
+    pub_path.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    return key_path, pub_path
+
+
+def load_private_key(path: str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """An Ed25519 private key from a PEM file (``ValueError`` naming the file otherwise)."""
+    data = _read(path, "private key")
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path} is not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError(f"{path} holds a {type(key).__name__}, not an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: str | os.PathLike[str]) -> Ed25519PublicKey:
+    """An Ed25519 public key from a PEM file (``ValueError`` naming the file otherwise)."""
+    data = _read(path, "public key")
+    try:
+        key = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"{path} is not a PEM public key ({exc})") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError(f"{path} holds a {type(key).__name__}, not an Ed25519 public key")
+    return key
+
+
+def _read(path, what: str) -> bytes:
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"no such {what} file: {path}")
+    if path.is_dir():
+        raise ValueError(f"{path} is a directory, not a {what} file")
+    return path.read_bytes()
+
+
+def signing_key(key: Ed25519PrivateKey | str | os.PathLike[str]) -> Ed25519PrivateKey:
+    """``key`` itself, or the key in the PEM file it names."""
+    if isinstance(key, Ed25519PrivateKey):
+        return key
+    if isinstance(key, (str, os.PathLike)):
+        return load_private_key(key)
+    raise TypeError(f"signing_key must be an Ed25519PrivateKey or a PEM file path, got "
+                    f"{type(key).__name__}")
+
+
+def sign(cert: DeletionCertificate, key: Ed25519PrivateKey) -> DeletionCertificate:
+    """``cert`` with ``signer`` and ``signature`` set."""
+    unsigned = dataclasses.replace(cert, signer=fingerprint(key.public_key()), signature=None)
+    return dataclasses.replace(unsigned, signature=key.sign(unsigned.signed_bytes()).hex())
+
+
+def signature_errors(cert: DeletionCertificate, public_key: Ed25519PublicKey) -> list[str]:
+    """Why ``cert`` is not a receipt signed by ``public_key``'s owner (empty: it is)."""
+    if cert.signature is None:
+        return ["signature: the receipt is not signed"]
+    if cert.signer != fingerprint(public_key):
+        return [f"signer: signed by another key ({str(cert.signer)[:16]}…), not by "
+                f"{fingerprint(public_key)[:16]}…"]
+    try:
+        public_key.verify(bytes.fromhex(cert.signature), cert.signed_bytes())
+    except (InvalidSignature, ValueError):
+        return ["signature: does not verify (the receipt was edited after signing)"]
+    return []
+
+
+__all__ = ["fingerprint", "generate_key", "load_private_key", "load_public_key", "sign",
+           "signature_errors", "signing_key", "write_keypair"]
