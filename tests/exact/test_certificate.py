@@ -148,6 +148,7 @@ _EDITS = [
     ("partition_after", {"margin": 1, "error": 1, "reserve": 87}, "partition_after:"),
     ("partition_before", {"margin": 1, "error": 1, "reserve": 87}, "sizes do not drop"),
     ("unique_optimum", "flip", "unique_optimum:"), ("state_digest", "0" * 64, "state_digest"),
+    ("compacted", 5, "compacted:"),
 ]
 
 
@@ -345,3 +346,21 @@ def test_cli_keygen_and_verify_with_the_public_key(tmp_path, capsys):
     receipt.write_text(cert.to_json())
     assert main(args[:-1] + [str(tmp_path / "ctl.key")]) == 2  # a private key is not a public key
     assert "not a PEM public key" in capsys.readouterr().err
+
+
+def test_a_certificate_says_how_many_tokens_compaction_dropped(tmp_path):
+    rng = np.random.default_rng(16)
+    mem = SVDDMemory(0.1)
+    mem.extend(rng.normal(size=(60, 2)))
+    first = mem.remove(mem.partition()["margin"][0])
+    assert first.compacted == 0
+    dropped = mem.compact()
+    mem.add(rng.normal(size=2))
+    cert = mem.remove(mem.partition()["margin"][0])
+    assert cert.compacted == len(dropped) > 0
+    v = verify_deletion(mem, cert)
+    assert v.ok and v.compacted == len(dropped)
+    assert f"exact relative to the kept tokens ({len(dropped)} dropped" in v.summary()
+    path = tmp_path / "m.safetensors"
+    mem.save(path)
+    assert SVDDMemory.load(path).solver_state.n_compacted == len(dropped)

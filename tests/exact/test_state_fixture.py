@@ -88,3 +88,11 @@ def test_a_format_2_file_with_a_per_operation_residual_loads(v2, tmp_path):
     forged.write_bytes(serialize(st_load(data), meta))
     with pytest.raises(ValueError, match="unknown or mistyped solver attribute"):
         SVDDMemory.load(forged)
+
+
+def test_a_format_2_memory_does_not_know_its_compaction_history(v2):
+    path, _ = v2
+    mem = SVDDMemory.load(path)
+    assert mem.solver_state.n_compacted == -1
+    cert = mem.remove(mem.partition()["margin"][0])
+    assert cert.compacted == -1  # unknown: the certificate does not claim "never compacted"

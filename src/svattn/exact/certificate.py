@@ -88,6 +88,11 @@ class DeletionCertificate:
     issued_at : str
         UTC time of issue (ISO 8601).
     version : int
+    compacted : int
+        Tokens :meth:`SVDDMemory.compact` had dropped before this removal (−1:
+        unknown). When > 0 the removal is exact relative to the tokens the memory
+        kept, not to the stream it saw: a dropped token might have re-entered the
+        support had it been kept.
     signer, signature : str or None
         For a memory with a signing key (:mod:`svattn.exact.signing`): the SHA-256 of
         the controller's Ed25519 public key and the signature (hex) over every other
@@ -110,6 +115,7 @@ class DeletionCertificate:
     # is what a removal can afford (datetime.now(UTC) costs ~20 µs on a cold cache)
     issued_at: str = field(default_factory=_now_iso)
     version: int = CERTIFICATE_VERSION
+    compacted: int = 0
     signer: str | None = None
     signature: str | None = None
 
@@ -144,7 +150,8 @@ class DeletionCertificate:
         if not isinstance(data, dict):
             raise ValueError("certificate JSON must be an object")
         names = {f for f in cls.__dataclass_fields__}
-        missing = names - set(data) - {"issued_at", "version", "signer", "signature"}
+        missing = names - set(data) - {"issued_at", "version", "compacted", "signer",
+                                       "signature"}
         if missing:
             raise ValueError(f"certificate is missing fields: {sorted(missing)}")
         unknown = set(data) - names
@@ -207,6 +214,8 @@ class DeletionCertificate:
             errs.append(f"gamma must be a number > 0, got {self.gamma!r}")
         if not isinstance(self.issued_at, str):
             errs.append(f"issued_at must be an ISO 8601 string, got {self.issued_at!r}")
+        if not (integer(self.compacted) and self.compacted >= -1):
+            errs.append(f"compacted must be an int >= -1, got {self.compacted!r}")
         if (self.signer is None) != (self.signature is None):
             errs.append("signer and signature come together (both or neither)")
         elif self.signer is not None and not (hexdigits(self.signer, 64)

@@ -283,7 +283,7 @@ class SVDDMemory:
             removed_id=int(token_id), commitment=commitment, salt=salt.hex(),
             partition_before=before, partition_after=after, kkt_residual_after=kkt,
             n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
-            kernel=self.kernel, gamma=ss.gamma_value,
+            kernel=self.kernel, gamma=ss.gamma_value, compacted=ss.n_compacted,
         )
         if self._signing_key is not None:
             cert = sign(cert, self._signing_key)
@@ -305,7 +305,10 @@ class SVDDMemory:
         """Certified selection: drop every reserve token; return their ids.
 
         Reserve tokens have alpha = 0 exactly, so the readout is unchanged for
-        every query (the KKT residual certifies the partition).
+        every query (the KKT residual certifies the partition). The trade: a later
+        removal is exact relative to the tokens kept, no longer to the whole stream
+        (a dropped token might have re-entered the support); every certificate says
+        how many tokens compaction dropped before it (``compacted``).
         """
         ss = self._s
         if ss.warm:
@@ -314,6 +317,8 @@ class SVDDMemory:
         dropped = [int(ss.slot_id[s]) for s in ss.slots_in({RESERVE})]
         for t in dropped:
             solver.wipe_slot(ss, self._be, ss.id_to_slot[t])
+        if ss.n_compacted >= 0:  # -1 stays "unknown"
+            ss.n_compacted += len(dropped)
         if dropped and not ss.nS:
             solver.canonical_mu(ss, self._be)
         self._after_op("compact", dropped=sorted(dropped))

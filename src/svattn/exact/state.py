@@ -66,7 +66,7 @@ _LEGACY_SCALARS = {
 _SOLVER_FIELDS = {
     "standby": int, "max_segments": int, "max_jumps": int, "ops_since_exact_g": int,
     "standby_stale": bool, "n_segment_fallbacks": int, "n_block_passes": int, "n_jumps": int,
-    "n_jump_fallbacks": int, "compiled": bool,
+    "n_jump_fallbacks": int, "compiled": bool, "n_compacted": int,
 }
 
 
@@ -194,6 +194,9 @@ class SlotState:
     n_block_passes: int = 0  # passes over the margin block by removals
     n_jumps: int = 0  # removals finished by an active-set step
     n_jump_fallbacks: int = 0  # removals whose steps did not converge
+    # tokens compact() dropped over the memory's life (-1: unknown, a state saved before
+    # svattn recorded it); removals are then exact relative to the kept tokens only
+    n_compacted: int = 0
     # ---- per operation (never saved): K_SS as the last margin solve left it, valid
     # while kss_for is the current Qinv; zeroed after every operation
     kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
@@ -475,7 +478,7 @@ class SlotState:
             named = {k: v for k, v in solver.items() if k != "standby_theta"}
             self.standby_theta = math.inf if theta is None else float.fromhex(theta)
         else:
-            named = {}
+            named = {"n_compacted": -1}  # formats 1-2 did not record compaction
             for k, v in fields.get("scalars", {}).items():
                 _check(k in _LEGACY_SCALARS, f"unknown or mistyped solver attribute {k!r}")
                 if _LEGACY_SCALARS[k] is None:
@@ -488,8 +491,8 @@ class SlotState:
         for k, v in named.items():
             _check(type(v) is _SOLVER_FIELDS[k], f"unknown or mistyped solver attribute {k!r}")
             setattr(self, k, v)
-        _check(self.standby >= 0 and self.max_segments >= 0 and self.max_jumps >= 0,
-               "negative solver settings")
+        _check(self.standby >= 0 and self.max_segments >= 0 and self.max_jumps >= 0
+               and self.n_compacted >= -1, "negative solver settings")
 
     def _restore_arrays(self, t: dict[str, np.ndarray], fields: dict[str, Any],
                         version: int) -> None:

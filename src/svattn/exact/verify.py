@@ -59,6 +59,7 @@ class DeletionVerification:
     copies: tuple[int, ...] = ()
     logged: bool | None = None
     signed: bool | None = None
+    compacted: int = 0
     reasons: tuple[str, ...] = ()
 
     def summary(self) -> str:
@@ -83,6 +84,10 @@ class DeletionVerification:
             parts.append("signature ok" if self.signed else "signature INVALID")
         if not self.unique_optimum:
             parts.append("optimum NOT unique (exactness not claimed)")
+        if self.compacted:
+            parts.append(f"exact relative to the kept tokens ({self.compacted} dropped by "
+                         "compaction)" if self.compacted > 0 else
+                         "compaction history unknown")
         if self.reasons:
             parts.append("; ".join(self.reasons))
         return ", ".join(parts)
@@ -170,6 +175,9 @@ def verify_deletion(
     if not abs(cert.kkt_residual_after - kkt) <= 1e-12:
         reasons.append(f"kkt_residual_after: the certificate says {cert.kkt_residual_after:.3e}, "
                        f"the memory's is {kkt:.3e}")
+    if cert.compacted != ss.n_compacted:
+        reasons.append(f"compacted: the certificate says {cert.compacted}, the memory has "
+                       f"dropped {ss.n_compacted} tokens by compaction")
     sizes = {k: len(v) for k, v in memory.partition().items()}
     if cert.partition_after != sizes:
         reasons.append(f"partition_after: the certificate says {cert.partition_after}, the "
@@ -194,7 +202,8 @@ def verify_deletion(
         return DeletionVerification(
             ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
             retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
-            copies=copies, logged=logged, signed=signed, reasons=tuple(reasons),
+            copies=copies, logged=logged, signed=signed, compacted=ss.n_compacted,
+            reasons=tuple(reasons),
         )
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
@@ -234,7 +243,7 @@ def verify_deletion(
         retrained=True, unique_optimum=unique, partition_equal=partition_equal,
         max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
         n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
-        logged=logged, signed=signed, reasons=tuple(reasons),
+        logged=logged, signed=signed, compacted=ss.n_compacted, reasons=tuple(reasons),
     )
 
 
