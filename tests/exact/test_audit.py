@@ -345,3 +345,19 @@ def test_rehashed_malformed_records_are_named_by_index(logged, tmp_path, op, fie
 def _write_back(path, lines):
     path.write_text("".join(line + "\n" for line in lines))
     return path
+
+
+def test_an_edited_and_rehashed_last_record_is_caught_by_its_counts(logged):
+    # the last record has no successor whose prev would break: its n and next_id are
+    # checked against the replayed operations instead
+    _, log, state, _ = logged
+    lines = _lines(log)
+    for field in ("n", "next_id"):
+        rec = json.loads(lines[-1])
+        rec[field] += 1
+        rec["sha256"] = _self_hash(rec)
+        _write(log, lines[:-1] + [canonical(rec)])
+        rep = verify_log(log, state)
+        assert not rep.ok and rep.broken_record == len(lines) - 1 and field in rep.error
+    _write(log, lines)
+    assert verify_log(log, state).ok

@@ -542,9 +542,17 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
         live.difference_update(dropped)
     elif op == "load" and earlier and rec.get("digest") != earlier[-1].get("digest"):
         return "the loaded state's digest differs from the log's state", next_id, 0
-    if op in STATE_OPS and rec.get("n") != len(live):
-        return (f"says n = {rec.get('n')!r}, but the log's operations leave {len(live)} tokens",
-                next_id, 0)
+    # every record but a health event (written before its operation's record, with the
+    # counts after it) states the tokens and the next id the operations leave
+    if op not in _EVENT_OPS:
+        if rec.get("n") != len(live):
+            return (f"says n = {rec.get('n')!r}, but the log's operations leave {len(live)} "
+                    "tokens", next_id, 0)
+        if op != "open" and rec.get("next_id") != next_id and not (
+                op == "load" and isinstance(rec.get("next_id"), int)
+                and rec["next_id"] >= next_id):
+            return (f"says next_id = {rec.get('next_id')!r}, but the log's operations have "
+                    f"issued ids below {next_id}", next_id, 0)
     return None, next_id, 0
 
 

@@ -214,6 +214,8 @@ class DeletionCertificate:
             errs.append(f"gamma must be a number > 0, got {self.gamma!r}")
         if not isinstance(self.issued_at, str):
             errs.append(f"issued_at must be an ISO 8601 string, got {self.issued_at!r}")
+        if self.version != CERTIFICATE_VERSION:
+            errs.append(f"version must be {CERTIFICATE_VERSION}, got {self.version!r}")
         if not (integer(self.compacted) and self.compacted >= -1):
             errs.append(f"compacted must be an int >= -1, got {self.compacted!r}")
         if (self.signer is None) != (self.signature is None):

@@ -1,0 +1,186 @@
+"""Tamper matrix of the deletion tooling: what an adversary edits, and what catches it.
+
+One memory with an audit log and a signing key (n = 60, d = 3, C = 0.1), one
+removal, its state saved. Then, each counted as detected / tried:
+
+* every field of the receipt set to a well-formed false value, checked three
+  ways: against the state alone, with the audit log, with the public key;
+* every byte of the receipt's JSON replaced (3 replacements a byte), with the
+  public key (a malformed receipt, refused by ``from_json``, counts as caught);
+* every byte of the state file replaced (``SVDDMemory.load`` must refuse it);
+* every record of the log edited (a field changed), dropped, duplicated and
+  swapped with the next, without and with re-hashing the record itself
+  (``verify_log`` with the state must fail);
+* the costs: signing a receipt, checking a signature, ``verify_deletion``
+  without and with the retrain.
+
+Usage::
+
+    python benchmarks/tamper_matrix.py --json results/trust/tamper_matrix.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
+from svattn.exact.audit import canonical, record_hash
+from svattn.exact.signing import generate_key, sign, signature_errors
+from svattn.exact.verify import verify_log
+
+FALSE_VALUES = {
+    "removed_id": 10_000, "commitment": "ab" * 32, "salt": "cd" * 16,
+    "partition_before": {"margin": 1, "error": 0, "reserve": 99},
+    "partition_after": {"margin": 1, "error": 0, "reserve": 98},
+    "kkt_residual_after": 0.01, "n_events": 77, "unique_optimum": "flip",
+    "state_digest": "e" * 64, "C": 0.2, "kernel": "exp", "gamma": 0.77,
+    "issued_at": "2020-01-01T00:00:00", "version": 2, "compacted": 9,
+    "signer": "f" * 64, "signature": "a" * 128,
+}
+
+
+def _caught(fn) -> bool:
+    try:
+        return not fn()
+    except (ValueError, TypeError, KeyError):
+        return True
+
+
+def receipt_fields(mem, cert, log, public) -> dict:
+    out = {}
+    for field, value in FALSE_VALUES.items():
+        if value == "flip":
+            value = not getattr(cert, field)
+        forged = dataclasses.replace(cert, **{field: value})
+        out[field] = {
+            "state_only": _caught(lambda f=forged: verify_deletion(mem, f, retrain=False).ok),
+            "with_log": _caught(lambda f=forged: verify_deletion(mem, f, retrain=False,
+                                                                log=log).ok),
+            "with_public_key": _caught(lambda f=forged: verify_deletion(
+                mem, f, retrain=False, public_key=public).ok),
+        }
+    return out
+
+
+def receipt_bytes(mem, cert, public) -> dict:
+    text, tried, caught = cert.to_json(), 0, 0
+    for i in range(len(text)):
+        for c in "0x}":
+            if text[i] == c:
+                continue
+            tried += 1
+            edited = text[:i] + c + text[i + 1:]
+            caught += _caught(lambda e=edited: verify_deletion(
+                mem, DeletionCertificate.from_json(e), retrain=False, public_key=public).ok)
+    return {"tried": tried, "detected": caught}
+
+
+def state_bytes(path: Path) -> dict:
+    data = path.read_bytes()
+    bad = path.with_name("flipped.safetensors")
+    tried = caught = 0
+    for i in range(len(data)):
+        tried += 1
+        bad.write_bytes(data[:i] + bytes([data[i] ^ 0x5A]) + data[i + 1:])
+        try:
+            SVDDMemory.load(bad)
+        except ValueError:  # StateFileError and its kinds
+            caught += 1
+    return {"tried": tried, "detected": caught, "bytes": len(data)}
+
+
+def log_records(log: Path, state: Path) -> dict:
+    lines = log.read_text().splitlines()
+    out = {}
+    variants = {
+        "edited": lambda i, ls: ls[:i] + [_edit(ls[i], rehash=False)] + ls[i + 1:],
+        "edited_and_rehashed": lambda i, ls: ls[:i] + [_edit(ls[i], rehash=True)] + ls[i + 1:],
+        "dropped": lambda i, ls: ls[:i] + ls[i + 1:],
+        "duplicated": lambda i, ls: ls[: i + 1] + [ls[i]] + ls[i + 1:],
+        "swapped_with_next": lambda i, ls: ls[:i] + [ls[i + 1], ls[i]] + ls[i + 2:],
+    }
+    bad = log.with_name("tampered.jsonl")
+    for name, make in variants.items():
+        tried = caught = 0
+        for i in range(len(lines) - (1 if name == "swapped_with_next" else 0)):
+            tried += 1
+            bad.write_text("".join(x + "\n" for x in make(i, list(lines))))
+            caught += not verify_log(bad, state).ok
+        out[name] = {"tried": tried, "detected": caught}
+    return out
+
+
+def _edit(line: str, *, rehash: bool) -> str:
+    rec = json.loads(line)
+    rec["n"] = int(rec.get("n", 0)) + 1
+    if rehash:
+        rec["sha256"] = record_hash(rec)
+    return canonical(rec)
+
+
+def costs(mem, cert, key, repeats: int) -> dict:
+    def per_call(fn) -> float:
+        fn()
+        t = time.perf_counter()
+        for _ in range(repeats):
+            fn()
+        return 1e6 * (time.perf_counter() - t) / repeats
+
+    public = key.public_key()
+    return {
+        "sign_us": per_call(lambda: sign(cert, key)),
+        "check_signature_us": per_call(lambda: signature_errors(cert, public)),
+        "verify_without_retrain_us": per_call(lambda: verify_deletion(mem, cert, retrain=False)),
+        "verify_with_retrain_us": per_call(lambda: verify_deletion(mem, cert)),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--json", type=Path, help="also write the matrix (and this command) here")
+    p.add_argument("--repeats", type=int, default=50)
+    args = p.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        key = generate_key()
+        log, state = tmp / "audit.jsonl", tmp / "m.safetensors"
+        mem = SVDDMemory(0.1, audit_log=log, signing_key=key)
+        ids = mem.extend(np.random.default_rng(0).normal(size=(60, 3)))
+        mem.remove(ids[7])
+        cert = mem.remove(mem.partition()["margin"][0])
+        mem.save(state)
+        report = {
+            "receipt_fields": receipt_fields(mem, cert, log, key.public_key()),
+            "receipt_bytes_with_public_key": receipt_bytes(mem, cert, key.public_key()),
+            "state_file_bytes": state_bytes(state),
+            "log_records": log_records(log, state),
+            "costs": costs(mem, cert, key, args.repeats),
+        }
+    print("receipt fields (detected: state only / with log / with public key):")
+    for field, row in report["receipt_fields"].items():
+        print(f"  {field:20s} " + " / ".join("yes" if row[k] else "NO" for k in row))
+    rb = report["receipt_bytes_with_public_key"]
+    print(f"receipt bytes edited, public key: {rb['detected']} / {rb['tried']} detected")
+    sb = report["state_file_bytes"]
+    print(f"state file bytes flipped: {sb['detected']} / {sb['tried']} detected")
+    for name, row in report["log_records"].items():
+        print(f"log records {name}: {row['detected']} / {row['tried']} detected")
+    print("costs: " + ", ".join(f"{k} {v:.0f}" for k, v in report["costs"].items()))
+    if args.json:
+        cmd = "python benchmarks/tamper_matrix.py " + shlex.join(argv or sys.argv[1:])
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": cmd, **report}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
