@@ -185,6 +185,40 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     return 0 if v.ok else 1
 
 
+def _recover_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("state", type=Path, metavar="STATE", help="the last state saved")
+    parser.add_argument("log", type=Path, metavar="LOG", help="its audit log")
+    parser.add_argument("--new-log", type=Path, required=True, metavar="NEW_LOG",
+                        help="the new chain (a new file), citing STATE and LOG")
+    parser.add_argument("--out", type=Path, required=True, metavar="NEW_STATE",
+                        help="where the recovered memory is saved")
+    parser.add_argument("--signing-key", type=Path, default=None, metavar="KEY",
+                        help="sign the replayed removals' certificates")
+
+
+def _recover_run(args: argparse.Namespace) -> int:
+    from svattn.exact.audit import AuditLogError
+    from svattn.exact.recovery import recover
+
+    for p in (args.state, args.log):
+        if not p.exists():
+            raise FileNotFoundError(f"no such file: {p}")
+    for p in (args.new_log, args.out):
+        if p.exists():
+            raise ValueError(f"{p} exists; recovery writes new files only")
+    try:
+        memory, report = recover(args.state, args.log, args.new_log,
+                                 signing_key=args.signing_key)
+    except AuditLogError as exc:  # a log or state that cannot be recovered from: usage
+        raise ValueError(str(exc)) from None
+    memory.save(args.out)
+    print(report.summary())
+    print(f"recovered state: {args.out} ({len(memory)} tokens); new audit log: {args.new_log}")
+    if report.lost_adds:
+        print(f"lost (added after the save, never in a file): ids {list(report.lost_adds)}")
+    return 0
+
+
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prefix", type=Path, metavar="PREFIX",
                         help="writes PREFIX.key (private, mode 0600) and PREFIX.pub")
@@ -362,6 +396,13 @@ COMMANDS: list[Command] = [
         "re-solve a saved state from scratch and check a deletion certificate against it",
         _verify_deletion_arguments,
         _verify_deletion_run,
+    ),
+    Command(
+        "recover",
+        "after a crash: the last saved state with every later logged removal replayed, "
+        "on a new audit log",
+        _recover_arguments,
+        _recover_run,
     ),
     Command(
         "keygen",

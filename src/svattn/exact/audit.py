@@ -388,6 +388,7 @@ class AuditReport:
     final_digest: str | None = None
     state_checked: bool = False
     n_certificates: int = 0
+    torn_tail: bool = False
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     hashes: list[str] = field(default_factory=list, repr=False)
 
@@ -409,7 +410,7 @@ def _fail(rep: AuditReport, i: int, msg: str) -> AuditReport:
     return rep
 
 
-def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
+def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False) -> AuditReport:
     """Verify an audit log's chain and bookkeeping (the state side is
     :func:`svattn.exact.verify.verify_log`).
 
@@ -417,6 +418,9 @@ def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
     ----------
     path : path-like
         The JSONL log.
+    allow_torn_tail : bool
+        Read past a last line cut by a crash (no trailing newline) instead of
+        failing on it (``torn_tail`` says so): what recovery needs.
 
     Returns
     -------
@@ -444,6 +448,9 @@ def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
         last = len(lines) - 1
         if len(lines) == 1 and lines[0] == b"":
             lines = []
+        elif allow_torn_tail:
+            lines.pop()
+            rep.torn_tail = True
         else:
             rep.n_records = last + 1
             return _fail(rep, last, "incomplete record (no trailing newline: a write was cut)")
@@ -500,7 +507,19 @@ def verify_chain(path: str | os.PathLike[str]) -> AuditReport:
 def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
               earlier: list[dict[str, Any]]) -> tuple[str | None, int, int]:
     """Apply one record to the live ids: ``(error or None, next id, certificates)``."""
-    if op in ("add", "extend"):
+    if op == "open" and "continues" in rec:  # a chain that starts from a saved state
+        cont = rec["continues"]
+        ids, nid = cont.get("live_ids") if isinstance(cont, dict) else None, None
+        if isinstance(cont, dict):
+            nid = cont.get("next_id")
+        if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool)
+                                              for t in ids)
+                and isinstance(nid, int) and all(0 <= t < nid for t in ids)
+                and len(set(ids)) == len(ids)):
+            return "continues must list the live ids and the next id of its state", next_id, 0
+        live.update(ids)
+        next_id = nid
+    elif op in ("add", "extend"):
         tokens = rec.get("tokens", [])
         if not isinstance(tokens, list):
             return f"tokens is {type(tokens).__name__}, not a list", next_id, 0

@@ -29,7 +29,6 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +48,7 @@ from svattn.exact.fileformat import (
 )
 from svattn.exact.health import HealthMonitor
 from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
+from svattn.exact.results import MarginSystem, UnknownTokenError
 from svattn.exact.signing import sign
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
@@ -56,37 +56,6 @@ from svattn.exact.states import ERROR, MARGIN, RESERVE, SET_NAMES
 from svattn.exact.validation import check_queries, check_rows
 
 BACKENDS = {"compiled": compiled, "reference": reference}
-
-
-class UnknownTokenError(KeyError, ValueError):
-    """A token id that the memory does not hold (never added, or removed)."""
-
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
-
-
-@dataclass(frozen=True)
-class MarginSystem:
-    """The solved state as the torch exact path needs it.
-
-    Attributes
-    ----------
-    margin, error, reserve
-        Token ids of each set; ``margin`` is in the order of ``Qinv``'s rows 1..
-    alpha
-        Coefficients aligned with ``SVDDMemory.ids``.
-    mu
-        Multiplier of ``sum(alpha) = 1``.
-    Qinv
-        Inverse of ``[[0, 1^T], [1, 2 K_SS]]``, index 0 = mu (empty if no margin).
-    """
-
-    margin: list[int]
-    error: list[int]
-    reserve: list[int]
-    alpha: np.ndarray
-    mu: float
-    Qinv: np.ndarray
 
 
 class SVDDMemory:
@@ -440,6 +409,27 @@ class SVDDMemory:
         check(res == meta["kkt_residual"], where,
               f"KKT residual {res:.3e} recomputed on load differs from the saved "
               f"{meta['kkt_residual']:.3e}")
+
+    def attach_audit_log(self, path: str | os.PathLike[str], *,
+                         cites: dict | None = None) -> None:
+        """Start a new audit log for this memory (a new or empty file): a new chain whose
+        ``open`` record carries ``cites`` (e.g. the state and the old log it continues,
+        :func:`svattn.exact.recovery.recover`).
+
+        Raises
+        ------
+        ValueError
+            This memory logs already, or the file has records.
+        """
+        if self._audit is not None:
+            raise ValueError(f"this memory already logs to {self._audit.path}; "
+                             "close_audit_log() first")
+        params = {"C": self.C, "kernel": self.kernel, "gamma": self.gamma, "tol": self.tol}
+        if self._s.n or self._s.next_id or cites is not None:
+            # the chain starts from this state: its ids (never data) seed the bookkeeping
+            params["continues"] = {**(cites or {}), "live_ids": self.ids,
+                                   "next_id": int(self._s.next_id)}
+        self._audit = AuditLog.create(path, params, self._audit_facts())
 
     def close_audit_log(self) -> None:
         """Release this memory's audit log (its lock and descriptor): another memory
