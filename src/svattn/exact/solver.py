@@ -334,7 +334,8 @@ def set_uniform(ss: SlotState) -> None:
     ss.g_valid = True
 
 
-def resolve(ss: SlotState, be: Backend, *, fallback: bool = True) -> None:
+def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
+            polish_after: bool = True) -> None:
     """Exact batch solve of the live set; rebuild caches and the inverse.
 
     Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
@@ -392,8 +393,11 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True) -> None:
         canonical_mu(ss, be)
     ss.g[: ss.hi] = be.g_exact(ss)
     ss.g_valid = True
-    if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
-        polish(ss, be)
+    if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+        try:
+            polish(ss, be)
+        except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
+            resolve(ss, be, fallback=False, polish_after=False)
 
 
 __all__ = ["Backend", "add_rows", "fresh_g", "remove_slot", "resolve", "standby_upkeep",
