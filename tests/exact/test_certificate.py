@@ -364,3 +364,14 @@ def test_a_certificate_says_how_many_tokens_compaction_dropped(tmp_path):
     path = tmp_path / "m.safetensors"
     mem.save(path)
     assert SVDDMemory.load(path).solver_state.n_compacted == len(dropped)
+
+
+def test_the_verifiers_probes_stay_within_the_exp_kernels_range():
+    # probes scattered around keys of large norm used to overflow exp(gamma p·x)
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(17, 3))
+    X *= np.sqrt(100 * np.sqrt(3) / (X**2).sum(1).mean())
+    mem = SVDDMemory(C=0.1, kernel="exp")
+    mem.extend(X)
+    v = verify_deletion(mem, mem.remove(mem.support_ids()[0]))
+    assert v.ok and v.n_probes > len(mem), v.reasons

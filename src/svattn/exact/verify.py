@@ -221,6 +221,9 @@ def verify_deletion(
         spread = keys.std(axis=0) + 1e-12
         noise = rng.normal(size=(64, keys.shape[1])) * spread
         around = keys[rng.integers(0, len(keys), 64)] + noise
+        if memory.kernel == "exp":  # stay within the keys' norms: exp(gamma p·x) is finite
+            top = float(np.einsum("ij,ij->i", keys, keys).max())
+            around = around[np.einsum("ij,ij->i", around, around) <= top]
         probes = np.concatenate([keys, around])
     probes = np.asarray(probes, dtype=np.float64)
     dec_r = decision_values(probes, keys, alpha_r, mu_r, memory.kernel, gamma)
