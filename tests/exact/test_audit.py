@@ -361,3 +361,19 @@ def test_an_edited_and_rehashed_last_record_is_caught_by_its_counts(logged):
         assert not rep.ok and rep.broken_record == len(lines) - 1 and field in rep.error
     _write(log, lines)
     assert verify_log(log, state).ok
+
+
+def test_an_edited_and_rehashed_last_remove_record_is_caught_by_its_counts(tmp_path):
+    log = tmp_path / "a.jsonl"
+    mem = SVDDMemory(0.1, audit_log=log)
+    mem.extend(np.random.default_rng(5).normal(size=(30, 2)))
+    mem.remove(mem.partition()["margin"][0])  # the log ends with this remove record
+    lines = _lines(log)
+    assert json.loads(lines[-1])["op"] == "remove"
+    for field in ("n", "next_id"):
+        rec = json.loads(lines[-1])
+        rec[field] += 7
+        rec["sha256"] = _self_hash(rec)
+        _write(log, lines[:-1] + [canonical(rec)])
+        rep = verify_log(log)
+        assert not rep.ok and field in rep.error, rep.error

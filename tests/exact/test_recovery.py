@@ -111,3 +111,41 @@ def test_cli_recover(crashed, capsys):
     assert main(["recover", str(state), str(other), "--new-log", str(tmp / "n2.jsonl"),
                  "--out", str(tmp / "o2.safetensors")]) == 2
     assert "does not verify" in capsys.readouterr().err
+
+
+def test_recovery_refuses_an_older_state_relabelled_with_a_later_head(tmp_path):
+    # an attacker edits an older state's audit head to point after a removal: the
+    # removal would then not be replayed and the token would come back
+    from safetensors.numpy import load as st_load
+
+    from svattn.exact.fileformat import parse_header, read_metadata, serialize
+
+    log, old, new = tmp_path / "a.jsonl", tmp_path / "old.safetensors", tmp_path / "new.safetensors"
+    mem = SVDDMemory(0.1, audit_log=log)
+    mem.extend(np.random.default_rng(6).normal(size=(30, 2)))
+    mem.save(old)
+    mem.remove(3)
+    mem.save(new)
+    mem.close_audit_log()
+    head_new = read_metadata(parse_header(new.read_bytes(), "n")[0], "n")["audit_head"]
+    data = old.read_bytes()
+    meta = read_metadata(parse_header(data, "o")[0], "o")
+    meta["audit_head"] = head_new
+    forged = tmp_path / "forged.safetensors"
+    forged.write_bytes(serialize(st_load(data), meta))  # checksums recomputed
+    with pytest.raises(AuditLogError, match="not the state saved there"):
+        recover(forged, log, tmp_path / "n.jsonl")
+
+
+def test_recovery_waits_for_no_writer(crashed, tmp_path):
+    state, log, tmp, _, _, _ = crashed
+    from svattn.exact.audit import lock_log
+
+    fd = lock_log(log)  # another memory still writes the log
+    try:
+        with pytest.raises(AuditLogError, match="being written by another memory"):
+            recover(state, log, tmp / "new.jsonl")
+    finally:
+        import os
+
+        os.close(fd)

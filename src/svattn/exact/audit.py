@@ -72,7 +72,7 @@ LOG_VERSION = 1
 GENESIS = "0" * 64
 STATE_OPS = {"add", "extend", "remove", "compact"}
 _EVENT_OPS = {"refactorize", "resolve", "ill_conditioned"}
-_OPS = {"open", "save", "load"} | STATE_OPS | _EVENT_OPS
+_OPS = {"open", "save", "load", "erase"} | STATE_OPS | _EVENT_OPS
 
 
 class AuditLogError(RuntimeError):
@@ -291,17 +291,25 @@ class AuditLog:
     def _fields(self, facts: AuditFacts, op: str, info: dict[str, Any]) -> dict[str, Any]:
         if op in ("add", "extend"):
             ids, k, v = info["ids"], info["keys"], info["values"]
+            tags = info.get("tags") or [None] * len(ids)
             toks = []
             for r, tid in enumerate(ids):
                 salt = secrets.token_bytes(16)
-                toks.append({"id": int(tid), "salt": salt.hex(),
-                             "commitment": commit_token(salt, k[r], None if v is None else v[r])})
+                tok = {"id": int(tid), "salt": salt.hex(),
+                       "commitment": commit_token(salt, k[r], None if v is None else v[r])}
+                if tags[r] is not None:  # the subject's keyed hash, never the tag
+                    tok["tag"] = tags[r].hex()
+                toks.append(tok)
             return {"tokens": toks, "kkt_residual": _finite(facts.kkt_residual)}
         if op == "remove":
             cert: DeletionCertificate = info["certificate"]
             return {"certificate": asdict(cert)}
         if op == "compact":
             return {"dropped": [int(i) for i in info["dropped"]]}
+        if op == "erase":  # the request: its removals are the records before it
+            r = info["receipt"]
+            return {"erasure": {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
+                                "signer": r.signer, "signature": r.signature}}
         raise ValueError(f"unknown audit operation {op!r}")
 
     def _line(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> bytes:
@@ -330,6 +338,12 @@ class AuditLog:
 
     def _append(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> None:
         self._write([self._line(facts, op, fields)])
+
+
+def lock_log(path: str | os.PathLike[str]) -> int:
+    """Hold the log's writer lock (``os.close`` the returned descriptor to release it):
+    a reader that must see the log stand still, such as recovery, takes it too."""
+    return _open_locked(Path(path), os.O_RDONLY)
 
 
 def _open_locked(path: Path, flags: int) -> int:
@@ -507,6 +521,7 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False)
 def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
               earlier: list[dict[str, Any]]) -> tuple[str | None, int, int]:
     """Apply one record to the live ids: ``(error or None, next id, certificates)``."""
+    certified = 0
     if op == "open" and "continues" in rec:  # a chain that starts from a saved state
         cont = rec["continues"]
         ids, nid = cont.get("live_ids") if isinstance(cont, dict) else None, None
@@ -550,7 +565,16 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
         if not isinstance(cert.removed_id, int) or cert.removed_id not in live:
             return f"removes id {cert.removed_id!r}, which is not live", next_id, 0
         live.discard(cert.removed_id)
-        return None, next_id, 1
+        certified = 1
+    elif op == "erase":
+        er = rec.get("erasure")
+        ids = er.get("erased_ids") if isinstance(er, dict) else None
+        if not (isinstance(ids, list) and ids and all(
+                isinstance(t, int) and not isinstance(t, bool) for t in ids)):
+            return "erasure must list the erased ids", next_id, 0
+        back = [t for t in ids if t in live or t >= next_id]
+        if back:
+            return f"erases ids {back[:5]} that are live or were never issued", next_id, 0
     elif op == "compact":
         dropped = rec.get("dropped", [])
         if not isinstance(dropped, list) or not all(isinstance(t, int) for t in dropped):
@@ -572,8 +596,9 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
                 and rec["next_id"] >= next_id):
             return (f"says next_id = {rec.get('next_id')!r}, but the log's operations have "
                     f"issued ids below {next_id}", next_id, 0)
-    return None, next_id, 0
+    return None, next_id, certified
 
 
 __all__ = ["STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError", "AuditReport", "canonical",
+           "lock_log",
            "record_hash", "verify_chain"]

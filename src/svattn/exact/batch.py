@@ -24,7 +24,7 @@ class BatchSolution:
 
     alpha: np.ndarray
     mu: float
-    margin: np.ndarray  # indices with 0 < alpha < U
+    margin: np.ndarray  # the free indices of the final solve (alpha may sit at a bound)
     error: np.ndarray  # indices with alpha = U
     reserve: np.ndarray  # indices with alpha = 0
 

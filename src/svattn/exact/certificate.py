@@ -133,8 +133,9 @@ class DeletionCertificate:
     def signed_bytes(self) -> bytes:
         """What a signature covers: the canonical JSON of every field but ``signature``."""
         body = {k: v for k, v in asdict(self).items() if k != "signature"}
-        return json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                          allow_nan=False).encode()
+        return b"svattn-deletion-certificate-v1|" + json.dumps(
+            body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+            allow_nan=False).encode()
 
     def to_json(self) -> str:
         """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
@@ -245,3 +246,110 @@ class DeletionCertificate:
         return errs
 
 
+
+
+@dataclass(frozen=True)
+class ErasureReceipt:
+    """One receipt for one erasure request: every live token of a data subject, removed.
+
+    Attributes
+    ----------
+    tag_hash : str
+        The subject's tag as the memory keeps it: HMAC-SHA256 under the controller's
+        tag key (hex), never the tag itself.
+    erased_ids : list of int
+        The tokens removed, in id order.
+    certificates : list of dict
+        Each removal's :class:`DeletionCertificate`, as a dict, in the same order.
+    copies_kept : dict
+        For an erased id, the live ids of *other* subjects (or untagged) that hold
+        the same key and value: that data is theirs and stays.
+    state_digest : str
+        The memory's digest after the last removal.
+    n_after : int
+        Tokens left.
+    issued_at : str
+    version : int
+    signer, signature : str or None
+        As in :class:`DeletionCertificate` (signed over :meth:`signed_bytes`).
+    """
+
+    tag_hash: str
+    erased_ids: list[int]
+    certificates: list[dict[str, Any]]
+    copies_kept: dict[str, list[int]]
+    state_digest: str
+    n_after: int
+    issued_at: str = field(default_factory=_now_iso)
+    version: int = 1
+    signer: str | None = None
+    signature: str | None = None
+
+    def deletion_certificates(self) -> list[DeletionCertificate]:
+        """The per-token certificates as objects."""
+        return [DeletionCertificate(**c) for c in self.certificates]
+
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of every field but ``signature``."""
+        body = {k: v for k, v in asdict(self).items() if k != "signature"}
+        return b"svattn-erasure-receipt-v1|" + json.dumps(
+            body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+            allow_nan=False).encode()
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> ErasureReceipt:
+        """Parse a receipt written by :meth:`to_json`; precise errors on bad input."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"erasure receipt is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise ValueError("erasure receipt JSON must be an object")
+        names = set(cls.__dataclass_fields__)
+        missing = names - set(data) - {"issued_at", "version", "signer", "signature"}
+        if missing or set(data) - names:
+            raise ValueError(f"erasure receipt fields: missing {sorted(missing)}, unknown "
+                             f"{sorted(set(data) - names)}")
+        receipt = cls(**data)
+        errs = receipt.field_errors()
+        if errs:
+            raise ValueError("erasure receipt: " + "; ".join(errs))
+        return receipt
+
+    def field_errors(self) -> list[str]:
+        """Fields of the wrong type or form, each named (empty list when well-formed)."""
+        errs = []
+        if not (isinstance(self.tag_hash, str) and len(self.tag_hash) == 64
+                and all(c in _HEX for c in self.tag_hash)):
+            errs.append("tag_hash must be 64 lowercase hex digits (an HMAC-SHA256)")
+        if not (isinstance(self.erased_ids, list) and self.erased_ids and all(
+                isinstance(t, int) and not isinstance(t, bool) and t >= 0
+                for t in self.erased_ids)):
+            errs.append("erased_ids must be a non-empty list of ids")
+        if not (isinstance(self.certificates, list) and all(
+                isinstance(c, dict) for c in self.certificates)):
+            errs.append("certificates must be a list of certificate objects")
+        else:
+            for k, c in enumerate(self.certificates):
+                try:
+                    errs += [f"certificates[{k}]: {e}"
+                             for e in DeletionCertificate(**c).field_errors()]
+                except TypeError as exc:
+                    errs.append(f"certificates[{k}]: malformed ({exc})")
+        if not (isinstance(self.copies_kept, dict) and all(
+                isinstance(v, list) and all(isinstance(t, int) for t in v)
+                for v in self.copies_kept.values())):
+            errs.append("copies_kept must map erased ids to lists of live ids")
+        if not (isinstance(self.state_digest, str) and len(self.state_digest) == 64):
+            errs.append("state_digest must be 64 hex digits")
+        if not (isinstance(self.n_after, int) and self.n_after >= 0):
+            errs.append("n_after must be an int >= 0")
+        if self.version != 1:
+            errs.append(f"version must be 1, got {self.version!r}")
+        if (self.signer is None) != (self.signature is None):
+            errs.append("signer and signature come together (both or neither)")
+        return errs

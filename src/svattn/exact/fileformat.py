@@ -26,6 +26,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import struct
 import tempfile
 from pathlib import Path
@@ -34,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.state import READS, SCHEMA_VERSION, TENSOR_DTYPES
+from svattn.exact.states import ERROR, MARGIN, RESERVE
 
 FORMAT_NAME = "svattn.SVDDMemory"
 FORMAT_VERSION = SCHEMA_VERSION
@@ -85,11 +87,18 @@ def remove_leftovers(path: Path) -> list[Path]:
         return removed
     for p in names:
         try:
-            size = p.stat().st_size
-            with open(p, "r+b") as f:  # overwrite first: the bytes are key data
-                f.write(b"\0" * size)
-                f.flush()
-                os.fsync(f.fileno())
+            info = p.lstat()
+            # only what a save of ours leaves: a regular file, one link, our own (never
+            # a symlink or a hard link to something else, which would be zeroed instead)
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
+                    or info.st_uid != os.getuid():
+                continue
+            fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
+            try:  # overwrite first: the bytes are key data
+                os.write(fd, b"\0" * info.st_size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             p.unlink()
             removed.append(p)
         except OSError:
@@ -204,6 +213,24 @@ def check(cond: bool, where: str, msg: str) -> None:
         raise StateFileError(f"{where}: {msg}")
 
 
+def check_recomputed(t: dict[str, np.ndarray], meta: dict[str, Any], where: str, *,
+                     digest: str, residual: float, margin_order: list[int]) -> None:
+    """A loaded state's recomputed facts (its digest, KKT residual and margin order) and
+    its tensors must be what the metadata records."""
+    check(digest == meta["state_digest"], where,
+          "state digest mismatch: the recomputed digest differs from the recorded one")
+    ids = [int(i) for i in t["ids"]]
+    check(ids == meta["ids"], where, "the id list in the metadata differs from the ids tensor")
+    for name, code in (("margin", MARGIN), ("error", ERROR), ("reserve", RESERVE)):
+        got = [i for i, s in zip(ids, t["state"], strict=True) if s == code]
+        check(got == meta["partition"][name], where, f"the {name} set differs from the states")
+    check(margin_order == meta["margin_order"], where,
+          "margin order differs from the cache columns")
+    check(residual == meta["kkt_residual"], where,
+          f"KKT residual {residual:.3e} recomputed on load differs from the saved "
+          f"{meta['kkt_residual']:.3e}")
+
+
 def read_state(data: bytes, where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Tensors and metadata of a state file's bytes, every checksum and the canonical
     form verified (the semantic checks are the caller's)."""
@@ -243,5 +270,5 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "StateFileError", "StateVersionError", "canonical",
-           "check", "parse_header", "read_metadata", "read_state", "remove_leftovers", "serialize",
-           "sha256_hex", "state_file_bytes", "write_atomic"]
+           "check", "check_recomputed", "parse_header", "read_metadata", "read_state",
+           "remove_leftovers", "serialize", "sha256_hex", "state_file_bytes", "write_atomic"]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
@@ -36,23 +37,22 @@ import numpy as np
 from svattn.exact import compiled, reference, solver
 from svattn.exact.audit import AuditFacts, AuditLog
 from svattn.exact.cache import refactorize
-from svattn.exact.certificate import DeletionCertificate, commit_token
+from svattn.exact.certificate import DeletionCertificate, ErasureReceipt, commit_token
 from svattn.exact.fileformat import (
     StateFileError,
-    check,
+    check_recomputed,
     read_state,
-    remove_leftovers,
     sha256_hex,
     state_file_bytes,
     write_atomic,
 )
 from svattn.exact.health import HealthMonitor
-from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
+from svattn.exact.kernels import biased_softmax_readout, decision_values
 from svattn.exact.results import MarginSystem, UnknownTokenError
-from svattn.exact.signing import sign
+from svattn.exact.signing import resolve_tag_key, sign, tag_hashes
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
-from svattn.exact.states import ERROR, MARGIN, RESERVE, SET_NAMES
+from svattn.exact.states import RESERVE, SET_NAMES
 from svattn.exact.validation import check_queries, check_rows
 
 BACKENDS = {"compiled": compiled, "reference": reference}
@@ -110,7 +110,7 @@ class SVDDMemory:
     def __init__(
         self, C: float, kernel: str = "rbf", gamma: float | None = None, *, tol: float = 1e-10,
         audit_log: str | os.PathLike[str] | None = None, standby: int = 16,
-        backend: str = "compiled", signing_key=None,
+        backend: str = "compiled", signing_key=None, tag_key: bytes | None = None,
     ) -> None:
         check_parameters(C, kernel, gamma, tol, standby)
         if backend not in BACKENDS:
@@ -119,6 +119,7 @@ class SVDDMemory:
         self._init_state(SlotState.new(C=C, kernel=kernel, gamma=gamma, tol=tol,
                                        standby=standby, compiled=backend == "compiled"))
         self._signing_key = key
+        self._tag_key = resolve_tag_key(tag_key, key)
         if audit_log is not None:
             self._audit = AuditLog.create(audit_log, {"C": self.C, "kernel": self.kernel,
                                                       "gamma": self.gamma, "tol": self.tol},
@@ -129,7 +130,7 @@ class SVDDMemory:
         self._be = compiled if ss.compiled else reference
         self._health = HealthMonitor()
         self._audit: AuditLog | None = None
-        self._signing_key = None
+        self._signing_key = self._tag_key = None
 
     def __getstate__(self) -> dict:
         # pickle and deepcopy: the backend is a module (restored from the state's
@@ -137,7 +138,7 @@ class SVDDMemory:
         # audit log's descriptor belongs to this memory alone (a copy is not logged)
         # the signing key is the controller's secret: it never travels with a copy
         state = {k: v for k, v in vars(self).items()
-                 if k not in ("_be", "_health", "_audit", "_signing_key")}
+                 if k not in ("_be", "_health", "_audit", "_signing_key", "_tag_key")}
         state["_health"] = self._health.to_dict(self._s.Qinv)
         return state
 
@@ -149,7 +150,7 @@ class SVDDMemory:
         self._health = HealthMonitor()
         self._health.restore(health, self._s.Qinv)
         self._audit = None
-        self._signing_key = None
+        self._signing_key = self._tag_key = None
 
     # ------------------------------------------------------------ parameters
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
@@ -187,7 +188,7 @@ class SVDDMemory:
         return self._s.gamma_value
 
     # ------------------------------------------------------------------ public
-    def add(self, key, value=None) -> int:
+    def add(self, key, value=None, *, tag: str | None = None) -> int:
         """Add one token; return its id (ids are never reused).
 
         Parameters
@@ -195,6 +196,9 @@ class SVDDMemory:
         key : array_like, shape (d,)
         value : array_like, shape (dv,), optional
             Defaults to the key itself (then every token must come without a value).
+        tag : str, optional
+            The data subject it belongs to (:meth:`erase` removes them all); kept only
+            as a keyed hash (needs ``signing_key`` or ``tag_key``).
 
         Examples
         --------
@@ -203,14 +207,12 @@ class SVDDMemory:
         (0, 1)
         """
         k, v = check_rows(self._s, key, value, batch=False)
-        self._audit_ready()
-        ids = solver.add_rows(self._s, self._be, k, v)
-        solver.standby_upkeep(self._s, self._be, ids)
-        self._after_op("add", ids=ids, keys=k, values=v)
-        return ids[0]
+        hashes = tag_hashes(None if tag is None else [tag], 1, self._tag_key)
+        return self._add(k, v, hashes, "add")[0]
 
-    def extend(self, keys, values=None) -> list[int]:
+    def extend(self, keys, values=None, *, tags=None) -> list[int]:
         """Add rows in order, exactly as repeated :meth:`add`; all-or-nothing validation.
+        ``tags``: one data-subject tag (str or None) per row.
 
         Examples
         --------
@@ -220,11 +222,48 @@ class SVDDMemory:
         [0, 1, 2, 3]
         """
         k, v = check_rows(self._s, keys, values, batch=True)
+        return self._add(k, v, tag_hashes(tags, len(k), self._tag_key), "extend")
+
+    def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
         ids = solver.add_rows(self._s, self._be, k, v)
+        for tid, h in zip(ids, hashes, strict=True):
+            if h is not None:
+                self._s.tags[self._s.id_to_slot[tid]] = np.frombuffer(h, dtype=np.uint8)
         solver.standby_upkeep(self._s, self._be, ids)
-        self._after_op("extend", ids=ids, keys=k, values=v)
+        self._after_op(op, ids=ids, keys=k, values=v, tags=hashes)
         return ids
+
+    def erase(self, tag: str) -> ErasureReceipt:
+        """Erase a data subject: remove every live token carrying ``tag``, each exactly,
+        and issue one receipt for the request (signed with the memory's key).
+
+        The receipt lists, per erased token, the live tokens of *other* subjects (or
+        untagged) holding the same key and value: that data is theirs and stays.
+
+        Raises
+        ------
+        UnknownTokenError
+            No live token carries ``tag`` (nothing changes).
+        """
+        ss = self._s
+        th = tag_hashes([tag], 1, self._tag_key)[0]
+        slots = ss.tagged_slots(th)
+        if not len(slots):
+            raise UnknownTokenError("no live token carries this tag (never added, or erased)")
+        ids = [int(ss.slot_id[s]) for s in slots]
+        kept = ss.copies_outside(slots)
+        self._audit_ready()
+        certs = [self.remove(t) for t in ids]
+        receipt = ErasureReceipt(
+            tag_hash=th.hex(), erased_ids=ids, certificates=[asdict(c) for c in certs],
+            copies_kept={str(t): c for t, c in kept.items() if c},
+            state_digest=self.state_digest(), n_after=len(self))
+        if self._signing_key is not None:
+            receipt = sign(receipt, self._signing_key)
+        if self._audit is not None:
+            self._audit.record(self._audit_facts(), "erase", receipt=receipt)
+        return receipt
 
     def remove(self, token_id: int) -> DeletionCertificate:
         """Remove a token exactly and return the deletion certificate.
@@ -340,7 +379,8 @@ class SVDDMemory:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *,
-             audit_log: str | os.PathLike[str] | None = None, signing_key=None) -> SVDDMemory:
+             audit_log: str | os.PathLike[str] | None = None, signing_key=None,
+             tag_key: bytes | None = None) -> SVDDMemory:
         """Load a memory saved by :meth:`save`, verifying everything.
 
         Parameters
@@ -362,10 +402,10 @@ class SVDDMemory:
             Truncated, corrupted or tampered: the message says what does not match.
         """
         key = None if signing_key is None else as_signing_key(signing_key)
+        tag = resolve_tag_key(tag_key, key)
         path = Path(path)
         where = str(path)
         data = path.read_bytes()
-        remove_leftovers(path)  # a killed save's temporary file: older, maybe erased, data
         t, meta = read_state(data, where)
         try:
             ss = SlotState.from_tensors(t, meta, version=meta["format_version"])
@@ -376,7 +416,7 @@ class SVDDMemory:
                                  ) from None
         mem = cls.__new__(cls)
         mem._init_state(ss)
-        mem._signing_key = key
+        mem._signing_key, mem._tag_key = key, tag
         try:
             mem._check_loaded(t, meta, where)
         except StateFileError:
@@ -396,19 +436,8 @@ class SVDDMemory:
             self._health.restore(meta["health"], ss.Qinv)
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{where}: inconsistent health record ({exc})") from None
-        check(self.state_digest() == meta["state_digest"], where,
-              "state digest mismatch: the recomputed digest differs from the recorded one")
-        ids = [int(i) for i in t["ids"]]
-        check(ids == meta["ids"], where, "the id list in the metadata differs from the ids tensor")
-        for name, code in (("margin", MARGIN), ("error", ERROR), ("reserve", RESERVE)):
-            got = [i for i, s in zip(ids, t["state"], strict=True) if s == code]
-            check(got == meta["partition"][name], where, f"the {name} set differs from the states")
-        order = [int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]]
-        check(order == meta["margin_order"], where, "margin order differs from the cache columns")
-        res = self._residual()
-        check(res == meta["kkt_residual"], where,
-              f"KKT residual {res:.3e} recomputed on load differs from the saved "
-              f"{meta['kkt_residual']:.3e}")
+        check_recomputed(t, meta, where, digest=self.state_digest(), residual=self._residual(),
+                         margin_order=[int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]])
 
     def attach_audit_log(self, path: str | os.PathLike[str], *,
                          cites: dict | None = None) -> None:
@@ -600,22 +629,7 @@ class SVDDMemory:
     def unique_optimum(self) -> bool:
         """True when the optimum is unique: K is positive definite on the margin
         set together with every token tied at ``g = 0`` (duplicates break this)."""
-        ss, be = self._s, self._be
-        if ss.n == 0 or ss.warm:
-            return True
-        g = solver.fresh_g(ss, be)
-        tied = be.tied_slots(ss, g, 1e-9 * ss.scale)
-        nS = ss.nS
-        if len(tied) + nS <= 1:
-            return True
-        T = np.concatenate([ss.margin_slots(), tied])
-        if len(tied):
-            Kt = gram_matrix(ss.X[T], ss.kernel, ss.gamma_value)
-        else:  # the margin block of the cache is K_SS already
-            Kt = ss.KC[T, :nS]
-        # positive definite with smallest eigenvalue above 1e-10 · the largest
-        # (<= trace): K_T − 1e-10·trace·I has a Cholesky factor
-        return be.positive_definite(Kt, 1e-10)
+        return solver.unique_optimum(self._s, self._be)
 
     def margin_system(self) -> MarginSystem:
         """The partition, alpha, mu and the bordered inverse (for implicit gradients)."""

@@ -38,7 +38,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from svattn.exact.audit import AuditLogError, verify_chain
+from svattn.exact.audit import AuditLogError, lock_log, verify_chain
 from svattn.exact.certificate import DeletionCertificate
 from svattn.exact.fileformat import parse_header, read_metadata
 from svattn.exact.memory import SVDDMemory
@@ -104,6 +104,15 @@ def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
         The old log does not verify, or the state was not saved with it.
     """
     state, log = Path(state), Path(log)
+    lock = lock_log(log)  # no writer may append while the removals are read and replayed
+    try:
+        return _recover_locked(state, log, Path(new_log), signing_key)
+    finally:
+        os.close(lock)
+
+
+def _recover_locked(state: Path, log: Path, new_log: Path, signing_key
+                    ) -> tuple[SVDDMemory, RecoveryReport]:
     rep = verify_chain(log, allow_torn_tail=True)
     if not rep.ok:
         raise AuditLogError(f"audit log {log} does not verify: {rep.error}")
@@ -116,6 +125,17 @@ def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
         raise AuditLogError(f"state {state} was not saved with the log {log} (its record "
                             f"{seq} is not in it)")
     memory = SVDDMemory.load(state, signing_key=signing_key)
+    # the state must be the one this log saved: its digest at the record it names, and a
+    # save record of exactly these bytes after it (an older state relabelled with a later
+    # head would otherwise skip the removals in between)
+    sha = hashlib.sha256(data).hexdigest()
+    if rep.records[seq].get("digest") != memory.state_digest():
+        raise AuditLogError(f"state {state} does not carry the digest of record {seq} of "
+                            f"{log}: it is not the state saved there")
+    if not any(r["op"] == "save" and r.get("file_sha256") == sha
+               for r in rep.records[seq + 1:]):
+        raise AuditLogError(f"the log {log} does not record saving state {state} "
+                            f"(sha256 {sha[:12]}…) after record {seq}")
     held = set(memory.ids)
     replay, lost, moot = [], [], []
     for rec in rep.records[seq + 1:]:
@@ -128,7 +148,7 @@ def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
                 (replay if tid in held and tid not in replay else moot).append(tid)
     last = len(rep.records) - 1
     memory.attach_audit_log(new_log, cites={
-        "state": state.name, "state_sha256": hashlib.sha256(data).hexdigest(),
+        "state": state.name, "state_sha256": sha,
         "log": log.name, "state_record": seq,
         "log_last_record": {"seq": last, "sha256": rep.hashes[last]},
         "replays_removals_after": seq, "torn_tail": rep.torn_tail,

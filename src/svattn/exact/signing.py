@@ -29,14 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import os
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-
-from svattn.exact.certificate import DeletionCertificate
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 
 def generate_key() -> Ed25519PrivateKey:
@@ -68,8 +68,10 @@ def write_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     fd = os.open(key_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(private)
-    pub_path.write_bytes(key.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    fd = os.open(pub_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)  # never overwrite
+    with os.fdopen(fd, "wb") as f:
+        f.write(key.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return key_path, pub_path
 
 
@@ -106,6 +108,44 @@ def _read(path, what: str) -> bytes:
     return path.read_bytes()
 
 
+def derive_tag_key(key: Ed25519PrivateKey) -> bytes:
+    """A 32-byte secret for keyed tag hashes, derived from the controller's signing key
+    (HKDF-SHA256 with its own label: the two uses never share key material)."""
+    raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,
+                            serialization.NoEncryption())
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                info=b"svattn data-subject tag key v1").derive(raw)
+
+
+def tag_hash(tag_key: bytes, tag: str) -> bytes:
+    """The keyed hash a memory keeps for a data subject's tag (HMAC-SHA256, 32 bytes)."""
+    return hmac.new(tag_key, b"svattn-tag-v1|" + tag.encode("utf-8"), hashlib.sha256).digest()
+
+
+def resolve_tag_key(tag_key, signing: Ed25519PrivateKey | None) -> bytes | None:
+    """The tag key: ``tag_key`` itself (bytes, 16 or more), else one derived from the
+    signing key, else None (the memory then refuses tags)."""
+    if tag_key is not None:
+        if not isinstance(tag_key, bytes) or len(tag_key) < 16:
+            raise ValueError("tag_key must be a secret of at least 16 bytes")
+        return tag_key
+    return derive_tag_key(signing) if signing is not None else None
+
+
+def tag_hashes(tags, n: int, tag_key: bytes | None) -> list[bytes | None]:
+    """Checked keyed hashes of ``n`` tags (a sequence of str or None), before any change."""
+    if tags is None:
+        return [None] * n
+    if isinstance(tags, str) or len(tags) != n:
+        raise ValueError(f"tags must be a sequence of {n} tags (str or None), one per row")
+    if any(t is not None and not (isinstance(t, str) and t) for t in tags):
+        raise TypeError("each tag must be a non-empty str or None")
+    if tag_key is None and any(t is not None for t in tags):
+        raise ValueError("tags are kept as keyed hashes, and this memory has no key: give "
+                         "SVDDMemory(..., signing_key=...) or tag_key=")
+    return [None if t is None else tag_hash(tag_key, t) for t in tags]
+
+
 def signing_key(key: Ed25519PrivateKey | str | os.PathLike[str]) -> Ed25519PrivateKey:
     """``key`` itself, or the key in the PEM file it names."""
     if isinstance(key, Ed25519PrivateKey):
@@ -116,13 +156,14 @@ def signing_key(key: Ed25519PrivateKey | str | os.PathLike[str]) -> Ed25519Priva
                     f"{type(key).__name__}")
 
 
-def sign(cert: DeletionCertificate, key: Ed25519PrivateKey) -> DeletionCertificate:
-    """``cert`` with ``signer`` and ``signature`` set."""
+def sign(cert, key: Ed25519PrivateKey):
+    """``cert`` (a :class:`DeletionCertificate` or an ``ErasureReceipt``) with ``signer``
+    and ``signature`` set."""
     unsigned = dataclasses.replace(cert, signer=fingerprint(key.public_key()), signature=None)
     return dataclasses.replace(unsigned, signature=key.sign(unsigned.signed_bytes()).hex())
 
 
-def signature_errors(cert: DeletionCertificate, public_key: Ed25519PublicKey) -> list[str]:
+def signature_errors(cert, public_key: Ed25519PublicKey) -> list[str]:
     """Why ``cert`` is not a receipt signed by ``public_key``'s owner (empty: it is)."""
     if cert.signature is None:
         return ["signature: the receipt is not signed"]
@@ -136,5 +177,6 @@ def signature_errors(cert: DeletionCertificate, public_key: Ed25519PublicKey) ->
     return []
 
 
-__all__ = ["fingerprint", "generate_key", "load_private_key", "load_public_key", "sign",
-           "signature_errors", "signing_key", "write_keypair"]
+__all__ = ["derive_tag_key", "fingerprint", "generate_key", "load_private_key",
+           "load_public_key", "sign", "signature_errors", "signing_key", "tag_hash",
+           "resolve_tag_key", "tag_hashes", "write_keypair"]

@@ -30,6 +30,7 @@ def forget_slot(ss: SlotState, slot: int) -> None:
     leaves the id map, the set hash and the count; its slot becomes free."""
     ss.set_hash = (ss.set_hash - int(ss.token_hash[slot])) % DIGEST_MOD
     ss.token_hash[slot] = 0
+    ss.tags[slot] = 0  # the token's data subject goes with it
     del ss.id_to_slot[int(ss.slot_id[slot])]
     ss.slot_id[slot] = -1
     ss.free_slots.append(slot)
@@ -217,6 +218,26 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> int:
         resolve(ss, be)
         events = -1
     return events
+
+
+def unique_optimum(ss: SlotState, be: Backend) -> bool:
+    """True when the optimum is unique: K is positive definite on the margin set together
+    with every token tied at ``g = 0`` (duplicates break this)."""
+    if ss.n == 0 or ss.warm:
+        return True
+    g = fresh_g(ss, be)
+    tied = be.tied_slots(ss, g, 1e-9 * ss.scale)
+    nS = ss.nS
+    if len(tied) + nS <= 1:
+        return True
+    T = np.concatenate([ss.margin_slots(), tied])
+    if len(tied):
+        Kt = gram_matrix(ss.X[T], ss.kernel, ss.gamma_value)
+    else:  # the margin block of the cache is K_SS already
+        Kt = ss.KC[T, :nS]
+    # positive definite with smallest eigenvalue above 1e-10 · the largest (<= trace):
+    # K_T − 1e-10·trace·I has a Cholesky factor
+    return be.positive_definite(Kt, 1e-10)
 
 
 def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:

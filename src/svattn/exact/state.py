@@ -45,11 +45,13 @@ TENSOR_DTYPES = {
     **{k: "F64" for k in ("keys", "values", "diag", "xn2", "alpha", "g", "kcache", "qinv",
                           "esum")},
     **{k: "I64" for k in ("ids", "slots", "col", "free_slots")},
-    "state": "I8", "esum_member": "I8",
+    "state": "I8", "esum_member": "I8", "tags": "U8",
 }
 SCHEMA_VERSION = 3
 READS = (1, 2, 3)  # schema versions from_tensors accepts
 _V2_TENSORS = {"esum", "esum_member"}  # absent from version 1 files
+_V3_TENSORS = {"tags"}  # absent from version 1-2 files
+TAG_BYTES = 32  # a tag is kept as its HMAC-SHA256 under the controller's tag key
 
 # Version 1-2 files kept the solver's scalars under their attribute names
 # ("every scalar the class happened to hold"); version 3 names them. Old name
@@ -160,6 +162,8 @@ class SlotState:
     state: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # states.py codes
     col_of_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: none
     token_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    # keyed hash of each token's data-subject tag (zeros: untagged); never the tag itself
+    tags: np.ndarray = field(default_factory=lambda: np.zeros((0, TAG_BYTES), np.uint8))
     free_slots: list[int] = field(default_factory=list)
     hi: int = 0  # slots [0, hi) have been used
     id_to_slot: dict[int, int] = field(default_factory=dict)
@@ -225,6 +229,7 @@ class SlotState:
         self.state = np.zeros(cap, dtype=np.int8)
         self.col_of_slot = np.full(cap, -1, dtype=np.int64)
         self.token_hash = np.zeros(cap, dtype=object)
+        self.tags = np.zeros((cap, TAG_BYTES), dtype=np.uint8)
         self.free_slots, self.hi, self.id_to_slot = [], 0, {}
         self.next_id = self.n = 0
         self.ccap = self.chi = 0
@@ -258,6 +263,7 @@ class SlotState:
         self.alpha, self.g = pad(self.alpha, 0.0), pad(self.g, 0.0)
         self.state, self.col_of_slot = pad(self.state, FREE), pad(self.col_of_slot, -1)
         self.token_hash, self.xn2 = pad(self.token_hash, 0), pad(self.xn2, 0.0)
+        self.tags = pad(self.tags, 0)
         self.esum, self.esum_member = pad(self.esum, 0.0), pad(self.esum_member, False)
         KC = np.zeros((cap, self.ccap), order="F")
         KC[: self.cap] = self.KC
@@ -309,6 +315,24 @@ class SlotState:
     @property
     def error_sum_rebuild_due(self) -> bool:
         return not self.esum_valid or self.esum_updates >= 32
+
+    def tagged_slots(self, tag_hash: bytes) -> np.ndarray:
+        """Live slots whose tag is ``tag_hash`` (in id order)."""
+        want = np.frombuffer(tag_hash, dtype=np.uint8)
+        live = self.ordered_slots()
+        return live[(self.tags[live] == want).all(axis=1)] if len(live) else live
+
+    def copies_outside(self, slots: np.ndarray) -> dict[int, list[int]]:
+        """For each of ``slots``, the ids of other live tokens, not among ``slots``, that
+        hold the same key and value bytes."""
+        inside = set(int(s) for s in slots)
+        others = [s for s in self.ordered_slots() if int(s) not in inside]
+        rows: dict[bytes, list[int]] = {}
+        for s in others:
+            rows.setdefault(self.X[s].tobytes() + self.V[s].tobytes(), []).append(
+                int(self.slot_id[s]))
+        return {int(self.slot_id[s]): rows.get(self.X[s].tobytes() + self.V[s].tobytes(), [])
+                for s in slots}
 
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.state[: self.hi] != FREE)
@@ -401,6 +425,8 @@ class SlotState:
             "esum": self.esum[slots] if self.dim is not None else np.zeros(0),
             "esum_member": (self.esum_member[slots] if self.dim is not None
                             else np.zeros(0, bool)).astype(np.int8),
+            "tags": self.tags[slots] if self.dim is not None
+            else np.zeros((0, TAG_BYTES), np.uint8),
         }
         if self.dim is not None and not self.value_is_key:
             t["values"] = self.V[slots]
@@ -448,7 +474,8 @@ class SlotState:
         """
         _check(version in READS, f"unsupported schema version {version!r}")
         expected = (set(TENSOR_DTYPES) - ({"values"} if fields.get("value_is_key") else set())
-                    - (_V2_TENSORS if version == 1 else set()))
+                    - (_V2_TENSORS if version == 1 else set())
+                    - (_V3_TENSORS if version < 3 else set()))
         _check(set(t) == expected,
                f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
         try:  # a file's parameters pass the constructor's checks, or it is refused
@@ -521,6 +548,9 @@ class SlotState:
             _check(t["values"].shape == (n, dv), "values have the wrong shape")
             self.V[slots] = t["values"]
         self.slot_id[slots] = ids
+        if "tags" in t:
+            _check(t["tags"].shape == (n, TAG_BYTES), "tags have the wrong shape")
+            self.tags[slots] = t["tags"]
         self.alpha[slots], self.g[slots] = t["alpha"], t["g"]
         states = t["state"]
         _check(bool(np.isin(states, [RESERVE, MARGIN, ERROR]).all()) if n else True,

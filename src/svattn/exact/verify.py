@@ -19,7 +19,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from svattn.exact.audit import STATE_OPS, AuditReport, verify_chain
-from svattn.exact.certificate import DeletionCertificate, commit_token
+from svattn.exact.certificate import DeletionCertificate, ErasureReceipt, commit_token
 from svattn.exact.fileformat import StateFileError, parse_header, read_metadata
 from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
 from svattn.exact.memory import SVDDMemory
@@ -59,6 +59,7 @@ class DeletionVerification:
     copies: tuple[int, ...] = ()
     logged: bool | None = None
     signed: bool | None = None
+    signature_present: bool = False
     compacted: int = 0
     reasons: tuple[str, ...] = ()
 
@@ -82,6 +83,8 @@ class DeletionVerification:
             parts.append(f"audit log {'records it' if self.logged else 'DISAGREES'}")
         if self.signed is not None:
             parts.append("signature ok" if self.signed else "signature INVALID")
+        elif self.signature_present:
+            parts.append("signature present, NOT checked (no public key given)")
         if not self.unique_optimum:
             parts.append("optimum NOT unique (exactness not claimed)")
         if self.compacted:
@@ -203,7 +206,7 @@ def verify_deletion(
             ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
             retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
             copies=copies, logged=logged, signed=signed, compacted=ss.n_compacted,
-            reasons=tuple(reasons),
+            signature_present=cert.signature is not None, reasons=tuple(reasons),
         )
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
@@ -246,8 +249,82 @@ def verify_deletion(
         retrained=True, unique_optimum=unique, partition_equal=partition_equal,
         max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
         n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
-        logged=logged, signed=signed, compacted=ss.n_compacted, reasons=tuple(reasons),
+        logged=logged, signed=signed, compacted=ss.n_compacted,
+        signature_present=cert.signature is not None, reasons=tuple(reasons),
     )
+
+
+@dataclass(frozen=True)
+class ErasureVerification:
+    """Result of :func:`verify_erasure`: ``ok`` and every failed check, named."""
+
+    ok: bool
+    erased: int
+    last_removal: DeletionVerification | None
+    signed: bool | None = None
+    reasons: tuple[str, ...] = ()
+
+    def summary(self) -> str:
+        """One line for people."""
+        verdict = "VERIFIED" if self.ok else "FAILED"
+        sig = "" if self.signed is None else (", signature ok" if self.signed
+                                              else ", signature INVALID")
+        tail = "; ".join(self.reasons)
+        return f"{verdict}: erasure of {self.erased} tokens{sig}" + (f"; {tail}" if tail else "")
+
+
+def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = True, *,
+                   tol: float = 1e-8, public_key=None, seed: int = 0) -> ErasureVerification:
+    """Check an :class:`ErasureReceipt` against the memory right after the erasure.
+
+    Every id was issued and is gone; no live token carries the subject's tag hash;
+    the receipt's certificates are the removals of exactly those ids and the last
+    one passes :func:`verify_deletion` (retrain included); a live token holding an
+    erased record's key and value must be one the receipt lists as another
+    subject's copy; the digest and size are the memory's; with ``public_key`` the
+    receipt's signature must verify.
+    """
+    reasons = list(receipt.field_errors())
+    if reasons:
+        return ErasureVerification(ok=False, erased=0, last_removal=None,
+                                   reasons=tuple(reasons))
+    signed = None
+    if public_key is not None:
+        if not isinstance(public_key, Ed25519PublicKey):
+            public_key = load_public_key(public_key)
+        bad = signature_errors(receipt, public_key)
+        signed = not bad
+        reasons += bad
+    ss = memory.solver_state
+    certs = receipt.deletion_certificates()
+    if [c.removed_id for c in certs] != receipt.erased_ids:
+        reasons.append("certificates: they do not remove exactly erased_ids, in order")
+    back = [t for t in receipt.erased_ids if t in ss.id_to_slot or t >= ss.next_id]
+    if back:
+        reasons.append(f"erased_ids: {back[:5]} are live or were never issued")
+    tagged = ss.tagged_slots(bytes.fromhex(receipt.tag_hash))
+    if len(tagged):
+        reasons.append(f"tag_hash: live tokens {[int(ss.slot_id[s]) for s in tagged][:5]} "
+                       "still carry the subject's tag")
+    if receipt.state_digest != memory.state_digest():
+        reasons.append("state_digest differs from the memory's")
+    if receipt.n_after != len(memory):
+        reasons.append(f"n_after: the receipt says {receipt.n_after}, the memory holds "
+                       f"{len(memory)}")
+    for c in certs:
+        allowed = set(receipt.copies_kept.get(str(c.removed_id), []))
+        extra = [t for t in _live_copies(memory, c) if t not in allowed]
+        if extra:
+            reasons.append(f"live tokens {extra} hold the data of erased token "
+                           f"{c.removed_id} and are not another subject's copies")
+    last = None
+    if certs:
+        last = verify_deletion(memory, certs[-1], retrain, tol=tol, seed=seed)
+        allowed = set(receipt.copies_kept.get(str(certs[-1].removed_id), []))
+        reasons += [r for r in last.reasons
+                    if not (r.startswith("live tokens") and set(last.copies) <= allowed)]
+    return ErasureVerification(ok=not reasons, erased=len(receipt.erased_ids),
+                               last_removal=last, signed=signed, reasons=tuple(reasons))
 
 
 def _parameter_mismatches(memory: SVDDMemory, cert: DeletionCertificate) -> list[str]:
@@ -377,4 +454,5 @@ def _check_state(rep: AuditReport, state: Path) -> None:
                      f"state's {mem.state_digest()[:12]}…")
 
 
-__all__ = ["DeletionVerification", "verify_deletion", "verify_log"]
+__all__ = ["DeletionVerification", "ErasureVerification", "verify_deletion", "verify_erasure",
+           "verify_log"]
