@@ -111,3 +111,17 @@ def test_dropout_only_in_training():
     for bad in (-0.1, 1.0, True, "0.1"):
         with pytest.raises(ValueError, match="dropout"):
             CharLMConfig(dropout=bad)
+
+
+def test_committed_configs_carry_paths_relative_to_the_repository():
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "configs").glob("*.json")):
+        cfg = json.loads(path.read_text())
+        for key in ("data", "out_dir"):
+            value = cfg.get(key)
+            assert value is None or not Path(value).is_absolute(), (path.name, key, value)
+        if cfg.get("data") and (root.parent / "shared").is_dir():
+            assert (root / cfg["data"]).exists(), (path.name, cfg["data"])
