@@ -282,12 +282,15 @@ class SVDD(OutlierMixin, BaseEstimator):
         for tid, row in zip(held, keys, strict=True):
             by_row.setdefault(row.tobytes(), []).append(tid)
         ids: list[int] = []
+        asked: set[bytes] = set()
         for r, row in enumerate(np.ascontiguousarray(X)):
-            found = by_row.pop(row.tobytes(), None)
+            data = row.tobytes()
+            if data in asked:
+                continue  # a repeated row: its samples are already listed
+            found = by_row.pop(data, None)
             if found is None:
-                if any(row.tobytes() == np.ascontiguousarray(X[q]).tobytes() for q in range(r)):
-                    continue  # a repeated row: its samples are already listed
                 raise ValueError(f"X row {r} matches no sample the model holds")
+            asked.add(data)
             ids += found
         return ids
 

@@ -523,10 +523,8 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
     """Apply one record to the live ids: ``(error or None, next id, certificates)``."""
     certified = 0
     if op == "open" and "continues" in rec:  # a chain that starts from a saved state
-        cont = rec["continues"]
-        ids, nid = cont.get("live_ids") if isinstance(cont, dict) else None, None
-        if isinstance(cont, dict):
-            nid = cont.get("next_id")
+        cont = rec["continues"] if isinstance(rec["continues"], dict) else {}
+        ids, nid = cont.get("live_ids"), cont.get("next_id")
         if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool)
                                               for t in ids)
                 and isinstance(nid, int) and all(0 <= t < nid for t in ids)

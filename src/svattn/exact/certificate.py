@@ -132,10 +132,7 @@ class DeletionCertificate:
 
     def signed_bytes(self) -> bytes:
         """What a signature covers: the canonical JSON of every field but ``signature``."""
-        body = {k: v for k, v in asdict(self).items() if k != "signature"}
-        return b"svattn-deletion-certificate-v1|" + json.dumps(
-            body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-            allow_nan=False).encode()
+        return _signed_bytes(b"svattn-deletion-certificate-v1|", self)
 
     def to_json(self) -> str:
         """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
@@ -144,20 +141,8 @@ class DeletionCertificate:
     @classmethod
     def from_json(cls, text: str) -> DeletionCertificate:
         """Parse a certificate written by :meth:`to_json`; precise errors on bad input."""
-        try:
-            data: dict[str, Any] = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"certificate is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError("certificate JSON must be an object")
-        names = {f for f in cls.__dataclass_fields__}
-        missing = names - set(data) - {"issued_at", "version", "compacted", "signer",
-                                       "signature"}
-        if missing:
-            raise ValueError(f"certificate is missing fields: {sorted(missing)}")
-        unknown = set(data) - names
-        if unknown:
-            raise ValueError(f"certificate has unknown fields: {sorted(unknown)}")
+        data = _json_fields(text, cls, "certificate",
+                            optional={"issued_at", "version", "compacted", "signer", "signature"})
         if data.get("version", CERTIFICATE_VERSION) != CERTIFICATE_VERSION:
             raise ValueError(
                 f"certificate version {data['version']} is not supported "
@@ -291,10 +276,7 @@ class ErasureReceipt:
 
     def signed_bytes(self) -> bytes:
         """What a signature covers: the canonical JSON of every field but ``signature``."""
-        body = {k: v for k, v in asdict(self).items() if k != "signature"}
-        return b"svattn-erasure-receipt-v1|" + json.dumps(
-            body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-            allow_nan=False).encode()
+        return _signed_bytes(b"svattn-erasure-receipt-v1|", self)
 
     def to_json(self) -> str:
         """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
@@ -303,17 +285,8 @@ class ErasureReceipt:
     @classmethod
     def from_json(cls, text: str) -> ErasureReceipt:
         """Parse a receipt written by :meth:`to_json`; precise errors on bad input."""
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"erasure receipt is not valid JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise ValueError("erasure receipt JSON must be an object")
-        names = set(cls.__dataclass_fields__)
-        missing = names - set(data) - {"issued_at", "version", "signer", "signature"}
-        if missing or set(data) - names:
-            raise ValueError(f"erasure receipt fields: missing {sorted(missing)}, unknown "
-                             f"{sorted(set(data) - names)}")
+        data = _json_fields(text, cls, "erasure receipt",
+                            optional={"issued_at", "version", "signer", "signature"})
         receipt = cls(**data)
         errs = receipt.field_errors()
         if errs:
@@ -353,3 +326,29 @@ class ErasureReceipt:
         if (self.signer is None) != (self.signature is None):
             errs.append("signer and signature come together (both or neither)")
         return errs
+
+
+def _signed_bytes(prefix: bytes, record) -> bytes:
+    """``prefix`` and the canonical JSON of every field of ``record`` but ``signature``."""
+    body = {k: v for k, v in asdict(record).items() if k != "signature"}
+    return prefix + json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                               allow_nan=False).encode()
+
+
+def _json_fields(text: str, cls, what: str, *, optional: set[str]) -> dict[str, Any]:
+    """The JSON object ``text`` holding exactly ``cls``'s fields (``optional`` may be
+    missing); ``ValueError`` naming ``what`` and the fields otherwise."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{what} JSON must be an object")
+    names = set(cls.__dataclass_fields__)
+    missing = names - set(data) - optional
+    if missing:
+        raise ValueError(f"{what} is missing fields: {sorted(missing)}")
+    unknown = set(data) - names
+    if unknown:
+        raise ValueError(f"{what} has unknown fields: {sorted(unknown)}")
+    return data

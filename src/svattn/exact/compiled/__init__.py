@@ -29,26 +29,12 @@ from svattn.exact.state import NeedResolve, SlotState, scrub
 NAME = "compiled"
 
 
-class _LostPivot:
-    """Context: a compiled step divided by an exactly-zero pivot of the bordered inverse.
-
-    In exact arithmetic a pivot ``Qinv[m, m] = 1 / schur`` is positive; it reaches 0
-    only when the kept inverse has lost all precision, as with exp-kernel diagonals
-    spanning e^10 .. e^300 in one memory (numba raises ``ZeroDivisionError`` there).
-    That is the degeneracy an incremental step hands to the exact batch re-solve,
-    like a ``NEED_RESOLVE`` status: it becomes :class:`NeedResolve`.
-    """
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if kind is ZeroDivisionError:
-            raise NeedResolve from exc
-        return False
-
-
-_lost_pivot = _LostPivot()
+# A compiled step may divide by an exactly-zero pivot of the bordered inverse. In exact
+# arithmetic a pivot Qinv[m, m] = 1 / schur is positive; it reaches 0 only when the kept
+# inverse has lost all precision, as with exp-kernel diagonals spanning e^10 .. e^300 in
+# one memory (numba raises ZeroDivisionError there). That is the degeneracy an
+# incremental step hands to the exact batch re-solve, like a NEED_RESOLVE status, so the
+# calls below turn it into NeedResolve (try/except: no cost on the hot path).
 
 
 # ---------------------------------------------------------------- cache columns
@@ -94,9 +80,11 @@ def wipe_slot_arrays(ss: SlotState, slot: int) -> int:
 # ------------------------------------------------------------ bordered system
 def contract(ss: SlotState, p: int) -> None:
     """:func:`svattn.exact.reference.contract`, compiled."""
-    with _lost_pivot:
+    try:
         nS, ss.Qinv = linalg.contract_margin(ss.Qinv, ss.KC, ss.XC, ss.ac, ss.slot_of_col,
                                              ss.col_of_slot, p, ss.nS, ss.hi)
+    except ZeroDivisionError as exc:  # a lost pivot (see the note above)
+        raise NeedResolve from exc
     ss.nS = int(nS)
 
 
@@ -215,11 +203,13 @@ def _drive_loop(ss: SlotState, c: int, direction: int, k_c: np.ndarray, sgn: np.
     max_events = 20 * ss.n + 200
     scale, gamma = ss.scale, ss.gamma_value
     while True:
-        with _lost_pivot:
+        try:
             status, nS, chi, mu, Qinv = events.drive_events(
                 ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag,
                 ss.alpha, ss.g, ss.state, ss.Qinv, ss.nS, ss.chi, ss.hi, ss.mu, ss.C, gamma,
                 ss.is_rbf, c, direction, k_c, sgn, loop, max_events, scale)
+        except ZeroDivisionError as exc:  # a lost pivot (see the note above)
+            raise NeedResolve from exc
         ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
         if status == codes.DONE:
             return done + int(loop[codes.EVENTS])
@@ -262,13 +252,15 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     sup_ids = np.empty(ss.ccap, dtype=np.int64)
     sup_values = np.empty(ss.ccap + 1)
     # the error sum is synced first, without c: its share of the end state is 0
-    with _lost_pivot:
+    try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
             ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.V, ss.xn2, ss.diag,
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, ss.gram_buffer())
+    except ZeroDivisionError as exc:  # a lost pivot (see the note above)
+        raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
     jumped = int(out[codes.SEG_JUMPED])
     ss.n_jumps += jumped > 0
