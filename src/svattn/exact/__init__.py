@@ -13,7 +13,7 @@ True
 
 from svattn.exact.certificate import DeletionCertificate, commit_token
 from svattn.exact.kernels import KERNELS, KernelOverflowError, default_gamma, kernel_matrix
-from svattn.exact.memory import MarginSystem, SVDDMemory, UnknownTokenError
+from svattn.exact.memory import MarginSystem, OperationError, SVDDMemory, UnknownTokenError
 from svattn.exact.state import SlotState
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "DeletionVerification",
     "KernelOverflowError",
     "MarginSystem",
+    "OperationError",
     "SVDDMemory",
     "SlotState",
     "UnknownTokenError",

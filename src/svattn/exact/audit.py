@@ -239,6 +239,29 @@ class AuditLog:
             pass
 
     # -------------------------------------------------------------- writing
+    def mark(self) -> tuple:
+        """Where the log stands (for :meth:`rollback`): the file size and the chain's head."""
+        size = os.fstat(self._fd).st_size if self._fd >= 0 else -1
+        return (size, self._seq, self._prev, self._last_counts, list(self._pending),
+                self._failed)
+
+    def rollback(self, mark: tuple) -> None:
+        """Undo every record written since ``mark`` (an operation that failed is not in
+        the log): truncate the file back, restore the chain's head. If the truncation
+        itself fails the log stays failed (the memory then refuses further operations)."""
+        size, seq, prev, counts, pending, failed = mark
+        if size < 0 or self._fd < 0:
+            return
+        try:
+            if os.fstat(self._fd).st_size != size:
+                os.ftruncate(self._fd, size)
+                os.fsync(self._fd)
+        except OSError as exc:
+            self._failed = exc
+            return
+        self._seq, self._prev, self._last_counts = seq, prev, counts
+        self._pending, self._failed = pending, failed
+
     def ready(self) -> None:
         """Raise :class:`AuditLogError` if a previous write failed (called before ops)."""
         if self._failed is not None:

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from svattn.exact import compiled, reference, solver
-from svattn.exact.audit import AuditFacts, AuditLog
+from svattn.exact.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.cache import refactorize
 from svattn.exact.certificate import DeletionCertificate, ErasureReceipt, commit_token
 from svattn.exact.fileformat import (
@@ -48,7 +48,8 @@ from svattn.exact.fileformat import (
 )
 from svattn.exact.health import HealthMonitor
 from svattn.exact.kernels import biased_softmax_readout, decision_values
-from svattn.exact.results import MarginSystem, UnknownTokenError
+from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
+from svattn.exact.rollback import atomic
 from svattn.exact.signing import resolve_tag_key, sign, tag_hashes
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
@@ -226,13 +227,19 @@ class SVDDMemory:
 
     def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
-        ids = solver.add_rows(self._s, self._be, k, v)
-        for tid, h in zip(ids, hashes, strict=True):
-            if h is not None:
-                self._s.tags[self._s.id_to_slot[tid]] = np.frombuffer(h, dtype=np.uint8)
-        solver.standby_upkeep(self._s, self._be, ids)
-        self._after_op(op, ids=ids, keys=k, values=v, tags=hashes)
+        with self._atomic(op):
+            ids = solver.add_rows(self._s, self._be, k, v)
+            for tid, h in zip(ids, hashes, strict=True):
+                if h is not None:
+                    self._s.tags[self._s.id_to_slot[tid]] = np.frombuffer(h, dtype=np.uint8)
+            solver.standby_upkeep(self._s, self._be, ids)
+            self._after_op(op, ids=ids, keys=k, values=v, tags=hashes)
         return ids
+
+    def _atomic(self, op: str, wiped=()):
+        """The operation's body runs whole or not at all (:mod:`svattn.exact.rollback`)."""
+        return atomic(self._s, self._health, self._audit, op, wiped=wiped,
+                      passthrough=(AuditLogError, OperationError, UnknownTokenError))
 
     def erase(self, tag: str) -> ErasureReceipt:
         """Erase a data subject: remove every live token carrying ``tag``, each exactly,
@@ -254,15 +261,16 @@ class SVDDMemory:
         ids = [int(ss.slot_id[s]) for s in slots]
         kept = ss.copies_outside(slots)
         self._audit_ready()
-        certs = [self.remove(t) for t in ids]
-        receipt = ErasureReceipt(
-            tag_hash=th.hex(), erased_ids=ids, certificates=[asdict(c) for c in certs],
-            copies_kept={str(t): c for t, c in kept.items() if c},
-            state_digest=self.state_digest(), n_after=len(self))
-        if self._signing_key is not None:
-            receipt = sign(receipt, self._signing_key)
-        if self._audit is not None:
-            self._audit.record(self._audit_facts(), "erase", receipt=receipt)
+        with self._atomic("erase", wiped=slots):
+            certs = [self.remove(t) for t in ids]
+            receipt = ErasureReceipt(
+                tag_hash=th.hex(), erased_ids=ids, certificates=[asdict(c) for c in certs],
+                copies_kept={str(t): c for t, c in kept.items() if c},
+                state_digest=self.state_digest(), n_after=len(self))
+            if self._signing_key is not None:
+                receipt = sign(receipt, self._signing_key)
+            if self._audit is not None:
+                self._audit.record(self._audit_facts(), "erase", receipt=receipt)
         return receipt
 
     def remove(self, token_id: int) -> DeletionCertificate:
@@ -282,20 +290,21 @@ class SVDDMemory:
         before = self._sizes()
         salt = secrets.token_bytes(16)
         commitment = commit_token(salt, ss.X[slot], ss.V[slot])
-        events = solver.remove_slot(ss, self._be, slot)
-        after, kkt, unique, digest = self._certificate_facts()
-        # exactness is claimed only for a unique optimum met to tol: near-copies of keys
-        # (kernel distances near rounding) can leave the KKT residual above tol
-        unique = unique and kkt <= self._s.tol
-        cert = DeletionCertificate.issue(
-            removed_id=int(token_id), commitment=commitment, salt=salt.hex(),
-            partition_before=before, partition_after=after, kkt_residual_after=kkt,
-            n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
-            kernel=self.kernel, gamma=ss.gamma_value, compacted=ss.n_compacted,
-        )
-        if self._signing_key is not None:
-            cert = sign(cert, self._signing_key)
-        self._after_op("remove", certificate=cert)
+        with self._atomic("remove", wiped=[slot]):
+            events = solver.remove_slot(ss, self._be, slot)
+            after, kkt, unique, digest = solver.certificate_facts(ss, self._be)
+            # exactness is claimed only for a unique optimum met to tol: near-copies of
+            # keys (kernel distances near rounding) can leave the KKT residual above tol
+            unique = unique and kkt <= self._s.tol
+            cert = DeletionCertificate.issue(
+                removed_id=int(token_id), commitment=commitment, salt=salt.hex(),
+                partition_before=before, partition_after=after, kkt_residual_after=kkt,
+                n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
+                kernel=self.kernel, gamma=ss.gamma_value, compacted=ss.n_compacted,
+            )
+            if self._signing_key is not None:
+                cert = sign(cert, self._signing_key)
+            self._after_op("remove", certificate=cert)
         return cert
 
     def remove_many(self, token_ids: Iterable[int]) -> list[DeletionCertificate]:
@@ -307,7 +316,8 @@ class SVDDMemory:
             if t in seen:
                 raise ValueError(f"token_ids lists id {t} twice")
             seen.add(t)
-        return [self.remove(t) for t in ids]
+        with self._atomic("remove_many", wiped=[self._s.id_to_slot[t] for t in ids]):
+            return [self.remove(t) for t in ids]
 
     def compact(self) -> list[int]:
         """Certified selection: drop every reserve token; return their ids.
@@ -322,14 +332,16 @@ class SVDDMemory:
         if ss.warm:
             return []
         self._audit_ready()
-        dropped = [int(ss.slot_id[s]) for s in ss.slots_in({RESERVE})]
-        for t in dropped:
-            solver.wipe_slot(ss, self._be, ss.id_to_slot[t])
-        if ss.n_compacted >= 0:  # -1 stays "unknown"
-            ss.n_compacted += len(dropped)
-        if dropped and not ss.nS:
-            solver.canonical_mu(ss, self._be)
-        self._after_op("compact", dropped=sorted(dropped))
+        reserve = ss.slots_in({RESERVE})
+        dropped = [int(ss.slot_id[s]) for s in reserve]
+        with self._atomic("compact", wiped=reserve):
+            for t in dropped:
+                solver.wipe_slot(ss, self._be, ss.id_to_slot[t])
+            if ss.n_compacted >= 0:  # -1 stays "unknown"
+                ss.n_compacted += len(dropped)
+            if dropped and not ss.nS:
+                solver.canonical_mu(ss, self._be)
+            self._after_op("compact", dropped=sorted(dropped))
         return sorted(dropped)
 
     def copy(self, *, backend: str | None = None) -> SVDDMemory:
@@ -647,39 +659,10 @@ class SVDDMemory:
         The token set enters as a multiset hash (sum of per-token SHA-256 mod
         2^256), updated in O(1) per add/remove, so digests stay cheap.
         """
-        ss = self._s
-        slots = self._be.support_slots_by_id(ss)
-        return self._s.digest(ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu))
-
-    def _certificate_facts(self) -> tuple[dict[str, int], float, bool, str]:
-        """Set sizes, KKT residual, uniqueness and digest after an operation.
-
-        Equal to :meth:`_sizes`, :meth:`kkt_residual`, :meth:`unique_optimum` and
-        :meth:`state_digest`: the removal's own final pass found them when it
-        could (``facts_after``), else one backend pass over the slots, and the
-        residual the operation's own exact-g check already computed.
-        """
-        ss, be = self._s, self._be
-        kkt, ss.kkt_after = ss.kkt_after, None
-        pre, ss.facts_after = ss.facts_after, None
-        if pre is not None:  # the removal's own final pass found them
-            sizes, unique, ids, values = pre
-            return (sizes, float(kkt), self.unique_optimum() if unique < 0 else bool(unique),
-                    self._s.digest(ids, values))
-        if ss.n == 0 or ss.warm:
-            return self._sizes(), self.kkt_residual(), self.unique_optimum(), self.state_digest()
-        g = solver.fresh_g(ss, be)
-        nm, ne, nr, unique, ids, values = be.certificate_facts(ss, g, 1e-9 * ss.scale)
-        if kkt is None:
-            kkt = be.kkt(ss, g)
-        return ({"margin": nm, "error": ne, "reserve": nr}, float(kkt),
-                self.unique_optimum() if unique < 0 else bool(unique), self._s.digest(ids, values))
+        return solver.state_digest(self._s, self._be)
 
     def _sizes(self) -> dict[str, int]:
-        if self._s.warm:
-            return {"margin": self._s.n, "error": 0, "reserve": 0}
-        nm, ne, nr = self._be.count_states(self._s)
-        return {"margin": nm, "error": ne, "reserve": nr}
+        return solver.set_sizes(self._s, self._be)
 
     def _slot_for(self, token_id) -> int:
         if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):
@@ -693,4 +676,5 @@ class SVDDMemory:
         return slot
 
 
-__all__: Sequence[str] = ["BACKENDS", "MarginSystem", "SVDDMemory", "UnknownTokenError"]
+__all__: Sequence[str] = ["BACKENDS", "MarginSystem", "OperationError", "SVDDMemory",
+                          "UnknownTokenError"]

@@ -1,5 +1,6 @@
-"""What the exact memory hands back besides certificates: its error for unknown ids and
-the solved system the torch exact path differentiates through."""
+"""What the exact memory hands back besides certificates: its errors (an unknown id, an
+operation that failed and was rolled back) and the solved system the torch exact path
+differentiates through."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ class UnknownTokenError(KeyError, ValueError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0]) if self.args else ""
+
+
+class OperationError(RuntimeError):
+    """An operation failed midway and was undone: the memory is exactly as before the
+    call (same ids, coefficients, digest and audit-log position). The cause is chained
+    (``__cause__``) and named in the message."""
 
 
 @dataclass(frozen=True)
@@ -39,4 +46,4 @@ class MarginSystem:
     Qinv: np.ndarray
 
 
-__all__ = ["MarginSystem", "UnknownTokenError"]
+__all__ = ["MarginSystem", "OperationError", "UnknownTokenError"]

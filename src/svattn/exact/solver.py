@@ -249,6 +249,44 @@ def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:
     return ss.g[: ss.hi]
 
 
+def set_sizes(ss: SlotState, be: Backend) -> dict[str, int]:
+    """Sizes of the margin, error and reserve sets (warm-up: all in margin)."""
+    if ss.warm:
+        return {"margin": ss.n, "error": 0, "reserve": 0}
+    nm, ne, nr = be.count_states(ss)
+    return {"margin": nm, "error": ne, "reserve": nr}
+
+
+def state_digest(ss: SlotState, be: Backend) -> str:
+    """The state's digest (:meth:`SlotState.digest` over the support in id order)."""
+    slots = be.support_slots_by_id(ss)
+    return ss.digest(ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu))
+
+
+def certificate_facts(ss: SlotState, be: Backend) -> tuple[dict[str, int], float, bool, str]:
+    """Set sizes, KKT residual, uniqueness and digest after an operation.
+
+    Equal to :func:`set_sizes`, the KKT residual on a fresh g, :func:`unique_optimum`
+    and :func:`state_digest`: the removal's own final pass found them when it could
+    (``facts_after``), else one backend pass over the slots, and the residual the
+    operation's own exact-g check already computed.
+    """
+    kkt, ss.kkt_after = ss.kkt_after, None
+    pre, ss.facts_after = ss.facts_after, None
+    if pre is not None:  # the removal's own final pass found them
+        sizes, unique, ids, values = pre
+        return (sizes, float(kkt), unique_optimum(ss, be) if unique < 0 else bool(unique),
+                ss.digest(ids, values))
+    if ss.n == 0 or ss.warm:
+        return set_sizes(ss, be), 0.0, unique_optimum(ss, be), state_digest(ss, be)
+    g = fresh_g(ss, be)
+    nm, ne, nr, unique, ids, values = be.certificate_facts(ss, g, 1e-9 * ss.scale)
+    if kkt is None:
+        kkt = be.kkt(ss, g)
+    return ({"margin": nm, "error": ne, "reserve": nr}, float(kkt),
+            unique_optimum(ss, be) if unique < 0 else bool(unique), ss.digest(ids, values))
+
+
 def polish(ss: SlotState, be: Backend, *, refresh_g: bool = True) -> None:
     """Re-solve alpha_S and mu on the current partition with the kept inverse.
 
@@ -421,5 +459,5 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             resolve(ss, be, fallback=False, polish_after=False)
 
 
-__all__ = ["Backend", "add_rows", "fresh_g", "remove_slot", "resolve", "standby_upkeep",
-           "wipe_slot"]
+__all__ = ["Backend", "add_rows", "certificate_facts", "fresh_g", "remove_slot", "resolve",
+           "set_sizes", "standby_upkeep", "state_digest", "wipe_slot"]

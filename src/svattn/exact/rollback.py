@@ -1,0 +1,172 @@
+"""Atomic operations: a cheap checkpoint of the solver state, and its exact restore.
+
+Every public operation of :class:`~svattn.exact.memory.SVDDMemory` runs inside
+:func:`atomic`: if anything raises midway (a degenerate re-solve, a full disk under the
+audit log, ``KeyboardInterrupt``), the memory is restored to what it was before the
+call — the same ids, coefficients, digest, health record and audit-log position — and
+the caller gets a documented error.
+
+What a checkpoint copies, and why it stays cheap (O(n) bytes, not the O(n·columns)
+kernel cache nor the O(n·d) keys):
+
+- the per-slot vectors (``alpha``, ``g``, ``state``, ...) and the small arrays of the
+  bordered system (``Qinv``, the per-column ``ac`` and ``slot_of_col``), whole;
+- the keys, values, ids, hashes and tags only of the slots the operation may wipe
+  (named by the caller: the token a removal takes, the reserve set compaction drops);
+  every other slot an operation writes was free before it, so the restore clears it;
+- not the kernel cache ``KC`` nor the column keys ``XC``: both are functions of the
+  keys and of ``slot_of_col``, and the restore recomputes them from the restored keys.
+
+The restored cache equals the old one to rounding (its entries were computed by two
+formulas, the batched rows of :func:`~svattn.exact.kernels.kernel_matrix` and the
+compiled columns, and the restore uses the first), so a memory that rolled back
+continues within rounding of one that never failed; every other field, and the digest,
+is restored bit for bit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from svattn.exact.kernels import kernel_matrix
+from svattn.exact.results import OperationError
+from svattn.exact.state import SlotState, scrub
+
+# per-slot arrays an operation may change anywhere; copied whole by a checkpoint
+_VECTORS = ("alpha", "g", "state", "col_of_slot", "esum", "esum_member")
+# per-slot arrays an operation writes only in the slots it fills (free before it) or
+# wipes: the checkpoint copies the wiped slots' entries, the restore clears the filled
+_ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash": 0,
+         "tags": 0}
+# arrays a checkpoint leaves out (recomputed or rewritten by the restore) and scratch
+_DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
+_SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
+            "kkt_after": lambda: None, "facts_after": lambda: None, "health_after": lambda: None}
+
+
+@dataclass
+class Checkpoint:
+    """What :func:`restore` needs to put a :class:`SlotState` back exactly."""
+
+    scalars: dict[str, Any]
+    vectors: dict[str, np.ndarray]
+    rows: dict[str, tuple[np.ndarray, np.ndarray]]  # array -> (wiped slots, their entries)
+    qinv: np.ndarray
+    qinv_obj: np.ndarray  # the array itself: the health monitor knows it by identity
+    ac: np.ndarray
+    slot_of_col: np.ndarray
+    free_slots: list[int]
+
+
+def checkpoint(ss: SlotState, wiped: Iterable[int] = ()) -> Checkpoint:
+    """Copy what an operation may change; ``wiped``: the slots it may wipe."""
+    skip = set(_VECTORS) | set(_ROWS) | set(_DERIVED) | set(_SCRATCH)
+    scalars = {f.name: getattr(ss, f.name) for f in dataclasses.fields(ss) if f.name not in skip}
+    if ss.dim is None:  # nothing allocated yet: the restore only resets the scalars
+        return Checkpoint(scalars, {}, {}, ss.Qinv, ss.Qinv, ss.ac, ss.slot_of_col, [])
+    slots = np.fromiter(wiped, np.int64)
+    rows = {name: (slots, getattr(ss, name)[slots]) for name in _ROWS}  # fancy index: copies
+    return Checkpoint(scalars, {name: getattr(ss, name).copy() for name in _VECTORS}, rows,
+                      ss.Qinv.copy(), ss.Qinv, ss.ac.copy(), ss.slot_of_col.copy(),
+                      list(ss.free_slots))
+
+
+def restore(ss: SlotState, cp: Checkpoint) -> None:
+    """Put ``ss`` back to the checkpoint (see the module docs for what is recomputed)."""
+    if not cp.vectors:  # the state was empty: drop whatever the operation allocated
+        for buf in (ss.X, ss.V, ss.KC, ss.XC):
+            scrub(buf)
+        fresh = SlotState.new(C=ss.C, kernel=ss.kernel, gamma=ss.gamma, tol=ss.tol,
+                              standby=ss.standby, compiled=ss.compiled)
+        for f in dataclasses.fields(ss):
+            setattr(ss, f.name, getattr(fresh, f.name))
+        for name, value in cp.scalars.items():
+            setattr(ss, name, value)
+        return
+    cap, ccap, hi = int(cp.scalars["cap"]), int(cp.scalars["ccap"]), int(cp.scalars["hi"])
+    # the slots the operation may have filled: the free list and the unused tail
+    filled = np.concatenate([np.asarray(cp.free_slots, np.int64), np.arange(hi, cap)])
+    for name, empty in _ROWS.items():
+        arr = _slots_back(getattr(ss, name), cap)
+        arr[filled] = empty
+        slots, entries = cp.rows[name]
+        arr[slots] = entries
+        setattr(ss, name, arr)
+    for name, value in cp.scalars.items():
+        setattr(ss, name, value)
+    for name, arr in cp.vectors.items():
+        setattr(ss, name, arr)
+    old_slot_id = ss.slot_id
+    cp.qinv_obj[...] = cp.qinv  # back in the same array (an in-place update may have run)
+    ss.Qinv, ss.ac, ss.slot_of_col = cp.qinv_obj, cp.ac, cp.slot_of_col
+    ss.free_slots = list(cp.free_slots)
+    live = np.flatnonzero(old_slot_id >= 0)
+    ss.id_to_slot = {int(old_slot_id[s]): int(s) for s in live}
+    _rebuild_cache(ss, cap, ccap, live)
+    for name, make in _SCRATCH.items():
+        setattr(ss, name, make())
+
+
+def _slots_back(a: np.ndarray, cap: int) -> np.ndarray:
+    """``a`` with ``cap`` rows: itself, or (after a grow) a copy of its first rows, the
+    grown buffer scrubbed."""
+    if a.shape[0] == cap:
+        return a
+    out = a[:cap].copy()
+    scrub(a)
+    return out
+
+
+def _rebuild_cache(ss: SlotState, cap: int, ccap: int, live: np.ndarray) -> None:
+    """KC and XC recomputed from the restored keys and column assignment."""
+    for buf in (ss.KC, ss.XC):
+        scrub(buf)
+    d = ss.X.shape[1]
+    ss.KC = np.zeros((cap, ccap), order="F")
+    ss.XC = np.zeros((ccap, d))
+    cols = np.flatnonzero(ss.slot_of_col[: ss.chi] >= 0)
+    if not (len(cols) and len(live)):
+        return
+    owners = ss.slot_of_col[cols]
+    ss.XC[cols] = ss.X[owners]
+    block = kernel_matrix(ss.X[live], ss.XC[cols], ss.kernel, ss.gamma_value)
+    ss.KC[np.ix_(live, cols)] = block
+    ss.KC[owners, cols] = ss.diag[owners]  # a token's own entry is its diagonal
+
+
+class _Log(Protocol):
+    def mark(self) -> Any: ...
+    def rollback(self, mark: Any) -> None: ...
+
+
+@contextmanager
+def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
+           wiped: Iterable[int] = (), passthrough: tuple[type[BaseException], ...] = ()
+           ) -> Iterator[None]:
+    """Run the body as one operation: on any exception, restore ``ss``, the health
+    monitor's fields and the log's position, then re-raise — ``passthrough`` errors and
+    interrupts as they are, anything else as :class:`OperationError` naming the cause."""
+    cp = checkpoint(ss, wiped)
+    monitor = dict(vars(health))
+    mark = None if log is None else log.mark()
+    try:
+        yield
+    except BaseException as exc:
+        restore(ss, cp)
+        vars(health).clear()
+        vars(health).update(monitor)
+        if log is not None:
+            log.rollback(mark)
+        if isinstance(exc, passthrough) or not isinstance(exc, Exception):
+            raise
+        raise OperationError(
+            f"{op} failed ({type(exc).__name__}: {exc}); the memory is unchanged") from exc
+
+
+__all__ = ["Checkpoint", "atomic", "checkpoint", "restore"]

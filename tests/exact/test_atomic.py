@@ -1,0 +1,173 @@
+"""Every public operation is atomic: a failure at any point leaves the memory, its
+audit log and its health record exactly as before the call (svattn.exact.rollback).
+
+Faults are injected by wrapping every function of the backend (and the solver's
+batch re-solve, the signer and the log's writer) so that the k-th call raises; k
+runs over every call an operation makes, so each phase of each operation fails once.
+"""
+
+from __future__ import annotations
+
+import types
+
+import numpy as np
+import pytest
+
+from svattn.exact import OperationError, SVDDMemory, compiled, reference, solver
+from svattn.exact import memory as memory_module
+from svattn.exact.audit import AuditLog, AuditLogError, verify_chain
+
+
+class Injected(RuntimeError):
+    pass
+
+
+class Faults:
+    """Counts calls of the wrapped functions; the ``fail_at``-th call raises."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.fail_at = -1
+
+    def wrap(self, fn):
+        def wrapped(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                raise Injected(f"fault at call {self.calls} ({fn.__name__})")
+            return fn(*args, **kwargs)
+        return wrapped
+
+
+@pytest.fixture
+def faults(monkeypatch):
+    f = Faults()
+    for module in (compiled, reference):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, types.FunctionType):
+                monkeypatch.setattr(module, name, f.wrap(obj))
+    for name in ("resolve", "standby_upkeep", "finish_op"):
+        if hasattr(solver, name):
+            monkeypatch.setattr(solver, name, f.wrap(getattr(solver, name)))
+    monkeypatch.setattr(memory_module, "sign", f.wrap(memory_module.sign))
+    monkeypatch.setattr(AuditLog, "_write", f.wrap(AuditLog._write))
+    return f
+
+
+def snapshot(mem: SVDDMemory, log) -> tuple:
+    t, fields = mem.solver_state.to_tensors()
+    cache = t.pop("kcache")
+    return (mem.state_digest(), mem.ids, {k: v.tobytes() for k, v in t.items()},
+            {k: v for k, v in fields.items()}, cache, mem.health.to_dict(mem.solver_state.Qinv),
+            None if log is None else log.read_bytes())
+
+
+def assert_same(before: tuple, after: tuple) -> None:
+    assert after[0] == before[0], "digest changed"
+    assert after[1] == before[1], "ids changed"
+    assert after[2].keys() == before[2].keys()
+    for k in before[2]:
+        assert after[2][k] == before[2][k], f"tensor {k} changed"
+    assert after[3] == before[3], "solver fields changed"
+    # the cache is recomputed from the keys: equal to rounding (module docs)
+    assert after[4].shape == before[4].shape
+    np.testing.assert_allclose(after[4], before[4], rtol=0, atol=1e-13)
+    assert after[5] == before[5], "health record changed"
+    assert after[6] == before[6], "audit log changed"
+
+
+def stream(kernel: str, rng) -> np.ndarray:
+    d = 3
+    centers = rng.normal(size=(4, d))
+    x = centers[rng.integers(0, 4, 60)] + 0.3 * rng.normal(size=(60, d))
+    return 0.4 * x if kernel == "exp" else x
+
+
+OPS = ["add", "extend", "remove", "remove_margin", "erase", "compact", "remove_many"]
+
+
+def run_op(mem: SVDDMemory, op: str, rng, xs: np.ndarray):
+    if op == "add":
+        return mem.add(xs[0], tag="subject-new")
+    if op == "extend":
+        return mem.extend(xs[:9], tags=["subject-new"] * 9)
+    if op == "remove":
+        return mem.remove(mem.ids[3])
+    if op == "remove_margin":
+        return mem.remove(mem.partition()["margin"][0])
+    if op == "erase":
+        return mem.erase("subject-1")
+    if op == "compact":
+        return mem.compact()
+    if op == "remove_many":
+        return mem.remove_many(mem.support_ids()[:3])
+    raise AssertionError(op)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+@pytest.mark.parametrize("op", OPS)
+def test_every_fault_leaves_memory_and_log_unchanged(faults, tmp_path, backend, kernel, op):
+    rng = np.random.default_rng(7)
+    x = stream(kernel, rng)
+    log = tmp_path / "audit.jsonl"
+
+    def build(audit_log):
+        m = SVDDMemory(C=0.1, kernel=kernel, backend=backend, audit_log=audit_log,
+                       tag_key=b"k" * 32)
+        m.extend(x[:40], tags=[f"subject-{i % 3}" for i in range(40)])
+        return m
+
+    mem, twin = build(log), build(tmp_path / "twin.jsonl")  # the same construction
+    extra = x[40:]
+    # how many calls the operation makes when nothing fails
+    faults.fail_at = -1
+    faults.calls = 0
+    expected = run_op(twin, op, rng, extra)
+    total = faults.calls
+    assert total > 0
+    for k in range(1, total + 1):
+        before = snapshot(mem, log)
+        faults.calls, faults.fail_at = 0, k
+        with pytest.raises((OperationError, AuditLogError, Injected)) as info:
+            run_op(mem, op, rng, extra)
+        faults.fail_at = -1
+        if info.type is OperationError:
+            assert "Injected" in str(info.value) and "unchanged" in str(info.value)
+        assert_same(before, snapshot(mem, log))
+    # after all those failures the operation still succeeds, as on the twin
+    faults.fail_at = -1
+    got = run_op(mem, op, rng, extra)
+    assert mem.ids == twin.ids
+    np.testing.assert_allclose(mem.alpha, twin.alpha, rtol=0, atol=1e-12)
+    assert mem.kkt_residual() <= mem.tol
+    if op in ("add", "extend", "compact"):
+        assert got == expected
+    assert verify_chain(log).ok
+    mem.save(tmp_path / "state.safetensors")
+    mem.close_audit_log()
+    SVDDMemory.load(tmp_path / "state.safetensors", audit_log=log, tag_key=b"k" * 32)
+
+
+def test_first_add_rolls_back_to_an_empty_memory(faults):
+    mem = SVDDMemory(C=0.5)
+    faults.calls, faults.fail_at = 0, 1
+    with pytest.raises((OperationError, Injected)):
+        mem.extend(np.eye(3))
+    faults.fail_at = -1
+    assert len(mem) == 0 and mem.dim is None and mem.ids == []
+    assert mem.extend(np.eye(3)) == [0, 1, 2]
+
+
+def test_interrupt_passes_through_after_rollback(monkeypatch):
+    mem = SVDDMemory(C=0.1)
+    ids = mem.extend(np.random.default_rng(0).normal(size=(50, 3)))
+    before = mem.state_digest()
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(solver, "remove_slot", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        mem.remove(ids[0])
+    assert mem.state_digest() == before and len(mem) == 50
