@@ -38,12 +38,13 @@ from svattn.exact.signing import generate_key, sign, signature_errors
 from svattn.exact.verify import verify_log
 
 FALSE_VALUES = {
-    "removed_id": 10_000, "commitment": "ab" * 32, "salt": "cd" * 16,
+    "removed_id": 10_000, "commitment": "ab" * 32, "commitment_scheme": "hmac-sha256",
+    "live_copies": [10_001],
     "partition_before": {"margin": 1, "error": 0, "reserve": 99},
     "partition_after": {"margin": 1, "error": 0, "reserve": 98},
     "kkt_residual_after": 0.01, "n_events": 77, "unique_optimum": "flip",
     "state_digest": "e" * 64, "C": 0.2, "kernel": "exp", "gamma": 0.77,
-    "issued_at": "2020-01-01T00:00:00", "version": 2, "compacted": 9,
+    "issued_at": "2020-01-01T00:00:00", "version": 3, "compacted": 9,
     "signer": "f" * 64, "signature": "a" * 128,
 }
 

@@ -9,7 +9,7 @@ from svattn.exact import SVDDMemory
 # per-slot arrays of the memory (compared on live slots only: free slots may
 # hold scratch values that no computation reads)
 _SLOT_ARRAYS = ("X", "V", "diag", "xn2", "slot_id", "alpha", "g", "state", "col_of_slot",
-                "token_hash", "esum", "esum_member")
+                "token_hash", "esum", "esum_member", "tags", "commit_keyed")
 # compared below (cache, inverse), or per-operation scratch that no later step reads
 _SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "kkt_after", "facts_after",
          "health_after"}
@@ -28,6 +28,10 @@ def live_state(mem: SVDDMemory) -> dict:
     out["backend"] = mem.backend
     for name, val in vars(mem.solver_state).items():
         if name in _SKIP:
+            continue
+        if name == "commitments":  # opaque ones are random by design (commit_token)
+            keyed = live[mem.solver_state.commit_keyed[live] == 1]
+            out[name] = val[keyed].tobytes()
             continue
         if name in _SLOT_ARRAYS:
             arr = val[live]

@@ -138,7 +138,7 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=0, help="draws the probe points (default: 0)")
     parser.add_argument("--log", type=Path, metavar="LOG", default=None,
                         help="the memory's audit log: it must verify and record exactly this "
-                             "certificate (catches edits of the commitment and salt)")
+                             "certificate and the add of its token (catches an edited commitment)")
     parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
                         help="the controller's Ed25519 public key (svattn keygen): the "
                              "certificate must carry its valid signature")

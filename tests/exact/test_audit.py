@@ -57,15 +57,18 @@ def test_clean_log_verifies(logged):
     assert all(len(t["commitment"]) == 64 for t in rep.records[1]["tokens"])
 
 
-def test_add_commitments_open_with_the_data(tmp_path):
-    from svattn.exact.certificate import commit_token
+def test_add_commitments_open_only_with_the_controllers_key(tmp_path):
+    from svattn.exact.certificate import commit_token, commitment_key
 
     log = tmp_path / "a.jsonl"
-    mem = SVDDMemory(0.5, audit_log=log)
+    tag_key = b"t" * 32
+    mem = SVDDMemory(0.5, audit_log=log, tag_key=tag_key)
     x = np.array([0.25, -1.5])
     mem.add(x)
     tok = verify_log(log).records[1]["tokens"][0]
-    assert tok["commitment"] == commit_token(bytes.fromhex(tok["salt"]), x, None)
+    assert set(tok) == {"id", "commitment"}  # no salt beside it
+    assert tok["commitment"] == commit_token(x, None, commitment_key(tag_key))[0]
+    assert tok["commitment"] != commit_token(x, None, commitment_key(b"u" * 32))[0]
 
 
 def test_every_single_record_edit_is_detected_there(logged):

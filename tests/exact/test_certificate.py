@@ -9,6 +9,9 @@ import numpy as np
 import pytest
 
 from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
+from svattn.exact.certificate import commitment_key
+
+TAG_KEY = b"certificate-tests-tag-key-0123456"
 
 
 @pytest.fixture
@@ -16,7 +19,7 @@ def memory_and_data():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(150, 5))
     V = rng.normal(size=(150, 2))
-    mem = SVDDMemory(0.03)
+    mem = SVDDMemory(0.03, tag_key=TAG_KEY)
     mem.extend(X, V)
     return mem, X, V
 
@@ -32,8 +35,9 @@ def test_certificate_contents(memory_and_data):
     assert cert.kkt_residual_after <= 1e-10
     assert cert.n_events >= 1 and cert.unique_optimum
     assert cert.state_digest == mem.state_digest()
-    assert cert.matches_token(X[victim], V[victim])
-    assert not cert.matches_token(X[victim + 1], V[victim + 1])
+    assert cert.matches_token(X[victim], V[victim], commit_key=commitment_key(TAG_KEY))
+    assert not cert.matches_token(X[victim + 1], V[victim + 1],
+                                  commit_key=commitment_key(TAG_KEY))
     assert cert.consistency_errors() == []
     # the certificate never carries the data itself
     text = cert.to_json()
@@ -59,7 +63,7 @@ def test_a_removal_issues_an_ordinary_frozen_certificate(memory_and_data):
         cert.n_events = 0
     assert cert.version == DeletionCertificate.version
     assert cert.issued_at.endswith("+00:00") and len(cert.issued_at) == 25
-    assert cert.matches_token(X[5], V[5])
+    assert cert.matches_token(X[5], V[5], commit_key=commitment_key(TAG_KEY))
 
 
 @pytest.mark.parametrize(
@@ -165,10 +169,11 @@ def test_an_edited_certificate_fails_and_names_the_field(field, value, words):
     assert not v.ok and any(words in r for r in v.reasons), v.reasons
 
 
-@pytest.mark.parametrize("field, value", [("commitment", "ab" * 32), ("salt", "cd" * 16),
-                                          ("n_events", 99), ("issued_at", "2020-01-01T00:00:00")])
+@pytest.mark.parametrize("field, value", [
+    ("commitment", "ab" * 32), ("commitment_scheme", "hmac-sha256"), ("n_events", 99),
+    ("issued_at", "2020-01-01T00:00:00")])
 def test_edits_of_what_the_state_cannot_confirm_are_caught_by_the_log(tmp_path, field, value):
-    # a commitment or salt describes data the verifier does not hold: the state alone
+    # a commitment describes data the verifier does not hold: the state alone
     # cannot tell an edited one from the real one, the hash-chained log can
     mem, cert, _, log = _removed_memory(tmp_path)
     forged = dataclasses.replace(cert, **{field: value})
@@ -179,7 +184,8 @@ def test_edits_of_what_the_state_cannot_confirm_are_caught_by_the_log(tmp_path, 
 
 
 @pytest.mark.parametrize("field, value, words", [
-    ("salt", "not hex!" * 4, "salt must be"), ("commitment", "12", "commitment must be"),
+    ("commitment_scheme", "md5", "commitment_scheme must be"),
+    ("live_copies", "none", "live_copies must be"), ("commitment", "12", "commitment must be"),
     ("removed_id", "7", "removed_id must be"), ("C", "0.05", "C must be"),
     ("kkt_residual_after", None, "kkt_residual_after must be"),
     ("unique_optimum", "yes", "unique_optimum must be"), ("kernel", 3, "kernel must be"),
@@ -219,7 +225,7 @@ def test_the_cli_refuses_malformed_certificates_with_exit_2(tmp_path, capsys):
     good.write_text(cert.to_json())
     assert main(["verify-deletion", str(state), str(good), "--log", str(log)]) == 0
     assert "in the audit log:    True" in capsys.readouterr().out
-    cases = [("salt", "zz"), ("C", "x"), ("removed_id", None), ("partition_after", 3)]
+    cases = [("commitment_scheme", "zz"), ("C", "x"), ("removed_id", None), ("partition_after", 3)]
     for field, value in cases:
         data = json.loads(cert.to_json())
         data[field] = value

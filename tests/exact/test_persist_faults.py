@@ -223,9 +223,9 @@ def _rewrite_meta(data: bytes, **changes) -> bytes:
 def test_wrong_version_is_refused(saved, tmp_path):
     _, data, _ = saved
     bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(_rewrite_meta(data, format_version=4))
-    with pytest.raises(StateVersionError, match="unsupported format version 4 .this svattn "
-                                                "reads versions 1, 2, 3"):
+    bad.write_bytes(_rewrite_meta(data, format_version=5))
+    with pytest.raises(StateVersionError, match="unsupported format version 5 .this svattn "
+                                                "reads versions 1, 2, 3, 4"):
         load(bad)
     bad.write_bytes(_rewrite_meta(data, format="other"))
     with pytest.raises(StateVersionError, match="not an svattn state file"):
@@ -328,7 +328,7 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     hlen = _header_len(data)
     meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
     tensors = {k: v for k, v in st_load(data).items()
-               if k not in ("esum", "esum_member", "tags")}  # what format 1 lacked
+               if k not in ("esum", "esum_member", "tags", "commitments", "commit_keyed")}
     meta = {k: v for k, v in meta.items() if k not in ("esum_valid", "esum_updates")}
     meta["format_version"] = 1
     meta["tensor_sha256"] = {k: v for k, v in meta["tensor_sha256"].items() if k in tensors}
@@ -372,3 +372,36 @@ def test_a_file_with_invalid_parameters_is_refused(saved, tmp_path, field, value
     bad.write_bytes(_rewrite_meta(data, **{field: value}))
     with pytest.raises(StateFileError, match=f"invalid parameters: .*{field}"):
         load(bad)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_a_consistent_file_of_a_wrong_alpha_is_refused(tmp_path, backend):
+    """#18 item 10: a file whose alpha is not the optimum of its tokens, with every
+    checksum, the digest and the stored residual made consistent (here by saving a
+    memory whose alpha was edited behind its back), is refused: load recomputes g from
+    the keys' kernel and alpha, and a re-solve of the same tokens shows it can meet tol."""
+    mem = SVDDMemory(C=0.05, backend=backend)
+    mem.extend(np.random.default_rng(3).normal(size=(120, 4)))
+    ss = mem.solver_state
+    a, b = ss.margin_slots()[:2]
+    ss.alpha[a] += 0.01  # sum(alpha) = 1 still holds; the KKT conditions do not
+    ss.alpha[b] -= 0.01
+    ss.sync_ac()
+    path = tmp_path / "forged.safetensors"
+    mem.save(path)
+    with pytest.raises(StateFileError, match="alpha is not the optimum of its tokens"):
+        SVDDMemory.load(path)
+
+
+def test_a_state_no_solve_can_bring_within_tol_still_loads(tmp_path):
+    """The other side of that check: when no solution of the tokens meets tol in
+    floating point (here a tol below rounding; near-copies can do it too, #18 item 8),
+    the state a save wrote loads, and its certificates do not claim exactness."""
+    mem = SVDDMemory(C=0.05, tol=1e-18)
+    mem.extend(np.random.default_rng(0).normal(size=(60, 3)))
+    assert mem.kkt_residual() > mem.tol
+    path = tmp_path / "below_rounding.safetensors"
+    mem.save(path)
+    back = SVDDMemory.load(path)
+    assert back.state_digest() == mem.state_digest()
+    assert back.remove(back.ids[3]).unique_optimum is False

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from svattn.exact import SVDDMemory
+from svattn.exact.state import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
@@ -51,14 +52,14 @@ def test_todays_code_builds_the_fixture_bit_identically(v2, tmp_path):
     assert continue_memory(mem) == record["continuation"]
 
 
-def test_a_loaded_v2_memory_saves_as_format_3_and_round_trips(v2, tmp_path):
+def test_a_loaded_v2_memory_saves_as_the_current_format_and_round_trips(v2, tmp_path):
     path, record = v2
     mem = SVDDMemory.load(path)
     again = tmp_path / "v3.safetensors"
     mem.save(again)
     meta = json.loads(json.loads(again.read_bytes()[8 : 8 + int.from_bytes(
         again.read_bytes()[:8], "little")])["__metadata__"]["svattn"])
-    assert meta["format_version"] == 3 and "scalars" not in meta and "solver" in meta
+    assert meta["format_version"] == SCHEMA_VERSION and "scalars" not in meta and "solver" in meta
     back = SVDDMemory.load(again)
     assert back.state_digest() == mem.state_digest()
     assert continue_memory(back) == record["continuation"]

@@ -14,8 +14,9 @@ one line, a record in canonical JSON (sorted keys, no spaces)::
 * ``digest`` is :meth:`SVDDMemory.state_digest` after the operation, ``n`` the
   number of tokens.
 
-Operations: ``open``; ``add`` / ``extend`` (ids with a *salted commitment* per
-token, :func:`~svattn.exact.certificate.commit_token` — never the data);
+Operations: ``open``; ``add`` / ``extend`` (ids with a commitment per token,
+:func:`~svattn.exact.certificate.commit_token`, keyed or opaque — never the data, nor
+a salt that would let a low-entropy record be guessed);
 ``remove`` (the full :class:`~svattn.exact.certificate.DeletionCertificate`);
 ``compact`` (dropped ids); ``refactorize`` / ``resolve`` (numerical-health
 events, written just before the record of the operation during which they
@@ -58,14 +59,13 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from svattn.exact.certificate import DeletionCertificate, commit_token
+from svattn.exact.certificate import DeletionCertificate
 
 LOG_FORMAT = "svattn.audit"
 LOG_VERSION = 1
@@ -307,19 +307,20 @@ class AuditLog:
         self._write(lines)
 
     def record_save(self, facts: AuditFacts, path: Path, sha256: str) -> None:
-        """Record a successful save (after the rename)."""
+        """Record a save whose bytes are durable, just before they replace the file (if
+        the record fails, the save does not happen)."""
         self.ready()
         self._write([self._line(facts, "save", {"file_sha256": sha256, "path": path.name})])
 
     def _fields(self, facts: AuditFacts, op: str, info: dict[str, Any]) -> dict[str, Any]:
         if op in ("add", "extend"):
-            ids, k, v = info["ids"], info["keys"], info["values"]
+            ids, commits = info["ids"], info["commitments"]
             tags = info.get("tags") or [None] * len(ids)
             toks = []
             for r, tid in enumerate(ids):
-                salt = secrets.token_bytes(16)
-                tok = {"id": int(tid), "salt": salt.hex(),
-                       "commitment": commit_token(salt, k[r], None if v is None else v[r])}
+                # the commitment the memory keeps (and a removal's certificate repeats):
+                # keyed or opaque, never with a salt that would let it be opened
+                tok = {"id": int(tid), "commitment": commits[r]}
                 if tags[r] is not None:  # the subject's keyed hash, never the tag
                     tok["tag"] = tags[r].hex()
                 toks.append(tok)

@@ -1,11 +1,11 @@
 """Deletion certificates: the record an exact removal issues.
 
 A :class:`DeletionCertificate` is what :meth:`SVDDMemory.remove` hands to an
-auditor: which id went, a salted SHA-256 commitment to its key and value (never
-the data itself), the partition sizes before and after, the KKT residual after,
-whether the optimum is unique, and a digest of the state it left. Checking one
-against a memory and a retrain is the auditor's side,
-:func:`svattn.exact.verify.verify_deletion`.
+auditor: which id went, a commitment to its key and value (never the data itself,
+and never anything that lets the data be guessed: see :func:`commit_token`), the
+partition sizes before and after, the KKT residual after, whether the optimum is
+unique, and a digest of the state it left. Checking one against a memory and a
+retrain is the auditor's side, :func:`svattn.exact.verify.verify_deletion`.
 """
 
 from __future__ import annotations
@@ -14,41 +14,60 @@ import hashlib
 import hmac
 import json
 import math
+import secrets
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
 
-CERTIFICATE_VERSION = 1
+CERTIFICATE_VERSION = 2  # 2: commitments without a salt beside them (keyed or opaque)
+KEYED, OPAQUE = "hmac-sha256", "opaque"  # the two commitment schemes (commit_token)
 _HEX = frozenset("0123456789abcdef")
 
 
-def commit_token(salt: bytes, key: np.ndarray, value: np.ndarray | None) -> str:
-    """Salted SHA-256 commitment to a token's key and value (hex).
+def commit_token(key: np.ndarray, value: np.ndarray | None, commit_key: bytes | None
+                 ) -> tuple[str, str]:
+    """A token's commitment (hex) and its scheme.
 
-    Whoever holds the data and the salt can recompute it; the certificate
-    itself reveals nothing of the vectors beyond this hash.
+    With the controller's ``commit_key`` (:func:`commitment_key`): HMAC-SHA256 of the
+    key and value, ``"hmac-sha256"`` — equal data gives equal commitments, so copies
+    and re-entries are visible, and nobody without the key can test a guess. Without
+    a key: SHA-256 under a random 16-byte nonce that is never stored, ``"opaque"`` —
+    it links a certificate to its log record and reveals nothing, not even equality.
+    Either way no salt sits beside a commitment: a log or a receipt alone never lets
+    a low-entropy record (a quantised vital sign) be brute-forced.
 
     Examples
     --------
     >>> import numpy as np
-    >>> c = commit_token(b"salt", np.zeros(2), None)
-    >>> len(c), c == commit_token(b"salt", np.zeros(2), np.zeros(0))
-    (64, True)
+    >>> c, scheme = commit_token(np.zeros(2), None, b"k" * 32)
+    >>> len(c), scheme, c == commit_token(-np.zeros(2), np.zeros(0), b"k" * 32)[0]
+    (64, 'hmac-sha256', True)
+    >>> commit_token(np.zeros(2), None, None)[1]
+    'opaque'
     """
-    parts = [b"svattn-commit-v1|", salt, _float64_bytes(key)]
+    parts = [b"svattn-commit-v2|", _float64_bytes(key)]
     if value is not None:
         parts.append(_float64_bytes(value))
-    return hashlib.sha256(b"".join(parts)).hexdigest()  # one call: removals pay per call
+    body = b"".join(parts)
+    if commit_key is None:
+        return hashlib.sha256(secrets.token_bytes(16) + body).hexdigest(), OPAQUE
+    return hmac.new(commit_key, body, hashlib.sha256).hexdigest(), KEYED
+
+
+def commitment_key(tag_key: bytes | None) -> bytes | None:
+    """The key of keyed commitments, derived from the controller's tag key (HMAC with
+    its own label: an auditor given it can check commitments but not tags)."""
+    if tag_key is None:
+        return None
+    return hmac.new(tag_key, b"svattn commitment key v1", hashlib.sha256).digest()
 
 
 def _float64_bytes(x) -> bytes:
-    """C-order float64 bytes of ``x`` (``tobytes`` writes C order for any layout; the
-    conversion only for other input)."""
-    if isinstance(x, np.ndarray) and x.dtype == np.float64:
-        return x.tobytes()
-    return np.ascontiguousarray(x, dtype=np.float64).tobytes()
+    """C-order float64 bytes of ``x`` with -0.0 written as 0.0 (equal values, equal
+    bytes: a copy that differs only in the sign of a zero is a copy)."""
+    return (np.asarray(x, dtype=np.float64) + 0.0).tobytes()
 
 
 def _now_iso() -> str:
@@ -63,9 +82,15 @@ class DeletionCertificate:
     ----------
     removed_id : int
     commitment : str
-        Salted SHA-256 of the removed key (and value); see :func:`commit_token`.
-    salt : str
-        Hex salt of the commitment.
+        The removed key and value's commitment, as the memory made it when the token
+        was added (the log's add record carries the same): see :func:`commit_token`.
+    commitment_scheme : str
+        ``"hmac-sha256"`` (keyed by the controller) or ``"opaque"`` (a memory
+        without a key).
+    live_copies : list of int
+        Live tokens that held the same key and value when the token was removed (the
+        memory's own check; for a plain removal it must be empty to verify, for an
+        erasure they are the subject's other tokens or other subjects' copies).
     partition_before, partition_after : dict
         Sizes of the ``margin``, ``error`` and ``reserve`` sets.
     kkt_residual_after : float
@@ -101,7 +126,8 @@ class DeletionCertificate:
 
     removed_id: int
     commitment: str
-    salt: str
+    commitment_scheme: str
+    live_copies: list[int]
     partition_before: dict[str, int]
     partition_after: dict[str, int]
     kkt_residual_after: float
@@ -154,10 +180,13 @@ class DeletionCertificate:
             raise ValueError("certificate: " + "; ".join(errs))
         return cert
 
-    def matches_token(self, key: np.ndarray, value: np.ndarray | None = None) -> bool:
-        """True when ``key``/``value`` are the token this certificate committed to."""
-        expected = commit_token(bytes.fromhex(self.salt), key, value)
-        return hmac.compare_digest(expected, self.commitment)
+    def matches_token(self, key: np.ndarray, value: np.ndarray | None = None, *,
+                      commit_key: bytes) -> bool:
+        """True when ``key``/``value`` are the token this (keyed) certificate committed
+        to; only the holder of the commitment key can tell."""
+        if self.commitment_scheme != KEYED:
+            raise ValueError("an opaque commitment cannot be opened (the memory had no key)")
+        return hmac.compare_digest(commit_token(key, value, commit_key)[0], self.commitment)
 
     def field_errors(self) -> list[str]:
         """Fields of the wrong type or form, each named (empty list when well-formed)."""
@@ -176,8 +205,12 @@ class DeletionCertificate:
             errs.append(f"removed_id must be an int >= 0, got {self.removed_id!r}")
         if not hexdigits(self.commitment, 64):
             errs.append("commitment must be 64 lowercase hex digits (a SHA-256)")
-        if not hexdigits(self.salt, 32):
-            errs.append("salt must be 32 lowercase hex digits (16 bytes)")
+        if self.commitment_scheme not in (KEYED, OPAQUE):
+            errs.append(f"commitment_scheme must be {KEYED!r} or {OPAQUE!r}, got "
+                        f"{self.commitment_scheme!r}")
+        if not (isinstance(self.live_copies, list)
+                and all(integer(t) and t >= 0 for t in self.live_copies)):
+            errs.append(f"live_copies must be a list of ids, got {self.live_copies!r}")
         if not hexdigits(self.state_digest, 64):
             errs.append("state_digest must be 64 lowercase hex digits (a SHA-256)")
         for name in ("partition_before", "partition_after"):

@@ -29,6 +29,7 @@ import re
 import stat
 import struct
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,14 @@ def remove_leftovers(path: Path) -> list[Path]:
     return removed
 
 
-def write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes, *,
+                 before_rename: Callable[[], None] | None = None) -> None:
     """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir),
-    after removing the temporary files a killed earlier save left."""
+    after removing the temporary files a killed earlier save left.
+
+    ``before_rename`` runs once the bytes are durable and before they replace the
+    file (a save's audit record): if it raises, the old file stays and the temporary
+    one goes."""
     directory = path.parent if str(path.parent) else Path(".")
     remove_leftovers(path)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -123,6 +129,8 @@ def write_atomic(path: Path, data: bytes) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+        if before_rename is not None:
+            before_rename()
         os.replace(tmp, path)
     except BaseException:
         try:

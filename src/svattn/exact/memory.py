@@ -27,7 +27,6 @@ from then on. When the margin set is empty ``mu`` is the largest optimal value.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -37,7 +36,14 @@ import numpy as np
 from svattn.exact import compiled, reference, solver
 from svattn.exact.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.cache import refactorize
-from svattn.exact.certificate import DeletionCertificate, ErasureReceipt, commit_token
+from svattn.exact.certificate import (
+    KEYED,
+    OPAQUE,
+    DeletionCertificate,
+    ErasureReceipt,
+    commit_token,
+    commitment_key,
+)
 from svattn.exact.fileformat import (
     StateFileError,
     check_recomputed,
@@ -121,6 +127,7 @@ class SVDDMemory:
                                        standby=standby, compiled=backend == "compiled"))
         self._signing_key = key
         self._tag_key = resolve_tag_key(tag_key, key)
+        self._commit_key = commitment_key(self._tag_key)
         if audit_log is not None:
             self._audit = AuditLog.create(audit_log, {"C": self.C, "kernel": self.kernel,
                                                       "gamma": self.gamma, "tol": self.tol},
@@ -131,7 +138,7 @@ class SVDDMemory:
         self._be = compiled if ss.compiled else reference
         self._health = HealthMonitor()
         self._audit: AuditLog | None = None
-        self._signing_key = self._tag_key = None
+        self._signing_key = self._tag_key = self._commit_key = None
 
     def __getstate__(self) -> dict:
         # pickle and deepcopy: the backend is a module (restored from the state's
@@ -139,7 +146,8 @@ class SVDDMemory:
         # audit log's descriptor belongs to this memory alone (a copy is not logged)
         # the signing key is the controller's secret: it never travels with a copy
         state = {k: v for k, v in vars(self).items()
-                 if k not in ("_be", "_health", "_audit", "_signing_key", "_tag_key")}
+                 if k not in ("_be", "_health", "_audit", "_signing_key", "_tag_key",
+                              "_commit_key")}
         state["_health"] = self._health.to_dict(self._s.Qinv)
         return state
 
@@ -151,7 +159,7 @@ class SVDDMemory:
         self._health = HealthMonitor()
         self._health.restore(health, self._s.Qinv)
         self._audit = None
-        self._signing_key = self._tag_key = None
+        self._signing_key = self._tag_key = self._commit_key = None
 
     # ------------------------------------------------------------ parameters
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
@@ -227,13 +235,19 @@ class SVDDMemory:
 
     def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
+        commits = [commit_token(k[r], None if v is None else v[r], self._commit_key)[0]
+                   for r in range(len(k))]
         with self._atomic(op):
             ids = solver.add_rows(self._s, self._be, k, v)
-            for tid, h in zip(ids, hashes, strict=True):
+            ss = self._s
+            for tid, h, c in zip(ids, hashes, commits, strict=True):
+                slot = ss.id_to_slot[tid]
                 if h is not None:
-                    self._s.tags[self._s.id_to_slot[tid]] = np.frombuffer(h, dtype=np.uint8)
-            solver.standby_upkeep(self._s, self._be, ids)
-            self._after_op(op, ids=ids, keys=k, values=v, tags=hashes)
+                    ss.tags[slot] = np.frombuffer(h, dtype=np.uint8)
+                ss.commitments[slot] = np.frombuffer(bytes.fromhex(c), dtype=np.uint8)
+                ss.commit_keyed[slot] = self._commit_key is not None
+            solver.standby_upkeep(ss, self._be, ids)
+            self._after_op(op, ids=ids, commitments=commits, tags=hashes)
         return ids
 
     def _atomic(self, op: str, wiped=()):
@@ -287,9 +301,10 @@ class SVDDMemory:
         ss = self._s
         slot = self._slot_for(token_id)
         self._audit_ready()
-        before = self._sizes()
-        salt = secrets.token_bytes(16)
-        commitment = commit_token(salt, ss.X[slot], ss.V[slot])
+        before = solver.set_sizes(self._s, self._be)
+        commitment = ss.commitments[slot].tobytes().hex()
+        scheme = KEYED if ss.commit_keyed[slot] else OPAQUE
+        copies = ss.copies_outside(np.array([slot]))[int(token_id)]
         with self._atomic("remove", wiped=[slot]):
             events = solver.remove_slot(ss, self._be, slot)
             after, kkt, unique, digest = solver.certificate_facts(ss, self._be)
@@ -297,7 +312,8 @@ class SVDDMemory:
             # keys (kernel distances near rounding) can leave the KKT residual above tol
             unique = unique and kkt <= self._s.tol
             cert = DeletionCertificate.issue(
-                removed_id=int(token_id), commitment=commitment, salt=salt.hex(),
+                removed_id=int(token_id), commitment=commitment, commitment_scheme=scheme,
+                live_copies=copies,
                 partition_before=before, partition_after=after, kkt_residual_after=kkt,
                 n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
                 kernel=self.kernel, gamma=ss.gamma_value, compacted=ss.n_compacted,
@@ -382,11 +398,15 @@ class SVDDMemory:
                 "health": self._health.to_dict(ss.Qinv),
                 "audit_head": self._audit.head() if self._audit is not None else None}
         data = state_file_bytes(t, meta)
-        path = Path(path)
-        write_atomic(path, data)
-        digest = sha256_hex(data)
-        if self._audit is not None:
-            self._audit.record_save(self._audit_facts(), path, digest)
+        path, digest, log = Path(path), sha256_hex(data), self._audit
+        mark = None if log is None else log.mark()
+        try:  # logged before the rename: a failed record leaves the old file, and the log
+            write_atomic(path, data, before_rename=None if log is None else
+                         lambda: log.record_save(self._audit_facts(), path, digest))
+        except BaseException:
+            if log is not None:
+                log.rollback(mark)
+            raise
         return digest
 
     @classmethod
@@ -428,7 +448,7 @@ class SVDDMemory:
                                  ) from None
         mem = cls.__new__(cls)
         mem._init_state(ss)
-        mem._signing_key, mem._tag_key = key, tag
+        mem._signing_key, mem._tag_key, mem._commit_key = key, tag, commitment_key(tag)
         try:
             mem._check_loaded(t, meta, where)
         except StateFileError:
@@ -450,6 +470,9 @@ class SVDDMemory:
             raise StateFileError(f"{where}: inconsistent health record ({exc})") from None
         check_recomputed(t, meta, where, digest=self.state_digest(), residual=self._residual(),
                          margin_order=[int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]])
+        wrong = solver.optimality_error(ss, self._be)
+        if wrong is not None:
+            raise StateFileError(f"{where}: {wrong}")
 
     def attach_audit_log(self, path: str | os.PathLike[str], *,
                          cites: dict | None = None) -> None:
@@ -538,7 +561,7 @@ class SVDDMemory:
         'n=3, margin=..., error=..., reserve=..., audit_log=None)'
         """
         ss = self._s
-        sizes = self._sizes() if ss.n else {"margin": 0, "error": 0, "reserve": 0}
+        sizes = solver.set_sizes(ss, self._be)
         log = None if self._audit is None else str(self._audit.path)
         return (f"SVDDMemory(C={ss.C!r}, kernel={ss.kernel!r}, gamma={ss.gamma!r}, "
                 f"tol={ss.tol!r}, standby={ss.standby}, backend={self.backend!r}; n={ss.n}, "
@@ -660,9 +683,6 @@ class SVDDMemory:
         2^256), updated in O(1) per add/remove, so digests stay cheap.
         """
         return solver.state_digest(self._s, self._be)
-
-    def _sizes(self) -> dict[str, int]:
-        return solver.set_sizes(self._s, self._be)
 
     def _slot_for(self, token_id) -> int:
         if isinstance(token_id, bool) or not isinstance(token_id, (int, np.integer)):

@@ -15,6 +15,7 @@ from types import ModuleType
 
 import numpy as np
 
+from svattn.exact import reference
 from svattn.exact.batch import batch_solve
 from svattn.exact.cache import free_col, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
@@ -31,6 +32,7 @@ def forget_slot(ss: SlotState, slot: int) -> None:
     ss.set_hash = (ss.set_hash - int(ss.token_hash[slot])) % DIGEST_MOD
     ss.token_hash[slot] = 0
     ss.tags[slot] = 0  # the token's data subject goes with it
+    ss.commitments[slot], ss.commit_keyed[slot] = 0, 0
     del ss.id_to_slot[int(ss.slot_id[slot])]
     ss.slot_id[slot] = -1
     ss.free_slots.append(slot)
@@ -393,6 +395,31 @@ def set_uniform(ss: SlotState) -> None:
     ss.g_valid = True
 
 
+def optimality_error(ss: SlotState, be: Backend) -> str | None:
+    """Why a (loaded) state is not the optimum of its own tokens, or None.
+
+    The KKT residual is recomputed from the keys' kernel cache and alpha (not from the
+    stored g); above ``tol``, the tokens are re-solved in batch on a copy: when that
+    meets ``tol`` the stored alpha is wrong (a forged or corrupted state), when it does
+    not either the tokens admit no better solution in floating point (near-copies) and
+    the state stands — its certificates then say the optimum is not claimed exact.
+    """
+    if ss.n == 0 or ss.warm:
+        return None
+    # the full-cache g of the reference: the error-sum path would rebuild (modify) the sum
+    kkt = float(be.kkt(ss, reference.g_exact(ss)))
+    if kkt <= ss.tol:
+        return None
+    twin = ss.copy()
+    resolve(twin, be, fallback=False)
+    best = float(be.kkt(twin, reference.g_exact(twin)))
+    if best > ss.tol:
+        return None
+    return (f"alpha is not the optimum of its tokens: KKT residual {kkt:.2e} recomputed "
+            f"from the data is above tol {ss.tol:.0e}, and a re-solve of the same tokens "
+            f"meets it ({best:.1e})")
+
+
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             polish_after: bool = True) -> None:
     """Exact batch solve of the live set; rebuild caches and the inverse.
@@ -459,5 +486,5 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             resolve(ss, be, fallback=False, polish_after=False)
 
 
-__all__ = ["Backend", "add_rows", "certificate_facts", "fresh_g", "remove_slot", "resolve",
-           "set_sizes", "standby_upkeep", "state_digest", "wipe_slot"]
+__all__ = ["Backend", "add_rows", "certificate_facts", "fresh_g", "optimality_error",
+           "remove_slot", "resolve", "set_sizes", "standby_upkeep", "state_digest", "wipe_slot"]

@@ -29,6 +29,7 @@ import copy
 import functools
 import hashlib
 import math
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,12 +46,15 @@ TENSOR_DTYPES = {
     **{k: "F64" for k in ("keys", "values", "diag", "xn2", "alpha", "g", "kcache", "qinv",
                           "esum")},
     **{k: "I64" for k in ("ids", "slots", "col", "free_slots")},
-    "state": "I8", "esum_member": "I8", "tags": "U8",
+    "state": "I8", "esum_member": "I8", "tags": "U8", "commitments": "U8", "commit_keyed": "I8",
 }
-SCHEMA_VERSION = 3
-READS = (1, 2, 3)  # schema versions from_tensors accepts
+SCHEMA_VERSION = 4
+READS = (1, 2, 3, 4)  # schema versions from_tensors accepts
 _V2_TENSORS = {"esum", "esum_member"}  # absent from version 1 files
 _V3_TENSORS = {"tags"}  # absent from version 1-2 files
+# absent from version 1-3 files (whose tokens then get opaque commitments on load)
+_V4_TENSORS = {"commitments", "commit_keyed"}
+COMMIT_BYTES = 32  # a token's commitment (svattn.exact.certificate.commit_token)
 TAG_BYTES = 32  # a tag is kept as its HMAC-SHA256 under the controller's tag key
 
 # Version 1-2 files kept the solver's scalars under their attribute names
@@ -164,6 +168,11 @@ class SlotState:
     token_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
     # keyed hash of each token's data-subject tag (zeros: untagged); never the tag itself
     tags: np.ndarray = field(default_factory=lambda: np.zeros((0, TAG_BYTES), np.uint8))
+    # each token's commitment as made at its add (the log's add record holds the same),
+    # and whether it is keyed (1: HMAC under the controller's key) or opaque (0)
+    commitments: np.ndarray = field(
+        default_factory=lambda: np.zeros((0, COMMIT_BYTES), np.uint8))
+    commit_keyed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
     free_slots: list[int] = field(default_factory=list)
     hi: int = 0  # slots [0, hi) have been used
     id_to_slot: dict[int, int] = field(default_factory=dict)
@@ -230,6 +239,8 @@ class SlotState:
         self.col_of_slot = np.full(cap, -1, dtype=np.int64)
         self.token_hash = np.zeros(cap, dtype=object)
         self.tags = np.zeros((cap, TAG_BYTES), dtype=np.uint8)
+        self.commitments = np.zeros((cap, COMMIT_BYTES), dtype=np.uint8)
+        self.commit_keyed = np.zeros(cap, dtype=np.int8)
         self.free_slots, self.hi, self.id_to_slot = [], 0, {}
         self.next_id = self.n = 0
         self.ccap = self.chi = 0
@@ -264,6 +275,7 @@ class SlotState:
         self.state, self.col_of_slot = pad(self.state, FREE), pad(self.col_of_slot, -1)
         self.token_hash, self.xn2 = pad(self.token_hash, 0), pad(self.xn2, 0.0)
         self.tags = pad(self.tags, 0)
+        self.commitments, self.commit_keyed = pad(self.commitments, 0), pad(self.commit_keyed, 0)
         self.esum, self.esum_member = pad(self.esum, 0.0), pad(self.esum_member, False)
         KC = np.zeros((cap, self.ccap), order="F")
         KC[: self.cap] = self.KC
@@ -328,11 +340,13 @@ class SlotState:
         inside = set(int(s) for s in slots)
         others = [s for s in self.ordered_slots() if int(s) not in inside]
         rows: dict[bytes, list[int]] = {}
+
+        def data(s) -> bytes:  # + 0.0: -0.0 and 0.0 are the same data
+            return (self.X[s] + 0.0).tobytes() + (self.V[s] + 0.0).tobytes()
+
         for s in others:
-            rows.setdefault(self.X[s].tobytes() + self.V[s].tobytes(), []).append(
-                int(self.slot_id[s]))
-        return {int(self.slot_id[s]): rows.get(self.X[s].tobytes() + self.V[s].tobytes(), [])
-                for s in slots}
+            rows.setdefault(data(s), []).append(int(self.slot_id[s]))
+        return {int(self.slot_id[s]): rows.get(data(s), []) for s in slots}
 
     def live_slots(self) -> np.ndarray:
         return np.flatnonzero(self.state[: self.hi] != FREE)
@@ -427,6 +441,10 @@ class SlotState:
                             else np.zeros(0, bool)).astype(np.int8),
             "tags": self.tags[slots] if self.dim is not None
             else np.zeros((0, TAG_BYTES), np.uint8),
+            "commitments": self.commitments[slots] if self.dim is not None
+            else np.zeros((0, COMMIT_BYTES), np.uint8),
+            "commit_keyed": self.commit_keyed[slots] if self.dim is not None
+            else np.zeros(0, np.int8),
         }
         if self.dim is not None and not self.value_is_key:
             t["values"] = self.V[slots]
@@ -463,7 +481,7 @@ class SlotState:
                      version: int = SCHEMA_VERSION) -> SlotState:
         """Inverse of :meth:`to_tensors`, checking that the parts are consistent.
 
-        Reads schema versions 1-3 (version 1 has no error sum: it is rebuilt from
+        Reads schema versions 1-4 (version 1 has no error sum: it is rebuilt from
         the cache on first use; versions 1-2 keep the solver's scalars under
         their old attribute names in ``fields["scalars"]``).
 
@@ -475,7 +493,8 @@ class SlotState:
         _check(version in READS, f"unsupported schema version {version!r}")
         expected = (set(TENSOR_DTYPES) - ({"values"} if fields.get("value_is_key") else set())
                     - (_V2_TENSORS if version == 1 else set())
-                    - (_V3_TENSORS if version < 3 else set()))
+                    - (_V3_TENSORS if version < 3 else set())
+                    - (_V4_TENSORS if version < 4 else set()))
         _check(set(t) == expected,
                f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
         try:  # a file's parameters pass the constructor's checks, or it is refused
@@ -551,6 +570,15 @@ class SlotState:
         if "tags" in t:
             _check(t["tags"].shape == (n, TAG_BYTES), "tags have the wrong shape")
             self.tags[slots] = t["tags"]
+        if "commitments" in t:
+            _check(t["commitments"].shape == (n, COMMIT_BYTES)
+                   and t["commit_keyed"].shape == (n,), "commitments have the wrong shape")
+            _check(bool(np.isin(t["commit_keyed"], [0, 1]).all()), "commit_keyed is not 0/1")
+            self.commitments[slots] = t["commitments"]
+            self.commit_keyed[slots] = t["commit_keyed"]
+        else:  # an older file: its log's commitments were salted; these are opaque
+            self.commitments[slots] = np.frombuffer(
+                secrets.token_bytes(COMMIT_BYTES * n), np.uint8).reshape(n, COMMIT_BYTES)
         self.alpha[slots], self.g[slots] = t["alpha"], t["g"]
         states = t["state"]
         _check(bool(np.isin(states, [RESERVE, MARGIN, ERROR]).all()) if n else True,

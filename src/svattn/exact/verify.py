@@ -19,7 +19,7 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from svattn.exact.audit import STATE_OPS, AuditReport, verify_chain
-from svattn.exact.certificate import DeletionCertificate, ErasureReceipt, commit_token
+from svattn.exact.certificate import KEYED, DeletionCertificate, ErasureReceipt, commit_token
 from svattn.exact.fileformat import StateFileError, parse_header, read_metadata
 from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
 from svattn.exact.memory import SVDDMemory
@@ -61,13 +61,19 @@ class DeletionVerification:
     signed: bool | None = None
     signature_present: bool = False
     compacted: int = 0
+    issued_at_record: int | None = None
     reasons: tuple[str, ...] = ()
 
     def summary(self) -> str:
         """One line for people."""
         verdict = "VERIFIED" if self.ok else "FAILED"
-        parts = [f"{verdict}: digest {'ok' if self.digest_matches else 'MISMATCH'}",
-                 f"KKT {self.kkt_residual:.1e}"]
+        if self.issued_at_record is not None:
+            parts = [f"{verdict} later: issued at audit record {self.issued_at_record} "
+                     f"(digest {'ok' if self.digest_matches else 'MISMATCH'} there), the "
+                     f"state since checked as the log's end", f"KKT now {self.kkt_residual:.1e}"]
+        else:
+            parts = [f"{verdict}: digest {'ok' if self.digest_matches else 'MISMATCH'}",
+                     f"KKT {self.kkt_residual:.1e}"]
         if self.retrained:
             parts += [
                 f"partition {'equal' if self.partition_equal else 'DIFFERS'}",
@@ -106,13 +112,15 @@ def verify_deletion(
     seed: int = 0,
     log: str | os.PathLike[str] | None = None,
     public_key=None,
+    commit_key: bytes | None = None,
 ) -> DeletionVerification:
     """Check a deletion certificate against a memory, re-solving from scratch.
 
     Parameters
     ----------
     memory : SVDDMemory
-        The memory after the removal (and nothing since).
+        The memory right after the removal; or, with ``log``, any later state of it
+        (*checked later*: see below).
     certificate : DeletionCertificate
     retrain : bool
         Re-solve the remaining tokens with :func:`svattn.exact.oracle.solve_svdd`
@@ -123,15 +131,31 @@ def verify_deletion(
         Tolerance on |Δalpha|, the decision-function deviation (units of the
         largest K_ii) and the readout deviation.
     log : path-like, optional
-        The memory's audit log: its chain must verify and record exactly this
-        certificate (without it or a signature, an edited commitment or salt
-        cannot be told from a real one: they describe data the verifier does not
-        hold).
+        The memory's audit log: its chain must verify, record exactly this
+        certificate, and have recorded the same commitment when the token was added;
+        for a keyed commitment, no later add may carry it again (the erased record
+        re-entered). Without a log or a signature an edited commitment cannot be told
+        from a real one: it describes data the verifier does not hold.
     public_key : Ed25519PublicKey or path, optional
         The controller's public key: the certificate must carry its valid
         signature (:mod:`svattn.exact.signing`); any edited byte fails.
+    commit_key : bytes, optional
+        The controller's commitment key (:func:`svattn.exact.certificate.commitment_key`
+        of its tag key): every live token's data is then re-committed and compared
+        with a keyed certificate's commitment, so a copy is found even in a state
+        whose stored commitments were forged. Without it, copies are found from the
+        commitments the state stores (keyed ones repeat for equal data) and from the
+        certificate's own ``live_copies``.
 
-    Every field the state can confirm is recomputed and a mismatch is named:
+    Checked later (``log`` given and the memory has moved on): the chain must record
+    this certificate at a record whose digest is the certificate's, and end at the
+    memory's present digest; the removed token must still be gone, no live token may
+    hold its data, and a keyed record must never have been added again. What the
+    removal left (its sizes, KKT residual, uniqueness) is then attested by the chain,
+    where the memory recorded it, and the retrain checks the present state.
+
+    Right after the removal, every field the state can confirm is recomputed and a
+    mismatch is named:
     the parameters (C, kernel, gamma), the digest, that ``removed_id`` was issued
     and is gone, the sizes after, the KKT residual, uniqueness; and no live token
     may hold the erased key and value (a copy under another id). Retraining is
@@ -157,13 +181,17 @@ def verify_deletion(
             reasons=tuple(malformed))
     reasons = _parameter_mismatches(memory, cert)
     params_ok = not reasons
+    logged, at_record = None, None
+    if log is not None:
+        logged, at_record = _matches_the_log(cert, Path(log), reasons, memory.state_digest())
     signed = None
     if public_key is not None:
         bad_signature = signature_errors(cert, public_key)
         signed = not bad_signature
         reasons += bad_signature
-    digest_ok = memory.state_digest() == cert.state_digest
-    if not digest_ok:
+    now = at_record is None  # False: checked later, against the chain
+    digest_ok = memory.state_digest() == cert.state_digest if now else bool(logged)
+    if not digest_ok and now:
         reasons.append("state_digest differs from the memory's")
     ss = memory.solver_state
     absent = cert.removed_id not in ss.id_to_slot
@@ -175,38 +203,26 @@ def verify_deletion(
     kkt = memory.kkt_residual()
     if not kkt <= tol:
         reasons.append(f"KKT residual {kkt:.2e} above {tol:.0e}")
-    if not abs(cert.kkt_residual_after - kkt) <= 1e-12:
-        reasons.append(f"kkt_residual_after: the certificate says {cert.kkt_residual_after:.3e}, "
-                       f"the memory's is {kkt:.3e}")
-    if cert.compacted != ss.n_compacted:
-        reasons.append(f"compacted: the certificate says {cert.compacted}, the memory has "
-                       f"dropped {ss.n_compacted} tokens by compaction")
-    sizes = {k: len(v) for k, v in memory.partition().items()}
-    if cert.partition_after != sizes:
-        reasons.append(f"partition_after: the certificate says {cert.partition_after}, the "
-                       f"memory holds {sizes}")
     reasons += cert.consistency_errors()
     unique = memory.unique_optimum()
     claim = unique and kkt <= memory.tol  # what the memory certifies (see remove)
-    if cert.unique_optimum != claim:
-        reasons.append(f"unique_optimum: the certificate says {cert.unique_optimum}, the "
-                       f"memory's optimum is {'' if unique else 'not '}unique"
-                       + ("" if kkt <= memory.tol else f" and its KKT residual {kkt:.1e} is "
-                          f"above its tol {memory.tol:.0e}"))
+    if now:
+        reasons += _state_mismatches(memory, cert, kkt, unique, claim)
+    elif not 0 <= cert.compacted <= ss.n_compacted and cert.compacted != ss.n_compacted:
+        reasons.append(f"compacted: the certificate says {cert.compacted}, the memory has "
+                       f"dropped only {ss.n_compacted} tokens by compaction since")
     unique = claim
-    copies = _live_copies(memory, cert)
+    copies = _live_copies(memory, cert, commit_key)
     if copies:
         reasons.append(f"live tokens {list(copies)} hold the same key and value as the erased "
                        "record: the data is still in the memory")
-    logged = None
-    if log is not None:
-        logged = _matches_the_log(cert, Path(log), reasons)
     if not retrain or len(memory) == 0 or not params_ok:
         return DeletionVerification(
             ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
             retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
             copies=copies, logged=logged, signed=signed, compacted=ss.n_compacted,
-            signature_present=cert.signature is not None, reasons=tuple(reasons),
+            signature_present=cert.signature is not None, issued_at_record=at_record,
+            reasons=tuple(reasons),
         )
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
@@ -250,7 +266,8 @@ def verify_deletion(
         max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
         n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
         logged=logged, signed=signed, compacted=ss.n_compacted,
-        signature_present=cert.signature is not None, reasons=tuple(reasons),
+        signature_present=cert.signature is not None, issued_at_record=at_record,
+        reasons=tuple(reasons),
     )
 
 
@@ -325,6 +342,29 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
                                last_removal=last, signed=signed, reasons=tuple(reasons))
 
 
+def _state_mismatches(memory: SVDDMemory, cert: DeletionCertificate, kkt: float,
+                      unique: bool, claim: bool) -> list[str]:
+    """The certificate's fields that the state right after the removal contradicts."""
+    out = []
+    ss = memory.solver_state
+    if not abs(cert.kkt_residual_after - kkt) <= 1e-12:
+        out.append(f"kkt_residual_after: the certificate says {cert.kkt_residual_after:.3e}, "
+                   f"the memory's is {kkt:.3e}")
+    if cert.compacted != ss.n_compacted:
+        out.append(f"compacted: the certificate says {cert.compacted}, the memory has "
+                   f"dropped {ss.n_compacted} tokens by compaction")
+    sizes = {k: len(v) for k, v in memory.partition().items()}
+    if cert.partition_after != sizes:
+        out.append(f"partition_after: the certificate says {cert.partition_after}, the "
+                   f"memory holds {sizes}")
+    if cert.unique_optimum != claim:
+        out.append(f"unique_optimum: the certificate says {cert.unique_optimum}, the "
+                   f"memory's optimum is {'' if unique else 'not '}unique"
+                   + ("" if kkt <= memory.tol else f" and its KKT residual {kkt:.1e} is "
+                      f"above its tol {memory.tol:.0e}"))
+    return out
+
+
 def _parameter_mismatches(memory: SVDDMemory, cert: DeletionCertificate) -> list[str]:
     """The parameters the certificate names that are not the memory's (each named)."""
     out = []
@@ -339,37 +379,78 @@ def _parameter_mismatches(memory: SVDDMemory, cert: DeletionCertificate) -> list
     return out
 
 
-def _live_copies(memory: SVDDMemory, cert: DeletionCertificate) -> tuple[int, ...]:
-    """Ids of live tokens whose key and value open the certificate's commitment: the
-    erased record ingested again under another id (a request is about the data)."""
+def _live_copies(memory: SVDDMemory, cert: DeletionCertificate,
+                 commit_key: bytes | None = None) -> tuple[int, ...]:
+    """Ids of live tokens holding the erased record's key and value (it was ingested
+    again, or twice, under another id: a request is about the data, not an id).
+
+    Found three ways, each as strong as what the verifier holds: the certificate's own
+    ``live_copies`` still live; for a keyed commitment, live tokens whose stored
+    commitment equals it; with ``commit_key``, live tokens whose data re-commits to it."""
     ss = memory.solver_state
     if ss.n == 0:
         return ()
-    salt = bytes.fromhex(cert.salt)
     slots = ss.ordered_slots()
-    return tuple(int(ss.slot_id[s]) for s in slots
-                 if commit_token(salt, ss.X[s], ss.V[s]) == cert.commitment)
+    found = {t for t in cert.live_copies if t in ss.id_to_slot}
+    if cert.commitment_scheme == KEYED:
+        want = np.frombuffer(bytes.fromhex(cert.commitment), np.uint8)
+        same = slots[(ss.commitments[slots] == want).all(axis=1)]
+        found.update(int(ss.slot_id[s]) for s in same)
+        if commit_key is not None:
+            found.update(int(ss.slot_id[s]) for s in slots
+                         if commit_token(ss.X[s], None if ss.value_is_key else ss.V[s],
+                                         commit_key)[0] == cert.commitment)
+    return tuple(sorted(found))
 
 
-def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str]) -> bool:
-    """Whether the log's chain holds and records exactly this certificate (any edited
-    field, commitment and salt included, shows as a difference)."""
+def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str],
+                     present: str) -> tuple[bool, int | None]:
+    """Whether the log's chain holds, records exactly this certificate (any edited field
+    shows as a difference), added the token with its commitment, and (keyed) never
+    added the record again after the removal."""
     rep = verify_chain(log)
     if not rep.ok:
         reasons.append(f"the audit log does not verify: {rep.error}")
-        return False
+        return False, None
     recorded = [r["certificate"] for r in rep.records
                 if r["op"] == "remove" and r["certificate"].get("removed_id") == cert.removed_id]
     if not recorded:
         reasons.append(f"the audit log records no removal of token {cert.removed_id}")
-        return False
+        return False, None
     mine = asdict(cert)
     diff = sorted(k for k in set(mine) | set(recorded[-1])
                   if mine.get(k) != recorded[-1].get(k))
     if diff:
         reasons.append(f"the audit log recorded this removal with other {', '.join(diff)}")
-        return False
-    return True
+        return False, None
+    ok = True
+    at = max(r["seq"] for r in rep.records if r["op"] == "remove"
+             and r["certificate"].get("removed_id") == cert.removed_id)
+    later = None
+    if present != cert.state_digest:  # the memory moved on: check it is the log's end
+        later = at
+        if rep.records[at]["digest"] != cert.state_digest:
+            reasons.append(f"state_digest: the audit log's record {at} has another digest")
+            ok = False
+        if rep.final_digest != present:
+            reasons.append("state_digest differs from the memory's, and the memory is not "
+                           "the audit log's end (its final digest is another)")
+            ok = False
+    added = [(r["seq"], tok) for r in rep.records if r["op"] in ("add", "extend")
+             for tok in r.get("tokens", []) if tok.get("id") == cert.removed_id]
+    if added and added[-1][1].get("commitment") != cert.commitment:
+        reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
+                       f"{added[-1][0]}) with another commitment")
+        ok = False
+    if cert.commitment_scheme == KEYED:  # equal data, equal commitment: re-entry shows
+        back = [(r["seq"], tok["id"]) for r in rep.records[at + 1:]
+                if r["op"] in ("add", "extend") for tok in r.get("tokens", [])
+                if tok.get("commitment") == cert.commitment]
+        if back:
+            reasons.append(f"the erased record re-entered after its removal: record "
+                           f"{back[0][0]} adds it again as token {back[0][1]}")
+            ok = False
+    return ok, later
 
 
 def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None

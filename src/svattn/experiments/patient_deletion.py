@@ -212,7 +212,7 @@ def run(ctx: Context) -> ExperimentResult:
         "patient's hours (their readout must equal that of a memory that never saw them). "
         "*Own-value retrieval*: fraction of the deleted patient's hours whose readout is "
         "nearest, among all stored values before deletion, to one of the patient's own "
-        "values. The first patient's certificates are in `certificates.jsonl` (salted "
+        "values. The first patient's certificates are in `certificates.jsonl` (opaque "
         "commitments only: no vitals)."
     )
     return ExperimentResult(

@@ -1,0 +1,325 @@
+"""Fuzz campaign of the exact memory against an independent reference, with faults.
+
+What it runs (#18's "measure and report"):
+
+* **Random streams** — rbf and exp kernels, d in {2, 3, 5}, C in {0.02 ... 0.3};
+  data that is Gaussian, clustered, exact copies, near-copies (2.5e-7 apart), a
+  cloud shifted far from the origin (rbf), or exp-kernel keys at γ‖x‖² ≈ 100;
+  random ``add`` / ``extend`` (2–17 rows) / ``remove`` / ``erase`` (of a data
+  subject) / ``compact``. After every operation: the state is saved and loaded
+  back (any state a save wrote must load), and where the memory claims a unique
+  optimum its alpha is compared with the reference's.
+* **The reference** is this file's own: the dual QP solved by PIQP (an
+  interior-point solver that shares no code with svattn) on a Gram matrix built
+  here from differences, then polished exactly on the partition PIQP found (one
+  bordered linear solve), following the warm-up convention (uniform alpha while
+  n·C < 1). It never calls ``svattn.exact.oracle.solve_svdd``.
+* **Injected faults** — one operation in four runs with a fault at a random call
+  of the solver's backend, batch re-solve, signer or audit-log writer; the memory
+  must come back unchanged (digest, ids, log bytes), then the operation is re-run.
+* **Killed saves** — a child process saves the state over and over and is killed
+  with SIGKILL at a random moment; the file must load (old or new bytes), and
+  after the parent erases a subject and saves, no byte of the erased keys may be
+  left anywhere under the directory or in the log.
+
+Usage::
+
+    python benchmarks/fuzz_campaign.py --streams 40 --json results/trust/fuzz_campaign.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import piqp
+
+from svattn.exact import OperationError, SVDDMemory, compiled, reference, solver
+from svattn.exact import memory as memory_module
+from svattn.exact.audit import AuditLog, AuditLogError
+from svattn.exact.signing import tag_hashes
+
+TAG_KEY = b"fuzz-campaign-tag-key-0123456789"
+DATA_KINDS = ("gaussian", "clusters", "copies", "near_copies", "shifted", "exp_large")
+
+
+# ------------------------------------------------------------------ reference
+def gram(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+    """The kernel matrix from differences (rbf) or dot products (exp), built here."""
+    if kernel == "rbf":
+        diff = x[:, None, :] - x[None, :, :]
+        return np.exp(-gamma * np.einsum("ijk,ijk->ij", diff, diff))
+    return np.exp(gamma * (x @ x.T))
+
+
+def reference_alpha(K: np.ndarray, C: float) -> np.ndarray:
+    """PIQP on the SVDD dual, then the exact solve on the partition it found."""
+    n = len(K)
+    if n * C < 1:  # the warm-up convention
+        return np.full(n, 1.0 / n)
+    s = float(np.max(np.diag(K)))
+    qp = piqp.DenseSolver()
+    qp.settings.eps_abs, qp.settings.eps_rel = 1e-11, 1e-12
+    qp.setup(np.asfortranarray(2 * K / s), -np.diag(K) / s, np.ones((1, n), order="F"),
+             np.ones(1), None, None, None, np.zeros(n), np.full(n, C))
+    qp.solve()
+    a = np.clip(np.asarray(qp.result.x, dtype=float), 0.0, C)
+    return polish(K, C, a)
+
+
+def polish(K: np.ndarray, C: float, a: np.ndarray, rounds: int = 30) -> np.ndarray:
+    """Exact solve on a partition, refined until the KKT signs hold (an active set)."""
+    n, d = len(K), np.diag(K)
+    err = a >= C * (1 - 1e-7)
+    mar = (a > C * 1e-7) & ~err
+    for _ in range(rounds):
+        M, E = np.flatnonzero(mar), np.flatnonzero(err)
+        if not len(M):
+            return a
+        B = np.zeros((len(M) + 1, len(M) + 1))
+        B[:-1, :-1], B[:-1, -1], B[-1, :-1] = 2 * K[np.ix_(M, M)], 1.0, 1.0
+        rhs = np.append(d[M] - 2 * C * K[np.ix_(M, E)].sum(axis=1), 1 - C * len(E))
+        try:
+            sol = np.linalg.solve(B, rhs)
+        except np.linalg.LinAlgError:
+            return a
+        alpha = np.zeros(n)
+        alpha[E], alpha[M] = C, sol[:-1]
+        g = 2 * K @ alpha - d + sol[-1]  # = 0 on the margin set at the optimum
+        scale = 1e-12 * max(1.0, float(d.max()))
+        low, high = alpha[M] < 0, alpha[M] > C
+        enter = (~mar & ~err & (g < -scale)) | (err & (g > scale))
+        if not (low.any() or high.any() or enter.any()):
+            return alpha
+        mar[M[low]], mar[M[high]], err[M[high]] = False, False, True
+        mar[enter], err[enter] = True, False
+    return a
+
+
+# ---------------------------------------------------------------------- faults
+class Faults:
+    def __init__(self) -> None:
+        self.calls, self.fail_at = 0, -1
+
+    def wrap(self, fn):
+        def wrapped(*args, **kwargs):
+            self.calls += 1
+            if self.calls == self.fail_at:
+                raise RuntimeError(f"injected fault at call {self.calls} ({fn.__name__})")
+            return fn(*args, **kwargs)
+        return wrapped
+
+
+def install(faults: Faults) -> None:
+    for module in (compiled, reference):
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if isinstance(obj, types.FunctionType):
+                setattr(module, name, faults.wrap(obj))
+    for name in ("resolve", "finish_op", "standby_upkeep"):
+        setattr(solver, name, faults.wrap(getattr(solver, name)))
+    memory_module.sign = faults.wrap(memory_module.sign)
+    AuditLog._write = faults.wrap(AuditLog._write)
+
+
+# --------------------------------------------------------------------- streams
+def draw(kind: str, n: int, d: int, rng) -> np.ndarray:
+    if kind == "gaussian":
+        return rng.normal(size=(n, d))
+    if kind == "clusters":
+        c = rng.normal(size=(4, d)) * 3
+        return c[rng.integers(0, 4, n)] + 0.3 * rng.normal(size=(n, d))
+    if kind == "copies":
+        base = rng.normal(size=(max(2, n // 3), d))
+        return base[rng.integers(0, len(base), n)]
+    if kind == "near_copies":
+        base = rng.normal(size=(max(2, n // 3), d))
+        return base[rng.integers(0, len(base), n)] + 2.5e-7 * rng.normal(size=(n, d))
+    if kind == "shifted":
+        return rng.normal(size=(n, d)) + 1e4
+    if kind == "exp_large":  # γ‖x‖² ≈ 100 with γ = 1/sqrt(d)
+        x = rng.normal(size=(n, d))
+        return x / np.linalg.norm(x, axis=1, keepdims=True) * np.sqrt(100 * np.sqrt(d))
+    raise ValueError(kind)
+
+
+def state_of(mem: SVDDMemory, log: Path) -> tuple:
+    return mem.state_digest(), mem.ids, log.read_bytes()
+
+
+def run_stream(seed: int, tmp: Path, faults: Faults, stats: dict, n_ops: int) -> None:
+    rng = np.random.default_rng(seed)
+    kind = DATA_KINDS[seed % len(DATA_KINDS)]
+    kernel = "exp" if kind == "exp_large" else str(rng.choice(["rbf", "exp"])) \
+        if kind in ("gaussian", "clusters") else "rbf"
+    d = int(rng.choice([2, 3, 5]))
+    C = float(rng.choice([0.02, 0.05, 0.1, 0.3]))
+    pool = draw(kind, 400, d, rng)
+    if kernel == "exp" and kind != "exp_large":
+        pool = 0.5 * pool
+    log = tmp / f"s{seed}.jsonl"
+    path = tmp / f"s{seed}.safetensors"
+    mem = SVDDMemory(C=C, kernel=kernel, audit_log=log, tag_key=TAG_KEY,
+                     backend=str(rng.choice(["compiled", "reference"])))
+    taken = 0
+    stats["streams"][kind] = stats["streams"].get(kind, 0) + 1
+
+    def rows(k: int) -> np.ndarray:
+        nonlocal taken
+        out = pool[taken % len(pool): taken % len(pool) + k]
+        taken += k
+        return out if len(out) == k else pool[:k]
+
+    for _ in range(n_ops):
+        op = rng.choice(["add", "extend", "extend", "remove", "remove", "erase", "compact"],
+                        p=[0.2, 0.25, 0.1, 0.2, 0.1, 0.1, 0.05]) if len(mem) > 10 else "extend"
+        if op == "add":
+            x = rows(1)[0]
+            call = partial(mem.add, x, tag=f"subject-{int(rng.integers(6))}")
+        elif op == "extend":
+            xs = rows(int(rng.integers(2, 18)))
+            tags = [f"subject-{int(t)}" for t in rng.integers(0, 6, len(xs))]
+            call = partial(mem.extend, xs, tags=tags)
+        elif op == "remove":
+            tid = int(rng.choice(mem.ids))
+            call = partial(mem.remove, tid)
+        elif op == "erase":
+            tag = f"subject-{int(rng.integers(6))}"
+            if not len(mem.solver_state.tagged_slots(tag_hashes([tag], 1, TAG_KEY)[0])):
+                continue
+            call = partial(mem.erase, tag)
+        else:
+            call = mem.compact
+        if rng.random() < 0.25:  # a fault somewhere inside this operation
+            before = state_of(mem, log)
+            faults.calls, faults.fail_at = 0, int(rng.integers(1, 60))
+            try:
+                call()
+                faults.fail_at = -1
+                stats["faults_not_reached"] += 1
+                stats["operations"] += 1
+            except (OperationError, AuditLogError, RuntimeError):
+                faults.fail_at = -1
+                stats["faults_injected"] += 1
+                stats["faults_survived"] += int(state_of(mem, log) == before)
+                call()
+                stats["operations"] += 1
+        else:
+            call()
+            stats["operations"] += 1
+        stats["ops"][op] = stats["ops"].get(op, 0) + 1
+        # any state a save wrote loads
+        mem.save(path)
+        mem.close_audit_log()
+        try:
+            back = SVDDMemory.load(path, audit_log=log, tag_key=TAG_KEY)
+            stats["save_load_ok"] += int(back.state_digest() == mem.state_digest())
+        except Exception as exc:  # noqa: BLE001 - every failure is a finding, counted
+            stats["save_load_failed"].append(f"seed {seed} {kind}: {type(exc).__name__}: {exc}")
+            back = SVDDMemory.load(path, tag_key=TAG_KEY)
+            back.attach_audit_log(tmp / f"s{seed}-{stats['operations']}.jsonl")
+        mem = back
+        stats["max_kkt"] = max(stats["max_kkt"], mem.kkt_residual())
+        kkt = mem.kkt_residual()
+        if len(mem) and not mem.warm and mem.unique_optimum() and kkt > mem.tol:
+            stats["above_tol_not_claimed"] += 1  # its certificates say not exact
+        if len(mem) and not mem.warm and mem.unique_optimum() and kkt <= mem.tol:
+            K = gram(mem.keys, mem.kernel, mem.gamma_value)
+            dev = float(np.max(np.abs(mem.alpha - reference_alpha(K, mem.C))))
+            stats["compared"] += 1
+            key = "max_alpha_dev_" + ("shifted" if kind == "shifted" else "other")
+            stats[key] = max(stats[key], dev)
+            if dev > 1e-6:
+                stats["large_devs"].append(f"seed {seed} {kind} {kernel}: {dev:.1e}")
+    mem.close_audit_log()
+
+
+# ----------------------------------------------------------------- killed saves
+CHILD = """
+import sys
+from svattn.exact import SVDDMemory
+mem = SVDDMemory.load(sys.argv[1], tag_key=bytes.fromhex(sys.argv[2]))
+print("ready", flush=True)
+while True:
+    mem.save(sys.argv[1])
+"""
+
+
+def killed_saves(tmp: Path, trials: int, rng) -> dict:
+    out = {"trials": trials, "loaded_after_kill": 0, "leftovers_after_kill": 0,
+           "leftovers_after_next_save": 0, "erased_bytes_found": 0}
+    for t in range(trials):
+        d = tmp / f"kill{t}"
+        d.mkdir()
+        path, log = d / "m.safetensors", d / "audit.jsonl"
+        mem = SVDDMemory(C=0.05, audit_log=log, tag_key=TAG_KEY)
+        x = rng.normal(size=(300, 4))
+        mem.extend(x, tags=[f"p{i % 5}" for i in range(300)])
+        mem.save(path)
+        child = subprocess.Popen([sys.executable, "-c", CHILD, str(path), TAG_KEY.hex()],
+                                 stdout=subprocess.PIPE, text=True)
+        child.stdout.readline()
+        time.sleep(float(rng.uniform(0.0, 0.05)))
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        out["leftovers_after_kill"] += len([p for p in d.iterdir() if p.name.endswith(".tmp")])
+        try:
+            SVDDMemory.load(path, tag_key=TAG_KEY)
+            out["loaded_after_kill"] += 1
+        except Exception:  # noqa: BLE001 - counted
+            pass
+        erased = x[[i for i in range(300) if i % 5 == 0]]
+        mem.erase("p0")
+        mem.save(path)
+        mem.close_audit_log()
+        out["leftovers_after_next_save"] += len([p for p in d.iterdir()
+                                                 if p.name.endswith(".tmp")])
+        blobs = [p.read_bytes() for p in d.iterdir() if p.is_file()]
+        out["erased_bytes_found"] += sum(row.tobytes() in b for row in erased for b in blobs)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--streams", type=int, default=24)
+    p.add_argument("--ops", type=int, default=40, help="operations per stream")
+    p.add_argument("--kills", type=int, default=10, help="killed-save trials")
+    p.add_argument("--json", type=Path, help="also write the report (and this command) here")
+    args = p.parse_args(argv)
+    faults = Faults()
+    install(faults)
+    stats = {"operations": 0, "ops": {}, "streams": {}, "faults_injected": 0,
+             "faults_survived": 0, "faults_not_reached": 0, "save_load_ok": 0,
+             "save_load_failed": [], "compared": 0, "max_alpha_dev_other": 0.0,
+             "max_alpha_dev_shifted": 0.0, "large_devs": [], "max_kkt": 0.0,
+             "above_tol_not_claimed": 0}
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        for seed in range(args.streams):
+            run_stream(seed, Path(tmp), faults, stats, args.ops)
+            print(f"stream {seed + 1}/{args.streams}: {stats['operations']} operations, "
+                  f"{stats['faults_survived']}/{stats['faults_injected']} faults survived",
+                  flush=True)
+        kills = killed_saves(Path(tmp), args.kills, np.random.default_rng(1))
+    report = {**stats, "killed_saves": kills, "seconds": round(time.perf_counter() - t0, 1)}
+    print(json.dumps({k: v for k, v in report.items() if k not in ("large_devs",)}, indent=1))
+    if args.json:
+        cmd = "python benchmarks/fuzz_campaign.py " + shlex.join(argv or sys.argv[1:])
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"command": cmd, **report}, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
