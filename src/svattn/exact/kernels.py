@@ -1,4 +1,4 @@
-"""Kernels of the SV memory (float64, numpy only).
+"""Kernels of the SV memory (float64, numpy and scipy's distances).
 
 Two kernels are supported (``docs/design.md`` §1):
 
@@ -45,19 +45,35 @@ def default_gamma(kernel: str, dim: int) -> float:
     return 1.0 / dim if kernel == "rbf" else 1.0 / math.sqrt(dim)
 
 
+def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Squared distances ``‖x_i − y_j‖² = Σ_k (x_ik − y_jk)²`` (m, n), from differences.
+
+    Never ``‖x‖² + ‖y‖² − 2 x·y``: that form loses ``~1e-16·(‖x‖² + ‖y‖²)`` to
+    cancellation, so keys far from the origin get wrong kernel values (a cloud
+    shifted by 1e7 moved α by ~3e-3). Differences keep the relative accuracy of
+    the distance itself, so rbf kernel values are translation invariant (up to
+    the rounding of the keys). Cost O(d) per entry, like the dot product.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> x = np.array([[1e8, 0.0], [1e8 + 1.0, 1.0]])
+    >>> sq_distances(x, x)
+    array([[0., 2.],
+           [2., 0.]])
+    """
+    from scipy.spatial.distance import cdist  # on first use: scipy.spatial takes ~0.3 s
+
+    return cdist(x, y, "sqeuclidean")
+
+
 def log_kernel(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     """``log k(x_i, y_j)`` for rows of ``x`` (m, d) and ``y`` (n, d) → (m, n).
 
-    The rbf squared distance uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0, which
-    is exact to ~1e-16·‖x‖² and keeps the cost one matrix product.
+    The rbf squared distance comes from differences (:func:`sq_distances`).
     """
     if kernel == "rbf":
-        sq = (
-            np.einsum("ij,ij->i", x, x)[:, None]
-            + np.einsum("ij,ij->i", y, y)[None, :]
-            - 2.0 * (x @ y.T)
-        )
-        np.maximum(sq, 0.0, out=sq)
+        sq = sq_distances(x, y)
         sq *= -gamma
         return sq
     out = x @ y.T
@@ -135,9 +151,11 @@ def biased_softmax_readout(
 def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     """Symmetric Gram matrix of the rows of ``x`` with the exact diagonal ``k(x, x)``.
 
-    The product form of :func:`kernel_matrix` leaves ~1e-16 on the rbf diagonal
-    and in ``K − K^T``; every from-scratch solve (re-solves, the oracle's
-    callers, verification) uses this form instead.
+    Every from-scratch solve (re-solves, the oracle's callers, verification)
+    uses this form. rbf: each pair's distance once (``pdist``), so ``K`` is
+    symmetric and ``K_ii = exp(0) = 1`` exactly by construction; ``exp``: the
+    product ``x xᵀ`` leaves ~1e-16 in ``K − Kᵀ`` and on the diagonal, so the
+    diagonal is set exactly and ``K`` symmetrised.
 
     Examples
     --------
@@ -146,6 +164,12 @@ def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     >>> bool(np.all(np.diag(K) == 1.0)), bool(np.all(K == K.T))
     (True, True)
     """
+    if kernel == "rbf" and len(x) >= 2:  # (squareform of no pairs is 1x1)
+        from scipy.spatial.distance import pdist, squareform
+
+        K = squareform(pdist(x, "sqeuclidean"))
+        K *= -gamma
+        return np.exp(K, out=K)
     K = kernel_matrix(x, x, kernel, gamma)
     np.fill_diagonal(K, kernel_diag(x, kernel, gamma))
     K += K.T

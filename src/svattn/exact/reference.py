@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from svattn.exact.cache import expand, free_col, mu_move, swap_cols
+from svattn.exact.kernels import sq_distances
 from svattn.exact.state import NeedResolve, SlotState, scrub
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 
@@ -45,14 +46,11 @@ def alloc_col(ss: SlotState, slot: int) -> int:
     x = ss.X[slot]
     hi = ss.hi
     column = ss.KC[:hi, col]  # a contiguous view: fill it in place
-    column[:] = ss.X[:hi] @ x
-    if ss.is_rbf:
-        column *= -2.0
-        column += ss.xn2[:hi]
-        column += ss.xn2[slot]
-        np.maximum(column, 0.0, out=column)
+    if ss.is_rbf:  # from differences, never ‖x‖² + ‖y‖² − 2x·y (docs/design.md §1)
+        column[:] = sq_distances(ss.X[:hi], x[None, :])[:, 0]
         column *= -ss.gamma_value
     else:
+        column[:] = ss.X[:hi] @ x
         column *= ss.gamma_value
     np.exp(column, out=column)
     column[slot] = ss.diag[slot]

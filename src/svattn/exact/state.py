@@ -159,7 +159,7 @@ class SlotState:
     X: np.ndarray = field(default_factory=_f64)  # keys (cap, d)
     V: np.ndarray = field(default_factory=_f64)  # values (cap, dv); empty when value_is_key
     diag: np.ndarray = field(default_factory=_f64)  # K_ii
-    xn2: np.ndarray = field(default_factory=_f64)  # ‖x‖² (rbf columns without norms)
+    xn2: np.ndarray = field(default_factory=_f64)  # ‖x‖²: the exp kernel's overflow bound
     slot_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: free
     alpha: np.ndarray = field(default_factory=_f64)
     g: np.ndarray = field(default_factory=_f64)  # KKT gradient 2(K alpha)_i − K_ii + mu

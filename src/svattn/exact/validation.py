@@ -12,7 +12,7 @@ import numpy as np
 from svattn.exact.kernels import LOG_MAX, KernelOverflowError, default_gamma
 from svattn.exact.state import SlotState
 
-_MAX_NORM2 = 1e300  # ‖x‖² bound: sums of three such terms stay finite in float64
+_MAX_NORM2 = 1e300  # ‖x‖² bound: x·y and ‖x − y‖² ≤ 2(‖x‖² + ‖y‖²) stay finite in float64
 
 
 def check_norms(x: np.ndarray, name: str) -> None:

@@ -129,7 +129,9 @@ def verify_deletion(
         Query points; default: the remaining keys plus 64 points around them.
     tol : float
         Tolerance on |Δalpha|, the decision-function deviation (units of the
-        largest K_ii) and the readout deviation.
+        largest K_ii) and the readout deviation (units of the largest |value|,
+        at least 1: a readout is a convex combination of the values, so its
+        rounding is relative to them; keys stored as values at 1e8 round at 1e-8).
     log : path-like, optional
         The memory's audit log: its chain must verify, record exactly this
         certificate, and have recorded the same commitment when the token was added;
@@ -249,7 +251,8 @@ def verify_deletion(
     scale = max(1.0, float(np.diag(K).max()))
     decision_dev = float(np.max(np.abs(memory.decision_function(probes) - dec_r))) / scale
     read_r = biased_softmax_readout(probes, keys, values, alpha_r, memory.kernel, gamma)
-    readout_dev = float(np.max(np.abs(memory.readout(probes) - read_r)))
+    vscale = max(1.0, float(np.max(np.abs(values))))
+    readout_dev = float(np.max(np.abs(memory.readout(probes) - read_r))) / vscale
     alpha_dev = float(np.max(np.abs(alpha - alpha_r)))
     if not decision_dev <= tol:
         reasons.append(f"decision function differs from retrain by {decision_dev:.2e}")

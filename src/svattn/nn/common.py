@@ -38,7 +38,8 @@ def resolve_gamma(kernel: str, gamma: float | None, dim: int) -> float:
 def log_kernel(x: torch.Tensor, y: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
     """``log k(x_i, y_j)``: x ``(..., M, D)``, y ``(..., N, D)`` → ``(..., M, N)``.
 
-    rbf uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0 (as :mod:`svattn.exact.kernels`).
+    rbf uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0: one matmul for training batches; the
+    exact core computes distances from differences (:func:`svattn.exact.kernels.sq_distances`).
     """
     xy = x @ y.transpose(-1, -2)  # (..., M, N)
     if kernel == "exp":

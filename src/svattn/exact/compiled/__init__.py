@@ -43,7 +43,7 @@ def alloc_col(ss: SlotState, slot: int) -> int:
     if not columns.free_column_available(ss.slot_of_col, ss.state, ss.nS, ss.chi, ss.ccap):
         ss.grow_cols()
     ss.chi = int(columns.alloc_col(
-        ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag, ss.alpha,
+        ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.diag, ss.alpha,
         ss.state, slot, ss.nS, ss.chi, ss.hi, ss.gamma_value, ss.is_rbf))
     return int(ss.col_of_slot[slot])
 
@@ -59,7 +59,7 @@ def refresh_standby(ss: SlotState) -> None:
     ss.standby_stale = False
     while True:
         chi, theta, short = checks.refresh_standby(
-            ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag,
+            ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.diag,
             ss.alpha, ss.g, ss.state, ss.nS, ss.chi, ss.hi, ss.gamma_value, ss.is_rbf,
             ss.standby)
         ss.chi, ss.standby_theta = int(chi), float(theta)
@@ -205,7 +205,7 @@ def _drive_loop(ss: SlotState, c: int, direction: int, k_c: np.ndarray, sgn: np.
     while True:
         try:
             status, nS, chi, mu, Qinv = events.drive_events(
-                ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.xn2, ss.diag,
+                ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.diag,
                 ss.alpha, ss.g, ss.state, ss.Qinv, ss.nS, ss.chi, ss.hi, ss.mu, ss.C, gamma,
                 ss.is_rbf, c, direction, k_c, sgn, loop, max_events, scale)
         except ZeroDivisionError as exc:  # a lost pivot (see the note above)

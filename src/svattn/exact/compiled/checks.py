@@ -118,7 +118,7 @@ def nearest_reserve(g, state, hi, out):
 
 
 @njit(cache=True)
-def refresh_standby(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, nS, chi, hi, gamma,
+def refresh_standby(KC, XC, ac, soc, cos, X, diag, alpha, g, state, nS, chi, hi, gamma,
                     is_rbf, k):
     """:meth:`SVDDMemory._refresh_standby` compiled: cache the columns of the ``k``
     reserve tokens with the smallest g, keep those of the next ``k``, free the
@@ -155,7 +155,7 @@ def refresh_standby(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, nS, chi
                     room = True
                     break
         if room:
-            chi = alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, s, nS, chi, hi,
+            chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, s, nS, chi, hi,
                              gamma, is_rbf)
         else:
             short += 1

@@ -23,6 +23,17 @@ def row_dot(A, i, B, k):
 
 
 @njit(cache=True, fastmath=VEC)
+def row_sqdist(A, i, B, k):
+    """‖A[i] − B[k]‖² from differences: the form ‖a‖² + ‖b‖² − 2a·b cancels
+    ~1e-16·‖a‖² and breaks the rbf kernel for keys far from the origin."""
+    acc = 0.0
+    for j in range(A.shape[1]):
+        t = A[i, j] - B[k, j]
+        acc += t * t
+    return acc
+
+
+@njit(cache=True, fastmath=VEC)
 def matvec_lead(Q, v, m, out, sign):
     """out[:m] = sign · Q[:m, :m] @ v[:m]."""
     for i in range(m):
@@ -149,7 +160,7 @@ def exp_column(KC, col, hi):
 
 
 @njit(cache=True)
-def alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, slot, nS, chi, hi, gamma,
+def alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, slot, nS, chi, hi, gamma,
                is_rbf):
     """Cache ``slot``'s kernel column (:func:`free_column_available` must hold);
     return chi. With no hole and no room, a standby column (a reserve token's)
@@ -169,15 +180,12 @@ def alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, slot, nS, chi, h
                 cos[soc[j]] = -1
                 break
     d = X.shape[1]
-    for i in range(hi):
-        dot = row_dot(X, i, X, slot)
-        if is_rbf:
-            v = xn2[i] + xn2[slot] - 2.0 * dot
-            if v < 0.0:
-                v = 0.0
-            KC[i, col] = -gamma * v
-        else:
-            KC[i, col] = gamma * dot
+    if is_rbf:
+        for i in range(hi):
+            KC[i, col] = -gamma * row_sqdist(X, i, X, slot)
+    else:
+        for i in range(hi):
+            KC[i, col] = gamma * row_dot(X, i, X, slot)
     exp_column(KC, col, hi)
     KC[slot, col] = diag[slot]
     for k in range(d):
@@ -283,14 +291,14 @@ def leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi,
 
 
 @njit(cache=True)
-def join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who, nS, chi, hi,
+def join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi, hi,
                  gamma, is_rbf, scale):
     """An error or reserve token reaches g = 0 and joins the margin set (a reserve
     token gets its kernel column first). Returns ``(ok, chi)``; ``ok`` is False
     when Q would turn singular (the caller re-solves)."""
     g[who] = 0.0
     if cos[who] < 0:  # a standby reserve token has its column already
-        chi = alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, who, nS, chi, hi,
+        chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, who, nS, chi, hi,
                          gamma, is_rbf)
     state[who] = MARGIN
     return expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale), chi
@@ -310,7 +318,7 @@ def leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who, to
 
 
 @njit(cache=True)
-def join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, esum, member, who,
+def join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, esum, member, who,
                    nS, chi, hi, gamma, is_rbf, scale, out):
     """:func:`join_margin` for the segment loop and active-set steps: an error
     token leaves the error sum first."""
@@ -318,7 +326,7 @@ def join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, esum,
         add_column(KC, cos[who], -1.0, hi, esum)
         member[who] = False
         out[SEG_ESUM_UPDATES] += 1
-    return join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who, nS, chi,
+    return join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi,
                         hi, gamma, is_rbf, scale)
 
 

@@ -36,7 +36,7 @@ from svattn.exact.states import ERROR, MARGIN, RESERVE
 
 
 @njit(cache=True)
-def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
+def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
                  nS, chi, hi, mu, C, gamma, is_rbf, c, direction, k_c, sgn, loop,
                  max_events, scale):
     """Run the drive's events until done or Python is needed.
@@ -190,7 +190,7 @@ def drive_events(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qinv,
             sgn[who] = 1.0 if kind == 4 else -1.0
             loop[LAST_LEFT] = who
         else:
-            ok, chi = join_margin(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, who,
+            ok, chi = join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who,
                                    nS, chi, hi, gamma, is_rbf, scale)
             if not ok:
                 status = NEED_RESOLVE

@@ -127,7 +127,7 @@ def t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE,
 
 
 @njit(cache=True)
-def try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, chi, hi, C,
+def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi, C,
                gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try):
     """Active-set steps from the end point ``(x, g_end)`` of the current partition
     without ``c`` (see above). Returns ``(passes, nT, changes, chi)``: ``nT`` >= 1 when a step
@@ -239,7 +239,7 @@ def try_jumps(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, ch
                         break
                 if not free:  # no hole and no room: never evict for a guess
                     return passes, -1, changes, chi
-                chi = alloc_col(KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, s, nS, chi,
+                chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, s, nS, chi,
                                  hi, gamma, is_rbf)
             if not t_expand(Qt, tord, KC, cos, diag, s, nT, scale):
                 return passes, -1, changes, chi
@@ -309,7 +309,7 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 
 
 @njit(cache=True)
-def commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, member, nS, chi,
+def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member, nS, chi,
                  hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, KSS):
     """Apply a converged active-set step to the memory: margin exits and entries
     through the helpers the path uses (in that order), then the step's alpha,
@@ -328,7 +328,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, m
         who = tord[i]
         if state[who] == MARGIN:
             continue
-        ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, esum,
+        ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, esum,
                                  member, who, nS, chi, hi, gamma, is_rbf, scale, out)
         if not ok:
             return NEED_RESOLVE, nS, chi, xt[0]
@@ -464,13 +464,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             xt = np.empty(room + 1)
             g_try = np.empty(hi)
             passes, nT, changes, chi = try_jumps(
-                KC, XC, ac, soc, cos, X, xn2, diag, alpha, state, esum, Qb, nS, chi, hi, C,
+                KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi, C,
                 gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try)
             g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             if nT > 0:
                 status, nS, chi, mu = commit_jump(
-                    KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state, Qb, esum, member, nS,
+                    KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member, nS,
                     chi, hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, KSS)
                 out[SEG_EVENTS] += changes  # with the segment: every set change and c's exit
                 out[SEG_JUMPED] = 1
@@ -502,7 +502,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                                       kind == 4, nS, chi, hi, C, out)
             out[SEG_LAST_LEFT] = who
         else:
-            ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, xn2, diag, alpha, g, state,
+            ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state,
                                      esum, member, who, nS, chi, hi, gamma, is_rbf, scale, out)
             if not ok:
                 status = NEED_RESOLVE
