@@ -124,9 +124,7 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
 
 
 @pytest.mark.parametrize("then", ["save", "load"])
-def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(tmp_path, then):
-    # (a load only reads: removing files there could delete a concurrent writer's
-    # temporary file, so it leaves them)
+def test_a_killed_saves_temporary_file_is_removed_by_the_next_save_or_load(tmp_path, then):
     # a save killed after writing its temporary file leaves it beside the state; it
     # holds the state of then, with tokens that may be erased since
     rng = np.random.default_rng(5)
@@ -146,11 +144,35 @@ def test_a_killed_saves_temporary_file_is_removed_by_the_next_save(tmp_path, the
         mem.save(path)
     else:
         SVDDMemory.load(path)
-    assert leftover.exists() == (then == "load")
+    assert not leftover.exists()
     assert all(u.read_bytes() == b"keep me" for u in unrelated)  # only this state's leftovers
     blobs = [(p.name, p.read_bytes()) for p in tmp_path.iterdir() if p.is_file()]
     if then == "save":
         assert not _scan(blobs, {7: [X[7]]})  # no byte of the erased token under the directory
+
+
+def test_a_temporary_file_a_live_save_is_writing_is_left_alone(tmp_path):
+    """The saver holds an flock on its temporary file until the rename: a load (or
+    another save) beside it must not delete it, or the live save's rename would fail."""
+    import fcntl
+    import os
+
+    mem = SVDDMemory(0.1)
+    mem.extend(np.random.default_rng(6).normal(size=(30, 3)))
+    path = tmp_path / "m.safetensors"
+    mem.save(path)
+    live = tmp_path / ".m.safetensors.l1vesave.tmp"
+    live.write_bytes(b"half written")
+    fd = os.open(live, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as write_atomic holds it
+    try:
+        SVDDMemory.load(path)
+        mem.save(path)
+        assert live.read_bytes() == b"half written"
+    finally:
+        os.close(fd)
+    SVDDMemory.load(path)  # the lock is gone: now it is a leftover
+    assert not live.exists()
 
 
 def test_the_cleanup_never_follows_a_link_to_another_file(tmp_path):

@@ -401,3 +401,26 @@ def test_lm_notes_the_spread_of_logged_speeds(tmp_path: Path) -> None:
                                 rec("sliding", 2500.0), rec("sliding", 9000.0, ctx=1024)]))
     (note,) = [n for n in lm.run(_ctx(tmp_path, tmp_path)).notes if "apart" in n]
     assert "up to 2.5× apart" in note
+
+
+# ------------------------------------------------------------------ compaction
+def test_compaction_trial_of_a_memory_against_itself_differs_in_nothing():
+    from svattn.experiments import _compaction as cp
+
+    rng = np.random.default_rng(0)
+    keys = rng.normal(size=(120, 3))
+    full, bounded, dropped = cp.build(keys, C=0.1, every=40)
+    assert dropped == len(full) - len(bounded) > 0
+    same = cp.erase_trial(full, full, stay=0, row_ids=np.arange(0, 120, 7))
+    assert not same.differs and same.reentered == 0 and same.decision_dev == 0.0
+    # against the compacted twin the trial reports what compaction changed, honestly
+    trial = cp.erase_trial(full, bounded, stay=0, row_ids=np.arange(0, 120, 7))
+    assert trial.erased == len(range(0, 120, 7))
+    assert trial.differs == (trial.reentered > 0 or trial.decision_dev > 1e-9)
+
+
+def test_stream_order_interleaves_stays_by_hour():
+    from svattn.experiments._compaction import stream_order
+
+    stay, hour = np.array([1, 1, 2, 2]), np.array([0, 1, 0, 1])
+    assert stream_order(stay, hour).tolist() == [0, 2, 1, 3]

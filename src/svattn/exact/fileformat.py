@@ -22,6 +22,7 @@ state to its hash-chained history (``docs/design.md`` §4).
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -77,7 +78,10 @@ def remove_leftovers(path: Path) -> list[Path]:
     """Zero and delete the temporary files of earlier saves of ``path`` that a killed
     process left beside it (they may hold tokens erased since); return them.
 
-    Files that cannot be removed (a read-only directory) are left and skipped.
+    A temporary file a live save is still writing is locked (``flock``, held by
+    :func:`write_atomic` until its rename) and left alone, so a load or a save beside
+    a concurrent writer never breaks it. Files that cannot be removed (a read-only
+    directory) are left and skipped.
     """
     directory = path.parent if str(path.parent) else Path(".")
     pattern = _leftover_name(path.name)
@@ -95,7 +99,12 @@ def remove_leftovers(path: Path) -> list[Path]:
                     or info.st_uid != os.getuid():
                 continue
             fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
-            try:  # overwrite first: the bytes are key data
+            try:
+                try:  # a live save holds the lock: its file is not a leftover
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                # overwrite first: the bytes are key data
                 os.write(fd, b"\0" * info.st_size)
                 os.fsync(fd)
             finally:
@@ -118,6 +127,7 @@ def write_atomic(path: Path, data: bytes, *,
     directory = path.parent if str(path.parent) else Path(".")
     remove_leftovers(path)
     fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
+    fcntl.flock(fd, fcntl.LOCK_EX)  # ours until the rename (remove_leftovers skips it)
     try:
         try:
             view = memoryview(data)
@@ -127,11 +137,11 @@ def write_atomic(path: Path, data: bytes, *,
                     raise OSError(f"short write to {tmp}")
                 view = view[k:]
             os.fsync(fd)
+            if before_rename is not None:
+                before_rename()
+            os.replace(tmp, path)
         finally:
-            os.close(fd)
-        if before_rename is not None:
-            before_rename()
-        os.replace(tmp, path)
+            os.close(fd)  # the lock goes with it, after the rename
     except BaseException:
         try:
             os.unlink(tmp)

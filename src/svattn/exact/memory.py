@@ -48,6 +48,7 @@ from svattn.exact.fileformat import (
     StateFileError,
     check_recomputed,
     read_state,
+    remove_leftovers,
     sha256_hex,
     state_file_bytes,
     write_atomic,
@@ -161,7 +162,6 @@ class SVDDMemory:
         self._audit = None
         self._signing_key = self._tag_key = self._commit_key = None
 
-    # ------------------------------------------------------------ parameters
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
     kernel = property(lambda self: self._s.kernel, doc='"rbf" or "exp".')
     gamma = property(lambda self: self._s.gamma, doc="The bandwidth given (None: default).")
@@ -383,7 +383,6 @@ class SVDDMemory:
         twin._health.restore(self._health.to_dict(self._s.Qinv), ss.Qinv)
         return twin
 
-    # ------------------------------------------------- persistence and audit
     def save(self, path: str | os.PathLike[str]) -> str:
         """Save atomically to a safetensors file; return the file's SHA-256.
 
@@ -413,7 +412,8 @@ class SVDDMemory:
     def load(cls, path: str | os.PathLike[str], *,
              audit_log: str | os.PathLike[str] | None = None, signing_key=None,
              tag_key: bytes | None = None) -> SVDDMemory:
-        """Load a memory saved by :meth:`save`, verifying everything.
+        """Load a memory saved by :meth:`save`, verifying everything; a killed save's
+        temporary files beside ``path`` are removed.
 
         Parameters
         ----------
@@ -431,12 +431,12 @@ class SVDDMemory:
         StateVersionError
             Not an svattn state file, or another format version.
         StateFileError
-            Truncated, corrupted or tampered: the message says what does not match.
+            Truncated, corrupted or tampered, or alpha not the optimum of its tokens.
         """
         key = None if signing_key is None else as_signing_key(signing_key)
         tag = resolve_tag_key(tag_key, key)
-        path = Path(path)
-        where = str(path)
+        path, where = Path(path), str(path)
+        remove_leftovers(path)  # a killed save's temporary files may hold erased tokens
         data = path.read_bytes()
         t, meta = read_state(data, where)
         try:
