@@ -38,7 +38,7 @@ from svattn.exact.signing import generate_key, sign, signature_errors
 from svattn.exact.verify import verify_log
 
 FALSE_VALUES = {
-    "removed_id": 10_000, "commitment": "ab" * 32, "commitment_scheme": "hmac-sha256",
+    "removed_id": 10_000, "commitment": "ab" * 32, "commitment_scheme": "opaque",
     "live_copies": [10_001],
     "partition_before": {"margin": 1, "error": 0, "reserve": 99},
     "partition_after": {"margin": 1, "error": 0, "reserve": 98},
