@@ -25,7 +25,7 @@ def test_train_then_eval(tmp_path, capsys):
 
 def test_usage_errors(tmp_path, capsys):
     assert main(["train", str(tmp_path / "missing.json")]) == 2
-    assert "config not found" in capsys.readouterr().err
+    assert "CONFIG: no such file" in capsys.readouterr().err
     path = tmp_path / "cfg.json"
     path.write_text(json.dumps({"model": "tiny", "stepz": 3}))
     assert main(["train", str(path)]) == 2

@@ -414,7 +414,8 @@ class AuditReport:
             if self.state_checked:
                 s += ", final digest matches the state"
             return s
-        return f"BROKEN at record {self.broken_record}: {self.error}"
+        where = "" if self.broken_record is None else f" at record {self.broken_record}"
+        return f"BROKEN{where}: {self.error}"
 
 
 def _fail(rep: AuditReport, i: int, msg: str) -> AuditReport:
