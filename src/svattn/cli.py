@@ -90,6 +90,11 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--verify-each", action="store_true",
         help="retrain from scratch after every single deletion (slower)",
     )
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR",
+        help="save the audit log, the final state and every certificate in DIR, for "
+        "svattn verify-deletion and svattn audit verify (a new folder)",
+    )
 
 
 def _demo_run(args: argparse.Namespace) -> int:
@@ -97,7 +102,7 @@ def _demo_run(args: argparse.Namespace) -> int:
 
     result = run_demo(
         stays=args.stays, C=args.C, gamma=args.gamma, seed=args.seed, delete=args.delete,
-        data=args.data, show=args.show, verify_each=args.verify_each,
+        data=args.data, show=args.show, verify_each=args.verify_each, save_to=args.out,
     )
     return 0 if result.ok else 1
 
@@ -323,7 +328,8 @@ def _reproduce_run(args: argparse.Namespace) -> int:
         args.names, quick=args.quick, out=args.out, seed=args.seed, data_dir=args.data_dir,
         command=command_line(["reproduce", *argv]),
     )
-    print(f"wrote {args.out / 'README.md'} ({len(results)} experiments)")
+    n = len(results)
+    print(f"wrote {args.out / 'README.md'} ({n} experiment{'s' * (n != 1)})")
     return 1 if any(r.verdict.startswith("FAILED") for r in results) else 0
 
 

@@ -409,8 +409,9 @@ class AuditReport:
     def summary(self) -> str:
         """One line for people."""
         if self.ok:
-            s = (f"OK: {self.n_records} records, chain intact, {self.n_certificates} "
-                 f"deletion certificates consistent")
+            n = self.n_certificates
+            s = (f"OK: {self.n_records} record{'s' * (self.n_records != 1)}, chain intact, "
+                 f"{n} deletion certificate{'s' * (n != 1)} consistent")
             if self.state_checked:
                 s += ", final digest matches the state"
             return s

@@ -68,9 +68,7 @@ def run_record(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise ValueError(f"RUN_DIR: the log of {run_dir} does not record the command that "
                          "trained it (a run made before svattn recorded it); re-run it")
     step = final["step"]
-    evals = {r["split"]: r for r in recs if r.get("kind") == "eval" and r["step"] == step
-             and not r.get("quick")}
-    evals = {s: e for s, e in evals.items() if s in ("val", "test")}
+    evals = {r["split"]: r for r in recs if r.get("kind") == "eval" and r["step"] == step}
     c, mc = configs[-1]["config"], configs[-1]["model_config"]
     opts = mc["mixer_options"]
     # our variants of the paper's layer are named, so reports never pair them as the paper's
@@ -107,8 +105,9 @@ def eval_record(checkpoint: str | os.PathLike[str], result: dict[str, Any], *,
 
     Examples
     --------
-    >>> rec = eval_record("runs/a/ckpt.pt", {"split": "val", "bpc": 2.5, "bytes": 10,
-    ...                   "context": 256, "step": 3, "data": "enwik8 prefix"}, command="svattn eval")
+    >>> scored = {"split": "val", "bpc": 2.5, "bytes": 10, "context": 256, "step": 3,
+    ...           "data": "enwik8 prefix"}
+    >>> rec = eval_record("runs/a/ckpt.pt", scored, command="svattn eval")
     >>> rec["id"], rec["eval_bpc"]
     ('eval/a/val/T256', 2.5)
     """
