@@ -317,8 +317,6 @@ def _reproduce_run(args: argparse.Namespace) -> int:
 
     if args.out.exists() and not args.out.is_dir():
         raise ValueError(f"--out: {args.out} is a file; give a folder (it is created if absent)")
-    if args.data_dir is not None and not args.data_dir.is_dir():
-        raise FileNotFoundError(f"--data-dir: no such folder: {args.data_dir}")
 
     argv = [*args.names] + (["--quick"] if args.quick else []) + [
         "--seed", str(args.seed), "--out", str(args.out)]
