@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import doctest
 import io
+import sys
 
 import pytest
 
@@ -107,3 +108,20 @@ def test_demo_out_round_trip_to_the_auditor_commands(tmp_path, capsys) -> None:
     # the folder is never overwritten
     assert main(["demo", "--stays", "2", "--show", "0", "--out", str(out)]) == 2
     assert "already holds" in capsys.readouterr().err
+
+
+def test_a_cold_numba_cache_is_announced(tmp_path, monkeypatch, capsys) -> None:
+    empty = tmp_path / "compiled"
+    (empty / "__pycache__").mkdir(parents=True)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    assert cli._numba_cache_is_cold(empty)
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    (empty / "__pycache__" / f"checks.kkt_pass-24.{tag}.nbi").write_bytes(b"")
+    assert not cli._numba_cache_is_cold(empty)
+    # main says so before a command that runs the exact core, and not before one that does not
+    monkeypatch.setattr(cli, "_numba_cache_is_cold", lambda: True)
+    assert main(["audit", "verify", str(tmp_path / "none.jsonl")]) == 2
+    assert "compiling the exact core's numba kernels" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "none.pt")]) == 2
+    assert "compiling" not in capsys.readouterr().err

@@ -562,6 +562,27 @@ def _collect_run(args: argparse.Namespace) -> int:
 
 # ------------------------------------------------------------------- registry
 
+# Commands that run the exact core, whose numba kernels compile on their first call.
+_EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "recover", "reproduce"})
+_COMPILED = Path(svattn.__file__).parent / "exact" / "compiled"
+
+
+def _numba_cache_is_cold(package: Path | None = None) -> bool:
+    """True when no cached compilation of the exact core's kernels is found for this
+    Python (numba writes ``__pycache__/*.pyXY.nbi`` beside the sources, or under
+    ``NUMBA_CACHE_DIR``): the first call will then compile them."""
+    import os
+
+    if os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return False
+    package = _COMPILED if package is None else package
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}.nbi"
+    where = [package / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        where.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return not any(next(d.rglob(f"*{tag}"), None) for d in where if d.is_dir())
+
+
 COMMANDS: list[Command] = [
     Command(
         "demo",
@@ -679,6 +700,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     args._argv = argv  # the exact command, for the records a command writes
+    if args.command in _EXACT_COMMANDS and _numba_cache_is_cold():
+        # otherwise the first run sits silent while numba compiles
+        print("svattn: compiling the exact core's numba kernels (the first run after an "
+              "install or upgrade: a minute or two; cached on disk afterwards) ...",
+              file=sys.stderr, flush=True)
     try:
         return int(args._run(args))
     except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
