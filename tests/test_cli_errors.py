@@ -34,6 +34,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     other = SVDDMemory(C=0.2)  # another C: the certificate's parameters differ
     other.extend(rng.normal(size=(40, 3)))
     other.save(tmp / "other_c.safetensors")
+    other = SVDDMemory(C=0.1, gamma=3.0)  # another gamma
+    other.extend(rng.normal(size=(40, 3)))
+    other.save(tmp / "other_gamma.safetensors")
     (tmp / "trunc.safetensors").write_bytes((tmp / "state.safetensors").read_bytes()[:300])
     (tmp / "dir").mkdir()
     (tmp / "list.json").write_text("[1, 2]")
@@ -69,6 +72,8 @@ CASES = [
      ["not a state file", "not safetensors"]),
     ("verify-deletion-other-C", ["verify-deletion", "{other_c}", "{cert}"], 1,
      ["parameters DIFFER", "C: the certificate says 0.1, the memory has 0.2"]),
+    ("verify-deletion-other-gamma", ["verify-deletion", "{other_gamma}", "{cert}"], 1,
+     ["parameters DIFFER", "gamma: the certificate says"]),
     ("audit-log-dir", ["audit", "verify", "{dir}"], 2, ["LOG", "is a directory"]),
     ("audit-state-dir", ["audit", "verify", "{log}", "{dir}"], 2, ["STATE", "is a directory"]),
     ("audit-json-not-a-log", ["audit", "verify", "{cert}"], 2,

@@ -102,3 +102,14 @@ def test_collect_refuses_a_run_without_its_command(tmp_path, capsys):
     assert main(["collect", str(tmp_path / "run"), "--into", str(tmp_path / "lm.json")]) == 2
     assert "does not record the command" in capsys.readouterr().err
     assert not (tmp_path / "lm.json").exists()
+
+
+def test_a_hybrid_whose_chunk_is_the_window_warns(tmp_path):
+    import pytest
+
+    from svattn.lm.train import train
+
+    cfg = tiny_config(tmp_path / "run", "hybrid_sv", steps=1,
+                      hybrid={"chunk": 32, "C": 1 / 16, "budget": 16})  # block_size 32
+    with pytest.warns(UserWarning, match=r"chunk \(32\) >= block_size \(32\).*causal softmax"):
+        train(cfg)
