@@ -100,6 +100,8 @@ CASES = [
      ["--out", "is a file"]),
     ("demo-out-is-file", ["demo", "--stays", "1", "--out", "{file}"], 2,
      ["out:", "is a file"]),
+    ("train-record-not-a-list", [*TRAIN, "--record", "{cert}"], 2,
+     ["--record", "not the list of records"]),
     ("collect-not-a-run", ["collect", "{dir}", "--into", "{tmp}/lm.json"], 2,
      ["RUN_DIR", "no log.jsonl"]),
 ]

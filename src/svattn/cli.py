@@ -460,9 +460,11 @@ def _train_run(args: argparse.Namespace) -> int:
     import os
 
     from svattn.experiments.runner import command_line
-    from svattn.lm.records import append_records, run_record
+    from svattn.lm.records import append_records, read_records, run_record
     from svattn.lm.train import TrainConfig, train
 
+    if args.record is not None:
+        read_records(args.record)  # a bad results file fails now, not after training
     raw = _read_config(args.config)
     items = list(args.overrides) + ([f"data={json.dumps(args.data)}"] if args.data else [])
     cfg = TrainConfig.from_dict(apply_overrides(raw, items))
@@ -480,7 +482,10 @@ def _train_run(args: argparse.Namespace) -> int:
             f"{res.final_loss:.4f}; {res.describe_eval()}; checkpoint {res.checkpoint}; "
             f"effective config {Path(cfg.out_dir) / 'config.json'}"
         )
-        if args.record is not None and res.steps >= cfg.steps:
+        if args.record is not None and res.steps < cfg.steps:
+            print(f"not recorded in {args.record}: stopped at step {res.steps} of {cfg.steps} "
+                  "(--resume finishes it; --record then records it)")
+        elif args.record is not None:
             rec = run_record(cfg.out_dir)
             replaced = append_records([rec], args.record)
             print(f"{'replaced' if replaced else 'appended'} record {rec['id']} in {args.record}")

@@ -1,11 +1,12 @@
 """``lm`` and ``throughput``: collect the hybrid language model's results (no training here).
 
-The hybrid LM work (:mod:`svattn.lm`) saves its results to ``results/lm.json``
-in the repository. This module reads that file, finds the runs in it (every
-JSON object with a ``test_bpc``, ``val_bpc`` or ``bpc`` number), sorts them
-into SV-hybrid and sliding-window/softmax baselines by name, and sets the
-paper's figures beside them. Without the file every row says "not yet run".
-Nothing is trained here.
+The hybrid LM runs (:mod:`svattn.lm`) are recorded in ``results/lm.json`` in the
+repository by the tools (``svattn train --record``, ``svattn collect``,
+``benchmarks/bench_lm_throughput.py``; :mod:`svattn.lm.records`). This module
+reads that file, finds the runs in it (every JSON object with a ``test_bpc``,
+``val_bpc`` or ``bpc`` number), sorts them into SV-hybrid and sliding-window/softmax
+baselines by name, and sets the paper's figures beside them. Without the file every
+row says "not yet run". Nothing is trained here.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ THROUGHPUT_CLAIMS = [
 ]
 
 _WHAT = (
-    "Read from `results/lm.json` (written by the hybrid LM work, `svattn.lm`); not trained by "
+    "Read from `results/lm.json` (records appended by `svattn train --record`, `svattn "
+    "collect` and `benchmarks/bench_lm_throughput.py`); not trained by "
     "this command. Runs are the JSON objects with a `test_bpc` / `val_bpc` / `bpc` (or "
     "tokens/s) number; a run is SV-hybrid when its name or mixer says `sv`/`hybrid`, the "
     "BPC baseline when it says sliding/window (matched state), the throughput reference "

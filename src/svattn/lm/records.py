@@ -19,7 +19,7 @@ from typing import Any
 
 from svattn.lm.model import positions_of
 
-__all__ = ["run_record", "eval_record", "append_records"]
+__all__ = ["run_record", "eval_record", "append_records", "read_records"]
 
 
 def _read_log(run_dir: Path) -> list[dict[str, Any]]:
@@ -126,6 +126,29 @@ def eval_record(checkpoint: str | os.PathLike[str], result: dict[str, Any], *,
     }
 
 
+def read_records(path: str | os.PathLike[str]) -> list[Any]:
+    """The JSON list of records in ``path`` (``[]`` when it does not exist yet).
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is a directory, not JSON, or not a JSON list.
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"--record/--into: {path} is a directory; give a JSON file")
+    if not path.exists():
+        return []
+    try:
+        old = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--record/--into: {path} is not a JSON file ({exc})") from None
+    if not isinstance(old, list):
+        raise ValueError(f"--record/--into: {path} holds a JSON {type(old).__name__}, "
+                         "not the list of records")
+    return old
+
+
 def append_records(records: list[dict[str, Any]], path: str | os.PathLike[str]) -> list[str]:
     """Add records to the JSON list in ``path`` (created if absent), replacing those
     with the same ``id``; written atomically.
@@ -141,17 +164,7 @@ def append_records(records: list[dict[str, Any]], path: str | os.PathLike[str]) 
         If ``path`` exists but does not hold a JSON list.
     """
     path = Path(path)
-    if path.is_dir():
-        raise ValueError(f"--record/--into: {path} is a directory; give a JSON file")
-    old: Any = []
-    if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--record/--into: {path} is not a JSON file ({exc})") from None
-        if not isinstance(old, list):
-            raise ValueError(f"--record/--into: {path} holds a JSON {type(old).__name__}, "
-                             "not the list of records")
+    old = read_records(path)
     ids = {r["id"] for r in records}
     replaced = [r["id"] for r in old if isinstance(r, dict) and r.get("id") in ids]
     kept = [r for r in old if not (isinstance(r, dict) and r.get("id") in ids)]
