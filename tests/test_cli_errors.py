@@ -134,3 +134,16 @@ def test_train_cuda_on_a_cpu_build(files, capsys) -> None:
     err = capsys.readouterr().err
     assert "device: 'cuda' asked" in err and "no usable CUDA" in err
     assert not (files["tmp"] / "run").exists()
+
+
+def test_audit_wording(files, capsys) -> None:
+    """One certificate is "1 deletion certificate"; a state that does not load names no
+    record (was "BROKEN at record None")."""
+    from svattn.exact.verify import verify_log
+
+    assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 0
+    out = capsys.readouterr().out
+    assert "1 deletion certificate consistent" in out and "certificates" not in out
+    summary = verify_log(files["log"], files["trunc"]).summary()
+    assert summary.startswith("BROKEN: state ") and "truncated" in summary
+    assert "None" not in summary
