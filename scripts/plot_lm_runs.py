@@ -39,6 +39,29 @@ def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict], dict]:
     return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos}{seed})", train, val, cfg
 
 
+def unique_labels(labels: list[str], runs: list[Path]) -> list[str]:
+    """``labels`` with the run folder added to each label that several runs share (two
+    runs of one config must not share a legend entry).
+
+    Examples
+    --------
+    >>> unique_labels(["a (rope)", "a (rope)", "b"], [Path("r/x"), Path("r/y"), Path("r/z")])
+    ['a (rope) [x]', 'a (rope) [y]', 'b']
+    >>> unique_labels(["a", "a"], [Path("p/run"), Path("q/run")])
+    ['a [p/run]', 'a [q/run]']
+    """
+    out = list(labels)
+    for label in set(labels):
+        same = [i for i, lab in enumerate(labels) if lab == label]
+        if len(same) < 2:
+            continue
+        names = [runs[i].name for i in same]
+        tags = names if len(set(names)) == len(names) else [str(runs[i]) for i in same]
+        for i, tag in zip(same, tags, strict=True):
+            out[i] = f"{label} [{tag}]"
+    return out
+
+
 def smooth(xs: list[float], k: int) -> list[float]:
     """Trailing moving average over ``k`` values."""
     out, acc = [], 0.0
@@ -61,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
     table = []
     many = len(args.runs) > 4  # the legend then goes beside the plot, not over the curves
     fig, ax = plt.subplots(figsize=(12.0, 5.0) if many else (7.5, 4.5))
-    for i, run in enumerate(args.runs):
-        mixer, train, val, cfg = read_log(run)
+    logs = [read_log(run) for run in args.runs]
+    labels = unique_labels([log[0] for log in logs], list(args.runs))
+    for i, (run, (_, train, val, cfg), mixer) in enumerate(
+            zip(args.runs, logs, labels, strict=True)):
         color = f"C{i}"
         if not train:  # eval records carry steps only; tokens per step come from training
             print(f"skipped {run}: no training records in its log.jsonl")

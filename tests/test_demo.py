@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import doctest
 import io
+import sys
 
 import pytest
 
@@ -85,3 +86,42 @@ def test_adding_a_subcommand_is_one_registry_entry(monkeypatch: pytest.MonkeyPat
 def test_docstring_examples_run(module) -> None:
     result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted >= 1
+
+
+def test_demo_out_round_trip_to_the_auditor_commands(tmp_path, capsys) -> None:
+    out = tmp_path / "demo"
+    assert main(["demo", "--stays", "2", "--show", "0", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    certs = sorted((out / "certificates").glob("[0-9]*.json"))
+    assert len(certs) > 1 and (out / "certificates" / "last.json").read_text() == \
+        certs[-1].read_text()
+    state, log = out / "state.safetensors", out / "audit.jsonl"
+    last = out / "certificates" / "last.json"
+    assert f"svattn verify-deletion {state} {last} --log {log}" in printed
+    assert main(["verify-deletion", str(state), str(last), "--log", str(log)]) == 0
+    captured = capsys.readouterr()
+    assert "audit log records it" in captured.out and "re-solving the" in captured.err
+    assert main(["audit", "verify", str(log), str(state)]) == 0
+    assert f"{len(certs)} deletion certificates consistent" in capsys.readouterr().out
+    # an earlier certificate is not what the final state answers for
+    assert main(["verify-deletion", str(state), str(certs[0])]) == 1
+    # the folder is never overwritten
+    assert main(["demo", "--stays", "2", "--show", "0", "--out", str(out)]) == 2
+    assert "already holds" in capsys.readouterr().err
+
+
+def test_a_cold_numba_cache_is_announced(tmp_path, monkeypatch, capsys) -> None:
+    empty = tmp_path / "compiled"
+    (empty / "__pycache__").mkdir(parents=True)
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("NUMBA_DISABLE_JIT", raising=False)
+    assert cli._numba_cache_is_cold(empty)
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    (empty / "__pycache__" / f"checks.kkt_pass-24.{tag}.nbi").write_bytes(b"")
+    assert not cli._numba_cache_is_cold(empty)
+    # main says so before a command that runs the exact core, and not before one that does not
+    monkeypatch.setattr(cli, "_numba_cache_is_cold", lambda: True)
+    assert main(["audit", "verify", str(tmp_path / "none.jsonl")]) == 2
+    assert "compiling the exact core's numba kernels" in capsys.readouterr().err
+    assert main(["eval", str(tmp_path / "none.pt")]) == 2
+    assert "compiling" not in capsys.readouterr().err

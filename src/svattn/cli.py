@@ -21,7 +21,7 @@ from pathlib import Path
 
 import svattn
 
-__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "apply_overrides", "build_parser", "main"]
 
 
 @dataclass(frozen=True)
@@ -90,6 +90,11 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         "--verify-each", action="store_true",
         help="retrain from scratch after every single deletion (slower)",
     )
+    parser.add_argument(
+        "--out", type=Path, default=None, metavar="DIR",
+        help="save the audit log, the final state and every certificate in DIR, for "
+        "svattn verify-deletion and svattn audit verify (a new folder)",
+    )
 
 
 def _demo_run(args: argparse.Namespace) -> int:
@@ -97,7 +102,7 @@ def _demo_run(args: argparse.Namespace) -> int:
 
     result = run_demo(
         stays=args.stays, C=args.C, gamma=args.gamma, seed=args.seed, delete=args.delete,
-        data=args.data, show=args.show, verify_each=args.verify_each,
+        data=args.data, show=args.show, verify_each=args.verify_each, save_to=args.out,
     )
     return 0 if result.ok else 1
 
@@ -114,13 +119,51 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _check_file(path: Path, what: str) -> None:
+    """Usage errors for a path that should be an existing file."""
+    if not path.exists():
+        raise FileNotFoundError(f"{what}: no such file: {path}")
+    if path.is_dir():
+        raise ValueError(f"{what}: {path} is a directory, not a file")
+
+
+def _check_audit_log(path: Path) -> None:
+    """A usage error unless ``path`` looks like an svattn audit log (its first line is the
+    log's ``open`` record). A log whose records were edited still passes, and
+    ``verify_log`` names the broken record."""
+    import json
+
+    _check_file(path, "LOG")
+    with open(path, "rb") as fh:
+        first = fh.readline(1 << 16)
+    try:
+        rec = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        rec = None
+    if not (isinstance(rec, dict) and rec.get("format") == "svattn.audit"
+            or b"svattn.audit" in first):
+        raise ValueError(f"LOG: {path} is not an svattn audit log (its first line is not "
+                         "the log's 'open' record)")
+
+
+def _check_state_file(path: Path, what: str = "STATE") -> None:
+    """A usage error unless ``path`` loads as a saved memory state."""
+    from svattn.exact.fileformat import StateFileError
+    from svattn.exact.persist import load
+
+    _check_file(path, what)
+    try:
+        load(path)
+    except StateFileError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+
+
 def _audit_run(args: argparse.Namespace) -> int:
     from svattn.exact.verify import verify_log
 
-    if not args.log.exists():
-        raise FileNotFoundError(f"no audit log at {args.log}")
-    if args.state is not None and not args.state.exists():
-        raise FileNotFoundError(f"no state file at {args.state}")
+    _check_audit_log(args.log)
+    if args.state is not None:
+        _check_state_file(args.state)
     report = verify_log(args.log, args.state)
     print(report.summary())
     return 0 if report.ok else 1
@@ -149,18 +192,21 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     from svattn.exact.persist import load
     from svattn.exact.verify import verify_deletion
 
-    extra = tuple(p for p in (args.log, args.public_key) if p is not None)
-    for p in (args.state, args.certificate) + extra:
-        if not p.exists():
-            raise FileNotFoundError(f"no such file: {p}")
-        if p.is_dir():
-            raise ValueError(f"{p} is a directory, not a file")
+    for p, what in ((args.state, "STATE"), (args.certificate, "CERTIFICATE"),
+                    (args.log, "--log"), (args.public_key, "--public-key")):
+        if p is not None:
+            _check_file(p, what)
+    if args.log is not None:
+        _check_audit_log(args.log)
     memory = load(args.state)
     try:
         text = args.certificate.read_text()
     except UnicodeDecodeError:
         raise ValueError(f"certificate {args.certificate} is not a text (JSON) file") from None
     cert = DeletionCertificate.from_json(text)
+    # re-solving from scratch takes seconds at a few thousand tokens: say what is running
+    print(f"verifying: re-solving the {len(memory)} tokens of {args.state} from scratch "
+          "(independent QP oracle) ...", file=sys.stderr, flush=True)
     v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log,
                         public_key=args.public_key)
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
@@ -269,6 +315,9 @@ def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
 def _reproduce_run(args: argparse.Namespace) -> int:
     from svattn.experiments.runner import command_line, reproduce
 
+    if args.out.exists() and not args.out.is_dir():
+        raise ValueError(f"--out: {args.out} is a file; give a folder (it is created if absent)")
+
     argv = [*args.names] + (["--quick"] if args.quick else []) + [
         "--seed", str(args.seed), "--out", str(args.out)]
     if args.data_dir is not None:
@@ -277,7 +326,8 @@ def _reproduce_run(args: argparse.Namespace) -> int:
         args.names, quick=args.quick, out=args.out, seed=args.seed, data_dir=args.data_dir,
         command=command_line(["reproduce", *argv]),
     )
-    print(f"wrote {args.out / 'README.md'} ({len(results)} experiments)")
+    n = len(results)
+    print(f"wrote {args.out / 'README.md'} ({n} experiment{'s' * (n != 1)})")
     return 1 if any(r.verdict.startswith("FAILED") for r in results) else 0
 
 
@@ -291,53 +341,154 @@ def _train_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-        help="override a config key (VALUE parsed as JSON, else taken as a string); repeatable",
+        help="override a config key (VALUE parsed as JSON, else taken as a string); "
+        "repeatable. A dotted KEY sets one entry of a mapping (--set hybrid.C=0.1); a "
+        "mapping VALUE merges into the config's mapping key by key (--set "
+        "'hybrid={\"C\":0.1}' keeps chunk and budget); {} empties it",
+    )
+    parser.add_argument(
+        "--data", default=None, metavar="PATH",
+        help="the enwik8 file (raw or .zip) to train on; same as --set data=PATH",
     )
     parser.add_argument(
         "--resume", action="store_true",
-        help="continue from OUT_DIR/ckpt.pt when it exists",
+        help="continue from OUT_DIR/ckpt.pt when it exists (without it, an OUT_DIR that "
+        "holds a checkpoint is refused)",
     )
     parser.add_argument(
         "--stop-after", type=_positive_int, default=None, metavar="STEP",
         help="checkpoint and stop at this step (as if interrupted; resume later)",
     )
+    parser.add_argument(
+        "--record", type=Path, default=None, metavar="FILE",
+        help="when the run ends, append its record (BPC, the exact command, the effective "
+        "config) to this JSON list, e.g. results/lm.json",
+    )
 
 
-def _parse_overrides(items: list[str]) -> dict:
+def _merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra`` merged in key by key (mappings recursively); an empty
+    mapping in ``extra`` replaces (empties) its key."""
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and v and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def apply_overrides(config: dict, items: Sequence[str]) -> dict:
+    """The config with ``--set KEY=VALUE`` overrides applied, in order.
+
+    VALUE is parsed as JSON, else taken as a string. A dotted KEY names an entry
+    of a mapping (created if absent); a mapping VALUE merges into the existing
+    mapping key by key; ``{}`` empties it.
+
+    Parameters
+    ----------
+    config : dict
+        The config file's mapping (not modified).
+    items : sequence of str
+        The ``KEY=VALUE`` texts.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        If an item is not ``KEY=VALUE`` or a dotted KEY runs through a value
+        that is not a mapping.
+
+    Examples
+    --------
+    >>> cfg = {"steps": 10, "hybrid": {"chunk": 64, "C": 0.0625, "budget": 64}}
+    >>> apply_overrides(cfg, ['hybrid={"C": 0.1}', "steps=20"])
+    {'steps': 20, 'hybrid': {'chunk': 64, 'C': 0.1, 'budget': 64}}
+    >>> apply_overrides(cfg, ["hybrid.budget=32"])["hybrid"]
+    {'chunk': 64, 'C': 0.0625, 'budget': 32}
+    >>> apply_overrides(cfg, ["hybrid={}"])["hybrid"]
+    {}
+    """
+    import copy
     import json
 
-    out = {}
+    out = copy.deepcopy(config)
     for item in items:
         key, sep, text = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set expects KEY=VALUE, got {item!r}")
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise ValueError(f"--set expects KEY=VALUE (KEY may be dotted: hybrid.C=0.1), "
+                             f"got {item!r}")
         try:
-            out[key] = json.loads(text)
+            value = json.loads(text)
         except json.JSONDecodeError:
-            out[key] = text
+            value = text
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"--set {key}: {'.'.join(parts[:i + 1])} is {child!r}, "
+                                 "not a mapping")
+            node = child
+        last = parts[-1]
+        if isinstance(value, dict) and value and isinstance(node.get(last), dict):
+            node[last] = _merge(node[last], value)
+        else:
+            node[last] = value
     return out
+
+
+def _read_config(path: Path) -> dict:
+    import json
+
+    _check_file(path, "CONFIG")
+    try:
+        raw = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"CONFIG: {path} is not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"CONFIG: {path} holds a JSON {type(raw).__name__}; a training "
+                         "config is a JSON object of TrainConfig keys")
+    return raw
 
 
 def _train_run(args: argparse.Namespace) -> int:
     import json
-
-    from svattn.lm.train import TrainConfig, train
-
-    if not args.config.is_file():
-        raise FileNotFoundError(f"config not found: {args.config}")
-    with open(args.config) as fh:
-        raw = json.load(fh)
-    cfg = TrainConfig.from_dict({**raw, **_parse_overrides(args.overrides)})
-    res = train(cfg, resume=args.resume, stop_after=args.stop_after)
     import os
 
-    if int(os.environ.get("RANK", "0")) == 0:
+    from svattn.experiments.runner import command_line
+    from svattn.lm.records import append_records, read_records, run_record
+    from svattn.lm.train import TrainConfig, train
+
+    if args.record is not None:
+        read_records(args.record)  # a bad results file fails now, not after training
+    raw = _read_config(args.config)
+    items = list(args.overrides) + ([f"data={json.dumps(args.data)}"] if args.data else [])
+    cfg = TrainConfig.from_dict(apply_overrides(raw, items))
+    command = command_line(args._argv)
+    rank0 = int(os.environ.get("RANK", "0")) == 0
+    if rank0:
+        print(f"config ({args.config} with {len(items)} override{'s' if len(items) != 1 else ''}"
+              f"): {json.dumps(cfg.to_dict())}", flush=True)
+    res = train(cfg, resume=args.resume, stop_after=args.stop_after,
+                command=command)
+    if rank0:
         print(
             f"{cfg.mixer}: {res.params:,} params, {res.tokens_seen:,} tokens "
-            f"({res.train_tokens_per_s:,.0f} tokens/s), final loss {res.final_loss:.4f}, "
-            f"val BPC {res.val_bpc}, test BPC {res.test_bpc} on {res.data}; "
-            f"checkpoint {res.checkpoint}"
+            f"({res.train_tokens_per_s:,.0f} tokens/s) on {res.data}, final loss "
+            f"{res.final_loss:.4f}; {res.describe_eval()}; checkpoint {res.checkpoint}; "
+            f"effective config {Path(cfg.out_dir) / 'config.json'}"
         )
+        if args.record is not None and res.steps < cfg.steps:
+            print(f"not recorded in {args.record}: stopped at step {res.steps} of {cfg.steps} "
+                  "(--resume finishes it; --record then records it)")
+        elif args.record is not None:
+            rec = run_record(cfg.out_dir)
+            replaced = append_records([rec], args.record)
+            print(f"{'replaced' if replaced else 'appended'} record {rec['id']} in {args.record}")
     return 0
 
 
@@ -359,24 +510,83 @@ def _eval_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-bytes", type=_positive_int, default=None,
         help="score only the first N bytes of each split (default: every byte)",
     )
+    parser.add_argument(
+        "--record", type=Path, default=None, metavar="FILE",
+        help="append one 'eval' record per split (BPC, the exact command) to this JSON list, "
+        "e.g. results/lm.json",
+    )
 
 
 def _eval_run(args: argparse.Namespace) -> int:
     import json
 
+    from svattn.experiments.runner import command_line
+    from svattn.lm.records import append_records, eval_record
     from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval
 
+    _check_file(args.checkpoint, "CHECKPOINT")
+    if args.data is not None:
+        _check_file(args.data, "--data")
     model, _, ckpt, ds = load_checkpoint_for_eval(args.checkpoint, args.data)
     context = args.context or model.cfg.block_size
+    records = []
     for split in args.split:
         lo, hi = ds.span(split, args.max_bytes)
         res = evaluate_bpc(model, ds.data, lo, hi, context=context, batch_size=args.batch_size)
         rec = {"split": split, "data": ds.label, "step": ckpt["step"], **res}
         print(json.dumps(rec))
+        records.append(eval_record(args.checkpoint, rec, command=command_line(args._argv)))
+    if args.record is not None:
+        replaced = append_records(records, args.record)
+        print(f"wrote {len(records)} eval record{'s' if len(records) != 1 else ''} to "
+              f"{args.record}{f' (replacing {replaced})' if replaced else ''}")
+    return 0
+
+
+def _collect_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", type=Path, nargs="+", metavar="RUN_DIR",
+                        help="out_dir of finished svattn train runs")
+    parser.add_argument("--into", type=Path, required=True, metavar="FILE",
+                        help="the JSON list of records to append to, e.g. results/lm.json")
+
+
+def _collect_run(args: argparse.Namespace) -> int:
+    from svattn.lm.records import append_records, run_record
+
+    for run in args.runs:
+        if not run.is_dir():
+            raise FileNotFoundError(f"RUN_DIR: no such folder: {run}")
+    records = [run_record(run) for run in args.runs]  # all checked before any is written
+    replaced = set(append_records(records, args.into))
+    for rec in records:
+        print(f"{'replaced' if rec['id'] in replaced else 'appended'} {rec['id']} "
+              f"(command: {rec['command']})")
+    print(f"wrote {args.into}")
     return 0
 
 
 # ------------------------------------------------------------------- registry
+
+# Commands that run the exact core, whose numba kernels compile on their first call.
+_EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "recover", "reproduce"})
+_COMPILED = Path(svattn.__file__).parent / "exact" / "compiled"
+
+
+def _numba_cache_is_cold(package: Path | None = None) -> bool:
+    """True when no cached compilation of the exact core's kernels is found for this
+    Python (numba writes ``__pycache__/*.pyXY.nbi`` beside the sources, or under
+    ``NUMBA_CACHE_DIR``): the first call will then compile them."""
+    import os
+
+    if os.environ.get("NUMBA_DISABLE_JIT") == "1":
+        return False
+    package = _COMPILED if package is None else package
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}.nbi"
+    where = [package / "__pycache__"]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        where.append(Path(os.environ["NUMBA_CACHE_DIR"]))
+    return not any(next(d.rglob(f"*{tag}"), None) for d in where if d.is_dir())
+
 
 COMMANDS: list[Command] = [
     Command(
@@ -427,6 +637,13 @@ COMMANDS: list[Command] = [
         "bits per character of a trained checkpoint on enwik8 splits",
         _eval_arguments,
         _eval_run,
+    ),
+    Command(
+        "collect",
+        "append finished svattn train runs (BPC, command, config, from their logs) to a "
+        "results file",
+        _collect_arguments,
+        _collect_run,
     ),
 ]
 """Every subcommand, in the order ``svattn --help`` lists them."""
@@ -482,14 +699,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    args._argv = argv  # the exact command, for the records a command writes
+    if args.command in _EXACT_COMMANDS and _numba_cache_is_cold():
+        # otherwise the first run sits silent while numba compiles
+        print("svattn: compiling the exact core's numba kernels (the first run after an "
+              "install or upgrade: a minute or two; cached on disk afterwards) ...",
+              file=sys.stderr, flush=True)
     try:
         return int(args._run(args))
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"svattn {args.command}: error: {exc}", file=sys.stderr)
+    except (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError,
+            FileExistsError, PermissionError) as exc:
+        message = " ".join(str(exc).split())  # one line, whatever the message holds
+        print(f"svattn {args.command}: error: {message}", file=sys.stderr)
         return 2
 
 

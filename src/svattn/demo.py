@@ -16,6 +16,12 @@ What it does, in order:
 4. Retrains from scratch on the remaining tokens with the independent QP
    oracle and compares: partition, max |Δalpha|, decision function and
    readout on probe points. Prints a verdict.
+5. With ``save_to`` (``svattn demo --out DIR``), leaves what an auditor needs in
+   ``DIR``: the memory's audit log (``audit.jsonl``, every operation of the
+   demo), the final state (``state.safetensors``) and every certificate
+   (``certificates/NNN-token<id>.json``, in deletion order; ``last.json`` is the
+   one the final state answers for), and prints the ``svattn verify-deletion``
+   and ``svattn audit verify`` commands that check them.
 
 Examples
 --------
@@ -93,6 +99,7 @@ def run_demo(
     show: int = 40,
     verify_each: bool = False,
     out: TextIO | None = None,
+    save_to: str | Path | None = None,
 ) -> DemoResult:
     """Stream ICU vitals into an exact SV memory, delete one stay, verify.
 
@@ -119,6 +126,9 @@ def run_demo(
         Also retrain from scratch after every deletion (slower).
     out : text stream, optional
         Where to print; default ``sys.stdout``.
+    save_to : str or Path, optional
+        A folder (created if absent; it must not already hold demo files) for
+        the audit log, the final state and the certificates (step 5 above).
 
     Returns
     -------
@@ -128,8 +138,9 @@ def run_demo(
     ------
     ValueError
         If ``stays`` exceeds the stays in the data, ``delete`` is not among
-        the streamed stays, ``show`` is negative, or ``C`` / ``gamma`` are
-        invalid for the memory.
+        the streamed stays, ``show`` is negative, ``C`` / ``gamma`` are
+        invalid for the memory, or ``save_to`` is a file or already holds
+        demo files.
     FileNotFoundError
         If ``data`` does not exist.
 
@@ -146,6 +157,7 @@ def run_demo(
         raise ValueError(f"stays must be a positive int, got {stays!r}")
     if show < 0:
         raise ValueError(f"show must be >= 0, got {show}")
+    save_dir = None if save_to is None else _check_save_dir(Path(save_to))
 
     def say(text: str = "") -> None:
         print(text, file=out)
@@ -176,7 +188,10 @@ def run_demo(
     )
 
     # 2. stream into the memory ---------------------------------------------
-    memory = SVDDMemory(C, gamma=gamma)
+    log_path = None if save_dir is None else save_dir / _LOG
+    if log_path is not None:
+        save_dir.mkdir(parents=True, exist_ok=True)
+    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path)
     start = time.perf_counter()
     token_ids = _stream(memory, stream)
     elapsed = time.perf_counter() - start
@@ -205,15 +220,16 @@ def run_demo(
     )
 
     # 4. verify against retraining from scratch ------------------------------
+    # said before the re-solve, which takes seconds at a few thousand tokens
+    say(f"verify   retraining from scratch on the {len(memory)} remaining tokens "
+        "(independent QP oracle) ...")
     start = time.perf_counter()
     final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed)
-    say(
-        f"verify   retrained from scratch on the {len(memory)} remaining tokens "
-        f"(independent QP oracle, {time.perf_counter() - start:.2f} s):"
-    )
-    say(f"         {final.summary()}")
+    say(f"         {final.summary()} ({time.perf_counter() - start:.2f} s)")
     ok = final.ok and not bad
     say(_verdict(ok, delete, certificates, final))
+    if save_dir is not None:
+        _save(say, memory, certificates, save_dir)
     return DemoResult(
         n_tokens=len(token_ids),
         deleted_stay=delete,
@@ -223,6 +239,40 @@ def run_demo(
         final=final,
         ok=ok,
     )
+
+
+_LOG, _STATE, _CERTS = "audit.jsonl", "state.safetensors", "certificates"
+
+
+def _check_save_dir(path: Path) -> Path:
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"out: {path} is a file; give a folder (created if absent)")
+    taken = [n for n in (_LOG, _STATE, _CERTS) if (path / n).exists()]
+    if taken:
+        raise ValueError(f"out: {path} already holds {taken} of an earlier demo; give a new "
+                         "folder (the demo never overwrites an audit trail)")
+    return path
+
+
+def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], where: Path) -> None:
+    """The final state, every certificate and the round-trip commands."""
+    import shlex
+
+    state = where / _STATE
+    memory.save(state)
+    memory.close_audit_log()
+    certs = where / _CERTS
+    certs.mkdir()
+    for i, cert in enumerate(certificates, 1):
+        (certs / f"{i:03d}-token{cert.removed_id}.json").write_text(cert.to_json() + "\n")
+    (certs / "last.json").write_text(certificates[-1].to_json() + "\n")
+    q = {name: shlex.quote(str(p)) for name, p in
+         (("state", state), ("log", where / _LOG), ("last", certs / "last.json"))}
+    say(f"saved    {where}: {_STATE} (the memory after the deletion), {_LOG} (every "
+        f"operation, hash-chained), {_CERTS}/ ({len(certificates)} certificates; last.json "
+        "is the one the saved state answers for)")
+    say(f"         check them:  svattn verify-deletion {q['state']} {q['last']} --log {q['log']}")
+    say(f"                      svattn audit verify {q['log']} {q['state']}")
 
 
 def _stream(memory: SVDDMemory, stream: IcuStays) -> list[int]:

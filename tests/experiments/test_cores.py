@@ -239,8 +239,9 @@ def test_lm_pairs_runs_by_positions_tokens_and_seed(tmp_path: Path) -> None:
     assert result.claims[0].ours.startswith("val 1.900 (enwik8 prefix;")
     assert result.claims[0].verdict == "reproduced"
     ours = result.claims[1].ours
-    assert "+20.0% (1 seed, no interval) at 1,000 tokens (NoPE)" in ours
-    assert "-5.6% (1 seed, no interval) at 1,000 tokens (rope)" in ours
+    assert "SV better by 20.0% (1 seed, no interval) at 1,000 tokens (NoPE)" in ours
+    assert "SV worse by 5.6% (1 seed, no interval) at 1,000 tokens (rope)" in ours
+    assert "by -" not in ours  # never "better by -5.6%" (issue #23)
 
 
 
@@ -355,7 +356,8 @@ def test_lm_reports_the_softmax_headroom_over_the_matched_window(tmp_path: Path)
     ]))
     result = lm.run(_ctx(tmp_path, tmp_path))
     assert result.metrics["softmax_over_sliding_3M"] == {"rope/1000": [pytest.approx(0.05)]}
-    assert any("+5.0% (1 seed, no interval) at 1,000 tokens (rope)" in n for n in result.notes)
+    assert any("softmax better by 5.0% (1 seed, no interval) at 1,000 tokens (rope)" in n
+               for n in result.notes)
     # the paper's comparison stays SV vs sliding
     assert result.metrics["paired_gaps_3M"] == {"rope/1000": [pytest.approx(-0.05)]}
 

@@ -121,3 +121,35 @@ def test_missing_data_dir_is_a_usage_error(tmp_path: Path,
                  str(tmp_path / "absent")])
     assert code == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+# Wording a reader trips over (issue #23): no "better by -7.6 %", no "at least 100 %",
+# no "1.00 or more", no "1 experiments", no stay count given twice in one legend entry.
+_BAD_WORDING = [
+    (re.compile(r"better by -"), "a negative 'better'"),
+    (re.compile(r"at least 100\s?%"), "'at least 100 %'"),
+    (re.compile(r"1\.00 or more"), "'1.00 or more'"),
+    (re.compile(r"\b1 (experiments|certificates|records)\b"), "a plural after 1"),
+    (re.compile(r"\(\d+ stays\) \(\d+ stays\)"), "the stays counted twice"),
+]
+
+
+def test_reports_read_well(quick_run: tuple[Path, int]) -> None:
+    out, _ = quick_run
+    texts = {p: p.read_text() for p in out.rglob("*.md")}
+    for path, text in texts.items():
+        for pattern, what in _BAD_WORDING:
+            assert not pattern.search(text), f"{path}: {what}: {pattern.search(text).group()}"
+    copy = (out / "selective-copy" / "report.md").read_text()
+    assert "SV recall 1.00 (every token recalled)" in copy or "SV recall at least" in copy
+    forgetting = (out / "forgetting" / "report.md").read_text()
+    assert "partition identical in every trial" in forgetting or "at least" in forgetting
+
+
+def test_lm_gap_wording() -> None:
+    from svattn.experiments.lm import _gap_texts
+
+    texts, _, _ = _gap_texts({("rope", 1000): [-0.08, -0.07, -0.078]})
+    assert texts[0].startswith("SV worse by 7.6% [95% t-interval")
+    texts, _, _ = _gap_texts({("none", 1000): [0.05]})
+    assert texts[0] == "SV better by 5.0% (1 seed, no interval) at 1,000 tokens (NoPE)"

@@ -433,12 +433,14 @@ class AuditReport:
     def summary(self) -> str:
         """One line for people."""
         if self.ok:
-            s = (f"OK: {self.n_records} records, chain intact, {self.n_certificates} "
-                 f"deletion certificates consistent")
+            n = self.n_certificates
+            s = (f"OK: {self.n_records} record{'s' * (self.n_records != 1)}, chain intact, "
+                 f"{n} deletion certificate{'s' * (n != 1)} consistent")
             if self.state_checked:
                 s += ", final digest matches the state"
             return s
-        return f"BROKEN at record {self.broken_record}: {self.error}"
+        where = "" if self.broken_record is None else f" at record {self.broken_record}"
+        return f"BROKEN{where}: {self.error}"
 
 
 def _fail(rep: AuditReport, i: int, msg: str) -> AuditReport:

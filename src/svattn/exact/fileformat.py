@@ -164,6 +164,9 @@ def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
     if size < 8:
         raise StateFileError(f"{where}: truncated: {size} bytes, a state file has at least 8")
     (hlen,) = struct.unpack("<Q", data[:8])
+    if size > 8 and data[8:9] != b"{":  # a safetensors header is a JSON object
+        raise StateFileError(f"{where}: not a state file (not safetensors: no JSON header "
+                             "after the 8-byte length)")
     if hlen > size - 8:
         raise StateFileError(
             f"{where}: truncated: the header declares {hlen} bytes but only {size - 8} follow"

@@ -406,8 +406,9 @@ def run(ctx: Context) -> ExperimentResult:
                  "`svattn.lm` CharLM checkpoint is available.")
     return ExperimentResult(
         name=NAME, title=TITLE, what=what, claims=claims,
-        verdict=(f"Exact removal equals retraining (partition identical in at least "
-                 f"{ident_min:.0%} of trials on Gaussian, ICU and learned keys, median "
+        verdict=("Exact removal equals retraining (partition identical in "
+                 + ("every trial" if ident_min >= 1 else f"at least {ident_min:.0%} of trials")
+                 + " on Gaussian, ICU and learned keys, median "
                  "decision deviation ≤ "
                  f"{fmt_sci(max(med[s] for s in unique_sets))}); decay does not "
                  f"(median {fmt_sci(min(decay_meds))}–{fmt_sci(max(decay_meds))})."),

@@ -1,11 +1,12 @@
 """``lm`` and ``throughput``: collect the hybrid language model's results (no training here).
 
-The hybrid LM work (:mod:`svattn.lm`) saves its results to ``results/lm.json``
-in the repository. This module reads that file, finds the runs in it (every
-JSON object with a ``test_bpc``, ``val_bpc`` or ``bpc`` number), sorts them
-into SV-hybrid and sliding-window/softmax baselines by name, and sets the
-paper's figures beside them. Without the file every row says "not yet run".
-Nothing is trained here.
+The hybrid LM runs (:mod:`svattn.lm`) are recorded in ``results/lm.json`` in the
+repository by the tools (``svattn train --record``, ``svattn collect``,
+``benchmarks/bench_lm_throughput.py``; :mod:`svattn.lm.records`). This module
+reads that file, finds the runs in it (every JSON object with a ``test_bpc``,
+``val_bpc`` or ``bpc`` number), sorts them into SV-hybrid and sliding-window/softmax
+baselines by name, and sets the paper's figures beside them. Without the file every
+row says "not yet run". Nothing is trained here.
 """
 
 from __future__ import annotations
@@ -135,7 +136,8 @@ THROUGHPUT_CLAIMS = [
 ]
 
 _WHAT = (
-    "Read from `results/lm.json` (written by the hybrid LM work, `svattn.lm`); not trained by "
+    "Read from `results/lm.json` (records appended by `svattn train --record`, `svattn "
+    "collect` and `benchmarks/bench_lm_throughput.py`); not trained by "
     "this command. Runs are the JSON objects with a `test_bpc` / `val_bpc` / `bpc` (or "
     "tokens/s) number; a run is SV-hybrid when its name or mixer says `sv`/`hybrid`, the "
     "BPC baseline when it says sliding/window (matched state), the throughput reference "
@@ -224,9 +226,27 @@ def _softmax_headroom(data: Any) -> dict[tuple[str, int], list[float]]:
     return out
 
 
-def _gap_texts(paired: dict[tuple[str, int], list[float]]) -> tuple[list[str], bool, float]:
+def _better_or_worse(gap: float, subject: str = "SV") -> str:
+    """``"SV better by 7.6%"`` / ``"SV worse by 7.6%"`` for a relative gap (sliding − SV) /
+    sliding, never "better by -7.6%".
+
+    Examples
+    --------
+    >>> _better_or_worse(0.076), _better_or_worse(-0.076), _better_or_worse(0.0)
+    ('SV better by 7.6%', 'SV worse by 7.6%', 'SV equal')
+    """
+    if round(gap, 3) == 0:
+        return f"{subject} equal"
+    return f"{subject} {'better' if gap > 0 else 'worse'} by {abs(gap):.1%}"
+
+
+def _gap_texts(paired: dict[tuple[str, int], list[float]], subject: str = "SV"
+               ) -> tuple[list[str], bool, float]:
     """One text per (positions, tokens) cell, whether the largest-budget gap is significant
-    at 5%, and the largest budget's mean gap (cells are ordered by token budget)."""
+    at 5%, and the largest budget's mean gap (cells are ordered by token budget).
+
+    The interval is of the gap (sliding − subject) / sliding: positive is the subject
+    (SV, or softmax for the headroom) better."""
     texts, significant, mean = [], False, 0.0
     for (pos, tokens), gaps in sorted(paired.items(), key=lambda kv: kv[0][::-1]):
         where = f"{tokens:,} tokens ({_pos_label(pos)})"
@@ -234,11 +254,13 @@ def _gap_texts(paired: dict[tuple[str, int], list[float]]) -> tuple[list[str], b
         if len(gaps) >= 2:
             t_crit = {2: 12.706, 3: 4.303, 4: 3.182, 5: 2.776}.get(len(gaps), 2.0)
             half = t_crit * float(np.std(gaps, ddof=1)) / np.sqrt(len(gaps))
-            texts.append(f"{mean:+.1%} [95% t-interval {mean - half:+.1%}, "
-                         f"{mean + half:+.1%}] over {len(gaps)} seeds at {where}")
+            texts.append(f"{_better_or_worse(mean, subject)} [95% t-interval of (sliding − "
+                         f"{subject})/sliding: "
+                         f"{mean - half:+.1%}, {mean + half:+.1%}] over {len(gaps)} seeds at "
+                         f"{where}")
             significant = mean - half > 0 and mean >= 0.05
         else:
-            texts.append(f"{mean:+.1%} (1 seed, no interval) at {where}")
+            texts.append(f"{_better_or_worse(mean, subject)} (1 seed, no interval) at {where}")
             significant = False
     return texts, significant, mean
 
@@ -278,7 +300,7 @@ def _variant_claims(runs: list[Run], paired: dict[tuple[str, str, int], list[flo
                        "better than the baseline, not significantly (our variant)" if mean > 0
                        else NOT_REPRODUCED)
             claims.append(Claim(f"{LM_CLAIMS[1][0]} — our variant `{v}`", LM_CLAIMS[1][1],
-                                "SV better by " + "; ".join(texts), verdict))
+                                "; ".join(texts), verdict))
     return claims
 
 
@@ -314,7 +336,7 @@ def run(ctx: Context) -> ExperimentResult:
             texts, significant, mean = _gap_texts(paper_pairs)
             verdict = (REPRODUCED if significant else
                        PARTLY if mean > 0 else NOT_REPRODUCED)
-            claims.append(Claim(c_cmp, p_cmp, "SV better by " + "; ".join(texts), verdict))
+            claims.append(Claim(c_cmp, p_cmp, "; ".join(texts), verdict))
             continue
         if sv and base:
             s, b = min(r.bpc for r in sv), min(r.bpc for r in base)
@@ -351,10 +373,10 @@ def run(ctx: Context) -> ExperimentResult:
     headroom = _softmax_headroom(data)
     if headroom:
         metrics["softmax_over_sliding_3M"] = {f"{pos}/{t}": g for (pos, t), g in headroom.items()}
-        texts, _, _ = _gap_texts(headroom)
+        texts, _, _ = _gap_texts(headroom, subject="softmax")
         notes.append("Headroom: full causal softmax over the same context (every key the "
-                     "hybrid's memory summarises) is better than the matched sliding window "
-                     "by " + "; ".join(texts) + ". That is about the most any memory of this "
+                     "hybrid's memory summarises) against the matched sliding window: "
+                     + "; ".join(texts) + ". That is about the most any memory of this "
                      "context can add over the window at this scale (the paper's hybrid claims "
                      "8.6%).")
     spread = _logged_speed_spread(runs)

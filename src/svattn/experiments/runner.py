@@ -64,6 +64,25 @@ def default_data_dir() -> Path | None:
     return next((c for c in candidates if c.is_dir()), None)
 
 
+def portable_path(path: Path | None, root: Path | None = None) -> str | None:
+    """``path`` as results record it: relative to the repository root (``root``, default
+    :func:`repo_root`) when there is one, so no machine's absolute path is committed.
+
+    Examples
+    --------
+    >>> portable_path(Path("/work/shared/data"), Path("/work/svattn"))
+    '../shared/data'
+    >>> portable_path(None) is None
+    True
+    """
+    if path is None:
+        return None
+    root = repo_root() if root is None else root
+    if root is None:
+        return str(path)
+    return os.path.relpath(Path(path).absolute(), Path(root).absolute())
+
+
 def resolve_names(names: Sequence[str]) -> list[str]:
     """Validate experiment names (empty: all), keep the report order.
 
@@ -104,12 +123,14 @@ def write_report(result: ExperimentResult, ctx: Context, seconds: float) -> None
     metrics = _check_json(
         {"name": result.name, "title": result.title, "mode": "quick" if ctx.quick else "full",
          "seed": ctx.seed, "command": ctx.command, "seconds": round(seconds, 2),
-         "data_dir": None if ctx.quick or ctx.data_dir is None else str(ctx.data_dir),
+         "data_dir": None if ctx.quick else portable_path(ctx.data_dir, ctx.repo_root),
          "claims": [asdict(c) for c in result.claims], "verdict": result.verdict,
          "metrics": result.metrics, "figures": result.figures},
         result.name,
     )
     (ctx.out / "metrics.json").write_text(json.dumps(metrics, indent=2, allow_nan=False) + "\n")
+    data_text = (portable_path(ctx.data_dir, ctx.repo_root) if ctx.data_dir and not ctx.quick
+                 else "shipped slices / synthetic")
     lines = [
         f"# {result.name}: {result.title}", "",
         f"**Verdict.** {result.verdict}", "",
@@ -119,7 +140,7 @@ def write_report(result: ExperimentResult, ctx: Context, seconds: float) -> None
         "", "## What was run", "", result.what, "",
         "Command (from the repository root):", "", "```", ctx.command, "```", "",
         f"Mode: {'quick' if ctx.quick else 'full'}; base seed {ctx.seed}; data: "
-        f"{ctx.data_dir if (ctx.data_dir and not ctx.quick) else 'shipped slices / synthetic'}; "
+        f"{data_text}; "
         f"{seconds:.1f} s on {platform.machine()} ({platform.python_implementation()} "
         f"{platform.python_version()}).", "",
     ]

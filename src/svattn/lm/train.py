@@ -45,7 +45,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.data.enwik8 import Enwik8, load_enwik8, slice_path
-from svattn.lm.configs import mixer_config, preset
+from svattn.lm.configs import PRESETS, mixer_config, preset
 from svattn.lm.model import CharLM, CharLMConfig
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
 
 CKPT = "ckpt.pt"
 LOG = "log.jsonl"
+CONFIG = "config.json"  # the effective config (file and --set overrides) and the command
 
 
 @dataclass
@@ -100,15 +101,50 @@ class TrainConfig:
     eval_max_bytes: int | None = None  # cap per split (None: every byte)
     progress: bool = True  # tqdm bar on rank 0
 
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Check every field's type and range, naming the field.
+
+        Raises
+        ------
+        ValueError
+            ``"steps must be an int >= 1, got 'ten'"`` and the like.
+        """
+        for name, kind in _FIELD_KINDS.items():
+            _check_field(name, getattr(self, name), kind)
+        betas = self.betas
+        if (not isinstance(betas, tuple | list) or len(betas) != 2
+                or not all(_is_number(b) and 0 <= b < 1 for b in betas)):
+            raise ValueError(f"betas must be two numbers in [0, 1), got {betas!r}")
+        for name, allowed in _CHOICES.items():
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {list(allowed)}, got "
+                                 f"{getattr(self, name)!r}")
+        if self.min_lr > self.lr:
+            raise ValueError(f"min_lr ({self.min_lr}) must be <= lr ({self.lr})")
+
     @classmethod
     def from_dict(cls, d: dict) -> TrainConfig:
-        """Build from a dict, rejecting unknown keys by name."""
+        """Build from a dict, rejecting unknown keys and ill-typed values by name.
+
+        Examples
+        --------
+        >>> TrainConfig.from_dict({"steps": "ten"})
+        Traceback (most recent call last):
+            ...
+        ValueError: steps must be an int >= 1, got 'ten'
+        """
+        if not isinstance(d, dict):
+            raise ValueError(f"a training config is a JSON object (a mapping of keys of "
+                             f"TrainConfig), got a {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError(f"unknown training config keys {unknown}; known: {sorted(known)}")
         d = dict(d)
-        if "betas" in d:
+        if isinstance(d.get("betas"), list):
             d["betas"] = tuple(d["betas"])
         return cls(**d)
 
@@ -119,12 +155,85 @@ class TrainConfig:
             return cls.from_dict(json.load(fh))
 
     def model_config(self) -> CharLMConfig:
-        """The :class:`CharLMConfig` this run trains."""
-        return mixer_config(preset(self.model, **self.model_overrides), self.mixer, self.hybrid)
+        """The :class:`CharLMConfig` this run trains.
+
+        Raises
+        ------
+        ValueError
+            Naming the config key at fault (``model``, ``model_overrides``,
+            ``mixer`` or ``hybrid``).
+        """
+        try:
+            shape = preset(self.model, **self.model_overrides)
+        except TypeError as exc:  # an unknown CharLMConfig field
+            raise ValueError(f"model_overrides: {exc}") from None
+        except ValueError as exc:
+            key = "model" if self.model not in PRESETS else "model_overrides"
+            raise ValueError(f"{key}: {exc}") from None
+        return mixer_config(shape, self.mixer, self.hybrid)
+
+    def check_model(self) -> CharLMConfig:
+        """:meth:`model_config`, and build the model once on the meta device, so that
+        bad mixer options fail here (naming ``hybrid``) before a run starts.
+
+        Returns
+        -------
+        CharLMConfig
+        """
+        mcfg = self.model_config()
+        key = "hybrid" if self.mixer == "hybrid_sv" else "model_overrides"
+        try:
+            with torch.device("meta"):
+                CharLM(mcfg)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{key}: {exc}") from None
+        return mcfg
 
     def to_dict(self) -> dict:
         """Plain-data form (JSON-serialisable)."""
         return asdict(self)
+
+
+# Field kinds of TrainConfig: "int>=1" etc.; "?" admits None. Checked by validate().
+_FIELD_KINDS = {
+    "model": "str", "mixer": "str", "hybrid": "dict", "model_overrides": "dict",
+    "data": "str?", "out_dir": "str", "seed": "int>=0", "steps": "int>=1",
+    "batch_size": "int>=1", "lr": "float>0", "min_lr": "float>=0", "warmup": "int>=0",
+    "weight_decay": "float>=0", "grad_clip": "float>=0", "precision": "str", "device": "str",
+    "threads": "int>=0", "log_every": "int>=1", "eval_every": "int>=0",
+    "eval_batches": "int>=1", "ckpt_every": "int>=0", "final_eval": "bool",
+    "eval_batch_size": "int>=1", "eval_max_bytes": "int>=1?", "progress": "bool",
+}
+_CHOICES = {"precision": ("auto", "bf16", "fp32", "fp64"), "device": ("auto", "cpu", "cuda")}
+
+
+def _is_number(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, int | float) and math.isfinite(x)
+
+
+def _check_field(name: str, value, kind: str) -> None:
+    if kind.endswith("?"):
+        if value is None:
+            return
+        kind = kind[:-1]
+    base, _, bound = kind.partition(">")
+    ok = {
+        "str": lambda v: isinstance(v, str),
+        "dict": lambda v: isinstance(v, dict),
+        "bool": lambda v: isinstance(v, bool),
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "float": _is_number,
+    }[base](value)
+    if ok and bound:  # ">=1", ">=0" or ">0"
+        strict, limit = not bound.startswith("="), float(bound.lstrip("="))
+        ok = value > limit if strict else value >= limit
+    if not ok:
+        what = {"str": "a string", "dict": "a mapping (JSON object)", "bool": "true or false",
+                "int": "an int", "float": "a number"}[base]
+        if bound:
+            what += (" >= " if bound.startswith("=") else " > ") + bound.lstrip("=")
+        what += " or null" if kind != _FIELD_KINDS[name] else ""
+        raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
 @dataclass
@@ -140,6 +249,29 @@ class TrainResult:
     test_bpc: float | None
     data: str
     checkpoint: str | None
+    eval_bytes: dict[str, int] = field(default_factory=dict)  # bytes scored per split
+    eval_every_byte: bool = False  # the final BPCs cover every byte of val and test
+
+    def describe_eval(self) -> str:
+        """The final BPCs for people, rounded, with what they cover.
+
+        Examples
+        --------
+        >>> r = TrainResult(1, 1, 1, 1.0, 1.0, 5.2306382, 5.31, "x", None,
+        ...                 eval_bytes={"val": 4096, "test": 4096})
+        >>> r.describe_eval()
+        'val BPC 5.231, test BPC 5.310 (first 4,096 bytes of each split; eval_max_bytes)'
+        >>> TrainResult(1, 1, 1, 1.0, 1.0, None, None, "x", None).describe_eval()
+        'no final evaluation (final_eval is false; svattn eval CHECKPOINT scores it)'
+        """
+        if self.val_bpc is None or self.test_bpc is None:
+            return "no final evaluation (final_eval is false; svattn eval CHECKPOINT scores it)"
+        text = f"val BPC {self.val_bpc:.3f}, test BPC {self.test_bpc:.3f}"
+        if self.eval_every_byte:
+            return text + " (every byte of each split)"
+        sizes = sorted(set(self.eval_bytes.values()))
+        span = f"{sizes[0]:,}" if len(sizes) == 1 else " / ".join(f"{b:,}" for b in sizes)
+        return text + f" (first {span} bytes of each split; eval_max_bytes)"
 
 
 # --------------------------------------------------------------------- pieces
@@ -303,6 +435,9 @@ def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
     if cfg.device == "auto":
         return torch.device(f"cuda:{local_rank}" if torch.cuda.is_available() else "cpu")
     if cfg.device == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError("device: 'cuda' asked, but this torch build has no usable CUDA "
+                             f"device (torch {torch.__version__}); use 'cpu' or 'auto'")
         return torch.device(f"cuda:{local_rank}")
     if cfg.device == "cpu":
         return torch.device("cpu")
@@ -338,9 +473,34 @@ def _set_rng_state(state: dict) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
+def _not_a_checkpoint(path: str | os.PathLike, why: str) -> ValueError:
+    return ValueError(f"checkpoint: {path} is not a checkpoint of svattn train (a ckpt.pt): {why}")
+
+
 def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig, dict]:
-    """Model (on CPU, eval mode), training config and the raw checkpoint dict."""
-    ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    """Model (on CPU, eval mode), training config and the raw checkpoint dict.
+
+    Raises
+    ------
+    ValueError
+        If ``path`` is not a checkpoint written by :func:`train` (an SV memory
+        state, a truncated file, another pickle).
+    """
+    with open(path, "rb") as fh:
+        head = fh.read(4096)
+    if not head.startswith(b"PK"):  # torch.save writes a zip archive
+        svattn_state = len(head) > 8 and head[8:9] == b"{" and b'"svattn"' in head
+        raise _not_a_checkpoint(path, "it is an SV memory state file (read it with svattn "
+                                "verify-deletion or svattn audit verify)" if svattn_state
+                                else "not a torch.save archive")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as exc:  # noqa: BLE001 (torch raises many kinds for a bad archive)
+        raise _not_a_checkpoint(path, f"torch.load failed ({type(exc).__name__}: {exc})") from None
+    missing = [k for k in ("config", "model_config", "model", "step")
+               if not isinstance(ckpt, dict) or k not in ckpt]
+    if missing:
+        raise _not_a_checkpoint(path, f"it lacks {missing}")
     cfg = TrainConfig.from_dict(ckpt["config"])
     model = CharLM(CharLMConfig(**ckpt["model_config"]))
     model.load_state_dict(ckpt["model"])
@@ -370,8 +530,13 @@ def train(
     *,
     resume: bool = False,
     stop_after: int | None = None,
+    command: str | None = None,
 ) -> TrainResult:
     """Train (and evaluate) one run; see the module docstring.
+
+    Everything that can be checked before training is checked before
+    ``out_dir`` is created: the config, the model it builds, the device, the
+    data file, and that ``out_dir`` holds no checkpoint unless ``resume``.
 
     Parameters
     ----------
@@ -381,14 +546,47 @@ def train(
     stop_after : int, optional
         Stop (with a checkpoint, without the final evaluation) once this step
         is reached, as if the run had been interrupted.
+    command : str, optional
+        The command line that started the run; saved with the effective config
+        in ``out_dir/config.json`` and the log's ``"config"`` record.
 
     Returns
     -------
     TrainResult
+
+    Raises
+    ------
+    ValueError
+        A bad config value (named), ``device="cuda"`` without CUDA, or an
+        ``out_dir`` that already holds a checkpoint while ``resume`` is False.
+    FileNotFoundError
+        If the data file does not exist.
     """
+    cfg.validate()
+    mcfg = cfg.check_model()
+    if cfg.mixer == "hybrid_sv" and mcfg.mixer_options["chunk"] >= mcfg.block_size:
+        import warnings
+
+        warnings.warn(
+            f"hybrid: chunk ({mcfg.mixer_options['chunk']}) >= block_size ({mcfg.block_size}): "
+            "every window is one chunk, so the SV memory never holds a key and the hybrid is "
+            "causal softmax", stacklevel=2)
     rank, local_rank, world = _dist_env()
     distributed = world > 1
     device = _device(cfg, local_rank)
+    ckpt_path = Path(cfg.out_dir) / CKPT
+    if ckpt_path.exists() and not resume:
+        raise ValueError(
+            f"out_dir: {cfg.out_dir} already holds a checkpoint ({CKPT}); pass --resume "
+            "(resume=True) to continue it, or choose another out_dir (--set out_dir=DIR)")
+    if cfg.batch_size % world:
+        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({world})")
+    data_path = cfg.data if cfg.data is not None else slice_path()
+    if not Path(data_path).is_file():
+        raise FileNotFoundError(
+            f"data: enwik8 file not found: {data_path} (relative paths are read from the "
+            f"current folder, {Path.cwd()}; run from the repository root, or give the file "
+            "with --set data=PATH; data=null trains on the shipped 200 kB slice)")
     owns_group = False
     if distributed:
         import torch.distributed as dist
@@ -400,21 +598,19 @@ def train(
             torch.cuda.set_device(device)
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    if cfg.batch_size % world:
-        raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({world})")
-    if cfg.steps < 1:
-        raise ValueError(f"steps must be >= 1, got {cfg.steps}")
-    out = Path(cfg.out_dir)
-    if rank == 0:
-        out.mkdir(parents=True, exist_ok=True)
-
-    ds: Enwik8 = load_enwik8(cfg.data if cfg.data is not None else slice_path())
+    ds: Enwik8 = load_enwik8(data_path)
     train_lo, train_hi = ds.bounds["train"]
     train_data = ds.split("train")
-    mcfg = cfg.model_config()
     T = mcfg.block_size
     if train_hi - train_lo < T + 2:
         raise ValueError(f"train split ({train_hi - train_lo} bytes) is shorter than a window")
+    out = Path(cfg.out_dir)
+    if rank == 0:  # only now: a config that fails above leaves no empty run folder
+        out.mkdir(parents=True, exist_ok=True)
+        effective = {"command": command, "config": cfg.to_dict(),
+                     "model_config": mcfg.to_dict()}
+        if not (resume and ckpt_path.exists()):
+            (out / CONFIG).write_text(json.dumps(effective, indent=2) + "\n")
 
     torch.manual_seed(cfg.seed)
     model = CharLM(mcfg).to(device=device,
@@ -426,7 +622,6 @@ def train(
         lambda s: lr_lambda(s, warmup=cfg.warmup, total=cfg.steps, lr=cfg.lr, min_lr=cfg.min_lr),
     )
     step, tokens_seen, elapsed = 0, 0, 0.0
-    ckpt_path = out / CKPT
     if resume and ckpt_path.exists():
         ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
         model.load_state_dict(ckpt["model"])
@@ -471,7 +666,7 @@ def train(
 
     emit(
         "config", config=cfg.to_dict(), model_config=mcfg.to_dict(), params=n_params,
-        data=ds.describe(), world=world, device=str(device), resumed_at=step,
+        data=ds.describe(), world=world, device=str(device), resumed_at=step, command=command,
     )  # fmt: skip
     per_rank = cfg.batch_size // world
     end = cfg.steps if stop_after is None else min(cfg.steps, stop_after)
@@ -526,19 +721,26 @@ def train(
     save()
     tps = tokens_seen / elapsed if elapsed > 0 else 0.0
     val = test = None
+    eval_bytes: dict[str, int] = {}
+    every_byte = False
     if cfg.final_eval and step >= cfg.steps:
         res = {}
+        every_byte = True
         for split in ("val", "test"):
             lo, hi = ds.span(split, cfg.eval_max_bytes)
             res[split] = evaluate_bpc(
                 model, ds.data, lo, hi, context=T, batch_size=cfg.eval_batch_size,
                 device=device, precision=cfg.precision, rank=rank, world=world,
             )  # fmt: skip
-            emit("eval", step=step, split=split, partial=hi < ds.bounds[split][1], **res[split])
+            partial = hi < ds.bounds[split][1]
+            every_byte = every_byte and not partial
+            eval_bytes[split] = res[split]["bytes"]
+            emit("eval", step=step, split=split, partial=partial, **res[split])
         val, test = res["val"]["bpc"], res["test"]["bpc"]
     emit(
         "final", step=step, params=n_params, tokens_seen=tokens_seen, train_tokens_per_s=tps,
-        loss=loss_val, val_bpc=val, test_bpc=test, data=ds.label,
+        loss=loss_val, val_bpc=val, test_bpc=test, data=ds.label, eval_bytes=eval_bytes,
+        eval_every_byte=every_byte,
     )  # fmt: skip
     if log is not None:
         log.close()
@@ -551,5 +753,5 @@ def train(
     return TrainResult(
         params=n_params, tokens_seen=tokens_seen, steps=step, train_tokens_per_s=tps,
         final_loss=loss_val, val_bpc=val, test_bpc=test, data=ds.label,
-        checkpoint=str(ckpt_path),
+        checkpoint=str(ckpt_path), eval_bytes=eval_bytes, eval_every_byte=every_byte,
     )  # fmt: skip

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from svattn.nn.attention import MODES, sv_attention_state
+from svattn.nn.attention import check_params, sv_attention_state
 from svattn.nn.common import Partition
 from svattn.nn.options import SolverOptions, resolve_solver
 
@@ -41,6 +41,20 @@ class SVAttention(nn.Module):
     bias : bool
         Biases in the projections.
 
+    Raises
+    ------
+    ValueError
+        At construction, naming the parameter: shapes, ``C`` (a finite number
+        > 0), ``kernel``, ``mode``, ``gamma``.
+
+    Notes
+    -----
+    Half precision: bf16/fp16 weights and ``torch.autocast`` work; the memory is
+    solved and read in float32 (:mod:`svattn.nn.attention`) and the output comes
+    back in the input dtype. Masks: ``key_mask`` (True = keep) or torch's
+    ``key_padding_mask`` (``[B, Tk]``, True = ignore), as in
+    :func:`~svattn.nn.sv_attention`.
+
     Examples
     --------
     >>> import torch
@@ -69,8 +83,7 @@ class SVAttention(nn.Module):
             raise ValueError(
                 f"d_model ({d_model}) must be a positive multiple of n_heads ({n_heads})"
             )
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        C = check_params(C, kernel, mode, gamma)  # here, not first at forward
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.C, self.kernel, self.mode, self.gamma = C, kernel, mode, gamma
         self.solver = resolve_solver(solver)
@@ -90,13 +103,16 @@ class SVAttention(nn.Module):
         context: torch.Tensor | None = None,
         *,
         key_mask: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
         return_alpha: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, Partition]:
         """Attend from ``x`` ``[B, Tq, d_model]`` to ``context`` ``[B, Tk, d_model]``.
 
         Returns the output ``[B, Tq, d_model]``, and with ``return_alpha`` also
         alpha ``[B, H, Tk]`` and the :class:`Partition` (bool ``[B, H, Tk]`` each).
-        ``key_mask`` (bool, broadcastable to ``[B, H, Tk]``) marks present keys.
+        ``key_mask`` (bool, broadcastable to ``[B, H, Tk]``) marks present keys;
+        ``key_padding_mask`` (``[B, Tk]``, True = ignore: torch's convention) marks
+        absent ones. Give at most one.
         """
         ctx = x if context is None else context
         for name, t in (("x", x), ("context", ctx)):
@@ -111,12 +127,18 @@ class SVAttention(nn.Module):
         v = self._heads(self.v_proj(ctx))  # (B, H, Tk, D)
         o, alpha, part, _ = sv_attention_state(
             q, k, v, C=self.C, kernel=self.kernel, gamma=self.gamma, mode=self.mode,
-            key_mask=key_mask, solver=self.solver,
+            key_mask=key_mask, key_padding_mask=key_padding_mask, solver=self.solver,
         )  # fmt: skip
         self.last_partition_ = Partition(*(s.detach() for s in part))
         B, _, Tq, _ = o.shape
         out = self.out_proj(o.transpose(1, 2).reshape(B, Tq, self.d_model))  # (B, Tq, d_model)
         return (out, alpha, part) if return_alpha else out
+
+    def extra_repr(self) -> str:
+        """The memory's parameters, shown by ``repr`` above the projections."""
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, C={self.C:g}, "
+                f"kernel={self.kernel!r}, gamma={self.gamma!r}, mode={self.mode!r}, "
+                f"solver={self.solver!r}")
 
     def tokens_kept(self) -> int:
         """Tokens kept (margin ∪ error) by the largest (batch, head) memory of the last call."""

@@ -1,0 +1,149 @@
+"""Every usage error of the command line: input → exit status and the words of its one line.
+
+Exit 2 is a usage error (one line on stderr, ``svattn CMD: error: ...``, never a
+traceback); exit 1 a check that ran and failed. Each row is a case a new user hit
+(issue #23). Placeholders in ``argv`` (``{state}``, ``{dir}``, ...) are files made
+once by the ``files`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from svattn.cli import main
+from svattn.exact import SVDDMemory
+
+TINY = {"model": "tiny", "mixer": "hybrid_sv", "model_overrides": {"block_size": 32},
+        "hybrid": {"chunk": 16, "C": 0.0625, "budget": 16}, "steps": 2, "batch_size": 4,
+        "warmup": 1, "final_eval": False, "progress": False, "threads": 1}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("cli_errors")
+    rng = np.random.default_rng(0)
+    mem = SVDDMemory(C=0.1, audit_log=tmp / "log.jsonl")
+    ids = mem.extend(rng.normal(size=(40, 3)))
+    (tmp / "cert.json").write_text(mem.remove(ids[2]).to_json())
+    mem.save(tmp / "state.safetensors")
+    other = SVDDMemory(C=0.2)  # another C: the certificate's parameters differ
+    other.extend(rng.normal(size=(40, 3)))
+    other.save(tmp / "other_c.safetensors")
+    other = SVDDMemory(C=0.1, gamma=3.0)  # another gamma
+    other.extend(rng.normal(size=(40, 3)))
+    other.save(tmp / "other_gamma.safetensors")
+    (tmp / "trunc.safetensors").write_bytes((tmp / "state.safetensors").read_bytes()[:300])
+    (tmp / "dir").mkdir()
+    (tmp / "list.json").write_text("[1, 2]")
+    (tmp / "ten.json").write_text(json.dumps({**TINY, "steps": "ten"}))
+    (tmp / "tiny.json").write_text(json.dumps(TINY))
+    (tmp / "file.txt").write_text("a file, not a folder\n")
+    (tmp / "script.py").write_text("print('not a state file')\n")
+    return {p.stem: p for p in tmp.iterdir()} | {"tmp": tmp}
+
+
+def _fmt(argv: list[str], files: dict[str, Path]) -> list[str]:
+    out = []
+    for arg in argv:
+        for name, path in files.items():
+            arg = arg.replace("{" + name + "}", str(path))
+        out.append(arg)
+    return out
+
+
+TRAIN = ["train", "{tiny}", "--set", "out_dir={tmp}/run"]
+CASES = [
+    # (id, argv, exit status, words the message must contain)
+    ("verify-deletion-state-dir", ["verify-deletion", "{dir}", "{cert}"], 2,
+     ["STATE", "is a directory"]),
+    ("verify-deletion-cert-dir", ["verify-deletion", "{state}", "{dir}"], 2,
+     ["CERTIFICATE", "is a directory"]),
+    ("verify-deletion-log-dir", ["verify-deletion", "{state}", "{cert}", "--log", "{dir}"], 2,
+     ["--log", "is a directory"]),
+    ("verify-deletion-log-not-a-log",
+     ["verify-deletion", "{state}", "{cert}", "--log", "{cert}"], 2,
+     ["not an svattn audit log"]),
+    ("verify-deletion-foreign-file", ["verify-deletion", "{script}", "{cert}"], 2,
+     ["not a state file", "not safetensors"]),
+    ("verify-deletion-other-C", ["verify-deletion", "{other_c}", "{cert}"], 1,
+     ["parameters DIFFER", "C: the certificate says 0.1, the memory has 0.2"]),
+    ("verify-deletion-other-gamma", ["verify-deletion", "{other_gamma}", "{cert}"], 1,
+     ["parameters DIFFER", "gamma: the certificate says"]),
+    ("audit-log-dir", ["audit", "verify", "{dir}"], 2, ["LOG", "is a directory"]),
+    ("audit-state-dir", ["audit", "verify", "{log}", "{dir}"], 2, ["STATE", "is a directory"]),
+    ("audit-json-not-a-log", ["audit", "verify", "{cert}"], 2,
+     ["LOG", "not an svattn audit log"]),
+    ("audit-truncated-state", ["audit", "verify", "{log}", "{trunc}"], 2,
+     ["STATE", "truncated"]),
+    ("eval-memory-state", ["eval", "{state}"], 2,
+     ["not a checkpoint of svattn train", "SV memory state file"]),
+    ("eval-script", ["eval", "{script}"], 2, ["not a checkpoint", "not a torch.save archive"]),
+    ("train-json-list", ["train", "{list}"], 2, ["CONFIG", "JSON list", "JSON object"]),
+    ("train-steps-abc", [*TRAIN, "--set", "steps=abc"], 2, ["steps must be an int >= 1", "'abc'"]),
+    ("train-steps-ten", ["train", "{ten}"], 2, ["steps must be an int >= 1", "'ten'"]),
+    ("train-batch-size-0", [*TRAIN, "--set", "batch_size=0"], 2,
+     ["batch_size must be an int >= 1, got 0"]),
+    ("train-hybrid-C-negative", [*TRAIN, "--set", 'hybrid={"C": -1}'], 2,
+     ["hybrid:", "C must be", "-1"]),
+    ("train-hybrid-dotted-unknown", [*TRAIN, "--set", "hybrid.Cx=1"], 2,
+     ["hybrid:", "'Cx'"]),
+    ("train-dotted-through-number", [*TRAIN, "--set", "steps.x=1"], 2,
+     ["--set steps.x", "steps is 2, not a mapping"]),
+    ("train-missing-data", [*TRAIN, "--set", "data=no/such/enwik8"], 2,
+     ["data: enwik8 file not found", "--set data=PATH"]),
+    ("train-data-flag-missing", [*TRAIN, "--data", "no/such/enwik8"], 2,
+     ["data: enwik8 file not found: no/such/enwik8"]),
+    ("train-model-overrides-unknown", [*TRAIN, "--set", "model_overrides.rop=true"], 2,
+     ["model_overrides:", "rop"]),
+    ("train-config-not-json", ["train", "{script}"], 2, ["CONFIG", "not valid JSON"]),
+    ("reproduce-out-is-file", ["reproduce", "--quick", "--out", "{file}"], 2,
+     ["--out", "is a file"]),
+    ("demo-out-is-file", ["demo", "--stays", "1", "--out", "{file}"], 2,
+     ["out:", "is a file"]),
+    ("train-record-not-a-list", [*TRAIN, "--record", "{cert}"], 2,
+     ["--record", "not the list of records"]),
+    ("collect-not-a-run", ["collect", "{dir}", "--into", "{tmp}/lm.json"], 2,
+     ["RUN_DIR", "no log.jsonl"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "status", "words"), [c[1:] for c in CASES],
+                         ids=[c[0] for c in CASES])
+def test_cli_error_table(argv, status, words, files, capsys) -> None:
+    assert main(_fmt(argv, files)) == status
+    captured = capsys.readouterr()
+    if status == 2:
+        err = captured.err.strip()
+        assert len(err.splitlines()) == 1 and err.startswith("svattn ") and ": error: " in err
+        assert "Traceback" not in captured.err
+    else:
+        err = captured.out
+    for word in words:
+        assert word in err, (word, err)
+    assert not (files["tmp"] / "run").exists()  # a refused config leaves no run folder
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch build without CUDA")
+def test_train_cuda_on_a_cpu_build(files, capsys) -> None:
+    assert main(_fmt([*TRAIN, "--set", "device=cuda"], files)) == 2
+    err = capsys.readouterr().err
+    assert "device: 'cuda' asked" in err and "no usable CUDA" in err
+    assert not (files["tmp"] / "run").exists()
+
+
+def test_audit_wording(files, capsys) -> None:
+    """One certificate is "1 deletion certificate"; a state that does not load names no
+    record (was "BROKEN at record None")."""
+    from svattn.exact.verify import verify_log
+
+    assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 0
+    out = capsys.readouterr().out
+    assert "1 deletion certificate consistent" in out and "certificates" not in out
+    summary = verify_log(files["log"], files["trunc"]).summary()
+    assert summary.startswith("BROKEN: state ") and "truncated" in summary
+    assert "None" not in summary
