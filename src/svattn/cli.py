@@ -185,15 +185,21 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
                         help="the controller's Ed25519 public key (svattn keygen): the "
                              "certificate must carry its valid signature")
+    parser.add_argument("--commit-key", type=Path, metavar="FILE", default=None,
+                        help="the commitment key (hex), or the controller's private key: "
+                             "every live token is re-committed to find copies of the "
+                             "erased record")
 
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
     from svattn.exact.certificate import DeletionCertificate
     from svattn.exact.persist import load
+    from svattn.exact.signing import read_commit_key
     from svattn.exact.verify import verify_deletion
 
     for p, what in ((args.state, "STATE"), (args.certificate, "CERTIFICATE"),
-                    (args.log, "--log"), (args.public_key, "--public-key")):
+                    (args.log, "--log"), (args.public_key, "--public-key"),
+                    (args.commit_key, "--commit-key")):
         if p is not None:
             _check_file(p, what)
     if args.log is not None:
@@ -204,11 +210,12 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     except UnicodeDecodeError:
         raise ValueError(f"certificate {args.certificate} is not a text (JSON) file") from None
     cert = DeletionCertificate.from_json(text)
+    commit_key = None if args.commit_key is None else read_commit_key(args.commit_key)
     # re-solving from scratch takes seconds at a few thousand tokens: say what is running
     print(f"verifying: re-solving the {len(memory)} tokens of {args.state} from scratch "
           "(independent QP oracle) ...", file=sys.stderr, flush=True)
     v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log,
-                        public_key=args.public_key)
+                        public_key=args.public_key, commit_key=commit_key)
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"certificate: removal of token {cert.removed_id}, issued {cert.issued_at}")
     print(f"digest matches:      {v.digest_matches}")
@@ -219,6 +226,9 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     print(f"live copies:         {list(v.copies) if v.copies else 'none'}")
     if v.logged is not None:
         print(f"in the audit log:    {v.logged}")
+    if v.issued_at_record is not None:
+        print(f"checked later:       issued at audit record {v.issued_at_record}; the state "
+              "is the log's end")
     if v.signed is not None:
         print(f"signature valid:     {v.signed}")
     if v.retrained:

@@ -124,3 +124,32 @@ def test_a_certificate_is_checkable_later_from_the_chain(tmp_path):
     other.extend(mem.keys)
     res = verify_deletion(other, cert, log=log)
     assert not res.ok and any("not the audit log's end" in r for r in res.reasons)
+
+
+def test_the_cli_checks_copies_with_the_commit_key(tmp_path, capsys):
+    from svattn.cli import main
+    from svattn.exact.signing import write_keypair
+
+    key_path, _ = write_keypair(tmp_path / "controller")
+    x = np.random.default_rng(7).normal(size=(40, 3))
+    mem = SVDDMemory(C=0.1, signing_key=key_path)
+    mem.extend(x)
+    twin = mem.add(x[5])
+    cert = mem.remove(5)
+    mem.solver_state.commitments[mem.solver_state.id_to_slot[twin]] = 0  # a forged state
+    cert_path, state = tmp_path / "cert.json", tmp_path / "m.safetensors"
+    cert_path.write_text(dataclasses.replace(cert, live_copies=[]).to_json())
+    mem.save(state)
+    assert main(["verify-deletion", str(state), str(cert_path)]) == 0
+    hex_key = tmp_path / "commit.hex"
+    hex_key.write_text(commitment_key(mem_tag_key(key_path)).hex())
+    for given in (key_path, hex_key):
+        assert main(["verify-deletion", str(state), str(cert_path),
+                     "--commit-key", str(given)]) == 1
+        assert f"live copies:         [{twin}]" in capsys.readouterr().out
+
+
+def mem_tag_key(key_path) -> bytes:
+    from svattn.exact.signing import derive_tag_key, load_private_key
+
+    return derive_tag_key(load_private_key(key_path))

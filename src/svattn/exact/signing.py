@@ -38,6 +38,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from svattn.exact.certificate import commitment_key
+
 
 def generate_key() -> Ed25519PrivateKey:
     """A new Ed25519 private key (the controller's)."""
@@ -146,6 +148,23 @@ def tag_hashes(tags, n: int, tag_key: bytes | None) -> list[bytes | None]:
     return [None if t is None else tag_hash(tag_key, t) for t in tags]
 
 
+def read_commit_key(path: str | os.PathLike[str]) -> bytes:
+    """The commitment key an auditor checks keyed commitments with, from a file: the
+    controller's private key (PEM; the key is derived as the memory derives it) or the
+    key itself as hex (what a controller hands an auditor who must not sign)."""
+    data = _read(path, "commitment key")
+    if data.lstrip().startswith(b"-----BEGIN"):
+        return commitment_key(derive_tag_key(load_private_key(path)))
+    text = data.decode("ascii", errors="replace").strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        key = b""
+    if len(key) < 16:
+        raise ValueError(f"{path}: not a commitment key (a PEM private key, or 32+ hex digits)")
+    return key
+
+
 def signing_key(key: Ed25519PrivateKey | str | os.PathLike[str]) -> Ed25519PrivateKey:
     """``key`` itself, or the key in the PEM file it names."""
     if isinstance(key, Ed25519PrivateKey):
@@ -178,5 +197,5 @@ def signature_errors(cert, public_key: Ed25519PublicKey) -> list[str]:
 
 
 __all__ = ["derive_tag_key", "fingerprint", "generate_key", "load_private_key",
-           "load_public_key", "sign", "signature_errors", "signing_key", "tag_hash",
-           "resolve_tag_key", "tag_hashes", "write_keypair"]
+           "load_public_key", "read_commit_key", "sign", "signature_errors", "signing_key",
+           "tag_hash", "resolve_tag_key", "tag_hashes", "write_keypair"]
