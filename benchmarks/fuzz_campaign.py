@@ -171,16 +171,21 @@ class Faults:
         return wrapped
 
 
-def install(faults: Faults) -> None:
-    for module in (compiled, reference):
-        for name in module.__all__:
-            obj = getattr(module, name)
-            if isinstance(obj, types.FunctionType):
-                setattr(module, name, faults.wrap(obj))
-    for name in ("resolve", "finish_op", "standby_upkeep"):
-        setattr(solver, name, faults.wrap(getattr(solver, name)))
-    memory_module.sign = faults.wrap(memory_module.sign)
-    AuditLog._write = faults.wrap(AuditLog._write)
+def install(faults: Faults) -> list[tuple[object, str, object]]:
+    """Wrap every function a fault may hit; return what :func:`uninstall` puts back."""
+    targets = [(m, name) for m in (compiled, reference) for name in m.__all__
+               if isinstance(getattr(m, name), types.FunctionType)]
+    targets += [(solver, name) for name in ("resolve", "finish_op", "standby_upkeep")]
+    targets += [(memory_module, "sign"), (AuditLog, "_write")]
+    saved = [(obj, name, getattr(obj, name)) for obj, name in targets]
+    for obj, name, fn in saved:
+        setattr(obj, name, faults.wrap(fn))
+    return saved
+
+
+def uninstall(saved: list[tuple[object, str, object]]) -> None:
+    for obj, name, fn in saved:
+        setattr(obj, name, fn)
 
 
 # --------------------------------------------------------------------- streams
@@ -354,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, help="also write the report (and this command) here")
     args = p.parse_args(argv)
     faults = Faults()
-    install(faults)
+    saved = install(faults)
     stats = {"operations": 0, "ops": {}, "streams": {}, "faults_injected": 0,
              "faults_survived": 0, "faults_not_reached": 0, "save_load_ok": 0,
              "save_load_failed": [], "compared": 0, "max_alpha_dev_other": 0.0,
@@ -362,13 +367,16 @@ def main(argv: list[str] | None = None) -> int:
              "above_tol_not_claimed": 0, "reference_inconclusive": 0,
              "max_kkt_on_reference_gram": 0.0}
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory() as tmp:
-        for seed in range(args.streams):
-            run_stream(seed, Path(tmp), faults, stats, args.ops)
-            print(f"stream {seed + 1}/{args.streams}: {stats['operations']} operations, "
-                  f"{stats['faults_survived']}/{stats['faults_injected']} faults survived",
-                  flush=True)
-        kills = killed_saves(Path(tmp), args.kills, np.random.default_rng(1))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for seed in range(args.streams):
+                run_stream(seed, Path(tmp), faults, stats, args.ops)
+                print(f"stream {seed + 1}/{args.streams}: {stats['operations']} operations, "
+                      f"{stats['faults_survived']}/{stats['faults_injected']} faults survived",
+                      flush=True)
+            kills = killed_saves(Path(tmp), args.kills, np.random.default_rng(1))
+    finally:
+        uninstall(saved)
     report = {**stats, "killed_saves": kills, "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps({k: v for k, v in report.items() if k not in ("large_devs",)}, indent=1))
     if args.json:
