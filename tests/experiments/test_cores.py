@@ -407,16 +407,16 @@ def test_lm_notes_the_spread_of_logged_speeds(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ compaction
 def test_compaction_trial_of_a_memory_against_itself_differs_in_nothing():
-    from svattn.experiments import _compaction as cp
+    from svattn.experiments._compaction import build, erase_trial
 
     rng = np.random.default_rng(0)
     keys = rng.normal(size=(120, 3))
-    full, bounded, dropped = cp.build(keys, C=0.1, every=40)
+    full, bounded, dropped = build(keys, C=0.1, every=40)
     assert dropped == len(full) - len(bounded) > 0
-    same = cp.erase_trial(full, full, stay=0, row_ids=np.arange(0, 120, 7))
+    same = erase_trial(full, full, stay=0, row_ids=np.arange(0, 120, 7))
     assert not same.differs and same.reentered == 0 and same.decision_dev == 0.0
     # against the compacted twin the trial reports what compaction changed, honestly
-    trial = cp.erase_trial(full, bounded, stay=0, row_ids=np.arange(0, 120, 7))
+    trial = erase_trial(full, bounded, stay=0, row_ids=np.arange(0, 120, 7))
     assert trial.erased == len(range(0, 120, 7))
     assert trial.differs == (trial.reentered > 0 or trial.decision_dev > 1e-9)
 

@@ -206,15 +206,15 @@ def _config(ctx: Context) -> dict:
 
 def _compaction(ctx: Context, cfg: dict) -> tuple[dict, str, str]:
     """Compact-then-erase against never-compacted on the ICU stream: metrics, table, note."""
-    from svattn.experiments import _compaction as cp
+    from svattn.experiments._compaction import build, erase_trial, stream_order
     from svattn.experiments._data import icu_population
 
     data, label = icu_population(ctx)
-    order = cp.stream_order(data.stay_id, data.hour)[: cfg["n"]]
+    order = stream_order(data.stay_id, data.hour)[: cfg["n"]]
     keys, stays = data.keys[order], data.stay_id[order]
-    full, bounded, dropped = cp.build(keys, cfg["C"], cfg["every"])
+    full, bounded, dropped = build(keys, cfg["C"], cfg["every"])
     chosen = np.unique(stays)[: cfg["stays"]]
-    trials = [cp.erase_trial(full, bounded, s, np.flatnonzero(stays == s))
+    trials = [erase_trial(full, bounded, s, np.flatnonzero(stays == s))
               for s in progress(chosen, desc="forgetting/compaction")]
     differs = np.array([t.differs for t in trials], dtype=float)
     dev = [t.decision_dev for t in trials]
