@@ -1,4 +1,4 @@
-"""Kernels of the SV memory (float64, numpy and scipy's distances).
+"""Kernels of the SV memory (float64: numpy, and numba for the distances).
 
 Two kernels are supported (``docs/design.md`` §1):
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numba import njit
 
 KERNELS = ("rbf", "exp")
 
@@ -62,9 +63,41 @@ def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     array([[0., 2.],
            [2., 0.]])
     """
-    from scipy.spatial.distance import cdist  # on first use: scipy.spatial takes ~0.3 s
+    return _sq_dist(np.ascontiguousarray(x, dtype=np.float64),
+                    np.ascontiguousarray(y, dtype=np.float64))
 
-    return cdist(x, y, "sqeuclidean")
+
+# Compiled loops, not scipy's cdist/pdist: importing scipy.spatial (it pulls in
+# scipy.sparse, scipy.linalg, unittest, cffi, ...) cost a fresh process ~1 s on its
+# first operation; the same difference loop compiled is ready in milliseconds.
+@njit(cache=True)
+def _sq_dist(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    m, n, d = x.shape[0], y.shape[0], x.shape[1]
+    out = np.empty((m, n))
+    for i in range(m):
+        for j in range(n):
+            s = 0.0
+            for k in range(d):
+                t = x[i, k] - y[j, k]
+                s += t * t
+            out[i, j] = s
+    return out
+
+
+@njit(cache=True)
+def _sq_dist_pairs(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """Symmetric squared distances, each pair computed once (zero diagonal)."""
+    n, d = x.shape[0], x.shape[1]
+    out = np.zeros((n, n))
+    for i in range(n):
+        for j in range(i + 1, n):
+            s = 0.0
+            for k in range(d):
+                t = x[i, k] - x[j, k]
+                s += t * t
+            out[i, j] = s
+            out[j, i] = s
+    return out
 
 
 def log_kernel(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
@@ -152,7 +185,7 @@ def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     """Symmetric Gram matrix of the rows of ``x`` with the exact diagonal ``k(x, x)``.
 
     Every from-scratch solve (re-solves, the oracle's callers, verification)
-    uses this form. rbf: each pair's distance once (``pdist``), so ``K`` is
+    uses this form. rbf: each pair's distance once, so ``K`` is
     symmetric and ``K_ii = exp(0) = 1`` exactly by construction; ``exp``: the
     product ``x xᵀ`` leaves ~1e-16 in ``K − Kᵀ`` and on the diagonal, so the
     diagonal is set exactly and ``K`` symmetrised.
@@ -164,10 +197,8 @@ def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     >>> bool(np.all(np.diag(K) == 1.0)), bool(np.all(K == K.T))
     (True, True)
     """
-    if kernel == "rbf" and len(x) >= 2:  # (squareform of no pairs is 1x1)
-        from scipy.spatial.distance import pdist, squareform
-
-        K = squareform(pdist(x, "sqeuclidean"))
+    if kernel == "rbf":
+        K = _sq_dist_pairs(np.ascontiguousarray(x, dtype=np.float64))
         K *= -gamma
         return np.exp(K, out=K)
     K = kernel_matrix(x, x, kernel, gamma)
