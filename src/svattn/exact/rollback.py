@@ -64,14 +64,19 @@ class Checkpoint:
     free_slots: list[int]
 
 
+# every other field is a scalar (or an immutable value), copied by reference
+_SCALARS = tuple(f.name for f in dataclasses.fields(SlotState)
+                 if f.name not in {*_VECTORS, *_ROWS, *_DERIVED, *_SCRATCH})
+
+
 def checkpoint(ss: SlotState, wiped: Iterable[int] = ()) -> Checkpoint:
     """Copy what an operation may change; ``wiped``: the slots it may wipe."""
-    skip = set(_VECTORS) | set(_ROWS) | set(_DERIVED) | set(_SCRATCH)
-    scalars = {f.name: getattr(ss, f.name) for f in dataclasses.fields(ss) if f.name not in skip}
+    fields = vars(ss)
+    scalars = {name: fields[name] for name in _SCALARS}
     if ss.dim is None:  # nothing allocated yet: the restore only resets the scalars
         return Checkpoint(scalars, {}, {}, ss.Qinv, ss.Qinv, ss.ac, ss.slot_of_col, [])
     slots = np.fromiter(wiped, np.int64)
-    rows = {name: (slots, getattr(ss, name)[slots]) for name in _ROWS}  # fancy index: copies
+    rows = {name: (slots, getattr(ss, name)[slots]) for name in _ROWS} if len(slots) else {}
     return Checkpoint(scalars, {name: getattr(ss, name).copy() for name in _VECTORS}, rows,
                       ss.Qinv.copy(), ss.Qinv, ss.ac.copy(), ss.slot_of_col.copy(),
                       list(ss.free_slots))
@@ -95,8 +100,9 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
     for name, empty in _ROWS.items():
         arr = _slots_back(getattr(ss, name), cap)
         arr[filled] = empty
-        slots, entries = cp.rows[name]
-        arr[slots] = entries
+        if name in cp.rows:  # (an add wipes nothing)
+            slots, entries = cp.rows[name]
+            arr[slots] = entries
         setattr(ss, name, arr)
     for name, value in cp.scalars.items():
         setattr(ss, name, value)
