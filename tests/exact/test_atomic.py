@@ -83,12 +83,17 @@ def stream(kernel: str, rng) -> np.ndarray:
     return 0.4 * x if kernel == "exp" else x
 
 
-OPS = ["add", "extend", "remove", "remove_margin", "erase", "compact", "remove_many"]
+OPS = ["add", "add_reserve", "extend", "remove", "remove_margin", "erase", "compact", "remove_many"]
 
 
 def run_op(mem: SVDDMemory, op: str, rng, xs: np.ndarray):
     if op == "add":
         return mem.add(xs[0], tag="subject-new")
+    if op == "add_reserve":  # the light path: a row deep inside the description
+        x = mem.keys[mem.partition()["reserve"]].mean(axis=0)
+        assert mem.health.checked(mem.solver_state.Qinv)
+        assert solver.reserve_score(mem.solver_state, x[None, :]) is not None
+        return mem.add(x, tag="subject-new")
     if op == "extend":
         return mem.extend(xs[:9], tags=["subject-new"] * 9)
     if op == "remove":
@@ -141,7 +146,7 @@ def test_every_fault_leaves_memory_and_log_unchanged(faults, tmp_path, backend, 
     assert mem.ids == twin.ids
     np.testing.assert_allclose(mem.alpha, twin.alpha, rtol=0, atol=1e-12)
     assert mem.kkt_residual() <= mem.tol
-    if op in ("add", "extend", "compact"):
+    if op in ("add", "add_reserve", "extend", "compact"):
         assert got == expected
     assert verify_chain(log).ok
     mem.save(tmp_path / "state.safetensors")

@@ -42,18 +42,29 @@ def commit_token(key: np.ndarray, value: np.ndarray | None, commit_key: bytes | 
     --------
     >>> import numpy as np
     >>> c, scheme = commit_token(np.zeros(2), None, b"k" * 32)
-    >>> len(c), scheme, c == commit_token(-np.zeros(2), np.zeros(0), b"k" * 32)[0]
+    >>> len(c), scheme, c == commit_token(-np.zeros(2), None, b"k" * 32)[0]
     (64, 'hmac-sha256', True)
+    >>> c == commit_token(np.zeros(1), np.zeros(1), b"k" * 32)[0]  # another split
+    False
     >>> commit_token(np.zeros(2), None, None)[1]
     'opaque'
     """
-    parts = [b"svattn-commit-v2|", _float64_bytes(key)]
-    if value is not None:
-        parts.append(_float64_bytes(value))
-    body = b"".join(parts)
+    k = _float64_bytes(key)
+    v = b"" if value is None else _float64_bytes(value)
+    # the lengths first: a key and value split elsewhere must not commit alike
+    body = b"".join([b"svattn-commit-v2|", len(k).to_bytes(8, "big"), len(v).to_bytes(8, "big"),
+                     k, v])
     if commit_key is None:
         return hashlib.sha256(secrets.token_bytes(16) + body).hexdigest(), OPAQUE
     return hmac.new(commit_key, body, hashlib.sha256).hexdigest(), KEYED
+
+
+def commitment_key_id(commit_key: bytes | None) -> str | None:
+    """A public name of a commitment key (32 hex digits, HMAC with its own label): a
+    state records which key its keyed commitments are under, never the key."""
+    if commit_key is None:
+        return None
+    return hmac.new(commit_key, b"svattn commitment key id", hashlib.sha256).hexdigest()[:32]
 
 
 def commitment_key(tag_key: bytes | None) -> bytes | None:

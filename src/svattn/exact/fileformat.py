@@ -74,17 +74,54 @@ def _leftover_name(name: str) -> re.Pattern:
     return re.compile(rf"\.{re.escape(name)}\.[a-z0-9_]{{8}}\.tmp")
 
 
-def remove_leftovers(path: Path) -> list[Path]:
+class SavedNotDurable(OSError):
+    """The new file is in place (renamed over the old one, its record logged) but the
+    directory could not be synced: it may not survive a power cut."""
+
+
+def _save_lock(path: Path, *, wait: bool = True) -> int:
+    """``flock`` the state's directory (-1: another process holds it and ``wait`` is
+    False). A save holds it from before its temporary file exists until after the
+    rename, and the leftover cleanup takes it, so a cleanup never sees a live save's
+    file (no lock file: the directory itself is the lock)."""
+    fd = os.open(path.parent if str(path.parent) else Path("."), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except BlockingIOError:
+        os.close(fd)
+        return -1
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def remove_leftovers(path: Path, *, locked: bool = False) -> list[Path]:
     """Zero and delete the temporary files of earlier saves of ``path`` that a killed
     process left beside it (they may hold tokens erased since); return them.
 
-    A temporary file a live save is still writing is locked (``flock``, held by
-    :func:`write_atomic` until its rename) and left alone, so a load or a save beside
-    a concurrent writer never breaks it. Files that cannot be removed (a read-only
-    directory) are left and skipped.
+    Runs under the save lock of the state's directory (``locked``: the caller, a save,
+    holds it; else it is taken here, and when another process holds it — a live save —
+    nothing is touched). Files that cannot be removed (a read-only directory) are left
+    and skipped.
     """
     directory = path.parent if str(path.parent) else Path(".")
-    pattern = _leftover_name(path.name)
+    lock = -1
+    if not locked:
+        try:
+            lock = _save_lock(path, wait=False)
+        except OSError:
+            return []
+        if lock < 0:  # a save is running: its temporary file is not a leftover
+            return []
+    try:
+        return _remove_leftover_files(directory, _leftover_name(path.name))
+    finally:
+        if lock >= 0:
+            os.close(lock)
+
+
+def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
     removed = []
     try:
         names = [p for p in directory.iterdir() if pattern.fullmatch(p.name)]
@@ -99,13 +136,13 @@ def remove_leftovers(path: Path) -> list[Path]:
                     or info.st_uid != os.getuid():
                 continue
             fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
-            try:
-                try:  # a live save holds the lock: its file is not a leftover
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue
-                # overwrite first: the bytes are key data
-                os.write(fd, b"\0" * info.st_size)
+            try:  # overwrite first, in pieces (the bytes are key data)
+                left, zeros = info.st_size, b"\0" * (1 << 20)
+                while left > 0:
+                    k = os.write(fd, zeros[: min(left, len(zeros))])
+                    if k <= 0:
+                        raise OSError(f"short write zeroing {p}")
+                    left -= k
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -119,43 +156,51 @@ def remove_leftovers(path: Path) -> list[Path]:
 def write_atomic(path: Path, data: bytes, *,
                  before_rename: Callable[[], None] | None = None) -> None:
     """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir),
-    after removing the temporary files a killed earlier save left.
+    under the state's save lock, after removing the temporary files a killed earlier
+    save left.
 
     ``before_rename`` runs once the bytes are durable and before they replace the
     file (a save's audit record): if it raises, the old file stays and the temporary
-    one goes."""
+    one goes. After the rename only :class:`SavedNotDurable` can be raised.
+    """
     directory = path.parent if str(path.parent) else Path(".")
-    remove_leftovers(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
-    fcntl.flock(fd, fcntl.LOCK_EX)  # ours until the rename (remove_leftovers skips it)
+    lock = _save_lock(path)
     try:
+        remove_leftovers(path, locked=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
         try:
-            view = memoryview(data)
-            while view:
-                k = os.write(fd, view)
-                if k <= 0:
-                    raise OSError(f"short write to {tmp}")
-                view = view[k:]
-            os.fsync(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    k = os.write(fd, view)
+                    if k <= 0:
+                        raise OSError(f"short write to {tmp}")
+                    view = view[k:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             if before_rename is not None:
                 before_rename()
             os.replace(tmp, path)
-        finally:
-            os.close(fd)  # the lock goes with it, after the rename
-    except BaseException:
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(directory, os.O_RDONLY)
-    except OSError:  # pragma: no cover - platforms without directory fds
-        return
-    try:
-        os.fsync(dfd)
+            dfd = os.open(directory, os.O_RDONLY)
+        except OSError:  # pragma: no cover - platforms without directory fds
+            return
+        try:
+            os.fsync(dfd)
+        except OSError as exc:
+            raise SavedNotDurable(exc.errno, f"{path} was saved, but syncing its directory "
+                                             f"failed ({exc.strerror})") from exc
+        finally:
+            os.close(dfd)
     finally:
-        os.close(dfd)
+        os.close(lock)
 
 
 def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
@@ -290,6 +335,7 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
     return serialize(t, meta)
 
 
-__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "StateFileError", "StateVersionError", "canonical",
-           "check", "check_recomputed", "parse_header", "read_metadata", "read_state",
-           "remove_leftovers", "serialize", "sha256_hex", "state_file_bytes", "write_atomic"]
+__all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
+           "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
+           "read_metadata", "read_state", "remove_leftovers", "serialize", "sha256_hex",
+           "state_file_bytes", "write_atomic"]

@@ -75,6 +75,7 @@ class HealthMonitor:
         self.baseline = 0.0  # fresh residual of an ill-conditioned Q (raises the bar)
         self.ill_conditioned = False
         self.reason: str | None = None  # why the memory is refactorizing right now
+        self.broken: str | None = None  # set when a failed operation could not be undone
         # the Qinv object checked last, weakly: a stale inverse (which may involve
         # a removed token's kernel values) must not be kept alive
         self._last: weakref.ref | None = None

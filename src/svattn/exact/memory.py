@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from svattn.exact import compiled, reference, solver
+from svattn.exact import compiled, fileformat, reference, solver
 from svattn.exact.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.cache import refactorize
 from svattn.exact.certificate import (
@@ -44,15 +44,8 @@ from svattn.exact.certificate import (
     commit_token,
     commitment_key,
 )
-from svattn.exact.fileformat import (
-    StateFileError,
-    check_recomputed,
-    read_state,
-    remove_leftovers,
-    sha256_hex,
-    state_file_bytes,
-    write_atomic,
-)
+from svattn.exact.certificate import commitment_key_id as key_id
+from svattn.exact.fileformat import SavedNotDurable, StateFileError
 from svattn.exact.health import HealthMonitor
 from svattn.exact.kernels import biased_softmax_readout, decision_values
 from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
@@ -196,7 +189,6 @@ class SVDDMemory:
         """The kernel bandwidth in use (the default once the first key fixed d)."""
         return self._s.gamma_value
 
-    # ------------------------------------------------------------------ public
     def add(self, key, value=None, *, tag: str | None = None) -> int:
         """Add one token; return its id (ids are never reused).
 
@@ -235,11 +227,13 @@ class SVDDMemory:
 
     def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
+        self._s.bind_commit_key(key_id(self._commit_key))
         commits = [commit_token(k[r], None if v is None else v[r], self._commit_key)[0]
                    for r in range(len(k))]
-        with self._atomic(op):
-            ids = solver.add_rows(self._s, self._be, k, v)
-            ss = self._s
+        ss = self._s  # a row into the reserve set touches only its slot: a light checkpoint
+        fast = len(k) == 1 and self._health.checked(ss.Qinv) and solver.reserve_score(ss, k)
+        with self._atomic(op, light=bool(fast)):
+            ids = solver.store(ss, k, v, *fast) if fast else solver.add_rows(ss, self._be, k, v)
             for tid, h, c in zip(ids, hashes, commits, strict=True):
                 slot = ss.id_to_slot[tid]
                 if h is not None:
@@ -250,9 +244,9 @@ class SVDDMemory:
             self._after_op(op, ids=ids, commitments=commits, tags=hashes)
         return ids
 
-    def _atomic(self, op: str, wiped=()):
+    def _atomic(self, op: str, wiped=(), light: bool = False):
         """The operation's body runs whole or not at all (:mod:`svattn.exact.rollback`)."""
-        return atomic(self._s, self._health, self._audit, op, wiped=wiped,
+        return atomic(self._s, self._health, self._audit, op, wiped=wiped, light=light,
                       passthrough=(AuditLogError, OperationError, UnknownTokenError))
 
     def erase(self, tag: str) -> ErasureReceipt:
@@ -303,7 +297,7 @@ class SVDDMemory:
         self._audit_ready()
         before = solver.set_sizes(self._s, self._be)
         commitment = ss.commitments[slot].tobytes().hex()
-        scheme = KEYED if ss.commit_keyed[slot] else OPAQUE
+        scheme = KEYED if ss.commit_keyed[slot] == 1 else OPAQUE
         copies = ss.copies_outside(np.array([slot]))[int(token_id)]
         with self._atomic("remove", wiped=[slot]):
             events = solver.remove_slot(ss, self._be, slot)
@@ -391,17 +385,20 @@ class SVDDMemory:
         The previous file stays intact when anything fails or the process dies
         mid-save, and no temporary file is left behind.
         """
+        self._audit_ready()
         ss = self._s
         t, fields = ss.to_tensors()
         meta = {**fields, "kkt_residual": self._residual(), "state_digest": self.state_digest(),
                 "health": self._health.to_dict(ss.Qinv),
                 "audit_head": self._audit.head() if self._audit is not None else None}
-        data = state_file_bytes(t, meta)
-        path, digest, log = Path(path), sha256_hex(data), self._audit
+        data = fileformat.state_file_bytes(t, meta)
+        path, digest, log = Path(path), fileformat.sha256_hex(data), self._audit
         mark = None if log is None else log.mark()
         try:  # logged before the rename: a failed record leaves the old file, and the log
-            write_atomic(path, data, before_rename=None if log is None else
-                         lambda: log.record_save(self._audit_facts(), path, digest))
+            fileformat.write_atomic(path, data, before_rename=None if log is None else
+                                    lambda: log.record_save(self._audit_facts(), path, digest))
+        except SavedNotDurable:  # renamed: the file and its record agree, both stay
+            raise
         except BaseException:
             if log is not None:
                 log.rollback(mark)
@@ -436,9 +433,9 @@ class SVDDMemory:
         key = None if signing_key is None else as_signing_key(signing_key)
         tag = resolve_tag_key(tag_key, key)
         path, where = Path(path), str(path)
-        remove_leftovers(path)  # a killed save's temporary files may hold erased tokens
+        fileformat.remove_leftovers(path)  # a killed save's temporary files: erased tokens
         data = path.read_bytes()
-        t, meta = read_state(data, where)
+        t, meta = fileformat.read_state(data, where)
         try:
             ss = SlotState.from_tensors(t, meta, version=meta["format_version"])
         except SchemaError as exc:
@@ -458,7 +455,8 @@ class SVDDMemory:
                                  ) from None
         if audit_log is not None:
             mem._audit = AuditLog.resume(audit_log, mem._audit_facts(), state_path=path,
-                                         state_sha256=sha256_hex(data), head=meta["audit_head"])
+                                         state_sha256=fileformat.sha256_hex(data),
+                                         head=meta["audit_head"])
         return mem
 
     def _check_loaded(self, t: dict[str, np.ndarray], meta: dict, where: str) -> None:
@@ -468,8 +466,9 @@ class SVDDMemory:
             self._health.restore(meta["health"], ss.Qinv)
         except (KeyError, TypeError, ValueError) as exc:
             raise StateFileError(f"{where}: inconsistent health record ({exc})") from None
-        check_recomputed(t, meta, where, digest=self.state_digest(), residual=self._residual(),
-                         margin_order=[int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]])
+        fileformat.check_recomputed(
+            t, meta, where, digest=self.state_digest(), residual=self._residual(),
+            margin_order=[int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]])
         wrong = solver.optimality_error(ss, self._be)
         if wrong is not None:
             raise StateFileError(f"{where}: {wrong}")
@@ -502,7 +501,9 @@ class SVDDMemory:
         if self._audit is not None:
             self._audit.close()
 
-    def _audit_ready(self) -> None:
+    def _audit_ready(self) -> None:  # (and a memory a failed undo left broken refuses)
+        if self._health.broken is not None:
+            raise OperationError(f"this memory is broken ({self._health.broken})")
         if self._audit is not None:
             self._audit.ready()
 

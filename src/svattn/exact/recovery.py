@@ -83,7 +83,7 @@ class RecoveryReport:
 
 
 def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
-            new_log: str | os.PathLike[str], *, signing_key=None
+            new_log: str | os.PathLike[str], *, signing_key=None, tag_key: bytes | None = None
             ) -> tuple[SVDDMemory, RecoveryReport]:
     """The last saved state with every later logged removal replayed, on a new log.
 
@@ -97,6 +97,9 @@ def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
         A new (or empty) file: the recovered memory's log, citing the old one.
     signing_key : optional
         Sign the replayed certificates (see :class:`SVDDMemory`).
+    tag_key : bytes, optional
+        The tag key, when it is not derived from ``signing_key``: the recovered memory
+        keeps committing under the same key (see :class:`SVDDMemory`).
 
     Raises
     ------
@@ -106,12 +109,12 @@ def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
     state, log = Path(state), Path(log)
     lock = lock_log(log)  # no writer may append while the removals are read and replayed
     try:
-        return _recover_locked(state, log, Path(new_log), signing_key)
+        return _recover_locked(state, log, Path(new_log), signing_key, tag_key)
     finally:
         os.close(lock)
 
 
-def _recover_locked(state: Path, log: Path, new_log: Path, signing_key
+def _recover_locked(state: Path, log: Path, new_log: Path, signing_key, tag_key
                     ) -> tuple[SVDDMemory, RecoveryReport]:
     rep = verify_chain(log, allow_torn_tail=True)
     if not rep.ok:
@@ -124,7 +127,7 @@ def _recover_locked(state: Path, log: Path, new_log: Path, signing_key
     if seq >= len(rep.records) or rep.hashes[seq] != head["sha256"]:
         raise AuditLogError(f"state {state} was not saved with the log {log} (its record "
                             f"{seq} is not in it)")
-    memory = SVDDMemory.load(state, signing_key=signing_key)
+    memory = SVDDMemory.load(state, signing_key=signing_key, tag_key=tag_key)
     # the state must be the one this log saved: its digest at the record it names, and a
     # save record of exactly these bytes after it (an older state relabelled with a later
     # head would otherwise skip the removals in between)

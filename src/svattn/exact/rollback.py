@@ -62,19 +62,30 @@ class Checkpoint:
     ac: np.ndarray
     slot_of_col: np.ndarray
     free_slots: list[int]
+    light: bool = False  # the operation only fills free slots (an add into the reserve)
 
 
+# what a free slot holds in each per-slot vector (a light restore writes it back)
+_VECTOR_EMPTY = {"alpha": 0.0, "g": 0.0, "state": 0, "col_of_slot": -1, "esum": 0.0,
+                 "esum_member": False}
 # every other field is a scalar (or an immutable value), copied by reference
 _SCALARS = tuple(f.name for f in dataclasses.fields(SlotState)
                  if f.name not in {*_VECTORS, *_ROWS, *_DERIVED, *_SCRATCH})
 
 
-def checkpoint(ss: SlotState, wiped: Iterable[int] = ()) -> Checkpoint:
-    """Copy what an operation may change; ``wiped``: the slots it may wipe."""
+def checkpoint(ss: SlotState, wiped: Iterable[int] = (), *, light: bool = False) -> Checkpoint:
+    """Copy what an operation may change; ``wiped``: the slots it may wipe.
+
+    ``light``: the operation writes nothing but slots that are free now and the
+    scalars (a row stored into the reserve set, :func:`svattn.exact.solver.reserve_score`):
+    only those are kept, and the restore clears the filled slots."""
     fields = vars(ss)
     scalars = {name: fields[name] for name in _SCALARS}
     if ss.dim is None:  # nothing allocated yet: the restore only resets the scalars
         return Checkpoint(scalars, {}, {}, ss.Qinv, ss.Qinv, ss.ac, ss.slot_of_col, [])
+    if light:
+        return Checkpoint(scalars, {}, {}, ss.Qinv, ss.Qinv, ss.ac, ss.slot_of_col,
+                          list(ss.free_slots), light=True)
     slots = np.fromiter(wiped, np.int64)
     rows = {name: (slots, getattr(ss, name)[slots]) for name in _ROWS} if len(slots) else {}
     return Checkpoint(scalars, {name: getattr(ss, name).copy() for name in _VECTORS}, rows,
@@ -84,6 +95,9 @@ def checkpoint(ss: SlotState, wiped: Iterable[int] = ()) -> Checkpoint:
 
 def restore(ss: SlotState, cp: Checkpoint) -> None:
     """Put ``ss`` back to the checkpoint (see the module docs for what is recomputed)."""
+    if cp.light:
+        _restore_light(ss, cp)
+        return
     if not cp.vectors:  # the state was empty: drop whatever the operation allocated
         for buf in (ss.X, ss.V, ss.KC, ss.XC):
             scrub(buf)
@@ -115,6 +129,26 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
     live = np.flatnonzero(old_slot_id >= 0)
     ss.id_to_slot = {int(old_slot_id[s]): int(s) for s in live}
     _rebuild_cache(ss, cap, ccap, live)
+    for name, make in _SCRATCH.items():
+        setattr(ss, name, make())
+
+
+def _restore_light(ss: SlotState, cp: Checkpoint) -> None:
+    """Clear the slots a reserve add filled (their cache rows too), restore the scalars."""
+    cap, hi = int(cp.scalars["cap"]), int(cp.scalars["hi"])
+    filled = np.concatenate([np.asarray(cp.free_slots, np.int64), np.arange(hi, cap)])
+    for table in (_ROWS, _VECTOR_EMPTY):
+        for name, empty in table.items():
+            arr = _slots_back(getattr(ss, name), cap)
+            arr[filled] = empty
+            setattr(ss, name, arr)
+    KC = _slots_back(ss.KC, cap)
+    KC[filled] = 0.0
+    ss.KC = KC
+    for name, value in cp.scalars.items():
+        setattr(ss, name, value)
+    ss.free_slots = list(cp.free_slots)
+    ss.id_to_slot = {t: s for t, s in ss.id_to_slot.items() if t < ss.next_id}
     for name, make in _SCRATCH.items():
         setattr(ss, name, make())
 
@@ -153,26 +187,39 @@ class _Log(Protocol):
 
 @contextmanager
 def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
-           wiped: Iterable[int] = (), passthrough: tuple[type[BaseException], ...] = ()
-           ) -> Iterator[None]:
-    """Run the body as one operation: on any exception, restore ``ss``, the health
-    monitor's fields and the log's position, then re-raise — ``passthrough`` errors and
-    interrupts as they are, anything else as :class:`OperationError` naming the cause."""
-    cp = checkpoint(ss, wiped)
+           wiped: Iterable[int] = (), passthrough: tuple[type[BaseException], ...] = (),
+           light: bool = False) -> Iterator[None]:
+    """Run the body as one operation: on any exception, undo the log's records, restore
+    ``ss`` and the health monitor's fields, then re-raise — ``passthrough`` errors and
+    interrupts as they are, anything else as :class:`OperationError` naming the cause.
+
+    If the restore itself fails (memory exhausted twice over), the memory is marked
+    broken (``health.broken``: it then refuses every operation) and the error says so.
+    """
+    cp = checkpoint(ss, wiped, light=light)
     monitor = dict(vars(health))
     mark = None if log is None else log.mark()
     try:
         yield
     except BaseException as exc:
-        restore(ss, cp)
-        vars(health).clear()
-        vars(health).update(monitor)
-        if log is not None:
+        if log is not None:  # first: a record of what is being undone must not stay
             log.rollback(mark)
+        try:
+            restore(ss, cp)
+            vars(health).clear()
+            vars(health).update(monitor)
+        except BaseException as again:
+            health.broken = (f"{op} failed ({type(exc).__name__}: {exc}) and restoring the "
+                             f"state failed too ({type(again).__name__}: {again})")
+            raise OperationError(health.broken + "; the memory is NOT restored and refuses "
+                                 "every further operation: load its last saved state") from exc
         if isinstance(exc, passthrough) or not isinstance(exc, Exception):
             raise
         raise OperationError(
             f"{op} failed ({type(exc).__name__}: {exc}); the memory is unchanged") from exc
+    finally:
+        for _, entries in cp.rows.values():  # the wiped tokens' data: scrubbed either way
+            scrub(entries)
 
 
 __all__ = ["Checkpoint", "atomic", "checkpoint", "restore"]

@@ -172,7 +172,8 @@ class SlotState:
     # and whether it is keyed (1: HMAC under the controller's key) or opaque (0)
     commitments: np.ndarray = field(
         default_factory=lambda: np.zeros((0, COMMIT_BYTES), np.uint8))
-    commit_keyed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))
+    commit_keyed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # 2: legacy
+    commit_key_id: str | None = None  # the key keyed commitments are under (its public name)
     free_slots: list[int] = field(default_factory=list)
     hi: int = 0  # slots [0, hi) have been used
     id_to_slot: dict[int, int] = field(default_factory=dict)
@@ -328,6 +329,16 @@ class SlotState:
     def error_sum_rebuild_due(self) -> bool:
         return not self.esum_valid or self.esum_updates >= 32
 
+    def bind_commit_key(self, key_id: str | None) -> None:
+        """Refuse adds under another commitment key than the state's keyed commitments
+        use (re-entry of an erased record would then go unseen); record the first."""
+        if self.commit_key_id is not None and key_id != self.commit_key_id:
+            how = ("load it with that key (tag_key= or signing_key=)" if key_id is None
+                   else "it was loaded with another key")
+            raise ValueError(f"this memory's commitments are under the controller's key "
+                             f"{self.commit_key_id[:12]}…; {how} before adding")
+        self.commit_key_id = key_id if key_id is not None else self.commit_key_id
+
     def tagged_slots(self, tag_hash: bytes) -> np.ndarray:
         """Live slots whose tag is ``tag_hash`` (in id order)."""
         want = np.frombuffer(tag_hash, dtype=np.uint8)
@@ -458,6 +469,7 @@ class SlotState:
             "C": self.C, "kernel": self.kernel, "gamma": self.gamma,
             "gamma_value": self.gamma_value if self.dim is not None else None,
             "tol": self.tol, "dim": self.dim, "vdim": self.vdim,
+            "commit_key_id": self.commit_key_id,
             "value_is_key": bool(self.value_is_key), "n": int(self.n), "ids": ids,
             "next_id": int(self.next_id), "hi": int(self.hi), "cap": int(self.cap),
             "ccap": int(self.ccap), "chi": int(chi), "nS": int(nS),
@@ -576,12 +588,18 @@ class SlotState:
         if "commitments" in t:
             _check(t["commitments"].shape == (n, COMMIT_BYTES)
                    and t["commit_keyed"].shape == (n,), "commitments have the wrong shape")
-            _check(bool(np.isin(t["commit_keyed"], [0, 1]).all()), "commit_keyed is not 0/1")
+            _check(bool(np.isin(t["commit_keyed"], [0, 1, 2]).all()),
+                   "commit_keyed is not 0, 1 or 2")
             self.commitments[slots] = t["commitments"]
             self.commit_keyed[slots] = t["commit_keyed"]
-        else:  # an older file: its log's commitments were salted; these are opaque
+        else:  # an older file: its log's commitments were salted; these are opaque (legacy)
             self.commitments[slots] = np.frombuffer(
                 secrets.token_bytes(COMMIT_BYTES * n), np.uint8).reshape(n, COMMIT_BYTES)
+            self.commit_keyed[slots] = 2
+        key_id = fields.get("commit_key_id")
+        _check(key_id is None or (isinstance(key_id, str) and len(key_id) == 32),
+               "commit_key_id is not a key name")
+        self.commit_key_id = key_id
         self.alpha[slots], self.g[slots] = t["alpha"], t["g"]
         states = t["state"]
         _check(bool(np.isin(states, [RESERVE, MARGIN, ERROR]).all()) if n else True,

@@ -210,11 +210,18 @@ def verify_deletion(
     claim = unique and kkt <= memory.tol  # what the memory certifies (see remove)
     if now:
         reasons += _state_mismatches(memory, cert, kkt, unique, claim)
-    elif not 0 <= cert.compacted <= ss.n_compacted and cert.compacted != ss.n_compacted:
+    elif cert.compacted != ss.n_compacted and not (0 <= cert.compacted <= ss.n_compacted):
+        # compaction only grows the count (-1: unknown, on both sides or neither)
+        had = "an unknown number of" if ss.n_compacted < 0 else f"only {ss.n_compacted}"
         reasons.append(f"compacted: the certificate says {cert.compacted}, the memory has "
-                       f"dropped only {ss.n_compacted} tokens by compaction since")
+                       f"dropped {had} tokens by compaction in all")
     unique = claim
     copies = _live_copies(memory, cert, commit_key)
+    if commit_key is not None:
+        bad = _commitment_mismatches(memory, commit_key)
+        if bad:
+            reasons.append(f"commit_key: the stored commitments of live tokens {bad[:5]} are "
+                           "not their data's under this key (a forged state, or another key)")
     if copies:
         reasons.append(f"live tokens {list(copies)} hold the same key and value as the erased "
                        "record: the data is still in the memory")
@@ -294,7 +301,8 @@ class ErasureVerification:
 
 
 def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = True, *,
-                   tol: float = 1e-8, public_key=None, seed: int = 0) -> ErasureVerification:
+                   tol: float = 1e-8, public_key=None, seed: int = 0,
+                   log: str | os.PathLike[str] | None = None) -> ErasureVerification:
     """Check an :class:`ErasureReceipt` against the memory right after the erasure.
 
     Every id was issued and is gone; no live token carries the subject's tag hash;
@@ -302,7 +310,8 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     one passes :func:`verify_deletion` (retrain included); a live token holding an
     erased record's key and value must be one the receipt lists as another
     subject's copy; the digest and size are the memory's; with ``public_key`` the
-    receipt's signature must verify.
+    receipt's signature must verify; with ``log`` no live token may be one the log's add
+    records gave the subject's tag (a state whose stored tags were edited).
     """
     reasons = list(receipt.field_errors())
     if reasons:
@@ -326,6 +335,16 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     if len(tagged):
         reasons.append(f"tag_hash: live tokens {[int(ss.slot_id[s]) for s in tagged][:5]} "
                        "still carry the subject's tag")
+    if log is not None:
+        rep = verify_chain(Path(log))
+        if not rep.ok:
+            reasons.append(f"the audit log does not verify: {rep.error}")
+        tagged = sorted(tok["id"] for r in rep.records if r["op"] in ("add", "extend")
+                        for tok in r.get("tokens", []) if isinstance(tok, dict)
+                        and tok.get("tag") == receipt.tag_hash and tok.get("id") in ss.id_to_slot)
+        if tagged:
+            reasons.append(f"tag_hash: the audit log added live tokens {tagged[:5]} for this "
+                           "subject (the state's tags were edited)")
     if receipt.state_digest != memory.state_digest():
         reasons.append("state_digest differs from the memory's")
     if receipt.n_after != len(memory):
@@ -406,6 +425,16 @@ def _live_copies(memory: SVDDMemory, cert: DeletionCertificate,
     return tuple(sorted(found))
 
 
+def _commitment_mismatches(memory: SVDDMemory, commit_key: bytes) -> list[int]:
+    """Live keyed tokens whose stored commitment is not their data's under ``commit_key``
+    (a forged state, or the wrong key)."""
+    ss = memory.solver_state
+    slots = ss.ordered_slots()
+    return [int(ss.slot_id[s]) for s in slots[ss.commit_keyed[slots] == 1]
+            if commit_token(ss.X[s], None if ss.value_is_key else ss.V[s], commit_key)[0]
+            != ss.commitments[s].tobytes().hex()]
+
+
 def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str],
                      present: str) -> tuple[bool, int | None]:
     """Whether the log's chain holds, records exactly this certificate (any edited field
@@ -441,7 +470,8 @@ def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str],
             ok = False
     added = [(r["seq"], tok) for r in rep.records if r["op"] in ("add", "extend")
              for tok in r.get("tokens", []) if tok.get("id") == cert.removed_id]
-    if added and added[-1][1].get("commitment") != cert.commitment:
+    # (an add record of a version-1 log carries its own salted commitment: not comparable)
+    if added and "salt" not in added[-1][1] and added[-1][1].get("commitment") != cert.commitment:
         reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
                        f"{added[-1][0]}) with another commitment")
         ok = False
@@ -534,6 +564,33 @@ def _check_state(rep: AuditReport, state: Path) -> None:
         rep.broken_record = last
         rep.error = (f"record {last}: final digest {rep.final_digest[:12]}… differs from the "
                      f"state's {mem.state_digest()[:12]}…")
+        return
+    unbound = _unbound_tokens(rep, mem)
+    if unbound:
+        rep.ok = False
+        rep.broken_record = last
+        rep.error = (f"state {state}: live tokens {unbound[:5]} carry another commitment or "
+                     "data-subject tag than the log's add records gave them (the digest does "
+                     "not cover them: an edited state)")
+
+
+def _unbound_tokens(rep: AuditReport, mem: SVDDMemory) -> list[int]:
+    """Live ids whose stored commitment or tag hash differs from their add record (ids
+    the chain started from, and tokens of older formats, have none to compare)."""
+    added = {tok["id"]: tok for r in rep.records if r["op"] in ("add", "extend")
+             for tok in r.get("tokens", []) if isinstance(tok, dict)}
+    ss = mem.solver_state
+    bad = []
+    for s in ss.ordered_slots():
+        tok = added.get(int(ss.slot_id[s]))
+        if tok is None or "salt" in tok:
+            continue
+        tag = ss.tags[s].tobytes().hex()
+        logged_tag = tok.get("tag", "00" * len(ss.tags[s]))
+        if (ss.commit_keyed[s] != 2 and tok.get("commitment") != ss.commitments[s].tobytes().hex()
+                or tag != logged_tag):
+            bad.append(int(ss.slot_id[s]))
+    return bad
 
 
 __all__ = ["DeletionVerification", "ErasureVerification", "verify_deletion", "verify_erasure",
