@@ -43,6 +43,7 @@ _VECTORS = ("alpha", "g", "state", "col_of_slot", "esum", "esum_member")
 # per-slot arrays an operation writes only in the slots it fills (free before it) or
 # wipes: the checkpoint copies the wiped slots' entries, the restore clears the filled
 _ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash": 0,
+         "row_hash": 0,
          "tags": 0, "commitments": 0, "commit_keyed": 0}
 # arrays a checkpoint leaves out (recomputed or rewritten by the restore) and scratch
 _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")

@@ -20,7 +20,14 @@ from svattn.exact.batch import batch_solve
 from svattn.exact.cache import free_col, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
 from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
-from svattn.exact.state import DIGEST_MOD, NeedResolve, SlotState, scrub, token_hash
+from svattn.exact.state import (
+    DIGEST_MOD,
+    NeedResolve,
+    SlotState,
+    row_hash,
+    scrub,
+    token_hash,
+)
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 
 Backend = ModuleType  # svattn.exact.compiled or svattn.exact.reference (same function names)
@@ -31,6 +38,7 @@ def forget_slot(ss: SlotState, slot: int) -> None:
     leaves the id map, the set hash and the count; its slot becomes free."""
     ss.set_hash = (ss.set_hash - int(ss.token_hash[slot])) % DIGEST_MOD
     ss.token_hash[slot] = 0
+    ss.row_hash[slot] = 0
     ss.tags[slot] = 0  # the token's data subject goes with it
     ss.commitments[slot], ss.commit_keyed[slot] = 0, 0
     del ss.id_to_slot[int(ss.slot_id[slot])]
@@ -153,6 +161,7 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
         ss.id_to_slot[tid] = slot
         th = token_hash(tid, xs[i], None if vs is None else vs[i])
         ss.token_hash[slot] = th
+        ss.row_hash[slot] = row_hash(ss.X[slot], ss.V[slot])
         ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
     ss.n += count
     ss.alpha[slots] = 0.0

@@ -111,6 +111,14 @@ def scrub(a: np.ndarray) -> None:
         a.fill(0)
 
 
+def row_hash(x: np.ndarray, v: np.ndarray) -> int:
+    """64-bit BLAKE2b of a key's and value's bytes, -0.0 written as 0.0 (equal data,
+    equal hash; deterministic across processes)."""
+    h = hashlib.blake2b((x + 0.0).tobytes(), digest_size=8)
+    h.update((v + 0.0).tobytes())
+    return int.from_bytes(h.digest(), "little", signed=True)
+
+
 def token_hash(tid: int, x: np.ndarray, v: np.ndarray | None) -> int:
     """SHA-256 of a token's id, key and value, as an int (the set hash's summand)."""
     h = hashlib.sha256(int(tid).to_bytes(8, "big", signed=False))
@@ -166,6 +174,9 @@ class SlotState:
     state: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # states.py codes
     col_of_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: none
     token_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    # 64-bit hash of each token's key and value bytes (-0.0 as 0.0), derived and never
+    # saved: live copies of a record are found by one array comparison (row_hash())
+    row_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     # keyed hash of each token's data-subject tag (zeros: untagged); never the tag itself
     tags: np.ndarray = field(default_factory=lambda: np.zeros((0, TAG_BYTES), np.uint8))
     # each token's commitment as made at its add (the log's add record holds the same),
@@ -239,6 +250,7 @@ class SlotState:
         self.state = np.zeros(cap, dtype=np.int8)
         self.col_of_slot = np.full(cap, -1, dtype=np.int64)
         self.token_hash = np.zeros(cap, dtype=object)
+        self.row_hash = np.zeros(cap, dtype=np.int64)
         self.tags = np.zeros((cap, TAG_BYTES), dtype=np.uint8)
         self.commitments = np.zeros((cap, COMMIT_BYTES), dtype=np.uint8)
         self.commit_keyed = np.zeros(cap, dtype=np.int8)
@@ -275,6 +287,7 @@ class SlotState:
         self.alpha, self.g = pad(self.alpha, 0.0), pad(self.g, 0.0)
         self.state, self.col_of_slot = pad(self.state, FREE), pad(self.col_of_slot, -1)
         self.token_hash, self.xn2 = pad(self.token_hash, 0), pad(self.xn2, 0.0)
+        self.row_hash = pad(self.row_hash, 0)
         self.tags = pad(self.tags, 0)
         self.commitments, self.commit_keyed = pad(self.commitments, 0), pad(self.commit_keyed, 0)
         self.esum, self.esum_member = pad(self.esum, 0.0), pad(self.esum_member, False)
@@ -349,14 +362,17 @@ class SlotState:
         """For each of ``slots``, the ids of other live tokens, not among ``slots``, that
         hold the same key and value (equal values: -0.0 is 0.0), in id order.
 
-        Vectorised on the first coordinate, then the candidates' whole rows: O(n) array
-        work per slot, no Python loop over the memory (a removal calls it)."""
-        live = self.live_slots()
-        outside = live[live != slots[0]] if len(slots) == 1 else live[~np.isin(live, slots)]
-        first = self.X[outside, 0]
+        Candidates by the row hash (one comparison over a contiguous array), then their
+        whole rows: a removal calls it, so no per-token Python and no gather of keys."""
+        hashes = self.row_hash[: self.hi]
         out = {}
         for s in slots:
-            cand = outside[first == self.X[s, 0]]
+            cand = np.flatnonzero(hashes == self.row_hash[s])
+            if len(cand) == 1 and cand[0] == s:  # the usual case: no other row like it
+                out[int(self.slot_id[s])] = []
+                continue
+            cand = cand[self.state[cand] != FREE]
+            cand = cand[cand != s] if len(slots) == 1 else cand[~np.isin(cand, slots)]
             same = cand[(self.X[cand] == self.X[s]).all(axis=1)
                         & (self.V[cand] == self.V[s]).all(axis=1)]
             out[int(self.slot_id[s])] = sorted(int(i) for i in self.slot_id[same])
@@ -619,6 +635,7 @@ class SlotState:
         for s, tid in zip(slots, ids, strict=True):
             th = token_hash(int(tid), self.X[s], None if vik else self.V[s])
             self.token_hash[s] = th
+            self.row_hash[s] = row_hash(self.X[s], self.V[s])
             h = (h + th) % DIGEST_MOD
             self.id_to_slot[int(tid)] = int(s)
         self.set_hash = h
@@ -684,4 +701,4 @@ class SlotState:
 
 
 __all__ = ["DIGEST_MOD", "READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "NeedResolve", "SchemaError",
-           "SlotState", "check_parameters", "scrub", "token_hash"]
+           "SlotState", "check_parameters", "row_hash", "scrub", "token_hash"]
