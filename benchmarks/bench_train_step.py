@@ -1,4 +1,4 @@
-"""Training step of a 2-layer CharLM: hybrid_sv ("support" policy) against its matched sliding window.
+"""Training step of a 2-layer CharLM: hybrid_sv ("support") against its matched sliding window.
 
 For each (d_model, T, chunk) of the grid both models run forward + backward on
 the same random bytes in one process, interleaved round by round (load from
@@ -37,7 +37,6 @@ from pathlib import Path
 import torch
 
 from svattn.lm import CharLM, CharLMConfig, mixer_config
-
 
 # Solver settings: the LM's (HYBRID_DEFAULTS: 20 FISTA iterations, no repair, no ridge
 # refinement) and the layer's own defaults (SolverOptions(): 10 repair rounds, 1 ridge step;

@@ -58,9 +58,9 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import Partition, gather_rows, log_kernel, log_kernel_diag
+from svattn.nn.common import Partition, gather_rows, host_reads, log_kernel, log_kernel_diag
 from svattn.nn.options import SolverOptions
-from svattn.nn.projection import project_capped_simplex
+from svattn.nn.projection import ProjectionPlan
 
 __all__ = [
     "DENSE_MAX",
@@ -230,28 +230,29 @@ def fista(
         Iterations run (``max_iter``).
     """
     with torch.no_grad():
-        w = valid.to(K.dtype)  # the mask in K's dtype, once (no casts inside the loop)
-        n = w.sum(-1, keepdim=True)
-        a = w / n if a0 is None else a0
-        lam, rowsum = lambda_max(K)
-        step = 1.0 / (2.0 * lam).unsqueeze(-1)  # (P, 1)
-        sd = step * d  # y − step·(2 K y − d) = (y + step·d) − 2·step·K y
+        P, n = valid.shape
+        plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
+        w = valid.to(K.dtype)
+        a = (w / w.sum(-1, keepdim=True) if a0 is None else a0).unsqueeze(1)  # (P, 1, n)
+        lam, _ = lambda_max(K)
+        step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
         step2 = 2.0 * step
-        # From the uniform start, K y = (K 1)/n: the power iteration's first product.
-        Ky = rowsum / n if a0 is None else matvec(K, a)
-        y = a
-        t = torch.ones_like(step)
-        for it in range(max_iter):
-            a_new, _ = project_capped_simplex(torch.addcmul(y + sd, step2, Ky, value=-1.0), C,
-                                              valid, w)
-            restart = ((y - a_new) * (a_new - a)).sum(-1, keepdim=True) > 0
+        # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
+        # projection's `low` (y and the K columns are 0 there).
+        sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
+        y, t = a, torch.ones_like(step)
+        zero, one = torch.zeros_like(t), torch.ones_like(t)
+        for _ in range(max_iter):
+            v = torch.addcmul(y + sd, step2, torch.bmm(y, K), value=-1.0)
+            a_new, _ = plan.project(v, C)
+            diff = a_new - a
+            restart = ((y - a_new) * diff).sum(-1, keepdim=True) > 0
             t_new = 0.5 + torch.sqrt(0.25 + t * t)  # (1 + sqrt(1 + 4 t²)) / 2
-            beta = torch.where(restart, 0.0, (t - 1.0) / t_new)
-            t = torch.where(restart, 1.0, t_new)
-            y = a_new + beta * (a_new - a)
+            beta = torch.where(restart, zero, (t - 1.0) / t_new)
+            t = torch.where(restart, one, t_new)
+            y = torch.addcmul(a_new, beta, diff)
             a = a_new
-            if it + 1 < max_iter:
-                Ky = matvec(K, y)
+        a = a.squeeze(1)
     return a, max_iter
 
 
@@ -378,6 +379,8 @@ def _repair(K, d, C, valid, a, solver, tol):
         to_R, to_E = S & (alpha < 0), S & (alpha > C)
         from_R, from_E = R & (g < -tol), E & (g > tol)
         settled = ~(to_R | to_E | from_R | from_E).any(-1)
+        if host_reads(K) and bool(settled.all()):
+            break  # a round on a settled partition changes nothing: same result, fewer ops
         S = (S & ~to_R & ~to_E) | from_R | from_E
         E = (E & ~from_E) | to_E
     return S, E, settled
@@ -404,7 +407,7 @@ def solve_partition(
     with torch.no_grad():
         a, _ = fista(K, d, C, valid, max_iter=solver.max_iter)
         S, E, settled = _repair(K, d, C, valid, a, solver, tol)
-        if solver.refine > 0:
+        if solver.refine > 0 and not (host_reads(K) and bool(settled.all())):
             # The repair can cycle from a poor iterate (ill-conditioned K). Every problem
             # resumes FISTA from its iterate with twice the iterations and repairs again
             # (static work: a host-side "any unsettled?" would be a sync); the retry's
