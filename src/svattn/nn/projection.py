@@ -15,7 +15,7 @@ the free set ``F`` and upper set ``U`` of every segment), then **finish** with o
 Newton step of ``f`` from that ``tau``, exact once ``F`` is right (the cumsums'
 rounding does not reach the result). Every step is one batched tensor op: no Python loop, no
 data-dependent branch, no host synchronisation, so the projection is the same
-~30 ops whatever ``v`` is, and it compiles into one graph.
+26 ops whatever ``v`` is, and it compiles into one graph.
 
 Absent (masked) coordinates are set far below every present one with weight 0:
 their breakpoints come last and change no slope.
@@ -72,42 +72,40 @@ class ProjectionPlan:
     """What the projection needs from the mask alone, built once per solve.
 
     An iterative caller (FISTA) keeps absent coordinates of its points at
-    :attr:`low` itself and calls :meth:`project` on every iteration: ~30 tensor
+    :attr:`low` itself and calls :meth:`project` on every iteration: 26 tensor
     ops, none of them a cast or a host read.
     """
 
-    def __init__(self, signs: torch.Tensor, last: torch.Tensor, low: float) -> None:
+    def __init__(self, signs: torch.Tensor, index: torch.Tensor, low: float) -> None:
         self.signs = signs  # (..., 2n): +1 at v_i, −1 at v_i − C; 0 for absent entries
-        self.last = last  # (..., 1): index of the last present breakpoint, 2·n_valid − 1
+        self.index = index  # (2n,): breakpoint positions 0 .. 2n − 1
         self.low = low  # the value absent coordinates hold (below every present one)
 
     @classmethod
     def of(cls, mask: torch.Tensor, dtype: torch.dtype) -> ProjectionPlan:
         w = mask.to(dtype)
-        last = 2 * mask.sum(-1, keepdim=True) - 1
+        index = torch.arange(2 * mask.shape[-1], device=mask.device)
         # Far below any present value yet finite: 0·low stays 0 in the cumsums.
-        return cls(torch.cat([w, -w], -1), last, -torch.finfo(dtype).max / 4)
+        return cls(torch.cat([w, -w], -1), index, -torch.finfo(dtype).max / 4)
 
     def project(self, v: torch.Tensor, C: float) -> tuple[torch.Tensor, torch.Tensor]:
         """``x`` and ``tau`` (``(..., 1)``) for ``v`` whose absent entries hold :attr:`low`."""
         b, order = torch.cat([v, v - C], -1).sort(-1, descending=True)  # (..., 2n)
         sg = self.signs.gather(-1, order)
-        slope = sg.cumsum(-1)  # free entries on the segment below b_j
-        s = (sg * b).cumsum(-1)  # Σ_free v + C·|upper| on that segment
-        f1 = s - slope * b  # f(b_j) + 1 (f is non-increasing in tau)
-        # The root lies on the segment just above the first breakpoint with f >= 0; on it
-        # f(tau) = s − slope·tau − 1. Clamped to the present breakpoints: with n·C = 1,
-        # f reaches 0 there only up to rounding.
-        j = torch.minimum((f1 < 1.0).sum(-1, keepdim=True).clamp_min(1), self.last) - 1
-        sl = slope.gather(-1, j)
-        # A zero slope is a plateau f = 0 (every entry at 0 or C): any tau on it is a root.
-        tau0 = torch.where(sl > 0.5, (s.gather(-1, j) - 1.0) / sl.clamp_min(1.0), b.gather(-1, j))
-        # One Newton step of f from tau0 (exact once the free set is right): the cumsums'
-        # rounding does not reach the result.
-        u = v - tau0
-        f0 = u.clamp(0.0, C).sum(-1, keepdim=True) - 1.0
-        nf = ((u > 0) & (u < C)).sum(-1, keepdim=True, dtype=v.dtype)
-        tau = tau0 + f0 / nf.clamp_min(1.0)
+        slope = sg.cumsum(-1)  # |F|: free entries on the segment just below b_j
+        s = (sg * b).cumsum(-1)  # Σ_F v + C·|U| on that segment
+        f1 = s - slope * b  # f(b_j) + 1 (f is non-increasing in tau, so f1 grows along j)
+        # The root lies on the last segment (below b_j) that starts with f < 0 and has a
+        # slope: on it f(tau) = s_j − |F|·tau − 1. Requiring the slope skips a rounding-
+        # level f < 0 at the start of a plateau (every entry at 0 or C), e.g. when n·C = 1.
+        below = (f1 < 1.0) & (slope > 0.5)
+        j = torch.where(below, self.index, 0).amax(-1, keepdim=True)  # (..., 1)
+        nf = slope.gather(-1, j)  # >= 1
+        tau0 = (s.gather(-1, j) - 1.0) / nf
+        # One Newton step of f from tau0, exact on that segment: the cumsums' rounding
+        # does not reach the result (f is summed directly).
+        f0 = (v - tau0).clamp(0.0, C).sum(-1, keepdim=True) - 1.0
+        tau = tau0 + f0 / nf
         return (v - tau).clamp(0.0, C), tau
 
 
