@@ -381,21 +381,73 @@ def default_kkt_tol(dtype: torch.dtype) -> float:
     return 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
 
 
+class _RepairSystem:
+    """The margin systems of the repair rounds on one fixed ``K`` (no grad, dense form).
+
+    The bordered matrix ``[[2K + ridge·I, 1], [1ᵀ, 0]]`` is built once; a round only
+    masks it (``where`` against the identity) for its partition. With an empty
+    margin set the border is masked too, which pins ``mu = 0``.
+    """
+
+    def __init__(self, K, d, C, ridge, ridge_steps):
+        P, n, _ = K.shape
+        self.K, self.d, self.C, self.n, self.steps = K, d, C, n, ridge_steps if ridge > 0 else 0
+        self.eye = torch.eye(n + 1, dtype=K.dtype, device=K.device)
+        M0 = K.new_ones(P, n + 1, n + 1)
+        M0[:, :n, :n] = 2.0 * K + ridge * self.eye[:n, :n]
+        M0[:, n, n] = 0.0
+        self.M0 = M0
+        self.ridge_of = torch.cat([torch.full_like(d[:1], ridge), d.new_zeros(1, 1)], -1)
+
+    def solve(self, S, E):
+        n, C = self.n, self.C
+        Sf, Ef = S.to(self.d.dtype), E.to(self.d.dtype)
+        has = S.any(-1, keepdim=True)  # (P, 1)
+        Se = torch.cat([S, has], -1)  # (P, n+1): rows and columns of the system
+        M = torch.where(Se.unsqueeze(-1) & Se.unsqueeze(-2), self.M0, self.eye)
+        KE = torch.bmm(Ef.unsqueeze(1), self.K).squeeze(1)  # K_·E 1
+        rhs_S = torch.add(self.d, KE, alpha=-2.0 * C) * Sf
+        rhs_mu = (1.0 - C * Ef.sum(-1, keepdim=True)) * has
+        rhs = torch.cat([rhs_S, rhs_mu], -1).unsqueeze(-1)  # (P, n+1, 1)
+        if self.steps:  # iterated ridge, as _dense_margin_solve
+            LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+            sol = torch.linalg.lu_solve(LU, piv, rhs)
+            pad = (Se * self.ridge_of).unsqueeze(-1)
+            for _ in range(self.steps):
+                sol = torch.linalg.lu_solve(LU, piv, torch.addcmul(rhs, pad, sol))
+        else:
+            sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
+        sol = sol.squeeze(-1)
+        return torch.addcmul(C * Ef, Sf, sol[:, :n]), sol[:, n]
+
+
 def _repair(K, d, C, valid, a, solver, tol):
     """``solver.refine`` primal-dual active-set rounds from the sets of iterate ``a``."""
     S, E = _sets(a, C, valid)
     settled = torch.ones_like(valid[:, 0])
+    if solver.refine == 0:
+        return S, E, settled
+    system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense_ok(
+        K.shape[-1]) else None
+    big = torch.finfo(K.dtype).max
     for _ in range(solver.refine):
-        alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
-        g = _kkt(K, d, alpha, mu, S, E)
-        R = valid & ~S & ~E
-        to_R, to_E = S & (alpha < 0), S & (alpha > C)
-        from_R, from_E = R & (g < -tol), E & (g > tol)
-        settled = ~(to_R | to_E | from_R | from_E).any(-1)
+        if system is None:
+            alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
+        else:
+            alpha, mu = system.solve(S, E)
+        g0 = 2.0 * matvec(K, alpha) - d
+        has = S.any(-1)
+        mu = torch.where(has, mu, torch.where(E, -g0, big).amin(-1))  # _kkt's mu
+        g = g0 + mu.unsqueeze(-1)
+        up, down = g > tol, g < -tol
+        # S keeps its tokens inside the box; E tokens with g > 0 and R tokens with g < 0
+        # join S; S tokens above C join E (below 0: R).
+        S_next = torch.where(S, (alpha >= 0) & (alpha <= C), torch.where(E, up, down & valid))
+        E_next = torch.where(E, ~up, S & (alpha > C))
+        settled = ((S_next == S) & (E_next == E)).all(-1)
         if host_reads(K) and bool(settled.all()):
             break  # a round on a settled partition changes nothing: same result, fewer ops
-        S = (S & ~to_R & ~to_E) | from_R | from_E
-        E = (E & ~from_E) | to_E
+        S, E = S_next, E_next
     return S, E, settled
 
 
