@@ -115,8 +115,9 @@ def run_config(
             f"d={d_model:4d} T={T:5d} L={chunk:3d} {solver:7s} "
             f"{'compiled' if compiled else 'eager   '}  "
             f"sliding {med['sliding']:.4f} s  hybrid {med['hybrid_sv']:.4f} s  "
-            f"ratio {rec['ratio_hybrid_over_sliding']:.2f}x   aten calls "
-            f"{calls['sliding']} / {calls['hybrid_sv']}",
+            f"ratio {rec['ratio_hybrid_over_sliding']:.2f}x   aten calls (events) sliding "
+            f"{calls['sliding'][0]} ({calls['sliding'][1]}) hybrid {calls['hybrid_sv'][0]} "
+            f"({calls['hybrid_sv'][1]})",
             flush=True,
         )
         out.append(rec)
