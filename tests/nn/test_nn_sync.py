@@ -15,7 +15,7 @@ from sync_guard import host_reads_of
 
 import svattn.nn.batched as batched
 from svattn.mixers import HybridSVAttention
-from svattn.nn import SolverOptions, SVAttention, sv_attention
+from svattn.nn import SolverOptions, SVAttention, sv_attention, sv_attention_state
 from svattn.nn.common import host_reads, no_host_reads
 
 SOLVERS = {"lm": SolverOptions(max_iter=5, refine=0, ridge_steps=0),
@@ -83,18 +83,24 @@ def test_an_item_put_back_into_the_solver_is_caught(monkeypatch):
         assert "aten._local_scalar_dense" in seen, name
 
 
-def test_cpu_early_exits_change_nothing():
-    """On CPU (eager) the repair stops once settled and skips the retry when every
-    problem settled: the same result as the static schedule an accelerator runs."""
-    assert host_reads(torch.zeros(1))
-    k = random_keys(2, 2, 40, 4, seed=5)
-    q, v = random_keys(2, 2, 6, 4, seed=6), random_keys(2, 2, 40, 3, seed=7)
+@pytest.mark.parametrize("n", [24, 40], ids=["dense", "compact"])
+def test_cpu_shortcuts_change_nothing(n):
+    """On CPU (eager) the repair stops once settled, the retry is skipped when every
+    problem settled, and from DENSE_CPU_MAX keys on the margin systems are gathered
+    to their size: the result of the static schedule an accelerator runs (bit for bit
+    on the dense form, to rounding on the compact one)."""
+    assert host_reads(torch.zeros(1)) and (n > batched.DENSE_CPU_MAX) == (n == 40)
+    k = random_keys(2, 2, n, 4, seed=5)
+    q, v = random_keys(2, 2, 6, 4, seed=6), random_keys(2, 2, n, 3, seed=7)
     opts = SolverOptions(refine=10)
-    fast = sv_attention(q, k, v, C=0.1, solver=opts, return_alpha=True)
+    fast = sv_attention_state(q, k, v, C=0.1, solver=opts)
     with no_host_reads():
-        static = sv_attention(q, k, v, C=0.1, solver=opts, return_alpha=True)
-    for a, b in zip(fast, static, strict=True):
+        static = sv_attention_state(q, k, v, C=0.1, solver=opts)
+    for a, b in zip(fast[2], static[2], strict=True):  # the partition
         assert torch.equal(a, b)
+    tol = 0.0 if n == 24 else 1e-12
+    for a, b in zip(fast[:2], static[:2], strict=True):  # output, alpha
+        torch.testing.assert_close(a, b, rtol=0, atol=tol)
 
 
 def test_large_problems_read_the_margin_size():

@@ -64,6 +64,7 @@ from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
 
 __all__ = [
+    "DENSE_CPU_MAX",
     "DENSE_MAX",
     "BatchedInfo",
     "Solved",
@@ -80,6 +81,8 @@ __all__ = [
 
 # Most keys per problem for which the margin system is solved over all keys (static size).
 DENSE_MAX = 256
+# The same on CPU in eager mode, where the compact system's size is read for free.
+DENSE_CPU_MAX = 32
 
 
 @dataclass
@@ -107,8 +110,18 @@ class Solved(NamedTuple):
     settled: torch.Tensor  # bool (P,): the last repair round moved nothing
 
 
-def dense_ok(n: int) -> bool:
-    """Whether problems of ``n`` keys use the dense (static-size) margin system."""
+def dense_ok(K: torch.Tensor) -> bool:
+    """Whether the problems of ``K`` (P, n, n) use the dense (static-size) margin system.
+
+    Where :func:`~svattn.nn.common.host_reads` allows (CPU, eager), reading the
+    margin set's size costs nothing, so the compact system is used from
+    :data:`DENSE_CPU_MAX` keys on (its ``O(|S|³)`` beats the dense ``O(n³)``; the two
+    agree to rounding). Elsewhere the dense form runs up to :data:`DENSE_MAX` keys,
+    and at every size while compiling.
+    """
+    n = K.shape[-1]
+    if host_reads(K):
+        return n <= DENSE_CPU_MAX
     return n <= DENSE_MAX or torch.compiler.is_compiling()
 
 
@@ -240,7 +253,7 @@ def fista(
         # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
         # projection's `low` (y and the K columns are 0 there).
         sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
-        Kstep = K * (-2.0 * step) if dense_ok(n) else None  # one op less per iteration
+        Kstep = K * (-2.0 * step) if n <= DENSE_MAX else None  # one op less per iteration
         # Momentum: with r the iterations since the last (re)start, beta = (t_r − 1)/t_{r+1}
         # of t_0 = 1, t_{r+1} = (1 + sqrt(1 + 4 t_r²))/2: a table, indexed per problem.
         betas = [0.0]
@@ -360,7 +373,7 @@ def _compact_margin_solve(
 
 def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
     """Margin solve on K (no grad inside the repair): dense or compact by size."""
-    if dense_ok(K.shape[-1]):
+    if dense_ok(K):
         return _dense_margin_solve(K, d, S, E, C, ridge, ridge_steps)
     idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
     return _compact_margin_solve(rows(K, idx), d.gather(-1, idx), idx, sval, E, C, ridge,
@@ -427,8 +440,7 @@ def _repair(K, d, C, valid, a, solver, tol):
     settled = torch.ones_like(valid[:, 0])
     if solver.refine == 0:
         return S, E, settled
-    system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense_ok(
-        K.shape[-1]) else None
+    system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense_ok(K) else None
     big = torch.finfo(K.dtype).max
     for _ in range(solver.refine):
         if system is None:
@@ -505,7 +517,7 @@ def margin_alpha(
     """
     P, n, D = kf.shape
     ridge, steps = solver.ridge, solver.ridge_steps
-    if dense_ok(n):
+    if dense_ok(kf):
         vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
         K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
         d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
