@@ -11,7 +11,10 @@ configuration, eager and (with ``--compile``) under :func:`torch.compile`:
   *calls* (aten events not nested in another aten op: what Python and autograd
   launch) and *events* (every ``aten::`` event, nested ones included).
 
-Compile time is excluded: each compiled model is warmed up before timing.
+Modes (``--modes``): ``eager``; ``solver-compiled`` (the hybrid's
+``compile_solver=True``: each boundary's partition from one compiled kernel, the
+rest eager; the sliding model is eager); ``compiled`` (``torch.compile(fullgraph=True)``
+of both whole models). Compile time is excluded: each model is warmed up before timing.
 The hybrid uses the LM's solver defaults (:data:`svattn.lm.configs.HYBRID_DEFAULTS`:
 20 FISTA iterations, no repair rounds) with ``C = 2/chunk`` and ``budget = chunk/2``
 (the issue-#25 setting at chunk 16: C = 1/8, budget 8, window 24), 2 heads, rope.
@@ -20,7 +23,8 @@ The hybrid uses the LM's solver defaults (:data:`svattn.lm.configs.HYBRID_DEFAUL
 rounds, one iterated-ridge step; the setting issue #25 measured).
 
     python benchmarks/bench_train_step.py [--d-model 64 128 256] [--T 128 256 1024]
-        [--chunk 16 32 64] [--batch 64] [--compile] [--json results/bench_train_step.json]
+        [--chunk 16 32 64] [--batch 64] [--modes eager solver-compiled compiled]
+        [--json results/bench_train_step.json]
 """
 
 from __future__ import annotations
@@ -45,15 +49,25 @@ from svattn.lm import CharLM, CharLMConfig, mixer_config
 SOLVERS = {"lm": {}, "default": {"max_iter": 20, "refine": 10, "ridge_steps": 1}}
 
 
-def build(mixer: str, d_model: int, T: int, chunk: int, seed: int, solver: str) -> CharLM:
+MODES = ("eager", "solver-compiled", "compiled")
+
+
+def build(
+    mixer: str, d_model: int, T: int, chunk: int, seed: int, solver: str, mode: str = "eager"
+) -> CharLM:
     torch.manual_seed(seed)
     cfg = CharLMConfig(n_layer=2, n_embd=d_model, n_head=2, block_size=T, rope=True)
     hyb = {"chunk": chunk, "C": 2.0 / chunk, "budget": chunk // 2, **SOLVERS[solver]}
-    return CharLM(mixer_config(cfg, mixer, hyb))
+    model = CharLM(mixer_config(cfg, mixer, hyb))
+    if mode == "solver-compiled":
+        for mod in model.modules():
+            if hasattr(mod, "compile_solver"):
+                mod.compile_solver = True
+    return model
 
 
-def make_step(model: CharLM, compiled: bool):
-    fwd = torch.compile(model, fullgraph=True) if compiled else model
+def make_step(model: CharLM, mode: str):
+    fwd = torch.compile(model, fullgraph=True) if mode == "compiled" else model
 
     def step(x: torch.Tensor) -> None:
         _, loss = fwd(x[:, :-1], targets=x[:, 1:])
@@ -84,8 +98,8 @@ def run_config(
     g = torch.Generator().manual_seed(args.seed)
     x = torch.randint(0, 256, (args.batch, T + 1), generator=g)
     out = []
-    for compiled in [False, True] if args.compile else [False]:
-        steps = {m: make_step(build(m, d_model, T, chunk, args.seed, solver), compiled)
+    for mode in args.modes:
+        steps = {m: make_step(build(m, d_model, T, chunk, args.seed, solver, mode), mode)
                  for m in ("sliding", "hybrid_sv")}
         for step in steps.values():  # warm-up (and compilation)
             step(x)
@@ -102,7 +116,7 @@ def run_config(
         rec = {
             "d_model": d_model, "T": T, "chunk": chunk, "C": 2.0 / chunk,
             "budget": chunk // 2, "window": chunk + chunk // 2, "batch": args.batch,
-            "solver": solver, "compiled": compiled,
+            "solver": solver, "mode": mode,
             "sliding_s_per_step": round(med["sliding"], 4),
             "hybrid_s_per_step": round(med["hybrid_sv"], 4),
             "ratio_hybrid_over_sliding": round(med["hybrid_sv"] / med["sliding"], 2),
@@ -113,7 +127,7 @@ def run_config(
         }
         print(
             f"d={d_model:4d} T={T:5d} L={chunk:3d} {solver:7s} "
-            f"{'compiled' if compiled else 'eager   '}  "
+            f"{mode:15s}  "
             f"sliding {med['sliding']:.4f} s  hybrid {med['hybrid_sv']:.4f} s  "
             f"ratio {rec['ratio_hybrid_over_sliding']:.2f}x   aten calls (events) sliding "
             f"{calls['sliding'][0]} ({calls['sliding'][1]}) hybrid {calls['hybrid_sv'][0]} "
@@ -135,7 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=2, help="timed steps per model per round")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--compile", action="store_true", help="also time torch.compile(fullgraph)")
+    ap.add_argument("--modes", nargs="+", choices=MODES, default=["eager"],
+                    help="eager; solver-compiled (the hybrid's compile_solver: the boundary "
+                         "partitions compiled); compiled (torch.compile(fullgraph) of the "
+                         "whole model; its compilation grows with T/chunk)")
     ap.add_argument("--json", type=Path, default=None, help="write the records here")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -57,7 +57,12 @@ from torch import nn
 from svattn.exact.conventions import warmup_threshold
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.nn.attention import MODES, sv_attention_state
-from svattn.nn.batched import kernel_problem, margin_alpha, solve_batched, solve_partition
+from svattn.nn.batched import (
+    boundary_partition,
+    compiled_boundary_partition,
+    margin_alpha,
+    solve_batched,
+)
 from svattn.nn.common import Partition, resolve_gamma
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused
@@ -158,6 +163,12 @@ class HybridSVAttention(SoftmaxAttention):
         not the paper's: a chunk's first queries otherwise have no recent
         context but what the memory kept. The state grows by ``lookback``
         tokens (``state_floats``; the matched window is ``budget + lookback + L``).
+    compile_solver : bool
+        ``"support"`` policy, batched mode: solve each boundary's partition (FISTA +
+        repair, no grad) with :func:`svattn.nn.batched.compiled_boundary_partition`,
+        compiled once per shape on first use (minutes on a CPU), then a few fused
+        kernels per boundary instead of thousands of small ops. For training runs;
+        the same results to rounding (default False).
 
     Attributes
     ----------
@@ -202,6 +213,7 @@ class HybridSVAttention(SoftmaxAttention):
         bias: bool = False,
         rope: bool = False,
         lookback: int = 0,
+        compile_solver: bool = False,
     ) -> None:
         super().__init__(d_model, n_heads, bias=bias, rope=rope)
         if isinstance(lookback, bool) or not isinstance(lookback, int) or lookback < 0:
@@ -234,6 +246,9 @@ class HybridSVAttention(SoftmaxAttention):
         self.chunk, self.C, self.kernel, self.gamma = chunk, float(C), kernel, gamma
         self.policy, self.budget, self.mode = policy, budget, mode
         self.lookback = lookback
+        if not isinstance(compile_solver, bool):
+            raise ValueError(f"compile_solver must be a bool, got {compile_solver!r}")
+        self.compile_solver = compile_solver
         self.solver = resolve_solver(
             solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
         )
@@ -326,6 +341,8 @@ class HybridSVAttention(SoftmaxAttention):
         P, M, n = B * H, math.ceil(T / L) - 1, self.budget + self.chunk
         exact = self.mode == "exact"
         gamma = self._gamma(Dh)
+        compiled = self.compile_solver and not torch.compiler.is_compiling()
+        partition = compiled_boundary_partition() if compiled else boundary_partition
         kf, vf = k.reshape(P, T, Dh), v.reshape(P, T, v.shape[-1])
         kd = kf.detach()
         chunk_pos = torch.arange(L, device=k.device).expand(P, L)
@@ -348,8 +365,7 @@ class HybridSVAttention(SoftmaxAttention):
                 outs.append(o)
                 alpha, S, E = alpha.reshape(P, n).detach(), *(z.reshape(P, n) for z in part[:2])
             else:
-                K, d, shift = kernel_problem(kk, val, self.kernel, gamma)
-                sol = solve_partition(K, d, self.C, val, self.solver)
+                sol, shift = partition(kk, val, self.C, self.kernel, gamma, self.solver)
                 alpha, S, E = sol.alpha, sol.margin, sol.error
                 shifts.append(shift)
             positions.append(pos)

@@ -69,6 +69,8 @@ __all__ = [
     "BatchedInfo",
     "Solved",
     "fista",
+    "boundary_partition",
+    "compiled_boundary_partition",
     "kernel_problem",
     "lambda_max",
     "margin_alpha",
@@ -496,6 +498,41 @@ def solve_partition(
             settled = settled | settled2
         alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
     return Solved(S, E, alpha, mu, settled)
+
+
+def boundary_partition(
+    kd: torch.Tensor,
+    valid: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    solver: SolverOptions,
+) -> tuple[Solved, torch.Tensor]:
+    """Partition and shift of the problems of keys ``kd`` (P, n, D) (no grad).
+
+    :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
+    hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
+    same function compiled.
+    """
+    K, d, shift = kernel_problem(kd, valid, kernel, gamma)
+    return solve_partition(K, d, C, valid, solver), shift
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def compiled_boundary_partition():
+    """:func:`boundary_partition` under ``torch.compile(fullgraph=True, dynamic=False)``.
+
+    Built once per process; compiled once per shape and options on first use
+    (minutes on a CPU), then each call is a few fused kernels instead of
+    thousands of ops. Compiled code takes the accelerator's schedule (no early
+    exits, dense margin systems), so it matches eager to rounding.
+    """
+    if "partition" not in _COMPILED:
+        _COMPILED["partition"] = torch.compile(boundary_partition, fullgraph=True,
+                                               dynamic=False)
+    return _COMPILED["partition"]
 
 
 def margin_alpha(
