@@ -8,10 +8,14 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
 
 1. **FISTA** (no grad) on ``min a^T K a − diag(K)^T a`` over the capped simplex,
    step ``1/L`` with ``L = 2 λmax(K)`` from power iteration, momentum with the
-   gradient-based adaptive restart of O'Donoghue & Candès, for exactly
-   ``max_iter`` iterations. Each iteration is a fixed ~50 tensor ops (one batched
-   matvec, the sort-based projection of :mod:`svattn.nn.projection`, the momentum
-   update), whatever the data: no early stop, so no host synchronisation.
+   gradient-based adaptive restart of O'Donoghue & Candès, for ``max_iter``
+   iterations. Each iteration is a fixed ~35 tensor ops (one ``baddbmm``, the
+   sort-based projection of :mod:`svattn.nn.projection`, the momentum update),
+   whatever the data, with no host synchronisation. Only on CPU in eager mode
+   (:func:`~svattn.nn.common.host_reads`), where reading a value is free and the
+   path is op-bound, FISTA stops once no problem's partition changed over
+   :data:`CHECK_EVERY` iterations (the one CPU shortcut that can change the result,
+   within FISTA's accuracy; the repair's two shortcuts cannot).
 2. **Active set.** ``R = {a = 0}``, ``E = {a = C}``, ``S`` the rest (the
    projection clips, so these are exact comparisons). Then exactly ``refine``
    primal-dual active-set rounds (no grad) repair the partition: solve the margin
@@ -64,6 +68,7 @@ from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
 
 __all__ = [
+    "CHECK_EVERY",
     "DENSE_CPU_MAX",
     "DENSE_MAX",
     "BatchedInfo",
@@ -81,6 +86,8 @@ __all__ = [
     "solve_partition",
 ]
 
+# CPU-only early stop of FISTA: the partition checked every this many iterations.
+CHECK_EVERY = 10
 # Most keys per problem for which the margin system is solved over all keys (static size).
 DENSE_MAX = 256
 # The same on CPU in eager mode, where the compact system's size is read for free.
@@ -110,6 +117,7 @@ class Solved(NamedTuple):
     alpha: torch.Tensor  # (P, n), the margin solve on (margin, error)
     mu: torch.Tensor  # (P,)
     settled: torch.Tensor  # bool (P,): the last repair round moved nothing
+    iters: int  # FISTA iterations run, the retry's included
 
 
 def dense_ok(K: torch.Tensor) -> bool:
@@ -234,7 +242,9 @@ def fista(
     valid : bool Tensor (P, n)
         Keys present.
     max_iter : int
-        Iterations (all of them run: no data-dependent stop).
+        Iterations. All of them run, except where
+        :func:`~svattn.nn.common.host_reads` allows (CPU, eager): there FISTA stops
+        once no problem's partition changed over :data:`CHECK_EVERY` iterations.
     a0 : Tensor (P, n), optional
         Feasible start; default uniform over the valid keys.
 
@@ -243,7 +253,7 @@ def fista(
     a : Tensor (P, n)
         Feasible iterate.
     iters : int
-        Iterations run (``max_iter``).
+        Iterations run.
     """
     with torch.no_grad():
         P, n = valid.shape
@@ -268,7 +278,12 @@ def fista(
         r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
         zero = torch.zeros_like(r)
         y = a
-        for _ in range(max_iter):
+        # CPU, eager: stop once no problem's partition changed over CHECK_EVERY iterations
+        # (reading it is free there). The static schedule runs all max_iter iterations.
+        check = CHECK_EVERY if host_reads(K) else 0
+        sets = _sets(a.squeeze(1), C, valid) if check else None
+        it = 0
+        for it in range(1, max_iter + 1):
             if Kstep is None:
                 v = torch.addcmul(y + sd, 2.0 * step, torch.bmm(y, K), value=-1.0)
             else:
@@ -280,8 +295,13 @@ def fista(
             r = torch.where(restart, zero, r + 1)
             y = torch.addcmul(a_new, beta_of[r], diff)  # beta 0 right after a restart
             a = a_new
+            if check and it % check == 0:
+                new = _sets(a.squeeze(1), C, valid)
+                if bool(((new[0] == sets[0]) & (new[1] == sets[1])).all()):
+                    break
+                sets = new
         a = a.squeeze(1)
-    return a, max_iter
+    return a, it
 
 
 def _dense_margin_solve(
@@ -484,20 +504,21 @@ def solve_partition(
     """
     tol = default_kkt_tol(K.dtype) if kkt_tol is None else kkt_tol
     with torch.no_grad():
-        a, _ = fista(K, d, C, valid, max_iter=solver.max_iter)
+        a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
         S, E, settled = _repair(K, d, C, valid, a, solver, tol)
         if solver.refine > 0 and not (host_reads(K) and bool(settled.all())):
             # The repair can cycle from a poor iterate (ill-conditioned K). Every problem
             # resumes FISTA from its iterate with twice the iterations and repairs again
             # (static work: a host-side "any unsettled?" would be a sync); the retry's
             # partition replaces the first one only where the first had not settled.
-            a2, _ = fista(K, d, C, valid, max_iter=2 * solver.max_iter, a0=a)
+            a2, more = fista(K, d, C, valid, max_iter=2 * solver.max_iter, a0=a)
+            iters += more
             S2, E2, settled2 = _repair(K, d, C, valid, a2, solver, tol)
             S = torch.where(settled.unsqueeze(-1), S, S2)
             E = torch.where(settled.unsqueeze(-1), E, E2)
             settled = settled | settled2
         alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
-    return Solved(S, E, alpha, mu, settled)
+    return Solved(S, E, alpha, mu, settled, iters)
 
 
 def boundary_partition(
@@ -601,6 +622,5 @@ def solve_batched(
         viol = torch.where(R, (-g).clamp_min(0), torch.where(E, g.clamp_min(0), 0.0)).amax()
         box = (((alpha < 0) | (alpha > C)) & S).sum()
     part = Partition(S.reshape(B, H, n), E.reshape(B, H, n), R.reshape(B, H, n))
-    iters = opts.max_iter * (3 if opts.refine > 0 else 1)  # with the retry's 2·max_iter
-    info = BatchedInfo(iters, opts.refine, viol, box, (~sol.settled).sum())
+    info = BatchedInfo(sol.iters, opts.refine, viol, box, (~sol.settled).sum())
     return alpha.reshape(B, H, n), part, info
