@@ -120,8 +120,8 @@ class Solved(NamedTuple):
     iters: int  # FISTA iterations run, the retry's included
 
 
-def dense_ok(K: torch.Tensor) -> bool:
-    """Whether the problems of ``K`` (P, n, n) use the dense (static-size) margin system.
+def dense_ok(t: torch.Tensor, n: int) -> bool:
+    """Whether problems of ``n`` keys (tensors like ``t``) use the dense margin system.
 
     Where :func:`~svattn.nn.common.host_reads` allows (CPU, eager), reading the
     margin set's size costs nothing, so the compact system is used from
@@ -129,8 +129,7 @@ def dense_ok(K: torch.Tensor) -> bool:
     agree to rounding). Elsewhere the dense form runs up to :data:`DENSE_MAX` keys,
     and at every size while compiling.
     """
-    n = K.shape[-1]
-    if host_reads(K):
+    if host_reads(t):
         return n <= DENSE_CPU_MAX
     return n <= DENSE_MAX or torch.compiler.is_compiling()
 
@@ -395,7 +394,7 @@ def _compact_margin_solve(
 
 def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
     """Margin solve on K (no grad inside the repair): dense or compact by size."""
-    if dense_ok(K):
+    if dense_ok(K, K.shape[-1]):
         return _dense_margin_solve(K, d, S, E, C, ridge, ridge_steps)
     idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
     return _compact_margin_solve(rows(K, idx), d.gather(-1, idx), idx, sval, E, C, ridge,
@@ -462,7 +461,8 @@ def _repair(K, d, C, valid, a, solver, tol):
     settled = torch.ones_like(valid[:, 0])
     if solver.refine == 0:
         return S, E, settled
-    system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense_ok(K) else None
+    dense = dense_ok(K, K.shape[-1])
+    system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense else None
     big = torch.finfo(K.dtype).max
     for _ in range(solver.refine):
         if system is None:
@@ -575,7 +575,7 @@ def margin_alpha(
     """
     P, n, D = kf.shape
     ridge, steps = solver.ridge, solver.ridge_steps
-    if dense_ok(kf):
+    if dense_ok(kf, n):
         vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
         K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
         d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
