@@ -30,15 +30,17 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
    ``alpha_E = C``, ``alpha_R = 0``. Gradients reach the keys through ``K_SS``,
    ``K_SE`` and ``d_S``.
 
-**Dense and compact margin systems.** Up to :data:`DENSE_MAX` keys per problem
-(every boundary problem of the hybrid's ``"support"`` policy), the margin system
-is written over all ``n`` keys: rows and columns outside ``S`` are identity rows
-(``M = where(S×S, 2K + ridge·I, I)``), so its size is static and every mask is
-one tensor op. Above it (eager only), the system is gathered to the largest
+**Dense and compact margin systems.** On accelerators, up to :data:`DENSE_MAX`
+keys per problem (every boundary problem of the hybrid's ``"support"`` policy), the
+margin system is written over all ``n`` keys: rows and columns outside ``S`` are
+identity rows (``M = where(S×S, 2K + ridge·I, I)``), so its size is static and every
+mask is one tensor op. Above it (eager only), the system is gathered to the largest
 ``|S|`` of the batch, which is cheaper (``O(|S|³)`` against ``O(n³)``) but a
 data-dependent size: :func:`svattn.nn.common.gather_rows` reads it on the host,
 the one host synchronisation of the path. While :func:`torch.compile` traces,
-the dense form is used at every size, so the solver compiles as one graph.
+the dense form is used at every size, so the solver compiles as one graph. On CPU
+in eager mode, where the read is free, the compact form is used from
+:data:`DENSE_CPU_MAX` keys on (:func:`dense_ok`).
 
 Linear solves use the ``*_ex`` variants with ``check_errors=False``: the checked
 ones read the LAPACK status on the host. A singular system (it is ridged, so it
