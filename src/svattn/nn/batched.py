@@ -278,7 +278,7 @@ def fista(
         beta_of = torch.tensor(betas, dtype=K.dtype, device=K.device)  # beta_of[0] = 0
         r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
         zero = torch.zeros_like(r)
-        y = a
+        y, tau = a, None
         # CPU, eager: stop once no problem's partition changed over CHECK_EVERY iterations
         # (reading it is free there). The static schedule runs all max_iter iterations.
         check = CHECK_EVERY if host_reads(K) else 0
@@ -289,7 +289,7 @@ def fista(
                 v = torch.addcmul(y + sd, 2.0 * step, torch.bmm(y, K), value=-1.0)
             else:
                 v = torch.baddbmm(y + sd, y, Kstep)
-            a_new, _ = plan.project(v, C)
+            a_new, tau = plan.project(v, C, tau)
             diff = a_new - a
             # Adaptive restart (O'Donoghue & Candès): momentum off where it points uphill.
             restart = ((y - a_new) * diff).sum(-1, keepdim=True) > 0

@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from svattn.nn.common import host_reads
+
 __all__ = ["ProjectionPlan", "project_capped_simplex", "project_capped_simplex_reference"]
 
 
@@ -76,20 +78,33 @@ class ProjectionPlan:
     ops, none of them a cast or a host read.
     """
 
-    def __init__(self, signs: torch.Tensor, index: torch.Tensor, low: float) -> None:
+    def __init__(self, signs: torch.Tensor, index: torch.Tensor, low: float,
+                 mask: torch.Tensor) -> None:  # fmt: skip
         self.signs = signs  # (..., 2n): +1 at v_i, −1 at v_i − C; 0 for absent entries
         self.index = index  # (2n,): breakpoint positions 0 .. 2n − 1
         self.low = low  # the value absent coordinates hold (below every present one)
+        self.mask = mask  # (..., n) bool
 
     @classmethod
     def of(cls, mask: torch.Tensor, dtype: torch.dtype) -> ProjectionPlan:
         w = mask.to(dtype)
         index = torch.arange(2 * mask.shape[-1], device=mask.device)
         # Far below any present value yet finite: 0·low stays 0 in the cumsums.
-        return cls(torch.cat([w, -w], -1), index, -torch.finfo(dtype).max / 4)
+        return cls(torch.cat([w, -w], -1), index, -torch.finfo(dtype).max / 4, mask)
 
-    def project(self, v: torch.Tensor, C: float) -> tuple[torch.Tensor, torch.Tensor]:
-        """``x`` and ``tau`` (``(..., 1)``) for ``v`` whose absent entries hold :attr:`low`."""
+    def project(
+        self, v: torch.Tensor, C: float, tau: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``x`` and ``tau`` (``(..., 1)``) for ``v`` whose absent entries hold :attr:`low`.
+
+        ``tau`` (a previous threshold) warm-starts the CPU method (:meth:`_project_newton`),
+        used where :func:`~svattn.nn.common.host_reads` allows: on CPU a ``sort`` of
+        many short rows costs more than a few Newton steps with an exit test, and the
+        test's read is free there. Elsewhere the fixed sort-based op sequence runs.
+        Both are exact (they agree to rounding).
+        """
+        if host_reads(v):
+            return self._project_newton(v, C, tau)
         b, order = torch.cat([v, v - C], -1).sort(-1, descending=True)  # (..., 2n)
         sg = self.signs.gather(-1, order)
         slope = sg.cumsum(-1)  # |F|: free entries on the segment just below b_j
@@ -107,6 +122,39 @@ class ProjectionPlan:
         f0 = (v - tau0).clamp(0.0, C).sum(-1, keepdim=True) - 1.0
         tau = tau0 + f0 / nf
         return (v - tau).clamp(0.0, C), tau
+
+    def _project_newton(self, v, C, tau=None, max_iter=100):
+        """Safeguarded Newton on ``f`` inside ``[min v − C, max v]`` (CPU, eager).
+
+        A Newton step from ``tau`` is the exact finish for the current free and
+        upper sets, so once they are right it lands on the root; bisection when the
+        step leaves the bracket. Warm-started, it typically ends in one or two steps.
+        """
+        mask = self.mask
+        n = mask.sum(-1, keepdim=True, dtype=v.dtype)
+        big = torch.finfo(v.dtype).max
+        lo = torch.where(mask, v, big).amin(-1, keepdim=True) - C  # f(lo) = n·C − 1 >= 0
+        hi = torch.where(mask, v, -big).amax(-1, keepdim=True)  # f(hi) = −1 < 0
+        vm = torch.where(mask, v, 0.0)
+        if tau is None:
+            tau = (vm.sum(-1, keepdim=True) - 1.0) / n  # the root when no entry is clipped
+        tau = torch.minimum(torch.maximum(tau, lo), hi)
+        tol = 8.0 * torch.finfo(v.dtype).eps * n
+        for _ in range(max_iter):
+            u = v - tau
+            f = torch.where(mask, u.clamp(0.0, C), 0.0).sum(-1, keepdim=True) - 1.0
+            done = f.abs() <= tol
+            if bool(done.all()):
+                break
+            lo = torch.where(f > 0, tau, lo)
+            hi = torch.where(f < 0, tau, hi)
+            free = mask & (u > 0) & (u < C)
+            nf = free.sum(-1, keepdim=True, dtype=v.dtype)
+            n_up = (mask & (u >= C)).sum(-1, keepdim=True, dtype=v.dtype)
+            newton = ((vm * free).sum(-1, keepdim=True) + C * n_up - 1.0) / nf.clamp_min(1.0)
+            ok = (nf > 0) & (newton > lo) & (newton < hi)
+            tau = torch.where(done, tau, torch.where(ok, newton, 0.5 * (lo + hi)))
+        return torch.where(mask, (v - tau).clamp(0.0, C), 0.0), tau
 
 
 def project_capped_simplex_reference(v: np.ndarray, C: float) -> np.ndarray:
