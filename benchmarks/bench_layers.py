@@ -7,16 +7,20 @@ For each T, both run on the same ``[B, H, T, D]`` tensors in one process:
 * ``layer``: :class:`svattn.nn.SVAttention` vs the same projections around SDPA.
 
 Prints tokens/s (B·T per forward+backward) and the slowdown ratio, on CPU and on
-CUDA when present. ``--profile`` adds a torch profiler table for the SV op.
+CUDA when present (``--device`` picks one), in each ``--dtype`` (fp32, bf16), with
+the peak device memory of each configuration on CUDA. ``--profile`` adds a torch
+profiler table for the SV op. ``--json`` writes the rows with the command.
 
-Run: ``.venv/bin/python benchmarks/bench_layers.py [--T 256 1024] [--profile]
-[--json results/bench_layers.json]``
+Run: ``.venv/bin/python benchmarks/bench_layers.py [--T 256 1024] [--device cuda]
+[--dtype fp32 bf16] [--profile] [--json results/bench_layers.json]``
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
 
@@ -58,13 +62,28 @@ def _time(fn, device: torch.device, reps: int) -> float:
     return best
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _peak_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def _peak_mib(device: torch.device) -> float | None:
+    return torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None
+
+
 def bench(
-    device: torch.device, B: int, H: int, T: int, D: int, C: float, reps: int
-) -> list[dict]:
+    device: torch.device, B: int, H: int, T: int, D: int, C: float, reps: int,
+    dtype: str = "fp32",
+) -> list[dict]:  # fmt: skip
     g = torch.Generator(device="cpu").manual_seed(0)
+    dt = DTYPES[dtype]
 
     def leaf(*shape):
-        return torch.randn(*shape, generator=g).to(device).requires_grad_(True)
+        return torch.randn(*shape, generator=g).to(device, dt).requires_grad_(True)
 
     q, k, v = leaf(B, H, T, D), leaf(B, H, T, D), leaf(B, H, T, D)
 
@@ -75,8 +94,8 @@ def bench(
         F.scaled_dot_product_attention(q, k, v, is_causal=True).sum().backward()
 
     x = leaf(B, T, H * D)
-    sv_layer = SVAttention(H * D, H, C=C).to(device)
-    sm_layer = SoftmaxAttention(H * D, H).to(device)
+    sv_layer = SVAttention(H * D, H, C=C).to(device, dt)
+    sm_layer = SoftmaxAttention(H * D, H).to(device, dt)
 
     def sv_lay():
         sv_layer(x).sum().backward()
@@ -86,16 +105,25 @@ def bench(
 
     rows = []
     for name, sv_fn, sm_fn in (("op", sv_op, sdpa_op), ("layer", sv_lay, sm_lay)):
-        t_sv, t_sm = _time(sv_fn, device, reps), _time(sm_fn, device, reps)
+        row = {"device": device.type, "dtype": dtype, "what": name, "B": B, "H": H, "T": T,
+               "D": D, "C": C, "threads": torch.get_num_threads()}  # fmt: skip
+        try:
+            _peak_reset(device)
+            t_sv = _time(sv_fn, device, reps)
+            row["sv_peak_mib"] = _peak_mib(device)
+            _peak_reset(device)
+            t_sm = _time(sm_fn, device, reps)
+            row["softmax_peak_mib"] = _peak_mib(device)
+        except (RuntimeError, ValueError) as err:  # e.g. a dtype the layer refuses
+            print(f"{device.type:5} {dtype:4} {name:5} T={T:5d}  failed: {err}")
+            rows.append({**row, "error": str(err).splitlines()[0]})
+            continue
         print(
-            f"{device.type:5} {name:5} T={T:5d}  SV {B * T / t_sv:10.0f} tok/s  "
+            f"{device.type:5} {dtype:4} {name:5} T={T:5d}  SV {B * T / t_sv:10.0f} tok/s  "
             f"softmax {B * T / t_sm:10.0f} tok/s  ratio {t_sv / t_sm:6.2f}x"
         )
-        rows.append({
-            "device": device.type, "what": name, "B": B, "H": H, "T": T, "D": D, "C": C,
-            "threads": torch.get_num_threads(), "sv_tok_s": B * T / t_sv,
-            "softmax_tok_s": B * T / t_sm, "slowdown": t_sv / t_sm,
-        })  # fmt: skip
+        rows.append({**row, "sv_tok_s": B * T / t_sv, "softmax_tok_s": B * T / t_sm,
+                     "slowdown": t_sv / t_sm})  # fmt: skip
     print(f"{'':11} tokens_kept (largest memory over batch and head) = {sv_layer.tokens_kept()}")
     return rows
 
@@ -120,20 +148,30 @@ def main() -> None:
     ap.add_argument("--D", type=int, default=32)
     ap.add_argument("--C", type=float, default=0.05)
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
+                    help="auto: cpu, and cuda when present")
+    ap.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["fp32"])
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     args = ap.parse_args()
     rows = []
-    devices = [torch.device("cpu")] + ([torch.device("cuda")] if torch.cuda.is_available() else [])
+    if args.device == "auto":
+        devices = [torch.device("cpu")] + (
+            [torch.device("cuda")] if torch.cuda.is_available() else [])
+    else:
+        devices = [torch.device(args.device)]
     print(f"B={args.B} H={args.H} D={args.D} C={args.C} threads={torch.get_num_threads()}")
     for device in devices:
-        for T in args.T:
-            rows += bench(device, args.B, args.H, T, args.D, args.C, args.reps)
+        for dtype in args.dtype:
+            for T in args.T:
+                rows += bench(device, args.B, args.H, T, args.D, args.C, args.reps, dtype)
         if args.profile:
             profile(device, args.B, args.H, max(args.T), args.D, args.C)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rows, indent=2))
+        doc = {"command": "python benchmarks/bench_layers.py " + shlex.join(sys.argv[1:]),
+               "torch": torch.__version__, "rows": rows}
+        args.json.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,9 @@ sees the K keys before its chunk; the SV budget drops by K so the state stays
 that of the W = 128 window), as a fourth model in the same rounds; its record
 has ``"variant": "lookbackK"``.
 
+``--device cuda`` runs the models there (peak device memory per model is recorded);
+``--out PATH`` writes the records to another JSON list than ``results/lm.json``.
+
 ``--collect RUN_DIR ...`` instead appends finished ``svattn train`` runs (their
 ``log.jsonl`` "final" records) to ``results/lm.json``.
 """
@@ -76,20 +79,30 @@ def bench(args: argparse.Namespace) -> list[dict]:
     specs = _models(args)
     for name, (mixer, hybrid) in specs.items():
         cfg = preset("paper-3m", block_size=args.block, rope=args.rope)
-        model = CharLM(mixer_config(cfg, mixer, hybrid))
+        model = CharLM(mixer_config(cfg, mixer, hybrid)).to(args.device)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         models[name] = (model, opt)
     g = torch.Generator().manual_seed(args.seed)
-    x = torch.randint(0, 256, (args.batch, args.block + 1), generator=g)
+    x = torch.randint(0, 256, (args.batch, args.block + 1), generator=g).to(args.device)
     tokens = args.batch * args.block
-    for model, opt in models.values():  # warm-up
+    cuda = torch.device(args.device).type == "cuda"
+    peak: dict[str, float | None] = {}
+    for name, (model, opt) in models.items():  # warm-up, and the peak memory of one step
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
         step_fn(model, opt, x)
+        peak[name] = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     rates: dict[str, list[float]] = {n: [] for n in models}
     for r in range(args.rounds):
         for name, (model, opt) in models.items():
+            if cuda:
+                torch.cuda.synchronize()
             t0 = time.perf_counter()
             for _ in range(args.steps):
                 step_fn(model, opt, x)
+            if cuda:
+                torch.cuda.synchronize()
             rates[name].append(tokens * args.steps / (time.perf_counter() - t0))
             print(f"round {r}: {name:10s} {rates[name][-1]:9.0f} tokens/s", flush=True)
     med = {n: statistics.median(v) for n, v in rates.items()}
@@ -117,7 +130,10 @@ def bench(args: argparse.Namespace) -> list[dict]:
             "threads": torch.get_num_threads(),
             "seed": args.seed,
             "data": "random bytes (throughput only)",
-            "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, shared",
+            "machine": (torch.cuda.get_device_name() if cuda else
+                        f"{platform.machine()} CPU, {torch.get_num_threads()} threads, shared"),
+            "device": str(args.device),
+            "peak_mib": peak[name],
             "torch": torch.__version__,
             "command": cmd,
         }
@@ -178,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rope", action="store_true", help="rotary positions in every model")
     ap.add_argument("--lookback", type=int, default=0,
                     help="also time the hybrid with this local look-back (our variant)")
+    ap.add_argument("--device", default="cpu", help="torch device of the models (cpu, cuda)")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="JSON list to append records to")
     ap.add_argument("--no-write", action="store_true", help="do not touch results/lm.json")
     ap.add_argument("--collect", nargs="+", metavar="RUN_DIR", default=None)
     ap.add_argument("--command", default=None, help="with --collect: the command to record")
@@ -185,8 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     records = collect(args.collect, args.command) if args.collect else bench(args)
     if not args.no_write:
-        append_results(records)
-        print(f"wrote {RESULTS}")
+        append_results(records, args.out)
+        print(f"wrote {args.out}")
     return 0
 
 

@@ -156,6 +156,7 @@ def test_solver_keywords_equal_solver_options():
         (dict(C=0.25, chunk=8, budget=2), r"budget must be an int >= ceil\(1/C\) = 4"),
         (dict(C=0.25, chunk=8, lookback=-1), "lookback must be an int >= 0"),
         (dict(C=0.25, chunk=8, lookback=2.0), "lookback must be an int >= 0"),
+        (dict(C=0.25, chunk=8, compile_solver=1), "compile_solver must be a bool"),
     ],
 )
 def test_bad_arguments(kwargs, match):
@@ -208,3 +209,24 @@ def test_lookback_changes_only_chunk_starts_context_and_state():
         x2 = x.clone()
         x2[:, t:] = torch.randn_like(x2[:, t:])
         torch.testing.assert_close(both(x2)[:, :t], both(x)[:, :t], rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow
+def test_compiled_boundary_solver_matches_eager():
+    """compile_solver=True: the partitions from the compiled kernel, same layer output."""
+    torch.manual_seed(6)
+    kw = dict(chunk=8, C=0.25, budget=8, rope=True, max_iter=6, refine=2)
+    eager = HybridSVAttention(8, 2, **kw)
+    comp = HybridSVAttention(8, 2, compile_solver=True, **kw)
+    comp.load_state_dict(eager.state_dict())
+    x = torch.randn(2, 30, 8, requires_grad=True)
+    from svattn.nn.common import no_host_reads
+
+    with no_host_reads():  # eager on the compiled schedule (no CPU shortcuts)
+        y_e = eager(x)
+    y_c = comp(x)
+    torch.testing.assert_close(y_c, y_e, rtol=2e-5, atol=2e-5)
+    assert all(torch.equal(a, b) for a, b in zip(comp.last_partition_, eager.last_partition_,
+                                                  strict=True))
+    g_e, g_c = (torch.autograd.grad(y.square().sum(), x)[0] for y in (y_e, y_c))
+    torch.testing.assert_close(g_c, g_e, rtol=2e-5, atol=2e-5)

@@ -57,8 +57,15 @@ from torch import nn
 from svattn.exact.conventions import warmup_threshold
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.nn.attention import MODES, sv_attention_state
-from svattn.nn.common import Partition, gather_rows
+from svattn.nn.batched import (
+    boundary_partition,
+    compiled_boundary_partition,
+    margin_alpha,
+    solve_batched,
+)
+from svattn.nn.common import Partition, resolve_gamma
 from svattn.nn.options import SolverOptions, resolve_solver
+from svattn.nn.readout import readout_fused
 
 __all__ = ["HybridSVAttention", "POLICIES", "chunked_causal_softmax"]
 
@@ -156,6 +163,12 @@ class HybridSVAttention(SoftmaxAttention):
         not the paper's: a chunk's first queries otherwise have no recent
         context but what the memory kept. The state grows by ``lookback``
         tokens (``state_floats``; the matched window is ``budget + lookback + L``).
+    compile_solver : bool
+        ``"support"`` policy, batched mode: solve each boundary's partition (FISTA +
+        repair, no grad) with :func:`svattn.nn.batched.compiled_boundary_partition`,
+        compiled once per shape on first use (minutes on a CPU), then a few fused
+        kernels per boundary instead of thousands of small ops. For training runs;
+        the same results to rounding (default False).
 
     Attributes
     ----------
@@ -200,6 +213,7 @@ class HybridSVAttention(SoftmaxAttention):
         bias: bool = False,
         rope: bool = False,
         lookback: int = 0,
+        compile_solver: bool = False,
     ) -> None:
         super().__init__(d_model, n_heads, bias=bias, rope=rope)
         if isinstance(lookback, bool) or not isinstance(lookback, int) or lookback < 0:
@@ -232,27 +246,53 @@ class HybridSVAttention(SoftmaxAttention):
         self.chunk, self.C, self.kernel, self.gamma = chunk, float(C), kernel, gamma
         self.policy, self.budget, self.mode = policy, budget, mode
         self.lookback = lookback
+        if not isinstance(compile_solver, bool):
+            raise ValueError(f"compile_solver must be a bool, got {compile_solver!r}")
+        self.compile_solver = compile_solver
         self.solver = resolve_solver(
             solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
         )
         self.gate = nn.Parameter(torch.full((n_heads,), float(gate_init)))
         self.last_partition_: Partition | None = None
-        self.kept_ = 0
-        self.truncated_ = 0
+        self._kept: torch.Tensor | int = 0  # tensors in the forward (no host sync there)
+        self._truncated: torch.Tensor | int = 0
 
     # ----------------------------------------------------------------- paths
 
+    @property
+    def kept_(self) -> int:
+        """Largest number of tokens any boundary memory kept in the last call."""
+        return int(self._kept)  # the forward keeps it as a tensor: reading it here is the sync
+
+    @property
+    def truncated_(self) -> int:
+        """Boundaries (summed over batch and head) where ``"support"`` cut the kept set."""
+        return int(self._truncated)
+
+    def _gamma(self, head_dim: int) -> float:
+        return resolve_gamma(self.kernel, self.gamma, head_dim)
+
     def _solve(self, q, k, v, key_mask):
-        # The memory is solved and read in (at least) float32, never under autocast:
-        # FISTA, the active set and the margin solve are not meant for bf16.
-        dtype = q.dtype
-        work = torch.promote_types(dtype, torch.float32)
-        with torch.autocast(device_type=q.device.type, enabled=False):
+        """One padded batch of boundary problems: readout, alpha, partition.
+
+        Batched mode calls the solver and the fused readout directly (the inputs
+        are built here, so the public entry's checks would only re-read values on
+        the host); exact mode goes through :func:`sv_attention_state` (float64 on
+        the host by design).
+        """
+        if self.mode == "exact":
             out, alpha, part, _ = sv_attention_state(
-                q.to(work), k.to(work), v.to(work), C=self.C, kernel=self.kernel,
-                gamma=self.gamma, mode=self.mode, key_mask=key_mask, solver=self.solver,
+                q, k, v, C=self.C, kernel=self.kernel, gamma=self.gamma, mode="exact",
+                key_mask=key_mask,
             )  # fmt: skip
-        return out.to(dtype), alpha, part
+            return out, alpha, part
+        B, H, n, Dh = k.shape
+        gamma = self._gamma(Dh)
+        valid = key_mask.expand(B, H, n)
+        alpha, part, _ = solve_batched(
+            k, self.C, kernel=self.kernel, gamma=gamma, valid=valid, solver=self.solver
+        )
+        return readout_fused(q, k, v, alpha, self.kernel, gamma), alpha, part
 
     def _global_full(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Chunks 1.. read memories over all earlier keys: padded batched problems.
@@ -264,7 +304,7 @@ class HybridSVAttention(SoftmaxAttention):
         L = self.chunk
         M = math.ceil(T / L) - 1  # boundaries; boundary m (0-based) precedes chunk m + 1
         qp = F.pad(q, (0, 0, 0, (M + 1) * L - T))[:, :, L:]  # (B, H, M·L, Dh)
-        outs, kept_max, m0 = [], 0, 0
+        outs, kept_max, m0 = [], q.new_zeros((), dtype=torch.long), 0
         while m0 < M:
             m1 = m0 + 1  # grow the group while its padded Gram matrices fit
             while m1 < M and (m1 + 1 - m0) * B * H * ((m1 + 1) * L) ** 2 <= GROUP_ENTRIES:
@@ -278,63 +318,108 @@ class HybridSVAttention(SoftmaxAttention):
             mask = (pos[None, :] < ends[:, None]).repeat(H, 1)  # (H·G, n)
             out, _, part = self._solve(qb, kb, vb, mask.unsqueeze(0))  # (B, H·G, L, Dh)
             outs.append(out.reshape(B, H, G * L, -1))
-            kept_max = max(kept_max, int(part.kept().sum(-1).max()))
+            kept_max = torch.maximum(kept_max, part.kept().sum(-1).max())
             m0 = m1
-        self.kept_ = kept_max
+        self._kept = kept_max
         self.last_partition_ = Partition(*(s.detach().reshape(B, H, G, n)[:, :, -1] for s in part))
         return torch.cat(outs, 2)[:, :, : T - L]  # (B, H, T − L, Dh)
 
     def _global_support(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        """Boundary by boundary: carried support ∪ previous chunk, capped at ``budget``."""
+        """Boundary by boundary: carried support ∪ previous chunk, capped at ``budget``.
+
+        Every boundary problem has ``budget + L`` key slots: the carried support,
+        padded to ``budget`` with masked slots, then the previous chunk. Its
+        partition (FISTA + repair, no grad) must be solved before the next
+        boundary's problem exists (the next key set *is* this one's support), so
+        that part runs boundary after boundary, each batched over ``B·H``. What
+        the gradient needs does not: the positions of every boundary's keys are
+        recorded, and after the loop **one** differentiable margin solve over all
+        ``B·H·M`` problems and **one** fused readout give every chunk's output.
+        """
         B, H, T, Dh = q.shape
-        L = self.chunk
-        P = B * H
-        ck = k.new_zeros(B, H, 0, Dh)  # carried keys (B, H, s, Dh)
-        cv = v.new_zeros(B, H, 0, v.shape[-1])
-        cm = torch.zeros(B, H, 0, dtype=torch.bool, device=k.device)
-        outs = []
-        self.kept_, self.truncated_ = 0, 0
-        for start in range(L, T, L):
-            kk = torch.cat([ck, k[:, :, start - L : start]], 2)  # (B, H, s + L, Dh)
-            vv = torch.cat([cv, v[:, :, start - L : start]], 2)
-            mm = torch.cat([cm, cm.new_ones(B, H, L)], 2)
-            o, alpha, part = self._solve(q[:, :, start : start + L], kk, vv, mm)
-            outs.append(o)  # (B, H, ≤L, Dh)
-            kept = part.kept()  # (B, H, n)
-            counts = kept.sum(-1)
-            self.kept_ = max(self.kept_, int(counts.max()))
-            self.last_partition_ = Partition(*(s.detach() for s in part))
-            n = kk.shape[2]
-            if int(counts.max()) > self.budget:
-                self.truncated_ += int((counts > self.budget).sum())
-                score = torch.where(kept, alpha.detach(), -1.0)
-                top = score.topk(self.budget, dim=-1).indices.sort(-1).values  # (B, H, budget)
-                keep = torch.zeros_like(kept).scatter(-1, top, True) & kept
+        L, budget = self.chunk, self.budget
+        P, M, n = B * H, math.ceil(T / L) - 1, self.budget + self.chunk
+        exact = self.mode == "exact"
+        gamma = self._gamma(Dh)
+        compiled = self.compile_solver and not torch.compiler.is_compiling()
+        partition = compiled_boundary_partition() if compiled else boundary_partition
+        kf, vf = k.reshape(P, T, Dh), v.reshape(P, T, v.shape[-1])
+        kd = kf.detach()
+        chunk_pos = torch.arange(L, device=k.device).expand(P, L)
+        cpos = torch.zeros(P, budget, dtype=torch.long, device=k.device)  # carried positions
+        cval = torch.zeros(P, budget, dtype=torch.bool, device=k.device)  # real carried slots
+        kept_max = torch.zeros((), dtype=torch.long, device=k.device)
+        truncated = torch.zeros((), dtype=torch.long, device=k.device)
+        positions, valids, parts, shifts, outs = [], [], [], [], []
+        for m in range(M):  # boundary m: keys of chunk m (and the carry), read by chunk m + 1
+            pos = torch.cat([cpos, chunk_pos + m * L], -1)  # (P, n)
+            val = torch.cat([cval, torch.ones_like(chunk_pos, dtype=torch.bool)], -1)
+            kk = kd.gather(1, pos.unsqueeze(-1).expand(P, n, Dh))  # (P, n, Dh)
+            if exact:
+                q_m = q[:, :, (m + 1) * L : (m + 2) * L]
+                vv = vf.gather(1, pos.unsqueeze(-1).expand(P, n, vf.shape[-1]))
+                o, alpha, part = self._solve(
+                    q_m, kf.gather(1, pos.unsqueeze(-1).expand(P, n, Dh)).view(B, H, n, Dh),
+                    vv.view(B, H, n, -1), val.view(B, H, n),
+                )  # fmt: skip
+                outs.append(o)
+                alpha, S, E = alpha.reshape(P, n).detach(), *(z.reshape(P, n) for z in part[:2])
             else:
-                keep = kept
-            idx, sval = gather_rows(keep.reshape(P, n))  # (P, s)
-            s = idx.shape[-1]
-            ck = kk.reshape(P, n, Dh).gather(1, idx[..., None].expand(P, s, Dh))
-            cv = vv.reshape(P, n, -1).gather(1, idx[..., None].expand(P, s, vv.shape[-1]))
-            ck, cv = ck.reshape(B, H, s, Dh), cv.reshape(B, H, s, -1)
-            cm = sval.reshape(B, H, s)
-        return torch.cat(outs, 2)  # (B, H, T − L, Dh)
+                sol, shift = partition(kk, val, self.C, self.kernel, gamma, self.solver)
+                alpha, S, E = sol.alpha, sol.margin, sol.error
+                shifts.append(shift)
+            positions.append(pos)
+            valids.append(val)
+            parts.append((S, E))
+            kept = S | E
+            counts = kept.sum(-1)  # (P,)
+            kept_max = torch.maximum(kept_max, counts.max())
+            truncated = truncated + (counts > budget).sum()
+            # Carry the kept set, or its `budget` largest alphas; slot order is kept.
+            score = torch.where(kept, alpha, -torch.inf)
+            top = score.topk(budget, dim=-1).indices.sort(-1).values  # (P, budget)
+            cpos, cval = pos.gather(-1, top), kept.gather(-1, top)
+        self._kept, self._truncated = kept_max, truncated
+        S, E = parts[-1]
+        R = valids[-1] & ~S & ~E
+        self.last_partition_ = Partition(*(z.detach().view(B, H, n) for z in (S, E, R)))
+        if exact:
+            return torch.cat(outs, 2)  # (B, H, T − L, Dh)
+        # All boundaries at once: keys and values by position (differentiable gathers).
+        pos = torch.stack(positions, 1).reshape(P, M * n)  # (P, M·n)
+        kb = kf.gather(1, pos.unsqueeze(-1).expand(P, M * n, Dh)).view(P * M, n, Dh)
+        vb = vf.gather(1, pos.unsqueeze(-1).expand(P, M * n, vf.shape[-1])).view(B, H * M, n, -1)
+        val = torch.stack(valids, 1).view(P * M, n)
+        S = torch.stack([p[0] for p in parts], 1).view(P * M, n)
+        E = torch.stack([p[1] for p in parts], 1).view(P * M, n)
+        alpha, _ = margin_alpha(kb, val, torch.stack(shifts, 1).view(P * M), S, E, self.C,
+                                self.kernel, gamma, self.solver)  # (P·M, n)
+        qb = F.pad(q, (0, 0, 0, (M + 1) * L - T))[:, :, L:].reshape(B, H * M, L, Dh)
+        out = readout_fused(qb, kb.view(B, H * M, n, Dh), vb, alpha.view(B, H * M, n),
+                            self.kernel, gamma)  # (B, H·M, L, Dh)
+        return out.reshape(B, H, M * L, -1)[:, :, : T - L]  # (B, H, T − L, Dh)
+
+    def _global(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        # The memory is solved and read in (at least) float32, never under autocast:
+        # FISTA, the active set and the margin solve are not meant for bf16.
+        dtype = q.dtype
+        work = torch.promote_types(dtype, torch.float32)
+        with torch.autocast(device_type=q.device.type, enabled=False):
+            q, k, v = (z.to(work) for z in (q, k, v))
+            glob = (self._global_full if self.policy == "full" else self._global_support)(q, k, v)
+        return glob.to(dtype)  # (B, H, T − L, Dh)
 
     def mix(self, x: torch.Tensor) -> torch.Tensor:
         q, k, v = self.qkv_heads(x)  # (B, H, T, Dh)
         T = q.shape[2]
         o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk, self.lookback)
         if T > self.chunk:
-            glob = (
-                self._global_full(q, k, v)
-                if self.policy == "full"
-                else (self._global_support(q, k, v))
-            )  # (B, H, T − L, Dh)
+            glob = self._global(q, k, v)  # (B, H, T − L, Dh)
             g = torch.sigmoid(self.gate).to(o.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
             L = self.chunk
             o = torch.cat([o[:, :, :L], g * glob + (1.0 - g) * o[:, :, L:]], 2)
         else:  # one chunk: causal softmax. The gate gets a zero gradient (DDP wants one).
-            self.kept_, self.truncated_ = 0, 0
+            self._kept, self._truncated = 0, 0
             o = o + 0.0 * self.gate.sum()
         return self.out(self.merge_heads(o))
 

@@ -27,7 +27,6 @@ from svattn.nn.common import (
     check_feasible,
     check_key_mask,
     check_qkv,
-    gather_rows,
     resolve_gamma,
 )
 from svattn.nn.exact_fn import exact_alpha
@@ -193,23 +192,9 @@ def sv_attention_state(
         alpha, part, info = solve_batched(
             k, C, kernel=kernel, gamma=gamma, valid=valid, solver=solver
         )
-    # Read only the kept tokens (margin ∪ error): reserve tokens have alpha = 0 and
-    # contribute exactly nothing, so this is the same readout, and cheaper.
-    B, H, Tk, D = k.shape
-    P = B * H
-    idx, sval = gather_rows(part.kept().reshape(P, Tk))  # (P, m)
-    m = idx.shape[-1]
-    k_sup = k.reshape(P, Tk, D).gather(1, idx.unsqueeze(-1).expand(P, m, D))
-    v_sup = v.reshape(P, Tk, -1).gather(1, idx.unsqueeze(-1).expand(P, m, v.shape[-1]))
-    a_sup = torch.where(sval, alpha.reshape(P, Tk).gather(1, idx), 0.0)
-    out = readout_fused(
-        q,
-        k_sup.reshape(B, H, m, D),
-        v_sup.reshape(B, H, m, -1),
-        a_sup.reshape(B, H, m),
-        kernel,
-        gamma,
-    )  # (B, H, Tq, Dv)
+    # Reserve (and absent) tokens have alpha = 0, so log alpha = −inf gives them exactly
+    # zero weight: reading all Tk keys keeps the size static (no host sync).
+    out = readout_fused(q, k, v, alpha, kernel, gamma)  # (B, H, Tq, Dv)
     return out, alpha, part, info
 
 

@@ -1,63 +1,139 @@
 """Batched training path: FISTA, active set, ridge-regularised margin solve.
 
 All (batch, head) problems of one call are solved together, on whatever device
-the keys live on (no host round trips in the numeric path). Layout ``[B, H, T, D]``.
+the keys live on. Layout ``[B, H, T, D]``; inside, problems are flattened to
+``P = B·H`` rows.
 
 For each problem (docs/design.md §5; the margin solve is the bordered system of §2)
 
 1. **FISTA** (no grad) on ``min a^T K a − diag(K)^T a`` over the capped simplex,
    step ``1/L`` with ``L = 2 λmax(K)`` from power iteration, momentum with the
-   gradient-based adaptive restart of O'Donoghue & Candès. Stops early when the
-   set partition read off the iterate has not changed for ``check_every``
-   iterations in any problem.
+   gradient-based adaptive restart of O'Donoghue & Candès, for ``max_iter``
+   iterations. Each iteration is a fixed ~35 tensor ops (one ``baddbmm``, the
+   sort-based projection of :mod:`svattn.nn.projection`, the momentum update),
+   whatever the data, with no host synchronisation. Only on CPU in eager mode
+   (:func:`~svattn.nn.common.host_reads`), where reading a value is free and the
+   path is op-bound, FISTA stops once no problem's partition changed over
+   :data:`CHECK_EVERY` iterations (the one CPU shortcut that can change the result,
+   within FISTA's accuracy; the repair's two shortcuts cannot).
 2. **Active set.** ``R = {a = 0}``, ``E = {a = C}``, ``S`` the rest (the
-   projection clips, so these are exact comparisons). A few primal-dual
-   active-set rounds (no grad) then repair the partition: solve the margin
+   projection clips, so these are exact comparisons). Then exactly ``refine``
+   primal-dual active-set rounds (no grad) repair the partition: solve the margin
    system, move S tokens with ``alpha < 0`` to R and ``alpha > C`` to E, and R/E
-   tokens whose ``g_i = 2 (K alpha)_i − K_ii + mu`` has the wrong sign to S.
-   If the repair has not settled after ``refine`` rounds (it can cycle from a
-   poor iterate), FISTA resumes from its iterate with twice the iterations
-   (at most 4 attempts).
+   tokens whose ``g_i = 2 (K alpha)_i − K_ii + mu`` has the wrong sign to S. A
+   round on a settled partition moves nothing and changes nothing, so running
+   all rounds equals stopping at the first settled one; problems still moving
+   after the last round are counted in :attr:`BatchedInfo.unsettled` (they keep
+   the partition of the last round).
 3. **Margin solve** (differentiable): with the partition fixed,
-   ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``
-   by :func:`torch.linalg.solve`, padded to the largest ``|S|`` of the batch
-   (padding rows are identity rows). ``alpha_E = C``, ``alpha_R = 0``.
-   Gradients reach the keys through ``K_SS``, ``K_SE`` and ``d_S``.
+   ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``.
+   ``alpha_E = C``, ``alpha_R = 0``. Gradients reach the keys through ``K_SS``,
+   ``K_SE`` and ``d_S``.
+
+**Dense and compact margin systems.** On accelerators, up to :data:`DENSE_MAX`
+keys per problem (every boundary problem of the hybrid's ``"support"`` policy), the
+margin system is written over all ``n`` keys: rows and columns outside ``S`` are
+identity rows (``M = where(S×S, 2K + ridge·I, I)``), so its size is static and every
+mask is one tensor op. Above it (eager only), the system is gathered to the largest
+``|S|`` of the batch, which is cheaper (``O(|S|³)`` against ``O(n³)``) but a
+data-dependent size: :func:`svattn.nn.common.gather_rows` reads it on the host,
+the one host synchronisation of the path. While :func:`torch.compile` traces,
+the dense form is used at every size, so the solver compiles as one graph. On CPU
+in eager mode, where the read is free, the compact form is used from
+:data:`DENSE_CPU_MAX` keys on (:func:`dense_ok`).
+
+Linear solves use the ``*_ex`` variants with ``check_errors=False``: the checked
+ones read the LAPACK status on the host. A singular system (it is ridged, so it
+does not arise for ``ridge > 0``) shows as non-finite alpha instead of an error.
 
 The kernel matrix is rescaled by ``exp(−max log K_ii)`` per problem before
 solving (the optimum ``alpha`` is invariant to scaling K), so the exp kernel
 does not overflow.
+
+The loop-based solver this replaces (FISTA stopping on a stable partition,
+bisection/Newton projection, repair stopping when settled, FISTA restarted with
+more iterations when the repair cycled) read ~7,000 scalars back to the host per
+training step; the exact path (``mode="exact"``) is the reference both are
+tested against.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import Partition, gather_rows, log_kernel, log_kernel_diag
+from svattn.nn.common import Partition, gather_rows, host_reads, log_kernel, log_kernel_diag
 from svattn.nn.options import SolverOptions
-from svattn.nn.projection import project_capped_simplex
+from svattn.nn.projection import ProjectionPlan
 
 __all__ = [
+    "CHECK_EVERY",
+    "DENSE_CPU_MAX",
+    "DENSE_MAX",
     "BatchedInfo",
-    "solve_batched",
+    "Solved",
     "fista",
+    "boundary_partition",
+    "compiled_boundary_partition",
+    "kernel_problem",
     "lambda_max",
+    "margin_alpha",
     "matvec",
     "rows",
     "scaled_kernel_matrix",
+    "solve_batched",
+    "solve_partition",
 ]
+
+# CPU-only early stop of FISTA: the partition checked every this many iterations.
+CHECK_EVERY = 10
+# Most keys per problem for which the margin system is solved over all keys (static size).
+DENSE_MAX = 256
+# The same on CPU in eager mode, where the compact system's size is read for free.
+DENSE_CPU_MAX = 32
 
 
 @dataclass
 class BatchedInfo:
-    """Diagnostics of one :func:`solve_batched` call."""
+    """Diagnostics of one :func:`solve_batched` call.
+
+    The counts are 0-dim tensors on the keys' device (reading one, e.g. with
+    ``int(info.unsettled)``, is the caller's host synchronisation, not the solver's).
+    """
 
     fista_iters: int
     refine_rounds: int
-    max_kkt_violation: float  # over all problems, in units of the rescaled K
-    box_violations: int  # margin alphas outside [0, C] after the final solve
+    max_kkt_violation: torch.Tensor  # over all problems, in units of the rescaled K
+    box_violations: torch.Tensor  # margin alphas outside [0, C] after the final solve
+    unsettled: torch.Tensor  # problems whose active-set repair was still moving
+
+
+class Solved(NamedTuple):
+    """Result of :func:`solve_partition` for ``P`` problems of ``n`` keys (no grad)."""
+
+    margin: torch.Tensor  # bool (P, n)
+    error: torch.Tensor  # bool (P, n)
+    alpha: torch.Tensor  # (P, n), the margin solve on (margin, error)
+    mu: torch.Tensor  # (P,)
+    settled: torch.Tensor  # bool (P,): the last repair round moved nothing
+    iters: int  # FISTA iterations run, the retry's included
+
+
+def dense_ok(t: torch.Tensor, n: int) -> bool:
+    """Whether problems of ``n`` keys (tensors like ``t``) use the dense margin system.
+
+    Where :func:`~svattn.nn.common.host_reads` allows (CPU, eager), reading the
+    margin set's size costs nothing, so the compact system is used from
+    :data:`DENSE_CPU_MAX` keys on (its ``O(|S|³)`` beats the dense ``O(n³)``; the two
+    agree to rounding). Elsewhere the dense form runs up to :data:`DENSE_MAX` keys,
+    and at every size while compiling.
+    """
+    if host_reads(t):
+        return n <= DENSE_CPU_MAX
+    return n <= DENSE_MAX or torch.compiler.is_compiling()
 
 
 def matvec(K: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -125,6 +201,22 @@ def scaled_kernel_matrix(
     return K.exp_()
 
 
+def kernel_problem(
+    kd: torch.Tensor, valid: torch.Tensor, kernel: str, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rescaled kernel matrices ``K`` (P, n, n), diagonals ``d`` (P, n), shifts (P,) (no grad).
+
+    ``shift`` is the largest present ``log K_ii`` of each problem; ``K`` and ``d``
+    are ``exp(log k − shift)``, zero on absent keys.
+    """
+    with torch.no_grad():
+        ldiag = log_kernel_diag(kd, kernel, gamma)  # (P, n)
+        shift = torch.where(valid, ldiag, -torch.finfo(kd.dtype).max).amax(-1)  # (P,)
+        K = scaled_kernel_matrix(kd, valid, shift, kernel, gamma)
+        d = torch.where(valid, (ldiag - shift[:, None]).exp(), 0.0)
+    return K, d, shift
+
+
 def _sets(a: torch.Tensor, C: float, valid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return valid & (a > 0) & (a < C), valid & (a >= C)
 
@@ -135,11 +227,10 @@ def fista(
     C: float,
     valid: torch.Tensor,
     *,
-    max_iter: int = 300,
-    check_every: int = 10,
+    max_iter: int = 20,
     a0: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, int]:
-    """Accelerated projected gradient with adaptive restart (no grad).
+    """Accelerated projected gradient with adaptive restart, ``max_iter`` iterations (no grad).
 
     Parameters
     ----------
@@ -151,8 +242,10 @@ def fista(
         Box.
     valid : bool Tensor (P, n)
         Keys present.
-    max_iter, check_every : int
-        Iteration cap; partition-stability check period (0 disables early stop).
+    max_iter : int
+        Iterations. All of them run, except where
+        :func:`~svattn.nn.common.host_reads` allows (CPU, eager): there FISTA stops
+        once no problem's partition changed over :data:`CHECK_EVERY` iterations.
     a0 : Tensor (P, n), optional
         Feasible start; default uniform over the valid keys.
 
@@ -164,36 +257,95 @@ def fista(
         Iterations run.
     """
     with torch.no_grad():
-        n = valid.sum(-1, keepdim=True).to(K.dtype)
-        a = valid.to(K.dtype) / n if a0 is None else a0
-        lam, rowsum = lambda_max(K)
-        step = 1.0 / (2.0 * lam).unsqueeze(-1)  # (P, 1)
-        # From the uniform start, K y = (K 1)/n: the power iteration's first product.
-        Ky = rowsum / n if a0 is None else None
-        y = a
-        t = torch.ones_like(step)
-        tau = None
-        sets = _sets(a, C, valid)
+        P, n = valid.shape
+        plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
+        w = valid.to(K.dtype)
+        a = (w / w.sum(-1, keepdim=True) if a0 is None else a0).unsqueeze(1)  # (P, 1, n)
+        lam, _ = lambda_max(K)
+        step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
+        # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
+        # projection's `low` (y and the K columns are 0 there).
+        sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
+        Kstep = K * (-2.0 * step) if n <= DENSE_MAX else None  # one op less per iteration
+        # Momentum: with r the iterations since the last (re)start, beta = (t_r − 1)/t_{r+1}
+        # of t_0 = 1, t_{r+1} = (1 + sqrt(1 + 4 t_r²))/2: a table, indexed per problem.
+        betas = [0.0]
+        t = 1.0
+        for _ in range(max_iter):
+            t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
+            betas.append((t - 1.0) / t_next)
+            t = t_next
+        beta_of = torch.tensor(betas, dtype=K.dtype, device=K.device)  # beta_of[0] = 0
+        r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
+        zero = torch.zeros_like(r)
+        y, tau = a, None
+        # CPU, eager: stop once no problem's partition changed over CHECK_EVERY iterations
+        # (reading it is free there). The static schedule runs all max_iter iterations.
+        check = CHECK_EVERY if host_reads(K) else 0
+        sets = _sets(a.squeeze(1), C, valid) if check else None
         it = 0
         for it in range(1, max_iter + 1):
-            grad = 2.0 * (matvec(K, y) if Ky is None else Ky) - d  # (P, n)
-            Ky = None
-            a_new, tau = project_capped_simplex(y - step * grad, C, valid, tau)
-            restart = ((y - a_new) * (a_new - a)).sum(-1, keepdim=True) > 0
-            t_new = 0.5 * (1.0 + torch.sqrt(1.0 + 4.0 * t * t))
-            beta = torch.where(restart, 0.0, (t - 1.0) / t_new)
-            t = torch.where(restart, 1.0, t_new)
-            y = a_new + beta * (a_new - a)
+            if Kstep is None:
+                v = torch.addcmul(y + sd, 2.0 * step, torch.bmm(y, K), value=-1.0)
+            else:
+                v = torch.baddbmm(y + sd, y, Kstep)
+            a_new, tau = plan.project(v, C, tau)
+            diff = a_new - a
+            # Adaptive restart (O'Donoghue & Candès): momentum off where it points uphill.
+            restart = ((y - a_new) * diff).sum(-1, keepdim=True) > 0
+            r = torch.where(restart, zero, r + 1)
+            y = torch.addcmul(a_new, beta_of[r], diff)  # beta 0 right after a restart
             a = a_new
-            if check_every and it % check_every == 0:
-                new = _sets(a, C, valid)
+            if check and it % check == 0:
+                new = _sets(a.squeeze(1), C, valid)
                 if bool(((new[0] == sets[0]) & (new[1] == sets[1])).all()):
                     break
                 sets = new
+        a = a.squeeze(1)
     return a, it
 
 
-def _margin_solve(
+def _dense_margin_solve(
+    K: torch.Tensor,
+    d: torch.Tensor,
+    S: torch.Tensor,
+    E: torch.Tensor,
+    C: float,
+    ridge: float,
+    ridge_steps: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The margin system over all ``n`` keys, identity rows off ``S`` (static size).
+
+    K (P, n, n), d (P, n), S, E bool (P, n). Returns alpha (P, n), mu (P,) (mu is 0
+    where the margin set is empty). Differentiable w.r.t. K and d.
+    """
+    P, n = S.shape
+    Sf, Ef = S.to(K.dtype), E.to(K.dtype)
+    eye = torch.eye(n, dtype=K.dtype, device=K.device)
+    A = torch.where(S.unsqueeze(-1) & S.unsqueeze(-2), 2.0 * K + ridge * eye, eye)  # (P, n, n)
+    empty = 1.0 - Sf.amax(-1)  # (P,) 1 where S is empty: the border row then pins mu = 0
+    M = torch.cat(
+        [torch.cat([A, Sf.unsqueeze(-1)], -1), torch.cat([Sf, empty.unsqueeze(-1)], -1)[:, None]],
+        -2,
+    )  # (P, n+1, n+1)
+    rhs_S = Sf * (d - 2.0 * C * matvec(K, Ef))  # d_S − 2C K_SE 1 on S, 0 elsewhere
+    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
+    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, n+1, 1)
+    if ridge > 0 and ridge_steps > 0:
+        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to
+        # the unridged M0 z = b, each step reusing one well-conditioned factorization.
+        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+        sol = torch.linalg.lu_solve(LU, piv, rhs)
+        pad = torch.cat([ridge * Sf, torch.zeros_like(Sf[:, :1])], -1).unsqueeze(-1)
+        for _ in range(ridge_steps):
+            sol = torch.linalg.lu_solve(LU, piv, rhs + pad * sol)
+    else:
+        sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
+    sol = sol.squeeze(-1)
+    return Sf * sol[:, :n] + C * Ef, sol[:, n]
+
+
+def _compact_margin_solve(
     Krow: torch.Tensor,
     d_S: torch.Tensor,
     idx: torch.Tensor,
@@ -203,7 +355,7 @@ def _margin_solve(
     ridge: float,
     ridge_steps: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Solve the padded bordered margin systems.
+    """The margin system gathered to the largest ``|S|`` of the batch (large n, eager).
 
     Krow (P, s, n): kernel rows of the (padded) margin set; d_S (P, s); idx, sval (P, s):
     margin indices and which slots are real; E (P, n) error set.
@@ -227,36 +379,216 @@ def _margin_solve(
     )  # (P, s+1, s+1)
     rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
     rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
-    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1)  # (P, s+1)
+    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
     if ridge > 0 and ridge_steps > 0:
-        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to
-        # the unridged M0 z = b, each step reusing one well-conditioned factorization.
-        LU, piv = torch.linalg.lu_factor(M)
-        sol = torch.linalg.lu_solve(LU, piv, rhs.unsqueeze(-1)).squeeze(-1)
-        zero = rhs.new_zeros(P, 1)
+        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+        sol = torch.linalg.lu_solve(LU, piv, rhs)
+        pad = torch.cat([ridge * sf, rhs.new_zeros(P, 1)], -1).unsqueeze(-1)
         for _ in range(ridge_steps):
-            corr = torch.cat([torch.where(sval, ridge * sol[:, :s], 0.0), zero], -1)
-            sol = torch.linalg.lu_solve(LU, piv, (rhs + corr).unsqueeze(-1)).squeeze(-1)
+            sol = torch.linalg.lu_solve(LU, piv, rhs + pad * sol)
     else:
-        sol = torch.linalg.solve(M, rhs)
+        sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
+    sol = sol.squeeze(-1)
     alpha_S = torch.where(sval, sol[:, :s], 0.0)
     alpha = torch.zeros(P, n, dtype=Krow.dtype, device=Krow.device).scatter(-1, idx, alpha_S)
     return alpha + C * Ef, sol[:, s]
 
 
-def _kkt(K, d, alpha, mu, S, E):
-    """g = 2 K alpha − d + mu (mu for an empty margin set: the largest feasible one).
+def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
+    """Margin solve on K (no grad inside the repair): dense or compact by size."""
+    if dense_ok(K, K.shape[-1]):
+        return _dense_margin_solve(K, d, S, E, C, ridge, ridge_steps)
+    idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
+    return _compact_margin_solve(rows(K, idx), d.gather(-1, idx), idx, sval, E, C, ridge,
+                                 ridge_steps)
 
-    ``K alpha`` reads only the rows of the kept tokens (alpha is zero elsewhere).
-    """
-    idx, sval = gather_rows(S | E)
-    a_kept = torch.where(sval, alpha.gather(-1, idx), 0.0)
-    Ka = torch.bmm(a_kept.unsqueeze(1), rows(K, idx)).squeeze(1)
-    g0 = 2.0 * Ka - d  # (P, n)
+
+def _kkt(K, d, alpha, mu, S, E):
+    """g = 2 K alpha − d + mu (mu for an empty margin set: the largest feasible one)."""
+    g0 = 2.0 * matvec(K, alpha) - d  # (P, n)
     big = torch.finfo(K.dtype).max
     mu_empty = torch.where(E, -g0, big).amin(-1)
     mu = torch.where(S.any(-1), mu, mu_empty)
     return g0 + mu.unsqueeze(-1)
+
+
+def default_kkt_tol(dtype: torch.dtype) -> float:
+    """KKT tolerance of the repair rounds, in units of the rescaled K."""
+    return 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
+
+
+class _RepairSystem:
+    """The margin systems of the repair rounds on one fixed ``K`` (no grad, dense form).
+
+    The bordered matrix ``[[2K + ridge·I, 1], [1ᵀ, 0]]`` is built once; a round only
+    masks it (``where`` against the identity) for its partition. With an empty
+    margin set the border is masked too, which pins ``mu = 0``.
+    """
+
+    def __init__(self, K, d, C, ridge, ridge_steps):
+        P, n, _ = K.shape
+        self.K, self.d, self.C, self.n, self.steps = K, d, C, n, ridge_steps if ridge > 0 else 0
+        self.eye = torch.eye(n + 1, dtype=K.dtype, device=K.device)
+        M0 = K.new_ones(P, n + 1, n + 1)
+        M0[:, :n, :n] = 2.0 * K + ridge * self.eye[:n, :n]
+        M0[:, n, n] = 0.0
+        self.M0 = M0
+        self.ridge_of = torch.cat([torch.full_like(d[:1], ridge), d.new_zeros(1, 1)], -1)
+
+    def solve(self, S, E):
+        n, C = self.n, self.C
+        Sf, Ef = S.to(self.d.dtype), E.to(self.d.dtype)
+        has = S.any(-1, keepdim=True)  # (P, 1)
+        Se = torch.cat([S, has], -1)  # (P, n+1): rows and columns of the system
+        M = torch.where(Se.unsqueeze(-1) & Se.unsqueeze(-2), self.M0, self.eye)
+        KE = torch.bmm(Ef.unsqueeze(1), self.K).squeeze(1)  # K_·E 1
+        rhs_S = torch.add(self.d, KE, alpha=-2.0 * C) * Sf
+        rhs_mu = (1.0 - C * Ef.sum(-1, keepdim=True)) * has
+        rhs = torch.cat([rhs_S, rhs_mu], -1).unsqueeze(-1)  # (P, n+1, 1)
+        if self.steps:  # iterated ridge, as _dense_margin_solve
+            LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+            sol = torch.linalg.lu_solve(LU, piv, rhs)
+            pad = (Se * self.ridge_of).unsqueeze(-1)
+            for _ in range(self.steps):
+                sol = torch.linalg.lu_solve(LU, piv, torch.addcmul(rhs, pad, sol))
+        else:
+            sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
+        sol = sol.squeeze(-1)
+        return torch.addcmul(C * Ef, Sf, sol[:, :n]), sol[:, n]
+
+
+def _repair(K, d, C, valid, a, solver, tol):
+    """``solver.refine`` primal-dual active-set rounds from the sets of iterate ``a``."""
+    S, E = _sets(a, C, valid)
+    settled = torch.ones_like(valid[:, 0])
+    if solver.refine == 0:
+        return S, E, settled
+    dense = dense_ok(K, K.shape[-1])
+    system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense else None
+    big = torch.finfo(K.dtype).max
+    for _ in range(solver.refine):
+        if system is None:
+            alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
+        else:
+            alpha, mu = system.solve(S, E)
+        g0 = 2.0 * matvec(K, alpha) - d
+        has = S.any(-1)
+        mu = torch.where(has, mu, torch.where(E, -g0, big).amin(-1))  # _kkt's mu
+        g = g0 + mu.unsqueeze(-1)
+        up, down = g > tol, g < -tol
+        # S keeps its tokens inside the box; E tokens with g > 0 and R tokens with g < 0
+        # join S; S tokens above C join E (below 0: R).
+        S_next = torch.where(S, (alpha >= 0) & (alpha <= C), torch.where(E, up, down & valid))
+        E_next = torch.where(E, ~up, S & (alpha > C))
+        settled = ((S_next == S) & (E_next == E)).all(-1)
+        if host_reads(K) and bool(settled.all()):
+            break  # a round on a settled partition changes nothing: same result, fewer ops
+        S, E = S_next, E_next
+    return S, E, settled
+
+
+def solve_partition(
+    K: torch.Tensor,
+    d: torch.Tensor,
+    C: float,
+    valid: torch.Tensor,
+    solver: SolverOptions,
+    kkt_tol: float | None = None,
+) -> Solved:
+    """FISTA, then ``solver.refine`` repair rounds: the partition and its alpha (no grad).
+
+    With ``refine > 0``, one retry (FISTA resumed with ``2·max_iter`` iterations,
+    repaired again) replaces the partition of every problem whose repair had not
+    settled; it runs for all problems, as a data-dependent skip would need the host.
+
+    ``K``, ``d`` from :func:`kernel_problem`; ``valid`` bool (P, n). Every call runs
+    the same ops for given shapes and options (no data-dependent stop).
+    """
+    tol = default_kkt_tol(K.dtype) if kkt_tol is None else kkt_tol
+    with torch.no_grad():
+        a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
+        S, E, settled = _repair(K, d, C, valid, a, solver, tol)
+        if solver.refine > 0 and not (host_reads(K) and bool(settled.all())):
+            # The repair can cycle from a poor iterate (ill-conditioned K). Every problem
+            # resumes FISTA from its iterate with twice the iterations and repairs again
+            # (static work: a host-side "any unsettled?" would be a sync); the retry's
+            # partition replaces the first one only where the first had not settled.
+            a2, more = fista(K, d, C, valid, max_iter=2 * solver.max_iter, a0=a)
+            iters += more
+            S2, E2, settled2 = _repair(K, d, C, valid, a2, solver, tol)
+            S = torch.where(settled.unsqueeze(-1), S, S2)
+            E = torch.where(settled.unsqueeze(-1), E, E2)
+            settled = settled | settled2
+        alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
+    return Solved(S, E, alpha, mu, settled, iters)
+
+
+def boundary_partition(
+    kd: torch.Tensor,
+    valid: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    solver: SolverOptions,
+) -> tuple[Solved, torch.Tensor]:
+    """Partition and shift of the problems of keys ``kd`` (P, n, D) (no grad).
+
+    :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
+    hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
+    same function compiled.
+    """
+    K, d, shift = kernel_problem(kd, valid, kernel, gamma)
+    return solve_partition(K, d, C, valid, solver), shift
+
+
+_COMPILED: dict[str, object] = {}
+
+
+def compiled_boundary_partition():
+    """:func:`boundary_partition` under ``torch.compile(fullgraph=True, dynamic=False)``.
+
+    Built once per process; compiled once per shape and options on first use
+    (minutes on a CPU), then each call is a few fused kernels instead of
+    thousands of ops. Compiled code takes the accelerator's schedule (no early
+    exits, dense margin systems), so it matches eager to rounding.
+    """
+    if "partition" not in _COMPILED:
+        _COMPILED["partition"] = torch.compile(boundary_partition, fullgraph=True,
+                                               dynamic=False)
+    return _COMPILED["partition"]
+
+
+def margin_alpha(
+    kf: torch.Tensor,
+    valid: torch.Tensor,
+    shift: torch.Tensor,
+    S: torch.Tensor,
+    E: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    solver: SolverOptions,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Differentiable margin solve on a fixed partition: alpha (P, n), mu (P,).
+
+    ``kf`` (P, n, D) keys (with grad), ``valid``/``S``/``E`` bool (P, n), ``shift``
+    (P,) from :func:`kernel_problem`. Gradients reach ``kf`` through ``K_SS``,
+    ``K_SE`` and ``d_S``.
+    """
+    P, n, D = kf.shape
+    ridge, steps = solver.ridge, solver.ridge_steps
+    if dense_ok(kf, n):
+        vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
+        K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
+        d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
+        return _dense_margin_solve(K, d, S, E, C, ridge, steps)
+    idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
+    s = idx.shape[-1]
+    kS = kf.gather(1, idx.unsqueeze(-1).expand(P, s, D))  # (P, s, D)
+    Krow = (log_kernel(kS, kf, kernel, gamma) - shift[:, None, None]).exp()  # (P, s, n)
+    Krow = torch.where(valid.unsqueeze(1), Krow, 0.0)
+    d_S = (log_kernel_diag(kS, kernel, gamma) - shift[:, None]).exp()
+    return _compact_margin_solve(Krow, d_S, idx, sval, E, C, ridge, steps)
 
 
 def solve_batched(
@@ -267,73 +599,30 @@ def solve_batched(
     gamma: float,
     valid: torch.Tensor,
     solver: SolverOptions | None = None,
-    check_every: int = 10,
     kkt_tol: float | None = None,
 ) -> tuple[torch.Tensor, Partition, BatchedInfo]:
     """Batched SV memory: alpha ``[B, H, Tk]`` from keys ``k`` ``[B, H, Tk, D]``.
 
     Inputs are assumed checked (see :func:`svattn.nn.sv_attention`). ``alpha`` is
     differentiable w.r.t. ``k`` (through the final margin solve only). ``solver``
-    holds ridge, ridge steps, FISTA cap and repair rounds (default
-    :class:`~svattn.nn.options.SolverOptions()`).
+    holds ridge, ridge steps, FISTA iterations and repair rounds (default
+    :class:`~svattn.nn.options.SolverOptions()`). No host synchronisation for
+    ``Tk <=`` :data:`DENSE_MAX` or while compiling (module docstring).
     """
     opts = SolverOptions() if solver is None else solver
-    ridge, ridge_steps, refine = opts.ridge, opts.ridge_steps, opts.refine
     B, H, n, D = k.shape
     P = B * H
     kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
-    if kkt_tol is None:
-        kkt_tol = 1e-4 if k.dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
-    with torch.no_grad():
-        kd = kf.detach()
-        ldiag = log_kernel_diag(kd, kernel, gamma)  # (P, n)
-        shift = torch.where(vf, ldiag, -torch.finfo(k.dtype).max).amax(-1)  # (P,)
-        K = scaled_kernel_matrix(kd, vf, shift, kernel, gamma)
-        d = torch.where(vf, (ldiag - shift[:, None]).exp(), 0.0)
-        # FISTA, then active-set repair; when the repair does not settle (a poor
-        # start on an ill-conditioned K, where it can cycle), resume FISTA from its
-        # iterate with twice the iterations, up to 4 times.
-        a, iters, rounds, budget = None, 0, 0, opts.max_iter
-        for _attempt in range(4):
-            a, used = fista(K, d, C, vf, max_iter=budget, check_every=check_every, a0=a)
-            iters += used
-            S, E = _sets(a, C, vf)
-            settled = False
-            for _ in range(refine):
-                rounds += 1
-                idx, sval = gather_rows(S)
-                Krow = rows(K, idx)
-                alpha, mu = _margin_solve(
-                    Krow, d.gather(-1, idx), idx, sval, E, C, ridge, ridge_steps
-                )
-                g = _kkt(K, d, alpha, mu, S, E)
-                R = vf & ~S & ~E
-                to_R = S & (alpha < 0)
-                to_E = S & (alpha > C)
-                from_R = R & (g < -kkt_tol)
-                from_E = E & (g > kkt_tol)
-                if not bool((to_R | to_E | from_R | from_E).any()):
-                    settled = True
-                    break
-                S = (S & ~to_R & ~to_E) | from_R | from_E
-                E = (E & ~from_E) | to_E
-            if settled or refine == 0:
-                break
-            budget *= 2
-    # Differentiable final solve on the fixed partition.
-    idx, sval = gather_rows(S)
-    s = idx.shape[-1]
-    kS = kf.gather(1, idx.unsqueeze(-1).expand(P, s, D))  # (P, s, D)
-    Krow = (log_kernel(kS, kf, kernel, gamma) - shift[:, None, None]).exp()  # (P, s, n)
-    Krow = torch.where(vf.unsqueeze(1), Krow, 0.0)
-    d_S = (log_kernel_diag(kS, kernel, gamma) - shift[:, None]).exp()
-    alpha, mu = _margin_solve(Krow, d_S, idx, sval, E, C, ridge, ridge_steps)
+    K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
+    sol = solve_partition(K, d, C, vf, opts, kkt_tol)
+    S, E = sol.margin, sol.error
+    alpha, mu = margin_alpha(kf, vf, shift, S, E, C, kernel, gamma, opts)
     R = vf & ~S & ~E
     with torch.no_grad():
         g = _kkt(K, d, alpha.detach(), mu.detach(), S, E)
         viol = torch.where(R, (-g).clamp_min(0), torch.where(E, g.clamp_min(0), 0.0)).amax()
-    box = int(((alpha < 0) | (alpha > C)).logical_and(S).sum())
+        box = (((alpha < 0) | (alpha > C)) & S).sum()
     part = Partition(S.reshape(B, H, n), E.reshape(B, H, n), R.reshape(B, H, n))
-    info = BatchedInfo(iters, rounds, float(viol), box)
+    info = BatchedInfo(sol.iters, opts.refine, viol, box, (~sol.settled).sum())
     return alpha.reshape(B, H, n), part, info

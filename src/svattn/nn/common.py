@@ -5,6 +5,8 @@ Layout everywhere in this package: ``[B, H, T, D]`` (batch, head, token, feature
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -21,7 +23,43 @@ __all__ = [
     "check_feasible",
     "Partition",
     "gather_rows",
+    "host_reads",
+    "no_host_reads",
 ]
+
+_HOST_READS = [True]  # stack of no_host_reads() scopes (False inside one)
+
+
+def host_reads(t: torch.Tensor) -> bool:
+    """Whether code may read values of ``t`` on the host (``bool(...)``, ``.item()``).
+
+    Only for CPU tensors in eager mode, where a read costs no device
+    synchronisation: the input checks that look at values (finite entries,
+    ``n·C >= 1`` under a key mask) and the solver's early exits (which give the
+    same result as the full static schedule) use it. Never on an accelerator,
+    never while :func:`torch.compile` traces, and not inside :func:`no_host_reads`.
+    """
+    return _HOST_READS[-1] and t.device.type == "cpu" and not torch.compiler.is_compiling()
+
+
+@contextmanager
+def no_host_reads() -> Iterator[None]:
+    """Run CPU code as it runs on an accelerator: no value checks, no early exits.
+
+    Examples
+    --------
+    >>> import torch
+    >>> with no_host_reads():
+    ...     host_reads(torch.zeros(1))
+    False
+    >>> host_reads(torch.zeros(1))
+    True
+    """
+    _HOST_READS.append(False)
+    try:
+        yield
+    finally:
+        _HOST_READS.pop()
 
 
 def resolve_gamma(kernel: str, gamma: float | None, dim: int) -> float:
@@ -57,7 +95,10 @@ def log_kernel_diag(x: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise ``ValueError`` unless q, k, v are ``[B, H, Tq, D]``, ``[B, H, Tk, D]``,
-    ``[B, H, Tk, Dv]`` floating tensors of one dtype and device with finite entries."""
+    ``[B, H, Tk, Dv]`` floating tensors of one dtype and device with finite entries.
+
+    Shapes, dtypes and devices are always checked; finite entries only where
+    :func:`host_reads` allows (CPU, eager)."""
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -87,6 +128,8 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if k.shape[2] < 1:
         raise ValueError(f"k must hold at least one token, got shape {tuple(k.shape)}")
+    if not host_reads(k):  # a value check would synchronise: non-finite inputs propagate
+        return
     for name, t in (("k", k), ("q", q), ("v", v)):
         if not bool(torch.isfinite(t).all()):
             raise ValueError(f"{name} has non-finite entries (nan or inf)")
@@ -109,9 +152,22 @@ def check_key_mask(key_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tens
 
 
 def check_feasible(mask: torch.Tensor, C: float) -> None:
-    """Raise ``ValueError`` when some (batch, head) problem has ``n·C < 1``."""
+    """Raise ``ValueError`` when some (batch, head) problem has ``n·C < 1``.
+
+    Where :func:`host_reads` forbids reading the mask, only the mask's length is
+    checked (``Tk·C >= 1``, a bound on every problem's ``n``).
+    """
     if not C > 0:
         raise ValueError(f"C must be > 0, got {C!r}")
+    if not host_reads(mask):
+        n_min = mask.shape[-1]
+        if not is_feasible(n_min, C):
+            raise ValueError(
+                f"infeasible memory: n·C < 1 with at most n = {n_min} keys and C = {C}; the "
+                f"constraints sum(alpha) = 1, 0 <= alpha <= C need n >= 1/C, i.e. "
+                f"C >= {1.0 / max(n_min, 1):.6g} or at least {warmup_threshold(C)} keys"
+            )
+        return
     n = mask.sum(-1)  # (B, H)
     n_min = int(n.min())
     if not is_feasible(n_min, C):

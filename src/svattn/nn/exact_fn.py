@@ -21,6 +21,13 @@ so this reuses the forward's inverse — no second solve):
 
 and these are pulled back to the keys through the kernel by autograd on the
 ``S ∪ E`` rows only.
+
+Device: the certified solver is numpy float64 on the host, by design. The forward
+copies the keys and the mask there explicitly (``k.detach().to("cpu", torch.float64)``)
+and ``alpha`` and the partition back to ``k``'s device and dtype; the backward does
+the same with the upstream gradient and ``grad_k``. On an accelerator every call
+therefore synchronises with the device: it is the inference and certification path,
+and training uses ``mode="batched"``, which stays on the device (docs/design.md §5).
 """
 
 from __future__ import annotations

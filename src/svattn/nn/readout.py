@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from svattn.nn.common import check_qkv, log_kernel, resolve_gamma
+from svattn.nn.common import check_qkv, host_reads, log_kernel, resolve_gamma
 
 __all__ = ["sv_readout", "sv_readout_reference", "log_alpha"]
 
@@ -36,7 +36,7 @@ def _check_alpha(alpha: torch.Tensor, k: torch.Tensor) -> None:
             f"alpha must have shape [B, H, Tk] = {list(k.shape[:3])}, got "
             f"{tuple(alpha.shape) if isinstance(alpha, torch.Tensor) else type(alpha).__name__}"
         )
-    if not bool((alpha > 0).any(-1).all()):
+    if host_reads(alpha) and not bool((alpha > 0).any(-1).all()):
         raise ValueError("alpha must have a positive entry in every (batch, head)")
 
 
