@@ -99,3 +99,20 @@ def test_hybrid_forward_compiles_one_graph(backend, policy):
     grads_e = torch.autograd.grad((y_e * w).sum(), [x, *mix.parameters()])
     for a, b in zip(grads_c, grads_e, strict=True):
         _close(a, b, torch.float32)
+
+
+def test_sv_attention_module_compiles_one_graph():
+    """#23: the module's input checks broke the graph 26 times (``.item()``) and
+    ``fullgraph=True`` failed at ``torch.isfinite(t).all()``; they are host reads only
+    in eager mode on CPU tensors now (``svattn.nn.common.host_reads``)."""
+    from svattn.nn import SVAttention
+
+    torch.manual_seed(0)
+    layer = SVAttention(16, 2, C=0.25)
+    x = torch.randn(2, 12, 16, requires_grad=True)
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    y, y_ref = compiled(x), layer(x)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    (g,) = torch.autograd.grad(y.square().sum(), x)
+    (g_ref,) = torch.autograd.grad(y_ref.square().sum(), x)
+    torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-5)
