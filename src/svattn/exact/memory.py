@@ -135,13 +135,11 @@ class SVDDMemory:
         self._signing_key = self._tag_key = self._commit_key = None
 
     def __getstate__(self) -> dict:
-        # pickle and deepcopy: the backend is a module (restored from the state's
-        # flag), the health monitor holds a weak reference (kept as its dict), and an
-        # audit log's descriptor belongs to this memory alone (a copy is not logged)
-        # the signing key is the controller's secret: it never travels with a copy
-        state = {k: v for k, v in vars(self).items()
-                 if k not in ("_be", "_health", "_audit", "_signing_key", "_tag_key",
-                              "_commit_key")}
+        # pickle and deepcopy: the backend is a module (restored from the state's flag),
+        # the health monitor holds a weak reference (kept as its dict), the log's
+        # descriptor is this memory's alone, and the keys are the controller's secrets
+        state = {k: v for k, v in vars(self).items() if k not in (
+            "_be", "_health", "_audit", "_signing_key", "_tag_key", "_commit_key")}
         state["_health"] = self._health.to_dict(self._s.Qinv)
         return state
 

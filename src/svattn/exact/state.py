@@ -112,10 +112,8 @@ def scrub(a: np.ndarray) -> None:
 
 
 def row_hash(x: np.ndarray, v: np.ndarray) -> int:
-    """64-bit BLAKE2b of a key's and value's bytes, -0.0 written as 0.0 (equal data,
-    equal hash; deterministic across processes)."""
-    h = hashlib.blake2b((x + 0.0).tobytes(), digest_size=8)
-    h.update((v + 0.0).tobytes())
+    """64-bit BLAKE2b of a key's and value's bytes, -0.0 as 0.0 (deterministic)."""
+    h = hashlib.blake2b((x + 0.0).tobytes() + (v + 0.0).tobytes(), digest_size=8)
     return int.from_bytes(h.digest(), "little", signed=True)
 
 
@@ -350,7 +348,7 @@ class SlotState:
                    else "it was loaded with another key")
             raise ValueError(f"this memory's commitments are under the controller's key "
                              f"{self.commit_key_id[:12]}…; {how} before adding")
-        self.commit_key_id = key_id if key_id is not None else self.commit_key_id
+        self.commit_key_id = self.commit_key_id or key_id
 
     def tagged_slots(self, tag_hash: bytes) -> np.ndarray:
         """Live slots whose tag is ``tag_hash`` (in id order)."""
@@ -360,10 +358,8 @@ class SlotState:
 
     def copies_outside(self, slots: np.ndarray) -> dict[int, list[int]]:
         """For each of ``slots``, the ids of other live tokens, not among ``slots``, that
-        hold the same key and value (equal values: -0.0 is 0.0), in id order.
-
-        Candidates by the row hash (one comparison over a contiguous array), then their
-        whole rows: a removal calls it, so no per-token Python and no gather of keys."""
+        hold the same key and value (-0.0 is 0.0), in id order: candidates by the row
+        hash (a removal calls it: one array comparison), then their whole rows."""
         hashes = self.row_hash[: self.hi]
         out = {}
         for s in slots:
