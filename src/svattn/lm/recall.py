@@ -202,13 +202,14 @@ def model_config(run: RecallRun, vocab_size: int) -> CharLMConfig:
     """The :class:`CharLMConfig` of a run: its mixer with matched options."""
     hyb = run.hybrid_options()
     hyb["chunk"] = min(hyb["chunk"], run.seq_len)
-    options = {
-        "hybrid_sv": hyb,
-        "sliding": {"window": matched_window(hyb, run.d_model, run.n_head, run.seq_len)},
-        "deltanet": {"chunk_size": 64},
-        "linear": {"chunk_size": 64},
-        "softmax": {},
-    }[run.mixer]
+    if run.mixer == "hybrid_sv":
+        options = hyb
+    elif run.mixer == "sliding":  # only the matched baseline needs the hybrid's state
+        options = {"window": matched_window(hyb, run.d_model, run.n_head, run.seq_len)}
+    elif run.mixer in ("deltanet", "linear"):
+        options = {"chunk_size": 64}
+    else:
+        options = {}
     return CharLMConfig(
         vocab_size=vocab_size, block_size=run.seq_len, n_layer=run.n_layer, n_embd=run.d_model,
         n_head=run.n_head, bias=False, rope=run.rope and run.mixer in ROPE_MIXERS,
