@@ -610,7 +610,7 @@ def _recall_run(args: argparse.Namespace) -> int:
 
     from svattn.experiments.runner import command_line
     from svattn.lm.recall import step_seconds
-    from svattn.lm.recall_grid import GRIDS, collect, parse_only, run_grid
+    from svattn.lm.recall_grid import GRIDS, collect, estimate_hours, parse_only, run_grid
 
     command = command_line(args._argv)
     if args.recall_command == "collect":
@@ -638,11 +638,14 @@ def _recall_run(args: argparse.Namespace) -> int:
                      "mixer": run.mixer, "batch_size": run.batch_size, "step_seconds": sec})
         print(f"{run.task:15s} T={run.seq_len:5d} d={run.d_model:4d} {run.mixer:10s} "
               f"{sec:8.3f} s/step", flush=True)
+    est = estimate_hours(grid, rows)
+    print(f"grid {args.grid}: about {est['total']:.1f} h on one core at these step times "
+          f"({est['missing']} cells without a timing)")
     if args.into is not None:
         args.into.parent.mkdir(parents=True, exist_ok=True)
         args.into.write_text(json.dumps({"command": command, "grid": args.grid,
-                                         "threads": args.threads, "timings": rows},
-                                        indent=1) + "\n")
+                                         "threads": args.threads, "timings": rows,
+                                         "estimate_hours": est}, indent=1) + "\n")
     return 0
 
 

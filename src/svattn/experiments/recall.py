@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from svattn.experiments._common import (
     NOT_RUN,
@@ -49,7 +50,12 @@ def load_results(ctx: Context) -> dict | None:
     """The collected results: the quick grid trained now, or ``results/recall.json``."""
     if ctx.quick:
         runs = ctx.out / "runs"
-        run_grid(GRIDS["quick"], runs, command=ctx.command)
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)  # tiny models: a second thread only spins
+        try:
+            run_grid(GRIDS["quick"], runs, command=ctx.command)
+        finally:
+            torch.set_num_threads(threads)
         return collect(runs, ctx.out / "recall.json", command=ctx.command)
     path = None if ctx.repo_root is None else results_path(ctx.repo_root)
     if path is None or not path.exists():
@@ -89,7 +95,12 @@ def figure_by_length(ctx: Context, cells: list[dict], chance: dict[str, float]) 
             ax.plot(xs, [c["accuracy"]["mean"] for c in pts], color=COLORS[mixer],
                     label=LABELS[mixer], **STYLES[mixer])
             band = np.array([_ci(c["accuracy"]) for c in pts])
-            ax.fill_between(xs, band[:, 0], band[:, 1], color=COLORS[mixer], alpha=0.18)
+            if len(xs) > 1:
+                ax.fill_between(xs, band[:, 0], band[:, 1], color=COLORS[mixer], alpha=0.18)
+            else:  # one length: a band would be a line; draw the interval as an error bar
+                y = pts[0]["accuracy"]["mean"]
+                ax.errorbar(xs, [y], yerr=[[y - band[0, 0]], [band[0, 1] - y]],
+                            color=COLORS[mixer], capsize=4, lw=1)
         ax.axhline(chance[task], color="k", ls=":", lw=1, label="chance")
         if task == "selective-copy":
             ax.axhline(0.99, color="tab:blue", ls="-.", lw=1, alpha=0.6,

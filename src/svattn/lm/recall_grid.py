@@ -30,8 +30,8 @@ from scipy import stats
 
 from svattn.lm.recall import RecallRun, train_recall
 
-__all__ = ["GRIDS", "RecallGrid", "collect", "mean_interval", "parse_only", "run_grid",
-           "summarize"]
+__all__ = ["GRIDS", "RecallGrid", "collect", "estimate_hours", "mean_interval", "parse_only",
+           "run_grid", "summarize"]
 
 MIXER_ORDER = ("hybrid_sv", "sliding", "deltanet", "linear", "softmax")
 
@@ -338,3 +338,43 @@ def collect(runs: str | os.PathLike, into: str | os.PathLike | None = None, *,
 def with_base(grid: RecallGrid, **base) -> RecallGrid:
     """``grid`` with fields of its base replaced (e.g. fewer steps for a timing run)."""
     return replace(grid, base={**grid.base, **base})
+
+
+def estimate_hours(grid: RecallGrid, timings: Iterable[dict]) -> dict:
+    """Training hours of ``grid`` on one core from measured ``step_seconds``.
+
+    ``timings`` are rows ``{task, seq_len, d_model, mixer, step_seconds}`` (``svattn
+    recall time``); a cell without a timing of its task falls back to the same
+    (length, width, mixer) of another task (the step cost hardly depends on the task).
+
+    Returns
+    -------
+    dict
+        ``total`` hours, ``by_mixer`` and ``by_length`` hours, ``missing`` cells.
+
+    Examples
+    --------
+    >>> g = RecallGrid("t", lengths=(64,), mixers=("sliding",), seeds=(0, 1),
+    ...                base={"steps": 1800})
+    >>> estimate_hours(g, [{"task": "mqar", "seq_len": 64, "d_model": 64,
+    ...                     "mixer": "sliding", "step_seconds": 1.0}])["total"]
+    1.0
+    """
+    exact, loose = {}, {}
+    for t in timings:
+        exact[(t["task"], t["seq_len"], t["d_model"], t["mixer"])] = t["step_seconds"]
+        loose[(t["seq_len"], t["d_model"], t["mixer"])] = t["step_seconds"]
+    total, missing = 0.0, 0
+    by_mixer: dict[str, float] = {}
+    by_length: dict[str, float] = {}
+    for run in grid.runs():
+        sec = exact.get((run.task, run.seq_len, run.d_model, run.mixer),
+                        loose.get((run.seq_len, run.d_model, run.mixer)))
+        if sec is None:
+            missing += 1
+            continue
+        h = sec * run.steps / 3600
+        total += h
+        by_mixer[run.mixer] = by_mixer.get(run.mixer, 0.0) + h
+        by_length[str(run.seq_len)] = by_length.get(str(run.seq_len), 0.0) + h
+    return {"total": total, "by_mixer": by_mixer, "by_length": by_length, "missing": missing}
