@@ -95,7 +95,8 @@ SMALL_HYBRID = {"chunk": 16, "C": 1.0 / 16, "budget": 16}
 _SC = {"selective-copy": {"rope": True, "task_options": {"num_data": 8, "num_symbols": 8}}}
 
 #: The named grids. ``quick``: the test suite's end-to-end run (seconds). ``slice``:
-#: the first measured piece (MQAR, T = 64, d = 64). ``full``: the issue's grid.
+#: the first measured piece (MQAR, T = 64, d = 64); ``slice-copy``: its selective-copy
+#: counterpart (T = 64, 128). ``full``: the issue's grid.
 GRIDS: dict[str, RecallGrid] = {
     "quick": RecallGrid(
         "quick", tasks=("mqar", "selective-copy"), lengths=(32,), lrs=(3e-3,), seeds=(0, 1),
@@ -111,6 +112,14 @@ GRIDS: dict[str, RecallGrid] = {
                   hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
         note="first measured piece (CPU, 2 shared cores): MQAR T = 64 (4 pairs), d = 64, "
              "vocabulary 128, 500 steps; far from converged"),
+    "slice-copy": RecallGrid(
+        "slice-copy", tasks=("selective-copy",), lengths=(64, 128), lrs=(3e-3,),
+        seeds=(0, 1, 2),
+        base=dict(steps=400, batch_size=32, num_train=12800, num_test=500,
+                  hybrid=SMALL_HYBRID),
+        per_task=_SC,
+        note="first trained selective-copy piece: 8 data tokens of 8 symbols, rotary "
+             "positions, one learning rate; far from converged"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
