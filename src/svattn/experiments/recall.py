@@ -179,6 +179,33 @@ def _kept_table(records: list[dict]) -> tuple[str, dict]:
     return table, out
 
 
+def _diagnosis(cells: list[dict], kept: dict) -> str:
+    """What the memory kept and what the gate learned, at the longest MQAR length."""
+    hyb = [c for c in cells if c["task"] == "mqar" and c["mixer"] == "hybrid_sv"]
+    if not hyb:
+        return ""
+    T = max(c["seq_len"] for c in hyb)
+    parts = []
+    for c in (c for c in hyb if c["seq_len"] == T):
+        prefix = f"mqar/T{T}/d{c['d_model']}/lr{c['best_lr']:g}/"
+        for key, m in sorted(kept.items()):
+            if not key.startswith(prefix):
+                continue
+            kv = m["share_by_role"].get("key", 0.0) + m["share_by_role"].get("value", 0.0)
+            kv_prefix = (m["prefix_share_by_role"].get("key", 0.0)
+                         + m["prefix_share_by_role"].get("value", 0.0))
+            parts.append(
+                f"d = {c['d_model']}, {key.rsplit('/', 1)[1]}: keys + values are "
+                f"{kv:.2f} of the kept tokens against {kv_prefix:.2f} of the prefix "
+                f"({'selected' if kv > 1.5 * kv_prefix else 'not selected'} above their "
+                f"share), support {np.mean(m['support_per_head']):.1f} tokens per head of "
+                f"the full-prefix memory ({m['truncated']} boundary memories of the support "
+                f"policy cut to its budget, counted per sequence and head over "
+                f"{m['seeds']} seeds), gate {' / '.join(f'{g:.2f}' for g in m['gate'])}")
+    return ("Diagnosis (the SV memory at the last boundary, by role; the gate of each "
+            "head: 0 reads the local path only): " + "; ".join(parts) + ".")
+
+
 def _not_run(what: str) -> ExperimentResult:
     claims = [Claim("MQAR, longest T: hybrid SV beats the matched window (95 % interval > 0)",
                     "issue #19 bar", "no results/recall.json", NOT_RUN),
@@ -271,12 +298,7 @@ def run(ctx: Context) -> ExperimentResult:
     margin_table = markdown_table(["task", "T", "d", "hybrid − sliding accuracy"], margin_rows)
     bar = claims[0]
     if bar.verdict != REPRODUCED and mq:
-        notes.append(
-            "The MQAR bar is not met: " + bar.ours + ". Diagnosis from the inspection table "
-            "(which roles the SV memory keeps at its last boundary, against their share of "
-            "the prefix, and the gate of each head): a memory that keeps keys and values "
-            "above their share of the prefix has learned to select them; a gate near 0 "
-            "means the layer reads its local path only.")
+        notes.append("The MQAR bar is not met: " + bar.ours + ". " + _diagnosis(cells, kept))
     if any(b is None or a < b for a, b in partial.values()):
         notes.append(f"Partial grid ({grid_text}): the collector reports whatever cells "
                      "exist; the verdicts cover those cells only.")
