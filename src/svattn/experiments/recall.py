@@ -142,6 +142,50 @@ def figure_by_state(ctx: Context, cells: list[dict]) -> str:
                        "one point per (length, width); error bars: 95% t-intervals over seeds")
 
 
+ROLE_COLORS = {"filler": "0.85", "key": "tab:red", "value": "tab:orange", "query": "tab:green",
+               "data": "tab:red", "marker": "tab:green"}
+
+
+def figure_memory(ctx: Context, records: list[dict]) -> str | None:
+    """One trained hybrid's SV memory, position by position: the role of each token of
+    the prefix (colour) and whether each head keeps it (a mark), per layer."""
+    from svattn.tasks import ROLES
+
+    hyb = [r for r in records if r["run"]["mixer"] == "hybrid_sv"
+           and any("example_kept" in m for m in r["memory"])]
+    if not hyb:
+        return None
+    # the longest MQAR run (else the longest run), its best seed
+    hyb.sort(key=lambda r: (r["run"]["task"] == "mqar", r["run"]["seq_len"], r["accuracy"]))
+    rec = hyb[-1]
+    layers = [m for m in rec["memory"] if "example_kept" in m]
+    names = {code: name for name, code in ROLES.items()}
+    plt = pyplot()
+    rows = sum(len(m["example_kept"]) for m in layers)
+    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.3 * (rows + 1)))
+    roles = layers[0]["example_roles"]
+    xs = np.arange(len(roles))
+    for name in dict.fromkeys(names[c] for c in roles):
+        sel = [i for i, c in enumerate(roles) if names[c] == name]
+        ax.scatter(sel, [rows] * len(sel), marker="s", s=30, color=ROLE_COLORS[name],
+                   label=name)
+    labels, y = ["role"], rows - 1
+    for m in layers:
+        for h, kept in enumerate(m["example_kept"]):
+            k = np.asarray(kept, dtype=bool)
+            ax.scatter(xs[k], [y] * int(k.sum()), marker="|", s=120,
+                       c=[ROLE_COLORS[names[roles[i]]] for i in xs[k]], edgecolors="k")
+            labels.append(f"layer {m['layer']} head {h} (gate {m['gate'][h]:.2f})")
+            y -= 1
+    ax.set_yticks(list(range(rows, -1, -1)), labels, fontsize=7)
+    ax.set_xlabel("position before the last boundary (one test sequence)")
+    ax.set_title(f"What the SV memory keeps: {rec['id']} (accuracy {rec['accuracy']:.2f})",
+                 fontsize=9)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return save_figure(fig, ctx.out, "recall_memory.png",
+                       "a mark: the memory (alpha > 0) keeps that token; colour: its role")
+
+
 def _kept_table(records: list[dict]) -> tuple[str, dict]:
     """Support tokens per head and the roles of the kept tokens, per hybrid cell."""
     rows, out = [], {}
@@ -231,6 +275,9 @@ def run(ctx: Context) -> ExperimentResult:
     for rec in records:
         chance.setdefault(rec["run"]["task"], _chance(rec["run"]["task"], rec))
     figures = [figure_by_length(ctx, cells, chance), figure_by_state(ctx, cells)]
+    memory_figure = figure_memory(ctx, records)
+    if memory_figure is not None:
+        figures.append(memory_figure)
     kept_table, kept = _kept_table(records)
     claims, notes = [], []
     partial = {n: (res["cells_per_grid"].get(n, 0), res["cells_in_grid"].get(n))

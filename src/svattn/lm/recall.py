@@ -281,6 +281,8 @@ def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> 
         sequences), ``kept_by_role`` (mean kept tokens of each role, summed
         over heads, per sequence), ``share_by_role`` (fraction of kept tokens
         of each role), ``prefix_by_role`` (tokens of each role in the prefix),
+        ``example_roles`` and ``example_kept`` (the first sequence: the role of
+        each prefix position, and per head whether the memory keeps it),
         ``alpha_by_role`` (alpha mass of each role, per head), ``gate``
         (``sigmoid(w_h)`` per head), ``kept_max`` and ``truncated`` (from the
         mixer's own pass).
@@ -330,7 +332,10 @@ def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> 
             mass[name] = (alpha * is_role).sum((0, 2)).div(len(inputs)).tolist()
         out.append({**rec, "support_per_head": kept.sum(-1).float().mean(0).tolist(),
                     "kept_by_role": by_role, "share_by_role": share,
-                    "prefix_by_role": present, "alpha_by_role": mass})
+                    "prefix_by_role": present, "alpha_by_role": mass,
+                    # the first sequence position by position, for a picture of the memory
+                    "example_roles": prefix_roles[0].tolist(),
+                    "example_kept": kept[0].int().tolist()})  # (H, start)
     return out
 
 
