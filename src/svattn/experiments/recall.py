@@ -174,7 +174,7 @@ def figure_memory(ctx: Context, records: list[dict]) -> str | None:
         for h, kept in enumerate(m["example_kept"]):
             k = np.asarray(kept, dtype=bool)
             ax.scatter(xs[k], [y] * int(k.sum()), marker="|", s=120,
-                       c=[ROLE_COLORS[names[roles[i]]] for i in xs[k]], edgecolors="k")
+                       c=[ROLE_COLORS[names[roles[i]]] for i in xs[k]])
             labels.append(f"layer {m['layer']} head {h} (gate {m['gate'][h]:.2f})")
             y -= 1
     ax.set_yticks(list(range(rows, -1, -1)), labels, fontsize=7)
