@@ -610,7 +610,14 @@ def _recall_run(args: argparse.Namespace) -> int:
 
     from svattn.experiments.runner import command_line
     from svattn.lm.recall import step_seconds
-    from svattn.lm.recall_grid import GRIDS, collect, estimate_hours, parse_only, run_grid
+    from svattn.lm.recall_grid import (
+        GRIDS,
+        collect,
+        estimate_hours,
+        parse_only,
+        run_grid,
+        select,
+    )
 
     command = command_line(args._argv)
     if args.recall_command == "collect":
@@ -627,10 +634,9 @@ def _recall_run(args: argparse.Namespace) -> int:
         print(f"{len(written)} cells written to {args.out}")
         return 0
     seen, rows = set(), []
-    for run in grid.runs():  # one timing per (task, length, width, mixer)
+    for run in select(grid.runs(), only):  # one timing per (task, length, width, mixer)
         key = (run.task, run.seq_len, run.d_model, run.mixer)
-        d = run.to_dict()
-        if key in seen or not all(str(d[k]) in v for k, v in only.items()):
+        if key in seen:
             continue
         seen.add(key)
         sec = step_seconds(run, steps=args.steps)

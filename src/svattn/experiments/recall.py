@@ -335,10 +335,12 @@ def run(ctx: Context) -> ExperimentResult:
              _fmt(c["accuracy"]), ", ".join(f"{k}: {v:.3f}" for k, v in c["by_lr"].items()),
              c["state_floats"], c["window"] or "—",
              "—" if c["support_per_head"] is None else f"{c['support_per_head']:.1f}",
+             "—" if c.get("kept_max") is None else f"{c['kept_max']:.0f}",
              f"{c['step_seconds']:.3f}"] for c in cells]
     table = markdown_table(["task", "T", "d", "mixer", "best lr", "accuracy (best lr)",
                             "mean accuracy by lr", "state floats / layer", "window",
-                            "SV support / head", "s / step"], rows)
+                            "SV support / head (full prefix)",
+                            "most kept at a boundary (support policy)", "s / step"], rows)
     margin_rows = [[m["task"], m["seq_len"], m["d_model"],
                     _fmt(m["hybrid_minus_sliding"]).replace("(", "(paired, ")]
                    for m in margins]

@@ -31,7 +31,7 @@ from scipy import stats
 from svattn.lm.recall import RecallRun, train_recall
 
 __all__ = ["GRIDS", "RecallGrid", "collect", "estimate_hours", "mean_interval", "parse_only",
-           "run_grid", "summarize"]
+           "run_grid", "select", "summarize"]
 
 MIXER_ORDER = ("hybrid_sv", "sliding", "deltanet", "linear", "softmax")
 
@@ -152,10 +152,21 @@ def parse_only(text: str | None) -> dict[str, set[str]]:
     return out
 
 
-def _matches(run: RecallRun, only: dict[str, set[str]]) -> bool:
-    d = run.to_dict()
-    return all(f"{d[k]:g}" in v if isinstance(d[k], float) else str(d[k]) in v
-               for k, v in only.items())
+def select(runs: Iterable[RecallRun], only: dict[str, set[str]] | None) -> list[RecallRun]:
+    """The runs whose fields match ``only`` (:func:`parse_only`; floats as ``%g``).
+
+    Examples
+    --------
+    >>> g = GRIDS["slice"]
+    >>> len(select(g.runs(), parse_only("mixer=sliding,lr=0.003")))
+    3
+    """
+    def ok(run: RecallRun) -> bool:
+        d = run.to_dict()
+        return all((f"{d[k]:g}" if isinstance(d[k], float) else str(d[k])) in v
+                   for k, v in (only or {}).items())
+
+    return [r for r in runs if ok(r)]
 
 
 def run_grid(
@@ -190,7 +201,7 @@ def run_grid(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    todo = [r for r in grid.runs() if _matches(r, only or {})]
+    todo = select(grid.runs(), only)
     written: list[Path] = []
     for run in todo:
         if limit is not None and len(written) >= limit:
@@ -251,7 +262,9 @@ def summarize(records: Iterable[dict]) -> dict:
         ``cells``: list of ``{task, seq_len, d_model, mixer, best_lr, accuracy
         (mean_interval over seeds at best_lr), by_lr ({lr: mean accuracy}),
         state_floats, window, support_per_head (hybrid: mean over seeds and
-        layers of the memory's kept tokens per head), seeds}``;
+        layers of the full-prefix memory's kept tokens per head), kept_max (hybrid:
+        the most tokens a boundary memory of the support policy held, mean over
+        seeds and layers), seeds}``;
         ``margins``: per (task, length, width) with both, hybrid − sliding at
         each one's best learning rate, paired by seed (mean_interval of the
         differences).
@@ -271,12 +284,14 @@ def summarize(records: Iterable[dict]) -> dict:
         chosen = sorted(by_lr[best], key=lambda x: x["run"]["seed"])
         support = [np.mean(layer["support_per_head"]) for x in chosen for layer in x["memory"]
                    if "support_per_head" in layer]
+        kept = [layer["kept_max"] for x in chosen for layer in x["memory"]]
         cells.append({
             "task": task, "seq_len": T, "d_model": d, "mixer": mixer, "best_lr": best,
             "accuracy": mean_interval([x["accuracy"] for x in chosen]),
             "by_lr": {f"{lr:g}": m for lr, m in sorted(means.items())},
             "state_floats": chosen[0]["state_floats"], "window": chosen[0]["window"],
             "support_per_head": float(np.mean(support)) if support else None,
+            "kept_max": float(np.mean(kept)) if kept else None,
             "seeds": [x["run"]["seed"] for x in chosen],
             "step_seconds": float(np.median([x["step_seconds"] for x in chosen])),
         })
