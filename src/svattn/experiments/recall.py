@@ -351,9 +351,11 @@ def run(ctx: Context) -> ExperimentResult:
     if any(b is None or a < b for a, b in partial.values()):
         notes.append(f"Partial grid ({grid_text}): the collector reports whatever cells "
                      "exist; the verdicts cover those cells only.")
-    notes.append("Learning rates: each mixer gets the same sweep; the best mean test "
-                 "accuracy over seeds is reported per (task, length, width, mixer), as "
-                 "zoology reports it (no separate validation split).")
+    sweeps = sorted({len(g["lrs"]) for g in res.get("grids", {}).values()})
+    sweep = (" or ".join(str(n) for n in sweeps) + " values per grid; ") if sweeps else ""
+    notes.append(f"Learning rates: every mixer gets the same sweep ({sweep}zoology sweeps 4); "
+                 "the best mean test accuracy over seeds is reported per (task, length, "
+                 "width, mixer), as zoology reports it (no separate validation split).")
     notes.append("The SV support is at least ceil(1/C) tokens per head by construction "
                  "(C = 1/16 here: >= 16), so the paper's 11–14 cannot be matched without a "
                  "larger C; the count reported is the memory of the last boundary over the "
@@ -364,7 +366,9 @@ def run(ctx: Context) -> ExperimentResult:
         f"Source: {what_src}. {len(records)} trained cells ({grid_text}); "
         f"{total / 60:.1f} min of training in all. Models: `CharLM` with the task's "
         "vocabulary, 2 pre-norm blocks, 2 heads, no positions for MQAR (rotary on the "
-        "softmax-type mixers for selective copy), the same for every mixer; AdamW, warmup + "
+        "softmax-type mixers for selective copy), the same for every mixer (zoology gives "
+        "recurrent mixers more layers; here DeltaNet and linear attention get 2 as well); "
+        "AdamW, warmup + "
         "cosine, loss and accuracy at the query positions only. Mixers: `hybrid_sv` (the "
         "paper's layer, 'support' policy), `sliding` with the window whose `state_floats` "
         "equal the hybrid's (budget + chunk tokens), DeltaNet, linear attention, and full "
