@@ -327,6 +327,11 @@ def run(ctx: Context) -> ExperimentResult:
                 f"… DeltaNet / linear attention at T = {T}", "chance",
                 " / ".join(f"{m} {v:.3f}" for m, v in fixed.items()) + f" (chance {ch:.3f})",
                 REPRODUCED if max(fixed.values()) <= 2 * ch else NOT_SHOWN))
+        notes.append("Selective copy needs the order of the data tokens. The hybrid's SV "
+                     "memory compares keys by content (rotary positions reach its local path "
+                     "only), so the order of a token outside the current chunk has to be "
+                     "written into its key by the layer below; a sliding window with rotary "
+                     "positions reads the order directly, for the tokens inside its window.")
     else:
         claims.append(Claim("Trained selective copy: SV recall, support size, DeltaNet and "
                             "linear at chance", "≈ 0.99 / 11–14 / chance",
@@ -345,6 +350,10 @@ def run(ctx: Context) -> ExperimentResult:
                     _fmt(m["hybrid_minus_sliding"]).replace("(", "(paired, ")]
                    for m in margins]
     margin_table = markdown_table(["task", "T", "d", "hybrid − sliding accuracy"], margin_rows)
+    if any(c.verdict == NOT_SHOWN for c in claims):
+        notes.append("**not shown**: the cells run so far do not meet the bar (for a margin: "
+                     "its 95 % interval over seeds does not exclude zero); with a partial, "
+                     "short-trained grid this neither confirms nor refutes the claim.")
     bar = claims[0]
     if bar.verdict != REPRODUCED and mq:
         notes.append("The MQAR bar is not met: " + bar.ours + ". " + _diagnosis(cells, kept))
