@@ -95,8 +95,8 @@ SMALL_HYBRID = {"chunk": 16, "C": 1.0 / 16, "budget": 16}
 _SC = {"selective-copy": {"rope": True, "task_options": {"num_data": 8, "num_symbols": 8}}}
 
 #: The named grids. ``quick``: the test suite's end-to-end run (seconds). ``slice``:
-#: the first measured piece (MQAR, T = 64, d = 64); ``slice-copy``: its selective-copy
-#: counterpart (T = 64, 128). ``full``: the issue's grid.
+#: the first measured piece (MQAR, T = 64, d = 64); ``slice-128``: MQAR at T = 128, one
+#: learning rate; ``slice-copy``: selective copy (T = 64, 128). ``full``: the issue's grid.
 GRIDS: dict[str, RecallGrid] = {
     "quick": RecallGrid(
         "quick", tasks=("mqar", "selective-copy"), lengths=(32,), lrs=(3e-3,), seeds=(0, 1),
@@ -112,6 +112,12 @@ GRIDS: dict[str, RecallGrid] = {
                   hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
         note="first measured piece (CPU, 2 shared cores): MQAR T = 64 (4 pairs), d = 64, "
              "vocabulary 128, 500 steps; far from converged"),
+    "slice-128": RecallGrid(
+        "slice-128", tasks=("mqar",), lengths=(128,), lrs=(1e-3,), seeds=(0, 1, 2),
+        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
+                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        note="MQAR T = 128 (8 pairs) at one learning rate for every mixer (the slice's "
+             "lower one); far from converged"),
     "slice-copy": RecallGrid(
         "slice-copy", tasks=("selective-copy",), lengths=(64, 128), lrs=(3e-3,),
         seeds=(0, 1, 2),
