@@ -79,3 +79,12 @@ def test_a_margin_whose_interval_holds_zero_is_not_shown(tmp_path: Path):
 def test_without_results_every_claim_is_not_yet_run(tmp_path: Path):
     res = run(_ctx(tmp_path))
     assert {c.verdict for c in res.claims} == {"not yet run"}
+
+
+def test_a_margin_below_zero_is_not_reproduced(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.3, .32, .31))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.5, .5, .52))]
+    _write(tmp_path, recs)
+    res = run(_ctx(tmp_path))
+    assert res.claims[0].verdict == "not reproduced", res.claims[0]
+    assert any(n.startswith("The MQAR bar is not met") for n in res.notes)
