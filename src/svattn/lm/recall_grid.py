@@ -118,6 +118,11 @@ GRIDS: dict[str, RecallGrid] = {
                   hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
         note="MQAR T = 128 (8 pairs) at one learning rate for every mixer (the slice's "
              "lower one); far from converged"),
+    "slice-128-lr3e-3": RecallGrid(
+        "slice-128-lr3e-3", tasks=("mqar",), lengths=(128,), lrs=(3e-3,), seeds=(0, 1, 2),
+        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
+                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        note="slice-128's second learning rate (the collector picks the better per mixer)"),
     "slice-copy": RecallGrid(
         "slice-copy", tasks=("selective-copy",), lengths=(64, 128), lrs=(3e-3,),
         seeds=(0, 1, 2),
