@@ -115,6 +115,12 @@ CASES = [
      ["--record", "not the list of records"]),
     ("collect-not-a-run", ["collect", "{dir}", "--into", "{tmp}/lm.json"], 2,
      ["RUN_DIR", "no log.jsonl"]),
+    ("recall-unknown-grid", ["recall", "run", "--grid", "huge", "--out", "{tmp}/r"], 2,
+     ["--grid must be one of", "'huge'"]),
+    ("recall-only-unknown-field", ["recall", "run", "--grid", "quick", "--only", "colour=red",
+                                   "--out", "{tmp}/r"], 2, ["--only", "'colour'"]),
+    ("recall-collect-empty", ["recall", "collect", "--runs", "{dir}", "--into",
+                              "{tmp}/recall.json"], 2, ["runs:", "no finished cell"]),
 ]
 
 

@@ -575,6 +575,86 @@ def _collect_run(args: argparse.Namespace) -> int:
     return 0
 
 
+# --------------------------------------------------------------------- recall
+
+
+def _recall_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="recall_command", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="train a grid's unfinished cells (one JSON per cell)")
+    run.add_argument("--grid", default="slice", help="a name of svattn.lm.recall_grid.GRIDS "
+                     "(quick, slice, full); default slice")
+    run.add_argument("--out", type=Path, default=Path("runs/recall"), metavar="DIR",
+                     help="folder of the cell files (default runs/recall)")
+    run.add_argument("--only", default=None, metavar="FIELD=V[|V..],...",
+                     help="cells whose fields match, e.g. task=mqar,seq_len=64|128")
+    run.add_argument("--limit", type=_positive_int, default=None, metavar="N",
+                     help="train at most N cells now (a resumable piece)")
+    run.add_argument("--threads", type=_positive_int, default=1,
+                     help="torch CPU threads (default 1)")
+    col = sub.add_parser("collect", help="write the results file from the finished cells")
+    col.add_argument("--runs", type=Path, default=Path("runs/recall"), metavar="DIR")
+    col.add_argument("--into", type=Path, default=Path("results/recall.json"), metavar="FILE")
+    tim = sub.add_parser("time", help="seconds per training step of each mixer at a grid's sizes")
+    tim.add_argument("--grid", default="full")
+    tim.add_argument("--only", default=None, metavar="FIELD=V[|V..],...")
+    tim.add_argument("--steps", type=_positive_int, default=3)
+    tim.add_argument("--threads", type=_positive_int, default=1)
+    tim.add_argument("--into", type=Path, default=None, metavar="FILE",
+                     help="also write the timings as JSON")
+
+
+def _recall_run(args: argparse.Namespace) -> int:
+    import json
+
+    import torch
+
+    from svattn.experiments.runner import command_line
+    from svattn.lm.recall import step_seconds
+    from svattn.lm.recall_grid import (
+        GRIDS,
+        collect,
+        estimate_hours,
+        parse_only,
+        run_grid,
+        select,
+    )
+
+    command = command_line(args._argv)
+    if args.recall_command == "collect":
+        res = collect(args.runs, args.into, command=command)
+        print(f"collected {len(res['records'])} cells from {args.runs} into {args.into}")
+        return 0
+    if args.grid not in GRIDS:
+        raise ValueError(f"--grid must be one of {sorted(GRIDS)}, got {args.grid!r}")
+    torch.set_num_threads(args.threads)
+    grid, only = GRIDS[args.grid], parse_only(args.only)
+    if args.recall_command == "run":
+        written = run_grid(grid, args.out, only=only, limit=args.limit, command=command,
+                           log=lambda line: print(line, flush=True))
+        print(f"{len(written)} cells written to {args.out}")
+        return 0
+    seen, rows = set(), []
+    for run in select(grid.runs(), only):  # one timing per (task, length, width, mixer)
+        key = (run.task, run.seq_len, run.d_model, run.mixer)
+        if key in seen:
+            continue
+        seen.add(key)
+        sec = step_seconds(run, steps=args.steps)
+        rows.append({"task": run.task, "seq_len": run.seq_len, "d_model": run.d_model,
+                     "mixer": run.mixer, "batch_size": run.batch_size, "step_seconds": sec})
+        print(f"{run.task:15s} T={run.seq_len:5d} d={run.d_model:4d} {run.mixer:10s} "
+              f"{sec:8.3f} s/step", flush=True)
+    est = estimate_hours(grid, rows)
+    print(f"grid {args.grid}: about {est['total']:.1f} h on one core at these step times "
+          f"({est['missing']} cells without a timing)")
+    if args.into is not None:
+        args.into.parent.mkdir(parents=True, exist_ok=True)
+        args.into.write_text(json.dumps({"command": command, "grid": args.grid,
+                                         "threads": args.threads, "timings": rows,
+                                         "estimate_hours": est}, indent=1) + "\n")
+    return 0
+
+
 # ------------------------------------------------------------------- registry
 
 # Commands that run the exact core, whose numba kernels compile on their first call.
@@ -654,6 +734,13 @@ COMMANDS: list[Command] = [
         "results file",
         _collect_arguments,
         _collect_run,
+    ),
+    Command(
+        "recall",
+        "trained recall grids (MQAR, selective copy): run cells in resumable pieces, "
+        "collect results/recall.json, time the mixers",
+        _recall_arguments,
+        _recall_run,
     ),
 ]
 """Every subcommand, in the order ``svattn --help`` lists them."""

@@ -32,6 +32,7 @@ EXPERIMENTS: dict[str, str] = {
     "secret": "svattn.experiments.secret",
     "rare-recall": "svattn.experiments.rare_recall",
     "selective-copy": "svattn.experiments.selective_copy",
+    "recall": "svattn.experiments.recall",
     "icu": "svattn.experiments.icu",
     "patient-deletion": "svattn.experiments.patient_deletion",
     "fact-editing": "svattn.experiments.fact_editing",

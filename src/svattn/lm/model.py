@@ -207,14 +207,12 @@ class CharLM(nn.Module):
         """Number of parameters (the tied embedding counted once)."""
         return sum(p.numel() for p in self.parameters())
 
-    def forward(
-        self, idx: torch.Tensor, targets: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Logits ``[B, T, 256]`` for bytes ``idx`` ``[B, T]``; with ``targets`` also the
-        mean cross-entropy (nats)."""
+    def hidden(self, idx: torch.Tensor) -> torch.Tensor:
+        """Final hidden states ``[B, T, D]`` (after ``ln_f``, before the head) of tokens
+        ``idx`` ``[B, T]``: a task scored at a few positions applies ``lm_head`` there only."""
         if idx.dim() != 2:
             raise ValueError(f"idx must be [B, T], got shape {tuple(idx.shape)}")
-        B, T = idx.shape
+        T = idx.shape[1]
         if self.wpe is not None and T > self.cfg.block_size:
             raise ValueError(
                 f"sequence of {T} tokens is longer than block_size = {self.cfg.block_size}"
@@ -225,7 +223,15 @@ class CharLM(nn.Module):
         x = self.drop(x)
         for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, V)
+        return self.ln_f(x)  # (B, T, D)
+
+    def forward(
+        self, idx: torch.Tensor, targets: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Logits ``[B, T, 256]`` for bytes ``idx`` ``[B, T]``; with ``targets`` also the
+        mean cross-entropy (nats)."""
+        B, T = idx.shape if idx.dim() == 2 else (0, 0)
+        logits = self.lm_head(self.hidden(idx))  # (B, T, V)
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().reshape(B * T, -1), targets.reshape(B * T))

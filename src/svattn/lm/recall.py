@@ -1,0 +1,451 @@
+"""Trained recall: a small token model on a :mod:`svattn.tasks` task, scored at its queries.
+
+One run (:class:`RecallRun`) trains a :class:`~svattn.lm.model.CharLM` (token
+embedding → ``n_layer`` pre-norm blocks with the chosen mixer → tied head;
+the same model as the language model, with the task's vocabulary) on one
+task at one sequence length, and reports the accuracy at the scored
+positions of the test split (the queries of MQAR, the output slots of
+selective copy), as zoology does.
+
+* **Loss**: cross-entropy at the scored positions only; the head is applied
+  to those hidden states only (:meth:`CharLM.hidden`), so a large vocabulary
+  costs little.
+* **Optimiser**: AdamW (weight decay on matrices only), linear warmup
+  (``warmup_frac`` of the steps) then cosine decay to ``lr / 10``
+  (:func:`svattn.lm.train.lr_lambda`), gradient clipping at norm 1. Batches
+  are drawn from the training split by a generator seeded with the run's seed.
+* **Mixers and matched state**: ``hybrid_sv`` takes ``hybrid`` (defaults
+  :data:`RECALL_HYBRID`); ``sliding`` gets the window :func:`matched_window`
+  whose ``state_floats`` equal the hybrid's (``budget + L`` tokens for the
+  ``"support"`` policy); ``deltanet`` and ``linear`` their fixed state;
+  ``softmax`` keeps every token (the unmatched reference). Every run records
+  ``state_floats`` per layer with the one definition of
+  :mod:`svattn.mixers.base`.
+* **Inspection** (``hybrid_sv``): for a few test sequences, which positions
+  each layer's SV memory keeps (``alpha > 0``) at its last boundary, by role
+  (key, value, query, filler, data, marker), and the gate of every head
+  (:func:`inspect_memory`).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from svattn.lm.model import CharLM, CharLMConfig
+from svattn.lm.train import lr_lambda
+from svattn.mixers import MIXERS
+from svattn.nn import sv_attention_state
+from svattn.tasks import IGNORE, ROLES, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
+
+__all__ = [
+    "RECALL_HYBRID",
+    "ROPE_MIXERS",
+    "RecallRun",
+    "build_task",
+    "inspect_memory",
+    "matched_window",
+    "model_config",
+    "query_accuracy",
+    "kv_pairs_for",
+    "step_seconds",
+    "train_recall",
+]
+
+#: The hybrid's memory in the recall runs: chunks of 32, C = 1/16 (>= 16 tokens carry
+#: weight), at most 32 support tokens carried, the training solver of docs/design.md §5.
+RECALL_HYBRID: dict = {
+    "chunk": 32,
+    "C": 1.0 / 16,
+    "budget": 32,
+    "policy": "support",
+    "max_iter": 20,
+    "refine": 0,
+    "ridge_steps": 0,
+}
+
+#: Mixers that take rotary positions (``rope=True`` is passed to these only).
+ROPE_MIXERS = ("softmax", "sliding", "hybrid_sv")
+
+#: Vocabulary of the MQAR runs unless ``task_options`` sets one (zoology: 8192; smaller
+#: here so that CPU runs learn within a few hundred steps).
+MQAR_VOCAB = 512
+
+
+def kv_pairs_for(seq_len: int) -> int:
+    """MQAR key-value pairs at a length: ``max(4, T / 16)`` (4 at 64 … 64 at 1024).
+
+    Examples
+    --------
+    >>> [kv_pairs_for(t) for t in (64, 128, 256, 512, 1024)]
+    [4, 8, 16, 32, 64]
+    """
+    return max(4, seq_len // 16)
+
+
+@dataclass(frozen=True)
+class RecallRun:
+    """One cell of a recall grid: task, length, mixer, width, learning rate, seed.
+
+    ``task_options`` are fields of the task's config (e.g. ``num_kv_pairs``;
+    defaults: :func:`kv_pairs_for` pairs and a vocabulary of 512 for MQAR);
+    ``hybrid`` overrides :data:`RECALL_HYBRID`.
+    """
+
+    task: str = "mqar"
+    seq_len: int = 64
+    mixer: str = "hybrid_sv"
+    d_model: int = 64
+    lr: float = 1e-3
+    seed: int = 0
+    n_layer: int = 2
+    n_head: int = 2
+    steps: int = 400
+    batch_size: int = 32
+    num_train: int = 8000
+    num_test: int = 500
+    task_options: dict = field(default_factory=dict)
+    hybrid: dict = field(default_factory=dict)
+    rope: bool = False  # rotary positions in the mixers of ROPE_MIXERS
+    weight_decay: float = 0.1
+    warmup_frac: float = 0.1
+    inspect_sequences: int = 16  # test sequences the memory inspection reads
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"RecallRun.task must be one of {sorted(TASKS)}, got {self.task!r}")
+        if self.mixer not in MIXERS:
+            raise ValueError(f"RecallRun.mixer must be one of {sorted(MIXERS)}, got "
+                             f"{self.mixer!r}")
+        for name in ("seq_len", "d_model", "n_layer", "n_head", "steps", "batch_size",
+                     "num_train", "num_test"):
+            val = getattr(self, name)
+            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+                raise ValueError(f"RecallRun.{name} must be an int >= 1, got {val!r}")
+        if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"RecallRun.lr must be a finite number > 0, got {self.lr!r}")
+        unknown = set(self.hybrid) - set(RECALL_HYBRID) - {"lookback", "gate_init", "kernel",
+                                                           "gamma"}
+        if unknown:
+            raise ValueError(f"RecallRun.hybrid has unknown keys {sorted(unknown)}")
+
+    @property
+    def run_id(self) -> str:
+        """A file-name-safe id, unique within a grid.
+
+        Examples
+        --------
+        >>> RecallRun(seq_len=256, mixer="sliding", lr=3e-3, seed=2).run_id
+        'mqar-T256-sliding-d64-lr0.003-s2'
+        """
+        return (f"{self.task}-T{self.seq_len}-{self.mixer}-d{self.d_model}-lr{self.lr:g}"
+                f"-s{self.seed}")
+
+    def to_dict(self) -> dict:
+        """Plain-data form."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RecallRun:
+        """Inverse of :meth:`to_dict`; unknown keys are refused by name."""
+        unknown = set(d) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"RecallRun: unknown fields {sorted(unknown)}")
+        return cls(**d)
+
+    def hybrid_options(self) -> dict:
+        """:data:`RECALL_HYBRID` with this run's overrides."""
+        return {**RECALL_HYBRID, **self.hybrid}
+
+
+def build_task(run: RecallRun) -> MQARConfig | SelectiveCopyConfig:
+    """The task config of a run (its length, split sizes and ``task_options``)."""
+    opts = dict(run.task_options)
+    if run.task == "mqar":
+        opts.setdefault("num_kv_pairs", kv_pairs_for(run.seq_len))
+        opts.setdefault("vocab_size", MQAR_VOCAB)
+    return TASKS[run.task](seq_len=run.seq_len, num_train=run.num_train,
+                           num_test=run.num_test, **opts)
+
+
+def matched_window(hybrid_options: dict, d_model: int, n_heads: int, seq_len: int) -> int:
+    """The sliding window whose ``state_floats(seq_len)`` equals the hybrid's.
+
+    Both count keys and values, ``2·(tokens)·D`` floats per layer
+    (:mod:`svattn.mixers.base`), so the window is the hybrid's state in tokens:
+    ``budget + lookback + L`` for the ``"support"`` policy (at most ``T``).
+
+    Examples
+    --------
+    >>> matched_window({"chunk": 32, "C": 1 / 16, "budget": 32}, 64, 2, 1024)
+    64
+    >>> matched_window({"chunk": 32, "C": 1 / 16, "budget": 32}, 64, 2, 48)
+    48
+    """
+    hyb = MIXERS["hybrid_sv"](d_model, n_heads, **hybrid_options)
+    floats = hyb.state_floats(seq_len)
+    window, rest = divmod(floats, 2 * d_model)
+    if rest:  # pragma: no cover - the definitions changed
+        raise ValueError(f"hybrid state of {floats} floats is not a whole number of tokens")
+    if MIXERS["sliding"](d_model, n_heads, window=window).state_floats(seq_len) != floats:
+        raise ValueError("matched_window: the sliding window's state_floats differs")
+    return window
+
+
+def model_config(run: RecallRun, vocab_size: int) -> CharLMConfig:
+    """The :class:`CharLMConfig` of a run: its mixer with matched options."""
+    hyb = run.hybrid_options()
+    hyb["chunk"] = min(hyb["chunk"], run.seq_len)
+    if run.mixer == "hybrid_sv":
+        options = hyb
+    elif run.mixer == "sliding":  # only the matched baseline needs the hybrid's state
+        options = {"window": matched_window(hyb, run.d_model, run.n_head, run.seq_len)}
+    elif run.mixer in ("deltanet", "linear"):
+        options = {"chunk_size": 64}
+    else:
+        options = {}
+    return CharLMConfig(
+        vocab_size=vocab_size, block_size=run.seq_len, n_layer=run.n_layer, n_embd=run.d_model,
+        n_head=run.n_head, bias=False, rope=run.rope and run.mixer in ROPE_MIXERS,
+        mixer=run.mixer, mixer_options=options,
+    )  # fmt: skip
+
+
+def _scored(model: CharLM, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits at the scored positions ``[n, V]`` and their targets ``[n]``."""
+    h = model.hidden(x)  # (B, T, D)
+    mask = y != IGNORE
+    return model.lm_head(h[mask]), y[mask]
+
+
+@torch.no_grad()
+def query_accuracy(model: CharLM, inputs: torch.Tensor, targets: torch.Tensor,
+                   batch_size: int = 64) -> float:
+    """Fraction of scored positions (targets not :data:`IGNORE`) whose argmax is the target.
+
+    Examples
+    --------
+    >>> import torch
+    >>> from svattn.lm.model import CharLMConfig
+    >>> m = CharLM(CharLMConfig(vocab_size=8, block_size=4, n_layer=1, n_embd=8, n_head=1))
+    >>> y = torch.full((2, 4), IGNORE); y[:, -1] = 3
+    >>> 0.0 <= query_accuracy(m, torch.zeros(2, 4, dtype=torch.long), y) <= 1.0
+    True
+    """
+    was = model.training
+    model.eval()
+    correct = total = 0
+    for i in range(0, len(inputs), batch_size):
+        logits, tgt = _scored(model, inputs[i : i + batch_size], targets[i : i + batch_size])
+        correct += int((logits.argmax(-1) == tgt).sum())
+        total += int(tgt.numel())
+    model.train(was)
+    if total == 0:
+        raise ValueError("query_accuracy: no scored position (every target is IGNORE)")
+    return correct / total
+
+
+def _optimizer(model: nn.Module, run: RecallRun) -> torch.optim.AdamW:
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": run.weight_decay},
+                              {"params": rest, "weight_decay": 0.0}], lr=run.lr,
+                             betas=(0.9, 0.99))
+
+
+def _hybrid_layers(model: CharLM) -> list[nn.Module]:
+    return [b.mix for b in model.blocks if isinstance(b.mix, MIXERS["hybrid_sv"])]
+
+
+@torch.no_grad()
+def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> list[dict]:
+    """What each hybrid layer's SV memory keeps, by role of the kept positions.
+
+    For each layer the mixer's input is captured (a forward hook), projected
+    with the layer's own ``qkv``, and the memory of the **last boundary** is
+    solved over every earlier position with the layer's ``C``, kernel and
+    solver: the ``"full"`` policy's memory, which the ``"support"`` policy
+    equals as long as it cut nothing (``truncated`` counts its cuts in the
+    same forward pass, as the mixer reports them).
+
+    Returns
+    -------
+    list of dict, one per hybrid layer
+        ``support_per_head`` (mean tokens with ``alpha > 0`` per head over the
+        sequences), ``kept_by_role`` (mean kept tokens of each role, summed
+        over heads, per sequence), ``share_by_role`` (fraction of kept tokens
+        of each role), ``prefix_by_role`` (tokens of each role in the prefix),
+        ``example_roles`` and ``example_kept`` (the first sequence: the role of
+        each prefix position, and per head whether the memory keeps it),
+        ``alpha_by_role`` (alpha mass of each role, per head), ``gate``
+        (``sigmoid(w_h)`` per head), ``kept_max`` and ``truncated`` (from the
+        mixer's own pass).
+    """
+    layers = _hybrid_layers(model)
+    if not layers:
+        return []
+    seen: dict[int, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[0]))
+             for i, m in enumerate(layers)]
+    was = model.training
+    model.eval()
+    try:
+        model.hidden(inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+        model.train(was)
+    T = inputs.shape[1]
+    out = []
+    for i, mix in enumerate(layers):
+        L = mix.chunk
+        start = ((T - 1) // L) * L  # the last chunk's first position
+        rec = {"layer": i, "gate": torch.sigmoid(mix.gate).tolist(), "kept_max": mix.kept_,
+               "truncated": mix.truncated_, "boundary": start}
+        if start == 0:
+            out.append({**rec, "support_per_head": [0.0] * mix.n_heads})
+            continue
+        q, k, v = mix.qkv_heads(seen[i].float())  # (B, H, T, Dh)
+        _, alpha, part, _ = sv_attention_state(
+            q[:, :, start:], k[:, :, :start], v[:, :, :start], C=mix.C, kernel=mix.kernel,
+            gamma=mix.gamma, solver=mix.solver,
+        )  # fmt: skip
+        kept = part.kept()  # (B, H, start)
+        prefix_roles = roles[:, :start].long()  # (B, start)
+        by_role, share, mass, present = {}, {}, {}, {}
+        total = kept.sum().item()
+        for name, code in ROLES.items():
+            is_role = (prefix_roles == code)[:, None, :]  # (B, 1, start)
+            n_role = int(is_role.sum())
+            if n_role == 0:
+                continue
+            present[name] = n_role / len(inputs)
+            k_role = (kept & is_role).sum().item()
+            by_role[name] = k_role / len(inputs)
+            share[name] = k_role / total if total else 0.0
+            mass[name] = (alpha * is_role).sum((0, 2)).div(len(inputs)).tolist()
+        out.append({**rec, "support_per_head": kept.sum(-1).float().mean(0).tolist(),
+                    "kept_by_role": by_role, "share_by_role": share,
+                    "prefix_by_role": present, "alpha_by_role": mass,
+                    # the first sequence position by position, for a picture of the memory
+                    "example_roles": prefix_roles[0].tolist(),
+                    "example_kept": kept[0].int().tolist()})  # (H, start)
+    return out
+
+
+def _state_floats(model: CharLM, seq_len: int) -> int:
+    return int(model.blocks[0].mix.state_floats(seq_len))
+
+
+def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) -> dict:
+    """Train one run and evaluate it; the record a grid cell writes.
+
+    Parameters
+    ----------
+    run : RecallRun
+    data : RecallData, optional
+        The task's splits (default ``build_task(run).build(run.seed)``).
+    log : callable, optional
+        ``log(str)`` for progress lines.
+
+    Returns
+    -------
+    dict
+        ``id``, ``run`` (the config), ``task`` (the task config), ``model`` (the
+        model config), ``params``, ``state_floats`` (per layer), ``window``
+        (sliding only), ``accuracy`` (test), ``train_accuracy`` (on as many
+        training sequences), ``final_loss``, ``loss_curve`` (``[step, loss]``
+        pairs), ``step_seconds`` (median), ``train_seconds``, ``memory``
+        (:func:`inspect_memory`; empty unless ``hybrid_sv``), ``torch`` (version).
+    """
+    task = build_task(run)
+    data = task.build(run.seed) if data is None else data
+    mcfg = model_config(run, data.vocab_size)
+    torch.manual_seed(run.seed)
+    model = CharLM(mcfg)
+    opt = _optimizer(model, run)
+    warmup = max(1, int(run.warmup_frac * run.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_lambda(s, warmup=warmup, total=run.steps, lr=run.lr,
+                                 min_lr=run.lr / 10))
+    gen = torch.Generator().manual_seed(run.seed)
+    n = len(data.train_inputs)
+    order, pos = torch.randperm(n, generator=gen), 0
+    curve, times = [], []
+    every = max(1, run.steps // 20)
+    model.train()
+    loss_val = float("nan")
+    for step in range(run.steps):
+        if pos + run.batch_size > n:  # a new epoch
+            order, pos = torch.randperm(n, generator=gen), 0
+        idx = order[pos : pos + run.batch_size]
+        pos += run.batch_size
+        t0 = time.perf_counter()
+        logits, tgt = _scored(model, data.train_inputs[idx], data.train_targets[idx])
+        loss = F.cross_entropy(logits.float(), tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        times.append(time.perf_counter() - t0)
+        loss_val = float(loss.detach())
+        if not math.isfinite(loss_val):
+            raise FloatingPointError(f"{run.run_id}: loss is {loss_val} at step {step}")
+        if (step + 1) % every == 0 or step + 1 == run.steps:
+            curve.append([step + 1, loss_val])
+            if log is not None:
+                log(f"{run.run_id}: step {step + 1}/{run.steps} loss {loss_val:.3f}")
+    acc = query_accuracy(model, data.test_inputs, data.test_targets)
+    m = min(n, len(data.test_inputs))
+    train_acc = query_accuracy(model, data.train_inputs[:m], data.train_targets[:m])
+    k = min(run.inspect_sequences, len(data.test_inputs))
+    memory = inspect_memory(model, data.test_inputs[:k], data.test_roles[:k])
+    return {
+        "id": run.run_id,
+        "run": run.to_dict(),
+        "task": task.to_dict(),
+        "model": mcfg.to_dict(),
+        "params": model.num_params(),
+        "state_floats": _state_floats(model, run.seq_len),
+        "window": mcfg.mixer_options.get("window"),
+        "accuracy": acc,
+        "train_accuracy": train_acc,
+        "final_loss": loss_val,
+        "loss_curve": curve,
+        "step_seconds": float(np.median(times)),
+        "train_seconds": float(np.sum(times)),
+        "memory": memory,
+        "torch": torch.__version__,
+    }
+
+
+def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
+    """Median seconds of one training step of ``run``'s model (forward, backward, AdamW).
+
+    Times ``steps`` steps after ``warm`` untimed ones on one batch of the task.
+    """
+    task = build_task(run)
+    rows = max(run.batch_size, 1)
+    data = TASKS[run.task](**{**task.to_dict(), "num_train": rows, "num_test": 1}).build(0)
+    torch.manual_seed(run.seed)
+    model = CharLM(model_config(run, data.vocab_size))
+    opt = _optimizer(model, run)
+    x, y = data.train_inputs[: run.batch_size], data.train_targets[: run.batch_size]
+    times = []
+    for i in range(warm + steps):
+        t0 = time.perf_counter()
+        logits, tgt = _scored(model, x, y)
+        loss = F.cross_entropy(logits.float(), tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if i >= warm:
+            times.append(time.perf_counter() - t0)
+    return float(np.median(times))

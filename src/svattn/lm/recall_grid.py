@@ -1,0 +1,415 @@
+"""Recall grids in resumable pieces, and the collector of their runs.
+
+A grid (:class:`RecallGrid`) is the product task × length × mixer × width ×
+learning rate × seed of :class:`~svattn.lm.recall.RecallRun` cells over a
+shared base. :func:`run_grid` trains the cells one by one and writes one JSON
+per finished cell, ``OUT/<run id>.json`` (atomically: a cell interrupted
+midway leaves nothing, and is trained again next time); cells whose file
+exists are skipped, so a grid runs in as many pieces as the budget allows
+(``--only``, ``--limit``). :func:`collect` reads whatever cells exist and
+writes one results file (``results/recall.json``): every record, the command
+and the grid, and per (task, length, mixer, width) the learning rate with the
+best mean test accuracy over seeds (zoology's sweep) with a 95 % t-interval
+over seeds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+from svattn.lm.recall import RecallRun, train_recall
+
+__all__ = ["GRIDS", "RecallGrid", "collect", "estimate_hours", "mean_interval", "parse_only",
+           "run_grid", "select", "summarize"]
+
+MIXER_ORDER = ("hybrid_sv", "sliding", "deltanet", "linear", "softmax")
+
+
+@dataclass(frozen=True)
+class RecallGrid:
+    """A product of recall cells over a shared base.
+
+    Attributes
+    ----------
+    name : str
+    tasks, lengths, mixers, d_models, lrs, seeds : tuple
+        The axes.
+    base : dict
+        Other :class:`RecallRun` fields, shared by every cell (steps, batch, data sizes,
+        hybrid options, ...).
+    per_task : dict
+        Overrides of ``base`` per task (e.g. ``{"selective-copy": {"rope": True}}``).
+    note : str
+        What the grid is for.
+    """
+
+    name: str
+    tasks: tuple[str, ...] = ("mqar",)
+    lengths: tuple[int, ...] = (64,)
+    mixers: tuple[str, ...] = MIXER_ORDER
+    d_models: tuple[int, ...] = (64,)
+    lrs: tuple[float, ...] = (1e-3,)
+    seeds: tuple[int, ...] = (0,)
+    base: dict = field(default_factory=dict)
+    per_task: dict = field(default_factory=dict)
+    note: str = ""
+
+    def runs(self) -> list[RecallRun]:
+        """Every cell, in axis order (task, length, width, mixer, lr, seed).
+
+        Examples
+        --------
+        >>> g = RecallGrid("t", lengths=(64, 128), mixers=("sliding",), seeds=(0, 1))
+        >>> [r.run_id for r in g.runs()][:2]
+        ['mqar-T64-sliding-d64-lr0.001-s0', 'mqar-T64-sliding-d64-lr0.001-s1']
+        >>> len(g.runs())
+        4
+        """
+        out = []
+        for task, T, d, mixer, lr, seed in itertools.product(
+                self.tasks, self.lengths, self.d_models, self.mixers, self.lrs, self.seeds):
+            base = {**self.base, **self.per_task.get(task, {})}
+            out.append(RecallRun(task=task, seq_len=T, mixer=mixer, d_model=d, lr=lr,
+                                 seed=seed, **base))
+        return out
+
+    def to_dict(self) -> dict:
+        """Plain-data form (recorded in the results file)."""
+        return asdict(self)
+
+
+# The hybrid of the small grids: chunks of 16, C = 1/16, 16 carried support tokens, so
+# the matched window (32 tokens) is shorter than every sequence of the grid.
+SMALL_HYBRID = {"chunk": 16, "C": 1.0 / 16, "budget": 16}
+_SC = {"selective-copy": {"rope": True, "task_options": {"num_data": 8, "num_symbols": 8}}}
+
+#: The named grids. ``quick``: the test suite's end-to-end run (seconds). ``slice``:
+#: the first measured piece (MQAR, T = 64, d = 64); ``slice-128``: MQAR at T = 128, one
+#: learning rate; ``slice-copy``: selective copy (T = 64, 128). ``full``: the issue's grid.
+GRIDS: dict[str, RecallGrid] = {
+    "quick": RecallGrid(
+        "quick", tasks=("mqar", "selective-copy"), lengths=(32,), lrs=(3e-3,), seeds=(0, 1),
+        base=dict(steps=6, batch_size=8, num_train=64, num_test=16, inspect_sequences=4,
+                  hybrid={"chunk": 8, "C": 1.0 / 8, "budget": 8},
+                  task_options={"vocab_size": 64}),
+        per_task={"selective-copy": {"rope": True, "task_options": {"num_data": 4,
+                                                                    "num_symbols": 4}}},
+        note="end-to-end check of the machinery; the models do not learn in 6 steps"),
+    "slice": RecallGrid(
+        "slice", tasks=("mqar",), lengths=(64,), lrs=(1e-3, 3e-3), seeds=(0, 1, 2),
+        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
+                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        note="first measured piece (CPU, 2 shared cores): MQAR T = 64 (4 pairs), d = 64, "
+             "vocabulary 128, 500 steps; far from converged"),
+    "slice-128": RecallGrid(
+        "slice-128", tasks=("mqar",), lengths=(128,), lrs=(1e-3,), seeds=(0, 1, 2),
+        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
+                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        note="MQAR T = 128 (8 pairs) at one learning rate for every mixer (the slice's "
+             "lower one); far from converged"),
+    "slice-128-lr3e-3": RecallGrid(
+        "slice-128-lr3e-3", tasks=("mqar",), lengths=(128,), lrs=(3e-3,), seeds=(0, 1, 2),
+        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
+                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        note="slice-128's second learning rate (the collector picks the better per mixer)"),
+    "slice-copy": RecallGrid(
+        "slice-copy", tasks=("selective-copy",), lengths=(64, 128), lrs=(3e-3,),
+        seeds=(0, 1, 2),
+        base=dict(steps=400, batch_size=32, num_train=12800, num_test=500,
+                  hybrid=SMALL_HYBRID),
+        per_task=_SC,
+        note="first trained selective-copy piece: 8 data tokens of 8 symbols, rotary "
+             "positions, one learning rate; far from converged"),
+    "full": RecallGrid(
+        "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
+        d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
+        base=dict(steps=2000, batch_size=32, num_train=64000, num_test=1000,
+                  hybrid=SMALL_HYBRID),
+        per_task={"mqar": {"task_options": {"vocab_size": 256}}, **_SC},
+        note="the issue's grid: zoology's 4 learning rates, 3 seeds"),
+}
+
+
+def parse_only(text: str | None) -> dict[str, set[str]]:
+    """``"task=mqar,seq_len=64|128"`` → ``{"task": {"mqar"}, "seq_len": {"64", "128"}}``.
+
+    Examples
+    --------
+    >>> {k: sorted(v) for k, v in parse_only("mixer=sliding|softmax,seed=0").items()}
+    {'mixer': ['sliding', 'softmax'], 'seed': ['0']}
+    """
+    if not text:
+        return {}
+    out: dict[str, set[str]] = {}
+    known = set(RecallRun.__dataclass_fields__)
+    for part in text.split(","):
+        if "=" not in part:
+            raise ValueError(f"--only: expected FIELD=VALUE[|VALUE...], got {part!r}")
+        key, vals = part.split("=", 1)
+        if key not in known:
+            raise ValueError(f"--only: {key!r} is not a RecallRun field ({sorted(known)})")
+        out[key] = set(vals.split("|"))
+    return out
+
+
+def select(runs: Iterable[RecallRun], only: dict[str, set[str]] | None) -> list[RecallRun]:
+    """The runs whose fields match ``only`` (:func:`parse_only`; floats as ``%g``).
+
+    Examples
+    --------
+    >>> g = GRIDS["slice"]
+    >>> len(select(g.runs(), parse_only("mixer=sliding,lr=0.003")))
+    3
+    """
+    def ok(run: RecallRun) -> bool:
+        d = run.to_dict()
+        return all((f"{d[k]:g}" if isinstance(d[k], float) else str(d[k])) in v
+                   for k, v in (only or {}).items())
+
+    return [r for r in runs if ok(r)]
+
+
+def run_grid(
+    grid: RecallGrid,
+    out: str | os.PathLike,
+    *,
+    only: dict[str, set[str]] | None = None,
+    limit: int | None = None,
+    command: str | None = None,
+    log: Callable[[str], None] | None = None,
+) -> list[Path]:
+    """Train the grid's unfinished cells; one ``OUT/<id>.json`` per finished cell.
+
+    Parameters
+    ----------
+    grid : RecallGrid
+    out : path
+        Folder of the cell files (created).
+    only : dict, optional
+        Keep cells whose fields match (:func:`parse_only`).
+    limit : int, optional
+        Train at most this many cells in this call (a piece of the grid).
+    command : str, optional
+        Recorded in each cell file.
+    log : callable, optional
+        Progress lines.
+
+    Returns
+    -------
+    list of Path
+        The files written by this call (finished cells skipped).
+    """
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    todo = select(grid.runs(), only)
+    written: list[Path] = []
+    for run in todo:
+        if limit is not None and len(written) >= limit:
+            break
+        path = out / f"{run.run_id}.json"
+        if path.exists():
+            continue
+        if log is not None:
+            log(f"[recall] {run.run_id} ...")
+        start = time.perf_counter()
+        rec = train_recall(run)
+        rec.update(grid=grid.name, command=command, wall_seconds=time.perf_counter() - start,
+                   machine=platform.machine(), threads=_threads())
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
+        os.replace(tmp, path)  # a cell is finished only once its file is complete
+        written.append(path)
+        if log is not None:
+            log(f"[recall] {run.run_id}: accuracy {rec['accuracy']:.3f} "
+                f"({rec['wall_seconds']:.0f} s)")
+    return written
+
+
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def mean_interval(values: Sequence[float], level: float = 0.95) -> dict:
+    """Mean and t-interval over seeds: ``{"mean", "ci95": [lo, hi] or None, "n", "values"}``.
+
+    Examples
+    --------
+    >>> d = mean_interval([0.5, 0.7, 0.6])
+    >>> round(d["mean"], 3), [round(x, 3) for x in d["ci95"]]
+    (0.6, [0.352, 0.848])
+    >>> mean_interval([0.4])["ci95"] is None
+    True
+    """
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("mean_interval: no values")
+    mean = float(x.mean())
+    if x.size < 2:
+        return {"mean": mean, "ci95": None, "n": 1, "values": x.tolist()}
+    half = float(stats.t.ppf(0.5 + level / 2, x.size - 1) * x.std(ddof=1) / math.sqrt(x.size))
+    return {"mean": mean, "ci95": [mean - half, mean + half], "n": int(x.size),
+            "values": x.tolist()}
+
+
+def summarize(records: Iterable[dict]) -> dict:
+    """Per cell (task, length, width, mixer): the best learning rate and its seeds.
+
+    Returns
+    -------
+    dict
+        ``cells``: list of ``{task, seq_len, d_model, mixer, best_lr, accuracy
+        (mean_interval over seeds at best_lr), by_lr ({lr: mean accuracy}),
+        state_floats, window, support_per_head (hybrid: mean over seeds and
+        layers of the full-prefix memory's kept tokens per head), kept_max (hybrid:
+        the most tokens a boundary memory of the support policy held, mean over
+        seeds and layers), seeds}``;
+        ``margins``: per (task, length, width) with both, hybrid − sliding at
+        each one's best learning rate, paired by seed (mean_interval of the
+        differences).
+    """
+    groups: dict[tuple, list[dict]] = {}
+    for rec in records:
+        r = rec["run"]
+        groups.setdefault((r["task"], r["seq_len"], r["d_model"], r["mixer"]), []).append(rec)
+    cells = []
+    for (task, T, d, mixer), recs in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], kv[0][2], _mixer_rank(kv[0][3]))):
+        by_lr: dict[float, list[dict]] = {}
+        for rec in recs:
+            by_lr.setdefault(rec["run"]["lr"], []).append(rec)
+        means = {lr: float(np.mean([x["accuracy"] for x in rs])) for lr, rs in by_lr.items()}
+        best = max(sorted(means), key=lambda lr: means[lr])
+        chosen = sorted(by_lr[best], key=lambda x: x["run"]["seed"])
+        support = [np.mean(layer["support_per_head"]) for x in chosen for layer in x["memory"]
+                   if "support_per_head" in layer]
+        kept = [layer["kept_max"] for x in chosen for layer in x["memory"]]
+        cells.append({
+            "task": task, "seq_len": T, "d_model": d, "mixer": mixer, "best_lr": best,
+            "accuracy": mean_interval([x["accuracy"] for x in chosen]),
+            "by_lr": {f"{lr:g}": m for lr, m in sorted(means.items())},
+            "state_floats": chosen[0]["state_floats"], "window": chosen[0]["window"],
+            "support_per_head": float(np.mean(support)) if support else None,
+            "kept_max": float(np.mean(kept)) if kept else None,
+            "seeds": [x["run"]["seed"] for x in chosen],
+            "step_seconds": float(np.median([x["step_seconds"] for x in chosen])),
+        })
+    margins = []
+    index = {(c["task"], c["seq_len"], c["d_model"], c["mixer"]): c for c in cells}
+    for (task, T, d, mixer), c in index.items():
+        other = index.get((task, T, d, "sliding"))
+        if mixer != "hybrid_sv" or other is None:
+            continue
+        a = dict(zip(c["seeds"], c["accuracy"]["values"], strict=True))
+        b = dict(zip(other["seeds"], other["accuracy"]["values"], strict=True))
+        common = sorted(set(a) & set(b))
+        if common:
+            margins.append({"task": task, "seq_len": T, "d_model": d, "seeds": common,
+                            "hybrid_minus_sliding": mean_interval([a[s] - b[s] for s in common])})
+    return {"cells": cells, "margins": margins}
+
+
+def _mixer_rank(mixer: str) -> int:
+    return MIXER_ORDER.index(mixer) if mixer in MIXER_ORDER else len(MIXER_ORDER)
+
+
+def collect(runs: str | os.PathLike, into: str | os.PathLike | None = None, *,
+            command: str | None = None) -> dict:
+    """Read every finished cell under ``runs`` and (with ``into``) write the results file.
+
+    Returns
+    -------
+    dict
+        ``{"command", "collected_from", "grids" (the grid configs met), "records"
+        (sorted by id, loss curves kept), "summary" (:func:`summarize`),
+        "train_seconds" (total of the cells' wall time)}``.
+
+    Raises
+    ------
+    FileNotFoundError
+        If ``runs`` is not a folder.
+    ValueError
+        If it holds no finished cell.
+    """
+    runs = Path(runs)
+    if not runs.is_dir():
+        raise FileNotFoundError(f"runs: no such folder: {runs}")
+    records = [json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))]
+    if not records:
+        raise ValueError(f"runs: {runs} holds no finished cell (<run id>.json)")
+    records.sort(key=lambda r: r["id"])
+    names = sorted({r.get("grid") for r in records if r.get("grid")})
+    result = {
+        "command": command,
+        "collected_from": str(runs),
+        "grids": {n: GRIDS[n].to_dict() for n in names if n in GRIDS},
+        "cells_per_grid": {n: sum(r.get("grid") == n for r in records) for n in names},
+        "cells_in_grid": {n: len(GRIDS[n].runs()) for n in names if n in GRIDS},
+        "train_seconds": float(sum(r.get("wall_seconds", 0.0) for r in records)),
+        "summary": summarize(records),
+        "records": records,
+    }
+    if into is not None:
+        into = Path(into)
+        into.parent.mkdir(parents=True, exist_ok=True)
+        tmp = into.with_suffix(".tmp")
+        tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
+        os.replace(tmp, into)
+    return result
+
+
+def with_base(grid: RecallGrid, **base) -> RecallGrid:
+    """``grid`` with fields of its base replaced (e.g. fewer steps for a timing run)."""
+    return replace(grid, base={**grid.base, **base})
+
+
+def estimate_hours(grid: RecallGrid, timings: Iterable[dict]) -> dict:
+    """Training hours of ``grid`` on one core from measured ``step_seconds``.
+
+    ``timings`` are rows ``{task, seq_len, d_model, mixer, step_seconds}`` (``svattn
+    recall time``); a cell without a timing of its task falls back to the same
+    (length, width, mixer) of another task (the step cost hardly depends on the task).
+
+    Returns
+    -------
+    dict
+        ``total`` hours, ``by_mixer`` and ``by_length`` hours, ``missing`` cells.
+
+    Examples
+    --------
+    >>> g = RecallGrid("t", lengths=(64,), mixers=("sliding",), seeds=(0, 1),
+    ...                base={"steps": 1800})
+    >>> estimate_hours(g, [{"task": "mqar", "seq_len": 64, "d_model": 64,
+    ...                     "mixer": "sliding", "step_seconds": 1.0}])["total"]
+    1.0
+    """
+    exact, loose = {}, {}
+    for t in timings:
+        exact[(t["task"], t["seq_len"], t["d_model"], t["mixer"])] = t["step_seconds"]
+        loose[(t["seq_len"], t["d_model"], t["mixer"])] = t["step_seconds"]
+    total, missing = 0.0, 0
+    by_mixer: dict[str, float] = {}
+    by_length: dict[str, float] = {}
+    for run in grid.runs():
+        sec = exact.get((run.task, run.seq_len, run.d_model, run.mixer),
+                        loose.get((run.seq_len, run.d_model, run.mixer)))
+        if sec is None:
+            missing += 1
+            continue
+        h = sec * run.steps / 3600
+        total += h
+        by_mixer[run.mixer] = by_mixer.get(run.mixer, 0.0) + h
+        by_length[str(run.seq_len)] = by_length.get(str(run.seq_len), 0.0) + h
+    return {"total": total, "by_mixer": by_mixer, "by_length": by_length, "missing": missing}

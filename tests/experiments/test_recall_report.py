@@ -1,0 +1,90 @@
+"""``reproduce recall`` verdicts from a collected results file (no training here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from svattn.experiments._common import Context
+from svattn.experiments.recall import NOT_SHOWN, run
+from svattn.lm.recall_grid import summarize
+
+MQAR = {"vocab_size": 128, "num_kv_pairs": 4, "seq_len": 64}
+COPY = {"num_symbols": 8, "num_data": 8, "seq_len": 64}
+
+
+def _rec(task, mixer, seed, acc, memory=()):
+    return {"id": f"{task}-{mixer}-{seed}", "accuracy": acc, "state_floats": 2048,
+            "window": 32 if mixer == "sliding" else None, "step_seconds": 0.1,
+            "memory": list(memory), "wall_seconds": 2.0, "grid": "slice",
+            "task": MQAR if task == "mqar" else COPY,
+            "run": {"task": task, "seq_len": 64, "d_model": 64, "mixer": mixer, "lr": 3e-3,
+                    "seed": seed}}
+
+
+def _memory(kv_share):
+    roles = [1, 2] * 4 + [0] * 40
+    return [{"layer": 0, "gate": [0.6, 0.4], "kept_max": 32, "truncated": 0, "boundary": 48,
+             "support_per_head": [12.0, 14.0],
+             "kept_by_role": {"filler": 10.0, "key": 8.0, "value": 8.0},
+             "share_by_role": {"filler": 1 - kv_share, "key": kv_share / 2,
+                               "value": kv_share / 2},
+             "prefix_by_role": {"filler": 40.0, "key": 4.0, "value": 4.0},
+             "example_roles": roles, "example_kept": [[1] * 8 + [0] * 40] * 2}]
+
+
+def _write(root: Path, records: list[dict]) -> None:
+    (root / "results").mkdir(parents=True)
+    res = {"command": "svattn recall collect", "cells_per_grid": {"slice": len(records)},
+           "cells_in_grid": {"slice": 30}, "train_seconds": 60.0,
+           "summary": summarize(records), "records": records}
+    (root / "results" / "recall.json").write_text(json.dumps(res))
+
+
+def _ctx(root: Path) -> Context:
+    out = root / "out"
+    out.mkdir()
+    return Context(out=out, quick=False, seed=0, data_dir=None, command="svattn reproduce",
+                   repo_root=root)
+
+
+def test_verdicts_follow_the_numbers(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.8)) for s, a in enumerate((.9, .92, .88))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.5, .55, .52))]
+    recs += [_rec("selective-copy", "hybrid_sv", s, .99, _memory(0.9)) for s in range(3)]
+    recs += [_rec("selective-copy", m, s, .125) for m in ("deltanet", "linear")
+             for s in range(3)]
+    _write(tmp_path, recs)
+    res = run(_ctx(tmp_path))
+    verdicts = [c.verdict for c in res.claims]
+    assert verdicts[0] == "reproduced", res.claims[0]
+    assert "+0.377" in res.claims[0].ours  # mean of the paired differences
+    assert verdicts[1] == "reproduced" and verdicts[3] == "reproduced"
+    assert res.claims[2].ours == "13.0"  # support per head, mean over heads and seeds
+    assert "recall_memory.png" in res.figures
+    assert any("Partial grid" in n for n in res.notes)
+
+
+def test_a_margin_whose_interval_holds_zero_is_not_shown(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.5, .6, .4))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.55, .5, .5))]
+    _write(tmp_path, recs)
+    res = run(_ctx(tmp_path))
+    assert res.claims[0].verdict == NOT_SHOWN
+    assert res.claims[1].verdict == "not yet run"  # no selective-copy cell
+    diag = next(n for n in res.notes if n.startswith("The MQAR bar is not met"))
+    assert "not selected above their share" in diag and "gate 0.60 / 0.40" in diag
+
+
+def test_without_results_every_claim_is_not_yet_run(tmp_path: Path):
+    res = run(_ctx(tmp_path))
+    assert {c.verdict for c in res.claims} == {"not yet run"}
+
+
+def test_a_margin_below_zero_is_not_reproduced(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.3, .32, .31))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.5, .5, .52))]
+    _write(tmp_path, recs)
+    res = run(_ctx(tmp_path))
+    assert res.claims[0].verdict == "not reproduced", res.claims[0]
+    assert any(n.startswith("The MQAR bar is not met") for n in res.notes)

@@ -1,0 +1,209 @@
+"""Trained recall: matched state, scored-position accuracy, training, inspection, grids."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from svattn.cli import main
+from svattn.lm.recall import (
+    RecallRun,
+    build_task,
+    inspect_memory,
+    matched_window,
+    model_config,
+    query_accuracy,
+    train_recall,
+)
+from svattn.lm.recall_grid import GRIDS, RecallGrid, collect, parse_only, run_grid, summarize
+from svattn.mixers import MIXERS
+from svattn.tasks import IGNORE, MQARConfig
+
+HYB = {"chunk": 8, "C": 1.0 / 8, "budget": 8}
+
+
+def _tiny(**kw) -> RecallRun:
+    base = dict(seq_len=32, d_model=16, steps=3, batch_size=4, num_train=16, num_test=8,
+                hybrid=HYB, task_options={"vocab_size": 32}, inspect_sequences=4)
+    return RecallRun(**{**base, **kw})
+
+
+def test_matched_window_has_the_hybrids_state_floats():
+    for T in (48, 256, 1024):
+        w = matched_window({"chunk": 16, "C": 1 / 16, "budget": 16}, 64, 2, T)
+        hyb = MIXERS["hybrid_sv"](64, 2, chunk=16, C=1 / 16, budget=16)
+        sliding = MIXERS["sliding"](64, 2, window=w)
+        assert sliding.state_floats(T) == hyb.state_floats(T)
+        assert w == min(T, 32)  # budget + chunk tokens
+
+
+@pytest.mark.parametrize("mixer", sorted(MIXERS))
+def test_model_config_states_follow_the_one_definition(mixer):
+    run = _tiny(mixer=mixer, seq_len=64)
+    cfg = model_config(run, 32)
+    mix = MIXERS[mixer](16, 2, **cfg.mixer_options)
+    want = {"softmax": 2 * 64 * 16, "sliding": 2 * 16 * 16, "hybrid_sv": 2 * 16 * 16,
+            "deltanet": 2 * 8 * 8, "linear": 2 * 8 * 9}[mixer]
+    assert mix.state_floats(64) == want
+    assert cfg.rope is False and cfg.vocab_size == 32 and cfg.n_layer == 2
+
+
+def test_rope_goes_to_the_softmax_type_mixers_only():
+    assert model_config(_tiny(mixer="hybrid_sv", rope=True), 8).rope is True
+    assert model_config(_tiny(mixer="deltanet", rope=True), 8).rope is False
+
+
+class _Echo(torch.nn.Module):
+    """hidden = one-hot input, head = identity: predicts the input token itself."""
+
+    def __init__(self, vocab: int) -> None:
+        super().__init__()
+        self.vocab, self.lm_head = vocab, torch.nn.Identity()
+
+    def hidden(self, x):
+        return torch.nn.functional.one_hot(x, self.vocab).float()
+
+
+def test_query_accuracy_counts_scored_positions_only():
+    x = torch.tensor([[1, 2, 3, 4], [1, 2, 3, 4]])
+    y = torch.full((2, 4), IGNORE)
+    y[0, 1], y[0, 3], y[1, 2] = 2, 0, 3  # right, wrong, right; unscored positions ignored
+    assert query_accuracy(_Echo(5), x, y) == pytest.approx(2 / 3)
+    with pytest.raises(ValueError, match="no scored position"):
+        query_accuracy(_Echo(5), x, torch.full((2, 4), IGNORE))
+
+
+def test_a_softmax_model_learns_tiny_mqar():
+    # 2 pairs, T = 8, 8 values: chance 1/8; 150 steps get well above it (0.52 when written)
+    run = RecallRun(seq_len=8, mixer="softmax", d_model=32, steps=150, batch_size=32,
+                    lr=1e-2, num_train=4000, num_test=200,
+                    task_options={"num_kv_pairs": 2, "vocab_size": 16})
+    rec = train_recall(run)
+    assert rec["accuracy"] > 0.35, rec["accuracy"]
+    assert rec["loss_curve"][-1][1] < rec["loss_curve"][0][1]
+
+
+def test_train_recall_record_and_memory_inspection():
+    run = _tiny(mixer="hybrid_sv")
+    rec = train_recall(run)
+    assert rec["id"] == run.run_id and RecallRun.from_dict(rec["run"]) == run
+    assert 0.0 <= rec["accuracy"] <= 1.0 and math.isfinite(rec["final_loss"])
+    assert rec["state_floats"] == 2 * 16 * 16 and rec["window"] is None
+    assert rec["task"]["num_kv_pairs"] == 4  # kv_pairs_for(32)
+    assert len(rec["memory"]) == 2
+    T, L = 32, 8
+    for layer in rec["memory"]:
+        assert layer["boundary"] == 24 and len(layer["gate"]) == 2
+        prefix = sum(layer["prefix_by_role"].values())
+        assert prefix == pytest.approx(24)
+        kept = sum(layer["kept_by_role"].values())  # summed over the 2 heads
+        assert kept == pytest.approx(sum(layer["support_per_head"]))
+        assert all(8 <= s <= 24 for s in layer["support_per_head"])  # >= ceil(1/C)
+        assert sum(layer["share_by_role"].values()) == pytest.approx(1.0)
+        assert set(layer["prefix_by_role"]) <= {"key", "value", "query", "filler"}
+    json.dumps(rec, allow_nan=False)
+    assert T > L
+
+
+def test_inspection_sees_the_roles_it_is_given():
+    run = _tiny(mixer="hybrid_sv")
+    data = build_task(run).build(0)
+    torch.manual_seed(0)
+    from svattn.lm.model import CharLM
+
+    model = CharLM(model_config(run, data.vocab_size))
+    roles = torch.zeros_like(data.test_roles[:2])
+    roles[:, :12] = 1  # call the first 12 positions keys
+    layers = inspect_memory(model, data.test_inputs[:2], roles)
+    assert layers[0]["prefix_by_role"] == {"filler": 12.0, "key": 12.0}
+    assert inspect_memory(CharLM(model_config(_tiny(mixer="softmax"), 32)),
+                          data.test_inputs[:2], roles) == []
+
+
+def test_bad_runs_are_refused_by_name():
+    with pytest.raises(ValueError, match="RecallRun.mixer"):
+        RecallRun(mixer="mamba")
+    with pytest.raises(ValueError, match="RecallRun.lr"):
+        RecallRun(lr=0.0)
+    with pytest.raises(ValueError, match="unknown keys"):
+        RecallRun(hybrid={"chunks": 8})
+    with pytest.raises(ValueError, match="unknown fields"):
+        RecallRun.from_dict({"task": "mqar", "bogus": 1})
+
+
+def _record(mixer, lr, seed, acc, T=64):
+    return {"id": f"{mixer}-{lr}-{seed}", "accuracy": acc, "state_floats": 10, "window": None,
+            "step_seconds": 0.1, "memory": [], "wall_seconds": 1.0, "grid": "slice",
+            "run": {"task": "mqar", "seq_len": T, "d_model": 64, "mixer": mixer, "lr": lr,
+                    "seed": seed}}
+
+
+def test_summarize_picks_the_best_lr_and_pairs_seeds():
+    recs = [_record("hybrid_sv", 1e-3, s, a) for s, a in enumerate((0.2, 0.3, 0.25))]
+    recs += [_record("hybrid_sv", 3e-3, s, a) for s, a in enumerate((0.6, 0.7, 0.65))]
+    recs += [_record("sliding", 1e-3, s, a) for s, a in enumerate((0.5, 0.5, 0.5))]
+    recs += [_record("sliding", 3e-3, s, a) for s, a in enumerate((0.4, 0.45, 0.4))]
+    out = summarize(recs)
+    cells = {c["mixer"]: c for c in out["cells"]}
+    assert cells["hybrid_sv"]["best_lr"] == 3e-3 and cells["sliding"]["best_lr"] == 1e-3
+    assert [c["mixer"] for c in out["cells"]] == ["hybrid_sv", "sliding"]
+    (m,) = out["margins"]
+    diff = m["hybrid_minus_sliding"]
+    assert diff["values"] == pytest.approx([0.1, 0.2, 0.15])
+    assert diff["ci95"][0] > 0  # paired differences: an interval that excludes zero
+
+
+def test_run_grid_is_resumable_and_collect_reads_whatever_exists(tmp_path: Path):
+    grid = RecallGrid("quick", tasks=("mqar",), lengths=(32,), mixers=("softmax", "sliding"),
+                      d_models=(16,), seeds=(0, 1), base={
+                          k: v for k, v in _tiny().to_dict().items()
+                          if k not in ("task", "seq_len", "mixer", "d_model", "lr", "seed")})
+    out = tmp_path / "runs"
+    (out).mkdir()
+    (out / "mqar-T32-softmax-d16-lr0.001-s0.json.tmp").write_text("{")  # an interrupted cell
+    first = run_grid(grid, out, limit=1, command="c1")
+    assert [p.name for p in first] == ["mqar-T32-softmax-d16-lr0.001-s0.json"]
+    rest = run_grid(grid, out, only=parse_only("mixer=sliding"), command="c2")
+    assert len(rest) == 2 and all("sliding" in p.name for p in rest)
+    assert run_grid(grid, out, only=parse_only("mixer=sliding")) == []  # all done: skipped
+    res = collect(out, tmp_path / "recall.json", command="collect-cmd")
+    assert len(res["records"]) == 3 and res["command"] == "collect-cmd"
+    saved = json.loads((tmp_path / "recall.json").read_text())
+    assert saved["summary"] == res["summary"]
+    assert {r["command"] for r in saved["records"]} == {"c1", "c2"}
+    assert saved["cells_per_grid"] == {"quick": 3}
+
+
+def test_parse_only_and_collect_errors(tmp_path: Path):
+    with pytest.raises(ValueError, match="not a RecallRun field"):
+        parse_only("colour=red")
+    with pytest.raises(ValueError, match="FIELD=VALUE"):
+        parse_only("mqar")
+    with pytest.raises(ValueError, match="no finished cell"):
+        collect(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        collect(tmp_path / "absent")
+
+
+def test_cli_recall_errors_are_usage_errors(tmp_path: Path, capsys):
+    assert main(["recall", "run", "--grid", "nope", "--out", str(tmp_path)]) == 2
+    assert "--grid must be one of" in capsys.readouterr().err
+    assert main(["recall", "collect", "--runs", str(tmp_path / "x"),
+                 "--into", str(tmp_path / "r.json")]) == 2
+
+
+def test_named_grids_are_well_formed():
+    for name, grid in GRIDS.items():
+        runs = grid.runs()
+        assert len({r.run_id for r in runs}) == len(runs), name
+        for r in runs[:: max(1, len(runs) // 7)]:
+            task = build_task(r)
+            if isinstance(task, MQARConfig):
+                assert 4 * task.num_kv_pairs <= r.seq_len
+            assert matched_window(r.hybrid_options(), r.d_model, r.n_head, r.seq_len) < \
+                r.seq_len or r.seq_len <= 32
+    assert len(GRIDS["full"].runs()) == 2 * 5 * 2 * 5 * 4 * 3
