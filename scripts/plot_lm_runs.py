@@ -21,6 +21,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from svattn.experiments.runner import portable_path  # noqa: E402
 from svattn.lm.model import positions_of  # noqa: E402
 
 
@@ -36,6 +37,8 @@ def read_log(run_dir: Path) -> tuple[str, list[dict], list[dict], dict]:
     train = [r for r in recs if r.get("kind") == "train"]
     val = [r for r in recs if r.get("kind") == "eval" and r.get("split") == "val"]
     seed = f", seed {cfg['seed']}" if "seed" in cfg else ""
+    if cfg.get("data"):  # results carry paths relative to the repository, never a machine's
+        cfg = {**cfg, "data": portable_path(Path(cfg["data"]))}
     return f"{cfg.get('mixer', run_dir.name)}{variant} ({pos}{seed})", train, val, cfg
 
 

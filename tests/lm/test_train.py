@@ -126,3 +126,25 @@ def test_committed_configs_carry_paths_relative_to_the_repository():
             assert value is None or not Path(value).is_absolute(), (path.name, key, value)
         if cfg.get("data") and (root.parent / "shared").is_dir():
             assert (root / cfg["data"]).exists(), (path.name, cfg["data"])
+
+
+def test_committed_results_carry_no_machine_paths():
+    """Results record data and run paths relative to the repository (a command that
+    wrote a scratch file, ``--into /tmp/...``, is quoted as it ran: not a data path)."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in ("data", "data_dir", "out_dir", "run") and isinstance(v, str):
+                    assert not Path(v).is_absolute(), (where, k, v)
+                walk(v, where)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, where)
+
+    for path in sorted((root / "results").rglob("*.json")):
+        walk(json.loads(path.read_text()), str(path.relative_to(root)))
