@@ -15,12 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_records import write_record  # noqa: E402
 
 KEYS = ("remove_margin_median_ms", "remove_error_median_ms", "add_back_median_ms",
         "ingest_tok_s", "sklearn_retrain_ms", "speedup_margin", "speedup_error")
@@ -62,10 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{stream:9s} {k:24s} A {ratios[stream][k]['a_median']:10.3f}  "
                   f"B {ratios[stream][k]['b_median']:10.3f}  B/A {statistics.median(per_pair):.2f}")
     if args.json:
-        cmd = "python benchmarks/ab_exact.py " + shlex.join(argv or sys.argv[1:])
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": cmd, "a": str(args.a), "b": str(args.b),
-                                         "ratios": ratios, "runs": runs}, indent=1) + "\n")
+        write_record(args.json, __file__, argv,
+                     {"a": str(args.a), "b": str(args.b), "ratios": ratios, "runs": runs})
     return 0
 
 

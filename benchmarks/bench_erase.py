@@ -18,8 +18,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import statistics
 import sys
 import tempfile
@@ -33,6 +31,9 @@ from svattn.exact import SVDDMemory
 from svattn.exact.rollback import checkpoint
 from svattn.exact.signing import generate_key, sign, signature_errors
 from svattn.exact.verify import verify_erasure
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_records import write_record  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = REPO.parent / "shared" / "data" / "icu" / "mimic3_demo_vitals.csv.gz"
@@ -143,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{a['checkpoint_over_remove']:.2f}× a removal ({a['remove_ms']:.3f} ms), "
           f"{a['checkpoint_over_add']:.2f}× an add ({a['add_ms']:.3f} ms)")
     if args.json:
-        cmd = "python benchmarks/bench_erase.py " + shlex.join(argv or sys.argv[1:])
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": cmd, **report}, indent=1) + "\n")
+        write_record(args.json, __file__, argv, report)
     return 0
 
 

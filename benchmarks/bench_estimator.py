@@ -33,8 +33,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -44,6 +42,7 @@ from sklearn.svm import OneClassSVM
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
+from bench_records import write_record  # noqa: E402
 from streams import redundant_stream  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
@@ -148,10 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"| {a['n']} | {a['decision_dev']:.1e} ({a['max_abs_decision']:.1f}) | "
                   f"{a['offset_dev']:.1e} | {a['beta_dev']:.1e} | {a['alpha_dev_vs_oracle']:.1e} |")
     if args.json:
-        cmd = "python benchmarks/bench_estimator.py " + shlex.join(argv or sys.argv[1:])
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": cmd, "rows": rows, "agreement": agree},
-                                        indent=1) + "\n")
+        write_record(args.json, __file__, argv, {"rows": rows, "agreement": agree})
     return 0
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -49,6 +48,9 @@ from svattn.exact import OperationError, SVDDMemory, compiled, reference, solver
 from svattn.exact import memory as memory_module
 from svattn.exact.audit import AuditLog, AuditLogError
 from svattn.exact.signing import tag_hashes
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_records import write_record  # noqa: E402
 
 TAG_KEY = b"fuzz-campaign-tag-key-0123456789"
 DATA_KINDS = ("gaussian", "clusters", "copies", "near_copies", "shifted", "exp_large")
@@ -380,9 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {**stats, "killed_saves": kills, "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps({k: v for k, v in report.items() if k not in ("large_devs",)}, indent=1))
     if args.json:
-        cmd = "python benchmarks/fuzz_campaign.py " + shlex.join(argv or sys.argv[1:])
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": cmd, **report}, indent=1) + "\n")
+        write_record(args.json, __file__, argv, report)
     return 0
 
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import shlex
 import sys
 import tempfile
 import time
@@ -36,6 +35,9 @@ from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
 from svattn.exact.audit import canonical, record_hash
 from svattn.exact.signing import generate_key, sign, signature_errors
 from svattn.exact.verify import verify_log
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_records import write_record  # noqa: E402
 
 FALSE_VALUES = {
     "removed_id": 10_000, "commitment": "ab" * 32, "commitment_scheme": "opaque",
@@ -177,9 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"log records {name}: {row['detected']} / {row['tried']} detected")
     print("costs: " + ", ".join(f"{k} {v:.0f}" for k, v in report["costs"].items()))
     if args.json:
-        cmd = "python benchmarks/tamper_matrix.py " + shlex.join(argv or sys.argv[1:])
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"command": cmd, **report}, indent=1) + "\n")
+        write_record(args.json, __file__, argv, report)
     return 0
 
 

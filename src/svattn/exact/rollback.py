@@ -109,16 +109,8 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
         for name, value in cp.scalars.items():
             setattr(ss, name, value)
         return
-    cap, ccap, hi = int(cp.scalars["cap"]), int(cp.scalars["ccap"]), int(cp.scalars["hi"])
-    # the slots the operation may have filled: the free list and the unused tail
-    filled = np.concatenate([np.asarray(cp.free_slots, np.int64), np.arange(hi, cap)])
-    for name, empty in _ROWS.items():
-        arr = _slots_back(getattr(ss, name), cap)
-        arr[filled] = empty
-        if name in cp.rows:  # (an add wipes nothing)
-            slots, entries = cp.rows[name]
-            arr[slots] = entries
-        setattr(ss, name, arr)
+    cap, ccap = int(cp.scalars["cap"]), int(cp.scalars["ccap"])
+    _clear_filled(ss, cp, _ROWS)
     for name, value in cp.scalars.items():
         setattr(ss, name, value)
     for name, arr in cp.vectors.items():
@@ -134,18 +126,24 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
         setattr(ss, name, make())
 
 
-def _restore_light(ss: SlotState, cp: Checkpoint) -> None:
-    """Clear the slots a reserve add filled (their cache rows too), restore the scalars."""
+def _clear_filled(ss: SlotState, cp: Checkpoint, arrays: dict[str, Any]) -> None:
+    """Back to the checkpoint's capacity, clear in ``arrays`` (name -> empty value) the
+    slots the operation may have filled — the free list and the unused tail — and put
+    the wiped slots' entries back."""
     cap, hi = int(cp.scalars["cap"]), int(cp.scalars["hi"])
     filled = np.concatenate([np.asarray(cp.free_slots, np.int64), np.arange(hi, cap)])
-    for table in (_ROWS, _VECTOR_EMPTY):
-        for name, empty in table.items():
-            arr = _slots_back(getattr(ss, name), cap)
-            arr[filled] = empty
-            setattr(ss, name, arr)
-    KC = _slots_back(ss.KC, cap)
-    KC[filled] = 0.0
-    ss.KC = KC
+    for name, empty in arrays.items():
+        arr = _slots_back(getattr(ss, name), cap)
+        arr[filled] = empty
+        if name in cp.rows:  # (an add wipes nothing)
+            slots, entries = cp.rows[name]
+            arr[slots] = entries
+        setattr(ss, name, arr)
+
+
+def _restore_light(ss: SlotState, cp: Checkpoint) -> None:
+    """Clear the slots a reserve add filled (their cache rows too), restore the scalars."""
+    _clear_filled(ss, cp, {**_ROWS, **_VECTOR_EMPTY, "KC": 0.0})
     for name, value in cp.scalars.items():
         setattr(ss, name, value)
     ss.free_slots = list(cp.free_slots)

@@ -92,11 +92,7 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
         # one by one); the first outside row is then added on its own.
         end = min(m, r + block)
         rows, g = score_rows(ss, k[r:end], diag[r:end])
-        # a rounding-level tie, relative to the terms g is made of, as the KKT
-        # residual measures it (a tie scaled by the largest diagonal in the
-        # memory let an exp-kernel outlier at 1e18 hide rows at g = -1)
-        size = np.maximum(2.0 * diag[r:end] + g - ss.mu + abs(ss.mu), 1.0)
-        outside = np.flatnonzero(g < -1e-13 * size)
+        outside = np.flatnonzero(outside_description(ss, diag[r:end], g))
         stop = end if len(outside) == 0 else r + int(outside[0])
         if stop > r:
             out += store(ss, k[r:stop], None if v is None else v[r:stop], diag[r:stop],
@@ -122,13 +118,19 @@ def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
         return None
     diag = kernel_diag(k, ss.kernel, ss.gamma_value)
     rows, g = score_rows(ss, k, diag)
-    gc = float(g[0])
-    # the tie test of add_rows, on the one row
-    if gc < -1e-13 * max(2.0 * float(diag[0]) + gc - ss.mu + abs(ss.mu), 1.0):
+    if outside_description(ss, diag, g)[0]:
         return None
-    if ss.standby and (ss.standby_stale or gc < ss.standby_theta):
+    if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
         return None  # standby_upkeep would refresh the cached columns
     return diag, rows, g
+
+
+def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Which scored rows lie outside the description (g below zero beyond a rounding-level
+    tie, relative to the terms g is made of, as the KKT residual measures it: a tie
+    scaled by the largest diagonal in the memory let an exp-kernel outlier at 1e18 hide
+    rows at g = -1)."""
+    return g < -1e-13 * np.maximum(2.0 * diag + g - ss.mu + abs(ss.mu), 1.0)
 
 
 def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

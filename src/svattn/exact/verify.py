@@ -216,9 +216,10 @@ def verify_deletion(
         reasons.append(f"compacted: the certificate says {cert.compacted}, the memory has "
                        f"dropped {had} tokens by compaction in all")
     unique = claim
-    copies = _live_copies(memory, cert, commit_key)
-    if commit_key is not None:
-        bad = _commitment_mismatches(memory, commit_key)
+    recommitted = None if commit_key is None else _recommitted(memory, commit_key)
+    copies = _live_copies(memory, cert, recommitted)
+    if recommitted is not None:
+        bad = _commitment_mismatches(memory, recommitted)
         if bad:
             reasons.append(f"commit_key: the stored commitments of live tokens {bad[:5]} are "
                            "not their data's under this key (a forged state, or another key)")
@@ -339,9 +340,8 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
         rep = verify_chain(Path(log))
         if not rep.ok:
             reasons.append(f"the audit log does not verify: {rep.error}")
-        tagged = sorted(tok["id"] for r in rep.records if r["op"] in ("add", "extend")
-                        for tok in r.get("tokens", []) if isinstance(tok, dict)
-                        and tok.get("tag") == receipt.tag_hash and tok.get("id") in ss.id_to_slot)
+        tagged = sorted(tok["id"] for _, tok in _added_tokens(rep.records)
+                        if tok.get("tag") == receipt.tag_hash and tok.get("id") in ss.id_to_slot)
         if tagged:
             reasons.append(f"tag_hash: the audit log added live tokens {tagged[:5]} for this "
                            "subject (the state's tags were edited)")
@@ -401,14 +401,22 @@ def _parameter_mismatches(memory: SVDDMemory, cert: DeletionCertificate) -> list
     return out
 
 
+def _recommitted(memory: SVDDMemory, commit_key: bytes) -> dict[int, str]:
+    """Every live token's data committed again under ``commit_key``: slot -> hex."""
+    ss = memory.solver_state
+    return {int(s): commit_token(ss.X[s], None if ss.value_is_key else ss.V[s], commit_key)[0]
+            for s in ss.ordered_slots()}
+
+
 def _live_copies(memory: SVDDMemory, cert: DeletionCertificate,
-                 commit_key: bytes | None = None) -> tuple[int, ...]:
+                 recommitted: dict[int, str] | None = None) -> tuple[int, ...]:
     """Ids of live tokens holding the erased record's key and value (it was ingested
     again, or twice, under another id: a request is about the data, not an id).
 
     Found three ways, each as strong as what the verifier holds: the certificate's own
     ``live_copies`` still live; for a keyed commitment, live tokens whose stored
-    commitment equals it; with ``commit_key``, live tokens whose data re-commits to it."""
+    commitment equals it; with the key (``recommitted``), live tokens whose data
+    re-commits to it."""
     ss = memory.solver_state
     if ss.n == 0:
         return ()
@@ -418,21 +426,18 @@ def _live_copies(memory: SVDDMemory, cert: DeletionCertificate,
         want = np.frombuffer(bytes.fromhex(cert.commitment), np.uint8)
         same = slots[(ss.commitments[slots] == want).all(axis=1)]
         found.update(int(ss.slot_id[s]) for s in same)
-        if commit_key is not None:
-            found.update(int(ss.slot_id[s]) for s in slots
-                         if commit_token(ss.X[s], None if ss.value_is_key else ss.V[s],
-                                         commit_key)[0] == cert.commitment)
+        if recommitted is not None:
+            found.update(int(ss.slot_id[s]) for s, c in recommitted.items()
+                         if c == cert.commitment)
     return tuple(sorted(found))
 
 
-def _commitment_mismatches(memory: SVDDMemory, commit_key: bytes) -> list[int]:
-    """Live keyed tokens whose stored commitment is not their data's under ``commit_key``
-    (a forged state, or the wrong key)."""
+def _commitment_mismatches(memory: SVDDMemory, recommitted: dict[int, str]) -> list[int]:
+    """Live keyed tokens whose stored commitment is not their data's re-committed under
+    the verifier's key (a forged state, or the wrong key)."""
     ss = memory.solver_state
-    slots = ss.ordered_slots()
-    return [int(ss.slot_id[s]) for s in slots[ss.commit_keyed[slots] == 1]
-            if commit_token(ss.X[s], None if ss.value_is_key else ss.V[s], commit_key)[0]
-            != ss.commitments[s].tobytes().hex()]
+    return [int(ss.slot_id[s]) for s, c in recommitted.items()
+            if ss.commit_keyed[s] == 1 and c != ss.commitments[s].tobytes().hex()]
 
 
 def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str],
@@ -468,16 +473,15 @@ def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str],
             reasons.append("state_digest differs from the memory's, and the memory is not "
                            "the audit log's end (its final digest is another)")
             ok = False
-    added = [(r["seq"], tok) for r in rep.records if r["op"] in ("add", "extend")
-             for tok in r.get("tokens", []) if tok.get("id") == cert.removed_id]
+    added = [(q, tok) for q, tok in _added_tokens(rep.records)
+             if tok.get("id") == cert.removed_id]
     # (an add record of a version-1 log carries its own salted commitment: not comparable)
     if added and "salt" not in added[-1][1] and added[-1][1].get("commitment") != cert.commitment:
         reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
                        f"{added[-1][0]}) with another commitment")
         ok = False
     if cert.commitment_scheme == KEYED:  # equal data, equal commitment: re-entry shows
-        back = [(r["seq"], tok["id"]) for r in rep.records[at + 1:]
-                if r["op"] in ("add", "extend") for tok in r.get("tokens", [])
+        back = [(q, tok["id"]) for q, tok in _added_tokens(rep.records[at + 1:])
                 if tok.get("commitment") == cert.commitment]
         if back:
             reasons.append(f"the erased record re-entered after its removal: record "
@@ -574,11 +578,17 @@ def _check_state(rep: AuditReport, state: Path) -> None:
                      "not cover them: an edited state)")
 
 
+def _added_tokens(records: list[dict]) -> list[tuple[int, dict]]:
+    """``(seq, token entry)`` of every token the add / extend records among ``records``
+    added (a verified chain's records: the entries are objects with an id)."""
+    return [(r["seq"], tok) for r in records if r["op"] in ("add", "extend")
+            for tok in r.get("tokens", []) if isinstance(tok, dict)]
+
+
 def _unbound_tokens(rep: AuditReport, mem: SVDDMemory) -> list[int]:
     """Live ids whose stored commitment or tag hash differs from their add record (ids
     the chain started from, and tokens of older formats, have none to compare)."""
-    added = {tok["id"]: tok for r in rep.records if r["op"] in ("add", "extend")
-             for tok in r.get("tokens", []) if isinstance(tok, dict)}
+    added = {tok["id"]: tok for _, tok in _added_tokens(rep.records)}
     ss = mem.solver_state
     bad = []
     for s in ss.ordered_slots():

@@ -92,6 +92,9 @@ class RecallGrid:
 # The hybrid of the small grids: chunks of 16, C = 1/16, 16 carried support tokens, so
 # the matched window (32 tokens) is shorter than every sequence of the grid.
 SMALL_HYBRID = {"chunk": 16, "C": 1.0 / 16, "budget": 16}
+# the measured slices' training settings (CPU, 2 shared cores)
+SLICE_BASE = dict(steps=500, batch_size=32, num_train=16000, num_test=500,
+                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128})
 _SC = {"selective-copy": {"rope": True, "task_options": {"num_data": 8, "num_symbols": 8}}}
 
 #: The named grids. ``quick``: the test suite's end-to-end run (seconds). ``slice``:
@@ -108,20 +111,17 @@ GRIDS: dict[str, RecallGrid] = {
         note="end-to-end check of the machinery; the models do not learn in 6 steps"),
     "slice": RecallGrid(
         "slice", tasks=("mqar",), lengths=(64,), lrs=(1e-3, 3e-3), seeds=(0, 1, 2),
-        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
-                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        base=SLICE_BASE,
         note="first measured piece (CPU, 2 shared cores): MQAR T = 64 (4 pairs), d = 64, "
              "vocabulary 128, 500 steps; far from converged"),
     "slice-128": RecallGrid(
         "slice-128", tasks=("mqar",), lengths=(128,), lrs=(1e-3,), seeds=(0, 1, 2),
-        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
-                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        base=SLICE_BASE,
         note="MQAR T = 128 (8 pairs) at one learning rate for every mixer (the slice's "
              "lower one); far from converged"),
     "slice-128-lr3e-3": RecallGrid(
         "slice-128-lr3e-3", tasks=("mqar",), lengths=(128,), lrs=(3e-3,), seeds=(0, 1, 2),
-        base=dict(steps=500, batch_size=32, num_train=16000, num_test=500,
-                  hybrid=SMALL_HYBRID, task_options={"vocab_size": 128}),
+        base=SLICE_BASE,
         note="slice-128's second learning rate (the collector picks the better per mixer)"),
     "slice-copy": RecallGrid(
         "slice-copy", tasks=("selective-copy",), lengths=(64, 128), lrs=(3e-3,),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["IGNORE", "ROLES", "RecallData", "gumbel_top_k"]
+__all__ = ["IGNORE", "ROLES", "RecallData", "check_counts", "gumbel_top_k"]
 
 #: Target of a position that is not scored (``F.cross_entropy``'s default ``ignore_index``).
 IGNORE = -100
@@ -84,3 +84,12 @@ def gumbel_top_k(rng: np.random.Generator, log_p: np.ndarray, k: int, rows: int)
         raise ValueError(f"k must lie in [0, {log_p.size}], got {k}")
     scores = log_p[None, :] + rng.gumbel(size=(rows, log_p.size))
     return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int64)
+
+
+def check_counts(cfg, names: tuple[str, ...]) -> None:
+    """Each of ``cfg``'s fields ``names`` must be an int >= 1 (``ValueError`` naming the
+    config class and the field otherwise)."""
+    for name in names:
+        val = getattr(cfg, name)
+        if isinstance(val, bool) or not isinstance(val, int) or val < 1:
+            raise ValueError(f"{type(cfg).__name__}.{name} must be an int >= 1, got {val!r}")

@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from svattn.tasks.base import IGNORE, ROLES, RecallData, gumbel_top_k
+from svattn.tasks.base import IGNORE, ROLES, RecallData, check_counts, gumbel_top_k
 
 __all__ = ["MQARConfig", "IGNORE"]
 
@@ -69,10 +69,7 @@ class MQARConfig:
     num_test: int = 1_000
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "num_kv_pairs", "vocab_size", "num_train", "num_test"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"MQARConfig.{name} must be an int >= 1, got {val!r}")
+        check_counts(self, ("seq_len", "num_kv_pairs", "vocab_size", "num_train", "num_test"))
         if self.seq_len % 2 or self.vocab_size % 2:
             raise ValueError(f"MQARConfig: seq_len ({self.seq_len}) and vocab_size "
                              f"({self.vocab_size}) must be even")

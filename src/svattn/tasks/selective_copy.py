@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 import torch
 
-from svattn.tasks.base import IGNORE, ROLES, RecallData, gumbel_top_k
+from svattn.tasks.base import IGNORE, ROLES, RecallData, check_counts, gumbel_top_k
 
 __all__ = ["SelectiveCopyConfig", "FILLER", "MARKER"]
 
@@ -60,10 +60,7 @@ class SelectiveCopyConfig:
     num_test: int = 1_000
 
     def __post_init__(self) -> None:
-        for name in ("seq_len", "num_data", "num_symbols", "num_train", "num_test"):
-            val = getattr(self, name)
-            if isinstance(val, bool) or not isinstance(val, int) or val < 1:
-                raise ValueError(f"SelectiveCopyConfig.{name} must be an int >= 1, got {val!r}")
+        check_counts(self, ("seq_len", "num_data", "num_symbols", "num_train", "num_test"))
         if self.seq_len < 2 * self.num_data:
             raise ValueError(f"SelectiveCopyConfig: seq_len ({self.seq_len}) must be >= "
                              f"2·num_data = {2 * self.num_data}")
