@@ -88,3 +88,33 @@ def test_a_margin_below_zero_is_not_reproduced(tmp_path: Path):
     res = run(_ctx(tmp_path))
     assert res.claims[0].verdict == "not reproduced", res.claims[0]
     assert any(n.startswith("The MQAR bar is not met") for n in res.notes)
+
+
+def _write_long(root: Path, records: list[dict]) -> None:
+    for r in records:
+        r["grid"] = "long-64"
+        r["run"].update(steps=4000, batch_size=64)
+    res = {"command": "svattn recall collect", "cells_per_grid": {"long-64": len(records)},
+           "cells_in_grid": {"long-64": 9}, "train_seconds": 60.0,
+           "summary": summarize(records), "records": records}
+    (root / "results" / "recall_long.json").write_text(json.dumps(res))
+
+
+def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.3, .32, .31))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.5, .5, .52))]
+    _write(tmp_path, recs)
+    long = [_rec("mqar", "hybrid_sv", s, a, _memory(0.8)) for s, a in enumerate((.9, .95, .92))]
+    long += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.6, .62, .58))]
+    long += [_rec("mqar", "softmax", s, .97) for s in range(3)]
+    _write_long(tmp_path, long)
+    res = run(_ctx(tmp_path))
+    assert res.claims[0].verdict == "not reproduced"  # the slices' margin, unchanged
+    assert res.claims[1].verdict == "reproduced", res.claims[1]
+    assert "4,000 steps" in res.claims[1].claim and "+0.323" in res.claims[1].ours  # (.30 + .33 + .34) / 3
+    assert "grid long-64: 9 of 9 cells" in res.claims[1].ours
+    assert any("Trained longer (4,000 steps of 64 sequences" in t for t in res.tables)
+    assert any(n.startswith("Trained longer: full causal softmax reaches 0.970") for n in
+               res.notes)
+    # the slices' table is built from the slices only
+    assert res.metrics["cells"][0]["accuracy"]["mean"] < 0.4
