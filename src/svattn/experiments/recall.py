@@ -111,7 +111,7 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
                   + " steps): hybrid SV beats the matched window, 95 % interval over seeds > 0",
                   "issue #19 bar", "; ".join(texts) + f" ({done})", overall)
     soft = [c for c in cells if c["mixer"] == "softmax"]
-    notes = [f"Trained longer: full causal softmax reaches "
+    notes = ["Trained longer: full causal softmax reaches "
              + ", ".join(f"{_fmt(c['accuracy'])} at T = {c['seq_len']}" for c in soft)
              + " — how far from solved the task still is at this budget (zoology trains "
              "attention to ~1.0 on MQAR, with far more sequences)."] if soft else []
@@ -460,7 +460,8 @@ def run(ctx: Context) -> ExperimentResult:
         "Grids and their commands: `svattn recall run --grid NAME`, then `svattn recall "
         "collect`; the grid configs are in the results file."
     )
-    verdict = ("; ".join(f"{c.claim.split(':')[0]}: {c.verdict}" for c in claims[: 3 if long is not None else 2])
+    headline = claims[: 3 if long is not None else 2]
+    verdict = ("; ".join(f"{c.claim.split(':')[0]}: {c.verdict}" for c in headline)
                + (" (quick grid: untrained models)" if ctx.quick else ""))
     metrics = {"cells": cells, "margins": margins, "memory": kept,
                "long": None if long is None else long["summary"],
