@@ -19,8 +19,7 @@ docs/design.md §4.1).
 :func:`verify_forget` checks a stream against a receipt by re-streaming the text it
 holds from scratch in a fresh stream: same digest, logits at every position and
 every memory's readout equal to ``tol``, certificates well-formed and their
-commitments absent from the memories (unless a live copy, the same key and value
-at another position, was declared by the certificate).
+commitments no longer held by the memories.
 """
 
 from __future__ import annotations
@@ -148,7 +147,6 @@ class ForgetVerification:
     max_readout_deviation: float = float("nan")
     n_certificates: int = 0
     n_positions: int = 0
-    n_shared: int = 0  # layer-0 span keys also held for another position (same byte)
 
     def summary(self) -> str:
         head = "VERIFIED" if self.ok else "NOT VERIFIED"
@@ -156,8 +154,7 @@ class ForgetVerification:
                  f"  digest matches the receipt and the fresh stream: {self.digest_matches}",
                  f"  max |logit - fresh logit| over every position: {self.max_logit_deviation:.3g}",
                  f"  max |memory readout - fresh readout|: {self.max_readout_deviation:.3g}",
-                 f"  span certificates checked: {self.n_certificates} ({self.n_shared} layer-0 "
-                 "keys also held for the same byte elsewhere)"]
+                 f"  span certificates checked: {self.n_certificates}"]
         return "\n".join(lines + [f"  - {r}" for r in self.reasons])
 
 
@@ -203,7 +200,7 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9
     if not rdev <= tol:
         reasons.append(f"memory readouts differ from the fresh stream's by {rdev:.3g} > {tol:g}")
     mems = {(li, hd): mem for li, st in enumerate(stream.layers) for hd, mem in enumerate(st.mems)}
-    n_certs = shared = 0
+    n_certs = 0
     for entry in receipt.memories:
         mem = mems.get((entry["layer"], entry["head"]))
         if mem is None:
@@ -221,13 +218,10 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9
             if cert.C != mem.C or cert.kernel != mem.kernel or cert.gamma != mem.gamma_value:
                 reasons.append(f"layer {entry['layer']} head {entry['head']}: certificate "
                                f"{cert.removed_id} has other memory parameters")
-            if cert.commitment in live:
-                if entry["layer"] == 0 and stream.model.wpe is None:
-                    shared += 1  # layer 0 keys are a function of the byte: another copy
-                else:
-                    reasons.append(f"layer {entry['layer']} head {entry['head']}: the token of "
-                                   f"certificate {cert.removed_id} is still held")
+            if cert.commitment in live:  # (opaque commitments are nonced: a re-added
+                # copy of the same key commits differently, so this is the token itself)
+                reasons.append(f"layer {entry['layer']} head {entry['head']}: the token of "
+                               f"certificate {cert.removed_id} is still held")
     return ForgetVerification(ok=not reasons, reasons=reasons, digest_matches=digest_ok,
                               max_logit_deviation=dev, max_readout_deviation=rdev,
-                              n_certificates=n_certs, n_positions=len(stream),
-                              n_shared=shared)
+                              n_certificates=n_certs, n_positions=len(stream))
