@@ -54,7 +54,8 @@ class ModelErasureReceipt:
         Bytes forgotten; bytes held before and after.
     repair : dict
         ``kept_prefix`` (held positions untouched), ``replayed`` (bytes fed again),
-        ``rewound`` (per layer: ``[first, end)`` positions its memories removed).
+        ``rewound`` (per layer: ``[first, end)`` positions its memories removed),
+        ``seconds`` (wall time of the rewind and of the replay).
     memories : list of dict
         Per hybrid layer and head: ``layer``, ``head``, ``span_certificates`` (dicts of
         :class:`~svattn.exact.DeletionCertificate`, one per span token the memory
@@ -80,8 +81,8 @@ class ModelErasureReceipt:
     version: int = RECEIPT_VERSION
 
     @classmethod
-    def issue(cls, stream, *, fed_span, span, n_before: int, removed: list[dict]
-              ) -> ModelErasureReceipt:
+    def issue(cls, stream, *, fed_span, span, n_before: int, removed: list[dict],
+              seconds: dict | None = None) -> ModelErasureReceipt:
         """Build the receipt from a stream after its forget (``removed``: what
         :meth:`LMStream.rewind` returned)."""
         a, b = span
@@ -103,7 +104,8 @@ class ModelErasureReceipt:
         return cls(
             model_digest=stream.model_digest, fed_span=list(fed_span), held_span=[a, b],
             n_forgotten=b - a, n_before=n_before, n_after=len(stream),
-            repair={"kept_prefix": a, "replayed": n_before - b, "rewound": rewound},
+            repair={"kept_prefix": a, "replayed": n_before - b, "rewound": rewound,
+                    "seconds": dict(seconds or {})},
             memories=memories, state_digest=stream.digest(),
             issued_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         )

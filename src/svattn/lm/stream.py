@@ -39,6 +39,7 @@ import json
 import math
 import os
 import secrets
+import time
 from pathlib import Path
 
 import numpy as np
@@ -453,14 +454,18 @@ class LMStream:
         """
         a, b = self.locate(start, stop)
         n_before = len(self)
+        t0 = time.perf_counter()
         tail, origins = self.cut_text(a)
         removed = self.rewind(a)
+        t1 = time.perf_counter()
         span_len = b - a
         self.replay(tail[span_len:], origins[span_len:])
+        t2 = time.perf_counter()
         self.forgotten.append((int(start), int(stop)))
         self.forgotten.sort()
         return ModelErasureReceipt.issue(self, fed_span=(int(start), int(stop)), span=(a, b),
-                                         n_before=n_before, removed=removed)
+                                         n_before=n_before, removed=removed,
+                                         seconds={"rewind": t1 - t0, "replay": t2 - t1})
 
     def locate(self, start: int, stop: int) -> tuple[int, int]:
         """Held positions ``[a, b)`` of fed positions ``[start, stop)``; checks the span.
