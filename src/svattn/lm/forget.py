@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -107,7 +107,7 @@ class ModelErasureReceipt:
             repair={"kept_prefix": a, "replayed": n_before - b, "rewound": rewound,
                     "seconds": dict(seconds or {})},
             memories=memories, state_digest=stream.digest(),
-            issued_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            issued_at=datetime.now(UTC).isoformat(timespec="seconds"),
         )
 
     def certificates(self) -> list[DeletionCertificate]:

@@ -589,7 +589,8 @@ class LMStream:
             man = json.loads((folder / MANIFEST).read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise StreamStateError(f"{folder / MANIFEST}: not a stream manifest ({exc})") from None
-        if not isinstance(man, dict) or man.get("format") != FORMAT or man.get("version") != VERSION:
+        if not isinstance(man, dict) or (man.get("format"), man.get("version")) != (FORMAT,
+                                                                                   VERSION):
             raise StreamStateError(f"{folder / MANIFEST}: not an {FORMAT} version {VERSION} "
                                    "manifest")
         got = model_digest(model)
