@@ -163,6 +163,13 @@ def test_forget_rewinds_only_from_the_chunk_of_the_span():
     n_span = sum(len(m["span_certificates"]) for m in r.memories)
     assert n_span == 2 * 2 * 13  # 13 span tokens held, in 2 layers × 2 heads
     assert all(m["rewound"] == 48 - 13 for m in r.memories)
+    r = s.forget(40, 45)  # held position 27: its chunk [24, 32) is rewound
+    assert r.repair["rewound"] == {"0": [24, 56], "1": [24, 56]}
+    r = s.forget(16, 20)  # held 16 ends a chunk and bytes follow: [0, 16) stays
+    assert r.repair["rewound"] == {"0": [16, 48], "1": [16, 48]}
+    assert r.repair["kept_prefix"] == 16
+    text = text_of(70)
+    assert_same_stream(s, fresh_of(model, text[:16] + text[33:40] + text[45:]))
 
 
 def test_repeated_forgets_use_fed_positions_and_refuse_forgetting_twice():

@@ -456,7 +456,7 @@ class LMStream:
         n_before = len(self)
         t0 = time.perf_counter()
         tail, origins = self.cut_text(a)
-        removed = self.rewind(a)
+        removed = self.rewind(a, resume=b < n_before)
         t1 = time.perf_counter()
         span_len = b - a
         self.replay(tail[span_len:], origins[span_len:])
@@ -490,16 +490,20 @@ class LMStream:
                              f"already {gone}: forgetting twice")
         return a, b
 
-    def rewind(self, a: int) -> list[dict]:
-        """Cut the state back to the first ``a`` held positions (what a fresh stream fed
-        ``text[:a]`` holds); return, per hybrid layer and head, the removed ids and
-        certificates. The memories lose every token of positions ``>= ((a − 1) // L)·L``
-        by exact decremental removal; caches are truncated to ``a``."""
+    def rewind(self, a: int, *, resume: bool = False) -> list[dict]:
+        """Cut the state back to the first ``a`` held positions; return, per hybrid layer
+        and head, the removed positions and certificates.
+
+        The memories lose, by exact decremental removal, every token of positions
+        ``>= ((a − 1) // L)·L``: what a fresh stream fed ``text[:a]`` holds. With
+        ``resume`` (more bytes follow at once) they keep ``(a // L)·L``: what the next
+        query, at position ``a``, reads (the same unless ``a`` ends a chunk, whose
+        tokens are then not removed and re-added). Caches are truncated to ``a``."""
         removed = []
         for li, (block, st) in enumerate(zip(self.model.blocks, self.layers, strict=True)):
             if st.kind == "hybrid":
                 L = block.mix.chunk
-                keep = ((a - 1) // L) * L if a else 0
+                keep = (a // L) * L if resume else ((a - 1) // L) * L if a else 0
                 for hd, mem in enumerate(st.mems):
                     ids = st.ids[hd][keep:]
                     certs = mem.remove_many(reversed(ids)) if ids else []
