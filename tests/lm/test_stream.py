@@ -203,6 +203,22 @@ def test_bad_spans_raise_and_leave_the_state_unchanged(start, stop, words):
     assert pickle.dumps([s.layers[1].mems[0].ids]) == before[2]
 
 
+def test_a_forget_interrupted_inside_a_memory_leaves_a_stream_that_refuses_work(
+        monkeypatch, tmp_path):
+    s = fresh_of(make(), text_of(70))
+    mem = s.layers[1].mems[1]
+
+    def fail(ids):
+        raise MemoryError("simulated")
+
+    monkeypatch.setattr(mem, "remove_many", fail)
+    with pytest.raises(MemoryError):
+        s.forget(20, 30)
+    for call in (lambda: s.feed(b"a"), lambda: s.forget(0, 1), lambda: s.save(tmp_path)):
+        with pytest.raises(RuntimeError, match="unusable: a forget failed midway"):
+            call()
+
+
 SECRET = bytes(range(200, 216))  # bytes the rest of the text never holds
 
 

@@ -60,7 +60,8 @@ class ModelErasureReceipt:
         Per hybrid layer and head: ``layer``, ``head``, ``span_certificates`` (dicts of
         :class:`~svattn.exact.DeletionCertificate`, one per span token the memory
         held), ``rewound`` (other tokens removed and re-added), ``rewound_unique``
-        (whether every removal claimed a unique optimum), ``max_kkt_residual``.
+        (whether every removal claimed a unique optimum), ``max_kkt_residual``,
+        ``rewind_s`` (seconds its removals took).
     state_digest : str
         :meth:`LMStream.digest` after the forget.
     issued_at : str
@@ -100,6 +101,7 @@ class ModelErasureReceipt:
                 "rewound": len(other),
                 "rewound_unique": all(c.unique_optimum for c in other),
                 "max_kkt_residual": max((c.kkt_residual_after for c in every), default=0.0),
+                "rewind_s": r["seconds"],
             })
         return cls(
             model_digest=stream.model_digest, fed_span=list(fed_span), held_span=[a, b],

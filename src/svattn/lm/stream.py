@@ -242,6 +242,12 @@ class LMStream:
         self.n_fed = 0  # bytes ever fed
         self._hidden = _Rows((self.model.cfg.n_embd,))  # final hidden state per position
         self.forgotten: list[tuple[int, int]] = []  # fed spans forgotten so far
+        self._broken: str | None = None  # why the stream refuses work (an interrupted op)
+
+    def _check_usable(self) -> None:
+        if self._broken is not None:
+            raise RuntimeError(f"this stream is unusable: {self._broken}; load a saved "
+                               "stream or feed a new one")
 
     # ------------------------------------------------------------------ reading
     @property
@@ -289,13 +295,18 @@ class LMStream:
 
         ``progress(done, total)``, if given, is called after every piece of 256 bytes.
         """
+        self._check_usable()
         data = self._as_tokens(tokens)
         outs = []
         for i in range(0, len(data), 256):
             piece = data[i : i + 256]
+            try:
+                outs.append(self._advance(piece))
+            except BaseException as exc:  # caches of some layers grew, others not
+                self._broken = f"a feed failed midway ({type(exc).__name__}: {exc})"
+                raise
             self._origin.extend(range(self.n_fed, self.n_fed + len(piece)))
             self.n_fed += len(piece)
-            outs.append(self._advance(piece))
             if progress is not None:
                 progress(i + len(piece), len(data))
         if not outs:
@@ -452,14 +463,19 @@ class LMStream:
             Not ints, an empty or out-of-range span, or one forgotten already
             (state unchanged).
         """
+        self._check_usable()
         a, b = self.locate(start, stop)
         n_before = len(self)
         t0 = time.perf_counter()
-        tail, origins = self.cut_text(a)
-        removed = self.rewind(a, resume=b < n_before)
-        t1 = time.perf_counter()
-        span_len = b - a
-        self.replay(tail[span_len:], origins[span_len:])
+        try:  # past the checks, only a failure inside a memory can interrupt this
+            tail, origins = self.cut_text(a)
+            removed = self.rewind(a, resume=b < n_before)
+            t1 = time.perf_counter()
+            span_len = b - a
+            self.replay(tail[span_len:], origins[span_len:])
+        except BaseException as exc:
+            self._broken = f"a forget failed midway ({type(exc).__name__}: {exc})"
+            raise
         t2 = time.perf_counter()
         self.forgotten.append((int(start), int(stop)))
         self.forgotten.sort()
@@ -506,9 +522,12 @@ class LMStream:
                 keep = (a // L) * L if resume else ((a - 1) // L) * L if a else 0
                 for hd, mem in enumerate(st.mems):
                     ids = st.ids[hd][keep:]
+                    t0 = time.perf_counter()
                     certs = mem.remove_many(reversed(ids)) if ids else []
-                    removed.append({"layer": li, "head": hd, "positions": (keep, st.absorbed),
-                                    "certificates": certs[::-1]})
+                    removed.append({"layer": li, "head": hd,
+                                    "positions": (keep, max(keep, st.absorbed)),
+                                    "certificates": certs[::-1],
+                                    "seconds": time.perf_counter() - t0})
                     del st.ids[hd][keep:]
                 st.absorbed = min(st.absorbed, keep)
             st.truncate(a)
@@ -541,6 +560,7 @@ class LMStream:
         their names, so the manifest always names a complete set; files of earlier
         saves are deleted afterwards (they may hold forgotten bytes).
         """
+        self._check_usable()
         folder = Path(path)
         folder.mkdir(parents=True, exist_ok=True)
         gen = secrets.token_hex(6)
