@@ -146,6 +146,9 @@ def test_forget_equals_a_fresh_stream_of_the_text_without_the_span(span):
     receipt = s.forget(a, b)
     f = fresh_of(model, text[:a] + text[b:])
     assert_same_stream(s, f)
+    if len(f):  # and the exact forward of the remaining text, every boundary re-solved
+        ref = exact_copy(model)(torch.tensor(list(f.text))[None])[0][0]
+        assert (s.all_logits() - ref).abs().max() <= TOL
     assert receipt.n_forgotten == b - a and receipt.state_digest == f.digest()
     assert receipt.repair["kept_prefix"] == a and receipt.repair["replayed"] == 70 - b
     if len(f):  # every later feed and generate too
