@@ -52,6 +52,14 @@ def build_model(checkpoint: Path | None, seed: int) -> tuple[CharLM, str]:
     return CharLM(cfg), f"randomly initialised paper-3m hybrid_sv (seed {seed}), policy 'full'"
 
 
+def per_layer(receipt) -> dict[str, float]:
+    """Seconds of the rewind's removals, summed over each layer's heads."""
+    out: dict[str, float] = {}
+    for m in receipt.memories:
+        out[str(m["layer"])] = out.get(str(m["layer"]), 0.0) + m["rewind_s"]
+    return out
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=1024, help="stream length (default 1024)")
@@ -89,12 +97,15 @@ def main(argv: list[str] | None = None) -> dict:
                "replayed_bytes": receipt.repair["replayed"],
                "rewound_tokens_per_memory": {k: v[1] - v[0]
                                              for k, v in receipt.repair["rewound"].items()},
+               "rewind_s_per_layer": per_layer(receipt),
                "span_certificates": sum(len(m["span_certificates"]) for m in receipt.memories),
                "max_logit_deviation": dev, "digest_equal": s.digest() == fresh.digest()}
         rows.append(row)
         print(f"{where:>6}: forget {forget_s:.2f} s (rewind {row['rewind_s']:.2f}, replay "
               f"{row['replay_s']:.2f}) vs restream {restream_s:.2f} s: ratio "
-              f"{row['ratio_forget_over_restream']:.2f}; max |dlogit| {dev:.1e}", flush=True)
+              f"{row['ratio_forget_over_restream']:.2f}; max |dlogit| {dev:.1e}; rewind by "
+              f"layer {', '.join(f'{v:.2f}' for v in row['rewind_s_per_layer'].values())} s",
+              flush=True)
     support = [[len(m.support_ids()) for m in st.mems] for st in base.layers]
     body = {"model": model_note, "params": model.num_params(), "data": portable_path(data_path),
             "tokens": n, "span": w, "feed_s": feed_s, "support_per_memory": support,

@@ -119,8 +119,8 @@ def test_recurrent_mixers_are_refused_precisely():
 
 # ---------------------------------------------------------------------- forget
 
-def fresh_of(model: CharLM, text: bytes) -> LMStream:
-    s = model.stream()
+def fresh_of(model: CharLM, text: bytes, snapshot_every: int = 4) -> LMStream:
+    s = model.stream(snapshot_every=snapshot_every)
     s.feed(text)
     return s
 
@@ -137,11 +137,12 @@ def assert_same_stream(s: LMStream, f: LMStream) -> None:
 SPANS = [(0, 5), (3, 4), (8, 16), (13, 30), (20, 33), (50, 53), (60, 70), (0, 70)]
 
 
+@pytest.mark.parametrize("every", [0, 1, 4], ids=lambda e: f"snapshot{e}")
 @pytest.mark.parametrize("span", SPANS, ids=[f"{a}-{b}" for a, b in SPANS])
-def test_forget_equals_a_fresh_stream_of_the_text_without_the_span(span):
+def test_forget_equals_a_fresh_stream_of_the_text_without_the_span(span, every):
     model = make()
     text = text_of(70)
-    s = fresh_of(model, text)
+    s = fresh_of(model, text, every)
     a, b = span
     receipt = s.forget(a, b)
     f = fresh_of(model, text[:a] + text[b:])
@@ -160,12 +161,12 @@ def test_forget_equals_a_fresh_stream_of_the_text_without_the_span(span):
 
 def test_forget_rewinds_only_from_the_chunk_of_the_span():
     model = make("hybrid")  # chunk 8
-    s = fresh_of(model, text_of(70))
+    s = fresh_of(model, text_of(70), snapshot_every=0)
     r = s.forget(20, 33)  # chunk of position 19 starts at 16: the memories keep [0, 16)
     assert r.repair["rewound"] == {"0": [16, 64], "1": [16, 64]}
     n_span = sum(len(m["span_certificates"]) for m in r.memories)
     assert n_span == 2 * 2 * 13  # 13 span tokens held, in 2 layers × 2 heads
-    assert all(m["rewound"] == 48 - 13 for m in r.memories)
+    assert all(m["rewound"] == 48 - 13 and m["released"] == 0 for m in r.memories)
     r = s.forget(40, 45)  # held position 27: its chunk [24, 32) is rewound
     assert r.repair["rewound"] == {"0": [24, 56], "1": [24, 56]}
     r = s.forget(16, 20)  # held 16 ends a chunk and bytes follow: [0, 16) stays
@@ -173,6 +174,29 @@ def test_forget_rewinds_only_from_the_chunk_of_the_span():
     assert r.repair["kept_prefix"] == 16
     text = text_of(70)
     assert_same_stream(s, fresh_of(model, text[:16] + text[33:40] + text[45:]))
+
+
+def test_snapshots_bound_the_rewind_and_release_the_rest():
+    model = make("hybrid")  # chunk 8; snapshots every 2 chunks: at 16, 32, 48, 64
+    s = fresh_of(model, text_of(70), snapshot_every=2)
+    assert sorted(s.layers[0].snaps) == [16, 32, 48, 64]
+    r = s.forget(20, 33)  # rewind to 16: the snapshot at 16 is the memory from now on
+    assert r.repair["rewound"] == {"0": [16, 16], "1": [16, 16]}
+    assert r.repair["released"] == {"0": [16, 64], "1": [16, 64]}
+    assert all(m["span_certificates"] == [] and m["span_released"] == 13 for m in r.memories)
+    r = s.forget(40, 45)  # held 27: from the snapshot at 32 (made by the replay), remove 24..31
+    assert r.repair["rewound"] == {"0": [24, 32], "1": [24, 32]}
+    assert [len(m["span_certificates"]) for m in r.memories] == [5, 5, 5, 5]
+    text = text_of(70)
+    f = fresh_of(model, text[:20] + text[33:40] + text[45:], snapshot_every=2)
+    assert_same_stream(s, f)
+    for st, fst in zip(s.layers, f.layers, strict=True):  # snapshots: the fresh stream's
+        assert sorted(st.snaps) == sorted(fst.snaps) == [16, 32, 48]
+        for b in st.snaps:
+            for mem, fmem in zip(st.snaps[b], fst.snaps[b], strict=True):
+                probes = fmem.keys
+                assert len(mem) == len(fmem) == b
+                assert np.abs(mem.readout(probes) - fmem.readout(probes)).max() <= TOL
 
 
 def test_repeated_forgets_use_fed_positions_and_refuse_forgetting_twice():
@@ -208,7 +232,7 @@ def test_bad_spans_raise_and_leave_the_state_unchanged(start, stop, words):
 
 def test_a_forget_interrupted_inside_a_memory_leaves_a_stream_that_refuses_work(
         monkeypatch, tmp_path):
-    s = fresh_of(make(), text_of(70))
+    s = fresh_of(make(), text_of(70), snapshot_every=0)
     mem = s.layers[1].mems[1]
 
     def fail(ids):
@@ -267,7 +291,7 @@ def test_no_byte_of_the_forgotten_span_remains_in_the_stream_or_its_saved_state(
 
 def test_receipt_verifies_and_a_changed_stream_or_receipt_does_not(tmp_path):
     model = make()
-    s = fresh_of(model, text_of(70))
+    s = fresh_of(model, text_of(70), snapshot_every=0)
     receipt = s.forget(20, 33)
     again = ModelErasureReceipt.from_json(receipt.to_json())
     assert again == receipt and len(again.certificates()) == 52

@@ -3,10 +3,11 @@
 :meth:`svattn.lm.stream.LMStream.forget` deletes a span of what a stream read. Its
 :class:`ModelErasureReceipt` bundles
 
-* per hybrid layer and head, the memory's :class:`~svattn.exact.DeletionCertificate`
-  of every token of the span the memory held (each an exact decremental removal),
-  and a summary of the other removals the rewind made (tokens of the chunk grid
-  from the span's chunk on, re-added by the replay);
+* per hybrid layer and head, the :class:`~svattn.exact.DeletionCertificate` of every
+  span token the memory the stream continues with held (each an exact decremental
+  removal), a summary of the other removals the rewind made (tokens of the chunk grid
+  from the span's chunk on, re-added by the replay), and how many tokens (span tokens
+  among them) only the memory released for an earlier snapshot held;
 * the repair record: the prefix kept untouched, the positions each memory rewound,
   the bytes replayed;
 * :meth:`LMStream.digest` afterwards: the model, the text held, the positions held
@@ -55,12 +56,17 @@ class ModelErasureReceipt:
     repair : dict
         ``kept_prefix`` (held positions untouched), ``replayed`` (bytes fed again),
         ``rewound`` (per layer: ``[first, end)`` positions its memories removed),
+        ``released`` (per layer: ``[end, old end)`` positions held only by the memories
+        released for a snapshot),
         ``seconds`` (wall time of the rewind and of the replay).
     memories : list of dict
         Per hybrid layer and head: ``layer``, ``head``, ``span_certificates`` (dicts of
         :class:`~svattn.exact.DeletionCertificate`, one per span token the memory
         held), ``rewound`` (other tokens removed and re-added), ``rewound_unique``
-        (whether every removal claimed a unique optimum), ``max_kkt_residual``,
+        (whether every removal claimed a unique optimum), ``released`` (tokens held
+        only by the memory the stream released for an earlier snapshot, see
+        ``LMStream(snapshot_every=)``) and ``span_released`` (span tokens among them: no
+        certificate, that memory object is gone), ``max_kkt_residual``,
         ``rewind_s`` (seconds its removals took).
     state_digest : str
         :meth:`LMStream.digest` after the forget.
@@ -87,10 +93,12 @@ class ModelErasureReceipt:
         """Build the receipt from a stream after its forget (``removed``: what
         :meth:`LMStream.rewind` returned)."""
         a, b = span
-        memories, rewound = [], {}
+        memories, rewound, released = [], {}, {}
         for r in removed:
             first, end = r["positions"]
             rewound[str(r["layer"])] = [first, end]
+            released[str(r["layer"])] = list(r["released"])
+            lo, hi = r["released"]
             span_certs, other = [], []
             for p, cert in zip(range(first, end), r["certificates"], strict=True):
                 (span_certs if a <= p < b else other).append(cert)
@@ -99,6 +107,8 @@ class ModelErasureReceipt:
                 "layer": r["layer"], "head": r["head"],
                 "span_certificates": [asdict(c) for c in span_certs],
                 "rewound": len(other),
+                "released": hi - lo,
+                "span_released": max(0, min(b, hi) - max(a, lo)),
                 "rewound_unique": all(c.unique_optimum for c in other),
                 "max_kkt_residual": max((c.kkt_residual_after for c in every), default=0.0),
                 "rewind_s": r["seconds"],
@@ -107,6 +117,7 @@ class ModelErasureReceipt:
             model_digest=stream.model_digest, fed_span=list(fed_span), held_span=[a, b],
             n_forgotten=b - a, n_before=n_before, n_after=len(stream),
             repair={"kept_prefix": a, "replayed": n_before - b, "rewound": rewound,
+                    "released": released,
                     "seconds": dict(seconds or {})},
             memories=memories, state_digest=stream.digest(),
             issued_at=datetime.now(UTC).isoformat(timespec="seconds"),

@@ -170,6 +170,9 @@ class _Layer:
         self.mems: list[SVDDMemory] = []
         self.ids: list[list[int]] = [[] for _ in range(H)]  # ids[h][p]: token id of position p
         self.absorbed = 0  # positions held by the memories (a multiple of the chunk)
+        self.chunk = getattr(mix, "chunk", 0)
+        self.every = 0  # positions between snapshots of the memories (0: none)
+        self.snaps: dict[int, list[SVDDMemory]] = {}  # boundary → copies holding positions < it
         if self.kind == "hybrid":
             gamma = resolve_gamma(mix.kernel, mix.gamma, Dh)
             self.mems = [SVDDMemory(mix.C, mix.kernel, gamma) for _ in range(H)]
@@ -212,6 +215,13 @@ class LMStream:
         Copied (float64, eval, hybrid layers exact); the model itself is untouched.
     full_policy : bool
         Stream a ``policy="support"`` hybrid under ``policy="full"`` (module docstring).
+    snapshot_every : int
+        Copy each hybrid memory every ``snapshot_every`` chunks (0: never). A forget then
+        continues from the first copy at or after the chunk it rewinds to and removes
+        at most that many chunks' tokens, instead of every token from there to the end
+        (the memory it held and the later copies are released). Costs memory: the
+        copies together hold about ``n² / (2·snapshot_every·L)`` tokens per head.
+        Copies are not saved; a loaded stream makes new ones as it reads on.
 
     Examples
     --------
@@ -230,13 +240,20 @@ class LMStream:
     (b'helloworld', 2)
     """
 
-    def __init__(self, model: nn.Module, *, full_policy: bool = False) -> None:
+    def __init__(self, model: nn.Module, *, full_policy: bool = False,
+                 snapshot_every: int = 4) -> None:
         if not isinstance(full_policy, bool):
             raise ValueError(f"full_policy must be a bool, got {full_policy!r}")
+        if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or \
+                snapshot_every < 0:
+            raise ValueError(f"snapshot_every must be an int >= 0, got {snapshot_every!r}")
         self.full_policy = full_policy
+        self.snapshot_every = snapshot_every
         self.model = exact_copy(model, full_policy=full_policy)
         self.model_digest = model_digest(model)
         self.layers = [_Layer(b.mix) for b in self.model.blocks]
+        for st in self.layers:
+            st.every = snapshot_every * st.chunk if st.mems else 0
         self._tokens = bytearray()  # the text held (the forgotten spans removed)
         self._origin: list[int] = []  # fed position of each held byte (increasing)
         self.n_fed = 0  # bytes ever fed
@@ -414,14 +431,17 @@ class LMStream:
 
     @staticmethod
     def _absorb(st: _Layer, upto: int) -> None:
-        """Add chunks to the memories until they hold positions ``< upto``."""
-        if st.absorbed >= upto:
-            return
-        K = st.k.view()[st.absorbed : upto].numpy()  # (n, H, Dh)
-        Vv = st.v.view()[st.absorbed : upto].numpy()
-        for hd, mem in enumerate(st.mems):
-            st.ids[hd].extend(mem.extend(K[:, hd], Vv[:, hd]))
-        st.absorbed = upto
+        """Add chunks to the memories until they hold positions ``< upto``; copy them
+        at every ``st.every``-th position (the snapshots :meth:`rewind` starts from)."""
+        while st.absorbed < upto:
+            lo, hi = st.absorbed, st.absorbed + st.chunk
+            K = st.k.view()[lo:hi].numpy()  # (L, H, Dh)
+            Vv = st.v.view()[lo:hi].numpy()
+            for hd, mem in enumerate(st.mems):
+                st.ids[hd].extend(mem.extend(K[:, hd], Vv[:, hd]))
+            st.absorbed = hi
+            if st.every and hi % st.every == 0:
+                st.snaps[hi] = [mem.copy() for mem in st.mems]
 
     # ------------------------------------------------------------------ digest
     def digest(self) -> str:
@@ -520,19 +540,37 @@ class LMStream:
             if st.kind == "hybrid":
                 L = block.mix.chunk
                 keep = (a // L) * L if resume else ((a - 1) // L) * L if a else 0
+                old = max(keep, st.absorbed)
+                start = self._restore(st, keep)  # the memories now hold positions < start
                 for hd, mem in enumerate(st.mems):
                     ids = st.ids[hd][keep:]
                     t0 = time.perf_counter()
                     certs = mem.remove_many(reversed(ids)) if ids else []
-                    removed.append({"layer": li, "head": hd,
-                                    "positions": (keep, max(keep, st.absorbed)),
-                                    "certificates": certs[::-1],
+                    removed.append({"layer": li, "head": hd, "positions": (keep, start),
+                                    "released": (start, old), "certificates": certs[::-1],
                                     "seconds": time.perf_counter() - t0})
                     del st.ids[hd][keep:]
                 st.absorbed = min(st.absorbed, keep)
             st.truncate(a)
         self._hidden.truncate(a)
         return removed
+
+    @staticmethod
+    def _restore(st: _Layer, keep: int) -> int:
+        """Continue from the earliest snapshot at or after ``keep``, if it is earlier than
+        the memories' end: the memories (and later snapshots) are released, which holds
+        fewer tokens to remove. Snapshots after ``keep`` are dropped (they hold positions
+        that move). Returns the end of what the memories now hold."""
+        later = [b for b in st.snaps if keep <= b < st.absorbed]
+        if later:
+            b = min(later)
+            st.mems = [m.copy() for m in st.snaps[b]] if b == keep else st.snaps.pop(b)
+            for ids in st.ids:
+                del ids[b:]
+            st.absorbed = b
+        for b in [b for b in st.snaps if b > keep]:
+            del st.snaps[b]
+        return max(keep, st.absorbed)
 
     def replay(self, data: bytes, origins: list[int]) -> None:
         """Feed ``data`` again under its old fed positions (after :meth:`rewind`)."""
@@ -584,6 +622,7 @@ class LMStream:
         write_atomic(folder / aname, data)
         manifest = {"format": FORMAT, "version": VERSION, "model_digest": self.model_digest,
                     "model_config": self.model.cfg.to_dict(), "full_policy": self.full_policy,
+                    "snapshot_every": self.snapshot_every,
                     "n_fed": self.n_fed, "forgotten": self.forgotten, "digest": self.digest(),
                     "arrays": {"file": aname, "sha256": sha256_hex(data)}, "layers": layers}
         body = json.dumps(manifest, sort_keys=True, indent=1).encode()
@@ -621,7 +660,8 @@ class LMStream:
         if man["model_digest"] != got:
             raise StreamStateError(f"{folder}: the stream was read by the model with digest "
                                    f"{man['model_digest'][:16]}…, not this one ({got[:16]}…)")
-        s = cls(model, full_policy=bool(man["full_policy"]))
+        s = cls(model, full_policy=bool(man["full_policy"]),
+                snapshot_every=int(man.get("snapshot_every", 0)))
         data = _read_checked(folder / man["arrays"]["file"], man["arrays"]["sha256"])
         try:
             arr = st_load(data)
