@@ -6,8 +6,11 @@ chunk 64, C = 1/16, ``policy="full"``) reads the first ``--tokens`` bytes of enw
 bytes at the start, the middle and the end of the stream:
 
 * ``forget``: an identical copy of the stream forgets the span (rewind by exact
-  decremental removals, then replay of the bytes after it), timed in its two parts;
-* ``restream``: a fresh stream reads the text without the span, from scratch;
+  decremental removals, from the first memory snapshot at or after the span's chunk
+  with ``--snapshot-every N`` > 0, then replay of the bytes after it), timed in its
+  two parts and per layer;
+* ``restream``: a fresh stream (no snapshots: the cheapest) reads the text without
+  the span, from scratch;
 * both are compared: max |logit difference| over every position (must be <= 1e-9).
 
 Without ``--checkpoint`` the model is randomly initialised (seed 0): no trained
@@ -66,6 +69,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--span", type=int, default=32, help="bytes forgotten (default 32)")
     ap.add_argument("--checkpoint", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--snapshot-every", type=int, default=4,
+                    help="LMStream snapshot_every: memory copies every N chunks (0: none)")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> dict:
     data_path = SHARED if SHARED.exists() else slice_path()
     text = data_path.read_bytes()[: args.tokens]
     full_policy = any(getattr(b.mix, "policy", "full") != "full" for b in model.blocks)
-    base = model.stream(full_policy=full_policy)
+    base = model.stream(full_policy=full_policy, snapshot_every=args.snapshot_every)
     t0 = time.perf_counter()
     base.feed(text)
     feed_s = time.perf_counter() - t0
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict:
         t0 = time.perf_counter()
         receipt = s.forget(start, start + w)
         forget_s = time.perf_counter() - t0
-        fresh = model.stream(full_policy=full_policy)
+        fresh = model.stream(full_policy=full_policy, snapshot_every=0)  # the cheapest
         t0 = time.perf_counter()
         fresh.feed(text[:start] + text[start + w :])
         restream_s = time.perf_counter() - t0
@@ -108,7 +113,8 @@ def main(argv: list[str] | None = None) -> dict:
               flush=True)
     support = [[len(m.support_ids()) for m in st.mems] for st in base.layers]
     body = {"model": model_note, "params": model.num_params(), "data": portable_path(data_path),
-            "tokens": n, "span": w, "feed_s": feed_s, "support_per_memory": support,
+            "tokens": n, "span": w, "snapshot_every": args.snapshot_every, "feed_s": feed_s,
+            "support_per_memory": support,
             "threads": 1, "rows": rows}
     if args.json is not None:
         write_record(args.json, __file__, argv, body)
