@@ -191,7 +191,7 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9
     reasons = []
     if receipt.model_digest != stream.model_digest:
         reasons.append("the receipt was issued for another model (model digest differs)")
-    fresh = type(stream)(stream.model, full_policy=stream.full_policy)
+    fresh = type(stream)(stream.model, full_policy=stream.full_policy, snapshot_every=0)
     fresh.feed(stream.text)
     digest_ok = receipt.state_digest == stream.digest() == fresh.digest()
     if not digest_ok:
