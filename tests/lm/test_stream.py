@@ -359,3 +359,22 @@ def test_generate_is_seeded_greedy_at_zero_and_checks_its_arguments():
             u.generate(**kwargs)
     with pytest.raises(ValueError, match="feed a prompt"):
         model.stream().generate(1)
+
+
+@pytest.mark.slow
+def test_the_paper_shape_streams_and_forgets_exactly():
+    """The 3.22M shape (4 layers, d = 256, chunk 64, C = 1/16), rope and lookback, on text."""
+    from svattn.data.enwik8 import slice_path
+    from svattn.lm import mixer_config, preset
+
+    torch.manual_seed(0)
+    cfg = mixer_config(preset("paper-3m", rope=True), "hybrid_sv",
+                       {"policy": "full", "lookback": 16})
+    model = CharLM(cfg)
+    text = slice_path().read_bytes()[:300]
+    ref = exact_copy(model)(torch.tensor(list(text))[None])[0][0]
+    s = model.stream(snapshot_every=1)
+    out = torch.cat([s.feed(text[:100]), s.feed(text[100:101]), s.feed(text[101:])])
+    assert (out - ref).abs().max() <= TOL
+    s.forget(120, 150)
+    assert_same_stream(s, fresh_of(model, text[:120] + text[150:], snapshot_every=0))
