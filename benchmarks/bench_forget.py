@@ -3,7 +3,8 @@
 A CharLM of the paper's 3.22M shape (4 layers, d = 256, 4 heads; hybrid_sv with
 chunk 64, C = 1/16, ``policy="full"``) reads the first ``--tokens`` bytes of enwik8
 (the shared prefix, else the slice shipped with svattn). For a span of ``--span``
-bytes at the start, the middle and the end of the stream:
+bytes at the start, the middle, three quarters in ("late") and the end of the stream
+(the end's span lies in chunks no memory holds yet):
 
 * ``forget``: an identical copy of the stream forgets the span (rewind by exact
   decremental removals, from the first memory snapshot at or after the span's chunk
@@ -85,7 +86,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"fed {len(text)} bytes in {feed_s:.1f} s", flush=True)
     n, w = len(text), args.span
     rows = []
-    for where, start in (("start", 0), ("middle", (n - w) // 2), ("end", n - w)):
+    spots = (("start", 0), ("middle", (n - w) // 2), ("late", 3 * (n - w) // 4), ("end", n - w))
+    for where, start in spots:
         s = copy.deepcopy(base)
         t0 = time.perf_counter()
         receipt = s.forget(start, start + w)
