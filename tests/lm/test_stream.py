@@ -378,3 +378,26 @@ def test_the_paper_shape_streams_and_forgets_exactly():
     assert (out - ref).abs().max() <= TOL
     s.forget(120, 150)
     assert_same_stream(s, fresh_of(model, text[:120] + text[150:], snapshot_every=0))
+
+
+def test_cli_generate_forgets_and_verify_forget_checks_it(tmp_path, capsys):
+    from svattn.cli import main
+    from svattn.lm.train import TrainConfig
+
+    model = make()
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"config": TrainConfig().to_dict(), "model_config": model.cfg.to_dict(),
+                "model": model.state_dict(), "step": 0}, ckpt)
+    prompt = "the cat sat on the mat; the dog sat on the log"
+    argv = ["generate", str(ckpt), "--prompt", prompt, "-n", "6", "--seed", "2",
+            "--forget", "4:8", "--receipt", str(tmp_path / "r.json"), "--save",
+            str(tmp_path / "st")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "before forgetting: " in out and "after forgetting [4, 8): " in out
+    assert "receipt: 4 bytes forgotten" in out
+    after = out.split("after forgetting [4, 8): ")[1].split("\n")[0]
+    f = fresh_of(model, (prompt[:4] + prompt[8:]).encode())  # the fresh stream's sample
+    assert f.generate(6, seed=2).decode("utf-8", "backslashreplace") == after
+    assert main(["verify-forget", str(ckpt), str(tmp_path / "st"), str(tmp_path / "r.json")]) == 0
+    assert "VERIFIED" in capsys.readouterr().out
