@@ -159,6 +159,17 @@ def test_forget_equals_a_fresh_stream_of_the_text_without_the_span(span, every):
         assert_same_stream(s, f)
 
 
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_forget_equals_a_fresh_stream_for_every_mixer(name):
+    model = make(name)
+    text = text_of(60)
+    s = fresh_of(model, text)
+    s.forget(13, 30)
+    f = fresh_of(model, text[:13] + text[30:])
+    assert_same_stream(s, f)
+    assert s.generate(8, seed=0) == f.generate(8, seed=0)
+
+
 def test_forget_rewinds_only_from_the_chunk_of_the_span():
     model = make("hybrid")  # chunk 8
     s = fresh_of(model, text_of(70), snapshot_every=0)
