@@ -44,7 +44,29 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (tmp / "tiny.json").write_text(json.dumps(TINY))
     (tmp / "file.txt").write_text("a file, not a folder\n")
     (tmp / "script.py").write_text("print('not a state file')\n")
+    _stream_files(tmp)
     return {p.stem: p for p in tmp.iterdir()} | {"tmp": tmp}
+
+
+def _stream_files(tmp: Path) -> None:
+    """Two tiny hybrid checkpoints (policies "full" and "support"), a saved stream after a
+    forget, its receipt, and the receipt of another forget (for generate, verify-forget)."""
+    from svattn.lm import CharLM, CharLMConfig
+    from svattn.lm.train import TrainConfig
+
+    torch.manual_seed(0)
+    for policy in ("full", "support"):
+        cfg = CharLMConfig(n_layer=1, n_embd=16, n_head=2, block_size=64, mixer="hybrid_sv",
+                           mixer_options={"chunk": 8, "C": 0.25, "policy": policy, "budget": 8})
+        model = CharLM(cfg)
+        torch.save({"config": TrainConfig().to_dict(), "model_config": cfg.to_dict(),
+                    "model": model.state_dict(), "step": 0}, tmp / f"hyb_{policy}.pt")
+    s, other = model.stream(full_policy=True), model.stream(full_policy=True)
+    s.feed(b"the cat sat on the mat, the dog sat on the log")
+    other.feed(s.text)
+    (tmp / "receipt.json").write_text(s.forget(4, 8).to_json())
+    (tmp / "receipt_other.json").write_text(other.forget(4, 9).to_json())
+    s.save(tmp / "stream")
 
 
 def _fmt(argv: list[str], files: dict[str, Path]) -> list[str]:
@@ -121,6 +143,30 @@ CASES = [
                                    "--out", "{tmp}/r"], 2, ["--only", "'colour'"]),
     ("recall-collect-empty", ["recall", "collect", "--runs", "{dir}", "--into",
                               "{tmp}/recall.json"], 2, ["runs:", "no finished cell"]),
+    ("generate-support-policy", ["generate", "{hyb_support}", "--prompt", "hi"], 2,
+     ["policy 'support'", "--full-policy"]),
+    ("generate-forget-past-prompt", ["generate", "{hyb_full}", "--prompt", "hello", "--forget",
+                                     "3:9"], 2, ["--forget 3:9", "prompt's 5 bytes"]),
+    ("generate-empty-prompt", ["generate", "{hyb_full}", "--prompt", ""], 2,
+     ["prompt is empty"]),
+    ("generate-receipt-without-forget", ["generate", "{hyb_full}", "--prompt", "hi",
+                                         "--receipt", "{tmp}/r.json"], 2, ["give --forget"]),
+    ("generate-memory-state", ["generate", "{state}", "--prompt", "hi"], 2,
+     ["not a checkpoint of svattn train"]),
+    ("generate-negative-temperature", ["generate", "{hyb_full}", "--prompt", "hi",
+                                       "--temperature", "-1"], 2, ["--temperature", ">= 0"]),
+    ("verify-forget-no-folder", ["verify-forget", "{hyb_full}", "{tmp}/none", "{receipt}"], 2,
+     ["STREAM: no such folder"]),
+    ("verify-forget-not-a-receipt", ["verify-forget", "{hyb_full}", "{stream}", "{list}"], 2,
+     ["receipt: not a svattn.ModelErasureReceipt"]),
+    ("verify-forget-not-a-stream", ["verify-forget", "{hyb_full}", "{dir}", "{receipt}"], 2,
+     ["no saved stream"]),
+    ("verify-forget-other-model", ["verify-forget", "{hyb_full}", "{stream}", "{receipt}"], 2,
+     ["read by the model with digest"]),
+    ("verify-forget-other-receipt", ["verify-forget", "{hyb_support}", "{stream}",
+                                     "{receipt_other}"], 1, ["NOT VERIFIED", "digest"]),
+    ("verify-forget-ok", ["verify-forget", "{hyb_support}", "{stream}", "{receipt}"], 0,
+     ["VERIFIED: the stream equals a fresh stream", "span certificates checked: 8"]),
 ]
 
 

@@ -341,6 +341,136 @@ def _reproduce_run(args: argparse.Namespace) -> int:
     return 1 if any(r.verdict.startswith("FAILED") for r in results) else 0
 
 
+# ------------------------------------------------------- generate / verify-forget
+
+
+def _nonnegative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
+
+
+def _span(text: str) -> tuple[int, int]:
+    try:
+        start, stop = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be START:STOP (two integers), got {text!r}"
+                                         ) from None
+    if not 0 <= start < stop:
+        raise argparse.ArgumentTypeError(f"must satisfy 0 <= START < STOP, got {text!r}")
+    return start, stop
+
+
+def _generate_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a ckpt.pt of train")
+    prompt = parser.add_mutually_exclusive_group(required=True)
+    prompt.add_argument("--prompt", default=None, metavar="TEXT", help="the prompt (UTF-8)")
+    prompt.add_argument("--prompt-file", type=Path, default=None, metavar="PATH",
+                        help="read the prompt's bytes from a file")
+    parser.add_argument("-n", type=_nonnegative_int, default=200, metavar="N",
+                        help="bytes to generate (default: 200)")
+    parser.add_argument("--temperature", type=float, default=1.0, metavar="T",
+                        help="sampling temperature, 0 for greedy (default: 1.0)")
+    parser.add_argument("--top-k", type=_positive_int, default=None, metavar="K",
+                        help="sample among the K most likely bytes")
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed (default: 0)")
+    parser.add_argument("--forget", type=_span, default=None, metavar="START:STOP",
+                        help="then forget prompt bytes [START, STOP) and generate again with "
+                             "the same seed, to show the effect")
+    parser.add_argument("--full-policy", action="store_true",
+                        help="stream a policy='support' hybrid under policy='full' (same "
+                             "weights; LMStream needs it)")
+    parser.add_argument("--receipt", type=Path, default=None, metavar="PATH",
+                        help="with --forget: write the erasure receipt (JSON) here")
+    parser.add_argument("--save", type=Path, default=None, metavar="DIR",
+                        help="with --forget: save the stream right after the forget (for "
+                             "svattn verify-forget)")
+
+
+def _generate_run(args: argparse.Namespace) -> int:
+    from svattn.lm.train import load_checkpoint_model
+
+    _check_file(args.checkpoint, "CHECKPOINT")
+    if args.prompt_file is not None:
+        _check_file(args.prompt_file, "--prompt-file")
+        prompt = args.prompt_file.read_bytes()
+    else:
+        prompt = args.prompt.encode()
+    if not prompt:
+        raise ValueError("the prompt is empty: generation needs at least one byte")
+    if not (args.temperature >= 0 and args.temperature != float("inf")):
+        raise ValueError(f"--temperature must be a finite number >= 0, got {args.temperature}")
+    if args.forget is not None and args.forget[1] > len(prompt):
+        raise ValueError(f"--forget {args.forget[0]}:{args.forget[1]} reaches past the "
+                         f"prompt's {len(prompt)} bytes")
+    if args.forget is None and (args.receipt is not None or args.save is not None):
+        raise ValueError("--receipt and --save record a forget: give --forget START:STOP")
+    model, _, _ = load_checkpoint_model(args.checkpoint)
+    try:
+        stream = model.stream(full_policy=args.full_policy)
+    except ValueError as exc:
+        raise ValueError(f"{exc} (on the command line: --full-policy)") from None
+
+    def progress(done: int, total: int) -> None:
+        if total > 1024 and (done % 1024 == 0 or done == total):
+            print(f"svattn generate: read {done}/{total} prompt bytes", file=sys.stderr,
+                  flush=True)
+
+    stream.feed(prompt, progress=progress)
+    sample = {"temperature": args.temperature, "top_k": args.top_k, "seed": args.seed}
+    out = stream.generate(args.n, **sample)
+    if args.forget is None:
+        sys.stdout.write(out.decode("utf-8", "backslashreplace") + "\n")
+        return 0
+    start, stop = args.forget
+    print(f"before forgetting: {out.decode('utf-8', 'backslashreplace')}")
+    if args.n:
+        stream.forget(len(prompt), len(prompt) + args.n)  # the sample itself first
+    receipt = stream.forget(start, stop)
+    if args.save is not None:
+        stream.save(args.save)
+    if args.receipt is not None:
+        args.receipt.write_text(receipt.to_json() + "\n")
+    again = stream.generate(args.n, **sample)
+    print(f"after forgetting [{start}, {stop}): {again.decode('utf-8', 'backslashreplace')}")
+    n_certs = sum(len(m["span_certificates"]) for m in receipt.memories)
+    print(f"receipt: {receipt.n_forgotten} bytes forgotten, {n_certs} memory certificates, "
+          f"{receipt.repair['replayed']} bytes replayed, state digest "
+          f"{receipt.state_digest[:16]}…")
+    return 0
+
+
+def _verify_forget_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                        help="the ckpt.pt the stream was read with")
+    parser.add_argument("stream", type=Path, metavar="STREAM", help="a folder of LMStream.save")
+    parser.add_argument("receipt", type=Path, metavar="RECEIPT",
+                        help="the erasure receipt (JSON, ModelErasureReceipt.to_json)")
+    parser.add_argument("--tol", type=_positive_float, default=1e-9,
+                        help="tolerance on logits and memory readouts (default: 1e-9)")
+
+
+def _verify_forget_run(args: argparse.Namespace) -> int:
+    from svattn.lm.forget import ModelErasureReceipt, verify_forget
+    from svattn.lm.stream import LMStream
+    from svattn.lm.train import load_checkpoint_model
+
+    _check_file(args.checkpoint, "CHECKPOINT")
+    _check_file(args.receipt, "RECEIPT")
+    if not args.stream.is_dir():
+        raise FileNotFoundError(f"STREAM: no such folder: {args.stream}")
+    try:
+        receipt = ModelErasureReceipt.from_json(args.receipt.read_text())
+    except UnicodeDecodeError:
+        raise ValueError(f"RECEIPT: {args.receipt} is not a text file") from None
+    model, _, _ = load_checkpoint_model(args.checkpoint)
+    stream = LMStream.load(args.stream, model)
+    report = verify_forget(stream, receipt, tol=args.tol)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
 # ------------------------------------------------------------------ train/eval
 
 
@@ -658,7 +788,8 @@ def _recall_run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- registry
 
 # Commands that run the exact core, whose numba kernels compile on their first call.
-_EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "recover", "reproduce"})
+_EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "recover", "reproduce",
+                             "generate", "verify-forget"})
 _COMPILED = Path(svattn.__file__).parent / "exact" / "compiled"
 
 
@@ -727,6 +858,20 @@ COMMANDS: list[Command] = [
         "bits per character of a trained checkpoint on enwik8 splits",
         _eval_arguments,
         _eval_run,
+    ),
+    Command(
+        "generate",
+        "stream a prompt through a trained CharLM on exact memories and sample bytes; "
+        "--forget shows the effect of forgetting part of the prompt",
+        _generate_arguments,
+        _generate_run,
+    ),
+    Command(
+        "verify-forget",
+        "check a saved LMStream against its erasure receipt by re-streaming its text "
+        "from scratch",
+        _verify_forget_arguments,
+        _verify_forget_run,
     ),
     Command(
         "collect",

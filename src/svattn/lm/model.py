@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from svattn.lm.stream import LMStream
 from svattn.mixers import MIXERS
 
 __all__ = ["CharLMConfig", "CharLM", "MLP", "Block", "build_mixer", "positions_of"]
@@ -202,6 +203,15 @@ class CharLM(nn.Module):
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+
+    def stream(self, *, full_policy: bool = False, snapshot_every: int = 4) -> LMStream:
+        """Streaming inference state (:class:`svattn.lm.stream.LMStream`): ``feed``,
+        ``logits``, ``generate``, ``forget``, ``save``; float64 on exact memories.
+
+        ``full_policy``: stream ``policy="support"`` hybrid layers under ``"full"``;
+        ``snapshot_every``: copy the memories every that many chunks (faster forgets).
+        """
+        return LMStream(self, full_policy=full_policy, snapshot_every=snapshot_every)
 
     def num_params(self) -> int:
         """Number of parameters (the tied embedding counted once)."""
