@@ -17,7 +17,7 @@ import numpy as np
 
 from svattn.exact import reference
 from svattn.exact.batch import batch_solve
-from svattn.exact.cache import free_col, refactorize
+from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
 from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
 from svattn.exact.state import (
@@ -112,9 +112,11 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
 def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
     """The score of one validated row (1, d) when adding it changes nothing but its own
     slot — it lands inside the description, in the reserve set, and no standby column
-    needs refreshing — else None. Reads the state only (the caller then stores the row
-    with :func:`store`, needing no checkpoint of the solution: ``rollback``)."""
-    if ss.dim is None or ss.n + 1 <= ss.warmup_n or ss.nS == 0:
+    needs refreshing — else None. Reads the state only. The general path's statement of
+    the decision that :func:`svattn.exact.fastpath.store_reserve` takes in one backend
+    call (``tests/exact/test_fastpath.py`` holds them equal); storing the row with
+    :func:`store` is then the same add."""
+    if ss.dim is None or ss.n + 1 <= ss.warmup_n:
         return None
     diag = kernel_diag(k, ss.kernel, ss.gamma_value)
     rows, g = score_rows(ss, k, diag)
@@ -123,14 +125,6 @@ def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
     if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
         return None  # standby_upkeep would refresh the cached columns
     return diag, rows, g
-
-
-def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Which scored rows lie outside the description (g below zero beyond a rounding-level
-    tie, relative to the terms g is made of, as the KKT residual measures it: a tie
-    scaled by the largest diagonal in the memory let an exp-kernel outlier at 1e18 hide
-    rows at g = -1)."""
-    return g < -1e-13 * np.maximum(2.0 * diag + g - ss.mu + abs(ss.mu), 1.0)
 
 
 def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
