@@ -73,7 +73,7 @@ def test_fast_adds_equal_the_general_path(monkeypatch, backend, kernel):
         room = bool(fs.free_slots) or fs.hi < fs.cap  # else the table grows: general path
         stored = []
         monkeypatch.setattr(fastpath, "store_reserve",
-                            lambda *a: stored.append(real(*a)) or stored[-1])
+                            lambda *a, out=stored: out.append(real(*a)) or out[-1])
         fast.add(row, tag=tag)
         monkeypatch.setattr(fastpath, "store_reserve", real)
         took = bool(stored) and stored[0] is not None

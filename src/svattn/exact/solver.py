@@ -447,6 +447,23 @@ def optimality_error(ss: SlotState, be: Backend) -> str | None:
             f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
             f"file's alpha is wrong: forged or corrupted)")
 
+def copy_groups(K: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Keys the kernel cannot tell apart, ``K_ii + K_jj − 2K_ij ≤ 1e-13 (K_ii + K_jj)``
+    (each pair at its own scale: a huge exp-kernel diagonal elsewhere must not merge
+    ordinary keys): each token's group, and each group's first member. One row at a
+    time, so the temporaries are O(n), not n×n."""
+    group = np.full(len(diag), -1)
+    reps: list[int] = []
+    for i in range(len(diag)):
+        if group[i] < 0:
+            pair = diag[i] + diag
+            same = pair - 2.0 * K[i] <= 1e-13 * pair
+            members = np.flatnonzero(same & (group < 0))
+            group[members] = len(reps)
+            reps.append(i)
+    return group, reps
+
+
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             polish_after: bool = True) -> None:
     """Exact batch solve of the live set; rebuild caches and the inverse.
@@ -462,23 +479,20 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
     live = ss.ordered_slots()
     for s in live:
         free_col(ss, int(s))
+    # Peak memory: the Gram matrix K (8·n² bytes) and, with merged copies, its block of
+    # representatives; every other temporary is a row, or the solve's margin system
+    # (batch.py: O(n·|S|) + O(|S|²)); K is freed before the cache columns of the
+    # support are filled (8·n·|S ∪ E| bytes, the state itself). The copy test goes one
+    # row at a time: its n×n distance and comparison matrices had the peak at ~32·n².
     K = gram_matrix(ss.X[live], ss.kernel, ss.gamma_value)
     diag = ss.diag[live]
-    dist = diag[:, None] + diag[None, :] - 2.0 * K
-    # indistinguishable at each pair's own scale (a huge exp-kernel diagonal
-    # elsewhere must not merge ordinary keys)
-    same = dist <= 1e-13 * (diag[:, None] + diag[None, :])
-    group = np.full(len(live), -1)
-    reps = []
-    for i in range(len(live)):
-        if group[i] < 0:
-            members = np.flatnonzero(same[i] & (group < 0))
-            group[members] = len(reps)
-            reps.append(i)
+    group, reps = copy_groups(K, diag)
     reps_a = np.asarray(reps)
     sizes = np.bincount(group, minlength=len(reps))
-    sol = batch_solve(K[np.ix_(reps_a, reps_a)], diag[reps_a], ss.C * sizes,
-                      tol=0.01 * ss.tol)
+    if len(reps) < len(live):
+        K = K[np.ix_(reps_a, reps_a)]  # (the full matrix is freed)
+    sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
+    del K  # freed before the support's cache columns are allocated
     alpha = np.zeros(len(live))
     for gi, w in enumerate(sol.alpha):
         members = np.flatnonzero(group == gi)
@@ -513,6 +527,6 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             resolve(ss, be, fallback=False, polish_after=False)
 
 
-__all__ = ["Backend", "add_rows", "certificate_facts", "fresh_g", "optimality_error",
+__all__ = ["Backend", "add_rows", "certificate_facts", "copy_groups", "fresh_g", "optimality_error",
            "remove_slot", "reserve_score", "resolve", "set_sizes", "standby_upkeep",
            "state_digest", "store", "wipe_slot"]
