@@ -166,3 +166,24 @@ def test_reserve_kernel_uses_the_kernels_overflow_bound():
     from svattn.exact.compiled import reserve
 
     assert reserve.LOG_MAX == LOG_MAX
+
+
+def test_block_hashes_and_commitments_equal_the_per_token_functions():
+    from svattn.exact.certificate import commit_token, commit_tokens
+    from svattn.exact.state import row_hash, token_hash
+
+    rng = np.random.default_rng(2)
+    xs = rng.normal(size=(5, 3))
+    xs[1, 0] = -0.0  # written as 0.0 by the row hash and the commitment
+    vs = rng.normal(size=(5, 2))
+    tids = [7, 8, 9, 10, 2**40]
+    for v in (None, vs):
+        ths, rhs = solver.block_hashes(tids, xs, v)
+        for r, t in enumerate(tids):
+            assert ths[r] == token_hash(t, xs[r], None if v is None else v[r])
+            assert rhs[r] == row_hash(xs[r], np.zeros(0) if v is None else v[r])
+        key = b"c" * 32
+        assert commit_tokens(xs, v, key) == [
+            commit_token(xs[r], None if v is None else v[r], key)[0] for r in range(5)]
+        opaque = commit_tokens(xs, v, None)
+        assert len(set(opaque)) == 5 and all(len(c) == 64 for c in opaque)

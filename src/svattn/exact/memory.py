@@ -41,7 +41,7 @@ from svattn.exact.certificate import (
     OPAQUE,
     DeletionCertificate,
     ErasureReceipt,
-    commit_token,
+    commit_tokens,
     commitment_key,
 )
 from svattn.exact.certificate import commitment_key_id as key_id
@@ -226,8 +226,7 @@ class SVDDMemory:
     def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
         self._s.bind_commit_key(key_id(self._commit_key))
-        commits = [commit_token(k[r], None if v is None else v[r], self._commit_key)[0]
-                   for r in range(len(k))]
+        commits = commit_tokens(k, v, self._commit_key)
         ss, keyed = self._s, self._commit_key is not None
         if len(k) == 1 and (not ss.nS or self._health.checked(ss.Qinv)):  # (fastpath)
             with self._atomic(op, light=True):  # into the reserve: only its slot changes

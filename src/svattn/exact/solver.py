@@ -11,6 +11,7 @@ has the math; ``be`` is :mod:`svattn.exact.compiled` or :mod:`svattn.exact.refer
 
 from __future__ import annotations
 
+import hashlib
 from types import ModuleType
 
 import numpy as np
@@ -24,9 +25,7 @@ from svattn.exact.state import (
     DIGEST_MOD,
     NeedResolve,
     SlotState,
-    row_hash,
     scrub,
-    token_hash,
 )
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 
@@ -153,11 +152,11 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
         ss.V[slots] = vs
     ss.diag[slots] = diag
     ss.slot_id[slots] = tids
-    for i, (slot, tid) in enumerate(zip(slots.tolist(), tids, strict=True)):
+    ths, rhs = block_hashes(tids, xs, vs)
+    for slot, tid, th, rh in zip(slots.tolist(), tids, ths, rhs, strict=True):
         ss.id_to_slot[tid] = slot
-        th = token_hash(tid, xs[i], None if vs is None else vs[i])
         ss.token_hash[slot] = th
-        ss.row_hash[slot] = row_hash(ss.X[slot], ss.V[slot])
+        ss.row_hash[slot] = rh
         ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
     ss.n += count
     ss.alpha[slots] = 0.0
@@ -168,6 +167,29 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     ss.g[slots] = g
     esum_rows(ss, slots, rows)
     return tids
+
+
+def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
+                 ) -> tuple[list[int], list[int]]:
+    """:func:`~svattn.exact.state.token_hash` and :func:`~svattn.exact.state.row_hash`
+    of each new row (``row_hash`` of the value row as stored: empty when values are
+    the keys), with the rows' bytes converted once for the block."""
+    x = np.ascontiguousarray(xs, dtype=np.float64)
+    xb, xz, w = x.tobytes(), (x + 0.0).tobytes(), 8 * x.shape[1]
+    vb = vz = b""
+    u = 0
+    if vs is not None:
+        v = np.ascontiguousarray(vs, dtype=np.float64)
+        vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
+    ths, rhs = [], []
+    for r, tid in enumerate(tids):
+        h = hashlib.sha256(int(tid).to_bytes(8, "big", signed=False))
+        h.update(xb[r * w:(r + 1) * w])
+        h.update(vb[r * u:(r + 1) * u])
+        ths.append(int.from_bytes(h.digest(), "big"))
+        rh = hashlib.blake2b(xz[r * w:(r + 1) * w] + vz[r * u:(r + 1) * u], digest_size=8)
+        rhs.append(int.from_bytes(rh.digest(), "little", signed=True))
+    return ths, rhs
 
 
 def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
@@ -527,6 +549,6 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             resolve(ss, be, fallback=False, polish_after=False)
 
 
-__all__ = ["Backend", "add_rows", "certificate_facts", "copy_groups", "fresh_g", "optimality_error",
-           "remove_slot", "reserve_score", "resolve", "set_sizes", "standby_upkeep",
-           "state_digest", "store", "wipe_slot"]
+__all__ = ["Backend", "add_rows", "block_hashes", "certificate_facts", "copy_groups",
+           "fresh_g", "optimality_error", "remove_slot", "reserve_score", "resolve",
+           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]
