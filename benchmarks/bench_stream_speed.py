@@ -111,7 +111,8 @@ def removals(mem: SVDDMemory, which: str, count: int, rng, oracle: int,
         if oracle > 0 and cert.unique_optimum:
             oracle -= 1
             alpha = solve_svdd(gram_matrix(mem.keys, "rbf", gamma), mem.C)
-            dev = np.nanmax([dev, float(np.abs(alpha - mem.alpha).max())])
+            d_now = float(np.abs(alpha - mem.alpha).max())
+            dev = d_now if np.isnan(dev) else max(dev, d_now)
         mem.add(key)
     return out, dev
 
@@ -148,7 +149,7 @@ def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
             checks = oracle_checks if r == 0 and n <= oracle_max_n else 0
             lat, dv = removals(mem, which, per_round, rng, checks, gamma)
             rm[which] += lat
-            dev = np.nanmax([dev, dv])
+            dev = dv if np.isnan(dev) else max(dev, dv) if not np.isnan(dv) else dev
         fits.append(sklearn_fit(mem.keys[1:], C, gamma))
     ms = 1e3
     med = {k: float(np.median(v)) * ms if v else None for k, v in rm.items()}
