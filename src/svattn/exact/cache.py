@@ -17,6 +17,14 @@ from svattn.exact.state import NeedResolve, SlotState
 from svattn.exact.states import ERROR, MARGIN, RESERVE
 
 
+def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Which scored rows lie outside the description (g below zero beyond a rounding-level
+    tie, relative to the terms g is made of, as the KKT residual measures it: a tie
+    scaled by the largest diagonal in the memory let an exp-kernel outlier at 1e18 hide
+    rows at g = -1)."""
+    return g < -1e-13 * np.maximum(2.0 * diag + g - ss.mu + abs(ss.mu), 1.0)
+
+
 def free_col(s: SlotState, slot: int) -> None:
     """Drop ``slot``'s cache column (zeroed); a margin token's only after contraction."""
     col = int(s.col_of_slot[slot])

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from svattn.exact import compiled, fileformat, reference, solver
+from svattn.exact import compiled, fastpath, fileformat, reference, solver
 from svattn.exact.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.cache import refactorize
 from svattn.exact.certificate import (
@@ -41,7 +41,7 @@ from svattn.exact.certificate import (
     OPAQUE,
     DeletionCertificate,
     ErasureReceipt,
-    commit_token,
+    commit_tokens,
     commitment_key,
 )
 from svattn.exact.certificate import commitment_key_id as key_id
@@ -54,7 +54,7 @@ from svattn.exact.signing import resolve_tag_key, sign, tag_hashes
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import RESERVE, SET_NAMES
-from svattn.exact.validation import check_queries, check_rows
+from svattn.exact.validation import check_queries, check_rows, plain_row
 
 BACKENDS = {"compiled": compiled, "reference": reference}
 
@@ -205,7 +205,7 @@ class SVDDMemory:
         >>> mem.add([0.0, 1.0]), mem.add([1.0, 0.0])
         (0, 1)
         """
-        k, v = check_rows(self._s, key, value, batch=False)
+        k, v = plain_row(self._s, key, value) or check_rows(self._s, key, value, batch=False)
         hashes = tag_hashes(None if tag is None else [tag], 1, self._tag_key)
         return self._add(k, v, hashes, "add")[0]
 
@@ -226,18 +226,18 @@ class SVDDMemory:
     def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
         self._s.bind_commit_key(key_id(self._commit_key))
-        commits = [commit_token(k[r], None if v is None else v[r], self._commit_key)[0]
-                   for r in range(len(k))]
-        ss = self._s  # a row into the reserve set touches only its slot: a light checkpoint
-        fast = len(k) == 1 and self._health.checked(ss.Qinv) and solver.reserve_score(ss, k)
-        with self._atomic(op, light=bool(fast)):
-            ids = solver.store(ss, k, v, *fast) if fast else solver.add_rows(ss, self._be, k, v)
-            for tid, h, c in zip(ids, hashes, commits, strict=True):
-                slot = ss.id_to_slot[tid]
-                if h is not None:
-                    ss.tags[slot] = np.frombuffer(h, dtype=np.uint8)
-                ss.commitments[slot] = np.frombuffer(bytes.fromhex(c), dtype=np.uint8)
-                ss.commit_keyed[slot] = self._commit_key is not None
+        commits = commit_tokens(k, v, self._commit_key)
+        ss, keyed = self._s, self._commit_key is not None
+        if len(k) == 1 and (not ss.nS or self._health.checked(ss.Qinv)):  # (fastpath)
+            with self._atomic(op, light=True):  # into the reserve: only its slot changes
+                tid = fastpath.store_reserve(ss, self._be, k, v, hashes, commits, keyed)
+                if tid is not None:
+                    self._after_op(op, ids=[tid], commitments=commits, tags=hashes)
+            if tid is not None:
+                return [tid]
+        with self._atomic(op):
+            ids = solver.add_rows(ss, self._be, k, v)
+            fastpath.mark_tokens(ss, ids, hashes, commits, keyed)
             solver.standby_upkeep(ss, self._be, ids)
             self._after_op(op, ids=ids, commitments=commits, tags=hashes)
         return ids

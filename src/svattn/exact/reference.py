@@ -14,8 +14,8 @@ import math
 
 import numpy as np
 
-from svattn.exact.cache import expand, free_col, mu_move, swap_cols
-from svattn.exact.kernels import sq_distances
+from svattn.exact.cache import expand, free_col, mu_move, outside_description, swap_cols
+from svattn.exact.kernels import KernelOverflowError, kernel_diag, kernel_matrix, sq_distances
 from svattn.exact.state import NeedResolve, SlotState, scrub
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 
@@ -404,7 +404,42 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     return "fallback", None
 
 
+# ---------------------------------------------------------------- the streaming add
+def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int) -> bool:
+    """Score one key (value ``v``) against the cached columns; if it lands in the reserve
+    set with no standby refresh due, store it in the free ``slot`` as token ``tid``
+    (arrays only: the caller keeps the id map, hashes and counts) and return True;
+    otherwise write nothing and return False (the general add path takes it)."""
+    chi, xs = ss.chi, x[None, :]
+    try:
+        diag = kernel_diag(xs, ss.kernel, ss.gamma_value)
+        row = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)[0]
+    except KernelOverflowError:
+        return False  # the general path raises it
+    g = 2.0 * (row @ ss.ac[:chi]) - diag + ss.mu
+    if outside_description(ss, diag, g)[0]:
+        return False
+    if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
+        return False
+    esum = 0.0
+    if ss.esum_valid:  # the error-column sum over the row (as solver.esum_rows)
+        cols = ss.col_of_slot[np.flatnonzero(ss.esum_member[: ss.hi])]
+        if len(cols) and (cols.min() < 0 or cols.max() >= chi):
+            ss.esum_valid = False  # a member without a column here: rebuild on use
+        elif len(cols):
+            esum = float(row[cols].sum())
+    ss.X[slot] = x
+    if v is not None:
+        ss.V[slot] = v
+    ss.xn2[slot] = float(x @ x)
+    ss.diag[slot], ss.alpha[slot], ss.g[slot] = diag[0], 0.0, g[0]
+    ss.state[slot], ss.slot_id[slot], ss.esum[slot] = RESERVE, tid, esum
+    ss.KC[slot, :chi] = row
+    return True
+
+
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
-           "positive_definite", "refresh_standby", "remove_by_segments", "solve_margin",
+           "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
+           "solve_margin",
            "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

@@ -11,22 +11,21 @@ has the math; ``be`` is :mod:`svattn.exact.compiled` or :mod:`svattn.exact.refer
 
 from __future__ import annotations
 
+import hashlib
 from types import ModuleType
 
 import numpy as np
 
 from svattn.exact import reference
 from svattn.exact.batch import batch_solve
-from svattn.exact.cache import free_col, refactorize
+from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
 from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
 from svattn.exact.state import (
     DIGEST_MOD,
     NeedResolve,
     SlotState,
-    row_hash,
     scrub,
-    token_hash,
 )
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 
@@ -112,9 +111,11 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
 def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
     """The score of one validated row (1, d) when adding it changes nothing but its own
     slot — it lands inside the description, in the reserve set, and no standby column
-    needs refreshing — else None. Reads the state only (the caller then stores the row
-    with :func:`store`, needing no checkpoint of the solution: ``rollback``)."""
-    if ss.dim is None or ss.n + 1 <= ss.warmup_n or ss.nS == 0:
+    needs refreshing — else None. Reads the state only. The general path's statement of
+    the decision that :func:`svattn.exact.fastpath.store_reserve` takes in one backend
+    call (``tests/exact/test_fastpath.py`` holds them equal); storing the row with
+    :func:`store` is then the same add."""
+    if ss.dim is None or ss.n + 1 <= ss.warmup_n:
         return None
     diag = kernel_diag(k, ss.kernel, ss.gamma_value)
     rows, g = score_rows(ss, k, diag)
@@ -123,14 +124,6 @@ def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
     if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
         return None  # standby_upkeep would refresh the cached columns
     return diag, rows, g
-
-
-def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
-    """Which scored rows lie outside the description (g below zero beyond a rounding-level
-    tie, relative to the terms g is made of, as the KKT residual measures it: a tie
-    scaled by the largest diagonal in the memory let an exp-kernel outlier at 1e18 hide
-    rows at g = -1)."""
-    return g < -1e-13 * np.maximum(2.0 * diag + g - ss.mu + abs(ss.mu), 1.0)
 
 
 def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -159,11 +152,11 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
         ss.V[slots] = vs
     ss.diag[slots] = diag
     ss.slot_id[slots] = tids
-    for i, (slot, tid) in enumerate(zip(slots.tolist(), tids, strict=True)):
+    ths, rhs = block_hashes(tids, xs, vs)
+    for slot, tid, th, rh in zip(slots.tolist(), tids, ths, rhs, strict=True):
         ss.id_to_slot[tid] = slot
-        th = token_hash(tid, xs[i], None if vs is None else vs[i])
         ss.token_hash[slot] = th
-        ss.row_hash[slot] = row_hash(ss.X[slot], ss.V[slot])
+        ss.row_hash[slot] = rh
         ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
     ss.n += count
     ss.alpha[slots] = 0.0
@@ -174,6 +167,29 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     ss.g[slots] = g
     esum_rows(ss, slots, rows)
     return tids
+
+
+def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
+                 ) -> tuple[list[int], list[int]]:
+    """:func:`~svattn.exact.state.token_hash` and :func:`~svattn.exact.state.row_hash`
+    of each new row (``row_hash`` of the value row as stored: empty when values are
+    the keys), with the rows' bytes converted once for the block."""
+    x = np.ascontiguousarray(xs, dtype=np.float64)
+    xb, xz, w = x.tobytes(), (x + 0.0).tobytes(), 8 * x.shape[1]
+    vb = vz = b""
+    u = 0
+    if vs is not None:
+        v = np.ascontiguousarray(vs, dtype=np.float64)
+        vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
+    ths, rhs = [], []
+    for r, tid in enumerate(tids):
+        h = hashlib.sha256(int(tid).to_bytes(8, "big", signed=False))
+        h.update(xb[r * w:(r + 1) * w])
+        h.update(vb[r * u:(r + 1) * u])
+        ths.append(int.from_bytes(h.digest(), "big"))
+        rh = hashlib.blake2b(xz[r * w:(r + 1) * w] + vz[r * u:(r + 1) * u], digest_size=8)
+        rhs.append(int.from_bytes(rh.digest(), "little", signed=True))
+    return ths, rhs
 
 
 def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
@@ -453,6 +469,23 @@ def optimality_error(ss: SlotState, be: Backend) -> str | None:
             f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
             f"file's alpha is wrong: forged or corrupted)")
 
+def copy_groups(K: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Keys the kernel cannot tell apart, ``K_ii + K_jj − 2K_ij ≤ 1e-13 (K_ii + K_jj)``
+    (each pair at its own scale: a huge exp-kernel diagonal elsewhere must not merge
+    ordinary keys): each token's group, and each group's first member. One row at a
+    time, so the temporaries are O(n), not n×n."""
+    group = np.full(len(diag), -1)
+    reps: list[int] = []
+    for i in range(len(diag)):
+        if group[i] < 0:
+            pair = diag[i] + diag
+            same = pair - 2.0 * K[i] <= 1e-13 * pair
+            members = np.flatnonzero(same & (group < 0))
+            group[members] = len(reps)
+            reps.append(i)
+    return group, reps
+
+
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             polish_after: bool = True) -> None:
     """Exact batch solve of the live set; rebuild caches and the inverse.
@@ -468,23 +501,20 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
     live = ss.ordered_slots()
     for s in live:
         free_col(ss, int(s))
+    # Peak memory: the Gram matrix K (8·n² bytes) and, with merged copies, its block of
+    # representatives; every other temporary is a row, or the solve's margin system
+    # (batch.py: O(n·|S|) + O(|S|²)); K is freed before the cache columns of the
+    # support are filled (8·n·|S ∪ E| bytes, the state itself). The copy test goes one
+    # row at a time: its n×n distance and comparison matrices had the peak at ~32·n².
     K = gram_matrix(ss.X[live], ss.kernel, ss.gamma_value)
     diag = ss.diag[live]
-    dist = diag[:, None] + diag[None, :] - 2.0 * K
-    # indistinguishable at each pair's own scale (a huge exp-kernel diagonal
-    # elsewhere must not merge ordinary keys)
-    same = dist <= 1e-13 * (diag[:, None] + diag[None, :])
-    group = np.full(len(live), -1)
-    reps = []
-    for i in range(len(live)):
-        if group[i] < 0:
-            members = np.flatnonzero(same[i] & (group < 0))
-            group[members] = len(reps)
-            reps.append(i)
+    group, reps = copy_groups(K, diag)
     reps_a = np.asarray(reps)
     sizes = np.bincount(group, minlength=len(reps))
-    sol = batch_solve(K[np.ix_(reps_a, reps_a)], diag[reps_a], ss.C * sizes,
-                      tol=0.01 * ss.tol)
+    if len(reps) < len(live):
+        K = K[np.ix_(reps_a, reps_a)]  # (the full matrix is freed)
+    sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
+    del K  # freed before the support's cache columns are allocated
     alpha = np.zeros(len(live))
     for gi, w in enumerate(sol.alpha):
         members = np.flatnonzero(group == gi)
@@ -519,6 +549,6 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             resolve(ss, be, fallback=False, polish_after=False)
 
 
-__all__ = ["Backend", "add_rows", "certificate_facts", "fresh_g", "optimality_error",
-           "remove_slot", "reserve_score", "resolve", "set_sizes", "standby_upkeep",
-           "state_digest", "store", "wipe_slot"]
+__all__ = ["Backend", "add_rows", "block_hashes", "certificate_facts", "copy_groups",
+           "fresh_g", "optimality_error", "remove_slot", "reserve_score", "resolve",
+           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from svattn.exact.compiled.reserve import sq_norm
 from svattn.exact.kernels import LOG_MAX, KernelOverflowError, default_gamma
 from svattn.exact.state import SlotState
 
@@ -83,6 +84,30 @@ def check_rows(ss: SlotState, keys, values, *, batch: bool) -> tuple[np.ndarray,
         check_exp_overflow(ss, k)
     return k, v
 
+def plain_row(ss: SlotState, key, value) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The common case of :func:`check_rows` for one row, in two operations: a float64
+    C-contiguous key (and value) of the memory's dimensions, rbf kernel, whose ‖x‖²
+    (one compiled sum: NaN or inf fail it) is well below the bound. Returns the (1, d)
+    key and (1, dv) value, or None: then :func:`check_rows` decides (and names the error)."""
+    if not (ss.kernel == "rbf" and ss.dim is not None and _plain(key, ss.dim)):
+        return None
+    if value is None:
+        ok = ss.value_is_key
+    else:
+        ok = not ss.value_is_key and _plain(value, ss.vdim) and sq_norm(value) <= _FAST
+    if not (ok and sq_norm(key) <= _FAST):
+        return None
+    return key[None, :], None if value is None else value[None, :]
+
+
+_FAST = 0.5 * _MAX_NORM2  # clear of the bound (einsum and dot may round differently)
+
+
+def _plain(a, d) -> bool:
+    return (type(a) is np.ndarray and a.dtype == np.float64 and a.ndim == 1
+            and a.shape[0] == d and a.flags.c_contiguous)
+
+
 def check_exp_overflow(ss: SlotState, k: np.ndarray) -> None:
     gamma = ss.gamma if ss.gamma is not None else default_gamma("exp", k.shape[1])
     stored = float(ss.xn2[: ss.hi].max(initial=0.0))  # free slots hold 0
@@ -117,4 +142,5 @@ def check_queries(ss: SlotState, queries) -> tuple[np.ndarray, bool]:
     return q, single
 
 
-__all__ = ["check_exp_overflow", "check_norms", "check_queries", "check_rows", "is_numeric"]
+__all__ = ["check_exp_overflow", "check_norms", "check_queries", "check_rows", "is_numeric",
+           "plain_row"]

@@ -23,7 +23,7 @@ import numpy as np
 
 from svattn.exact import reference
 from svattn.exact.cache import mu_move
-from svattn.exact.compiled import checks, codes, columns, events, linalg, segments
+from svattn.exact.compiled import checks, codes, columns, events, linalg, reserve, segments
 from svattn.exact.state import NeedResolve, SlotState, scrub
 
 NAME = "compiled"
@@ -291,7 +291,27 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     return "done", int(out[codes.SEG_EVENTS])
 
 
+# ---------------------------------------------------------------- the streaming add
+_NO_VALUE = np.zeros(0)  # the value of a memory whose values are its keys
+
+
+def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int) -> bool:
+    """:func:`svattn.exact.reference.reserve_add`, compiled: scoring, the decision and
+    the slot's writes in one call (:mod:`.reserve`)."""
+    row = np.empty((max(ss.chi, 1), 1))  # the kernel row (a column: the vectorized exp)
+    status, valid = reserve.reserve_add(
+        np.ascontiguousarray(x), _NO_VALUE if v is None else np.ascontiguousarray(v), ss.X,
+        ss.V, ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac,
+        ss.slot_of_col, ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, ss.mu,
+        ss.gamma_value, ss.is_rbf, ss.esum_valid, ss.standby > 0 and ss.standby_stale,
+        ss.standby_theta if ss.standby else -np.inf, row)
+    row.fill(0.0)  # kernel values of the key: scrubbed like every temporary
+    ss.esum_valid = bool(valid)
+    return status == reserve.STORED
+
+
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
-           "positive_definite", "refresh_standby", "remove_by_segments", "solve_margin",
-           "support_slots_by_id", "sync_error_sum", "tied_slots", "wipe_slot_arrays"]
+           "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
+           "solve_margin", "support_slots_by_id", "sync_error_sum", "tied_slots",
+           "wipe_slot_arrays"]

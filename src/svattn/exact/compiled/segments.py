@@ -118,10 +118,10 @@ def t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE,
         for q in range(n_out):
             e -= KC[s, cos[err_out[q]]]
         rhs[i + 1] = diag[s] - 2.0 * C * e
-    for i in range(nT):
-        s = tord[i]
-        for j in range(nT):
-            KTT[i, j] = KC[s, cos[tord[j]]]
+    for j in range(nT):  # column by column: the reads stay in one cache column
+        cj = cos[tord[j]]
+        for i in range(nT):
+            KTT[i, j] = KC[tord[i], cj]
     matvec_lead(Qt, rhs, m, xt, 1.0)
     refine(Qt, KTT, rhs, xt, nT)
 

@@ -1,0 +1,187 @@
+"""How the exact core's costs grow with n: add, removal, readout, memory, retrain.
+
+For n in ``--sizes`` (default 1k, 4k, 16k, 64k), both streams (redundant: 20
+clusters, 2 % outliers; Gaussian), d = 64, C = 0.01, rbf gamma = 1/(10·d), one BLAS
+thread, on one memory per (stream, n):
+
+* per add: the mean of ``--adds`` per-token ``add`` calls on the stream's next keys
+  (drives and standby refreshes included), and their median (the typical reserve add);
+* per removal: the median of ``--removals`` margin-token removals (each key added
+  back, untimed);
+* per readout query: the median of single-query ``readout`` calls;
+* bytes per token: the solver state's arrays (``SlotState``: keys, kernel-cache
+  columns, per-slot vectors, bordered inverse) over n — numpy buffers only, not the
+  Python objects (ids map, hashes) beside them;
+* scikit-learn ``OneClassSVM(tol=1e-8)`` retrain on the memory's keys, in rounds
+  alternating with the removals, up to ``--sklearn-max-n`` (above it, skipped: a
+  libsvm fit at 64k takes minutes on this machine and would dominate the run).
+
+Prints a table and the fitted growth exponent of each cost (least squares of
+log time on log n); ``--json`` records the rows and exponents, ``--plot`` a log-log
+figure.
+
+Usage::
+
+    python benchmarks/bench_scaling.py --json results/bench_scaling.json \\
+        --plot results/bench_scaling.png
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_records import write_record  # noqa: E402
+from bench_stream_speed import D, keys, sklearn_fit, warm_up  # noqa: E402
+from svattn.exact import SVDDMemory  # noqa: E402
+
+METRICS = ("add_mean_us", "add_median_us", "remove_median_ms", "readout_us",
+           "sklearn_retrain_ms")
+
+
+def state_bytes(mem: SVDDMemory) -> int:
+    """Bytes of the numpy buffers the solver state holds."""
+    return sum(v.nbytes for v in vars(mem.solver_state).values() if isinstance(v, np.ndarray))
+
+
+def run(stream: str, n: int, *, C: float, adds: int, removals: int, queries: int,
+        rounds: int, sklearn_max_n: int, seed: int) -> dict:
+    gamma = 1.0 / (10 * D)
+    X = keys(stream, n + adds + queries, seed)
+    mem = SVDDMemory(C, gamma=gamma)
+    t = time.perf_counter()
+    mem.extend(X[:n])
+    extend_s = time.perf_counter() - t
+    add_t = []
+    for x in X[n: n + adds]:
+        t = time.perf_counter()
+        mem.add(x)
+        add_t.append(time.perf_counter() - t)
+    Q = X[n + adds:]
+    read_t = []
+    for q in Q:
+        t = time.perf_counter()
+        mem.readout(q)
+        read_t.append(time.perf_counter() - t)
+    rng = np.random.default_rng(seed + 1)
+    rm_t, fits = [], []
+    per = max(1, removals // rounds)
+    for _ in range(rounds):
+        for _ in range(per):
+            pool = mem.partition()["margin"] or mem.partition()["error"]
+            tid = int(rng.choice(pool))
+            key = mem.solver_state.X[mem.solver_state.id_to_slot[tid]].copy()
+            t = time.perf_counter()
+            mem.remove(tid)
+            rm_t.append(time.perf_counter() - t)
+            mem.add(key)
+        if n <= sklearn_max_n:
+            fits.append(sklearn_fit(mem.keys[1:], C, gamma))
+    part = {k: len(v) for k, v in mem.partition().items()}
+    return {
+        "stream": stream, "n": n, "C": C, "gamma": gamma, "d": D, **part,
+        "extend_tok_s": n / extend_s,
+        "add_mean_us": float(np.mean(add_t)) * 1e6,
+        "add_median_us": float(np.median(add_t)) * 1e6,
+        "remove_median_ms": float(np.median(rm_t)) * 1e3,
+        "readout_us": float(np.median(read_t)) * 1e6,
+        "bytes_per_token": state_bytes(mem) / len(mem),
+        "sklearn_retrain_ms": float(np.median(fits)) * 1e3 if fits else None,
+        "kkt_residual": mem.kkt_residual(),
+    }
+
+
+def exponents(rows: list[dict]) -> dict:
+    """Per stream and metric: the slope of log(cost) on log(n) (None: < 2 points)."""
+    out: dict[str, dict] = {}
+    for stream in sorted({r["stream"] for r in rows}):
+        rs = [r for r in rows if r["stream"] == stream]
+        out[stream] = {}
+        for m in (*METRICS, "bytes_per_token"):
+            pts = [(r["n"], r[m]) for r in rs if r[m]]
+            out[stream][m] = (float(np.polyfit(np.log([p[0] for p in pts]),
+                                               np.log([p[1] for p in pts]), 1)[0])
+                              if len(pts) >= 2 else None)
+    return out
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = [("add_mean_us", "add, mean (µs)"), ("remove_median_ms", "removal, median (ms)"),
+              ("readout_us", "readout, one query (µs)"), ("bytes_per_token", "bytes / token"),
+              ("sklearn_retrain_ms", "scikit-learn retrain (ms)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
+    for ax, (m, label) in zip(axes, panels, strict=True):
+        for stream, mark in (("redundant", "o-"), ("gaussian", "s--")):
+            pts = [(r["n"], r[m]) for r in rows if r["stream"] == stream and r[m]]
+            if pts:
+                ax.loglog(*zip(*pts, strict=True), mark, label=stream)
+        ax.set_title(label, fontsize=10)
+        ax.set_xlabel("n")
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
+    p.add_argument("--streams", nargs="+", default=["redundant", "gaussian"])
+    p.add_argument("--C", type=float, default=0.01)
+    p.add_argument("--adds", type=int, default=1000)
+    p.add_argument("--removals", type=int, default=15)
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--sklearn-max-n", type=int, default=16000)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path)
+    p.add_argument("--plot", type=Path)
+    args = p.parse_args(argv)
+    rows = []
+    with threadpool_limits(1):
+        warm_up()
+        for n in args.sizes:
+            for stream in args.streams:
+                rows.append(run(stream, n, C=args.C, adds=args.adds, removals=args.removals,
+                                queries=args.queries, rounds=args.rounds,
+                                sklearn_max_n=args.sklearn_max_n, seed=args.seed))
+                r = rows[-1]
+                print(f"  {stream:9s} n={n:6d}: add {r['add_mean_us']:.0f} µs, remove "
+                      f"{r['remove_median_ms']:.3f} ms, readout {r['readout_us']:.0f} µs, "
+                      f"{r['bytes_per_token']:.0f} B/token", flush=True)
+    exps = exponents(rows)
+    print(f"\nd = {D}, C = {args.C}, rbf gamma = 1/(10·d), one BLAS thread")
+    print("| stream | n | margin/error | extend tok/s | add mean / median µs | remove ms "
+          "| readout µs | bytes/token | sklearn retrain ms |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        sk = "skipped" if r["sklearn_retrain_ms"] is None else f"{r['sklearn_retrain_ms']:.0f}"
+        print(f"| {r['stream']} | {r['n']} | {r['margin']}/{r['error']} "
+              f"| {r['extend_tok_s']:,.0f} | {r['add_mean_us']:.1f} / {r['add_median_us']:.1f} "
+              f"| {r['remove_median_ms']:.3f} | {r['readout_us']:.0f} "
+              f"| {r['bytes_per_token']:.0f} | {sk} |")
+    print("\ngrowth exponents (cost ∝ n^k):")
+    for stream, e in exps.items():
+        print(f"  {stream}: " + ", ".join(
+            f"{m} {v:.2f}" for m, v in e.items() if v is not None))
+    if args.json:
+        write_record(args.json, __file__, argv, {"rows": rows, "exponents": exps})
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""The streaming add, compiled: score one new key against the cached columns and, when
+it lands in the reserve set, store it — in one call (``docs/design.md`` §2, *Adds*).
+
+A row inside the description (``g >= 0`` up to the tie of
+:func:`svattn.exact.cache.outside_description`) with no standby refresh due changes
+nothing but its own slot, so the whole add is the kernel row against the cached
+columns (margin, error and standby tokens), its g, its error-column sum and the
+slot's writes. The numpy reference is :func:`svattn.exact.reference.reserve_add`;
+the Python bookkeeping around it (id, hashes, commitment) is
+:func:`svattn.exact.fastpath.store_reserve`.
+"""
+
+from __future__ import annotations
+
+import math
+
+from numba import njit
+
+from svattn.exact.compiled.codes import VEC
+from svattn.exact.compiled.columns import exp_column
+from svattn.exact.kernels import LOG_MAX
+from svattn.exact.states import RESERVE
+
+# reserve_add's status: stored; outside the description (driven in by the general
+# path); a standby refresh due (the general path refreshes); an exp-kernel overflow
+STORED, OUTSIDE, STANDBY, OVERFLOW = 0, 1, 2, 3
+
+
+@njit(cache=True, fastmath=VEC)
+def _sqdist(x, B, k):
+    """‖x − B[k]‖² from differences (as ``columns.row_sqdist``)."""
+    acc = 0.0
+    for j in range(x.shape[0]):
+        t = x[j] - B[k, j]
+        acc += t * t
+    return acc
+
+
+@njit(cache=True, fastmath=VEC)
+def _dot(x, B, k):
+    acc = 0.0
+    for j in range(x.shape[0]):
+        acc += x[j] * B[k, j]
+    return acc
+
+
+@njit(cache=True, fastmath=VEC)
+def sq_norm(x):
+    """‖x‖² of a 1-D array (inf on overflow, NaN on NaN; no warning either way)."""
+    acc = 0.0
+    for j in range(x.shape[0]):
+        acc += x[j] * x[j]
+    return acc
+
+
+@njit(cache=True)
+def reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row):
+    """The kernel row of ``x`` against columns ``[0, chi)`` into ``row[:, 0]`` (a
+    column, for the cache's vectorized exp); return (g, k(x, x), largest log kernel
+    value) with g = 2 row·ac − k(x, x) + μ."""
+    top = -math.inf
+    if is_rbf:
+        kxx = 1.0
+        for c in range(chi):
+            row[c, 0] = -gamma * _sqdist(x, XC, c)
+    else:
+        xx = 0.0
+        for j in range(x.shape[0]):
+            xx += x[j] * x[j]
+        top = gamma * xx
+        kxx = math.exp(min(top, LOG_MAX))
+        for c in range(chi):
+            row[c, 0] = gamma * _dot(x, XC, c)
+            top = max(top, row[c, 0])
+        if top >= LOG_MAX:
+            return -math.inf, kxx, top
+    exp_column(row, 0, chi)
+    acc = 0.0
+    for c in range(chi):
+        acc += row[c, 0] * ac[c]
+    return 2.0 * acc - kxx + mu, kxx, top
+
+
+@njit(cache=True)
+def reserve_add(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc,
+                esum, esum_member, slot, tid, chi, hi, mu, gamma, is_rbf, esum_valid,
+                standby_due, theta, row):
+    """Score ``x`` (value ``v``, empty when values are the keys); if it lands in the
+    reserve set with no standby refresh due (``standby_due``: the standby columns are
+    kept and stale; else a g below ``theta`` calls for one), store it in the free
+    ``slot`` as token ``tid`` and return (STORED, esum_valid after); otherwise write
+    nothing and return the status (OUTSIDE, STANDBY, OVERFLOW)."""
+    gx, kxx, top = reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row)
+    if not is_rbf and top >= LOG_MAX:
+        return OVERFLOW, esum_valid
+    size = max(2.0 * kxx + gx - mu + abs(mu), 1.0)
+    if gx < -1e-13 * size:  # outside_description
+        return OUTSIDE, esum_valid
+    if standby_due or gx < theta:
+        return STANDBY, esum_valid
+    # the error-column sum over the row: every member must have a column here
+    members = 0
+    for s in range(hi):
+        members += esum_member[s]
+    es = 0.0
+    found = 0
+    if esum_valid:
+        for c in range(chi):
+            s = soc[c]
+            if s >= 0 and esum_member[s]:
+                es += row[c, 0]
+                found += 1
+        if found != members:
+            esum_valid = False  # a member without a column here: rebuilt on use
+            es = 0.0
+    xx = 0.0
+    for j in range(x.shape[0]):
+        X[slot, j] = x[j]
+        xx += x[j] * x[j]
+    for j in range(v.shape[0]):
+        V[slot, j] = v[j]
+    xn2[slot] = xx
+    diag[slot] = kxx
+    alpha[slot] = 0.0
+    g[slot] = gx
+    state[slot] = RESERVE
+    slot_id[slot] = tid
+    esum[slot] = es
+    for c in range(chi):
+        KC[slot, c] = row[c, 0]
+    return STORED, esum_valid

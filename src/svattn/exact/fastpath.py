@@ -1,0 +1,66 @@
+"""The streaming add: one token that lands in the reserve set, stored by one backend call.
+
+Most tokens of a redundant stream land inside the description. Adding such a token
+changes nothing but its own slot (``docs/design.md`` §2, *Adds*; §4.2 for why the
+operation then needs only a light checkpoint), so :func:`store_reserve` hands the
+whole decision and the slot's array writes to the backend's ``reserve_add`` (the
+compiled one is a single numba call, :mod:`svattn.exact.compiled.reserve`; the numpy
+reference is :func:`svattn.exact.reference.reserve_add`) and keeps here only what
+Python must do: the id, the token's set-hash summand (SHA-256), its row hash and its
+commitment. A token outside the description, a standby refresh due, warm-up or a
+full slot table return None having changed nothing, and the general path
+(:func:`svattn.exact.solver.add_rows`) takes the token.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import numpy as np
+
+from svattn.exact.state import DIGEST_MOD, SlotState, row_hash, token_hash
+
+
+def store_reserve(ss: SlotState, be: ModuleType, k: np.ndarray, v: np.ndarray | None,
+                  tags: list, commitments: list[str], keyed: bool) -> int | None:
+    """Store the validated row ``k`` (1, d) (value row ``v``) as a reserve token and
+    return its id, or return None having changed nothing (the general add path then
+    takes it). ``tags``, ``commitments``, ``keyed``: as :func:`mark_tokens`."""
+    if ss.dim is None or ss.n + 1 <= ss.warmup_n:
+        return None
+    free = ss.free_slots
+    slot = free[-1] if free else ss.hi
+    if slot >= ss.cap:
+        return None  # the slot table grows on the general path
+    tid = ss.next_id
+    x, xv = k[0], None if v is None else v[0]
+    if not be.reserve_add(ss, x, xv, slot, tid):
+        return None
+    if free:
+        free.pop()
+    else:
+        ss.hi += 1
+    ss.next_id = tid + 1
+    ss.n += 1
+    ss.id_to_slot[tid] = slot
+    th = token_hash(tid, x, xv)
+    ss.token_hash[slot] = th
+    ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
+    ss.row_hash[slot] = row_hash(ss.X[slot], ss.V[slot])
+    mark_tokens(ss, [tid], tags, commitments, keyed)
+    return tid
+
+
+def mark_tokens(ss: SlotState, ids: list[int], tags: list, commitments: list[str],
+                keyed: bool) -> None:
+    """Keep each new token's data-subject tag (its keyed hash, or None) and commitment
+    (hex; ``keyed``: an HMAC under the controller's key, else opaque)."""
+    for tid, tag, c in zip(ids, tags, commitments, strict=True):
+        slot = ss.id_to_slot[tid]
+        if tag is not None:
+            ss.tags[slot] = np.frombuffer(tag, dtype=np.uint8)
+        ss.commitments[slot] = np.frombuffer(bytes.fromhex(c), dtype=np.uint8)
+        ss.commit_keyed[slot] = keyed
+
+
+__all__ = ["mark_tokens", "store_reserve"]

@@ -1,0 +1,189 @@
+"""The streaming add (svattn.exact.fastpath) against the general add path.
+
+A token that lands in the reserve set is stored by one backend call
+(``reserve_add``: compiled, or the numpy reference). Fed the same stream, a memory
+whose fast path is switched off (every add through ``solver.add_rows``) must reach
+the same state: the same ids, partition and digest-relevant solution, and the same
+stored arrays to rounding; the fast path must take exactly the adds that
+``solver.reserve_score`` calls reserve adds; and the two backends' ``reserve_add``
+must write the same slot.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from svattn.exact import SVDDMemory, compiled, fastpath, reference, solver
+from svattn.exact.kernels import LOG_MAX
+from svattn.exact.validation import check_rows, plain_row
+
+
+def _stream(kernel: str, n: int, seed: int = 3, d: int = 8) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centers = rng.normal(size=(5, d))
+    x = centers[rng.integers(0, 5, n)] + 0.2 * rng.normal(size=(n, d))
+    out = rng.random(n) < 0.05
+    x[out] = 2.0 * rng.normal(size=(int(out.sum()), d))
+    return 0.3 * x if kernel == "exp" else x
+
+
+_ARRAYS = ("X", "diag", "xn2", "alpha", "g", "state", "slot_id", "esum", "col_of_slot")
+
+
+def _assert_same_state(a: SVDDMemory, b: SVDDMemory) -> None:
+    sa, sb = a.solver_state, b.solver_state
+    assert a.ids == b.ids and a.partition() == b.partition()
+    assert (sa.hi, sa.n, sa.next_id, sa.set_hash, sa.free_slots) == (
+        sb.hi, sb.n, sb.next_id, sb.set_hash, sb.free_slots)
+    np.testing.assert_allclose(a.alpha, b.alpha, rtol=0, atol=1e-12)
+    assert a.mu == pytest.approx(b.mu, abs=1e-12)
+    for name in _ARRAYS:
+        np.testing.assert_allclose(getattr(sa, name)[: sa.hi], getattr(sb, name)[: sb.hi],
+                                   rtol=0, atol=1e-12, err_msg=name)
+    assert (sa.token_hash[: sa.hi] == sb.token_hash[: sb.hi]).all()
+    assert (sa.row_hash[: sa.hi] == sb.row_hash[: sb.hi]).all()
+    assert (sa.tags[: sa.hi] == sb.tags[: sb.hi]).all()
+    assert (sa.commit_keyed[: sa.hi] == sb.commit_keyed[: sb.hi]).all()
+    live = sa.live_slots()
+    cols = sa.col_of_slot[live]
+    np.testing.assert_allclose(sa.KC[np.ix_(live, cols[cols >= 0])],
+                               sb.KC[np.ix_(live, cols[cols >= 0])], rtol=0, atol=1e-12)
+    assert a.kkt_residual() <= 1e-10 and b.kkt_residual() <= 1e-10
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+def test_fast_adds_equal_the_general_path(monkeypatch, backend, kernel):
+    x = _stream(kernel, 400)
+    key = b"fastpath-test-tag-key-0123456789"
+    fast = SVDDMemory(0.05, kernel=kernel, backend=backend, tag_key=key)
+    slow = SVDDMemory(0.05, kernel=kernel, backend=backend, tag_key=key)
+    taken = 0
+    real = fastpath.store_reserve
+    for i, row in enumerate(x):
+        tag = "subject" if i % 7 == 0 else None
+        expected = (slow.solver_state.dim is not None
+                    and solver.reserve_score(slow.solver_state, row[None, :]) is not None)
+        monkeypatch.setattr(fastpath, "store_reserve", lambda *a: None)
+        slow.add(row, tag=tag)
+        monkeypatch.setattr(fastpath, "store_reserve", real)
+        fs = fast.solver_state
+        before = fs.n_block_passes, fs.chi
+        room = bool(fs.free_slots) or fs.hi < fs.cap  # else the table grows: general path
+        stored = []
+        monkeypatch.setattr(fastpath, "store_reserve",
+                            lambda *a, out=stored: out.append(real(*a)) or out[-1])
+        fast.add(row, tag=tag)
+        monkeypatch.setattr(fastpath, "store_reserve", real)
+        took = bool(stored) and stored[0] is not None
+        # the general path's decision (reserve_score) is the fast path's decision,
+        # wherever the fast path is asked (health checked, or an empty margin set)
+        if stored:
+            assert took == (expected and room), i
+        taken += took
+        if took:
+            assert (fast.solver_state.n_block_passes, fast.solver_state.chi) == before
+        if i % 25 == 0 or i == len(x) - 1:
+            _assert_same_state(fast, slow)
+        if i in (150, 300):  # removals free slots the fast path then reuses
+            for mem in (fast, slow):
+                mem.remove(mem.partition()["reserve"][3])
+                mem.remove(mem.partition()["margin"][0])
+    assert taken > 200  # most adds of the stream are reserve adds
+    assert fast.state_digest() == slow.state_digest() or np.allclose(fast.alpha, slow.alpha)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+def test_compiled_reserve_add_equals_the_reference(kernel):
+    x = _stream(kernel, 400, seed=5)
+    mem = SVDDMemory(0.05, kernel=kernel, standby=0)  # no standby: every inside row stores
+    mem.extend(x[:200])
+    ss = mem.solver_state
+    decided = 0
+    for row in x[200:]:
+        a, b = ss.copy(), ss.copy()
+        slot = b.free_slots[-1] if b.free_slots else b.hi
+        if slot >= b.cap:  # (the general path grows the table)
+            mem.add(row)
+            continue
+        ok_c = compiled.reserve_add(a, row, None, slot, 10**6)
+        ok_r = reference.reserve_add(b, row, None, slot, 10**6)
+        assert ok_c == ok_r == (solver.reserve_score(ss, row[None, :]) is not None)
+        if ok_c:
+            decided += 1
+            for name in _ARRAYS + ("V",):
+                np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=0,
+                                           atol=1e-13, err_msg=name)
+            np.testing.assert_allclose(a.KC, b.KC, rtol=0, atol=1e-13)
+            assert a.esum_valid == b.esum_valid
+        else:  # nothing written
+            for name in _ARRAYS:
+                assert (getattr(a, name) == getattr(ss, name)).all(), name
+        mem.add(row)
+    assert decided > 10
+
+
+def test_reserve_add_with_values_and_an_empty_margin_set(monkeypatch):
+    rng = np.random.default_rng(11)
+    # two far clusters of copies: the margin set is often empty (C·n large)
+    x = np.concatenate([rng.normal(size=(3, 4)) * 0.01 + 5, rng.normal(size=(3, 4)) * 0.01])
+    fast, slow = SVDDMemory(0.5), SVDDMemory(0.5)
+    vals = rng.normal(size=(60, 2))
+    keys = x[rng.integers(0, 6, 60)] + 1e-3 * rng.normal(size=(60, 4))
+    empty = 0
+    real = fastpath.store_reserve
+    for k, v in zip(keys, vals, strict=True):
+        empty += fast.solver_state.nS == 0 and not fast.warm and fast.solver_state.dim is not None
+        fast.add(k, v)
+        monkeypatch.setattr(fastpath, "store_reserve", lambda *a: None)
+        slow.add(k, v)  # the general path
+        monkeypatch.setattr(fastpath, "store_reserve", real)
+    assert empty > 0
+    _assert_same_state(fast, slow)
+    np.testing.assert_array_equal(fast.values, slow.values)
+
+
+def test_plain_row_agrees_with_check_rows():
+    mem = SVDDMemory(0.2)
+    mem.add(np.zeros(3))
+    ss = mem.solver_state
+    x = np.array([1.0, 2.0, 3.0])
+    k, v = plain_row(ss, x, None)
+    k2, v2 = check_rows(ss, x, None, batch=False)
+    assert k.shape == k2.shape == (1, 3) and (k == k2).all() and v is v2 is None
+    for bad in (np.array([np.nan, 0, 0]), np.array([np.inf, 0, 0]), np.array([1e200, 0, 0]),
+                np.array([1, 2, 3]), np.zeros(4), np.zeros((1, 3)), np.zeros(6)[::2],
+                [1.0, 2.0, 3.0]):
+        assert plain_row(ss, bad, None) is None  # check_rows decides (and names the error)
+    assert plain_row(ss, x, np.zeros(3)) is None  # values are the keys here
+    with pytest.raises(ValueError, match="too large"):
+        mem.add(np.array([1e200, 0, 0]))
+    assert plain_row(SVDDMemory(0.2, kernel="exp"), x, None) is None
+
+
+def test_reserve_kernel_uses_the_kernels_overflow_bound():
+    from svattn.exact.compiled import reserve
+
+    assert reserve.LOG_MAX == LOG_MAX
+
+
+def test_block_hashes_and_commitments_equal_the_per_token_functions():
+    from svattn.exact.certificate import commit_token, commit_tokens
+    from svattn.exact.state import row_hash, token_hash
+
+    rng = np.random.default_rng(2)
+    xs = rng.normal(size=(5, 3))
+    xs[1, 0] = -0.0  # written as 0.0 by the row hash and the commitment
+    vs = rng.normal(size=(5, 2))
+    tids = [7, 8, 9, 10, 2**40]
+    for v in (None, vs):
+        ths, rhs = solver.block_hashes(tids, xs, v)
+        for r, t in enumerate(tids):
+            assert ths[r] == token_hash(t, xs[r], None if v is None else v[r])
+            assert rhs[r] == row_hash(xs[r], np.zeros(0) if v is None else v[r])
+        key = b"c" * 32
+        assert commit_tokens(xs, v, key) == [
+            commit_token(xs[r], None if v is None else v[r], key)[0] for r in range(5)]
+        opaque = commit_tokens(xs, v, None)
+        assert len(set(opaque)) == 5 and all(len(c) == 64 for c in opaque)
