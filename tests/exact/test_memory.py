@@ -321,3 +321,26 @@ def test_a_huge_exp_kernel_diagonal_does_not_hide_an_outside_row():
     tid = mem.add(rng.normal(size=4) * 1e-3)
     assert mem.kkt_residual() <= 1e-10
     assert tid in mem.support_ids()
+
+
+def test_the_equal_rows_shortcut_agrees_with_the_gram_test():
+    """``has_equal_rows`` is only a shortcut: on sets with and without bitwise copies,
+    the Cholesky test of the Gram matrix gives the same answer (singular with copies)."""
+    from svattn.exact.kernels import gram_matrix
+    from svattn.exact.solver import has_equal_rows
+
+    rng = np.random.default_rng(5)
+    for copies in (0, 1, 3):
+        X = rng.normal(size=(12, 4))
+        if copies:
+            X[-copies:] = X[:copies]
+        K = gram_matrix(X, "rbf", 0.25)
+        shifted = K - 1e-10 * np.trace(K) * np.eye(len(X))
+        try:
+            np.linalg.cholesky(shifted)
+            definite = True
+        except np.linalg.LinAlgError:
+            definite = False
+        assert has_equal_rows(X) == bool(copies)
+        assert definite == (not copies)
+    assert not has_equal_rows(np.array([[0.0, 1.0], [-0.0, 1.0]]))  # bitwise, not numeric

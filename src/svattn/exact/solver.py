@@ -278,6 +278,10 @@ def unique_optimum(ss: SlotState, be: Backend) -> bool:
     if len(tied) + nS <= 1:
         return True
     T = np.concatenate([ss.margin_slots(), tied])
+    if len(tied) and has_equal_rows(ss.X[T]):
+        # K_T has two equal rows, so it is singular: the Cholesky test below would say
+        # the same after O(|T|²·d) work (streams of byte-level keys hold many copies)
+        return False
     if len(tied):
         Kt = gram_matrix(ss.X[T], ss.kernel, ss.gamma_value)
     else:  # the margin block of the cache is K_SS already
@@ -285,6 +289,13 @@ def unique_optimum(ss: SlotState, be: Backend) -> bool:
     # positive definite with smallest eigenvalue above 1e-10 · the largest (<= trace):
     # K_T − 1e-10·trace·I has a Cholesky factor
     return be.positive_definite(Kt, 1e-10)
+
+
+def has_equal_rows(rows: np.ndarray) -> bool:
+    """True when two rows are bitwise equal (one sort of the rows' bytes)."""
+    rows = np.ascontiguousarray(rows)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return len(np.unique(keys)) < len(keys)
 
 
 def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:
