@@ -65,7 +65,8 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import Partition, gather_rows, host_reads, log_kernel, log_kernel_diag
+from svattn.nn.common import Partition, host_reads, log_kernel_diag
+from svattn.nn.margin import margin_solve, rows, solve_system
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
 
@@ -145,17 +146,6 @@ def matvec(K: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     ``torch.mv`` per problem), which is memory-bound gemv.
     """
     return torch.bmm(y.unsqueeze(1), K).squeeze(1)
-
-
-def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Rows ``K[p, idx[p]]`` of each problem, (P, n, n) and (P, s) → (P, s, n).
-
-    One contiguous row copy each (``index_select`` on the flattened matrices),
-    several times faster than ``gather`` with an expanded index on CPU.
-    """
-    P, n, _ = K.shape
-    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
-    return K.reshape(P * n, n).index_select(0, flat).view(P, idx.shape[-1], n)
 
 
 def lambda_max(K: torch.Tensor, n_iter: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -323,102 +313,9 @@ def fista(
     return a, it
 
 
-def _dense_margin_solve(
-    K: torch.Tensor,
-    d: torch.Tensor,
-    S: torch.Tensor,
-    E: torch.Tensor,
-    C: float,
-    ridge: float,
-    ridge_steps: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The margin system over all ``n`` keys, identity rows off ``S`` (static size).
-
-    K (P, n, n), d (P, n), S, E bool (P, n). Returns alpha (P, n), mu (P,) (mu is 0
-    where the margin set is empty). Differentiable w.r.t. K and d.
-    """
-    P, n = S.shape
-    Sf, Ef = S.to(K.dtype), E.to(K.dtype)
-    eye = torch.eye(n, dtype=K.dtype, device=K.device)
-    A = torch.where(S.unsqueeze(-1) & S.unsqueeze(-2), 2.0 * K + ridge * eye, eye)  # (P, n, n)
-    empty = 1.0 - Sf.amax(-1)  # (P,) 1 where S is empty: the border row then pins mu = 0
-    M = torch.cat(
-        [torch.cat([A, Sf.unsqueeze(-1)], -1), torch.cat([Sf, empty.unsqueeze(-1)], -1)[:, None]],
-        -2,
-    )  # (P, n+1, n+1)
-    rhs_S = Sf * (d - 2.0 * C * matvec(K, Ef))  # d_S − 2C K_SE 1 on S, 0 elsewhere
-    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
-    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, n+1, 1)
-    if ridge > 0 and ridge_steps > 0:
-        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to
-        # the unridged M0 z = b, each step reusing one well-conditioned factorization.
-        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
-        sol = torch.linalg.lu_solve(LU, piv, rhs)
-        pad = torch.cat([ridge * Sf, torch.zeros_like(Sf[:, :1])], -1).unsqueeze(-1)
-        for _ in range(ridge_steps):
-            sol = torch.linalg.lu_solve(LU, piv, rhs + pad * sol)
-    else:
-        sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
-    sol = sol.squeeze(-1)
-    return Sf * sol[:, :n] + C * Ef, sol[:, n]
-
-
-def _compact_margin_solve(
-    Krow: torch.Tensor,
-    d_S: torch.Tensor,
-    idx: torch.Tensor,
-    sval: torch.Tensor,
-    E: torch.Tensor,
-    C: float,
-    ridge: float,
-    ridge_steps: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The margin system gathered to the largest ``|S|`` of the batch (large n, eager).
-
-    Krow (P, s, n): kernel rows of the (padded) margin set; d_S (P, s); idx, sval (P, s):
-    margin indices and which slots are real; E (P, n) error set.
-    Returns alpha (P, n) and mu (P,) (mu is 0 where the margin set is empty).
-    """
-    P, s, n = Krow.shape
-    Ef = E.to(Krow.dtype)
-    Kss = Krow.gather(-1, idx.unsqueeze(1).expand(P, s, s))  # (P, s, s)
-    kse = torch.bmm(Krow, Ef.unsqueeze(-1)).squeeze(-1)  # (P, s) = K_SE 1
-    vv = sval.unsqueeze(-1) & sval.unsqueeze(-2)  # (P, s, s)
-    eye = torch.eye(s, dtype=Krow.dtype, device=Krow.device)
-    A = torch.where(vv, 2.0 * Kss + ridge * eye, eye)
-    sf = sval.to(Krow.dtype)
-    empty = (~sval.any(-1)).to(Krow.dtype)  # (P,)
-    M = torch.cat(
-        [
-            torch.cat([A, sf.unsqueeze(-1)], -1),
-            torch.cat([sf, empty.unsqueeze(-1)], -1).unsqueeze(-2),
-        ],
-        -2,
-    )  # (P, s+1, s+1)
-    rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
-    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
-    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
-    if ridge > 0 and ridge_steps > 0:
-        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
-        sol = torch.linalg.lu_solve(LU, piv, rhs)
-        pad = torch.cat([ridge * sf, rhs.new_zeros(P, 1)], -1).unsqueeze(-1)
-        for _ in range(ridge_steps):
-            sol = torch.linalg.lu_solve(LU, piv, rhs + pad * sol)
-    else:
-        sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
-    sol = sol.squeeze(-1)
-    alpha_S = torch.where(sval, sol[:, :s], 0.0)
-    alpha = torch.zeros(P, n, dtype=Krow.dtype, device=Krow.device).scatter(-1, idx, alpha_S)
-    return alpha + C * Ef, sol[:, s]
-
-
 def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
     """Margin solve on K (no grad inside the repair): dense or compact by size."""
-    if dense_ok(K, K.shape[-1]):
-        return _dense_margin_solve(K, d, S, E, C, ridge, ridge_steps)
-    idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
-    return _compact_margin_solve(rows(K, idx), d.gather(-1, idx), idx, sval, E, C, ridge,
-                                 ridge_steps)
+    return solve_system(K, d, S, E, C, ridge, ridge_steps, not dense_ok(K, K.shape[-1]))[:2]
 
 
 def _kkt(K, d, alpha, mu, S, E):
@@ -548,15 +445,16 @@ def boundary_partition(
     kernel: str,
     gamma: float,
     solver: SolverOptions,
-) -> tuple[Solved, torch.Tensor]:
-    """Partition and shift of the problems of keys ``kd`` (P, n, D) (no grad).
+) -> tuple[Solved, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Partition, kernel matrices ``K``, diagonals ``d`` and shifts of the problems of
+    keys ``kd`` (P, n, D) (no grad; ``K`` and ``d`` are what :func:`margin_alpha` reuses).
 
     :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
     hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
     same function compiled.
     """
     K, d, shift = kernel_problem(kd, valid, kernel, gamma)
-    return solve_partition(K, d, C, valid, solver), shift
+    return solve_partition(K, d, C, valid, solver), K, d, shift
 
 
 _COMPILED: dict[str, object] = {}
@@ -586,27 +484,26 @@ def margin_alpha(
     kernel: str,
     gamma: float,
     solver: SolverOptions,
+    K: torch.Tensor | None = None,
+    d: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable margin solve on a fixed partition: alpha (P, n), mu (P,).
 
     ``kf`` (P, n, D) keys (with grad), ``valid``/``S``/``E`` bool (P, n), ``shift``
     (P,) from :func:`kernel_problem`. Gradients reach ``kf`` through ``K_SS``,
-    ``K_SE`` and ``d_S``.
+    ``K_SE`` and ``d_S``, by the closed-form backward of
+    :func:`svattn.nn.margin.margin_solve`. ``K``, ``d``: the problems' kernel
+    matrices and diagonals from :func:`kernel_problem` if the caller has them
+    (computed here otherwise).
     """
-    P, n, D = kf.shape
-    ridge, steps = solver.ridge, solver.ridge_steps
-    if dense_ok(kf, n):
-        vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
-        K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
-        d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
-        return _dense_margin_solve(K, d, S, E, C, ridge, steps)
-    idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
-    s = idx.shape[-1]
-    kS = kf.gather(1, idx.unsqueeze(-1).expand(P, s, D))  # (P, s, D)
-    Krow = (log_kernel(kS, kf, kernel, gamma) - shift[:, None, None]).exp()  # (P, s, n)
-    Krow = torch.where(valid.unsqueeze(1), Krow, 0.0)
-    d_S = (log_kernel_diag(kS, kernel, gamma) - shift[:, None]).exp()
-    return _compact_margin_solve(Krow, d_S, idx, sval, E, C, ridge, steps)
+    if K is None or d is None:
+        with torch.no_grad():
+            kd = kf.detach()
+            K = scaled_kernel_matrix(kd, valid, shift, kernel, gamma)
+            d = torch.where(valid, (log_kernel_diag(kd, kernel, gamma) - shift[:, None]).exp(),
+                            0.0)
+    return margin_solve(kf, K, d, S, E, C, kernel, gamma, solver.ridge, solver.ridge_steps,
+                        not dense_ok(kf, kf.shape[1]))
 
 
 def solve_batched(
@@ -635,7 +532,7 @@ def solve_batched(
     K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
     sol = solve_partition(K, d, C, vf, opts, kkt_tol)
     S, E = sol.margin, sol.error
-    alpha, mu = margin_alpha(kf, vf, shift, S, E, C, kernel, gamma, opts)
+    alpha, mu = margin_alpha(kf, vf, shift, S, E, C, kernel, gamma, opts, K, d)
     R = vf & ~S & ~E
     with torch.no_grad():
         g = _kkt(K, d, alpha.detach(), mu.detach(), S, E)

@@ -1,0 +1,222 @@
+"""The differentiable margin solve as one ``autograd.Function`` with a closed-form backward.
+
+With the partition fixed (margin set ``S``, error set ``E``, the rest ``R``), the
+batched solver's alpha is ``alpha_E = C``, ``alpha_R = 0`` and, on ``S``, the solution
+of the bordered system (docs/design.md §2, §5)
+
+    M z = b,  M = [[2 K_SS + r·I, 1], [1ᵀ, 0]],  b = [d_S − 2C K_SE 1; 1 − C|E|],
+
+``z = [alpha_S; mu]``, with ``t = ridge_steps`` iterated-ridge steps
+``z_{k+1} = M⁻¹ (b + r·I_S z_k)`` (``z_0 = M⁻¹ b``). The system is solved once per
+problem over all ``n`` keys with identity rows off ``S`` (dense form: a static size) or
+gathered to the batch's largest ``|S|`` (compact form, eager: its size is read on the
+host, :func:`svattn.nn.common.gather_rows`).
+
+**Backward.** ``M`` is symmetric, so with ``μ_t = g`` the loss gradient on the last
+iterate and ``λ_k = M⁻¹ μ_k``, ``μ_{k−1} = r·I_S λ_k`` (the adjoint of the iteration, the
+same LU factors), ``∂L/∂b = Σ_k λ_k`` and ``∂L/∂M = −Σ_k λ_k z_kᵀ``. Both reach ``K``
+through ``2 K_SS`` and ``−2C K_SE 1``, which together are the rank-``(t+1)`` matrix
+
+    G = ∂L/∂K = −2 Σ_k λ̃_k a_kᵀ,   λ̃_k = λ_k on S (0 elsewhere),  a_k = [z_k on S; C on E; 0],
+
+and ``∂L/∂d_S = Σ_k λ_k``. Through ``K_ij = exp(log k(x_i, x_j) − shift)`` (shift
+constant), with ``W = G ⊙ K`` and ``W_s = W + Wᵀ``:
+
+* rbf, ``log k = −γ‖x_i − x_j‖²``: ``∂L/∂x_i = −2γ [(W_s 1)_i x_i − (W_s X)_i]`` (``d`` is
+  constant);
+* exp, ``log k = γ x_i·x_j``: ``∂L/∂x_i = γ (W_s X)_i + 2γ d_i (Σ_k λ_k)_i x_i``.
+
+``W X = −2 Σ_k λ̃_k ⊙ K (a_k ⊙ X)`` and ``Wᵀ X = −2 Σ_k a_k ⊙ K (λ̃_k ⊙ X)``: the whole
+backward is ``t + 1`` triangular solves and **one** batched matmul of ``K`` with
+``2(t + 1)(D + 1)`` columns, where autograd through the solve and the kernel matrix
+ran a dozen passes over ``(P, |S|, n)`` tensors and their gathers.
+:func:`margin_solve_reference` (autograd through plain tensor ops) is the reference
+the tests compare values and gradients against.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from svattn.nn.common import gather_rows, log_kernel, log_kernel_diag
+
+__all__ = ["margin_solve", "margin_solve_reference", "rows", "solve_system"]
+
+
+def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``K[p, idx[p]]`` of each problem, (P, n, n) and (P, s) → (P, s, n).
+
+    One contiguous row copy each (``index_select`` on the flattened matrices),
+    several times faster than ``gather`` with an expanded index on CPU.
+    """
+    P, n, _ = K.shape
+    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
+    return K.reshape(P * n, n).index_select(0, flat).view(P, idx.shape[-1], n)
+
+
+def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
+    """Factor and solve the margin systems of ``K`` (P, n, n) on (``S``, ``E``) (no grad).
+
+    Returns ``alpha`` (P, n), ``mu`` (P,) and what the backward needs: the LU factors,
+    the index map ``idx`` (P, s) or None (dense), its valid slots ``sval`` (P, s), the
+    ridge pad (P, s + 1, 1) or None, and the iterates ``z_k`` (P, s + 1, 1).
+    """
+    P, n = S.shape
+    dt = K.dtype
+    Ef = E.to(dt)
+    if compact:
+        idx, sval = gather_rows(S)  # host read: the compact system's size
+        Krow = rows(K, idx)  # (P, s, n)
+        A = Krow.gather(-1, idx.unsqueeze(1).expand(-1, idx.shape[-1], -1))  # (P, s, s)
+        kse = torch.bmm(Krow, Ef.unsqueeze(-1)).squeeze(-1)  # (P, s): K_SE 1
+        d_S = d.gather(-1, idx)
+    else:
+        idx, sval, A = None, S, K
+        kse = torch.bmm(Ef.unsqueeze(1), K).squeeze(1)  # (P, n), K symmetric
+        d_S = d
+    s = sval.shape[-1]
+    sf = sval.to(dt)
+    eye = torch.eye(s, dtype=dt, device=K.device)
+    A = torch.where(sval.unsqueeze(-1) & sval.unsqueeze(-2), 2.0 * A + ridge * eye, eye)
+    empty = 1.0 - sf.amax(-1)  # (P,) 1 where S is empty: the border row then pins mu = 0
+    M = torch.cat(
+        [torch.cat([A, sf.unsqueeze(-1)], -1), torch.cat([sf, empty.unsqueeze(-1)], -1)[:, None]],
+        -2,
+    )  # (P, s+1, s+1), symmetric
+    rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
+    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
+    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+    LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+    zs = [torch.linalg.lu_solve(LU, piv, rhs)]
+    pad = None
+    if ridge > 0 and ridge_steps > 0:
+        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to the
+        # unridged M0 z = b, each step reusing the one well-conditioned factorization.
+        pad = torch.cat([ridge * sf, sf.new_zeros(P, 1)], -1).unsqueeze(-1)
+        for _ in range(ridge_steps):
+            zs.append(torch.linalg.lu_solve(LU, piv, torch.addcmul(rhs, pad, zs[-1])))
+    z = zs[-1].squeeze(-1)
+    alpha = _to_keys(z[:, :s] * sf, idx, n) + C * Ef
+    return alpha, z[:, s], (LU, piv, idx, sval, pad, zs)
+
+
+def _to_keys(x: torch.Tensor, idx: torch.Tensor | None, n: int) -> torch.Tensor:
+    """Slot values (P, s) of the margin system back on the keys (P, n) (0 off the slots)."""
+    if idx is None:
+        return x
+    return x.new_zeros(x.shape[0], n).scatter(-1, idx, x)
+
+
+class _MarginSolve(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, kf, K, d, S, E, C, kernel, gamma, ridge, ridge_steps, compact):
+        alpha, mu, (LU, piv, idx, sval, pad, zs) = solve_system(
+            K, d, S, E, C, ridge, ridge_steps, compact)
+        ctx.save_for_backward(kf, K, d, E, LU, piv, sval, *zs, *(() if idx is None else (idx,)),
+                              *(() if pad is None else (pad,)))
+        ctx.meta = (C, kernel, gamma, len(zs), idx is not None, pad is not None)
+        return alpha, mu
+
+    @staticmethod
+    def backward(ctx, g_alpha, g_mu):
+        C, kernel, gamma, nz, compact, padded = ctx.meta
+        kf, K, d, E, LU, piv, sval, *rest = ctx.saved_tensors
+        zs = rest[:nz]
+        idx = rest[nz] if compact else None
+        pad = rest[-1] if padded else None
+        P, n, D = kf.shape
+        dt = K.dtype
+        s = sval.shape[-1]
+        sf = sval.to(dt)
+        g_slots = g_alpha.gather(-1, idx) if compact else g_alpha
+        mu_adj = torch.cat([g_slots * sf, g_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+        Ef = E.to(dt)
+        cols = []
+        for k in range(nz - 1, -1, -1):
+            lam = torch.linalg.lu_solve(LU, piv, mu_adj)  # M symmetric: M⁻ᵀ = M⁻¹
+            lam_k = _to_keys(lam.squeeze(-1)[:, :s] * sf, idx, n)  # λ̃_k (P, n)
+            a_k = _to_keys(zs[k].squeeze(-1)[:, :s] * sf, idx, n) + C * Ef  # a_k (P, n)
+            cols.append((lam_k, a_k))
+            if k:
+                mu_adj = pad * lam
+        # One bmm: K @ [a_k ⊙ X1, λ̃_k ⊙ X1]_k with X1 = [X, 1], each block D + 1 columns;
+        # then Σ_k λ̃_k ⊙ K(a_k ⊙ X1) + a_k ⊙ K(λ̃_k ⊙ X1) = −(W_s X1)/2.
+        X = kf.detach()
+        lam_w = torch.stack([c[0] for c in cols], -1)  # (P, n, t+1)
+        a_w = torch.stack([c[1] for c in cols], -1)
+        if compact:
+            # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the
+            # kernel block of the kept keys suffices, gathered to the batch's largest.
+            kidx, kval = gather_rows((a_w != 0).any(-1) | (lam_w != 0).any(-1))  # host read
+            Kk = rows(K, kidx).gather(-1, kidx.unsqueeze(1).expand(-1, kidx.shape[-1], -1))
+            take = kidx.unsqueeze(-1)
+            Xk = X.gather(1, take.expand(-1, -1, D))
+            lam_w = lam_w.gather(1, take.expand(-1, -1, lam_w.shape[-1]))
+            a_w = a_w.gather(1, take.expand(-1, -1, a_w.shape[-1]))
+            dk = d.gather(-1, kidx)
+        else:
+            Kk, Xk, dk = K, X, d
+        m = Kk.shape[-1]
+        X1 = torch.cat([Xk, Xk.new_ones(P, m, 1)], -1)  # (P, m, D + 1)
+        wts = torch.cat([a_w, lam_w], -1)  # (P, m, 2(t+1))
+        Y = torch.bmm(Kk, (wts.unsqueeze(-1) * X1.unsqueeze(2)).view(P, m, -1))
+        Y = Y.view(P, m, 2, nz, D + 1)
+        H = (Y[:, :, 0] * lam_w.unsqueeze(-1) + Y[:, :, 1] * a_w.unsqueeze(-1)).sum(2)
+        WsX, Ws1 = -2.0 * H[..., :D], -2.0 * H[..., D:]
+        if kernel == "rbf":
+            g_x = -2.0 * gamma * (Ws1 * Xk - WsX)
+        else:
+            lam_k = lam_w.sum(-1)
+            g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_k).unsqueeze(-1) * Xk
+        if compact:
+            g_x = torch.zeros_like(X).scatter(1, take.expand(-1, -1, D),
+                                              g_x * kval.unsqueeze(-1).to(dt))
+        return g_x, None, None, None, None, None, None, None, None, None, None
+
+
+def margin_solve(
+    kf: torch.Tensor,
+    K: torch.Tensor,
+    d: torch.Tensor,
+    S: torch.Tensor,
+    E: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    ridge: float,
+    ridge_steps: int,
+    compact: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """alpha (P, n) and mu (P,) of the margin systems, differentiable w.r.t. the keys ``kf``.
+
+    ``kf`` (P, n, D) keys; ``K`` (P, n, n) and ``d`` (P, n) their rescaled kernel matrices
+    and diagonals (no grad, zero on absent keys, from
+    :func:`svattn.nn.batched.kernel_problem` with the shift treated as a constant);
+    ``S``, ``E`` bool (P, n). ``compact``: gather the system to the largest ``|S|`` (reads
+    that size on the host). The backward is closed-form (module docstring).
+    """
+    return _MarginSolve.apply(kf, K, d, S, E, float(C), kernel, float(gamma), float(ridge),
+                              int(ridge_steps), bool(compact))
+
+
+def margin_solve_reference(kf, valid, shift, S, E, C, kernel, gamma, ridge, ridge_steps):
+    """:func:`margin_solve` by autograd through plain ops (dense system; tests only)."""
+    P, n, _ = kf.shape
+    vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
+    K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
+    d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
+    Sf, Ef = S.to(kf.dtype), E.to(kf.dtype)
+    eye = torch.eye(n, dtype=kf.dtype, device=kf.device)
+    A = torch.where(S.unsqueeze(-1) & S.unsqueeze(-2), 2.0 * K + ridge * eye, eye)
+    empty = 1.0 - Sf.amax(-1)
+    M = torch.cat([torch.cat([A, Sf.unsqueeze(-1)], -1),
+                   torch.cat([Sf, empty.unsqueeze(-1)], -1)[:, None]], -2)
+    rhs = torch.cat([Sf * (d - 2.0 * C * (K @ Ef.unsqueeze(-1)).squeeze(-1)),
+                     ((1.0 - C * Ef.sum(-1)) * (1.0 - empty)).unsqueeze(-1)], -1).unsqueeze(-1)
+    z = torch.linalg.solve(M, rhs)
+    if ridge > 0:
+        pad = torch.cat([ridge * Sf, torch.zeros_like(Sf[:, :1])], -1).unsqueeze(-1)
+        for _ in range(ridge_steps):
+            z = torch.linalg.solve(M, rhs + pad * z)
+    z = z.squeeze(-1)
+    return Sf * z[:, :n] + C * Ef, z[:, n]
