@@ -66,6 +66,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
+from svattn.nn.fista_cpu import fista_loop
 from svattn.nn.margin import margin_solve, rows, solve_system
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
@@ -266,15 +267,10 @@ def fista(
     """
     with torch.no_grad():
         P, n = valid.shape
-        plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
         w = valid.to(K.dtype)
-        a = (w / w.sum(-1, keepdim=True) if a0 is None else a0).unsqueeze(1)  # (P, 1, n)
+        a = w / w.sum(-1, keepdim=True) if a0 is None else a0  # (P, n)
         lam, _ = lambda_max(K)
-        step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
-        # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
-        # projection's `low` (y and the K columns are 0 there).
-        sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
-        Kstep = K * (-2.0 * step) if n <= DENSE_MAX else None  # one op less per iteration
+        step = 0.5 / lam  # (P,): 1 / (2 λmax)
         # Momentum: with r the iterations since the last (re)start, beta = (t_r − 1)/t_{r+1}
         # of t_0 = 1, t_{r+1} = (1 + sqrt(1 + 4 t_r²))/2: a table, indexed per problem.
         betas = [0.0]
@@ -283,6 +279,18 @@ def fista(
             t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
             betas.append((t - 1.0) / t_next)
             t = t_next
+        if host_reads(K):
+            # CPU, eager: the same iterations as one compiled loop (nn/fista_cpu.py), a
+            # fixed number of ops per solve, stopping once no partition changed over
+            # CHECK_EVERY iterations.
+            return fista_loop(K, d, step, a, valid, C, betas, max_iter, CHECK_EVERY)
+        plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
+        a = a.unsqueeze(1)  # (P, 1, n)
+        step = step.view(P, 1, 1)
+        # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
+        # projection's `low` (y and the K columns are 0 there).
+        sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
+        Kstep = K * (-2.0 * step) if n <= DENSE_MAX else None  # one op less per iteration
         beta_of = torch.tensor(betas, dtype=K.dtype, device=K.device)  # beta_of[0] = 0
         r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
         zero = torch.zeros_like(r)
