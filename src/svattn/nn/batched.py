@@ -67,7 +67,7 @@ import torch
 
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
 from svattn.nn.fista_cpu import fista_loop
-from svattn.nn.margin import margin_solve, rows, solve_system
+from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
 
@@ -123,6 +123,7 @@ class Solved(NamedTuple):
     mu: torch.Tensor  # (P,)
     settled: torch.Tensor  # bool (P,): the last repair round moved nothing
     iters: int  # FISTA iterations run, the retry's included
+    factors: Factors  # the final margin systems' factorization (margin_solve_factored)
 
 
 def dense_ok(t: torch.Tensor, n: int) -> bool:
@@ -442,8 +443,9 @@ def solve_partition(
             S = torch.where(settled.unsqueeze(-1), S, S2)
             E = torch.where(settled.unsqueeze(-1), E, E2)
             settled = settled | settled2
-        alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
-    return Solved(S, E, alpha, mu, settled, iters)
+        alpha, mu, factors = solve_system(K, d, S, E, C, solver.ridge, solver.ridge_steps,
+                                          not dense_ok(K, K.shape[-1]))
+    return Solved(S, E, alpha, mu, settled, iters, factors)
 
 
 def boundary_partition(
@@ -540,7 +542,10 @@ def solve_batched(
     K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
     sol = solve_partition(K, d, C, vf, opts, kkt_tol)
     S, E = sol.margin, sol.error
-    alpha, mu = margin_alpha(kf, vf, shift, S, E, C, kernel, gamma, opts, K, d)
+    # The partition's final margin solve is the differentiable one: its factorization
+    # serves the backward (nothing is solved twice).
+    alpha, mu = margin_solve_factored(kf, sol.alpha, sol.mu, C, kernel, gamma,
+                                      [(K, d, E, sol.factors)])
     R = vf & ~S & ~E
     with torch.no_grad():
         g = _kkt(K, d, alpha.detach(), mu.detach(), S, E)

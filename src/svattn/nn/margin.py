@@ -36,11 +36,20 @@ the tests compare values and gradients against.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 
 from svattn.nn.common import gather_rows, log_kernel, log_kernel_diag
 
-__all__ = ["margin_solve", "margin_solve_reference", "rows", "solve_system"]
+__all__ = [
+    "Factors",
+    "margin_solve",
+    "margin_solve_factored",
+    "margin_solve_reference",
+    "rows",
+    "solve_system",
+]
 
 
 def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -54,12 +63,22 @@ def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return K.reshape(P * n, n).index_select(0, flat).view(P, idx.shape[-1], n)
 
 
+class Factors(NamedTuple):
+    """What the backward needs of one batch of solved margin systems (no grad)."""
+
+    LU: torch.Tensor  # (P, s+1, s+1) LU factors of M
+    piv: torch.Tensor  # (P, s+1)
+    idx: torch.Tensor | None  # (P, s) key of each slot (compact form), None (dense: slot = key)
+    sval: torch.Tensor  # bool (P, s): slots in S
+    pad: torch.Tensor | None  # (P, s+1, 1) the iterated ridge r·I_S, None without steps
+    zs: tuple[torch.Tensor, ...]  # iterates z_0 .. z_t, each (P, s+1, 1)
+
+
 def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     """Factor and solve the margin systems of ``K`` (P, n, n) on (``S``, ``E``) (no grad).
 
-    Returns ``alpha`` (P, n), ``mu`` (P,) and what the backward needs: the LU factors,
-    the index map ``idx`` (P, s) or None (dense), its valid slots ``sval`` (P, s), the
-    ridge pad (P, s + 1, 1) or None, and the iterates ``z_k`` (P, s + 1, 1).
+    Returns ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors` the backward reuses.
+    ``compact``: gather the system to the largest ``|S|`` (reads that size on the host).
     """
     P, n = S.shape
     dt = K.dtype
@@ -97,7 +116,7 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
             zs.append(torch.linalg.lu_solve(LU, piv, torch.addcmul(rhs, pad, zs[-1])))
     z = zs[-1].squeeze(-1)
     alpha = _to_keys(z[:, :s] * sf, idx, n) + C * Ef
-    return alpha, z[:, s], (LU, piv, idx, sval, pad, zs)
+    return alpha, z[:, s], Factors(LU, piv, idx, sval, pad, tuple(zs))
 
 
 def _to_keys(x: torch.Tensor, idx: torch.Tensor | None, n: int) -> torch.Tensor:
@@ -107,71 +126,120 @@ def _to_keys(x: torch.Tensor, idx: torch.Tensor | None, n: int) -> torch.Tensor:
     return x.new_zeros(x.shape[0], n).scatter(-1, idx, x)
 
 
+def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
+    """∂L/∂X (P, n, D) of one batch of margin systems (module docstring)."""
+    P, n, D = X.shape
+    dt = K.dtype
+    compact = f.idx is not None
+    s = f.sval.shape[-1]
+    sf = f.sval.to(dt)
+    Ef = E.to(dt)
+    g_slots = g_alpha.gather(-1, f.idx) if compact else g_alpha
+    adj = torch.cat([g_slots * sf, g_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+    lams, avs = [], []
+    for k in range(len(f.zs) - 1, -1, -1):
+        lam = torch.linalg.lu_solve(f.LU, f.piv, adj)  # M symmetric: M⁻ᵀ = M⁻¹
+        lams.append(_to_keys(lam.squeeze(-1)[:, :s] * sf, f.idx, n))  # λ̃_k (P, n)
+        avs.append(_to_keys(f.zs[k].squeeze(-1)[:, :s] * sf, f.idx, n) + C * Ef)  # a_k
+        if k:
+            adj = f.pad * lam
+    lam_w, a_w = torch.stack(lams, -1), torch.stack(avs, -1)  # (P, n, t+1)
+    nz = lam_w.shape[-1]
+    if compact:
+        # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the kernel
+        # block of the kept keys suffices, gathered to the batch's largest.
+        kidx, kval = gather_rows((a_w != 0).any(-1) | (lam_w != 0).any(-1))  # host read
+        Kk = rows(K, kidx).gather(-1, kidx.unsqueeze(1).expand(-1, kidx.shape[-1], -1))
+        take = kidx.unsqueeze(-1)
+        Xk = X.gather(1, take.expand(-1, -1, D))
+        lam_w = lam_w.gather(1, take.expand(-1, -1, nz))
+        a_w = a_w.gather(1, take.expand(-1, -1, nz))
+        dk = d.gather(-1, kidx)
+    else:
+        Kk, Xk, dk = K, X, d
+    m = Kk.shape[-1]
+    # One bmm: K @ [a_k ⊙ X1, λ̃_k ⊙ X1]_k with X1 = [X, 1]; then
+    # H = Σ_k λ̃_k ⊙ K(a_k ⊙ X1) + a_k ⊙ K(λ̃_k ⊙ X1) = −(W_s X1)/2.
+    X1 = torch.cat([Xk, Xk.new_ones(P, m, 1)], -1)  # (P, m, D + 1)
+    wts = torch.cat([a_w, lam_w], -1)  # (P, m, 2(t+1))
+    Y = torch.bmm(Kk, (wts.unsqueeze(-1) * X1.unsqueeze(2)).view(P, m, -1))
+    Y = Y.view(P, m, 2, nz, D + 1)
+    H = (Y[:, :, 0] * lam_w.unsqueeze(-1) + Y[:, :, 1] * a_w.unsqueeze(-1)).sum(2)
+    WsX, Ws1 = -2.0 * H[..., :D], -2.0 * H[..., D:]
+    if kernel == "rbf":
+        g_x = -2.0 * gamma * (Ws1 * Xk - WsX)
+    else:
+        g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_w.sum(-1)).unsqueeze(-1) * Xk
+    if compact:
+        g_x = torch.zeros_like(X).scatter(1, take.expand(-1, -1, D),
+                                          g_x * kval.unsqueeze(-1).to(dt))
+    return g_x
+
+
 class _MarginSolve(torch.autograd.Function):
+    """alpha, mu of solved margin systems (passed in), with the closed-form backward.
+
+    ``kf`` (P·M, n, D) holds ``M`` batches of ``P`` problems in (P, M) order; ``parts``
+    the ``M`` batches' ``(K, d, E, Factors)``. Every tensor of ``parts`` is saved with
+    ``save_for_backward``; ``ctx.layout`` is their static structure.
+    """
+
     @staticmethod
-    def forward(ctx, kf, K, d, S, E, C, kernel, gamma, ridge, ridge_steps, compact):
-        alpha, mu, (LU, piv, idx, sval, pad, zs) = solve_system(
-            K, d, S, E, C, ridge, ridge_steps, compact)
-        ctx.save_for_backward(kf, K, d, E, LU, piv, sval, *zs, *(() if idx is None else (idx,)),
-                              *(() if pad is None else (pad,)))
-        ctx.meta = (C, kernel, gamma, len(zs), idx is not None, pad is not None)
-        return alpha, mu
+    def forward(ctx, kf, alpha, mu, C, kernel, gamma, parts):
+        flat, layout = [], []
+        for K, d, E, f in parts:
+            ts = [K, d, E, f.LU, f.piv, f.sval, *f.zs]
+            ts += [f.idx] if f.idx is not None else []
+            ts += [f.pad] if f.pad is not None else []
+            flat += ts
+            layout.append((len(f.zs), f.idx is not None, f.pad is not None))
+        ctx.save_for_backward(kf, *flat)
+        ctx.layout, ctx.meta = tuple(layout), (C, kernel, gamma)
+        return alpha.clone(), mu.clone()
 
     @staticmethod
     def backward(ctx, g_alpha, g_mu):
-        C, kernel, gamma, nz, compact, padded = ctx.meta
-        kf, K, d, E, LU, piv, sval, *rest = ctx.saved_tensors
-        zs = rest[:nz]
-        idx = rest[nz] if compact else None
-        pad = rest[-1] if padded else None
-        P, n, D = kf.shape
-        dt = K.dtype
-        s = sval.shape[-1]
-        sf = sval.to(dt)
-        g_slots = g_alpha.gather(-1, idx) if compact else g_alpha
-        mu_adj = torch.cat([g_slots * sf, g_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
-        Ef = E.to(dt)
-        cols = []
-        for k in range(nz - 1, -1, -1):
-            lam = torch.linalg.lu_solve(LU, piv, mu_adj)  # M symmetric: M⁻ᵀ = M⁻¹
-            lam_k = _to_keys(lam.squeeze(-1)[:, :s] * sf, idx, n)  # λ̃_k (P, n)
-            a_k = _to_keys(zs[k].squeeze(-1)[:, :s] * sf, idx, n) + C * Ef  # a_k (P, n)
-            cols.append((lam_k, a_k))
-            if k:
-                mu_adj = pad * lam
-        # One bmm: K @ [a_k ⊙ X1, λ̃_k ⊙ X1]_k with X1 = [X, 1], each block D + 1 columns;
-        # then Σ_k λ̃_k ⊙ K(a_k ⊙ X1) + a_k ⊙ K(λ̃_k ⊙ X1) = −(W_s X1)/2.
-        X = kf.detach()
-        lam_w = torch.stack([c[0] for c in cols], -1)  # (P, n, t+1)
-        a_w = torch.stack([c[1] for c in cols], -1)
-        if compact:
-            # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the
-            # kernel block of the kept keys suffices, gathered to the batch's largest.
-            kidx, kval = gather_rows((a_w != 0).any(-1) | (lam_w != 0).any(-1))  # host read
-            Kk = rows(K, kidx).gather(-1, kidx.unsqueeze(1).expand(-1, kidx.shape[-1], -1))
-            take = kidx.unsqueeze(-1)
-            Xk = X.gather(1, take.expand(-1, -1, D))
-            lam_w = lam_w.gather(1, take.expand(-1, -1, lam_w.shape[-1]))
-            a_w = a_w.gather(1, take.expand(-1, -1, a_w.shape[-1]))
-            dk = d.gather(-1, kidx)
-        else:
-            Kk, Xk, dk = K, X, d
-        m = Kk.shape[-1]
-        X1 = torch.cat([Xk, Xk.new_ones(P, m, 1)], -1)  # (P, m, D + 1)
-        wts = torch.cat([a_w, lam_w], -1)  # (P, m, 2(t+1))
-        Y = torch.bmm(Kk, (wts.unsqueeze(-1) * X1.unsqueeze(2)).view(P, m, -1))
-        Y = Y.view(P, m, 2, nz, D + 1)
-        H = (Y[:, :, 0] * lam_w.unsqueeze(-1) + Y[:, :, 1] * a_w.unsqueeze(-1)).sum(2)
-        WsX, Ws1 = -2.0 * H[..., :D], -2.0 * H[..., D:]
-        if kernel == "rbf":
-            g_x = -2.0 * gamma * (Ws1 * Xk - WsX)
-        else:
-            lam_k = lam_w.sum(-1)
-            g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_k).unsqueeze(-1) * Xk
-        if compact:
-            g_x = torch.zeros_like(X).scatter(1, take.expand(-1, -1, D),
-                                              g_x * kval.unsqueeze(-1).to(dt))
-        return g_x, None, None, None, None, None, None, None, None, None, None
+        C, kernel, gamma = ctx.meta
+        kf, *flat = ctx.saved_tensors
+        M = len(ctx.layout)
+        PM, n, D = kf.shape
+        P = PM // M
+        X = kf.detach().view(P, M, n, D)
+        ga, gm = g_alpha.view(P, M, n), g_mu.view(P, M)
+        out, i = [], 0
+        for m, (nz, has_idx, has_pad) in enumerate(ctx.layout):
+            K, d, E, LU, piv, sval = flat[i : i + 6]
+            zs = tuple(flat[i + 6 : i + 6 + nz])
+            i += 6 + nz
+            idx = flat[i] if has_idx else None
+            i += has_idx
+            pad = flat[i] if has_pad else None
+            i += has_pad
+            f = Factors(LU, piv, idx, sval, pad, zs)
+            out.append(_grad_keys(X[:, m], K, d, E, f, ga[:, m], gm[:, m], C, kernel, gamma))
+        g_x = out[0] if M == 1 else torch.stack(out, 1)
+        return g_x.reshape(PM, n, D), None, None, None, None, None, None
+
+
+def margin_solve_factored(
+    kf: torch.Tensor,
+    alpha: torch.Tensor,
+    mu: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, Factors]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The margin systems' ``alpha`` (P·M, n) and ``mu`` (P·M,), already solved, made
+    differentiable w.r.t. the keys ``kf`` (P·M, n, D).
+
+    ``parts``: for each of the ``M`` batches of ``P`` problems (``kf``, ``alpha``, ``mu``
+    in (P, M) order), its kernel matrices ``K`` (P, n, n), diagonals ``d`` (P, n) (no grad,
+    shift constant), error set ``E`` and the :class:`Factors` of :func:`solve_system`
+    (``alpha``, ``mu`` are what it returned). Nothing is solved again: the backward
+    reuses the factorizations (module docstring).
+    """
+    return _MarginSolve.apply(kf, alpha, mu, float(C), kernel, float(gamma), parts)
 
 
 def margin_solve(
@@ -193,10 +261,11 @@ def margin_solve(
     and diagonals (no grad, zero on absent keys, from
     :func:`svattn.nn.batched.kernel_problem` with the shift treated as a constant);
     ``S``, ``E`` bool (P, n). ``compact``: gather the system to the largest ``|S|`` (reads
-    that size on the host). The backward is closed-form (module docstring).
+    that size on the host). :func:`solve_system`, then :func:`margin_solve_factored`.
     """
-    return _MarginSolve.apply(kf, K, d, S, E, float(C), kernel, float(gamma), float(ridge),
-                              int(ridge_steps), bool(compact))
+    with torch.no_grad():
+        alpha, mu, f = solve_system(K, d, S, E, C, ridge, ridge_steps, compact)
+    return margin_solve_factored(kf, alpha, mu, C, kernel, gamma, [(K, d, E, f)])
 
 
 def margin_solve_reference(kf, valid, shift, S, E, C, kernel, gamma, ridge, ridge_steps):
