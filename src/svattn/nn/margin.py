@@ -53,14 +53,15 @@ __all__ = [
 
 
 def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Rows ``K[p, idx[p]]`` of each problem, (P, n, n) and (P, s) → (P, s, n).
+    """Rows ``K[p, idx[p]]`` of each problem, (P, n, m) and (P, s) → (P, s, m).
 
-    One contiguous row copy each (``index_select`` on the flattened matrices),
-    several times faster than ``gather`` with an expanded index on CPU.
+    One contiguous row copy each (``index_select`` on the flattened matrices; its
+    backward is one ``index_add``), several times faster than ``gather`` with an
+    expanded index (and its ``scatter_add``) on CPU.
     """
-    P, n, _ = K.shape
+    P, n, m = K.shape
     flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
-    return K.reshape(P * n, n).index_select(0, flat).view(P, idx.shape[-1], n)
+    return K.reshape(P * n, m).index_select(0, flat).view(P, idx.shape[-1], m)
 
 
 class Factors(NamedTuple):
@@ -95,13 +96,16 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
         d_S = d
     s = sval.shape[-1]
     sf = sval.to(dt)
-    eye = torch.eye(s, dtype=dt, device=K.device)
-    A = torch.where(sval.unsqueeze(-1) & sval.unsqueeze(-2), 2.0 * A + ridge * eye, eye)
     empty = 1.0 - sf.amax(-1)  # (P,) 1 where S is empty: the border row then pins mu = 0
-    M = torch.cat(
-        [torch.cat([A, sf.unsqueeze(-1)], -1), torch.cat([sf, empty.unsqueeze(-1)], -1)[:, None]],
-        -2,
-    )  # (P, s+1, s+1), symmetric
+    # M = [[2A ⊙ (s sᵀ) + diag(ridge·s + 1 − s), s], [sᵀ, empty]] (P, s+1, s+1), symmetric:
+    # identity rows and columns off S, written into one buffer (three passes over A).
+    M = K.new_empty(P, s + 1, s + 1)
+    top = M[:, :s, :s]
+    top.copy_(A).mul_((2.0 * sf).unsqueeze(-1)).mul_(sf.unsqueeze(-2))
+    top.diagonal(dim1=-2, dim2=-1).add_(sf * (ridge - 1.0) + 1.0)
+    M[:, :s, s] = sf
+    M[:, s, :s] = sf
+    M[:, s, s] = empty
     rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
     rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
     rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
@@ -148,10 +152,13 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
     if compact:
         # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the kernel
         # block of the kept keys suffices, gathered to the batch's largest.
-        kidx, kval = gather_rows((a_w != 0).any(-1) | (lam_w != 0).any(-1))  # host read
+        kept = (a_w != 0).any(-1) | (lam_w != 0).any(-1)
+        kidx, kval = gather_rows(kept)  # host read
+        compact = kidx.shape[-1] < n  # every key kept somewhere: K as it is
+    if compact:
         Kk = rows(K, kidx).gather(-1, kidx.unsqueeze(1).expand(-1, kidx.shape[-1], -1))
         take = kidx.unsqueeze(-1)
-        Xk = X.gather(1, take.expand(-1, -1, D))
+        Xk = rows(X, kidx)
         lam_w = lam_w.gather(1, take.expand(-1, -1, nz))
         a_w = a_w.gather(1, take.expand(-1, -1, nz))
         dk = d.gather(-1, kidx)
@@ -171,8 +178,9 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
     else:
         g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_w.sum(-1)).unsqueeze(-1) * Xk
     if compact:
-        g_x = torch.zeros_like(X).scatter(1, take.expand(-1, -1, D),
-                                          g_x * kval.unsqueeze(-1).to(dt))
+        flat = (kidx + n * torch.arange(P, device=kidx.device).unsqueeze(-1)).reshape(-1)
+        g_x = X.new_zeros(P * n, D).index_copy_(  # padded slots hold distinct keys
+            0, flat, (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
     return g_x
 
 
