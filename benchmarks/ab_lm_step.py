@@ -7,8 +7,9 @@ backward, clipping, AdamW; random bytes, ``--batch`` × 256 tokens) interleaved
 round by round, and counts the aten ops of one step of each model with
 :mod:`torch.profiler` (launched calls: aten events not nested in another aten op;
 exact on any machine, unlike the times). Reported per run: the median seconds per
-step and the ratio hybrid / softmax; on a shared machine only the ratios (and the
-counts) mean anything.
+step (wall clock and this process's CPU time) and the ratios hybrid / softmax; on a
+shared machine only the ratios (and the counts) mean anything, the CPU-time ratio
+least disturbed by time slicing.
 
 Usage (the tree before a change checked out with ``git worktree add ../base REV``)::
 
@@ -65,18 +66,26 @@ def worker(args: argparse.Namespace) -> dict:
             1 for e in prof.events() if e.name.startswith("aten::")
             and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
     times: dict[str, list[float]] = {m: [] for m in models}
+    cpu: dict[str, list[float]] = {m: [] for m in models}
     for _ in range(args.rounds):
         for mixer in models:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(args.steps):
                 step(mixer)
             times[mixer].append((time.perf_counter() - t0) / args.steps)
+            cpu[mixer].append((time.process_time() - c0) / args.steps)
     med = {m: statistics.median(v) for m, v in times.items()}
+    cmed = {m: statistics.median(v) for m, v in cpu.items()}
     return {
         "mixer_options": models["hybrid_sv"][0].cfg.mixer_options,
         "softmax_s_per_step": round(med["softmax"], 4),
         "hybrid_s_per_step": round(med["hybrid_sv"], 4),
         "ratio_hybrid_over_softmax": round(med["hybrid_sv"] / med["softmax"], 3),
+        # CPU seconds of this process (one thread): less sensitive to time slicing on a
+        # shared machine than the wall clock
+        "softmax_cpu_s_per_step": round(cmed["softmax"], 4),
+        "hybrid_cpu_s_per_step": round(cmed["hybrid_sv"], 4),
+        "cpu_ratio_hybrid_over_softmax": round(cmed["hybrid_sv"] / cmed["softmax"], 3),
         "softmax_aten_calls": calls["softmax"],
         "hybrid_aten_calls": calls["hybrid_sv"],
     }
@@ -117,11 +126,14 @@ def main(argv: list[str] | None = None) -> int:
             r = run(tree.resolve(), args)
             runs[side].append(r)
             print(f"pair {i + 1}/{args.pairs} {side}: hybrid/softmax "
-                  f"{r['ratio_hybrid_over_softmax']:.3f}  ({r['hybrid_s_per_step']:.3f} s / "
+                  f"{r['ratio_hybrid_over_softmax']:.3f} wall, "
+                  f"{r['cpu_ratio_hybrid_over_softmax']:.3f} CPU  ({r['hybrid_s_per_step']:.3f} s / "
                   f"{r['softmax_s_per_step']:.3f} s)  aten calls hybrid "
                   f"{r['hybrid_aten_calls']} softmax {r['softmax_aten_calls']}", flush=True)
     summary = {s: {"ratio_median": statistics.median(r["ratio_hybrid_over_softmax"]
                                                      for r in runs[s]),
+                   "cpu_ratio_median": statistics.median(r["cpu_ratio_hybrid_over_softmax"]
+                                                         for r in runs[s]),
                    "hybrid_aten_calls": runs[s][-1]["hybrid_aten_calls"],
                    "softmax_aten_calls": runs[s][-1]["softmax_aten_calls"]} for s in runs}
     print(json.dumps(summary))

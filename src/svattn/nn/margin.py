@@ -79,13 +79,16 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     """Factor and solve the margin systems of ``K`` (P, n, n) on (``S``, ``E``) (no grad).
 
     Returns ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors` the backward reuses.
-    ``compact``: gather the system to the largest ``|S|`` (reads that size on the host).
+    ``compact``: gather the system to the largest ``|S|`` (reads that size on the host;
+    the dense form where that is every key).
     """
     P, n = S.shape
     dt = K.dtype
     Ef = E.to(dt)
     if compact:
         idx, sval = gather_rows(S)  # host read: the compact system's size
+        compact = idx.shape[-1] < n  # S holds every key somewhere: the dense form, no gather
+    if compact:
         Krow = rows(K, idx)  # (P, s, n)
         A = Krow.gather(-1, idx.unsqueeze(1).expand(-1, idx.shape[-1], -1))  # (P, s, s)
         kse = torch.bmm(Krow, Ef.unsqueeze(-1)).squeeze(-1)  # (P, s): K_SE 1
