@@ -66,7 +66,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
-from svattn.nn.fista_cpu import fista_loop
+from svattn.nn.partition_cpu import fista_loop, repair_loop
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
@@ -270,8 +270,6 @@ def fista(
         P, n = valid.shape
         w = valid.to(K.dtype)
         a = w / w.sum(-1, keepdim=True) if a0 is None else a0  # (P, n)
-        lam, _ = lambda_max(K)
-        step = 0.5 / lam  # (P,): 1 / (2 λmax)
         # Momentum: with r the iterations since the last (re)start, beta = (t_r − 1)/t_{r+1}
         # of t_0 = 1, t_{r+1} = (1 + sqrt(1 + 4 t_r²))/2: a table, indexed per problem.
         betas = [0.0]
@@ -281,13 +279,14 @@ def fista(
             betas.append((t - 1.0) / t_next)
             t = t_next
         if host_reads(K):
-            # CPU, eager: the same iterations as one compiled loop (nn/fista_cpu.py), a
+            # CPU, eager: the same iterations as one compiled loop (nn/partition_cpu.py), a
             # fixed number of ops per solve, stopping once no partition changed over
             # CHECK_EVERY iterations.
-            return fista_loop(K, d, step, a, valid, C, betas, max_iter, CHECK_EVERY)
+            return fista_loop(K, d, a, valid, C, betas, max_iter, CHECK_EVERY)
+        lam, _ = lambda_max(K)
+        step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
         plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
         a = a.unsqueeze(1)  # (P, 1, n)
-        step = step.view(P, 1, 1)
         # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
         # projection's `low` (y and the K columns are 0 there).
         sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
@@ -387,6 +386,9 @@ def _repair(K, d, C, valid, a, solver, tol):
     settled = torch.ones_like(valid[:, 0])
     if solver.refine == 0:
         return S, E, settled
+    if host_reads(K):  # CPU, eager: the same rounds as one compiled loop (nn/partition_cpu.py)
+        return repair_loop(K, d, valid, S, E, C, solver.ridge,
+                           solver.ridge_steps if solver.ridge > 0 else 0, solver.refine, tol)
     dense = dense_ok(K, K.shape[-1])
     system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense else None
     big = torch.finfo(K.dtype).max

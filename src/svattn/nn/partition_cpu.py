@@ -1,4 +1,4 @@
-"""FISTA on CPU in eager mode as one compiled loop (numba): a fixed number of ops per solve.
+"""The partition search on CPU in eager mode as compiled loops (numba): FISTA and the repair.
 
 :func:`svattn.nn.batched.fista` on CPU in eager mode (where
 :func:`~svattn.nn.common.host_reads` allows) hands its iterations to :func:`fista_loop`:
@@ -12,6 +12,12 @@ launched ~70 small tensor ops on ``(P, 1, n)`` rows (each a few µs of dispatch 
 few µs of arithmetic); here a solve is a handful of torch ops whatever ``max_iter``
 is. Results agree with the op-by-op form to rounding (summation order), which is what
 the accelerator's static schedule also differs by.
+
+:func:`repair_loop` is :func:`svattn.nn.batched._repair`'s active-set rounds the same
+way: per problem, the margin system on its own ``S`` (one LAPACK solve of size
+``|S| + 1``, iterated-ridge steps included), ``g = 2 K alpha − d + mu``, the moves
+between ``S``, ``E`` and ``R``, and a stop at the first settled round (a round on a
+settled partition moves nothing, so stopping there is the static schedule's result).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["fista_loop"]
+__all__ = ["fista_loop", "repair_loop"]
 
 
 @njit(cache=True, nogil=True)
@@ -78,8 +84,30 @@ def _project(v, valid, C, tau, eps):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _loop(K, d, step, a, valid, C, betas, max_iter, check, eps):  # pragma: no cover
+def _steps(K, n_iter):  # pragma: no cover - compiled
+    """1 / (2 λmax) per problem, as :func:`svattn.nn.batched.lambda_max` computes λmax."""
+    P, n, _ = K.shape
+    step = np.empty(P, dtype=K.dtype)
+    for p in range(P):
+        x = np.ones(n, dtype=K.dtype)
+        y = np.dot(K[p], x)
+        rowmax = y.max()
+        lam = 0.0
+        for it in range(max(n_iter, 1)):
+            if it:
+                y = np.dot(K[p], x)
+            lam = np.dot(x, y) / max(np.dot(x, x), 1e-300)
+            nrm = max(np.sqrt(np.dot(y, y)), 1e-300)
+            for j in range(n):
+                x[j] = y[j] / nrm
+        step[p] = 0.5 / max(min(1.05 * lam, rowmax), 1e-12)
+    return step
+
+
+@njit(cache=True, nogil=True)
+def _loop(K, d, a, valid, C, betas, max_iter, check, eps):  # pragma: no cover
     P, n = a.shape
+    step = _steps(K, 4)
     y = a.copy()
     tau = np.empty(P, dtype=a.dtype)
     for p in range(P):  # the Newton start when no entry is clipped: (Σ v − 1) / m
@@ -143,7 +171,6 @@ def _loop(K, d, step, a, valid, C, betas, max_iter, check, eps):  # pragma: no c
 def fista_loop(
     K: torch.Tensor,
     d: torch.Tensor,
-    step: torch.Tensor,
     a: torch.Tensor,
     valid: torch.Tensor,
     C: float,
@@ -152,15 +179,113 @@ def fista_loop(
     check: int,
 ) -> tuple[torch.Tensor, int]:
     """FISTA's iterations on CPU tensors: kernel matrices ``K`` (P, n, n) (zero on absent
-    keys), diagonals ``d`` (P, n), steps ``step`` (P,), feasible start ``a`` (P, n),
+    keys), diagonals ``d`` (P, n), feasible start ``a`` (P, n) (the step ``1/(2 λmax)``
+    from the same 4-step power iteration as :func:`svattn.nn.batched.lambda_max`),
     ``valid`` (P, n) bool, ``betas[r]`` the momentum ``r`` iterations after a restart.
     Returns the last iterate (a new tensor) and the iterations run: all ``max_iter``, or
     fewer where no partition changed over ``check`` iterations (``check = 0``: never)."""
     dt = K.dtype
     out = a.to(dt).contiguous().clone()
     it = _loop(K.contiguous().numpy(), d.to(dt).contiguous().numpy(),
-               step.to(dt).contiguous().numpy(), out.numpy(), valid.contiguous().numpy(),
+               out.numpy(), valid.contiguous().numpy(),
                float(C), np.asarray(betas, dtype=np.float64 if dt == torch.float64 else
                                     np.float32),
                int(max_iter), int(check), float(torch.finfo(dt).eps))
     return out, int(it)
+
+
+@njit(cache=True, nogil=True)
+def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: no cover
+    P, n = S.shape
+    settled = np.ones(P, dtype=np.bool_)
+    dt = K.dtype
+    big = np.finfo(dt).max
+    alpha = np.empty(n, dtype=dt)
+    for p in range(P):
+        Kp = K[p]
+        for _ in range(refine):
+            idx = np.nonzero(S[p])[0]
+            s = idx.shape[0]
+            nE = 0
+            for i in range(n):
+                nE += E[p, i]
+            for i in range(n):
+                alpha[i] = C if E[p, i] else 0.0
+            mu = 0.0
+            if s > 0:
+                M = np.zeros((s + 1, s + 1), dtype=dt)
+                rhs = np.empty(s + 1, dtype=dt)
+                for a in range(s):
+                    ia = idx[a]
+                    for b in range(s):
+                        M[a, b] = 2.0 * Kp[ia, idx[b]]
+                    M[a, a] += ridge
+                    M[a, s] = 1.0
+                    M[s, a] = 1.0
+                    ke = 0.0
+                    for i in range(n):
+                        if E[p, i]:
+                            ke += Kp[ia, i]
+                    rhs[a] = d[p, ia] - 2.0 * C * ke
+                rhs[s] = 1.0 - C * nE
+                z = np.linalg.solve(M, rhs)
+                if ridge > 0:
+                    for _step in range(ridge_steps):  # iterated ridge on the same system
+                        r2 = rhs.copy()
+                        for a in range(s):
+                            r2[a] += ridge * z[a]
+                        z = np.linalg.solve(M, r2)
+                for a in range(s):
+                    alpha[idx[a]] = z[a]
+                mu = z[s]
+            g = 2.0 * np.dot(Kp, alpha) - d[p]  # K symmetric: K alpha
+            if s == 0:  # the largest mu that keeps E's tokens at C
+                mu = big
+                for i in range(n):
+                    if E[p, i] and -g[i] < mu:
+                        mu = -g[i]
+            same = True
+            for i in range(n):
+                gi = g[i] + mu
+                up = gi > tol
+                down = gi < -tol
+                if S[p, i]:
+                    s_new = 0.0 <= alpha[i] <= C
+                    e_new = alpha[i] > C
+                elif E[p, i]:
+                    s_new = up
+                    e_new = not up
+                else:
+                    s_new = down and valid[p, i]
+                    e_new = False
+                if s_new != S[p, i] or e_new != E[p, i]:
+                    same = False
+                S[p, i] = s_new
+                E[p, i] = e_new
+            settled[p] = same
+            if same:
+                break
+    return settled
+
+
+def repair_loop(
+    K: torch.Tensor,
+    d: torch.Tensor,
+    valid: torch.Tensor,
+    S: torch.Tensor,
+    E: torch.Tensor,
+    C: float,
+    ridge: float,
+    ridge_steps: int,
+    refine: int,
+    tol: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Up to ``refine`` active-set rounds per problem from the sets ``S``, ``E`` (P, n) on
+    CPU tensors (``K`` (P, n, n), ``d`` (P, n)). Returns the new ``S``, ``E`` and
+    ``settled`` (P,): whether the problem's last round moved nothing."""
+    S2, E2 = S.contiguous().clone(), E.contiguous().clone()
+    dt = K.dtype
+    settled = _repair(K.contiguous().numpy(), d.to(dt).contiguous().numpy(),
+                      valid.contiguous().numpy(), S2.numpy(), E2.numpy(), float(C),
+                      float(ridge), int(ridge_steps), int(refine), float(tol))
+    return S2, E2, torch.from_numpy(settled)

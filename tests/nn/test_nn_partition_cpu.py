@@ -1,4 +1,4 @@
-"""FISTA's compiled CPU loop (svattn.nn.fista_cpu) against the op-by-op static schedule."""
+"""FISTA's compiled CPU loop (svattn.nn.partition_cpu) against the op-by-op static schedule."""
 
 from __future__ import annotations
 
@@ -58,3 +58,35 @@ def test_ops_per_solve_do_not_grow_with_iterations():
         counts[it] = _aten_calls(lambda it=it: batched.fista(K, d, 0.2, valid, max_iter=it))
     # the power iteration for the step and the hand-over; the op-by-op loop ran ~70 a step
     assert counts[5] == counts[40] and counts[5] < 100, counts
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+@pytest.mark.parametrize("steps", [0, 1], ids=lambda s: f"ridge_steps{s}")
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+def test_compiled_repair_matches_static_schedule(kernel, steps, dtype):
+    from svattn.nn.options import SolverOptions
+
+    K, d, valid = _problem(dtype, kernel, P=12, seed=1)
+    C = 0.2
+    a, _ = fista(K, d, C, valid, max_iter=6)  # a rough iterate: the repair has work to do
+    opts = SolverOptions(ridge_steps=steps, refine=10)
+    tol = batched.default_kkt_tol(dtype)
+    S, E, settled = batched._repair(K, d, C, valid, a, opts, tol)
+    with no_host_reads():
+        S2, E2, settled2 = batched._repair(K, d, C, valid, a, opts, tol)
+    S0, E0 = batched._sets(a, C, valid)
+    assert not (torch.equal(S, S0) and torch.equal(E, E0))  # the rounds moved something
+    assert torch.equal(S, S2) and torch.equal(E, E2) and torch.equal(settled, settled2)
+
+
+def test_partition_ops_do_not_grow_with_iterations_or_rounds():
+    from svattn.nn.options import SolverOptions
+
+    K, d, valid = _problem(torch.float32)
+    counts = {}
+    for it, refine in ((8, 20), (40, 40)):
+        opts = SolverOptions(max_iter=it, refine=refine)
+        # every problem settles in both, so neither runs the retry (a CPU-only skip)
+        assert bool(batched.solve_partition(K, d, 0.2, valid, opts).settled.all())
+        counts[it] = _aten_calls(lambda o=opts: batched.solve_partition(K, d, 0.2, valid, o))
+    assert counts[8] == counts[40] < 150, counts
