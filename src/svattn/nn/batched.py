@@ -15,7 +15,9 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
    (:func:`~svattn.nn.common.host_reads`), where reading a value is free and the
    path is op-bound, FISTA stops once no problem's partition changed over
    :data:`CHECK_EVERY` iterations (the one CPU shortcut that can change the result,
-   within FISTA's accuracy; the repair's two shortcuts cannot).
+   within FISTA's accuracy; the repair's two shortcuts cannot). There the iterations
+   (and the repair's rounds) run as compiled loops, a fixed handful of ops per solve
+   (:mod:`svattn.nn.partition_cpu`).
 2. **Active set.** ``R = {a = 0}``, ``E = {a = C}``, ``S`` the rest (the
    projection clips, so these are exact comparisons). Then exactly ``refine``
    primal-dual active-set rounds (no grad) repair the partition: solve the margin
@@ -28,7 +30,8 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
 3. **Margin solve** (differentiable): with the partition fixed,
    ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``.
    ``alpha_E = C``, ``alpha_R = 0``. Gradients reach the keys through ``K_SS``,
-   ``K_SE`` and ``d_S``.
+   ``K_SE`` and ``d_S``, by the closed-form backward of :mod:`svattn.nn.margin` on the
+   factorization of the partition's own final solve (nothing is solved twice).
 
 **Dense and compact margin systems.** On accelerators, up to :data:`DENSE_MAX`
 keys per problem (every boundary problem of the hybrid's ``"support"`` policy), the
