@@ -14,8 +14,8 @@ is. Results agree with the op-by-op form to rounding (summation order), which is
 the accelerator's static schedule also differs by.
 
 :func:`repair_loop` is :func:`svattn.nn.batched._repair`'s active-set rounds the same
-way: per problem, the margin system on its own ``S`` (one LAPACK solve of size
-``|S| + 1``, iterated-ridge steps included), ``g = 2 K alpha − d + mu``, the moves
+way: per problem, the margin system on its own ``S`` (one LU with partial pivoting of
+size ``|S| + 1``, iterated-ridge steps on its factors), ``g = 2 K alpha − d + mu``, the moves
 between ``S``, ``E`` and ``R``, and a stop at the first settled round (a round on a
 settled partition moves nothing, so stopping there is the static schedule's result).
 """
@@ -195,6 +195,55 @@ def fista_loop(
 
 
 @njit(cache=True, nogil=True)
+def _lu_factor(M, piv):  # pragma: no cover - compiled
+    """In-place LU with partial pivoting of a small square ``M`` (LAPACK getrf's method);
+    a call to LAPACK costs more than the arithmetic at the repair's sizes."""
+    m = M.shape[0]
+    for k in range(m):
+        p = k
+        best = abs(M[k, k])
+        for i in range(k + 1, m):
+            if abs(M[i, k]) > best:
+                best = abs(M[i, k])
+                p = i
+        piv[k] = p
+        if p != k:
+            for j in range(m):
+                t = M[k, j]
+                M[k, j] = M[p, j]
+                M[p, j] = t
+        inv = 1.0 / M[k, k] if M[k, k] != 0.0 else 0.0
+        for i in range(k + 1, m):
+            f = M[i, k] * inv
+            M[i, k] = f
+            if f != 0.0:
+                for j in range(k + 1, m):
+                    M[i, j] -= f * M[k, j]
+
+
+@njit(cache=True, nogil=True)
+def _lu_solve(M, piv, b):  # pragma: no cover - compiled
+    """Solve with the factors of :func:`_lu_factor`; ``b`` is overwritten by the solution."""
+    m = M.shape[0]
+    for k in range(m):
+        p = piv[k]
+        if p != k:
+            t = b[k]
+            b[k] = b[p]
+            b[p] = t
+    for i in range(m):
+        acc = b[i]
+        for j in range(i):
+            acc -= M[i, j] * b[j]
+        b[i] = acc
+    for i in range(m - 1, -1, -1):
+        acc = b[i]
+        for j in range(i + 1, m):
+            acc -= M[i, j] * b[j]
+        b[i] = acc / M[i, i]
+
+
+@njit(cache=True, nogil=True)
 def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: no cover
     P, n = S.shape
     settled = np.ones(P, dtype=np.bool_)
@@ -228,13 +277,17 @@ def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: n
                             ke += Kp[ia, i]
                     rhs[a] = d[p, ia] - 2.0 * C * ke
                 rhs[s] = 1.0 - C * nE
-                z = np.linalg.solve(M, rhs)
+                piv = np.empty(s + 1, dtype=np.int64)
+                _lu_factor(M, piv)
+                z = rhs.copy()
+                _lu_solve(M, piv, z)
                 if ridge > 0:
-                    for _step in range(ridge_steps):  # iterated ridge on the same system
+                    for _step in range(ridge_steps):  # iterated ridge on the same factors
                         r2 = rhs.copy()
                         for a in range(s):
                             r2[a] += ridge * z[a]
-                        z = np.linalg.solve(M, r2)
+                        _lu_solve(M, piv, r2)
+                        z = r2
                 for a in range(s):
                     alpha[idx[a]] = z[a]
                 mu = z[s]
