@@ -91,6 +91,16 @@ def worker(args: argparse.Namespace) -> dict:
     }
 
 
+def _commit(tree: Path) -> str:
+    """The tree's checked-out commit (and ``+dirty`` with uncommitted changes)."""
+    def git(*a):
+        return subprocess.run(["git", "-C", str(tree), *a], capture_output=True,
+                              text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain",
+                                                                  "--untracked-files=no")
+                                                  else "")
+
+
 def run(tree: Path, args: argparse.Namespace) -> dict:
     env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
@@ -139,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary))
     if args.json:
         write_record(args.json, __file__, argv, {
-            "a": str(args.a), "b": str(args.b),
+            "a_commit": _commit(args.a), "b_commit": _commit(args.b),
             "machine": "CPU, 1 thread per run, shared with other jobs (ratios only)",
             "summary": summary, "runs": runs})
     return 0
