@@ -230,3 +230,15 @@ def test_compiled_boundary_solver_matches_eager():
                                                   strict=True))
     g_e, g_c = (torch.autograd.grad(y.square().sum(), x)[0] for y in (y_e, y_c))
     torch.testing.assert_close(g_c, g_e, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("policy", ["support", "full"])
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+def test_gradients_match_finite_differences(policy, kernel):
+    """The whole layer (partitions fixed by the solver, alpha by the margin solve, its
+    closed-form backward, the fused readout) against central differences in float64."""
+    torch.manual_seed(3)
+    mix = HybridSVAttention(8, 2, chunk=4, C=0.3, budget=4, policy=policy, kernel=kernel,
+                            refine=10).double()
+    x = (0.5 * torch.randn(1, 10, 8, dtype=torch.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(mix, (x,), eps=1e-6, atol=1e-6, rtol=1e-4)

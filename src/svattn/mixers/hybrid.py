@@ -60,9 +60,9 @@ from svattn.nn.attention import MODES, sv_attention_state
 from svattn.nn.batched import (
     boundary_partition,
     compiled_boundary_partition,
-    margin_alpha,
     solve_batched,
 )
+from svattn.nn.margin import margin_solve_factored, rows
 from svattn.nn.common import Partition, resolve_gamma
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused
@@ -89,11 +89,11 @@ def chunked_causal_softmax(
     if pad:  # padding sits at the end of the last chunk: causal masking hides it
         q, k, v = (F.pad(z, (0, 0, 0, pad)) for z in (q, k, v))
     n = (T + pad) // chunk
-    qc = q.reshape(B, H, n, chunk, Dh)  # (B, H, N, L, Dh)
-    if lookback == 0:
-        kc, vc = (z.reshape(B, H, n, chunk, z.shape[-1]) for z in (k, v))
-        o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)  # (B, H, N, L, Dh)
+    if lookback == 0:  # chunks as heads: 4-D inputs take the fused (flash) kernel
+        qc, kc, vc = (z.reshape(B, H * n, chunk, z.shape[-1]) for z in (q, k, v))
+        o = F.scaled_dot_product_attention(qc, kc, vc, is_causal=True)  # (B, H·N, L, Dh)
         return o.reshape(B, H, n * chunk, -1)[:, :, :T]
+    qc = q.reshape(B, H, n, chunk, Dh)  # (B, H, N, L, Dh)
     # chunk i reads keys [i·L − lookback, (i + 1)·L): windows of a left-padded sequence
     span = lookback + chunk
     kc, vc = (
@@ -350,24 +350,25 @@ class HybridSVAttention(SoftmaxAttention):
         cval = torch.zeros(P, budget, dtype=torch.bool, device=k.device)  # real carried slots
         kept_max = torch.zeros((), dtype=torch.long, device=k.device)
         truncated = torch.zeros((), dtype=torch.long, device=k.device)
-        positions, valids, parts, shifts, outs = [], [], [], [], []
+        positions, valids, parts, kmats, solved, outs = [], [], [], [], [], []
         for m in range(M):  # boundary m: keys of chunk m (and the carry), read by chunk m + 1
             pos = torch.cat([cpos, chunk_pos + m * L], -1)  # (P, n)
             val = torch.cat([cval, torch.ones_like(chunk_pos, dtype=torch.bool)], -1)
-            kk = kd.gather(1, pos.unsqueeze(-1).expand(P, n, Dh))  # (P, n, Dh)
+            kk = rows(kd, pos)  # (P, n, Dh)
             if exact:
                 q_m = q[:, :, (m + 1) * L : (m + 2) * L]
-                vv = vf.gather(1, pos.unsqueeze(-1).expand(P, n, vf.shape[-1]))
+                vv = rows(vf, pos)
                 o, alpha, part = self._solve(
-                    q_m, kf.gather(1, pos.unsqueeze(-1).expand(P, n, Dh)).view(B, H, n, Dh),
+                    q_m, rows(kf, pos).view(B, H, n, Dh),
                     vv.view(B, H, n, -1), val.view(B, H, n),
                 )  # fmt: skip
                 outs.append(o)
                 alpha, S, E = alpha.reshape(P, n).detach(), *(z.reshape(P, n) for z in part[:2])
             else:
-                sol, shift = partition(kk, val, self.C, self.kernel, gamma, self.solver)
+                sol, K, d, _ = partition(kk, val, self.C, self.kernel, gamma, self.solver)
                 alpha, S, E = sol.alpha, sol.margin, sol.error
-                shifts.append(shift)
+                kmats.append((K, d, sol.error, sol.factors))
+                solved.append((sol.alpha, sol.mu))
             positions.append(pos)
             valids.append(val)
             parts.append((S, E))
@@ -387,13 +388,14 @@ class HybridSVAttention(SoftmaxAttention):
             return torch.cat(outs, 2)  # (B, H, T − L, Dh)
         # All boundaries at once: keys and values by position (differentiable gathers).
         pos = torch.stack(positions, 1).reshape(P, M * n)  # (P, M·n)
-        kb = kf.gather(1, pos.unsqueeze(-1).expand(P, M * n, Dh)).view(P * M, n, Dh)
-        vb = vf.gather(1, pos.unsqueeze(-1).expand(P, M * n, vf.shape[-1])).view(B, H * M, n, -1)
-        val = torch.stack(valids, 1).view(P * M, n)
-        S = torch.stack([p[0] for p in parts], 1).view(P * M, n)
-        E = torch.stack([p[1] for p in parts], 1).view(P * M, n)
-        alpha, _ = margin_alpha(kb, val, torch.stack(shifts, 1).view(P * M), S, E, self.C,
-                                self.kernel, gamma, self.solver)  # (P·M, n)
+        kb = rows(kf, pos).view(P * M, n, Dh)
+        vb = rows(vf, pos).view(B, H * M, n, -1)
+        # The partitions' final margin solves are the differentiable ones: their alphas,
+        # with a backward that reuses each boundary's factorization (svattn.nn.margin).
+        alpha, _ = margin_solve_factored(
+            kb, torch.stack([z[0] for z in solved], 1).view(P * M, n),
+            torch.stack([z[1] for z in solved], 1).view(P * M), self.C, self.kernel, gamma,
+            kmats)  # (P·M, n)
         qb = F.pad(q, (0, 0, 0, (M + 1) * L - T))[:, :, L:].reshape(B, H * M, L, Dh)
         out = readout_fused(qb, kb.view(B, H * M, n, Dh), vb, alpha.view(B, H * M, n),
                             self.kernel, gamma)  # (B, H·M, L, Dh)

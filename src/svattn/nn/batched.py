@@ -15,7 +15,9 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
    (:func:`~svattn.nn.common.host_reads`), where reading a value is free and the
    path is op-bound, FISTA stops once no problem's partition changed over
    :data:`CHECK_EVERY` iterations (the one CPU shortcut that can change the result,
-   within FISTA's accuracy; the repair's two shortcuts cannot).
+   within FISTA's accuracy; the repair's two shortcuts cannot). There the iterations
+   (and the repair's rounds) run as compiled loops, a fixed handful of ops per solve
+   (:mod:`svattn.nn.partition_cpu`).
 2. **Active set.** ``R = {a = 0}``, ``E = {a = C}``, ``S`` the rest (the
    projection clips, so these are exact comparisons). Then exactly ``refine``
    primal-dual active-set rounds (no grad) repair the partition: solve the margin
@@ -28,7 +30,8 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
 3. **Margin solve** (differentiable): with the partition fixed,
    ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``.
    ``alpha_E = C``, ``alpha_R = 0``. Gradients reach the keys through ``K_SS``,
-   ``K_SE`` and ``d_S``.
+   ``K_SE`` and ``d_S``, by the closed-form backward of :mod:`svattn.nn.margin` on the
+   factorization of the partition's own final solve (nothing is solved twice).
 
 **Dense and compact margin systems.** On accelerators, up to :data:`DENSE_MAX`
 keys per problem (every boundary problem of the hybrid's ``"support"`` policy), the
@@ -65,7 +68,9 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import Partition, gather_rows, host_reads, log_kernel, log_kernel_diag
+from svattn.nn.common import Partition, host_reads, log_kernel_diag
+from svattn.nn.partition_cpu import fista_loop, repair_loop
+from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
 from svattn.nn.projection import ProjectionPlan
 
@@ -75,6 +80,7 @@ __all__ = [
     "DENSE_MAX",
     "BatchedInfo",
     "Solved",
+    "exp_floor",
     "fista",
     "boundary_partition",
     "compiled_boundary_partition",
@@ -120,6 +126,7 @@ class Solved(NamedTuple):
     mu: torch.Tensor  # (P,)
     settled: torch.Tensor  # bool (P,): the last repair round moved nothing
     iters: int  # FISTA iterations run, the retry's included
+    factors: Factors  # the final margin systems' factorization (margin_solve_factored)
 
 
 def dense_ok(t: torch.Tensor, n: int) -> bool:
@@ -144,17 +151,6 @@ def matvec(K: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     ``torch.mv`` per problem), which is memory-bound gemv.
     """
     return torch.bmm(y.unsqueeze(1), K).squeeze(1)
-
-
-def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """Rows ``K[p, idx[p]]`` of each problem, (P, n, n) and (P, s) → (P, s, n).
-
-    One contiguous row copy each (``index_select`` on the flattened matrices),
-    several times faster than ``gather`` with an expanded index on CPU.
-    """
-    P, n, _ = K.shape
-    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
-    return K.reshape(P * n, n).index_select(0, flat).view(P, idx.shape[-1], n)
 
 
 def lambda_max(K: torch.Tensor, n_iter: int = 4) -> tuple[torch.Tensor, torch.Tensor]:
@@ -184,10 +180,17 @@ def scaled_kernel_matrix(
     x (P, n, D), valid (P, n), shift (P,) → (P, n, n). One bmm of augmented keys:
     ``[s·x_i, h_i, 1] · [s·x_j, 1, h_j] = s² x_i·x_j + h_i + h_j`` with, for rbf,
     ``s² = 2γ, h = −γ‖x‖² − shift/2`` and, for exp, ``s² = γ, h = −shift/2``. An
-    absent key gets ``x = 0, h = −3e4``, so its row and column are exactly 0 after
-    exp (no separate mask pass, no n×n bias tensor). rbf is not clipped at 0: a
-    rounding-level excess over 1 on the diagonal is harmless to the solver.
+    absent key gets ``x = 0, h = −3e4``. rbf is not clipped at 0: a rounding-level
+    excess over 1 on the diagonal is harmless to the solver.
     :func:`svattn.nn.common.log_kernel` is the plain reference.
+
+    The exponent is clamped at :func:`exp_floor` before ``exp`` and absent rows and
+    columns are then zeroed by two broadcast multiplies: an ``exp`` that underflows
+    (to a subnormal, 0 or from ``−inf``) leaves the vectorised fast path on CPU and
+    costs 10-100x more per entry, and the hybrid's padded slots made about half of
+    every boundary matrix underflow. Present pairs below the floor get
+    ``exp(floor)`` (about 1e-38 in float32, 1e-307 in float64) instead of a
+    subnormal, against a largest entry of 1.
     """
     P, n, _ = x.shape
     scale2 = 2.0 * gamma if kernel == "rbf" else gamma
@@ -198,7 +201,17 @@ def scaled_kernel_matrix(
     xs = torch.where(valid.unsqueeze(-1), x * scale2**0.5, 0.0)
     one = torch.ones_like(h)
     K = torch.bmm(torch.cat([xs, h, one], -1), torch.cat([xs, one, h], -1).transpose(1, 2))
-    return K.exp_()
+    w = valid.to(K.dtype)
+    return K.clamp_min_(exp_floor(K.dtype)).exp_().mul_(w.unsqueeze(-1)).mul_(w.unsqueeze(-2))
+
+
+def exp_floor(dtype: torch.dtype) -> float:
+    """Smallest exponent whose ``exp`` is a normal number of ``dtype`` (with a margin of 1).
+
+    CPU ``exp`` is 10-100x slower per entry where it underflows; clamping there first
+    keeps it on the fast path (:func:`scaled_kernel_matrix`).
+    """
+    return math.log(torch.finfo(dtype).tiny) + 1.0
 
 
 def kernel_problem(
@@ -258,15 +271,8 @@ def fista(
     """
     with torch.no_grad():
         P, n = valid.shape
-        plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
         w = valid.to(K.dtype)
-        a = (w / w.sum(-1, keepdim=True) if a0 is None else a0).unsqueeze(1)  # (P, 1, n)
-        lam, _ = lambda_max(K)
-        step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
-        # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
-        # projection's `low` (y and the K columns are 0 there).
-        sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
-        Kstep = K * (-2.0 * step) if n <= DENSE_MAX else None  # one op less per iteration
+        a = w / w.sum(-1, keepdim=True) if a0 is None else a0  # (P, n)
         # Momentum: with r the iterations since the last (re)start, beta = (t_r − 1)/t_{r+1}
         # of t_0 = 1, t_{r+1} = (1 + sqrt(1 + 4 t_r²))/2: a table, indexed per problem.
         betas = [0.0]
@@ -275,6 +281,19 @@ def fista(
             t_next = 0.5 * (1.0 + math.sqrt(1.0 + 4.0 * t * t))
             betas.append((t - 1.0) / t_next)
             t = t_next
+        if host_reads(K):
+            # CPU, eager: the same iterations as one compiled loop (nn/partition_cpu.py), a
+            # fixed number of ops per solve, stopping once no partition changed over
+            # CHECK_EVERY iterations.
+            return fista_loop(K, d, a, valid, C, betas, max_iter, CHECK_EVERY)
+        lam, _ = lambda_max(K)
+        step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
+        plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
+        a = a.unsqueeze(1)  # (P, 1, n)
+        # y − step·(2 K y − d) = (y + step·d) − 2·step·(y K); absent entries land on the
+        # projection's `low` (y and the K columns are 0 there).
+        sd = torch.where(valid, step.view(P, 1) * d, plan.low).unsqueeze(1)
+        Kstep = K * (-2.0 * step) if n <= DENSE_MAX else None  # one op less per iteration
         beta_of = torch.tensor(betas, dtype=K.dtype, device=K.device)  # beta_of[0] = 0
         r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
         zero = torch.zeros_like(r)
@@ -305,102 +324,9 @@ def fista(
     return a, it
 
 
-def _dense_margin_solve(
-    K: torch.Tensor,
-    d: torch.Tensor,
-    S: torch.Tensor,
-    E: torch.Tensor,
-    C: float,
-    ridge: float,
-    ridge_steps: int,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The margin system over all ``n`` keys, identity rows off ``S`` (static size).
-
-    K (P, n, n), d (P, n), S, E bool (P, n). Returns alpha (P, n), mu (P,) (mu is 0
-    where the margin set is empty). Differentiable w.r.t. K and d.
-    """
-    P, n = S.shape
-    Sf, Ef = S.to(K.dtype), E.to(K.dtype)
-    eye = torch.eye(n, dtype=K.dtype, device=K.device)
-    A = torch.where(S.unsqueeze(-1) & S.unsqueeze(-2), 2.0 * K + ridge * eye, eye)  # (P, n, n)
-    empty = 1.0 - Sf.amax(-1)  # (P,) 1 where S is empty: the border row then pins mu = 0
-    M = torch.cat(
-        [torch.cat([A, Sf.unsqueeze(-1)], -1), torch.cat([Sf, empty.unsqueeze(-1)], -1)[:, None]],
-        -2,
-    )  # (P, n+1, n+1)
-    rhs_S = Sf * (d - 2.0 * C * matvec(K, Ef))  # d_S − 2C K_SE 1 on S, 0 elsewhere
-    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
-    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, n+1, 1)
-    if ridge > 0 and ridge_steps > 0:
-        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to
-        # the unridged M0 z = b, each step reusing one well-conditioned factorization.
-        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
-        sol = torch.linalg.lu_solve(LU, piv, rhs)
-        pad = torch.cat([ridge * Sf, torch.zeros_like(Sf[:, :1])], -1).unsqueeze(-1)
-        for _ in range(ridge_steps):
-            sol = torch.linalg.lu_solve(LU, piv, rhs + pad * sol)
-    else:
-        sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
-    sol = sol.squeeze(-1)
-    return Sf * sol[:, :n] + C * Ef, sol[:, n]
-
-
-def _compact_margin_solve(
-    Krow: torch.Tensor,
-    d_S: torch.Tensor,
-    idx: torch.Tensor,
-    sval: torch.Tensor,
-    E: torch.Tensor,
-    C: float,
-    ridge: float,
-    ridge_steps: int = 0,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """The margin system gathered to the largest ``|S|`` of the batch (large n, eager).
-
-    Krow (P, s, n): kernel rows of the (padded) margin set; d_S (P, s); idx, sval (P, s):
-    margin indices and which slots are real; E (P, n) error set.
-    Returns alpha (P, n) and mu (P,) (mu is 0 where the margin set is empty).
-    """
-    P, s, n = Krow.shape
-    Ef = E.to(Krow.dtype)
-    Kss = Krow.gather(-1, idx.unsqueeze(1).expand(P, s, s))  # (P, s, s)
-    kse = torch.bmm(Krow, Ef.unsqueeze(-1)).squeeze(-1)  # (P, s) = K_SE 1
-    vv = sval.unsqueeze(-1) & sval.unsqueeze(-2)  # (P, s, s)
-    eye = torch.eye(s, dtype=Krow.dtype, device=Krow.device)
-    A = torch.where(vv, 2.0 * Kss + ridge * eye, eye)
-    sf = sval.to(Krow.dtype)
-    empty = (~sval.any(-1)).to(Krow.dtype)  # (P,)
-    M = torch.cat(
-        [
-            torch.cat([A, sf.unsqueeze(-1)], -1),
-            torch.cat([sf, empty.unsqueeze(-1)], -1).unsqueeze(-2),
-        ],
-        -2,
-    )  # (P, s+1, s+1)
-    rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
-    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
-    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
-    if ridge > 0 and ridge_steps > 0:
-        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
-        sol = torch.linalg.lu_solve(LU, piv, rhs)
-        pad = torch.cat([ridge * sf, rhs.new_zeros(P, 1)], -1).unsqueeze(-1)
-        for _ in range(ridge_steps):
-            sol = torch.linalg.lu_solve(LU, piv, rhs + pad * sol)
-    else:
-        sol, _ = torch.linalg.solve_ex(M, rhs, check_errors=False)
-    sol = sol.squeeze(-1)
-    alpha_S = torch.where(sval, sol[:, :s], 0.0)
-    alpha = torch.zeros(P, n, dtype=Krow.dtype, device=Krow.device).scatter(-1, idx, alpha_S)
-    return alpha + C * Ef, sol[:, s]
-
-
 def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
     """Margin solve on K (no grad inside the repair): dense or compact by size."""
-    if dense_ok(K, K.shape[-1]):
-        return _dense_margin_solve(K, d, S, E, C, ridge, ridge_steps)
-    idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
-    return _compact_margin_solve(rows(K, idx), d.gather(-1, idx), idx, sval, E, C, ridge,
-                                 ridge_steps)
+    return solve_system(K, d, S, E, C, ridge, ridge_steps, not dense_ok(K, K.shape[-1]))[:2]
 
 
 def _kkt(K, d, alpha, mu, S, E):
@@ -463,6 +389,9 @@ def _repair(K, d, C, valid, a, solver, tol):
     settled = torch.ones_like(valid[:, 0])
     if solver.refine == 0:
         return S, E, settled
+    if host_reads(K):  # CPU, eager: the same rounds as one compiled loop (nn/partition_cpu.py)
+        return repair_loop(K, d, valid, S, E, C, solver.ridge,
+                           solver.ridge_steps if solver.ridge > 0 else 0, solver.refine, tol)
     dense = dense_ok(K, K.shape[-1])
     system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense else None
     big = torch.finfo(K.dtype).max
@@ -519,8 +448,9 @@ def solve_partition(
             S = torch.where(settled.unsqueeze(-1), S, S2)
             E = torch.where(settled.unsqueeze(-1), E, E2)
             settled = settled | settled2
-        alpha, mu = _solve_fixed(K, d, S, E, C, solver.ridge, solver.ridge_steps)
-    return Solved(S, E, alpha, mu, settled, iters)
+        alpha, mu, factors = solve_system(K, d, S, E, C, solver.ridge, solver.ridge_steps,
+                                          not dense_ok(K, K.shape[-1]))
+    return Solved(S, E, alpha, mu, settled, iters, factors)
 
 
 def boundary_partition(
@@ -530,15 +460,16 @@ def boundary_partition(
     kernel: str,
     gamma: float,
     solver: SolverOptions,
-) -> tuple[Solved, torch.Tensor]:
-    """Partition and shift of the problems of keys ``kd`` (P, n, D) (no grad).
+) -> tuple[Solved, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Partition, kernel matrices ``K``, diagonals ``d`` and shifts of the problems of
+    keys ``kd`` (P, n, D) (no grad; ``K`` and ``d`` are what :func:`margin_alpha` reuses).
 
     :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
     hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
     same function compiled.
     """
     K, d, shift = kernel_problem(kd, valid, kernel, gamma)
-    return solve_partition(K, d, C, valid, solver), shift
+    return solve_partition(K, d, C, valid, solver), K, d, shift
 
 
 _COMPILED: dict[str, object] = {}
@@ -568,27 +499,26 @@ def margin_alpha(
     kernel: str,
     gamma: float,
     solver: SolverOptions,
+    K: torch.Tensor | None = None,
+    d: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Differentiable margin solve on a fixed partition: alpha (P, n), mu (P,).
 
     ``kf`` (P, n, D) keys (with grad), ``valid``/``S``/``E`` bool (P, n), ``shift``
     (P,) from :func:`kernel_problem`. Gradients reach ``kf`` through ``K_SS``,
-    ``K_SE`` and ``d_S``.
+    ``K_SE`` and ``d_S``, by the closed-form backward of
+    :func:`svattn.nn.margin.margin_solve`. ``K``, ``d``: the problems' kernel
+    matrices and diagonals from :func:`kernel_problem` if the caller has them
+    (computed here otherwise).
     """
-    P, n, D = kf.shape
-    ridge, steps = solver.ridge, solver.ridge_steps
-    if dense_ok(kf, n):
-        vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
-        K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
-        d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
-        return _dense_margin_solve(K, d, S, E, C, ridge, steps)
-    idx, sval = gather_rows(S)  # host sync: the compact system's size (module docstring)
-    s = idx.shape[-1]
-    kS = kf.gather(1, idx.unsqueeze(-1).expand(P, s, D))  # (P, s, D)
-    Krow = (log_kernel(kS, kf, kernel, gamma) - shift[:, None, None]).exp()  # (P, s, n)
-    Krow = torch.where(valid.unsqueeze(1), Krow, 0.0)
-    d_S = (log_kernel_diag(kS, kernel, gamma) - shift[:, None]).exp()
-    return _compact_margin_solve(Krow, d_S, idx, sval, E, C, ridge, steps)
+    if K is None or d is None:
+        with torch.no_grad():
+            kd = kf.detach()
+            K = scaled_kernel_matrix(kd, valid, shift, kernel, gamma)
+            d = torch.where(valid, (log_kernel_diag(kd, kernel, gamma) - shift[:, None]).exp(),
+                            0.0)
+    return margin_solve(kf, K, d, S, E, C, kernel, gamma, solver.ridge, solver.ridge_steps,
+                        not dense_ok(kf, kf.shape[1]))
 
 
 def solve_batched(
@@ -617,7 +547,10 @@ def solve_batched(
     K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
     sol = solve_partition(K, d, C, vf, opts, kkt_tol)
     S, E = sol.margin, sol.error
-    alpha, mu = margin_alpha(kf, vf, shift, S, E, C, kernel, gamma, opts)
+    # The partition's final margin solve is the differentiable one: its factorization
+    # serves the backward (nothing is solved twice).
+    alpha, mu = margin_solve_factored(kf, sol.alpha, sol.mu, C, kernel, gamma,
+                                      [(K, d, E, sol.factors)])
     R = vf & ~S & ~E
     with torch.no_grad():
         g = _kkt(K, d, alpha.detach(), mu.detach(), S, E)

@@ -1,0 +1,159 @@
+"""A/B of the 3.22M CharLM's training step on two source trees: hybrid_sv / softmax.
+
+Each run is its own process with ``PYTHONPATH`` set to one tree's ``src`` (A, B, A,
+B, ...). A run builds the ``paper-3m`` preset with the softmax mixer and with the
+tree's hybrid defaults (``mixer_config``), times full training steps (forward,
+backward, clipping, AdamW; random bytes, ``--batch`` × 256 tokens) interleaved
+round by round, and counts the aten ops of one step of each model with
+:mod:`torch.profiler` (launched calls: aten events not nested in another aten op;
+exact on any machine, unlike the times). Reported per run: the median seconds per
+step (wall clock and this process's CPU time) and the ratios hybrid / softmax; on a
+shared machine only the ratios (and the counts) mean anything, the CPU-time ratio
+least disturbed by time slicing.
+
+Usage (the tree before a change checked out with ``git worktree add ../base REV``)::
+
+    python benchmarks/ab_lm_step.py --a ../base --b . --pairs 3 --json results/ab_lm_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_records import write_record  # noqa: E402
+
+
+def worker(args: argparse.Namespace) -> dict:
+    """One run in this process's tree: step times and aten calls of both models."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from svattn.lm import CharLM, mixer_config, preset
+
+    torch.set_num_threads(1)
+    extra = json.loads(args.hybrid_options)
+    models = {}
+    for mixer in ("softmax", "hybrid_sv"):
+        torch.manual_seed(args.seed)
+        cfg = mixer_config(preset("paper-3m"), mixer, extra if mixer == "hybrid_sv" else None)
+        model = CharLM(cfg)
+        models[mixer] = (model, torch.optim.AdamW(model.parameters(), lr=1e-3))
+    g = torch.Generator().manual_seed(args.seed)
+    x = torch.randint(0, 256, (args.batch, 257), generator=g)
+
+    def step(mixer: str) -> None:
+        model, opt = models[mixer]
+        _, loss = model(x[:, :-1], targets=x[:, 1:])
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    calls = {}
+    for mixer in models:
+        step(mixer)  # warm-up
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step(mixer)
+        calls[mixer] = sum(
+            1 for e in prof.events() if e.name.startswith("aten::")
+            and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+    times: dict[str, list[float]] = {m: [] for m in models}
+    cpu: dict[str, list[float]] = {m: [] for m in models}
+    for _ in range(args.rounds):
+        for mixer in models:
+            t0, c0 = time.perf_counter(), time.process_time()
+            for _ in range(args.steps):
+                step(mixer)
+            times[mixer].append((time.perf_counter() - t0) / args.steps)
+            cpu[mixer].append((time.process_time() - c0) / args.steps)
+    med = {m: statistics.median(v) for m, v in times.items()}
+    cmed = {m: statistics.median(v) for m, v in cpu.items()}
+    return {
+        "mixer_options": models["hybrid_sv"][0].cfg.mixer_options,
+        "softmax_s_per_step": round(med["softmax"], 4),
+        "hybrid_s_per_step": round(med["hybrid_sv"], 4),
+        "ratio_hybrid_over_softmax": round(med["hybrid_sv"] / med["softmax"], 3),
+        # CPU seconds of this process (one thread): less sensitive to time slicing on a
+        # shared machine than the wall clock
+        "softmax_cpu_s_per_step": round(cmed["softmax"], 4),
+        "hybrid_cpu_s_per_step": round(cmed["hybrid_sv"], 4),
+        "cpu_ratio_hybrid_over_softmax": round(cmed["hybrid_sv"] / cmed["softmax"], 3),
+        "softmax_aten_calls": calls["softmax"],
+        "hybrid_aten_calls": calls["hybrid_sv"],
+    }
+
+
+def _commit(tree: Path) -> str:
+    """The tree's checked-out commit (and ``+dirty`` with uncommitted changes)."""
+    def git(*a):
+        return subprocess.run(["git", "-C", str(tree), *a], capture_output=True,
+                              text=True).stdout.strip()
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain",
+                                                                  "--untracked-files=no")
+                                                  else "")
+
+
+def run(tree: Path, args: argparse.Namespace) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS="1",
+               OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rounds",
+           str(args.rounds), "--steps", str(args.steps), "--batch", str(args.batch),
+           "--seed", str(args.seed), "--hybrid-options", args.hybrid_options]
+    out = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--a", type=Path, help="the tree before (the baseline)")
+    p.add_argument("--b", type=Path, help="the tree after")
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=1, help="timed steps per model per round")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--hybrid-options", default="{}",
+                   help="JSON options over the hybrid defaults (both trees)")
+    p.add_argument("--json", type=Path)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args)))
+        return 0
+    if args.a is None or args.b is None:
+        p.error("--a and --b are required")
+    runs: dict[str, list[dict]] = {"a": [], "b": []}
+    for i in range(args.pairs):
+        for side, tree in (("a", args.a), ("b", args.b)):
+            r = run(tree.resolve(), args)
+            runs[side].append(r)
+            print(f"pair {i + 1}/{args.pairs} {side}: hybrid/softmax "
+                  f"{r['ratio_hybrid_over_softmax']:.3f} wall, "
+                  f"{r['cpu_ratio_hybrid_over_softmax']:.3f} CPU  ({r['hybrid_s_per_step']:.3f} s / "
+                  f"{r['softmax_s_per_step']:.3f} s)  aten calls hybrid "
+                  f"{r['hybrid_aten_calls']} softmax {r['softmax_aten_calls']}", flush=True)
+    summary = {s: {"ratio_median": statistics.median(r["ratio_hybrid_over_softmax"]
+                                                     for r in runs[s]),
+                   "cpu_ratio_median": statistics.median(r["cpu_ratio_hybrid_over_softmax"]
+                                                         for r in runs[s]),
+                   "hybrid_aten_calls": runs[s][-1]["hybrid_aten_calls"],
+                   "softmax_aten_calls": runs[s][-1]["softmax_aten_calls"]} for s in runs}
+    print(json.dumps(summary))
+    if args.json:
+        write_record(args.json, __file__, argv, {
+            "a_commit": _commit(args.a), "b_commit": _commit(args.b),
+            "machine": "CPU, 1 thread per run, shared with other jobs (ratios only)",
+            "summary": summary, "runs": runs})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,302 @@
+"""The differentiable margin solve as one ``autograd.Function`` with a closed-form backward.
+
+With the partition fixed (margin set ``S``, error set ``E``, the rest ``R``), the
+batched solver's alpha is ``alpha_E = C``, ``alpha_R = 0`` and, on ``S``, the solution
+of the bordered system (docs/design.md §2, §5)
+
+    M z = b,  M = [[2 K_SS + r·I, 1], [1ᵀ, 0]],  b = [d_S − 2C K_SE 1; 1 − C|E|],
+
+``z = [alpha_S; mu]``, with ``t = ridge_steps`` iterated-ridge steps
+``z_{k+1} = M⁻¹ (b + r·I_S z_k)`` (``z_0 = M⁻¹ b``). The system is solved once per
+problem over all ``n`` keys with identity rows off ``S`` (dense form: a static size) or
+gathered to the batch's largest ``|S|`` (compact form, eager: its size is read on the
+host, :func:`svattn.nn.common.gather_rows`).
+
+**Backward.** ``M`` is symmetric, so with ``μ_t = g`` the loss gradient on the last
+iterate and ``λ_k = M⁻¹ μ_k``, ``μ_{k−1} = r·I_S λ_k`` (the adjoint of the iteration, the
+same LU factors), ``∂L/∂b = Σ_k λ_k`` and ``∂L/∂M = −Σ_k λ_k z_kᵀ``. Both reach ``K``
+through ``2 K_SS`` and ``−2C K_SE 1``, which together are the rank-``(t+1)`` matrix
+
+    G = ∂L/∂K = −2 Σ_k λ̃_k a_kᵀ,   λ̃_k = λ_k on S (0 elsewhere),  a_k = [z_k on S; C on E; 0],
+
+and ``∂L/∂d_S = Σ_k λ_k``. Through ``K_ij = exp(log k(x_i, x_j) − shift)`` (shift
+constant), with ``W = G ⊙ K`` and ``W_s = W + Wᵀ``:
+
+* rbf, ``log k = −γ‖x_i − x_j‖²``: ``∂L/∂x_i = −2γ [(W_s 1)_i x_i − (W_s X)_i]`` (``d`` is
+  constant);
+* exp, ``log k = γ x_i·x_j``: ``∂L/∂x_i = γ (W_s X)_i + 2γ d_i (Σ_k λ_k)_i x_i``.
+
+``W X = −2 Σ_k λ̃_k ⊙ K (a_k ⊙ X)`` and ``Wᵀ X = −2 Σ_k a_k ⊙ K (λ̃_k ⊙ X)``: the whole
+backward is ``t + 1`` triangular solves and **one** batched matmul of ``K`` with
+``2(t + 1)(D + 1)`` columns, where autograd through the solve and the kernel matrix
+ran a dozen passes over ``(P, |S|, n)`` tensors and their gathers.
+:func:`margin_solve_reference` (autograd through plain tensor ops) is the reference
+the tests compare values and gradients against.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from svattn.nn.common import gather_rows, log_kernel, log_kernel_diag
+
+__all__ = [
+    "Factors",
+    "margin_solve",
+    "margin_solve_factored",
+    "margin_solve_reference",
+    "rows",
+    "solve_system",
+]
+
+
+def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """Rows ``K[p, idx[p]]`` of each problem, (P, n, m) and (P, s) → (P, s, m).
+
+    One contiguous row copy each (``index_select`` on the flattened matrices; its
+    backward is one ``index_add``), several times faster than ``gather`` with an
+    expanded index (and its ``scatter_add``) on CPU.
+    """
+    P, n, m = K.shape
+    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
+    return K.reshape(P * n, m).index_select(0, flat).view(P, idx.shape[-1], m)
+
+
+class Factors(NamedTuple):
+    """What the backward needs of one batch of solved margin systems (no grad)."""
+
+    LU: torch.Tensor  # (P, s+1, s+1) LU factors of M
+    piv: torch.Tensor  # (P, s+1)
+    idx: torch.Tensor | None  # (P, s) key of each slot (compact form), None (dense: slot = key)
+    sval: torch.Tensor  # bool (P, s): slots in S
+    pad: torch.Tensor | None  # (P, s+1, 1) the iterated ridge r·I_S, None without steps
+    zs: tuple[torch.Tensor, ...]  # iterates z_0 .. z_t, each (P, s+1, 1)
+
+
+def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
+    """Factor and solve the margin systems of ``K`` (P, n, n) on (``S``, ``E``) (no grad).
+
+    Returns ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors` the backward reuses.
+    ``compact``: gather the system to the largest ``|S|`` (reads that size on the host;
+    the dense form where that is every key).
+    """
+    P, n = S.shape
+    dt = K.dtype
+    Ef = E.to(dt)
+    if compact:
+        idx, sval = gather_rows(S)  # host read: the compact system's size
+        compact = idx.shape[-1] < n  # S holds every key somewhere: the dense form, no gather
+    if compact:
+        Krow = rows(K, idx)  # (P, s, n)
+        A = Krow.gather(-1, idx.unsqueeze(1).expand(-1, idx.shape[-1], -1))  # (P, s, s)
+        kse = torch.bmm(Krow, Ef.unsqueeze(-1)).squeeze(-1)  # (P, s): K_SE 1
+        d_S = d.gather(-1, idx)
+    else:
+        idx, sval, A = None, S, K
+        kse = torch.bmm(Ef.unsqueeze(1), K).squeeze(1)  # (P, n), K symmetric
+        d_S = d
+    s = sval.shape[-1]
+    sf = sval.to(dt)
+    empty = 1.0 - sf.amax(-1)  # (P,) 1 where S is empty: the border row then pins mu = 0
+    # M = [[2A ⊙ (s sᵀ) + diag(ridge·s + 1 − s), s], [sᵀ, empty]] (P, s+1, s+1), symmetric:
+    # identity rows and columns off S, written into one buffer (three passes over A).
+    M = K.new_empty(P, s + 1, s + 1)
+    top = M[:, :s, :s]
+    top.copy_(A).mul_((2.0 * sf).unsqueeze(-1)).mul_(sf.unsqueeze(-2))
+    top.diagonal(dim1=-2, dim2=-1).add_(sf * (ridge - 1.0) + 1.0)
+    M[:, :s, s] = sf
+    M[:, s, :s] = sf
+    M[:, s, s] = empty
+    rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
+    rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
+    rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+    LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+    zs = [torch.linalg.lu_solve(LU, piv, rhs)]
+    pad = None
+    if ridge > 0 and ridge_steps > 0:
+        # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to the
+        # unridged M0 z = b, each step reusing the one well-conditioned factorization.
+        pad = torch.cat([ridge * sf, sf.new_zeros(P, 1)], -1).unsqueeze(-1)
+        for _ in range(ridge_steps):
+            zs.append(torch.linalg.lu_solve(LU, piv, torch.addcmul(rhs, pad, zs[-1])))
+    z = zs[-1].squeeze(-1)
+    alpha = _to_keys(z[:, :s] * sf, idx, n) + C * Ef
+    return alpha, z[:, s], Factors(LU, piv, idx, sval, pad, tuple(zs))
+
+
+def _to_keys(x: torch.Tensor, idx: torch.Tensor | None, n: int) -> torch.Tensor:
+    """Slot values (P, s) of the margin system back on the keys (P, n) (0 off the slots)."""
+    if idx is None:
+        return x
+    return x.new_zeros(x.shape[0], n).scatter(-1, idx, x)
+
+
+def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
+    """∂L/∂X (P, n, D) of one batch of margin systems (module docstring)."""
+    P, n, D = X.shape
+    dt = K.dtype
+    compact = f.idx is not None
+    s = f.sval.shape[-1]
+    sf = f.sval.to(dt)
+    Ef = E.to(dt)
+    g_slots = g_alpha.gather(-1, f.idx) if compact else g_alpha
+    adj = torch.cat([g_slots * sf, g_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+    lams, avs = [], []
+    for k in range(len(f.zs) - 1, -1, -1):
+        lam = torch.linalg.lu_solve(f.LU, f.piv, adj)  # M symmetric: M⁻ᵀ = M⁻¹
+        lams.append(_to_keys(lam.squeeze(-1)[:, :s] * sf, f.idx, n))  # λ̃_k (P, n)
+        avs.append(_to_keys(f.zs[k].squeeze(-1)[:, :s] * sf, f.idx, n) + C * Ef)  # a_k
+        if k:
+            adj = f.pad * lam
+    lam_w, a_w = torch.stack(lams, -1), torch.stack(avs, -1)  # (P, n, t+1)
+    nz = lam_w.shape[-1]
+    if compact:
+        # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the kernel
+        # block of the kept keys suffices, gathered to the batch's largest.
+        kept = (a_w != 0).any(-1) | (lam_w != 0).any(-1)
+        kidx, kval = gather_rows(kept)  # host read
+        compact = kidx.shape[-1] < n  # every key kept somewhere: K as it is
+    if compact:
+        Kk = rows(K, kidx).gather(-1, kidx.unsqueeze(1).expand(-1, kidx.shape[-1], -1))
+        take = kidx.unsqueeze(-1)
+        Xk = rows(X, kidx)
+        lam_w = lam_w.gather(1, take.expand(-1, -1, nz))
+        a_w = a_w.gather(1, take.expand(-1, -1, nz))
+        dk = d.gather(-1, kidx)
+    else:
+        Kk, Xk, dk = K, X, d
+    m = Kk.shape[-1]
+    # One bmm: K @ [a_k ⊙ X1, λ̃_k ⊙ X1]_k with X1 = [X, 1]; then
+    # H = Σ_k λ̃_k ⊙ K(a_k ⊙ X1) + a_k ⊙ K(λ̃_k ⊙ X1) = −(W_s X1)/2.
+    X1 = torch.cat([Xk, Xk.new_ones(P, m, 1)], -1)  # (P, m, D + 1)
+    wts = torch.cat([a_w, lam_w], -1)  # (P, m, 2(t+1))
+    Y = torch.bmm(Kk, (wts.unsqueeze(-1) * X1.unsqueeze(2)).view(P, m, -1))
+    Y = Y.view(P, m, 2, nz, D + 1)
+    H = (Y[:, :, 0] * lam_w.unsqueeze(-1) + Y[:, :, 1] * a_w.unsqueeze(-1)).sum(2)
+    WsX, Ws1 = -2.0 * H[..., :D], -2.0 * H[..., D:]
+    if kernel == "rbf":
+        g_x = -2.0 * gamma * (Ws1 * Xk - WsX)
+    else:
+        g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_w.sum(-1)).unsqueeze(-1) * Xk
+    if compact:
+        flat = (kidx + n * torch.arange(P, device=kidx.device).unsqueeze(-1)).reshape(-1)
+        g_x = X.new_zeros(P * n, D).index_copy_(  # padded slots hold distinct keys
+            0, flat, (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
+    return g_x
+
+
+class _MarginSolve(torch.autograd.Function):
+    """alpha, mu of solved margin systems (passed in), with the closed-form backward.
+
+    ``kf`` (P·M, n, D) holds ``M`` batches of ``P`` problems in (P, M) order; ``parts``
+    the ``M`` batches' ``(K, d, E, Factors)``. Every tensor of ``parts`` is saved with
+    ``save_for_backward``; ``ctx.layout`` is their static structure.
+    """
+
+    @staticmethod
+    def forward(ctx, kf, alpha, mu, C, kernel, gamma, parts):
+        flat, layout = [], []
+        for K, d, E, f in parts:
+            ts = [K, d, E, f.LU, f.piv, f.sval, *f.zs]
+            ts += [f.idx] if f.idx is not None else []
+            ts += [f.pad] if f.pad is not None else []
+            flat += ts
+            layout.append((len(f.zs), f.idx is not None, f.pad is not None))
+        ctx.save_for_backward(kf, *flat)
+        ctx.layout, ctx.meta = tuple(layout), (C, kernel, gamma)
+        return alpha.clone(), mu.clone()
+
+    @staticmethod
+    def backward(ctx, g_alpha, g_mu):
+        C, kernel, gamma = ctx.meta
+        kf, *flat = ctx.saved_tensors
+        M = len(ctx.layout)
+        PM, n, D = kf.shape
+        P = PM // M
+        X = kf.detach().view(P, M, n, D)
+        ga, gm = g_alpha.view(P, M, n), g_mu.view(P, M)
+        out, i = [], 0
+        for m, (nz, has_idx, has_pad) in enumerate(ctx.layout):
+            K, d, E, LU, piv, sval = flat[i : i + 6]
+            zs = tuple(flat[i + 6 : i + 6 + nz])
+            i += 6 + nz
+            idx = flat[i] if has_idx else None
+            i += has_idx
+            pad = flat[i] if has_pad else None
+            i += has_pad
+            f = Factors(LU, piv, idx, sval, pad, zs)
+            out.append(_grad_keys(X[:, m], K, d, E, f, ga[:, m], gm[:, m], C, kernel, gamma))
+        g_x = out[0] if M == 1 else torch.stack(out, 1)
+        return g_x.reshape(PM, n, D), None, None, None, None, None, None
+
+
+def margin_solve_factored(
+    kf: torch.Tensor,
+    alpha: torch.Tensor,
+    mu: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    parts: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, Factors]],
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The margin systems' ``alpha`` (P·M, n) and ``mu`` (P·M,), already solved, made
+    differentiable w.r.t. the keys ``kf`` (P·M, n, D).
+
+    ``parts``: for each of the ``M`` batches of ``P`` problems (``kf``, ``alpha``, ``mu``
+    in (P, M) order), its kernel matrices ``K`` (P, n, n), diagonals ``d`` (P, n) (no grad,
+    shift constant), error set ``E`` and the :class:`Factors` of :func:`solve_system`
+    (``alpha``, ``mu`` are what it returned). Nothing is solved again: the backward
+    reuses the factorizations (module docstring).
+    """
+    return _MarginSolve.apply(kf, alpha, mu, float(C), kernel, float(gamma), parts)
+
+
+def margin_solve(
+    kf: torch.Tensor,
+    K: torch.Tensor,
+    d: torch.Tensor,
+    S: torch.Tensor,
+    E: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    ridge: float,
+    ridge_steps: int,
+    compact: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """alpha (P, n) and mu (P,) of the margin systems, differentiable w.r.t. the keys ``kf``.
+
+    ``kf`` (P, n, D) keys; ``K`` (P, n, n) and ``d`` (P, n) their rescaled kernel matrices
+    and diagonals (no grad, zero on absent keys, from
+    :func:`svattn.nn.batched.kernel_problem` with the shift treated as a constant);
+    ``S``, ``E`` bool (P, n). ``compact``: gather the system to the largest ``|S|`` (reads
+    that size on the host). :func:`solve_system`, then :func:`margin_solve_factored`.
+    """
+    with torch.no_grad():
+        alpha, mu, f = solve_system(K, d, S, E, C, ridge, ridge_steps, compact)
+    return margin_solve_factored(kf, alpha, mu, C, kernel, gamma, [(K, d, E, f)])
+
+
+def margin_solve_reference(kf, valid, shift, S, E, C, kernel, gamma, ridge, ridge_steps):
+    """:func:`margin_solve` by autograd through plain ops (dense system; tests only)."""
+    P, n, _ = kf.shape
+    vv = valid.unsqueeze(-1) & valid.unsqueeze(-2)
+    K = torch.where(vv, (log_kernel(kf, kf, kernel, gamma) - shift[:, None, None]).exp(), 0.0)
+    d = torch.where(valid, (log_kernel_diag(kf, kernel, gamma) - shift[:, None]).exp(), 0.0)
+    Sf, Ef = S.to(kf.dtype), E.to(kf.dtype)
+    eye = torch.eye(n, dtype=kf.dtype, device=kf.device)
+    A = torch.where(S.unsqueeze(-1) & S.unsqueeze(-2), 2.0 * K + ridge * eye, eye)
+    empty = 1.0 - Sf.amax(-1)
+    M = torch.cat([torch.cat([A, Sf.unsqueeze(-1)], -1),
+                   torch.cat([Sf, empty.unsqueeze(-1)], -1)[:, None]], -2)
+    rhs = torch.cat([Sf * (d - 2.0 * C * (K @ Ef.unsqueeze(-1)).squeeze(-1)),
+                     ((1.0 - C * Ef.sum(-1)) * (1.0 - empty)).unsqueeze(-1)], -1).unsqueeze(-1)
+    z = torch.linalg.solve(M, rhs)
+    if ridge > 0:
+        pad = torch.cat([ridge * Sf, torch.zeros_like(Sf[:, :1])], -1).unsqueeze(-1)
+        for _ in range(ridge_steps):
+            z = torch.linalg.solve(M, rhs + pad * z)
+    z = z.squeeze(-1)
+    return Sf * z[:, :n] + C * Ef, z[:, n]
