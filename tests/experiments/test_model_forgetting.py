@@ -120,3 +120,20 @@ def test_train_checkpointed_resumes_to_the_same_model(tmp_path) -> None:
     other = RecallRun.from_dict({**run.to_dict(), "seed": 1})
     with pytest.raises(ValueError, match="another run"):
         train_checkpointed(other, tmp_path / "b")
+
+
+@pytest.mark.parametrize("factor", [0.5, 0.01, 0.0], ids=lambda f: f"x{f:g}")
+def test_decayed_readout_is_coefficient_decays(factor) -> None:
+    import numpy as np
+
+    from svattn.exact import SVDDMemory
+    from svattn.unlearning import coefficient_decay
+
+    rng = np.random.default_rng(0)
+    mem = SVDDMemory(C=0.1)
+    mem.extend(rng.normal(size=(40, 3)), rng.normal(size=(40, 2)))
+    tid = mem.support_ids()[0]
+    q = rng.normal(size=(7, 3))
+    ref = coefficient_decay(mem, tid, factor).readout(q)
+    assert np.abs(mf.decayed_readout(mem, {tid: factor}, q) - ref).max() <= 1e-12
+    assert np.abs(mf.decayed_readout(mem, {}, q) - mem.readout(q)).max() == 0.0

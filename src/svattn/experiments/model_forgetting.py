@@ -118,6 +118,22 @@ def _attend_weighted(q, k, v, t0: int, lo: int, logw: torch.Tensor) -> torch.Ten
                                           attn_mask=bias.to(q.dtype))
 
 
+def decayed_readout(mem, scale: dict[int, float], queries: np.ndarray) -> np.ndarray:
+    """The readout of ``mem`` with ``alpha[id] · scale[id]`` for the ids in ``scale``.
+
+    ``softmax_i(log alpha_i + log k(q, x_i)) · V`` renormalises, so this is the readout
+    of :func:`svattn.unlearning.coefficient_decay` (one id; ``mu`` plays no part in a
+    readout) for any number of ids.
+    """
+    alpha = mem.alpha
+    if scale:
+        slot = {tid: i for i, tid in enumerate(mem.ids)}
+        for tid, f in scale.items():
+            alpha[slot[tid]] *= f
+    return biased_softmax_readout(queries, mem.keys, mem.values, alpha, mem.kernel,
+                                  mem.gamma_value)
+
+
 class DecayedStream(LMStream):
     """An :class:`LMStream` whose reads of some held positions are down-weighted.
 
@@ -154,15 +170,8 @@ class DecayedStream(LMStream):
         return logw
 
     def _readout(self, st, hd: int, q: np.ndarray) -> np.ndarray:
-        mem = st.mems[hd]
-        alpha = mem.alpha
-        if self.weights:
-            slot = {tid: i for i, tid in enumerate(mem.ids)}
-            for p, f in self.weights.items():
-                if p < st.absorbed:
-                    alpha[slot[st.ids[hd][p]]] *= f
-        return biased_softmax_readout(q, mem.keys, mem.values, alpha, mem.kernel,
-                                      mem.gamma_value)
+        scale = {st.ids[hd][p]: f for p, f in self.weights.items() if p < st.absorbed}
+        return decayed_readout(st.mems[hd], scale, q)
 
     def _hybrid(self, mix, st, q, qr, keys, vals, t0: int) -> torch.Tensor:
         L, lb, end = mix.chunk, mix.lookback, t0 + q.shape[2]
