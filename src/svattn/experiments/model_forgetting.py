@@ -423,6 +423,16 @@ def figure(ctx: Context, summ: dict, chance: float, n: int) -> str:
                        f"(0 drawn at {floor:g})")
 
 
+def _compact(rec: dict) -> dict:
+    """One context's record for metrics.json: per method prediction, correct, deviations."""
+    keep = ("pred", "correct", "others_correct", "dev_others", "dev_forgotten", "dev_all",
+            "verified", "steps")
+    out = {k: v for k, v in rec.items() if not isinstance(v, dict)}
+    for m in METHODS:
+        out[m] = {k: rec[m][k] for k in keep if k in rec[m]}
+    return out
+
+
 def report(ctx: Context, records: list[dict], run_: RecallRun, ck: dict, path: Path,
            task) -> ExperimentResult:
     n = len(records)
@@ -528,13 +538,21 @@ def report(ctx: Context, records: list[dict], run_: RecallRun, ck: dict, path: P
             "and gradient ascent leave the pair in the state and the other queries off"
             + ("" if learned else " (but the model barely recalls: before ≈ never seen)"))
     notes = [
-        "Decay ×0 masks the pair's tokens in every read after the decay and still differs "
-        "from the fresh stream: the hidden states read before (the filler between the pairs "
-        "and the first query, at layer 2) carry the pair, the other SV coefficients are not "
-        "re-solved, and the chunk grid of the text is not shifted as in the text without "
-        "the pair.",
+        "Decay ×0 masks the pair's two tokens in every read after the decay and still "
+        f"answers {summ['decay_0']['forgotten_accuracy']['value']:.2f} of the forgotten "
+        "queries, and stays off the fresh stream: the later layers' keys and values of the "
+        "tokens read before the decay (the other pairs, and filler before the first query) "
+        "were computed while the pair was read and carry it; the other SV coefficients are "
+        "not re-solved; and the chunk grid is not the one of the text without the pair "
+        "(positions after the span do not shift).",
         "Gradient ascent changes the weights: every later context is read by another model "
-        "(its model digest differs), and the pair's tokens are read again in full.",
+        "(its model digest differs), and the pair's tokens are read again in full. In "
+        f"{sum(s == 0 for s in asc_steps)} of {n} contexts the model did not answer the "
+        "forgotten query to begin with, so no step was taken there (ascent = before); the "
+        "other queries' accuracy falls below both before and never seen.",
+        "Exact forget and never seen score the other queries higher than before "
+        f"({ex['others_accuracy']:.3f} against {bf['others_accuracy']:.3f}): with one pair "
+        "fewer the remaining three are easier for this model.",
         f"Per context: {np.median([r['seconds'] for r in records]):.2f} s median for all "
         "methods (float64 streams on CPU).",
     ]
@@ -549,10 +567,7 @@ def report(ctx: Context, records: list[dict], run_: RecallRun, ck: dict, path: P
                    "no_longer_answered": asc_flip},
         "decay_factors": list(DECAY_FACTORS),
         "example_receipt": records[0]["exact"]["receipt"],
-        "contexts_detail": [{k: ({kk: vv for kk, vv in v.items() if kk not in ("receipt",
-                                                                               "losses")}
-                                 if isinstance(v, dict) else v) for k, v in r.items()}
-                            for r in records],
+        "contexts_detail": [_compact(r) for r in records],
     }
     return ExperimentResult(NAME, TITLE, what, claims, verdict, metrics, tables=[table],
                             figures=[figure(ctx, summ, chance, n)], notes=notes)
