@@ -516,8 +516,9 @@ def report(ctx: Context, records: list[dict], run_: RecallRun, ck: dict, path: P
     ascent_claim = Claim(
         "Gradient ascent leaves the pair in the state and moves every other query",
         "issue #20: show what it leaves",
-        f"acc {fmt_ci(a['forgotten_accuracy'])} after {np.median(asc_steps):.0f} steps "
-        f"(median; no longer answered in {asc_flip}/{n}); other queries' acc "
+        f"acc {fmt_ci(a['forgotten_accuracy'])}; SGD steps per context: median "
+        f"{np.median(asc_steps):.0f}, max {max(asc_steps)} (no longer answered in "
+        f"{asc_flip}/{n}); other queries' acc "
         f"{a['others_accuracy']:.3f} (never seen {ns['others_accuracy']:.3f}); max dev "
         f"{fmt_sci(a['dev_others_max'])}", REPRODUCED if a["dev_others_max"] > TOL else
         NOT_REPRODUCED)
