@@ -461,9 +461,11 @@ def report(ctx: Context, records: list[dict], run_: RecallRun, ck: dict, path: P
     asc_steps = [r["ascent"]["steps"] for r in records]
     asc_flip = sum(not r["ascent"]["correct"] for r in records)
     trained = "briefly trained tiny" if ctx.quick else "trained"
+    shown = path.name if ctx.quick or ctx.repo_root is None else \
+        path.relative_to(ctx.repo_root).as_posix()
     acc_model = ck.get("accuracy")
     what = (
-        f"Model: `{path.name}` ({trained}; {run_.run_id}, step {ck.get('step')} of "
+        f"Model: `{shown}` ({trained}; {run_.run_id}, step {ck.get('step')} of "
         f"{run_.steps} steps of "
         f"{run_.batch_size}, MQAR T = {task.seq_len}, {task.num_kv_pairs} pairs, vocabulary "
         f"{task.vocab_size}, d = {run_.d_model}, {run_.n_layer} blocks, hybrid "
