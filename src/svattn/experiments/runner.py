@@ -36,6 +36,7 @@ EXPERIMENTS: dict[str, str] = {
     "icu": "svattn.experiments.icu",
     "patient-deletion": "svattn.experiments.patient_deletion",
     "fact-editing": "svattn.experiments.fact_editing",
+    "model-forgetting": "svattn.experiments.model_forgetting",
     "lm": "svattn.experiments.lm",
     "throughput": "svattn.experiments.lm",
 }

@@ -50,11 +50,13 @@ __all__ = [
     "RecallRun",
     "build_task",
     "inspect_memory",
+    "load_recall_model",
     "matched_window",
     "model_config",
     "query_accuracy",
     "kv_pairs_for",
     "step_seconds",
+    "train_checkpointed",
     "train_recall",
 ]
 
@@ -449,3 +451,128 @@ def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
         if i >= warm:
             times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+# ---------------------------------------------------------------------------- checkpoints
+RECALL_CKPT = "svattn.RecallCheckpoint"
+CKPT_NAME, MODEL_NAME, LOG_NAME = "ckpt.pt", "model.pt", "log.jsonl"
+
+
+def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
+                       stop_after: int | None = None, command: str | None = None,
+                       log=None) -> dict:
+    """:func:`train_recall`'s loop, resumable: ``OUT/ckpt.pt`` every ``ckpt_every`` steps.
+
+    A checkpoint holds the model, optimiser, scheduler, the batch order and position,
+    the run and the task (a ``torch.save`` dict like ``svattn train``'s ``ckpt.pt``:
+    ``model``, ``model_config``, ``step``, plus ``run``). Calling again with the same
+    ``run`` and ``out`` continues from it, drawing the same batches an uninterrupted
+    run draws. Each checkpoint also appends ``{"step", "loss", "accuracy"}`` (test
+    accuracy) to ``OUT/log.jsonl``. At the last step ``OUT/model.pt`` is written: the
+    model only (:func:`load_recall_model` reads it, as it reads ``ckpt.pt``), with the
+    run, the task, ``command``, the test accuracy and the training seconds.
+
+    ``stop_after`` stops (with a checkpoint) once that step is reached. Returns the
+    final record (``step``, ``accuracy``, ``train_seconds``, ``path``).
+    """
+    import json
+    import os
+    from pathlib import Path
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    task = build_task(run)
+    data = task.build(run.seed)
+    mcfg = model_config(run, data.vocab_size)
+    torch.manual_seed(run.seed)
+    model = CharLM(mcfg)
+    opt = _optimizer(model, run)
+    warmup = max(1, int(run.warmup_frac * run.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_lambda(s, warmup=warmup, total=run.steps, lr=run.lr,
+                                 min_lr=run.lr / 10))
+    gen = torch.Generator().manual_seed(run.seed)
+    n = len(data.train_inputs)
+    order, pos, step, seconds = torch.randperm(n, generator=gen), 0, 0, 0.0
+    ckpt_path = out / CKPT_NAME
+    if ckpt_path.exists():
+        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        if ck.get("run") != run.to_dict():
+            raise ValueError(f"{ckpt_path} holds another run ({ck.get('run')}); use another "
+                             "out folder")
+        model.load_state_dict(ck["model"])
+        opt.load_state_dict(ck["optimizer"])
+        sched.load_state_dict(ck["scheduler"])
+        gen.set_state(ck["rng"]["generator"])
+        torch.set_rng_state(ck["rng"]["torch"])
+        order, pos, step, seconds = ck["rng"]["order"], ck["rng"]["pos"], ck["step"], \
+            ck["train_seconds"]
+    base = {"format": RECALL_CKPT, "model_config": mcfg.to_dict(), "run": run.to_dict(),
+            "task": task.to_dict(), "command": command}
+
+    def save(path, extra: dict) -> None:
+        tmp = path.with_suffix(".tmp")
+        torch.save({**base, "model": model.state_dict(), "step": step,
+                    "train_seconds": seconds, **extra}, tmp)
+        os.replace(tmp, path)
+
+    def checkpoint(loss: float) -> float:
+        acc = query_accuracy(model, data.test_inputs, data.test_targets)
+        save(ckpt_path, {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+                         "rng": {"generator": gen.get_state(), "torch": torch.get_rng_state(),
+                                 "order": order, "pos": pos}})
+        with open(out / LOG_NAME, "a") as fh:
+            fh.write(json.dumps({"step": step, "loss": loss, "accuracy": acc,
+                                 "train_seconds": seconds}) + "\n")
+        if log is not None:
+            log(f"{run.run_id}: step {step}/{run.steps} loss {loss:.3f} test acc {acc:.3f} "
+                f"({seconds:.0f} s)")
+        return acc
+
+    end = run.steps if stop_after is None else min(run.steps, stop_after)
+    model.train()
+    loss_val, acc = float("nan"), float("nan")
+    while step < end:
+        if pos + run.batch_size > n:
+            order, pos = torch.randperm(n, generator=gen), 0
+        idx = order[pos : pos + run.batch_size]
+        pos += run.batch_size
+        t0 = time.perf_counter()
+        logits, tgt = _scored(model, data.train_inputs[idx], data.train_targets[idx])
+        loss = F.cross_entropy(logits.float(), tgt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        seconds += time.perf_counter() - t0
+        step += 1
+        loss_val = float(loss.detach())
+        if not math.isfinite(loss_val):
+            raise FloatingPointError(f"{run.run_id}: loss is {loss_val} at step {step}")
+        if step % ckpt_every == 0 or step == end:
+            acc = checkpoint(loss_val)
+    if step == run.steps:
+        if not math.isfinite(acc):
+            acc = query_accuracy(model, data.test_inputs, data.test_targets)
+        save(out / MODEL_NAME, {"accuracy": acc, "num_test": len(data.test_inputs)})
+    return {"step": step, "accuracy": acc, "train_seconds": seconds,
+            "path": str(out / (MODEL_NAME if step == run.steps else CKPT_NAME))}
+
+
+def load_recall_model(path) -> tuple[CharLM, RecallRun, dict]:
+    """Model (CPU, eval), run and raw dict of a :func:`train_checkpointed` file.
+
+    Raises
+    ------
+    ValueError
+        Not such a file (e.g. an ``svattn train`` checkpoint, which has no ``run``).
+    """
+    ck = torch.load(path, map_location="cpu", weights_only=False)
+    if not isinstance(ck, dict) or ck.get("format") != RECALL_CKPT:
+        raise ValueError(f"{path}: not a recall checkpoint of train_checkpointed "
+                         f"(format {ck.get('format') if isinstance(ck, dict) else None!r})")
+    model = CharLM(CharLMConfig(**ck["model_config"]))
+    model.load_state_dict(ck["model"])
+    model.eval()
+    return model, RecallRun.from_dict(ck["run"]), ck
