@@ -137,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
             runs[side].append(r)
             print(f"pair {i + 1}/{args.pairs} {side}: hybrid/softmax "
                   f"{r['ratio_hybrid_over_softmax']:.3f} wall, "
-                  f"{r['cpu_ratio_hybrid_over_softmax']:.3f} CPU  ({r['hybrid_s_per_step']:.3f} s / "
+                  f"{r['cpu_ratio_hybrid_over_softmax']:.3f} CPU  "
+                  f"({r['hybrid_s_per_step']:.3f} s / "
                   f"{r['softmax_s_per_step']:.3f} s)  aten calls hybrid "
                   f"{r['hybrid_aten_calls']} softmax {r['softmax_aten_calls']}", flush=True)
     summary = {s: {"ratio_median": statistics.median(r["ratio_hybrid_over_softmax"]

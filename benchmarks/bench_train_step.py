@@ -41,7 +41,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402
-
 from svattn.lm import CharLM, CharLMConfig, mixer_config  # noqa: E402
 
 # Solver settings: the LM's (HYBRID_DEFAULTS: 20 FISTA iterations, no repair, no ridge

@@ -111,7 +111,8 @@ def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path:
     res = run(_ctx(tmp_path))
     assert res.claims[0].verdict == "not reproduced"  # the slices' margin, unchanged
     assert res.claims[1].verdict == "reproduced", res.claims[1]
-    assert "4,000 steps" in res.claims[1].claim and "+0.323" in res.claims[1].ours  # (.30 + .33 + .34) / 3
+    # the paired differences: (.30 + .33 + .34) / 3
+    assert "4,000 steps" in res.claims[1].claim and "+0.323" in res.claims[1].ours
     assert "grid long-64: 9 of 9 cells" in res.claims[1].ours
     assert any("Trained longer (4,000 steps of 64 sequences" in t for t in res.tables)
     assert any(n.startswith("Trained longer: full causal softmax reaches 0.970") for n in

@@ -62,8 +62,8 @@ from svattn.nn.batched import (
     compiled_boundary_partition,
     solve_batched,
 )
-from svattn.nn.margin import margin_solve_factored, rows
 from svattn.nn.common import Partition, resolve_gamma
+from svattn.nn.margin import margin_solve_factored, rows
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused
 

@@ -69,9 +69,9 @@ from typing import NamedTuple
 import torch
 
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
-from svattn.nn.partition_cpu import fista_loop, repair_loop
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
+from svattn.nn.partition_cpu import fista_loop, repair_loop
 from svattn.nn.projection import ProjectionPlan
 
 __all__ = [

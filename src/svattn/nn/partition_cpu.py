@@ -2,8 +2,8 @@
 
 :func:`svattn.nn.batched.fista` on CPU in eager mode (where
 :func:`~svattn.nn.common.host_reads` allows) hands its iterations to :func:`fista_loop`:
-the same method — gradient step ``y − step·(2 y K − d)`` (one BLAS gemv per problem), exact projection
-onto the capped simplex (warm-started safeguarded Newton, as
+the same method — gradient step ``y − step·(2 y K − d)`` (one BLAS gemv per problem),
+exact projection onto the capped simplex (warm-started safeguarded Newton, as
 :meth:`svattn.nn.projection.ProjectionPlan._project_newton`), the gradient-based
 adaptive restart, momentum from the same ``beta`` table, and the CPU stop once no
 problem's partition changed over ``check`` iterations — run over all problems inside
