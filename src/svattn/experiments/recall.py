@@ -115,7 +115,25 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
              + ", ".join(f"{_fmt(c['accuracy'])} at T = {c['seq_len']}" for c in soft)
              + " — how far from solved the task still is at this budget (zoology trains "
              "attention to ~1.0 on MQAR, with far more sequences)."] if soft else []
+    notes.extend(_long_memory_notes(long["records"]))
     return claim, table, notes
+
+
+def _long_memory_notes(records: list[dict]) -> list[str]:
+    """What the longer-trained hybrids' memories kept and what their gates learned."""
+    out = []
+    for rec in (r for r in records if r["run"]["mixer"] == "hybrid_sv"):
+        layers = []
+        for m in rec["memory"]:
+            share = m["share_by_role"]
+            kv = share.get("key", 0.0) + share.get("value", 0.0)
+            layers.append(f"layer {m['layer']}: gate {' / '.join(f'{g:.2f}' for g in m['gate'])}"
+                          f", {np.mean(m['support_per_head']):.1f} support tokens per head, "
+                          f"keys + values {kv:.2f} of them, {m['truncated']} boundary "
+                          "memories cut to the budget")
+        out.append(f"Trained longer, {rec['id']} (accuracy {rec['accuracy']:.3f}): "
+                   + "; ".join(layers) + ".")
+    return out
 
 
 def _ci(acc: dict) -> tuple[float, float]:
