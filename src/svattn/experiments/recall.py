@@ -64,6 +64,24 @@ def load_results(ctx: Context) -> dict | None:
     return json.loads(path.read_text())
 
 
+def _margin_verdict(margins: list[dict], *, with_length: bool) -> tuple[list[str], str]:
+    """Each hybrid − sliding margin as text, and one verdict for all of them: reproduced
+    when every 95 % interval lies above zero, not reproduced when every one lies below,
+    else not shown."""
+    texts, verdicts = [], []
+    for m in margins:
+        diff, ci = m["hybrid_minus_sliding"], m["hybrid_minus_sliding"]["ci95"]
+        where = f"T = {m['seq_len']}, " if with_length else ""
+        texts.append(f"{where}d = {m['d_model']}: {diff['mean']:+.3f} "
+                     + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "(1 seed, no interval)")
+                     + f" over {diff['n']} seeds")
+        verdicts.append(REPRODUCED if ci and ci[0] > 0 else
+                        NOT_REPRODUCED if ci and ci[1] < 0 else NOT_SHOWN)
+    overall = (REPRODUCED if all(v == REPRODUCED for v in verdicts) else
+               NOT_REPRODUCED if all(v == NOT_REPRODUCED for v in verdicts) else NOT_SHOWN)
+    return texts, overall
+
+
 def load_long_results(ctx: Context) -> dict | None:
     """The longer-trained grid's results (``results/recall_long.json``), if collected.
 
@@ -97,16 +115,7 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
         claim = Claim("MQAR trained longer: hybrid SV beats the matched window",
                       "issue #19 bar", f"no cell with both mixers yet ({done})", NOT_RUN)
         return claim, table, []
-    texts, verdicts = [], []
-    for m in mq:
-        diff, ci = m["hybrid_minus_sliding"], m["hybrid_minus_sliding"]["ci95"]
-        texts.append(f"T = {m['seq_len']}, d = {m['d_model']}: {diff['mean']:+.3f} "
-                     + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "(1 seed, no interval)")
-                     + f" over {diff['n']} seeds")
-        verdicts.append(REPRODUCED if ci and ci[0] > 0 else
-                        NOT_REPRODUCED if ci and ci[1] < 0 else NOT_SHOWN)
-    overall = (REPRODUCED if all(v == REPRODUCED for v in verdicts) else
-               NOT_REPRODUCED if all(v == NOT_REPRODUCED for v in verdicts) else NOT_SHOWN)
+    texts, overall = _margin_verdict(mq, with_length=True)
     claim = Claim("MQAR trained longer (" + ", ".join(f"{s:,}" for s in steps)
                   + " steps): hybrid SV beats the matched window, 95 % interval over seeds > 0",
                   "issue #19 bar", "; ".join(texts) + f" ({done})", overall)
@@ -364,17 +373,7 @@ def run(ctx: Context) -> ExperimentResult:
     if mq:
         T = max(m["seq_len"] for m in mq)
         at = [m for m in mq if m["seq_len"] == T]
-        texts, verdicts = [], []
-        for m in at:
-            diff = m["hybrid_minus_sliding"]
-            ci = diff["ci95"]
-            texts.append(f"d = {m['d_model']}: {diff['mean']:+.3f} "
-                         + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}]" if ci else "(1 seed, no interval)")
-                         + f" over {diff['n']} seeds")
-            verdicts.append(REPRODUCED if ci and ci[0] > 0 else
-                            NOT_REPRODUCED if ci and ci[1] < 0 else NOT_SHOWN)
-        overall = (REPRODUCED if all(v == REPRODUCED for v in verdicts) else
-                   NOT_REPRODUCED if all(v == NOT_REPRODUCED for v in verdicts) else NOT_SHOWN)
+        texts, overall = _margin_verdict(at, with_length=False)
         claims.append(Claim(
             f"MQAR at the longest T trained ({T}): hybrid SV beats the matched window, "
             "95 % interval over seeds > 0", "issue #19 bar",

@@ -345,6 +345,31 @@ def _state_floats(model: CharLM, seq_len: int) -> int:
     return int(model.blocks[0].mix.state_floats(seq_len))
 
 
+def _training_setup(run: RecallRun, mcfg: CharLMConfig):
+    """The seeded model, its AdamW, the warmup + cosine schedule and the batch-order
+    generator: the same for a run trained at once or in checkpointed pieces."""
+    torch.manual_seed(run.seed)
+    model = CharLM(mcfg)
+    opt = _optimizer(model, run)
+    warmup = max(1, int(run.warmup_frac * run.steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: lr_lambda(s, warmup=warmup, total=run.steps, lr=run.lr,
+                                 min_lr=run.lr / 10))
+    return model, opt, sched, torch.Generator().manual_seed(run.seed)
+
+
+def _train_step(model: CharLM, opt, sched, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One optimiser step on a batch, loss at the scored positions; returns the loss."""
+    logits, tgt = _scored(model, x, y)
+    loss = F.cross_entropy(logits.float(), tgt)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    sched.step()
+    return loss
+
+
 def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) -> dict:
     """Train one run and evaluate it; the record a grid cell writes.
 
@@ -369,14 +394,7 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) ->
     task = build_task(run)
     data = task.build(run.seed) if data is None else data
     mcfg = model_config(run, data.vocab_size)
-    torch.manual_seed(run.seed)
-    model = CharLM(mcfg)
-    opt = _optimizer(model, run)
-    warmup = max(1, int(run.warmup_frac * run.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_lambda(s, warmup=warmup, total=run.steps, lr=run.lr,
-                                 min_lr=run.lr / 10))
-    gen = torch.Generator().manual_seed(run.seed)
+    model, opt, sched, gen = _training_setup(run, mcfg)
     n = len(data.train_inputs)
     order, pos = torch.randperm(n, generator=gen), 0
     curve, times = [], []
@@ -389,13 +407,7 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) ->
         idx = order[pos : pos + run.batch_size]
         pos += run.batch_size
         t0 = time.perf_counter()
-        logits, tgt = _scored(model, data.train_inputs[idx], data.train_targets[idx])
-        loss = F.cross_entropy(logits.float(), tgt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = _train_step(model, opt, sched, data.train_inputs[idx], data.train_targets[idx])
         times.append(time.perf_counter() - t0)
         loss_val = float(loss.detach())
         if not math.isfinite(loss_val):
@@ -484,14 +496,7 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
     task = build_task(run)
     data = task.build(run.seed)
     mcfg = model_config(run, data.vocab_size)
-    torch.manual_seed(run.seed)
-    model = CharLM(mcfg)
-    opt = _optimizer(model, run)
-    warmup = max(1, int(run.warmup_frac * run.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_lambda(s, warmup=warmup, total=run.steps, lr=run.lr,
-                                 min_lr=run.lr / 10))
-    gen = torch.Generator().manual_seed(run.seed)
+    model, opt, sched, gen = _training_setup(run, mcfg)
     n = len(data.train_inputs)
     order, pos, step, seconds = torch.randperm(n, generator=gen), 0, 0, 0.0
     ckpt_path = out / CKPT_NAME
@@ -538,13 +543,7 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
         idx = order[pos : pos + run.batch_size]
         pos += run.batch_size
         t0 = time.perf_counter()
-        logits, tgt = _scored(model, data.train_inputs[idx], data.train_targets[idx])
-        loss = F.cross_entropy(logits.float(), tgt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
+        loss = _train_step(model, opt, sched, data.train_inputs[idx], data.train_targets[idx])
         seconds += time.perf_counter() - t0
         step += 1
         loss_val = float(loss.detach())
