@@ -102,22 +102,6 @@ QUICK_RUN = RecallRun(
 
 
 # ------------------------------------------------------------------ coefficient decay
-def _attend_weighted(q, k, v, t0: int, lo: int, logw: torch.Tensor) -> torch.Tensor:
-    """Causal softmax attention of queries at ``t0 ..`` over keys ``[lo, t]``, the logit
-    of key ``j`` shifted by ``logw[j]`` (``log factor``; ``-inf`` drops it).
-
-    ``q`` ``[1, H, m, Dh]``, ``k, v`` ``[1, H, n, Dh]``, ``logw`` ``[n]``.
-    """
-    m = q.shape[2]
-    first = max(0, lo)
-    t = torch.arange(t0, t0 + m)[:, None]
-    j = torch.arange(first, t0 + m)[None, :]
-    bias = logw[first : t0 + m][None, :].expand(m, -1).clone()  # (m, keys)
-    bias[(j > t) | (j < lo)] = -math.inf
-    return F.scaled_dot_product_attention(q, k[:, :, first : t0 + m], v[:, :, first : t0 + m],
-                                          attn_mask=bias.to(q.dtype))
-
-
 def decayed_readout(mem, scale: dict[int, float], queries: np.ndarray) -> np.ndarray:
     """The readout of ``mem`` with ``alpha[id] · scale[id]`` for the ids in ``scale``.
 
@@ -162,34 +146,18 @@ class DecayedStream(LMStream):
     def forget(self, start: int, stop: int):  # pragma: no cover - not this baseline's
         raise NotImplementedError("DecayedStream decays; use LMStream.forget to forget")
 
-    def _logw(self, n: int) -> torch.Tensor:
+    def key_log_weights(self, n: int) -> torch.Tensor:
+        """``log factor`` at each decayed held position (``-inf`` for 0), else 0."""
         logw = torch.zeros(n, dtype=torch.float64)
         for p, f in self.weights.items():
             if p < n:
                 logw[p] = math.log(f) if f > 0 else -math.inf
         return logw
 
-    def _readout(self, st, hd: int, q: np.ndarray) -> np.ndarray:
-        scale = {st.ids[hd][p]: f for p, f in self.weights.items() if p < st.absorbed}
-        return decayed_readout(st.mems[hd], scale, q)
-
-    def _hybrid(self, mix, st, q, qr, keys, vals, t0: int) -> torch.Tensor:
-        L, lb, end = mix.chunk, mix.lookback, t0 + q.shape[2]
-        g = torch.sigmoid(mix.gate).view(1, -1, 1, 1)  # (1, H, 1, 1)
-        logw = self._logw(keys.shape[2])
-        outs = []
-        for c in range(t0 // L, (end - 1) // L + 1):
-            s, e = max(t0, c * L), min(end, (c + 1) * L)
-            a, b = s - t0, e - t0
-            local = _attend_weighted(qr[:, :, a:b], keys, vals, s, c * L - lb, logw)
-            if c == 0:
-                outs.append(local)
-                continue
-            self._absorb(st, c * L)
-            glob = torch.stack([torch.from_numpy(self._readout(st, hd, q[0, hd, a:b].numpy()))
-                                for hd in range(len(st.mems))])[None]  # (1, H, m, Dh)
-            outs.append(g * glob + (1.0 - g) * local)
-        return torch.cat(outs, 2)
+    def memory_readout(self, layer, head: int, queries: np.ndarray) -> np.ndarray:
+        """The memory's readout with the decayed tokens' alphas times their factor."""
+        scale = {layer.ids[head][p]: f for p, f in self.weights.items() if p < layer.absorbed}
+        return decayed_readout(layer.mems[head], scale, queries)
 
 
 # ------------------------------------------------------------------ one context

@@ -187,16 +187,20 @@ class _Layer:
                 rows.truncate(n)
 
 
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t0: int, lo) -> torch.Tensor:
+def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t0: int, lo,
+            logw: torch.Tensor | None = None) -> torch.Tensor:
     """Softmax attention of queries at positions ``t0 ..`` over cached keys ``[lo(t), t]``.
 
     ``q`` ``[1, H, m, Dh]``, ``k, v`` ``[1, H, n, Dh]`` (``n >= t0 + m``); scale ``1/sqrt(Dh)``.
+    ``logw`` ``[n]`` (optional) shifts the logit of key ``j`` by ``logw[j]``.
     """
     m = q.shape[2]
     t = torch.arange(t0, t0 + m)[:, None]
     first = max(0, int(lo(t0)))
     j = torch.arange(first, t0 + m)[None, :]
     mask = (j <= t) & (j >= lo(t))  # (m, keys)
+    if logw is not None:
+        mask = torch.where(mask, logw[first : t0 + m][None, :], -math.inf).to(q.dtype)
     return F.scaled_dot_product_attention(q, k[:, :, first : t0 + m], v[:, :, first : t0 + m],
                                           attn_mask=mask)  # (1, H, m, Dh)
 
@@ -414,20 +418,32 @@ class LMStream:
     def _hybrid(self, mix, st: _Layer, q, qr, keys, vals, t0: int) -> torch.Tensor:
         L, lb, end = mix.chunk, mix.lookback, t0 + q.shape[2]
         g = torch.sigmoid(mix.gate).view(1, -1, 1, 1)  # (1, H, 1, 1)
+        logw = self.key_log_weights(keys.shape[2])
         outs = []
         for c in range(t0 // L, (end - 1) // L + 1):
             s, e = max(t0, c * L), min(end, (c + 1) * L)
             a, b = s - t0, e - t0
-            local = _attend(qr[:, :, a:b], keys, vals, s, lambda t, c=c: 0 * t + c * L - lb)
+            local = _attend(qr[:, :, a:b], keys, vals, s, lambda t, c=c: 0 * t + c * L - lb,
+                            logw)
             if c == 0:
                 outs.append(local)
                 continue
             self._absorb(st, c * L)
             glob = torch.stack([
-                torch.from_numpy(mem.readout(q[0, hd, a:b].numpy()))
-                for hd, mem in enumerate(st.mems)])[None]  # (1, H, m, Dh)
+                torch.from_numpy(self.memory_readout(st, hd, q[0, hd, a:b].numpy()))
+                for hd in range(len(st.mems))])[None]  # (1, H, m, Dh)
             outs.append(g * glob + (1.0 - g) * local)
         return torch.cat(outs, 2)
+
+    # Read hooks of the hybrid path: a subclass that reweighs what the stream holds
+    # (e.g. a decay baseline) overrides these two, not the chunk loop above.
+    def key_log_weights(self, n: int) -> torch.Tensor | None:
+        """Shifts of the local path's key logits, ``[n]`` over held positions (None: none)."""
+        return None
+
+    def memory_readout(self, layer: _Layer, head: int, queries: np.ndarray) -> np.ndarray:
+        """The global path's readout of ``head``'s memory in ``layer`` for ``queries``."""
+        return layer.mems[head].readout(queries)
 
     @staticmethod
     def _absorb(st: _Layer, upto: int) -> None:
