@@ -45,6 +45,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
+from baselines import sklearn_retrain_seconds  # noqa: E402
 from streams import gaussian_stream, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
@@ -81,15 +82,6 @@ def _oracle_retrain(X: np.ndarray, C: float, gamma: float) -> tuple[float, np.nd
     return time.perf_counter() - t, alpha
 
 
-def _sklearn_fit_time(X: np.ndarray, C: float, gamma: float) -> float:
-    from sklearn.svm import OneClassSVM
-
-    t = time.perf_counter()
-    OneClassSVM(kernel="rbf", gamma=gamma, nu=1.0 / (C * len(X)), tol=1e-10,
-                cache_size=1000).fit(X)
-    return time.perf_counter() - t
-
-
 def _interleaved(mem: SVDDMemory, plain: SVDDMemory, removals: int, rounds: int, C: float,
                  gamma: float, rng, events: dict[str, list[tuple[int, int]]],
                  lat: dict[str, list[float]]
@@ -106,7 +98,8 @@ def _interleaved(mem: SVDDMemory, plain: SVDDMemory, removals: int, rounds: int,
         for which in ("margin", "error"):
             lat["plain_" + which] += _removal_latencies(plain, which, per, rng,
                                                         adds=lat["plain_add"])
-        fits.append(_sklearn_fit_time(mem.keys[1:], C, gamma))  # one token fewer
+        # one token fewer, as after a removal
+        fits.append(sklearn_retrain_seconds(mem.keys[1:], C, gamma, tol=1e-10))
         lat["margin"] += m
         ratios.append(fits[-1] / float(np.median(m)))
     return fits, ratios
