@@ -16,6 +16,10 @@ For each case (stream, n, C, gamma), d = 64, rbf gamma = 1/(10·d) (and one case
 * removals of margin (and error) tokens, each added back untimed so the memory stays
   at n, in rounds alternating with scikit-learn ``OneClassSVM(tol=1e-8)`` fits on the
   memory's keys less one; the ratio is the median fit over the median removal;
+* beside each margin removal its *floor* (:func:`removal_floor`): one pass over the
+  margin block of the kernel cache and one Cholesky test of K_SS, what the
+  certificate's KKT residual (over every token) and its uniqueness claim need at the
+  least; reported with the ratio removal ÷ floor (medians);
 * the first round's removals' alpha (``--oracle-checks`` per set) against an
   independent solve where the optimum is unique (the oracle ``solve_svdd``, at
   n ≤ ``--oracle-max-n``; untimed): max |Δalpha|.
@@ -47,7 +51,7 @@ from baselines import sklearn_retrain_seconds  # noqa: E402
 from bench_records import write_record  # noqa: E402
 from streams import gaussian_stream, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
-from svattn.exact.compiled import reserve  # noqa: E402
+from svattn.exact.compiled import columns, linalg, reserve  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
 from svattn.exact.oracle import solve_svdd  # noqa: E402
 
@@ -74,6 +78,27 @@ def floor_time(mem: SVDDMemory, x: np.ndarray) -> float:
     return time.perf_counter() - t
 
 
+def removal_floor(mem: SVDDMemory) -> tuple[float, float]:
+    """The least a certified removal reads and factors, timed on the memory as it is:
+    one pass over the margin block of the kernel cache (``KC[:n, :|S|] @ w``, the
+    compiled matvec a removal's segment uses: the end point's g for every token, which
+    the certificate's KKT residual covers) and one Cholesky test of ``K_SS`` (the
+    certificate's uniqueness claim). Returns ``(pass_s, cholesky_s)``."""
+    ss = mem.solver_state
+    nS, hi = ss.nS, ss.hi
+    w, out = np.full(max(nS, 1), 1.0 / max(nS, 1)), np.zeros(hi)
+    t = time.perf_counter()
+    columns.add_block_matvec(ss.KC, w, nS, hi, out)
+    t_pass = time.perf_counter() - t
+    kss = np.ascontiguousarray(ss.KC[ss.slot_of_col[:nS], :nS])
+    t = time.perf_counter()
+    linalg.positive_definite(kss, 1e-10)
+    t_chol = time.perf_counter() - t
+    out.fill(0.0)
+    kss.fill(0.0)
+    return t_pass, t_chol
+
+
 def stream_adds(mem: SVDDMemory, xs: np.ndarray) -> tuple[list[float], list[float]]:
     """Per-token adds and, alternating with them, each key's floor."""
     adds, floors = [], []
@@ -91,10 +116,10 @@ def sklearn_fit(X: np.ndarray, C: float, gamma: float) -> float:
 
 
 def removals(mem: SVDDMemory, which: str, count: int, rng, oracle: int,
-             gamma: float) -> tuple[list[float], float]:
-    """``count`` removals from set ``which`` (each added back, untimed); the max
-    |Δalpha| against the oracle over the first ``oracle`` of them with a unique
-    optimum (nan: none checked)."""
+             gamma: float, floors: list) -> tuple[list[float], float]:
+    """``count`` removals from set ``which`` (each added back, untimed), each after its
+    :func:`removal_floor` (appended to ``floors``); the max |Δalpha| against the
+    oracle over the first ``oracle`` of them with a unique optimum (nan: none checked)."""
     out, dev = [], float("nan")
     for _ in range(count):
         pool = mem.partition()[which]
@@ -102,6 +127,7 @@ def removals(mem: SVDDMemory, which: str, count: int, rng, oracle: int,
             break
         tid = int(rng.choice(pool))
         key = mem.solver_state.X[mem.solver_state.id_to_slot[tid]].copy()
+        floors.append(removal_floor(mem))
         t = time.perf_counter()
         cert = mem.remove(tid)
         out.append(time.perf_counter() - t)
@@ -125,6 +151,7 @@ def warm_up() -> None:
         if mem.partition()[which]:
             mem.remove(mem.partition()[which][0])
     floor_time(mem, rng.normal(size=D))
+    removal_floor(mem)
     mem.readout(rng.normal(size=(2, D)))
 
 
@@ -139,12 +166,14 @@ def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
     part = {k: len(v) for k, v in mem.partition().items()}
     rng = np.random.default_rng(seed + 1)
     rm = {"margin": [], "error": []}
+    floor_rm: list[tuple[float, float]] = []
     fits = []
     dev = float("nan")
     for r in range(rounds):
         for which in rm:  # the oracle checks the first round's removals (timed apart)
             checks = oracle_checks if r == 0 and n <= oracle_max_n else 0
-            lat, dv = removals(mem, which, per_round, rng, checks, gamma)
+            lat, dv = removals(mem, which, per_round, rng, checks, gamma,
+                               floor_rm if which == "margin" else [])
             rm[which] += lat
             dev = dv if np.isnan(dev) else max(dev, dv) if not np.isnan(dv) else dev
         fits.append(sklearn_fit(mem.keys[1:], C, gamma))
@@ -165,6 +194,14 @@ def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
         "remove_margin_median_ms": med["margin"], "remove_error_median_ms": med["error"],
         "remove_margin_p90_ms": (float(np.percentile(rm["margin"], 90)) * ms
                                  if rm["margin"] else None),
+        # the margin removals' floor: one pass over the margin block + one Cholesky
+        "remove_floor_pass_ms": (float(np.median([f[0] for f in floor_rm])) * ms
+                                 if floor_rm else None),
+        "remove_floor_cholesky_ms": (float(np.median([f[1] for f in floor_rm])) * ms
+                                     if floor_rm else None),
+        "remove_over_floor": (float(np.median(rm["margin"])
+                                    / np.median([f[0] + f[1] for f in floor_rm]))
+                              if floor_rm else None),
         "removals": {k: len(v) for k, v in rm.items()},
         "sklearn_retrain_ms": fit_ms,
         "speedup_margin": fit_ms / med["margin"] if med["margin"] else None,
@@ -187,9 +224,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--oracle-max-n", type=int, default=4000)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="redundant n = 4k only")
+    p.add_argument("--case", type=int, action="append", choices=range(len(CASES)),
+                   help="run only these cases (indices into CASES; repeatable)")
     p.add_argument("--json", type=Path, help="also write the rows to this file")
     args = p.parse_args(argv)
     cases = CASES[:1] if args.quick else CASES
+    if args.case:
+        cases = [CASES[i] for i in args.case]
     rows = []
     with threadpool_limits(1):
         warm_up()
@@ -208,9 +249,10 @@ def main(argv: list[str] | None = None) -> int:
           "compiled call), timed beside each add")
     print("| stream | n | C | gamma | margin/error/reserve | add tok/s | add mean / median µs "
           "| floor mean / median µs | add ÷ floor (mean / median) | extend tok/s "
-          "| remove margin / error ms (median) | sklearn retrain ms | speed-up margin / error "
+          "| remove margin / error ms (median) | removal floor: pass + Cholesky ms "
+          "| remove ÷ floor | sklearn retrain ms | speed-up margin / error "
           "| max Δalpha vs oracle |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['stream']} | {r['n']} | {r['C']} | 1/{1 / r['gamma']:.0f} "
               f"| {r['margin']}/{r['error']}/{r['reserve']} | {r['add_tok_s']:,.0f} "
@@ -218,7 +260,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['add_median_us']:.1f} | {r['floor_mean_us']:.2f} / {r['floor_median_us']:.2f}"
               f" | {r['add_over_floor_mean']:.1f}× / {r['add_over_floor_median']:.1f}× "
               f"| {r['extend_tok_s']:,.0f} | {_f(r['remove_margin_median_ms'], '.3f')} / "
-              f"{_f(r['remove_error_median_ms'], '.3f')} | {r['sklearn_retrain_ms']:.0f} "
+              f"{_f(r['remove_error_median_ms'], '.3f')} "
+              f"| {_f(r['remove_floor_pass_ms'], '.3f')} + "
+              f"{_f(r['remove_floor_cholesky_ms'], '.3f')} "
+              f"| {_f(r['remove_over_floor'], '.1f')}× | {r['sklearn_retrain_ms']:.0f} "
               f"| {_f(r['speedup_margin'], '.0f')}× / {_f(r['speedup_error'], '.0f')}× "
               f"| {_f(r['max_alpha_dev_vs_oracle'], '.1e')} |")
     if args.json:

@@ -35,3 +35,20 @@ def test_non_contiguous_and_integer_input():
     x = np.arange(12, dtype=np.int64).reshape(3, 4)
     got = sq_distances(x[:, ::2], x[:, ::2])
     np.testing.assert_array_equal(got, reference(x[:, ::2].astype(float), x[:, ::2].astype(float)))
+
+
+@pytest.mark.parametrize("n", [31, 32, 33, 257])
+def test_the_wide_loop_is_bitwise_the_plain_loop(n):
+    """Across columns or entry by entry, each distance is the same d additions in the
+    same order: the two loops agree bit for bit (inf and NaN included), on both sides of
+    the switch, so the switch cannot move a state by a rounding."""
+    from svattn.exact.kernels import _WIDE, _sq_dist, _sq_dist_wide
+
+    assert 31 < _WIDE <= 32
+    rng = np.random.default_rng(n)
+    x, y = rng.normal(size=(9, 64)) * 1e3, rng.normal(size=(n, 64)) + 1e7
+    x[0, 0], y[-1, 3] = np.inf, np.nan
+    plain = _sq_dist(x, y)
+    wide = _sq_dist_wide(x, np.ascontiguousarray(y.T))
+    assert np.array_equal(plain, wide, equal_nan=True)
+    assert np.array_equal(sq_distances(x, y), plain, equal_nan=True)

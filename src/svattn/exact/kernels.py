@@ -63,8 +63,10 @@ def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     array([[0., 2.],
            [2., 0.]])
     """
-    return _sq_dist(np.ascontiguousarray(x, dtype=np.float64),
-                    np.ascontiguousarray(y, dtype=np.float64))
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if len(y) < _WIDE:
+        return _sq_dist(x, np.ascontiguousarray(y, dtype=np.float64))
+    return _sq_dist_wide(x, np.ascontiguousarray(np.asarray(y, dtype=np.float64).T))
 
 
 # Compiled loops, not scipy's cdist/pdist: importing scipy.spatial (it pulls in
@@ -81,6 +83,29 @@ def _sq_dist(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # pragma: no cover - 
                 t = x[i, k] - y[j, k]
                 s += t * t
             out[i, j] = s
+    return out
+
+
+# From this many columns on, the loop runs across columns (each entry still sums its
+# d terms in order, so the result is bitwise the same): it vectorizes, ~2-3x faster.
+_WIDE = 32
+
+
+@njit(cache=True)
+def _sq_dist_wide(x: np.ndarray, yT: np.ndarray) -> np.ndarray:  # pragma: no cover
+    """:func:`_sq_dist` of ``x`` (m, d) and ``y`` given transposed (d, n), accumulated
+    over k for all columns at once (the same additions per entry, in the same order)."""
+    m, d, n = x.shape[0], yT.shape[0], yT.shape[1]
+    out = np.empty((m, n))
+    acc = np.empty(n)
+    for i in range(m):
+        acc[:] = 0.0
+        for k in range(d):
+            xik = x[i, k]
+            for j in range(n):
+                t = xik - yT[k, j]
+                acc[j] += t * t
+        out[i, :] = acc
     return out
 
 

@@ -153,11 +153,12 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     ss.diag[slots] = diag
     ss.slot_id[slots] = tids
     ths, rhs = block_hashes(tids, xs, vs)
-    for slot, tid, th, rh in zip(slots.tolist(), tids, ths, rhs, strict=True):
-        ss.id_to_slot[tid] = slot
-        ss.token_hash[slot] = th
-        ss.row_hash[slot] = rh
-        ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
+    # one pass per array, not per token: the same writes, and the set-hash summands
+    # added at once (a sum of residues mod 2^256 is the residue of their sum)
+    ss.id_to_slot.update(zip(tids, slots.tolist(), strict=True))
+    ss.token_hash[slots] = np.array(ths, dtype=object)
+    ss.row_hash[slots] = rhs
+    ss.set_hash = (ss.set_hash + sum(ths)) % DIGEST_MOD
     ss.n += count
     ss.alpha[slots] = 0.0
     ss.state[slots] = RESERVE
@@ -181,14 +182,13 @@ def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
     if vs is not None:
         v = np.ascontiguousarray(vs, dtype=np.float64)
         vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
-    ths, rhs = [], []
-    for r, tid in enumerate(tids):
-        h = hashlib.sha256(int(tid).to_bytes(8, "big", signed=False))
-        h.update(xb[r * w:(r + 1) * w])
-        h.update(vb[r * u:(r + 1) * u])
-        ths.append(int.from_bytes(h.digest(), "big"))
-        rh = hashlib.blake2b(xz[r * w:(r + 1) * w] + vz[r * u:(r + 1) * u], digest_size=8)
-        rhs.append(int.from_bytes(rh.digest(), "little", signed=True))
+    sha, blake, big = hashlib.sha256, hashlib.blake2b, int.from_bytes
+    ths = [big(sha(int(tid).to_bytes(8, "big", signed=False) + xb[r * w:(r + 1) * w]
+                   + vb[r * u:(r + 1) * u]).digest(), "big")
+           for r, tid in enumerate(tids)]
+    rhs = [big(blake(xz[r * w:(r + 1) * w] + vz[r * u:(r + 1) * u], digest_size=8).digest(),
+               "little", signed=True)
+           for r in range(len(tids))]
     return ths, rhs
 
 

@@ -103,13 +103,16 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
     done = "; ".join(f"grid {n}: {a} of {long['cells_in_grid'].get(n)} cells"
                      for n, a in long["cells_per_grid"].items())
     rows = [[c["task"], c["seq_len"], c["d_model"], c["mixer"], f"{c['best_lr']:g}",
-             _fmt(c["accuracy"]), c["state_floats"], c["window"] or "—",
+             _fmt(c["accuracy"]),
+             ", ".join(f"{lr}: {m:.3f}" for lr, m in c["by_lr"].items()),
+             c["state_floats"], c["window"] or "—",
              "—" if c["support_per_head"] is None else f"{c['support_per_head']:.1f}",
              f"{c['step_seconds']:.3f}"] for c in cells]
     table = ("Trained longer (" + ", ".join(f"{s:,}" for s in steps) + " steps of "
              + ", ".join(str(b) for b in batch) + f" sequences; {done}):\n\n"
-             + markdown_table(["task", "T", "d", "mixer", "lr", "accuracy", "state floats / "
-                               "layer", "window", "SV support / head", "s / step"], rows))
+             + markdown_table(["task", "T", "d", "mixer", "best lr", "accuracy (best lr)",
+                               "mean accuracy by lr", "state floats / layer", "window",
+                               "SV support / head", "s / step"], rows))
     mq = [m for m in margins if m["task"] == "mqar"]
     if not mq:
         claim = Claim("MQAR trained longer: hybrid SV beats the matched window",
@@ -124,12 +127,17 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
              + ", ".join(f"{_fmt(c['accuracy'])} at T = {c['seq_len']}" for c in soft)
              + " — how far from solved the task still is at this budget (zoology trains "
              "attention to ~1.0 on MQAR, with far more sequences)."] if soft else []
-    notes.extend(_long_memory_notes(long["records"]))
+    best = {(c["task"], c["seq_len"], c["d_model"]): c["best_lr"] for c in cells
+            if c["mixer"] == "hybrid_sv"}
+    notes.extend(_long_memory_notes(
+        [r for r in long["records"] if best.get((r["run"]["task"], r["run"]["seq_len"],
+                                                 r["run"]["d_model"])) == r["run"]["lr"]]))
     return claim, table, notes
 
 
 def _long_memory_notes(records: list[dict]) -> list[str]:
-    """What the longer-trained hybrids' memories kept and what their gates learned."""
+    """What the longer-trained hybrids' memories kept and what their gates learned (the
+    records given: the hybrid's best learning rate)."""
     out = []
     for rec in (r for r in records if r["run"]["mixer"] == "hybrid_sv"):
         layers = []
