@@ -119,3 +119,28 @@ def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path:
                res.notes)
     # the slices' table is built from the slices only
     assert res.metrics["cells"][0]["accuracy"]["mean"] < 0.4
+
+
+def test_the_full_policy_diagnosis_is_reported_paired_beside_the_longer_grid(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.3, .32, .31))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.5, .5, .52))]
+    _write(tmp_path, recs)
+    long = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.4, .5, .6))]
+    long += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.6, .62, .58))]
+    long += [_rec("mqar", "softmax", s, .9) for s in range(3)]
+    _write_long(tmp_path, long)
+    full = [_rec("mqar", "hybrid_sv", s, a, _memory(0.5)) for s, a in enumerate((.7, .8, .9))]
+    for r in full:
+        r["grid"] = "long-64-full"
+    res = {"command": "svattn recall collect", "cells_per_grid": {"long-64-full": 3},
+           "cells_in_grid": {"long-64-full": 3}, "train_seconds": 1.0,
+           "summary": summarize(full), "records": full}
+    (tmp_path / "results" / "recall_long_full.json").write_text(json.dumps(res))
+    out = run(_ctx(tmp_path))
+    table = next(t for t in out.tables if t.startswith("Diagnosis: the longer grid's hybrid"))
+    # paired by seed: full − support = +0.3 each seed; − window = .1, .18, .32; − softmax
+    assert "+0.300" in table and "+0.200" in table and "-0.100" in table, table
+    assert "grid long-64-full: 3 of 3 cells" in table
+    assert any(n.startswith("'Full' policy, ") for n in out.notes)
+    # the claims are the longer grid's and the slices', never the diagnosis's
+    assert not any("full" in c.claim.lower() and "policy" in c.claim for c in out.claims)

@@ -139,6 +139,16 @@ GRIDS: dict[str, RecallGrid] = {
              "softmax reached 0.22, a 4,000-step probe 0.67; three learning rates for every "
              "mixer (the slice's better one first, then one either side); its own runs "
              "folder and results file, since its cell ids repeat the slice's"),
+    "long-64-full": RecallGrid(
+        "long-64-full", tasks=("mqar",), lengths=(64,), mixers=("hybrid_sv",),
+        lrs=(3e-3,), seeds=(0, 1, 2),
+        base=dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000,
+                  hybrid={**SMALL_HYBRID, "policy": "full"}),
+        note="diagnosis of long-64, not a competitor: the same hybrid with the 'full' "
+             "policy (each boundary's memory over every earlier token, nothing cut to "
+             "the budget; its state is not matched to the window), at the learning rate "
+             "long-64's support-policy hybrid did best with; its own runs folder and "
+             "results file (its cell ids repeat long-64's)"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
