@@ -133,12 +133,13 @@ GRIDS: dict[str, RecallGrid] = {
              "positions, one learning rate; far from converged"),
     "long-64": RecallGrid(
         "long-64", tasks=("mqar",), lengths=(64,), mixers=("hybrid_sv", "sliding", "softmax"),
-        lrs=(3e-4, 1e-3, 3e-3), seeds=(0, 1, 2),
+        lrs=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
         base=dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000),
         note="MQAR T = 64 trained 8x the slice's sequences (4,000 steps of 64): the slice's "
-             "softmax reached 0.22, a 4,000-step probe 0.67; three learning rates for every "
-             "mixer (the slice's better one first, then one either side); its own runs "
-             "folder and results file, since its cell ids repeat the slice's"),
+             "softmax reached 0.22, a 4,000-step probe 0.67; three of zoology's four "
+             "learning rates for every mixer (the slice's better one first, then upward, "
+             "the way the first results pointed); its own runs folder and results file, "
+             "since its cell ids repeat the slice's"),
     "long-64-full": RecallGrid(
         "long-64-full", tasks=("mqar",), lengths=(64,), mixers=("hybrid_sv",),
         lrs=(3e-3,), seeds=(0, 1, 2),
