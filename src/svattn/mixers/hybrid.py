@@ -327,18 +327,22 @@ class HybridSVAttention(SoftmaxAttention):
     def _global_support(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Boundary by boundary: carried support ∪ previous chunk, capped at ``budget``.
 
-        Every boundary problem has ``budget + L`` key slots: the carried support,
-        padded to ``budget`` with masked slots, then the previous chunk. Its
-        partition (FISTA + repair, no grad) must be solved before the next
-        boundary's problem exists (the next key set *is* this one's support), so
-        that part runs boundary after boundary, each batched over ``B·H``. What
-        the gradient needs does not: the positions of every boundary's keys are
-        recorded, and after the loop **one** differentiable margin solve over all
-        ``B·H·M`` problems and **one** fused readout give every chunk's output.
+        Boundary ``m``'s problem has ``c_m + L`` key slots: ``c_m`` carried ones, then
+        the previous chunk, with ``c_0 = 0`` and ``c_{m+1} = min(budget, c_m + L)``: all
+        of boundary ``m``'s slots while they fit in ``budget``, else those of its
+        ``budget`` largest alphas; a carried slot holding no kept token is masked. So
+        the first boundaries are smaller than ``budget + L`` (the first holds just its
+        chunk): a fixed ``budget + L`` layout would only add masked slots there. Each
+        partition (FISTA + repair, no grad) must be solved before the next boundary's
+        problem exists (the next key set *is* this one's support), so that part runs
+        boundary after boundary, each batched over ``B·H``. What the gradient needs
+        does not: the positions of every boundary's keys are recorded, and after the
+        loop **one** differentiable margin solve and **one** fused readout per problem
+        size (:meth:`_read_group`) give every chunk's output.
         """
         B, H, T, Dh = q.shape
         L, budget = self.chunk, self.budget
-        P, M, n = B * H, math.ceil(T / L) - 1, self.budget + self.chunk
+        P, M = B * H, math.ceil(T / L) - 1
         exact = self.mode == "exact"
         gamma = self._gamma(Dh)
         compiled = self.compile_solver and not torch.compiler.is_compiling()
@@ -346,14 +350,16 @@ class HybridSVAttention(SoftmaxAttention):
         kf, vf = k.reshape(P, T, Dh), v.reshape(P, T, v.shape[-1])
         kd = kf.detach()
         chunk_pos = torch.arange(L, device=k.device).expand(P, L)
-        cpos = torch.zeros(P, budget, dtype=torch.long, device=k.device)  # carried positions
-        cval = torch.zeros(P, budget, dtype=torch.bool, device=k.device)  # real carried slots
+        cpos = torch.zeros(P, 0, dtype=torch.long, device=k.device)  # carried positions
+        cval = torch.zeros(P, 0, dtype=torch.bool, device=k.device)  # real carried slots
         kept_max = torch.zeros((), dtype=torch.long, device=k.device)
         truncated = torch.zeros((), dtype=torch.long, device=k.device)
-        positions, valids, parts, kmats, solved, outs = [], [], [], [], [], []
+        groups: list[dict] = []  # runs of boundaries with one problem size
+        outs, S, E, val = [], None, None, None
         for m in range(M):  # boundary m: keys of chunk m (and the carry), read by chunk m + 1
             pos = torch.cat([cpos, chunk_pos + m * L], -1)  # (P, n)
             val = torch.cat([cval, torch.ones_like(chunk_pos, dtype=torch.bool)], -1)
+            n = pos.shape[-1]
             kk = rows(kd, pos)  # (P, n, Dh)
             if exact:
                 q_m = q[:, :, (m + 1) * L : (m + 2) * L]
@@ -367,39 +373,58 @@ class HybridSVAttention(SoftmaxAttention):
             else:
                 sol, K, d, _ = partition(kk, val, self.C, self.kernel, gamma, self.solver)
                 alpha, S, E = sol.alpha, sol.margin, sol.error
-                kmats.append((K, d, sol.error, sol.factors))
-                solved.append((sol.alpha, sol.mu))
-            positions.append(pos)
-            valids.append(val)
-            parts.append((S, E))
+                if not groups or groups[-1]["n"] != n:
+                    groups.append({"n": n, "m0": m, "pos": [], "kmats": [], "solved": []})
+                g = groups[-1]
+                g["pos"].append(pos)
+                g["kmats"].append((K, d, sol.error, sol.factors))
+                g["solved"].append((sol.alpha, sol.mu))
             kept = S | E
             counts = kept.sum(-1)  # (P,)
             kept_max = torch.maximum(kept_max, counts.max())
             truncated = truncated + (counts > budget).sum()
-            # Carry the kept set, or its `budget` largest alphas; slot order is kept.
-            score = torch.where(kept, alpha, -torch.inf)
-            top = score.topk(budget, dim=-1).indices.sort(-1).values  # (P, budget)
-            cpos, cval = pos.gather(-1, top), kept.gather(-1, top)
+            if n <= budget:  # every slot fits: carry them all (the unkept ones masked)
+                cpos, cval = pos, kept
+            else:  # the kept set, or its `budget` largest alphas; slot order is kept
+                score = torch.where(kept, alpha, -torch.inf)
+                top = score.topk(budget, dim=-1).indices.sort(-1).values  # (P, budget)
+                cpos, cval = pos.gather(-1, top), kept.gather(-1, top)
         self._kept, self._truncated = kept_max, truncated
-        S, E = parts[-1]
-        R = valids[-1] & ~S & ~E
+        n = S.shape[-1]
+        R = val & ~S & ~E
         self.last_partition_ = Partition(*(z.detach().view(B, H, n) for z in (S, E, R)))
         if exact:
             return torch.cat(outs, 2)  # (B, H, T − L, Dh)
-        # All boundaries at once: keys and values by position (differentiable gathers).
-        pos = torch.stack(positions, 1).reshape(P, M * n)  # (P, M·n)
-        kb = rows(kf, pos).view(P * M, n, Dh)
-        vb = rows(vf, pos).view(B, H * M, n, -1)
+        qp = F.pad(q, (0, 0, 0, (M + 1) * L - T))  # (B, H, (M + 1)·L, Dh)
+        outs = [self._read_group(qp, kf, vf, g, gamma) for g in groups]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
+        return out[:, :, : T - L]  # (B, H, T − L, Dh)
+
+    def _read_group(self, qp: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, g: dict,
+                    gamma: float) -> torch.Tensor:
+        """Margin solve and readout of a run of ``G`` boundaries with one problem size.
+
+        ``qp`` the queries padded to whole chunks ``(B, H, (M + 1)·L, Dh)``, ``kf``/``vf``
+        the keys and values ``(P, T, ·)``, ``g`` the run (first boundary ``m0``, size
+        ``n``, and per boundary its positions, kernel matrices and solved alphas).
+        Returns the outputs of chunks ``m0 + 1 .. m0 + G``, ``(B, H, G·L, Dh)``.
+        """
+        B, H, _, Dh = qp.shape
+        P, L, n, G, m0 = B * H, self.chunk, g["n"], len(g["pos"]), g["m0"]
+        # Keys and values by position (differentiable gathers).
+        pos = torch.stack(g["pos"], 1).reshape(P, G * n)  # (P, G·n)
+        kb = rows(kf, pos).view(P * G, n, Dh)
+        vb = rows(vf, pos).view(B, H * G, n, -1)
         # The partitions' final margin solves are the differentiable ones: their alphas,
         # with a backward that reuses each boundary's factorization (svattn.nn.margin).
         alpha, _ = margin_solve_factored(
-            kb, torch.stack([z[0] for z in solved], 1).view(P * M, n),
-            torch.stack([z[1] for z in solved], 1).view(P * M), self.C, self.kernel, gamma,
-            kmats)  # (P·M, n)
-        qb = F.pad(q, (0, 0, 0, (M + 1) * L - T))[:, :, L:].reshape(B, H * M, L, Dh)
-        out = readout_fused(qb, kb.view(B, H * M, n, Dh), vb, alpha.view(B, H * M, n),
-                            self.kernel, gamma)  # (B, H·M, L, Dh)
-        return out.reshape(B, H, M * L, -1)[:, :, : T - L]  # (B, H, T − L, Dh)
+            kb, torch.stack([z[0] for z in g["solved"]], 1).view(P * G, n),
+            torch.stack([z[1] for z in g["solved"]], 1).view(P * G), self.C, self.kernel,
+            gamma, g["kmats"])  # (P·G, n)
+        qb = qp[:, :, (m0 + 1) * L : (m0 + 1 + G) * L].reshape(B, H * G, L, Dh)
+        out = readout_fused(qb, kb.view(B, H * G, n, Dh), vb, alpha.view(B, H * G, n),
+                            self.kernel, gamma)  # (B, H·G, L, Dh)
+        return out.reshape(B, H, G * L, -1)
 
     def _global(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # The memory is solved and read in (at least) float32, never under autocast:
