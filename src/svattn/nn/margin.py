@@ -40,7 +40,8 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import gather_rows, log_kernel, log_kernel_diag
+from svattn.nn.common import gather_rows, host_reads, log_kernel, log_kernel_diag
+from svattn.nn.system_cpu import build_compact_system
 
 __all__ = [
     "Factors",
@@ -85,6 +86,15 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     P, n = S.shape
     dt = K.dtype
     Ef = E.to(dt)
+    if compact and host_reads(K):
+        # CPU, eager: the same system in one compiled pass (nn/system_cpu.py), exactly
+        # symmetric, so LAPACK factors its transpose (its column-major layout, no copy)
+        s = min(max(int(S.sum(-1).max()), 1), n)  # host read: the compact system's size
+        M, rhs, idx, sval = build_compact_system(K, d, S, E, C, ridge, s)
+        idx = idx if s < n else None  # every key a slot: the dense form
+        sf = sval.to(dt)
+        return _factor_and_solve(M.mT, rhs.unsqueeze(-1), idx, sval, sf, Ef, C, ridge,
+                                 ridge_steps, n)
     if compact:
         idx, sval = gather_rows(S)  # host read: the compact system's size
         compact = idx.shape[-1] < n  # S holds every key somewhere: the dense form, no gather
@@ -112,6 +122,13 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
     rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
     rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+    return _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n)
+
+
+def _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n):
+    """Factor the systems ``M`` (P, s+1, s+1), solve for ``rhs`` (P, s+1, 1), with the
+    iterated-ridge steps: ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors`."""
+    P, s = sval.shape
     LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
     zs = [torch.linalg.lu_solve(LU, piv, rhs)]
     pad = None
