@@ -41,7 +41,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.nn.common import gather_rows, host_reads, log_kernel, log_kernel_diag
-from svattn.nn.system_cpu import build_compact_system
+from svattn.nn.system_cpu import build_compact_system, kernel_weights
 
 __all__ = [
     "Factors",
@@ -168,6 +168,9 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
         if k:
             adj = f.pad * lam
     lam_w, a_w = torch.stack(lams, -1), torch.stack(avs, -1)  # (P, n, t+1)
+    if host_reads(K):  # CPU, eager: W_s itself on the kept block (nn/system_cpu.py)
+        return _grad_from_weights(X, d, lam_w, *kernel_weights(K, X, lam_w, a_w), kernel,
+                                  gamma)
     nz = lam_w.shape[-1]
     if compact:
         # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the kernel
@@ -202,6 +205,23 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
         g_x = X.new_zeros(P * n, D).index_copy_(  # padded slots hold distinct keys
             0, flat, (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
     return g_x
+
+
+def _grad_from_weights(X, d, lam_w, W, X1, idx, kernel, gamma):
+    """∂L/∂X (P, n, D) from ``W_s`` and ``X1`` on the kept slots (:func:`kernel_weights`)."""
+    P, n, D = X.shape
+    Y = torch.bmm(W, X1)  # (P, m, D + 1): [W_s X, W_s 1]
+    Xk = X1[..., :D]
+    if kernel == "rbf":
+        g_x = torch.addcmul(Y[..., :D], Y[..., D:], Xk, value=-1.0).mul_(2.0 * gamma)
+    else:
+        dl = d * lam_w.sum(-1) if idx is None else (d * lam_w.sum(-1)).gather(-1, idx)
+        g_x = torch.addcmul(gamma * Y[..., :D], dl.unsqueeze(-1), Xk, value=2.0 * gamma)
+    if idx is None:
+        return g_x
+    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
+    # padded slots hold distinct unkept keys, whose rows of W_s (hence of g_x) are zero
+    return X.new_zeros(P * n, D).index_copy_(0, flat, g_x.reshape(-1, D)).view(P, n, D)
 
 
 class _MarginSolve(torch.autograd.Function):
