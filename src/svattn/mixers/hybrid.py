@@ -86,6 +86,17 @@ def chunked_causal_softmax(
     """
     B, H, T, Dh = q.shape
     pad = (-T) % chunk
+    if lookback == 0 and pad == 0:
+        # chunks as batch entries, (B·N, H, L, ·): 4-D inputs take the fused (flash) kernel,
+        # and for the heads of one (B, T, H·Dh) projection (q, k, v as split_heads gives
+        # them) both this view and the output's way back are free of copies
+        n = T // chunk
+
+        def chunks(z: torch.Tensor) -> torch.Tensor:
+            return z.unflatten(2, (n, chunk)).transpose(1, 2).reshape(B * n, H, chunk, -1)
+
+        o = F.scaled_dot_product_attention(chunks(q), chunks(k), chunks(v), is_causal=True)
+        return o.unflatten(0, (B, n)).transpose(1, 2).reshape(B, H, T, -1)
     if pad:  # padding sits at the end of the last chunk: causal masking hides it
         q, k, v = (F.pad(z, (0, 0, 0, pad)) for z in (q, k, v))
     n = (T + pad) // chunk
@@ -374,7 +385,7 @@ class HybridSVAttention(SoftmaxAttention):
                 sol, K, d, _ = partition(kk, val, self.C, self.kernel, gamma, self.solver)
                 alpha, S, E = sol.alpha, sol.margin, sol.error
                 if not groups or groups[-1]["n"] != n:
-                    groups.append({"n": n, "m0": m, "pos": [], "kmats": [], "solved": []})
+                    groups.append({"n": n, "pos": [], "kmats": [], "solved": []})
                 g = groups[-1]
                 g["pos"].append(pos)
                 g["kmats"].append((K, d, sol.error, sol.factors))
@@ -395,33 +406,41 @@ class HybridSVAttention(SoftmaxAttention):
         self.last_partition_ = Partition(*(z.detach().view(B, H, n) for z in (S, E, R)))
         if exact:
             return torch.cat(outs, 2)  # (B, H, T − L, Dh)
-        qp = F.pad(q, (0, 0, 0, (M + 1) * L - T))  # (B, H, (M + 1)·L, Dh)
-        outs = [self._read_group(qp, kf, vf, g, gamma) for g in groups]
+        qp = F.pad(q, (0, 0, 0, (M + 1) * L - T)) if (M + 1) * L > T else q
+        # each group's query chunks (a split: its backward is one cat, no zero-filled copies)
+        qs = torch.split(qp, [L] + [len(g["pos"]) * L for g in groups], dim=2)[1:]
+        # every group's keys and values by position, in one differentiable gather each
+        base = (T * torch.arange(P, device=k.device)).view(P, 1, 1)
+        flat = [(torch.stack(g["pos"], 1) + base).reshape(-1) for g in groups]
+        sizes = [f.numel() for f in flat]
+        flat = torch.cat(flat) if len(flat) > 1 else flat[0]
+        kall = kf.reshape(P * T, Dh).index_select(0, flat).split(sizes)
+        vall = vf.reshape(P * T, -1).index_select(0, flat).split(sizes)
+        outs = [self._read_group(qg, kg, vg, g, gamma)
+                for qg, kg, vg, g in zip(qs, kall, vall, groups, strict=True)]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
-        return out[:, :, : T - L]  # (B, H, T − L, Dh)
+        return out if M * L == T - L else out[:, :, : T - L]  # (B, H, T − L, Dh)
 
-    def _read_group(self, qp: torch.Tensor, kf: torch.Tensor, vf: torch.Tensor, g: dict,
+    def _read_group(self, qg: torch.Tensor, kg: torch.Tensor, vg: torch.Tensor, g: dict,
                     gamma: float) -> torch.Tensor:
         """Margin solve and readout of a run of ``G`` boundaries with one problem size.
 
-        ``qp`` the queries padded to whole chunks ``(B, H, (M + 1)·L, Dh)``, ``kf``/``vf``
-        the keys and values ``(P, T, ·)``, ``g`` the run (first boundary ``m0``, size
+        ``qg`` the queries of the chunks that read them ``(B, H, G·L, Dh)``, ``kg``/``vg``
+        their keys and values ``(P·G·n, ·)`` in ``(P, G, n)`` order, ``g`` the run (size
         ``n``, and per boundary its positions, kernel matrices and solved alphas).
-        Returns the outputs of chunks ``m0 + 1 .. m0 + G``, ``(B, H, G·L, Dh)``.
+        Returns the outputs of those chunks, ``(B, H, G·L, Dh)``.
         """
-        B, H, _, Dh = qp.shape
-        P, L, n, G, m0 = B * H, self.chunk, g["n"], len(g["pos"]), g["m0"]
-        # Keys and values by position (differentiable gathers).
-        pos = torch.stack(g["pos"], 1).reshape(P, G * n)  # (P, G·n)
-        kb = rows(kf, pos).view(P * G, n, Dh)
-        vb = rows(vf, pos).view(B, H * G, n, -1)
+        B, H, _, Dh = qg.shape
+        P, L, n, G = B * H, self.chunk, g["n"], len(g["pos"])
+        kb = kg.view(P * G, n, Dh)
+        vb = vg.view(B, H * G, n, -1)
         # The partitions' final margin solves are the differentiable ones: their alphas,
         # with a backward that reuses each boundary's factorization (svattn.nn.margin).
         alpha, _ = margin_solve_factored(
             kb, torch.stack([z[0] for z in g["solved"]], 1).view(P * G, n),
             torch.stack([z[1] for z in g["solved"]], 1).view(P * G), self.C, self.kernel,
             gamma, g["kmats"])  # (P·G, n)
-        qb = qp[:, :, (m0 + 1) * L : (m0 + 1 + G) * L].reshape(B, H * G, L, Dh)
+        qb = qg.reshape(B, H * G, L, Dh)
         out = readout_fused(qb, kb.view(B, H * G, n, Dh), vb, alpha.view(B, H * G, n),
                             self.kernel, gamma)  # (B, H·G, L, Dh)
         return out.reshape(B, H, G * L, -1)
@@ -441,10 +460,12 @@ class HybridSVAttention(SoftmaxAttention):
         T = q.shape[2]
         o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk, self.lookback)
         if T > self.chunk:
-            glob = self._global(q, k, v)  # (B, H, T − L, Dh)
-            g = torch.sigmoid(self.gate).to(o.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
             L = self.chunk
-            o = torch.cat([o[:, :, :L], g * glob + (1.0 - g) * o[:, :, L:]], 2)
+            glob = F.pad(self._global(q, k, v), (0, 0, L, 0))  # (B, H, T, Dh), 0 on chunk 0
+            g = torch.sigmoid(self.gate).to(o.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
+            after = (torch.arange(T, device=o.device) >= L).to(o.dtype).view(1, 1, T, 1)
+            # g·global + (1 − g)·local from chunk 1 on, the local path alone on chunk 0
+            o = torch.lerp(o, glob, g * after)
         else:  # one chunk: causal softmax. The gate gets a zero gradient (DDP wants one).
             self._kept, self._truncated = 0, 0
             o = o + 0.0 * self.gate.sum()
