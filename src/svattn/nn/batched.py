@@ -190,19 +190,27 @@ def scaled_kernel_matrix(
     costs 10-100x more per entry, and the hybrid's padded slots made about half of
     every boundary matrix underflow. Present pairs below the floor get
     ``exp(floor)`` (about 1e-38 in float32, 1e-307 in float64) instead of a
-    subnormal, against a largest entry of 1.
+    subnormal, against a largest entry of 1. Where every key is present and
+    :func:`~svattn.nn.common.host_reads` allows (CPU, eager) the masking is skipped:
+    it would leave every value as it is.
     """
     P, n, _ = x.shape
     scale2 = 2.0 * gamma if kernel == "rbf" else gamma
+    # CPU, eager: with every key present the masking is the identity (same values)
+    masked = not (host_reads(valid) and bool(valid.all()))
     h = -0.5 * shift.unsqueeze(-1).expand(P, n)
     if kernel == "rbf":
         h = h - gamma * (x * x).sum(-1)
-    h = torch.where(valid, h, -3e4).unsqueeze(-1)  # (P, n, 1)
-    xs = torch.where(valid.unsqueeze(-1), x * scale2**0.5, 0.0)
+    h = (torch.where(valid, h, -3e4) if masked else h).unsqueeze(-1)  # (P, n, 1)
+    xs = x * scale2**0.5
+    xs = torch.where(valid.unsqueeze(-1), xs, 0.0) if masked else xs
     one = torch.ones_like(h)
     K = torch.bmm(torch.cat([xs, h, one], -1), torch.cat([xs, one, h], -1).transpose(1, 2))
+    K = K.clamp_min_(exp_floor(K.dtype)).exp_()
+    if not masked:
+        return K
     w = valid.to(K.dtype)
-    return K.clamp_min_(exp_floor(K.dtype)).exp_().mul_(w.unsqueeze(-1)).mul_(w.unsqueeze(-2))
+    return K.mul_(w.unsqueeze(-1)).mul_(w.unsqueeze(-2))
 
 
 def exp_floor(dtype: torch.dtype) -> float:
