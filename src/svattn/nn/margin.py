@@ -87,14 +87,15 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     dt = K.dtype
     Ef = E.to(dt)
     if compact and host_reads(K):
-        # CPU, eager: the same system in one compiled pass (nn/system_cpu.py), exactly
-        # symmetric, so LAPACK factors its transpose (its column-major layout, no copy)
+        # CPU, eager: the same system in one compiled pass (nn/system_cpu.py), symmetric
+        # up to K's rounding, so LAPACK factors its transpose (its column-major layout:
+        # no copy; the backward treats M as symmetric anyway)
         s = min(max(int(S.sum(-1).max()), 1), n)  # host read: the compact system's size
         M, rhs, idx, sval = build_compact_system(K, d, S, E, C, ridge, s)
         idx = idx if s < n else None  # every key a slot: the dense form
         sf = sval.to(dt)
         return _factor_and_solve(M.mT, rhs.unsqueeze(-1), idx, sval, sf, Ef, C, ridge,
-                                 ridge_steps, n)
+                                 ridge_steps, n, in_place=True)
     if compact:
         idx, sval = gather_rows(S)  # host read: the compact system's size
         compact = idx.shape[-1] < n  # S holds every key somewhere: the dense form, no gather
@@ -125,11 +126,17 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     return _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n)
 
 
-def _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n):
+def _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n, in_place=False):
     """Factor the systems ``M`` (P, s+1, s+1), solve for ``rhs`` (P, s+1, 1), with the
-    iterated-ridge steps: ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors`."""
+    iterated-ridge steps: ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors`.
+    ``in_place``: ``M`` is a column-major buffer of the caller's, factored in place."""
     P, s = sval.shape
-    LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+    if in_place:
+        piv = torch.empty(P, s + 1, dtype=torch.int32, device=M.device)
+        info = torch.empty(P, dtype=torch.int32, device=M.device)
+        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False, out=(M, piv, info))
+    else:
+        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
     zs = [torch.linalg.lu_solve(LU, piv, rhs)]
     pad = None
     if ridge > 0 and ridge_steps > 0:

@@ -8,9 +8,10 @@ torch that is a sort for the slot order, a row gather of ``K``, a column gather,
 batched product for ``K_SE 1``, three passes writing the matrix and a handful of small
 ops for the right-hand side, each a pass over ``(P, s, n)`` memory; on CPU, in eager
 mode, :func:`build_compact_system` writes the same matrix and right-hand side in one
-pass per problem. The matrix is exactly symmetric (each entry pair written from one
-``K`` entry), so LAPACK may factor its transpose, which is its own column-major layout
-(no transposing copy). ``tests/nn/test_nn_system_cpu.py`` compares it with the torch
+pass per problem, row by row. The matrix is symmetric up to ``K``'s rounding (``K_ij``
+and ``K_ji`` come from two sums), so LAPACK may factor its transpose, which is its
+column-major layout (no transposing copy): the solve then differs from the torch
+form's by rounding. ``tests/nn/test_nn_system_cpu.py`` compares it with the torch
 form, entry by entry and through the margin solve's values and gradients.
 
 **Backward.** The closed-form backward of :mod:`svattn.nn.margin` needs
@@ -61,32 +62,36 @@ def _build(K, d, S, E, C, ridge, s, identity, M, rhs, idx, sval):  # pragma: no 
             nE += E[p, i]
         Kp = K[p]
         Mp = M[p]
-        for a in range(s):
-            ia = idx[p, a]
-            if sval[p, a]:
-                for b in range(a, s):
-                    if sval[p, b]:
-                        w = 2.0 * Kp[ia, idx[p, b]]
-                    else:
-                        w = 0.0
-                    Mp[a, b] = w
-                    Mp[b, a] = w
-                Mp[a, a] += ridge
+        ip = idx[p]
+        sp = sval[p]
+        for a in range(s):  # row by row: contiguous writes, reads from one row of K
+            ia = ip[a]
+            Mrow = Mp[a]
+            if sp[a]:
+                Krow = Kp[ia]
+                if identity:
+                    for b in range(s):
+                        Mrow[b] = 2.0 * Krow[b] if sp[b] else 0.0
+                else:  # S's slots come first
+                    for b in range(nS):
+                        Mrow[b] = 2.0 * Krow[ip[b]]
+                    for b in range(nS, s):
+                        Mrow[b] = 0.0
+                Mrow[a] += ridge
                 ke = 0.0
                 if nE:
                     for j in range(n):
                         if E[p, j]:
-                            ke += Kp[ia, j]
+                            ke += Krow[j]
                 rhs[p, a] = d[p, ia] - 2.0 * C * ke
-                Mp[a, s] = 1.0
+                Mrow[s] = 1.0
                 Mp[s, a] = 1.0
             else:
-                for b in range(a, s):
-                    Mp[a, b] = 0.0
-                    Mp[b, a] = 0.0
-                Mp[a, a] = 1.0
+                for b in range(s):
+                    Mrow[b] = 0.0
+                Mrow[a] = 1.0
                 rhs[p, a] = 0.0
-                Mp[a, s] = 0.0
+                Mrow[s] = 0.0
                 Mp[s, a] = 0.0
         if nS:
             Mp[s, s] = 0.0
@@ -110,8 +115,7 @@ def build_compact_system(
     Parameters
     ----------
     K : Tensor (P, n, n)
-        Kernel matrices (symmetric; only the entries ``K[i, j]``, ``i`` before ``j`` in
-        slot order, are read).
+        Kernel matrices (symmetric up to rounding).
     d : Tensor (P, n)
         Their diagonals.
     S, E : bool Tensor (P, n)
@@ -126,7 +130,7 @@ def build_compact_system(
     -------
     M : Tensor (P, s+1, s+1)
         ``[[2 K_SS + ridge·I, 1], [1ᵀ, 0]]`` on the slots of ``S``, identity rows and
-        columns elsewhere; exactly symmetric.
+        columns elsewhere; row ``a`` from row ``idx[a]`` of ``K``.
     rhs : Tensor (P, s+1)
         ``[d_S − 2C K_SE 1; 1 − C|E|]`` (0 off ``S``; 0 for ``mu`` where ``S`` is empty).
     idx : Tensor (P, s) long
