@@ -100,3 +100,36 @@ def test_solve_system_dense_when_one_problem_holds_every_key():
         alpha_t, mu_t, _ = solve_system(K, d, S, E, 0.15, 1e-3, 0, True)
     torch.testing.assert_close(alpha, alpha_t, rtol=0, atol=1e-10)
     torch.testing.assert_close(mu, mu_t, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("steps", [0, 1])
+def test_backward_weights_when_one_problem_keeps_every_key(steps):
+    """kernel_weights without a gather (slot = key) where some problem keeps every key."""
+    from svattn.nn.system_cpu import kernel_weights
+
+    kf, valid, K, d, shift, S, E = _problem(torch.float64, seed=7)
+    valid = torch.ones_like(valid)
+    K, d, shift = kernel_problem(kf, valid, "rbf", 1.0 / 5)
+    S = S.clone()
+    S[3] = True
+    E = E & ~S
+    lam = torch.randn(*S.shape, steps + 1, dtype=torch.float64) * S.unsqueeze(-1)
+    W, X1, idx = kernel_weights(K, kf, lam, lam.abs())
+    assert idx is None and W.shape[-1] == S.shape[-1]
+    ref = -2.0 * K * sum(lam[..., k].unsqueeze(-1) * lam[..., k].abs().unsqueeze(-2)
+                         + lam[..., k].abs().unsqueeze(-1) * lam[..., k].unsqueeze(-2)
+                         for k in range(steps + 1))
+    torch.testing.assert_close(W, ref, rtol=0, atol=1e-12)
+    kf = kf.requires_grad_()
+    w = torch.randn(S.shape, dtype=torch.float64)
+    out = {}
+    for name in ("compiled", "torch"):
+        if name == "torch":
+            with no_host_reads():
+                a, mu = margin_solve(kf, K, d, S, E, 0.15, "rbf", 1 / 5, 1e-3, steps, True)
+        else:
+            a, mu = margin_solve(kf, K, d, S, E, 0.15, "rbf", 1 / 5, 1e-3, steps, True)
+        (g,) = torch.autograd.grad((a * w).sum() + mu.sum(), kf)
+        out[name] = (a.detach(), g)
+    for x, y in zip(out["compiled"], out["torch"], strict=True):
+        torch.testing.assert_close(x, y, rtol=0, atol=1e-9)

@@ -179,31 +179,51 @@ def _weights(K, X, lam, av, kept, m, identity, W, X1, kidx):  # pragma: no cover
             for a in range(m):
                 lk[k, a] = lam[p, kidx[p, a], k]
                 ak[k, a] = av[p, kidx[p, a], k]
+        # compact: the kept keys fill the first c slots, W_s is zero on the others
+        c = m
+        if not identity:
+            c = 0
+            for i in range(n):
+                c += kept[p, i]
         Kp = K[p]
         Wp = W[p]
+        ip = kidx[p]
         for a in range(m):
-            ia = kidx[p, a]
+            ia = ip[a]
             for j in range(D):
                 X1[p, a, j] = X[p, ia, j]
             X1[p, a, D] = 1.0
             Wrow = Wp[a]
-            for b in range(m):
-                Wrow[b] = 0.0
-            for k in range(nz):
-                la = lk[k, a]
-                aa = ak[k, a]
-                lrow = lk[k]
-                arow = ak[k]
+            if a >= c:
                 for b in range(m):
-                    Wrow[b] += la * arow[b] + aa * lrow[b]
+                    Wrow[b] = 0.0
+                continue
             Krow = Kp[ia]
-            if identity:
-                for b in range(m):
-                    Wrow[b] *= -2.0 * Krow[b]
+            if nz == 1:
+                la = lk[0, a]
+                aa = ak[0, a]
+                lrow = lk[0]
+                arow = ak[0]
+                if identity:
+                    for b in range(m):
+                        Wrow[b] = -2.0 * Krow[b] * (la * arow[b] + aa * lrow[b])
+                else:
+                    for b in range(c):
+                        Wrow[b] = -2.0 * Krow[ip[b]] * (la * arow[b] + aa * lrow[b])
             else:
-                ip = kidx[p]
-                for b in range(m):
+                for b in range(c):
+                    Wrow[b] = 0.0
+                for k in range(nz):
+                    la = lk[k, a]
+                    aa = ak[k, a]
+                    lrow = lk[k]
+                    arow = ak[k]
+                    for b in range(c):
+                        Wrow[b] += la * arow[b] + aa * lrow[b]
+                for b in range(c):
                     Wrow[b] *= -2.0 * Krow[ip[b]]
+            for b in range(c, m):
+                Wrow[b] = 0.0
 
 
 def kernel_weights(
