@@ -56,3 +56,29 @@ def test_large_logits_stay_finite():
     out = sv_readout(40 * q, 40 * k, v, alpha, kernel="exp")
     ref = sv_readout_reference(40 * q, 40 * k, v, alpha, kernel="exp")
     assert torch.isfinite(out).all() and torch.isfinite(ref).all()
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_explicit_cpu_readout_and_sdpa_path_match_reference(kernel, dtype):
+    """Training on CPU runs nn.readout_cpu's explicit Function; the SDPA form runs
+    elsewhere (and without grad). Both against the reference, values and gradients."""
+    from svattn.nn.readout import _explicit, readout_fused
+    from svattn.nn.readout_cpu import explicit_readout
+
+    inputs = _inputs(dtype, kernel, seed=3)
+    gamma = 1.0 / inputs[0].shape[-1] if kernel == "rbf" else inputs[0].shape[-1] ** -0.5
+    assert _explicit(*inputs)
+    ref = sv_readout_reference(*inputs, kernel=kernel)
+    w = torch.randn_like(ref)
+    g_ref = torch.autograd.grad((ref * w).sum(), inputs)
+    out = explicit_readout(*inputs, kernel, gamma)
+    g_out = torch.autograd.grad((out * w).sum(), inputs)
+    tol = TOL[dtype]
+    torch.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    for name, a, b in zip("q k v alpha".split(), g_out, g_ref, strict=True):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol, msg=f"grad {name}")
+    with torch.no_grad():  # no gradient wanted: the SDPA form
+        assert not _explicit(*inputs)
+        torch.testing.assert_close(readout_fused(*inputs, kernel, gamma), ref.detach(),
+                                   rtol=tol, atol=tol)

@@ -86,6 +86,17 @@ def chunked_causal_softmax(
     """
     B, H, T, Dh = q.shape
     pad = (-T) % chunk
+    if lookback == 0 and pad == 0:
+        # chunks as batch entries, (B·N, H, L, ·): 4-D inputs take the fused (flash) kernel,
+        # and for the heads of one (B, T, H·Dh) projection (q, k, v as split_heads gives
+        # them) both this view and the output's way back are free of copies
+        n = T // chunk
+
+        def chunks(z: torch.Tensor) -> torch.Tensor:
+            return z.unflatten(2, (n, chunk)).transpose(1, 2).reshape(B * n, H, chunk, -1)
+
+        o = F.scaled_dot_product_attention(chunks(q), chunks(k), chunks(v), is_causal=True)
+        return o.unflatten(0, (B, n)).transpose(1, 2).reshape(B, H, T, -1)
     if pad:  # padding sits at the end of the last chunk: causal masking hides it
         q, k, v = (F.pad(z, (0, 0, 0, pad)) for z in (q, k, v))
     n = (T + pad) // chunk
@@ -327,18 +338,22 @@ class HybridSVAttention(SoftmaxAttention):
     def _global_support(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         """Boundary by boundary: carried support ∪ previous chunk, capped at ``budget``.
 
-        Every boundary problem has ``budget + L`` key slots: the carried support,
-        padded to ``budget`` with masked slots, then the previous chunk. Its
-        partition (FISTA + repair, no grad) must be solved before the next
-        boundary's problem exists (the next key set *is* this one's support), so
-        that part runs boundary after boundary, each batched over ``B·H``. What
-        the gradient needs does not: the positions of every boundary's keys are
-        recorded, and after the loop **one** differentiable margin solve over all
-        ``B·H·M`` problems and **one** fused readout give every chunk's output.
+        Boundary ``m``'s problem has ``c_m + L`` key slots: ``c_m`` carried ones, then
+        the previous chunk, with ``c_0 = 0`` and ``c_{m+1} = min(budget, c_m + L)``: all
+        of boundary ``m``'s slots while they fit in ``budget``, else those of its
+        ``budget`` largest alphas; a carried slot holding no kept token is masked. So
+        the first boundaries are smaller than ``budget + L`` (the first holds just its
+        chunk): a fixed ``budget + L`` layout would only add masked slots there. Each
+        partition (FISTA + repair, no grad) must be solved before the next boundary's
+        problem exists (the next key set *is* this one's support), so that part runs
+        boundary after boundary, each batched over ``B·H``. What the gradient needs
+        does not: the positions of every boundary's keys are recorded, and after the
+        loop **one** differentiable margin solve and **one** fused readout per problem
+        size (:meth:`_read_group`) give every chunk's output.
         """
         B, H, T, Dh = q.shape
         L, budget = self.chunk, self.budget
-        P, M, n = B * H, math.ceil(T / L) - 1, self.budget + self.chunk
+        P, M = B * H, math.ceil(T / L) - 1
         exact = self.mode == "exact"
         gamma = self._gamma(Dh)
         compiled = self.compile_solver and not torch.compiler.is_compiling()
@@ -346,14 +361,16 @@ class HybridSVAttention(SoftmaxAttention):
         kf, vf = k.reshape(P, T, Dh), v.reshape(P, T, v.shape[-1])
         kd = kf.detach()
         chunk_pos = torch.arange(L, device=k.device).expand(P, L)
-        cpos = torch.zeros(P, budget, dtype=torch.long, device=k.device)  # carried positions
-        cval = torch.zeros(P, budget, dtype=torch.bool, device=k.device)  # real carried slots
+        cpos = torch.zeros(P, 0, dtype=torch.long, device=k.device)  # carried positions
+        cval = torch.zeros(P, 0, dtype=torch.bool, device=k.device)  # real carried slots
         kept_max = torch.zeros((), dtype=torch.long, device=k.device)
         truncated = torch.zeros((), dtype=torch.long, device=k.device)
-        positions, valids, parts, kmats, solved, outs = [], [], [], [], [], []
+        groups: list[dict] = []  # runs of boundaries with one problem size
+        outs, S, E, val = [], None, None, None
         for m in range(M):  # boundary m: keys of chunk m (and the carry), read by chunk m + 1
             pos = torch.cat([cpos, chunk_pos + m * L], -1)  # (P, n)
             val = torch.cat([cval, torch.ones_like(chunk_pos, dtype=torch.bool)], -1)
+            n = pos.shape[-1]
             kk = rows(kd, pos)  # (P, n, Dh)
             if exact:
                 q_m = q[:, :, (m + 1) * L : (m + 2) * L]
@@ -367,39 +384,66 @@ class HybridSVAttention(SoftmaxAttention):
             else:
                 sol, K, d, _ = partition(kk, val, self.C, self.kernel, gamma, self.solver)
                 alpha, S, E = sol.alpha, sol.margin, sol.error
-                kmats.append((K, d, sol.error, sol.factors))
-                solved.append((sol.alpha, sol.mu))
-            positions.append(pos)
-            valids.append(val)
-            parts.append((S, E))
+                if not groups or groups[-1]["n"] != n:
+                    groups.append({"n": n, "pos": [], "kmats": [], "solved": []})
+                g = groups[-1]
+                g["pos"].append(pos)
+                g["kmats"].append((K, d, sol.error, sol.factors))
+                g["solved"].append((sol.alpha, sol.mu))
             kept = S | E
             counts = kept.sum(-1)  # (P,)
             kept_max = torch.maximum(kept_max, counts.max())
             truncated = truncated + (counts > budget).sum()
-            # Carry the kept set, or its `budget` largest alphas; slot order is kept.
-            score = torch.where(kept, alpha, -torch.inf)
-            top = score.topk(budget, dim=-1).indices.sort(-1).values  # (P, budget)
-            cpos, cval = pos.gather(-1, top), kept.gather(-1, top)
+            if n <= budget:  # every slot fits: carry them all (the unkept ones masked)
+                cpos, cval = pos, kept
+            else:  # the kept set, or its `budget` largest alphas; slot order is kept
+                score = torch.where(kept, alpha, -torch.inf)
+                top = score.topk(budget, dim=-1).indices.sort(-1).values  # (P, budget)
+                cpos, cval = pos.gather(-1, top), kept.gather(-1, top)
         self._kept, self._truncated = kept_max, truncated
-        S, E = parts[-1]
-        R = valids[-1] & ~S & ~E
+        n = S.shape[-1]
+        R = val & ~S & ~E
         self.last_partition_ = Partition(*(z.detach().view(B, H, n) for z in (S, E, R)))
         if exact:
             return torch.cat(outs, 2)  # (B, H, T − L, Dh)
-        # All boundaries at once: keys and values by position (differentiable gathers).
-        pos = torch.stack(positions, 1).reshape(P, M * n)  # (P, M·n)
-        kb = rows(kf, pos).view(P * M, n, Dh)
-        vb = rows(vf, pos).view(B, H * M, n, -1)
+        qp = F.pad(q, (0, 0, 0, (M + 1) * L - T)) if (M + 1) * L > T else q
+        # each group's query chunks (a split: its backward is one cat, no zero-filled copies)
+        qs = torch.split(qp, [L] + [len(g["pos"]) * L for g in groups], dim=2)[1:]
+        # every group's keys and values by position, in one differentiable gather each
+        base = (T * torch.arange(P, device=k.device)).view(P, 1, 1)
+        flat = [(torch.stack(g["pos"], 1) + base).reshape(-1) for g in groups]
+        sizes = [f.numel() for f in flat]
+        flat = torch.cat(flat) if len(flat) > 1 else flat[0]
+        kall = kf.reshape(P * T, Dh).index_select(0, flat).split(sizes)
+        vall = vf.reshape(P * T, -1).index_select(0, flat).split(sizes)
+        outs = [self._read_group(qg, kg, vg, g, gamma)
+                for qg, kg, vg, g in zip(qs, kall, vall, groups, strict=True)]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
+        return out if M * L == T - L else out[:, :, : T - L]  # (B, H, T − L, Dh)
+
+    def _read_group(self, qg: torch.Tensor, kg: torch.Tensor, vg: torch.Tensor, g: dict,
+                    gamma: float) -> torch.Tensor:
+        """Margin solve and readout of a run of ``G`` boundaries with one problem size.
+
+        ``qg`` the queries of the chunks that read them ``(B, H, G·L, Dh)``, ``kg``/``vg``
+        their keys and values ``(P·G·n, ·)`` in ``(P, G, n)`` order, ``g`` the run (size
+        ``n``, and per boundary its positions, kernel matrices and solved alphas).
+        Returns the outputs of those chunks, ``(B, H, G·L, Dh)``.
+        """
+        B, H, _, Dh = qg.shape
+        P, L, n, G = B * H, self.chunk, g["n"], len(g["pos"])
+        kb = kg.view(P * G, n, Dh)
+        vb = vg.view(B, H * G, n, -1)
         # The partitions' final margin solves are the differentiable ones: their alphas,
         # with a backward that reuses each boundary's factorization (svattn.nn.margin).
         alpha, _ = margin_solve_factored(
-            kb, torch.stack([z[0] for z in solved], 1).view(P * M, n),
-            torch.stack([z[1] for z in solved], 1).view(P * M), self.C, self.kernel, gamma,
-            kmats)  # (P·M, n)
-        qb = F.pad(q, (0, 0, 0, (M + 1) * L - T))[:, :, L:].reshape(B, H * M, L, Dh)
-        out = readout_fused(qb, kb.view(B, H * M, n, Dh), vb, alpha.view(B, H * M, n),
-                            self.kernel, gamma)  # (B, H·M, L, Dh)
-        return out.reshape(B, H, M * L, -1)[:, :, : T - L]  # (B, H, T − L, Dh)
+            kb, torch.stack([z[0] for z in g["solved"]], 1).view(P * G, n),
+            torch.stack([z[1] for z in g["solved"]], 1).view(P * G), self.C, self.kernel,
+            gamma, g["kmats"])  # (P·G, n)
+        qb = qg.reshape(B, H * G, L, Dh)
+        out = readout_fused(qb, kb.view(B, H * G, n, Dh), vb, alpha.view(B, H * G, n),
+                            self.kernel, gamma)  # (B, H·G, L, Dh)
+        return out.reshape(B, H, G * L, -1)
 
     def _global(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         # The memory is solved and read in (at least) float32, never under autocast:
@@ -416,10 +460,12 @@ class HybridSVAttention(SoftmaxAttention):
         T = q.shape[2]
         o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk, self.lookback)
         if T > self.chunk:
-            glob = self._global(q, k, v)  # (B, H, T − L, Dh)
-            g = torch.sigmoid(self.gate).to(o.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
             L = self.chunk
-            o = torch.cat([o[:, :, :L], g * glob + (1.0 - g) * o[:, :, L:]], 2)
+            glob = F.pad(self._global(q, k, v), (0, 0, L, 0))  # (B, H, T, Dh), 0 on chunk 0
+            g = torch.sigmoid(self.gate).to(o.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
+            after = (torch.arange(T, device=o.device) >= L).to(o.dtype).view(1, 1, T, 1)
+            # g·global + (1 − g)·local from chunk 1 on, the local path alone on chunk 0
+            o = torch.lerp(o, glob, g * after)
         else:  # one chunk: causal softmax. The gate gets a zero gradient (DDP wants one).
             self._kept, self._truncated = 0, 0
             o = o + 0.0 * self.gate.sum()

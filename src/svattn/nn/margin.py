@@ -40,7 +40,8 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import gather_rows, log_kernel, log_kernel_diag
+from svattn.nn.common import gather_rows, host_reads, log_kernel, log_kernel_diag
+from svattn.nn.system_cpu import build_compact_system, kernel_weights
 
 __all__ = [
     "Factors",
@@ -85,6 +86,16 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     P, n = S.shape
     dt = K.dtype
     Ef = E.to(dt)
+    if compact and host_reads(K):
+        # CPU, eager: the same system in one compiled pass (nn/system_cpu.py), symmetric
+        # up to K's rounding, so LAPACK factors its transpose (its column-major layout:
+        # no copy; the backward treats M as symmetric anyway)
+        s = min(max(int(S.sum(-1).max()), 1), n)  # host read: the compact system's size
+        M, rhs, idx, sval = build_compact_system(K, d, S, E, C, ridge, s)
+        idx = idx if s < n else None  # every key a slot: the dense form
+        sf = sval.to(dt)
+        return _factor_and_solve(M.mT, rhs.unsqueeze(-1), idx, sval, sf, Ef, C, ridge,
+                                 ridge_steps, n, in_place=True)
     if compact:
         idx, sval = gather_rows(S)  # host read: the compact system's size
         compact = idx.shape[-1] < n  # S holds every key somewhere: the dense form, no gather
@@ -112,7 +123,20 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     rhs_S = torch.where(sval, d_S - 2.0 * C * kse, 0.0)
     rhs_mu = (1.0 - C * Ef.sum(-1)) * (1.0 - empty)
     rhs = torch.cat([rhs_S, rhs_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
-    LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
+    return _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n)
+
+
+def _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n, in_place=False):
+    """Factor the systems ``M`` (P, s+1, s+1), solve for ``rhs`` (P, s+1, 1), with the
+    iterated-ridge steps: ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors`.
+    ``in_place``: ``M`` is a column-major buffer of the caller's, factored in place."""
+    P, s = sval.shape
+    if in_place:
+        piv = torch.empty(P, s + 1, dtype=torch.int32, device=M.device)
+        info = torch.empty(P, dtype=torch.int32, device=M.device)
+        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False, out=(M, piv, info))
+    else:
+        LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
     zs = [torch.linalg.lu_solve(LU, piv, rhs)]
     pad = None
     if ridge > 0 and ridge_steps > 0:
@@ -151,6 +175,9 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
         if k:
             adj = f.pad * lam
     lam_w, a_w = torch.stack(lams, -1), torch.stack(avs, -1)  # (P, n, t+1)
+    if host_reads(K):  # CPU, eager: W_s itself on the kept block (nn/system_cpu.py)
+        return _grad_from_weights(X, d, lam_w, *kernel_weights(K, X, lam_w, a_w), kernel,
+                                  gamma)
     nz = lam_w.shape[-1]
     if compact:
         # W_s is zero outside the kept set S ∪ E (λ̃ lives on S, a on S ∪ E): the kernel
@@ -185,6 +212,23 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
         g_x = X.new_zeros(P * n, D).index_copy_(  # padded slots hold distinct keys
             0, flat, (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
     return g_x
+
+
+def _grad_from_weights(X, d, lam_w, W, X1, idx, kernel, gamma):
+    """∂L/∂X (P, n, D) from ``W_s`` and ``X1`` on the kept slots (:func:`kernel_weights`)."""
+    P, n, D = X.shape
+    Y = torch.bmm(W, X1)  # (P, m, D + 1): [W_s X, W_s 1]
+    Xk = X1[..., :D]
+    if kernel == "rbf":
+        g_x = torch.addcmul(Y[..., :D], Y[..., D:], Xk, value=-1.0).mul_(2.0 * gamma)
+    else:
+        dl = d * lam_w.sum(-1) if idx is None else (d * lam_w.sum(-1)).gather(-1, idx)
+        g_x = torch.addcmul(gamma * Y[..., :D], dl.unsqueeze(-1), Xk, value=2.0 * gamma)
+    if idx is None:
+        return g_x
+    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
+    # padded slots hold distinct unkept keys, whose rows of W_s (hence of g_x) are zero
+    return X.new_zeros(P * n, D).index_copy_(0, flat, g_x.reshape(-1, D)).view(P, n, D)
 
 
 class _MarginSolve(torch.autograd.Function):

@@ -105,18 +105,48 @@ def _steps(K, n_iter):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _iterate(K, d, a, y, valid, C, betas, step, tau, r, p, it0, it1, eps):  # pragma: no cover
+    """Iterations ``it0 + 1 .. it1`` of problem ``p`` (its rows of ``a``, ``y``, ``tau``,
+    ``r`` updated in place)."""
+    n = a.shape[1]
+    Kp, dp, ap, yp, validp = K[p], d[p], a[p], y[p], valid[p]
+    for it in range(it0 + 1, it1 + 1):
+        v = np.dot(yp, Kp)  # y K (BLAS gemv); the step: y − step·(2 y K − d)
+        m2 = -2.0 * step[p]
+        for j in range(n):
+            v[j] = yp[j] + step[p] * dp[j] + m2 * v[j]
+        if it == 1:  # the Newton start when no entry is clipped: (Σ v − 1) / m
+            t0 = 0.0
+            m = 0
+            for j in range(n):
+                if validp[j]:
+                    t0 += v[j]
+                    m += 1
+            tau[p] = (t0 - 1.0) / max(m, 1)
+        x, t = _project(v, validp, C, tau[p], eps)
+        tau[p] = t
+        # Adaptive restart: momentum off where it points uphill.
+        up = 0.0
+        for j in range(n):
+            up += (yp[j] - x[j]) * (x[j] - ap[j])
+        r[p] = 0 if up > 0 else r[p] + 1
+        beta = betas[r[p]]
+        for j in range(n):
+            diff = x[j] - ap[j]
+            yp[j] = x[j] + beta * diff
+            ap[j] = x[j]
+
+
+@njit(cache=True, nogil=True)
 def _loop(K, d, a, valid, C, betas, max_iter, check, eps):  # pragma: no cover
+    """All problems' iterations, problem by problem within each run of ``check``
+    iterations (one problem's ``K`` stays in cache over the run; the problems are
+    independent between the checks), then the stop check over all of them."""
     P, n = a.shape
     step = _steps(K, 4)
     y = a.copy()
-    tau = np.empty(P, dtype=a.dtype)
-    for p in range(P):  # the Newton start when no entry is clipped: (Σ v − 1) / m
-        m = 0
-        for i in range(n):
-            m += valid[p, i]
-        tau[p] = -1.0 / max(m, 1)
+    tau = np.zeros(P, dtype=a.dtype)
     r = np.zeros(P, dtype=np.int64)
-    first = True
     S_old = np.zeros((P, n), dtype=np.bool_)
     E_old = np.zeros((P, n), dtype=np.bool_)
     if check:
@@ -124,35 +154,13 @@ def _loop(K, d, a, valid, C, betas, max_iter, check, eps):  # pragma: no cover
             for i in range(n):
                 S_old[p, i] = valid[p, i] and 0.0 < a[p, i] < C
                 E_old[p, i] = valid[p, i] and a[p, i] >= C
+    block = check if check else max_iter
     it = 0
-    for it in range(1, max_iter + 1):
+    while it < max_iter:
+        it_next = min(it + block, max_iter)
         for p in range(P):
-            yp = y[p]
-            v = np.dot(yp, K[p])  # y K (BLAS gemv); the step: y − step·(2 y K − d)
-            m2 = -2.0 * step[p]
-            for j in range(n):
-                v[j] = yp[j] + step[p] * d[p, j] + m2 * v[j]
-            if first:
-                t0 = 0.0
-                m = 0
-                for j in range(n):
-                    if valid[p, j]:
-                        t0 += v[j]
-                        m += 1
-                tau[p] = (t0 - 1.0) / max(m, 1)
-            x, t = _project(v, valid[p], C, tau[p], eps)
-            tau[p] = t
-            # Adaptive restart: momentum off where it points uphill.
-            up = 0.0
-            for j in range(n):
-                up += (yp[j] - x[j]) * (x[j] - a[p, j])
-            r[p] = 0 if up > 0 else r[p] + 1
-            beta = betas[r[p]]
-            for j in range(n):
-                diff = x[j] - a[p, j]
-                y[p, j] = x[j] + beta * diff
-                a[p, j] = x[j]
-        first = False
+            _iterate(K, d, a, y, valid, C, betas, step, tau, r, p, it, it_next, eps)
+        it = it_next
         if check and it % check == 0:
             same = True
             for p in range(P):

@@ -7,7 +7,8 @@ Layout ``[B, H, T, D]``. Two implementations:
 
 * :func:`sv_readout_reference` — plain, max-subtracted softmax; obviously correct.
 * :func:`sv_readout` — on :func:`torch.nn.functional.scaled_dot_product_attention`
-  with a float mask. For rbf, ``log k = −gamma(‖q‖² + ‖x‖² − 2 q·x)``; the
+  with a float mask (for training on CPU: :mod:`svattn.nn.readout_cpu`, the same
+  arithmetic with an explicit backward). For rbf, ``log k = −gamma(‖q‖² + ‖x‖² − 2 q·x)``; the
   ``‖q‖²`` term is constant along each softmax row and cancels, leaving scores
   ``2·gamma·q·x`` plus the per-key bias ``log alpha − gamma‖x‖²``. For exp the
   scores are ``gamma·q·x`` with bias ``log alpha``.
@@ -19,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from svattn.nn.common import check_qkv, host_reads, log_kernel, resolve_gamma
+from svattn.nn.readout_cpu import explicit_readout
 
 __all__ = ["sv_readout", "sv_readout_reference", "log_alpha"]
 
@@ -108,6 +110,13 @@ def sv_readout(
     return readout_fused(q, k, v, alpha, kernel, resolve_gamma(kernel, gamma, q.shape[-1]))
 
 
+def _explicit(q, k, v, alpha) -> bool:
+    """Whether :func:`readout_fused` runs :func:`explicit_readout` (training on CPU)."""
+    return (q.device.type == "cpu" and q.dtype in (torch.float32, torch.float64)
+            and torch.is_grad_enabled() and not torch.compiler.is_compiling()
+            and any(t.requires_grad for t in (q, k, v, alpha)))
+
+
 def readout_fused(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -116,7 +125,14 @@ def readout_fused(
     kernel: str,
     gamma: float,
 ) -> torch.Tensor:
-    """:func:`sv_readout` without input checks (internal hot path)."""
+    """:func:`sv_readout` without input checks (internal hot path).
+
+    For training on CPU (eager, float32/64, some input needing a gradient) the same
+    readout runs as :func:`svattn.nn.readout_cpu.explicit_readout`: attention would
+    take its math path there (a bias with a gradient), which costs more.
+    """
+    if _explicit(q, k, v, alpha):
+        return explicit_readout(q, k, v, alpha, kernel, gamma)
     bias = log_alpha(alpha)  # (B, H, Tk)
     if kernel == "rbf":
         bias = bias - gamma * (k * k).sum(-1)

@@ -1,0 +1,97 @@
+"""The SV readout for training on CPU: one autograd Function with explicit products.
+
+``o = softmax_j(s·q·x_j + b_j) · V`` with the per-key bias ``b = log alpha − gamma‖x‖²``
+(rbf, ``s = 2·gamma``) or ``b = log alpha`` (exp, ``s = gamma``), as
+:func:`svattn.nn.readout.readout_fused` computes it with
+``scaled_dot_product_attention``. With a bias that needs a gradient, CPU attention runs
+its math path: the mask broadcast to ``(B, H, Tq, Tk)`` and added, a "safe" softmax
+that checks every row for ``−inf`` (three times a plain softmax), ``q`` and ``k``
+scaled by ``sqrt(s)`` and autograd through ``log alpha`` and ``‖x‖²``.
+:class:`_ExplicitReadout` runs the same arithmetic as five batched products and one
+softmax, and writes the backward out:
+
+* ``S = s·Q Xᵀ + b`` (one ``baddbmm``), ``P = softmax(S)``, ``O = P V``;
+* ``dV = Pᵀ dO``, ``dS = P ⊙ (dO Vᵀ − rowsum(dO ⊙ O))``, ``dQ = s·dS X``,
+  ``dX = s·dSᵀ Q`` (rbf: ``− 2·gamma·(Σ_i dS_ij)·x_j``), ``db_j = Σ_i dS_ij`` and
+  ``d alpha = db / alpha`` where ``alpha > 0`` (0 elsewhere, as ``log_alpha``).
+
+:func:`svattn.nn.readout.sv_readout_reference` is the reference the tests compare values
+and gradients against (``tests/nn/test_nn_readout.py``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["explicit_readout"]
+
+
+class _ExplicitReadout(torch.autograd.Function):
+    """Readout ``(B, H, Tq, Dv)`` of ``q`` ``(B, H, Tq, D)``, ``k`` ``(B, H, Tk, D)``,
+    ``v`` ``(B, H, Tk, Dv)``, ``alpha`` ``(B, H, Tk)``; module docstring."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, alpha, kernel, gamma):
+        B, H, Tq, D = q.shape
+        Tk, Dv = k.shape[2], v.shape[-1]
+        qf, kf, vf = q.reshape(B * H, Tq, D), k.reshape(B * H, Tk, D), v.reshape(B * H, Tk, Dv)
+        pos = alpha > 0
+        bias = torch.where(pos, alpha, 1.0).log_().masked_fill_(~pos, -torch.inf)
+        if kernel == "rbf":
+            bias = bias.sub_((k * k).sum(-1), alpha=gamma)
+            scale = 2.0 * gamma
+        else:
+            scale = gamma
+        S = torch.baddbmm(bias.view(B * H, 1, Tk), qf, kf.mT, alpha=scale)  # (BH, Tq, Tk)
+        P = torch.softmax(S, -1)
+        out = torch.bmm(P, vf)  # (BH, Tq, Dv)
+        ctx.save_for_backward(qf, kf, vf, alpha, P, out)
+        ctx.meta = (kernel, gamma, scale, (B, H))
+        return out.view(B, H, Tq, Dv)
+
+    @staticmethod
+    def backward(ctx, g_out):
+        qf, kf, vf, alpha, P, out = ctx.saved_tensors
+        kernel, gamma, scale, (B, H) = ctx.meta
+        go = g_out.reshape(out.shape)
+        dv = torch.bmm(P.mT, go)  # (BH, Tk, Dv)
+        dS = torch.bmm(go, vf.mT)  # dP (BH, Tq, Tk)
+        dS.sub_((go * out).sum(-1, keepdim=True)).mul_(P)  # P ⊙ (dP − rowsum(dO ⊙ O))
+        db = dS.sum(-2)  # (BH, Tk): the bias gradient
+        dq = torch.bmm(dS, kf).mul_(scale)
+        dk = torch.bmm(dS.mT, qf).mul_(scale)
+        if kernel == "rbf":  # b_j = log alpha_j − gamma‖x_j‖²
+            dk.addcmul_(db.unsqueeze(-1), kf, value=-2.0 * gamma)
+        da = torch.where(alpha > 0, db.view(alpha.shape) / alpha, 0.0)
+        Tq, D = qf.shape[1:]
+        Tk = kf.shape[1]
+        return (dq.view(B, H, Tq, D), dk.view(B, H, Tk, D), dv.view(B, H, Tk, -1), da,
+                None, None)
+
+
+def explicit_readout(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    alpha: torch.Tensor,
+    kernel: str,
+    gamma: float,
+) -> torch.Tensor:
+    """``softmax(log alpha + log k(q, x)) · V`` with the explicit backward (module docstring).
+
+    Parameters
+    ----------
+    q, k, v : Tensor ``[B, H, Tq, D]``, ``[B, H, Tk, D]``, ``[B, H, Tk, Dv]``
+        Queries, keys and values of the memory (one floating dtype).
+    alpha : Tensor ``[B, H, Tk]``
+        Memory coefficients (``>= 0``; zero entries get no weight and no gradient).
+    kernel : {"rbf", "exp"}
+        Kernel of the readout.
+    gamma : float
+        Its bandwidth.
+
+    Returns
+    -------
+    Tensor ``[B, H, Tq, Dv]``
+    """
+    return _ExplicitReadout.apply(q, k, v, alpha, kernel, float(gamma))
