@@ -257,3 +257,30 @@ def test_local_path_on_projection_views_matches_dense_mask(T):
     (g_fast,) = torch.autograd.grad((fast * w).sum(), qkv)
     (g_ref,) = torch.autograd.grad((ref * w).sum(), qkv)
     torch.testing.assert_close(g_fast, g_ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "merge"])
+def test_gate_mix_matches_reference(layout):
+    """The CPU gate mixing (one Function) against the torch lerp form: values and grads."""
+    from svattn.mixers.hybrid import gate_mix, gate_mix_reference
+
+    torch.manual_seed(3)
+    B, H, T, L, Dh = 2, 3, 20, 6, 5
+    if layout == "merge":  # the local path's layout: (B, T, H, Dh) memory seen as (B, H, T, Dh)
+        local = torch.randn(B, T, H, Dh, dtype=torch.float64).transpose(1, 2)
+    else:
+        local = torch.randn(B, H, T, Dh, dtype=torch.float64)
+    local.requires_grad_(True)
+    glob = torch.randn(B, H, T - L, Dh, dtype=torch.float64, requires_grad=True)
+    gate = torch.randn(H, dtype=torch.float64, requires_grad=True)
+    G = torch.randn(B, H, T, Dh, dtype=torch.float64)
+    outs = []
+    for fn in (gate_mix, gate_mix_reference):
+        o = fn(local, glob, torch.sigmoid(gate))
+        grads = torch.autograd.grad((o * G).sum(), (local, glob, gate))
+        outs.append((o.detach(), *grads))
+    for a, b in zip(*outs, strict=True):
+        assert torch.allclose(a, b, rtol=0, atol=1e-13)
+    assert outs[0][0].stride() == local.stride()  # the output in local's layout
+    assert torch.autograd.gradcheck(lambda a, b, c: gate_mix(a, b, torch.sigmoid(c)),
+                                    (local, glob, gate))

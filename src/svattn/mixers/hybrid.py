@@ -62,12 +62,13 @@ from svattn.nn.batched import (
     compiled_boundary_partition,
     solve_batched,
 )
-from svattn.nn.common import Partition, resolve_gamma
+from svattn.nn.common import Partition, host_reads, resolve_gamma
 from svattn.nn.margin import margin_solve_factored, rows
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused
 
-__all__ = ["HybridSVAttention", "POLICIES", "chunked_causal_softmax"]
+__all__ = ["HybridSVAttention", "POLICIES", "chunked_causal_softmax", "gate_mix",
+           "gate_mix_reference"]
 
 POLICIES = ("full", "support")
 
@@ -117,6 +118,64 @@ def chunked_causal_softmax(
     mask = (col <= row + lookback) & (first + col >= 0)  # (N, L, lookback + L): causal, no pad
     o = F.scaled_dot_product_attention(qc, kc, vc, attn_mask=mask)  # (B, H, N, L, Dh)
     return o.reshape(B, H, n * chunk, -1)[:, :, :T]
+
+
+def gate_mix_reference(local: torch.Tensor, glob: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """``g_h·global + (1 − g_h)·local`` from chunk 1 on, the local path alone on chunk 0.
+
+    ``local`` ``(B, H, T, Dh)``, ``glob`` ``(B, H, T − L, Dh)`` (chunks 1..), ``g``
+    ``(H,)``. The torch form (one ``lerp`` on the zero-padded global output): what
+    accelerators and ``torch.compile`` run, and :func:`gate_mix`'s reference.
+    """
+    T, L = local.shape[2], local.shape[2] - glob.shape[2]
+    glob = F.pad(glob, (0, 0, L, 0))  # (B, H, T, Dh), 0 on chunk 0
+    after = (torch.arange(T, device=local.device) >= L).to(local.dtype).view(1, 1, T, 1)
+    return torch.lerp(local, glob, g.view(1, -1, 1, 1) * after)
+
+
+class _GateMix(torch.autograd.Function):
+    """:func:`gate_mix_reference` without the padded copy of ``glob`` (CPU, eager).
+
+    The output takes ``local``'s layout (the local path's is that of the heads' merge:
+    ``merge_heads`` then needs no copy); chunk 0 is copied, the rest is one ``lerp``.
+    Backward: ``g_local = G`` on chunk 0 and ``G·(1 − g)`` after, ``g_glob = G·g``,
+    ``g_g = Σ G ⊙ (glob − local)`` over chunks 1.. (``lerp``'s own derivatives).
+    """
+
+    @staticmethod
+    def forward(ctx, local, glob, g):
+        L = local.shape[2] - glob.shape[2]
+        w = g.view(1, -1, 1, 1)
+        out = torch.empty_like(local)
+        out[:, :, :L] = local[:, :, :L]
+        torch.lerp(local[:, :, L:], glob, w, out=out[:, :, L:])
+        ctx.save_for_backward(local, glob, g)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        local, glob, g = ctx.saved_tensors
+        L = local.shape[2] - glob.shape[2]
+        w = g.view(1, -1, 1, 1)
+        tail = grad[:, :, L:]
+        g_local = g_glob = g_g = None
+        if ctx.needs_input_grad[0]:
+            g_local = torch.empty_like(grad)
+            g_local[:, :, :L] = grad[:, :, :L]
+            torch.mul(tail, 1.0 - w, out=g_local[:, :, L:])
+        if ctx.needs_input_grad[1]:
+            g_glob = tail * w
+        if ctx.needs_input_grad[2]:
+            g_g = (tail * (glob - local[:, :, L:])).sum((0, 2, 3))
+        return g_local, g_glob, g_g
+
+
+def gate_mix(local: torch.Tensor, glob: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """:func:`gate_mix_reference`; on CPU in eager mode as one autograd Function
+    (no zero-padded copy of ``glob``, the output in ``local``'s layout)."""
+    if host_reads(local) and glob.shape[2] < local.shape[2]:
+        return _GateMix.apply(local, glob, g)
+    return gate_mix_reference(local, glob, g)
 
 
 class HybridSVAttention(SoftmaxAttention):
@@ -460,12 +519,8 @@ class HybridSVAttention(SoftmaxAttention):
         T = q.shape[2]
         o = chunked_causal_softmax(*self.positioned(q, k), v, self.chunk, self.lookback)
         if T > self.chunk:
-            L = self.chunk
-            glob = F.pad(self._global(q, k, v), (0, 0, L, 0))  # (B, H, T, Dh), 0 on chunk 0
-            g = torch.sigmoid(self.gate).to(o.dtype).view(1, -1, 1, 1)  # (1, H, 1, 1)
-            after = (torch.arange(T, device=o.device) >= L).to(o.dtype).view(1, 1, T, 1)
             # g·global + (1 − g)·local from chunk 1 on, the local path alone on chunk 0
-            o = torch.lerp(o, glob, g * after)
+            o = gate_mix(o, self._global(q, k, v), torch.sigmoid(self.gate).to(o.dtype))
         else:  # one chunk: causal softmax. The gate gets a zero gradient (DDP wants one).
             self._kept, self._truncated = 0, 0
             o = o + 0.0 * self.gate.sum()
