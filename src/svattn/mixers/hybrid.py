@@ -63,7 +63,8 @@ from svattn.nn.batched import (
     solve_batched,
 )
 from svattn.nn.common import Partition, host_reads, resolve_gamma
-from svattn.nn.margin import margin_solve_factored, rows
+from svattn.nn.gather_cpu import token_rows
+from svattn.nn.margin import margin_solve_factored
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused
 
@@ -417,8 +418,10 @@ class HybridSVAttention(SoftmaxAttention):
         gamma = self._gamma(Dh)
         compiled = self.compile_solver and not torch.compiler.is_compiling()
         partition = compiled_boundary_partition() if compiled else boundary_partition
-        kf, vf = k.reshape(P, T, Dh), v.reshape(P, T, v.shape[-1])
-        kd = kf.detach()
+        # token rows straight from the projection's view (nn.gather_cpu: no copy of k, v
+        # on CPU eager); row (p, t) of the flattened (P·T, ·) heads is p·T + t
+        kd = k.detach()
+        base = (T * torch.arange(P, device=k.device)).view(P, 1)
         chunk_pos = torch.arange(L, device=k.device).expand(P, L)
         cpos = torch.zeros(P, 0, dtype=torch.long, device=k.device)  # carried positions
         cval = torch.zeros(P, 0, dtype=torch.bool, device=k.device)  # real carried slots
@@ -430,13 +433,13 @@ class HybridSVAttention(SoftmaxAttention):
             pos = torch.cat([cpos, chunk_pos + m * L], -1)  # (P, n)
             val = torch.cat([cval, torch.ones_like(chunk_pos, dtype=torch.bool)], -1)
             n = pos.shape[-1]
-            kk = rows(kd, pos)  # (P, n, Dh)
+            kk = token_rows(kd, (pos + base).reshape(-1)).view(P, n, Dh)
             if exact:
                 q_m = q[:, :, (m + 1) * L : (m + 2) * L]
-                vv = rows(vf, pos)
                 o, alpha, part = self._solve(
-                    q_m, rows(kf, pos).view(B, H, n, Dh),
-                    vv.view(B, H, n, -1), val.view(B, H, n),
+                    q_m, token_rows(k, (pos + base).reshape(-1)).view(B, H, n, Dh),
+                    token_rows(v, (pos + base).reshape(-1)).view(B, H, n, -1),
+                    val.view(B, H, n),
                 )  # fmt: skip
                 outs.append(o)
                 alpha, S, E = alpha.reshape(P, n).detach(), *(z.reshape(P, n) for z in part[:2])
@@ -469,12 +472,11 @@ class HybridSVAttention(SoftmaxAttention):
         # each group's query chunks (a split: its backward is one cat, no zero-filled copies)
         qs = torch.split(qp, [L] + [len(g["pos"]) * L for g in groups], dim=2)[1:]
         # every group's keys and values by position, in one differentiable gather each
-        base = (T * torch.arange(P, device=k.device)).view(P, 1, 1)
-        flat = [(torch.stack(g["pos"], 1) + base).reshape(-1) for g in groups]
+        flat = [(torch.stack(g["pos"], 1) + base.unsqueeze(-1)).reshape(-1) for g in groups]
         sizes = [f.numel() for f in flat]
         flat = torch.cat(flat) if len(flat) > 1 else flat[0]
-        kall = kf.reshape(P * T, Dh).index_select(0, flat).split(sizes)
-        vall = vf.reshape(P * T, -1).index_select(0, flat).split(sizes)
+        kall = token_rows(k, flat, sizes)  # (a tuple of pieces, no split on CPU eager)
+        vall = token_rows(v, flat, sizes)
         outs = [self._read_group(qg, kg, vg, g, gamma)
                 for qg, kg, vg, g in zip(qs, kall, vall, groups, strict=True)]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, 2)
