@@ -14,6 +14,7 @@ deterministic). :func:`token_rows_reference` is the torch form (accelerators,
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from numba import njit
 
@@ -23,33 +24,38 @@ __all__ = ["token_rows", "token_rows_reference"]
 
 
 @njit(cache=True, nogil=True)
-def _gather(z, flat, out):  # pragma: no cover - compiled
-    _, H, T, D = z.shape
+def _gather(z, sb, sh, st, H, T, flat, out):  # pragma: no cover - compiled
+    # z: the tensor's memory as one contiguous run, (sb, sh, st) its strides (the last is 1)
+    D = out.shape[1]
     for i in range(flat.shape[0]):
         f = flat[i]
         p = f // T
         t = f - p * T
         b = p // H
-        h = p - b * H
-        src = z[b, h, t]
-        dst = out[i]
+        o = b * sb + (p - b * H) * sh + t * st
         for j in range(D):
-            dst[j] = src[j]
+            out[i, j] = z[o + j]
 
 
 @njit(cache=True, nogil=True)
-def _scatter_add(g, flat, grad):  # pragma: no cover - compiled
-    _, H, T, D = g.shape
+def _scatter_add(g, sb, sh, st, H, T, flat, grad):  # pragma: no cover - compiled
+    D = grad.shape[1]
     for i in range(flat.shape[0]):
         f = flat[i]
         p = f // T
         t = f - p * T
         b = p // H
-        h = p - b * H
-        dst = g[b, h, t]
-        src = grad[i]
+        o = b * sb + (p - b * H) * sh + t * st
         for j in range(D):
-            dst[j] += src[j]
+            g[o + j] += grad[i, j]
+
+
+def _run(z: torch.Tensor) -> tuple[np.ndarray, int, int, int]:
+    """``z``'s memory as one contiguous 1-D array and its first three strides (CPU)."""
+    span = 1 + sum((n - 1) * s for n, s in zip(z.shape, z.stride(), strict=True))
+    run = z.detach().as_strided((span,), (1,), z.storage_offset()).numpy()
+    sb, sh, st, _ = z.stride()
+    return run, sb, sh, st
 
 
 def token_rows_reference(
@@ -63,10 +69,11 @@ def token_rows_reference(
 
 
 def _pieces(z, flat, sizes):
-    zn, outs, i = z.detach().numpy(), [], 0
+    (run, sb, sh, st), (_, H, T, _) = _run(z), z.shape
+    outs, i = [], 0
     for s in sizes:
         out = z.new_empty(s, z.shape[-1])
-        _gather(zn, flat[i : i + s].numpy(), out.numpy())
+        _gather(run, sb, sh, st, H, T, flat[i : i + s].numpy(), out.numpy())
         outs.append(out)
         i += s
     return tuple(outs)
@@ -87,10 +94,11 @@ class _TokenRows(torch.autograd.Function):
         (flat,) = ctx.saved_tensors
         B, H, T, D = ctx.shape
         g = grads[0].new_zeros(B, T, H, D).transpose(1, 2)  # the heads' layout of the projection
-        gn, i = g.numpy(), 0
+        (run, sb, sh, st), i = _run(g), 0
         for s, gr in zip(ctx.sizes, grads, strict=True):
             if gr is not None:
-                _scatter_add(gn, flat[i : i + s].numpy(), gr.contiguous().numpy())
+                _scatter_add(run, sb, sh, st, H, T, flat[i : i + s].numpy(),
+                             gr.contiguous().numpy())
             i += s
         return g, None, None
 
@@ -102,11 +110,12 @@ def token_rows(
     ``z[b, h, t]`` (:func:`token_rows_reference`), differentiable w.r.t. ``z``; with
     ``sizes``, the consecutive pieces of that many rows (a tuple).
 
-    On CPU in eager mode read from ``z``'s own strides (no copy of ``z``), the pieces as
-    separate tensors (so the backward needs no ``cat`` of their gradients); ``flat``
-    long, every entry in ``[0, B·H·T)`` (not checked there).
+    On CPU in eager mode (``z``'s last stride 1) read from ``z``'s own strides (no
+    copy of ``z``), the pieces as separate tensors (so the backward needs no ``cat`` of
+    their gradients); ``flat`` long, every entry in ``[0, B·H·T)`` (not checked there).
     """
-    if host_reads(z) and flat.dtype == torch.long and z.dtype in (torch.float32, torch.float64):
+    if (host_reads(z) and flat.dtype == torch.long and z.stride(-1) == 1
+            and z.dtype in (torch.float32, torch.float64)):
         flat = flat.contiguous()
         one = sizes is None
         sizes = [flat.shape[0]] if one else [int(s) for s in sizes]
