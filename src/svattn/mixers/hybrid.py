@@ -418,8 +418,10 @@ class HybridSVAttention(SoftmaxAttention):
         gamma = self._gamma(Dh)
         compiled = self.compile_solver and not torch.compiler.is_compiling()
         partition = compiled_boundary_partition() if compiled else boundary_partition
-        # token rows straight from the projection's view (nn.gather_cpu: no copy of k, v
-        # on CPU eager); row (p, t) of the flattened (P·T, ·) heads is p·T + t
+        # one compact copy of k and v each (gathers from the projection's strided view read
+        # scattered rows and cost more than the copy); row (p, t) of the flattened
+        # (P·T, ·) heads is p·T + t (nn.gather_cpu)
+        k, v = k.contiguous(), v.contiguous()
         kd = k.detach()
         base = (T * torch.arange(P, device=k.device)).view(P, 1)
         chunk_pos = torch.arange(L, device=k.device).expand(P, L)
@@ -475,7 +477,7 @@ class HybridSVAttention(SoftmaxAttention):
         flat = [(torch.stack(g["pos"], 1) + base.unsqueeze(-1)).reshape(-1) for g in groups]
         sizes = [f.numel() for f in flat]
         flat = torch.cat(flat) if len(flat) > 1 else flat[0]
-        kall = token_rows(k, flat, sizes)  # (a tuple of pieces, no split on CPU eager)
+        kall = token_rows(k, flat, sizes)  # pieces: on CPU eager no cat in the backward
         vall = token_rows(v, flat, sizes)
         outs = [self._read_group(qg, kg, vg, g, gamma)
                 for qg, kg, vg, g in zip(qs, kall, vall, groups, strict=True)]
