@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 
 from svattn.nn.common import check_qkv, host_reads, log_kernel, resolve_gamma
-from svattn.nn.readout_cpu import explicit_readout
+from svattn.nn.readout_cpu import explicit_readout, readout_bias
 
 __all__ = ["sv_readout", "sv_readout_reference", "log_alpha"]
 
@@ -133,12 +133,7 @@ def readout_fused(
     """
     if _explicit(q, k, v, alpha):
         return explicit_readout(q, k, v, alpha, kernel, gamma)
-    bias = log_alpha(alpha)  # (B, H, Tk)
-    if kernel == "rbf":
-        bias = bias - gamma * (k * k).sum(-1)
-        scale = 2.0 * gamma
-    else:
-        scale = gamma
+    bias, scale = readout_bias(log_alpha(alpha), k, kernel, gamma)  # (B, H, Tk)
     B, H, Tq, _ = q.shape
     mask = bias.unsqueeze(-2).expand(B, H, Tq, k.shape[2])  # (B, H, Tq, Tk)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)

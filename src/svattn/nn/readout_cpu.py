@@ -23,7 +23,16 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["explicit_readout"]
+__all__ = ["explicit_readout", "readout_bias"]
+
+
+def readout_bias(log_a: torch.Tensor, k: torch.Tensor, kernel: str, gamma: float
+                 ) -> tuple[torch.Tensor, float]:
+    """The readout's per-key bias and query scale from ``log alpha`` ``(B, H, Tk)``:
+    ``(log alpha − gamma‖x‖², 2·gamma)`` for rbf, ``(log alpha, gamma)`` for exp."""
+    if kernel == "rbf":
+        return log_a - gamma * (k * k).sum(-1), 2.0 * gamma
+    return log_a, gamma
 
 
 class _ExplicitReadout(torch.autograd.Function):
@@ -36,12 +45,8 @@ class _ExplicitReadout(torch.autograd.Function):
         Tk, Dv = k.shape[2], v.shape[-1]
         qf, kf, vf = q.reshape(B * H, Tq, D), k.reshape(B * H, Tk, D), v.reshape(B * H, Tk, Dv)
         pos = alpha > 0
-        bias = torch.where(pos, alpha, 1.0).log_().masked_fill_(~pos, -torch.inf)
-        if kernel == "rbf":
-            bias = bias.sub_((k * k).sum(-1), alpha=gamma)
-            scale = 2.0 * gamma
-        else:
-            scale = gamma
+        bias, scale = readout_bias(
+            torch.where(pos, alpha, 1.0).log_().masked_fill_(~pos, -torch.inf), k, kernel, gamma)
         S = torch.baddbmm(bias.view(B * H, 1, Tk), qf, kf.mT, alpha=scale)  # (BH, Tq, Tk)
         P = torch.softmax(S, -1)
         out = torch.bmm(P, vf)  # (BH, Tq, Dv)

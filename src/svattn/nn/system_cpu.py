@@ -32,6 +32,25 @@ __all__ = ["build_compact_system", "kernel_weights"]
 
 
 @njit(cache=True, nogil=True)
+def _order_slots(mark, out, m):  # pragma: no cover - compiled
+    """``out[:m]``: the marked keys ascending, then the others ascending (as
+    ``gather_rows``); returns the number of marked keys (at most ``m``)."""
+    c = 0
+    for i in range(mark.shape[0]):
+        if mark[i]:
+            out[c] = i
+            c += 1
+    marked = c
+    for i in range(mark.shape[0]):
+        if c >= m:
+            break
+        if not mark[i]:
+            out[c] = i
+            c += 1
+    return marked
+
+
+@njit(cache=True, nogil=True)
 def _build(K, d, S, E, C, ridge, s, identity, M, rhs, idx, sval):  # pragma: no cover
     P, n = S.shape
     for p in range(P):
@@ -41,18 +60,7 @@ def _build(K, d, S, E, C, ridge, s, identity, M, rhs, idx, sval):  # pragma: no 
                 idx[p, i] = i
                 sval[p, i] = S[p, i]
         else:
-            c = 0
-            for i in range(n):
-                if S[p, i]:
-                    idx[p, c] = i
-                    c += 1
-            cs = c
-            for i in range(n):
-                if c >= s:
-                    break
-                if not S[p, i]:
-                    idx[p, c] = i
-                    c += 1
+            cs = _order_slots(S[p], idx[p], s)
             for a in range(s):
                 sval[p, a] = a < cs
         nS = 0
@@ -160,31 +168,17 @@ def _weights(K, X, lam, av, kept, m, identity, W, X1, kidx):  # pragma: no cover
     lk = np.empty((nz, m), dtype=W.dtype)
     ak = np.empty((nz, m), dtype=W.dtype)
     for p in range(P):
+        # compact: the kept keys fill the first c slots, W_s is zero on the others
+        c = m
         if identity:
             for i in range(n):
                 kidx[p, i] = i
         else:  # the kept keys ascending, then the others ascending
-            c = 0
-            for i in range(n):
-                if kept[p, i]:
-                    kidx[p, c] = i
-                    c += 1
-            for i in range(n):
-                if c >= m:
-                    break
-                if not kept[p, i]:
-                    kidx[p, c] = i
-                    c += 1
+            c = _order_slots(kept[p], kidx[p], m)
         for k in range(nz):  # the slots' weights, contiguous per iterate
             for a in range(m):
                 lk[k, a] = lam[p, kidx[p, a], k]
                 ak[k, a] = av[p, kidx[p, a], k]
-        # compact: the kept keys fill the first c slots, W_s is zero on the others
-        c = m
-        if not identity:
-            c = 0
-            for i in range(n):
-                c += kept[p, i]
         Kp = K[p]
         Wp = W[p]
         ip = kidx[p]
