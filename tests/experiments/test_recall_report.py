@@ -90,14 +90,15 @@ def test_a_margin_below_zero_is_not_reproduced(tmp_path: Path):
     assert any(n.startswith("The MQAR bar is not met") for n in res.notes)
 
 
-def _write_long(root: Path, records: list[dict]) -> None:
+def _write_long(root: Path, records: list[dict], grid: str = "long-64", cells: int = 9,
+                name: str = "recall_long.json") -> None:
     for r in records:
-        r["grid"] = "long-64"
+        r["grid"] = grid
         r["run"].update(steps=4000, batch_size=64)
-    res = {"command": "svattn recall collect", "cells_per_grid": {"long-64": len(records)},
-           "cells_in_grid": {"long-64": 9}, "train_seconds": 60.0,
+    res = {"command": "svattn recall collect", "cells_per_grid": {grid: len(records)},
+           "cells_in_grid": {grid: cells}, "train_seconds": 60.0,
            "summary": summarize(records), "records": records}
-    (root / "results" / "recall_long.json").write_text(json.dumps(res))
+    (root / "results" / name).write_text(json.dumps(res))
 
 
 def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path: Path):
@@ -130,12 +131,7 @@ def test_the_full_policy_diagnosis_is_reported_paired_beside_the_longer_grid(tmp
     long += [_rec("mqar", "softmax", s, .9) for s in range(3)]
     _write_long(tmp_path, long)
     full = [_rec("mqar", "hybrid_sv", s, a, _memory(0.5)) for s, a in enumerate((.7, .8, .9))]
-    for r in full:
-        r["grid"] = "long-64-full"
-    res = {"command": "svattn recall collect", "cells_per_grid": {"long-64-full": 3},
-           "cells_in_grid": {"long-64-full": 3}, "train_seconds": 1.0,
-           "summary": summarize(full), "records": full}
-    (tmp_path / "results" / "recall_long_full.json").write_text(json.dumps(res))
+    _write_long(tmp_path, full, "long-64-full", 3, "recall_long_full.json")
     out = run(_ctx(tmp_path))
     table = next(t for t in out.tables if t.startswith("Diagnosis: the longer grid's hybrid"))
     # paired by seed: full − support = +0.3 each seed; − window = .1, .18, .32; − softmax
