@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_trees import tree_env  # noqa: E402
 from bench_records import write_record  # noqa: E402
 
 KEYS = ("remove_margin_median_ms", "remove_error_median_ms", "add_back_median_ms",
@@ -29,11 +29,9 @@ KEYS = ("remove_margin_median_ms", "remove_error_median_ms", "add_back_median_ms
 
 
 def run(tree: Path, n: int, out: Path) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     subprocess.run([sys.executable, str(tree / "benchmarks" / "bench_exact.py"), "--sizes",
-                    str(n), "--oracle-max-n", "1000", "--json", str(out)], cwd=tree, env=env,
-                   check=True, stdout=subprocess.DEVNULL)
+                    str(n), "--oracle-max-n", "1000", "--json", str(out)], cwd=tree,
+                   env=tree_env(tree), check=True, stdout=subprocess.DEVNULL)
     return json.loads(out.read_text())
 
 

@@ -20,21 +20,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_trees import run_json  # noqa: E402
 from bench_records import write_record  # noqa: E402
+from step_timing import aten_calls, interleaved_medians  # noqa: E402
 
 
 def worker(args: argparse.Namespace) -> dict:
     """One run in this process's tree: step times and aten calls of both models."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from svattn.lm import CharLM, mixer_config, preset
 
@@ -60,22 +59,9 @@ def worker(args: argparse.Namespace) -> dict:
     calls = {}
     for mixer in models:
         step(mixer)  # warm-up
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            step(mixer)
-        calls[mixer] = sum(
-            1 for e in prof.events() if e.name.startswith("aten::")
-            and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
-    times: dict[str, list[float]] = {m: [] for m in models}
-    cpu: dict[str, list[float]] = {m: [] for m in models}
-    for _ in range(args.rounds):
-        for mixer in models:
-            t0, c0 = time.perf_counter(), time.process_time()
-            for _ in range(args.steps):
-                step(mixer)
-            times[mixer].append((time.perf_counter() - t0) / args.steps)
-            cpu[mixer].append((time.process_time() - c0) / args.steps)
-    med = {m: statistics.median(v) for m, v in times.items()}
-    cmed = {m: statistics.median(v) for m, v in cpu.items()}
+        calls[mixer] = aten_calls(lambda m=mixer: step(m))[0]
+    med, cmed = interleaved_medians({m: (lambda m=m: step(m)) for m in models}, args.rounds,
+                                    args.steps)
     return {
         "mixer_options": models["hybrid_sv"][0].cfg.mixer_options,
         "softmax_s_per_step": round(med["softmax"], 4),
@@ -102,13 +88,10 @@ def _commit(tree: Path) -> str:
 
 
 def run(tree: Path, args: argparse.Namespace) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", "--rounds",
-           str(args.rounds), "--steps", str(args.steps), "--batch", str(args.batch),
-           "--seed", str(args.seed), "--hybrid-options", args.hybrid_options]
-    out = subprocess.run(cmd, cwd=tree, env=env, check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_json(tree, [str(Path(__file__).resolve()), "--worker", "--rounds",
+                           str(args.rounds), "--steps", str(args.steps), "--batch",
+                           str(args.batch), "--seed", str(args.seed), "--hybrid-options",
+                           args.hybrid_options])
 
 
 def main(argv: list[str] | None = None) -> int:

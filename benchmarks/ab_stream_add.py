@@ -18,14 +18,12 @@ Usage (the tree before a change checked out with ``git worktree add ../base REV`
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ab_trees import run_json  # noqa: E402
 from bench_records import write_record  # noqa: E402
 
 CHILD = r"""
@@ -74,14 +72,10 @@ KEYS = ("extend_tok_s", "add_tok_s", "add_median_us", "remove_margin_median_ms")
 
 
 def run(tree: Path, args) -> dict:
-    env = dict(os.environ, PYTHONPATH=str(tree / "src"), OMP_NUM_THREADS="1",
-               OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     code = CHILD.format(bench=str(Path(__file__).resolve().parent), n=args.n, adds=args.adds,
                         seed=args.seed, C=args.C, gamma_d=args.gamma_d,
                         removals=args.removals)
-    out = subprocess.run([sys.executable, "-c", code], cwd=tree, env=env, check=True,
-                         capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_json(tree, ["-c", code])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import platform
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,6 +40,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402
+from step_timing import aten_calls, interleaved_medians  # noqa: E402
 from svattn.lm import CharLM, CharLMConfig, mixer_config  # noqa: E402
 
 # Solver settings: the LM's (HYBRID_DEFAULTS: 20 FISTA iterations, no repair, no ridge
@@ -77,21 +77,6 @@ def make_step(model: CharLM, mode: str):
     return step
 
 
-def aten_calls(step, x: torch.Tensor) -> tuple[int, int]:
-    """aten ops of one forward + backward step: (launched, all events).
-
-    *Launched*: aten events whose parent is not an aten op (what Python and autograd
-    call); *all*: every aten event, the ops those call inside included.
-    """
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        step(x)
-    aten = [e for e in prof.events() if e.name.startswith("aten::")]
-    top = [e for e in aten if e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")]
-    return len(top), len(aten)
-
-
 def run_config(
     d_model: int, T: int, chunk: int, solver: str, args: argparse.Namespace
 ) -> list[dict]:
@@ -107,18 +92,9 @@ def run_config(
             step(x)
             warm[m] = time.perf_counter() - t0
             step(x)
-        calls = {m: aten_calls(s, x) for m, s in steps.items()}
-        times: dict[str, list[float]] = {m: [] for m in steps}
-        cpu: dict[str, list[float]] = {m: [] for m in steps}
-        for _ in range(args.rounds):
-            for m, step in steps.items():
-                t0, c0 = time.perf_counter(), time.process_time()
-                for _ in range(args.steps):
-                    step(x)
-                times[m].append((time.perf_counter() - t0) / args.steps)
-                cpu[m].append((time.process_time() - c0) / args.steps)
-        med = {m: statistics.median(v) for m, v in times.items()}
-        cmed = {m: statistics.median(v) for m, v in cpu.items()}
+        calls = {m: aten_calls(lambda s=s: s(x)) for m, s in steps.items()}
+        med, cmed = interleaved_medians({m: (lambda s=s: s(x)) for m, s in steps.items()},
+                                        args.rounds, args.steps)
         rec = {
             "d_model": d_model, "T": T, "chunk": chunk, "C": 2.0 / chunk,
             "budget": chunk // 2, "window": chunk + chunk // 2, "batch": args.batch,
