@@ -722,7 +722,9 @@ def _recall_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--threads", type=_positive_int, default=1,
                      help="torch CPU threads (default 1)")
     col = sub.add_parser("collect", help="write the results file from the finished cells")
-    col.add_argument("--runs", type=Path, default=Path("runs/recall"), metavar="DIR")
+    col.add_argument("--runs", type=Path, nargs="+", default=[Path("runs/recall")],
+                     metavar="DIR", help="one or more folders of finished cells (default: "
+                     "runs/recall)")
     col.add_argument("--into", type=Path, default=Path("results/recall.json"), metavar="FILE")
     tim = sub.add_parser("time", help="seconds per training step of each mixer at a grid's sizes")
     tim.add_argument("--grid", default="full")
@@ -752,7 +754,8 @@ def _recall_run(args: argparse.Namespace) -> int:
     command = command_line(args._argv)
     if args.recall_command == "collect":
         res = collect(args.runs, args.into, command=command)
-        print(f"collected {len(res['records'])} cells from {args.runs} into {args.into}")
+        print(f"collected {len(res['records'])} cells from "
+              f"{', '.join(map(str, args.runs))} into {args.into}")
         return 0
     if args.grid not in GRIDS:
         raise ValueError(f"--grid must be one of {sorted(GRIDS)}, got {args.grid!r}")

@@ -170,7 +170,7 @@ def test_reserve_kernel_uses_the_kernels_overflow_bound():
 
 def test_block_hashes_and_commitments_equal_the_per_token_functions():
     from svattn.exact.certificate import commit_token, commit_tokens
-    from svattn.exact.state import row_hash, token_hash
+    from svattn.exact.hashes import row_hash, token_hash
 
     rng = np.random.default_rng(2)
     xs = rng.normal(size=(5, 3))
@@ -187,3 +187,62 @@ def test_block_hashes_and_commitments_equal_the_per_token_functions():
             commit_token(xs[r], None if v is None else v[r], key)[0] for r in range(5)]
         opaque = commit_tokens(xs, v, None)
         assert len(set(opaque)) == 5 and all(len(c) == 64 for c in opaque)
+
+
+def test_token_digests_equal_the_per_token_functions():
+    """The streaming add's three hashes from bytes converted once: the same values as
+    the token hash, row hash and commitment computed each on its own (a -0.0 entry
+    changes the token hash, which reads the bytes as stored, but neither the row
+    hash nor the commitment)."""
+    from svattn.exact.certificate import commit_token
+    from svattn.exact.hashes import row_hash, token_hash
+
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=6)
+    z = x.copy()
+    z[2] = -0.0
+    zp = z + 0.0
+    v = rng.normal(size=3)
+    v[0] = -0.0
+    key = b"d" * 32
+    for tid in (0, 5, 2**40):
+        for xx in (x, z, zp):
+            for vv in (None, v):
+                th, rh, c = fastpath.token_digests(tid, xx, vv, key)
+                assert th == token_hash(tid, xx, vv)
+                assert rh == row_hash(xx, np.zeros(0) if vv is None else vv)
+                assert c.hex() == commit_token(xx, vv, key)[0]
+    # the -0.0 entry: another set-hash summand, the same record otherwise
+    a, b = fastpath.token_digests(1, z, None, key), fastpath.token_digests(1, zp, None, key)
+    assert a[0] != b[0] and a[1:] == b[1:]
+    # without a key: opaque, a fresh nonce each time
+    c1, c2 = (fastpath.token_digests(1, x, None, None)[2] for _ in range(2))
+    assert len(c1) == 32 and c1 != c2
+
+
+def test_fast_adds_store_the_commitments_the_general_path_would(monkeypatch):
+    """Keyed commitments (deterministic) and tags: a fast add stores what the general
+    path stores, and the audit-facing commitment it returns is the stored one."""
+    key = b"fastpath-commit-key-0123456789ab"
+    x = _stream("rbf", 200, seed=9)
+    fast = SVDDMemory(0.05, tag_key=key)
+    slow = SVDDMemory(0.05, tag_key=key)
+    real = fastpath.store_reserve
+    returned = []
+    for i, row in enumerate(x):
+        tag = "subject" if i % 3 == 0 else None
+        monkeypatch.setattr(fastpath, "store_reserve", lambda *a: None)
+        slow.add(row, tag=tag)
+        monkeypatch.setattr(fastpath, "store_reserve",
+                            lambda *a, out=returned: out.append(real(*a)) or out[-1])
+        fast.add(row, tag=tag)
+        monkeypatch.setattr(fastpath, "store_reserve", real)
+    fs, ss = fast.solver_state, slow.solver_state
+    took = [r for r in returned if r is not None]
+    assert len(took) > 50  # most of a 200-token stream after warm-up
+    assert (fs.commitments[: fs.hi] == ss.commitments[: ss.hi]).all()
+    assert (fs.commit_keyed[: fs.hi] == ss.commit_keyed[: ss.hi]).all()
+    assert fs.commit_keyed[: fs.hi].all()
+    for tid, hexc in took:
+        assert bytes(fs.commitments[fs.id_to_slot[tid]]).hex() == hexc
+    _assert_same_state(fast, slow)

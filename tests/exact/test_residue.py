@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory
+from svattn.exact.hashes import token_hash
 from svattn.exact.memory import BACKENDS
-from svattn.exact.state import token_hash
 
 
 def _needles(x: np.ndarray) -> list[bytes]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 from svattn.experiments._common import Context
@@ -13,12 +14,12 @@ MQAR = {"vocab_size": 128, "num_kv_pairs": 4, "seq_len": 64}
 COPY = {"num_symbols": 8, "num_data": 8, "seq_len": 64}
 
 
-def _rec(task, mixer, seed, acc, memory=()):
-    return {"id": f"{task}-{mixer}-{seed}", "accuracy": acc, "state_floats": 2048,
+def _rec(task, mixer, seed, acc, memory=(), T=64):
+    return {"id": f"{task}-T{T}-{mixer}-{seed}", "accuracy": acc, "state_floats": 2048,
             "window": 32 if mixer == "sliding" else None, "step_seconds": 0.1,
             "memory": list(memory), "wall_seconds": 2.0, "grid": "slice",
             "task": MQAR if task == "mqar" else COPY,
-            "run": {"task": task, "seq_len": 64, "d_model": 64, "mixer": mixer, "lr": 3e-3,
+            "run": {"task": task, "seq_len": T, "d_model": 64, "mixer": mixer, "lr": 3e-3,
                     "seed": seed}}
 
 
@@ -120,6 +121,34 @@ def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path:
                res.notes)
     # the slices' table is built from the slices only
     assert res.metrics["cells"][0]["accuracy"]["mean"] < 0.4
+
+
+def test_the_longer_grids_verdict_is_taken_at_its_longest_length(tmp_path: Path):
+    recs = [_rec("mqar", "hybrid_sv", s, a, _memory(0.2)) for s, a in enumerate((.3, .32, .31))]
+    recs += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.5, .5, .52))]
+    _write(tmp_path, recs)
+    # T = 64: the hybrid well ahead; T = 128 (longest): behind in every seed
+    long = [_rec("mqar", "hybrid_sv", s, a, _memory(0.8)) for s, a in enumerate((.9, .95, .92))]
+    long += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.6, .62, .58))]
+    long += [_rec("mqar", "hybrid_sv", s, a, _memory(0.2), T=128)
+             for s, a in enumerate((.30, .31, .29))]
+    long += [_rec("mqar", "sliding", s, a, T=128) for s, a in enumerate((.40, .42, .41))]
+    _write_long(tmp_path, long, cells=12)
+    first = run(_ctx(tmp_path))
+    claim = first.claims[1]
+    assert claim.verdict == "not reproduced", claim
+    assert "longest T (128)" in claim.claim
+    assert claim.ours.startswith("T = 128, d = 64: -0.110") and "shorter: T = 64" in claim.ours
+    assert not any("not run at the same learning rates" in n for n in first.notes)
+    # a mixer run at another learning rate than the others: the report says so
+    long += [_rec("mqar", "sliding", s, .5, T=128) for s in range(3)]
+    for r in long[-3:]:
+        r["run"]["lr"] = 1e-3
+    _write_long(tmp_path, long, cells=15)
+    shutil.rmtree(tmp_path / "out")
+    notes = run(_ctx(tmp_path)).notes
+    assert any("T = 128, d = 64: the mixers were not run at the same learning rates "
+               "(hybrid_sv 0.003; sliding 0.001, 0.003)" in n for n in notes), notes
 
 
 def test_the_full_policy_diagnosis_is_reported_paired_beside_the_longer_grid(tmp_path: Path):

@@ -176,6 +176,21 @@ def test_run_grid_is_resumable_and_collect_reads_whatever_exists(tmp_path: Path)
     assert saved["summary"] == res["summary"]
     assert {r["command"] for r in saved["records"]} == {"c1", "c2"}
     assert saved["cells_per_grid"] == {"quick": 3}
+    # two folders at once (a grid run into a folder of its own); an id in both is refused
+    other = tmp_path / "more"
+    other.mkdir()
+    moved = out / "mqar-T32-sliding-d16-lr0.001-s1.json"
+    (other / moved.name).write_text(moved.read_text())
+    moved.unlink()
+    both = collect([out, other], command="c3")
+    assert [r["id"] for r in both["records"]] == [r["id"] for r in res["records"]]
+    assert both["summary"] == res["summary"] and both["collected_from"] == f"{out}, {other}"
+    (out / moved.name).write_text((other / moved.name).read_text())
+    with pytest.raises(ValueError, match="mqar-T32-sliding-d16-lr0.001-s1 is in both"):
+        collect([out, other])
+    progress = []  # the log gets each cell's training progress, not only its start
+    run_grid(grid, tmp_path / "logged", limit=1, log=progress.append)
+    assert progress[0].startswith("[recall]") and any("step" in line for line in progress[1:])
 
 
 def test_parse_only_and_collect_errors(tmp_path: Path):

@@ -24,6 +24,7 @@ import numpy as np
 CERTIFICATE_VERSION = 2  # 2: commitments without a salt beside them (keyed or opaque)
 KEYED, OPAQUE = "hmac-sha256", "opaque"  # the two commitment schemes (commit_token)
 _HEX = frozenset("0123456789abcdef")
+_COMMIT_LABEL = b"svattn-commit-v2|"  # the first bytes of every committed body
 
 
 def commit_token(key: np.ndarray, value: np.ndarray | None, commit_key: bytes | None
@@ -51,12 +52,18 @@ def commit_token(key: np.ndarray, value: np.ndarray | None, commit_key: bytes | 
     """
     k = _float64_bytes(key)
     v = b"" if value is None else _float64_bytes(value)
+    return commit_digest(k, v, commit_key).hex(), OPAQUE if commit_key is None else KEYED
+
+
+def commit_digest(kz: bytes, vz: bytes, commit_key: bytes | None) -> bytes:
+    """:func:`commit_token`'s commitment, as its 32 bytes, of a token's key and value
+    given as float64 bytes in C order with -0.0 written as 0.0 (b"" for no value)."""
     # the lengths first: a key and value split elsewhere must not commit alike
-    body = b"".join([b"svattn-commit-v2|", len(k).to_bytes(8, "big"), len(v).to_bytes(8, "big"),
-                     k, v])
+    body = b"".join([_COMMIT_LABEL, len(kz).to_bytes(8, "big"), len(vz).to_bytes(8, "big"),
+                     kz, vz])
     if commit_key is None:
-        return hashlib.sha256(secrets.token_bytes(16) + body).hexdigest(), OPAQUE
-    return hmac.new(commit_key, body, hashlib.sha256).hexdigest(), KEYED
+        return hashlib.sha256(secrets.token_bytes(16) + body).digest()
+    return hmac.new(commit_key, body, hashlib.sha256).digest()
 
 
 def commit_tokens(keys: np.ndarray, values: np.ndarray | None, commit_key: bytes | None
@@ -71,7 +78,7 @@ def commit_tokens(keys: np.ndarray, values: np.ndarray | None, commit_key: bytes
     if values is not None:
         v = np.ascontiguousarray(values, dtype=np.float64) + 0.0
         vb, wv = v.tobytes(), 8 * v.shape[1]
-    head = b"".join([b"svattn-commit-v2|", wk.to_bytes(8, "big"), wv.to_bytes(8, "big")])
+    head = b"".join([_COMMIT_LABEL, wk.to_bytes(8, "big"), wv.to_bytes(8, "big")])
     bodies = [head + kb[r * wk:(r + 1) * wk] + vb[r * wv:(r + 1) * wv] for r in range(len(k))]
     if commit_key is not None:
         return [hmac.new(commit_key, b, hashlib.sha256).hexdigest() for b in bodies]

@@ -6,10 +6,11 @@ operation then needs only a light checkpoint), so :func:`store_reserve` hands th
 whole decision and the slot's array writes to the backend's ``reserve_add`` (the
 compiled one is a single numba call, :mod:`svattn.exact.compiled.reserve`; the numpy
 reference is :func:`svattn.exact.reference.reserve_add`) and keeps here only what
-Python must do: the id, the token's set-hash summand (SHA-256), its row hash and its
-commitment. A token outside the description, a standby refresh due, warm-up or a
-full slot table return None having changed nothing, and the general path
-(:func:`svattn.exact.solver.add_rows`) takes the token.
+Python must do: the id, and the token's three hashes — its set-hash summand
+(SHA-256), its row hash and its commitment — from the row's bytes converted once
+(:func:`token_digests`). A token outside the description, a standby refresh due,
+warm-up or a full slot table return None having changed nothing, and the general
+path (:func:`svattn.exact.solver.add_rows`) takes the token.
 """
 
 from __future__ import annotations
@@ -18,14 +19,32 @@ from types import ModuleType
 
 import numpy as np
 
-from svattn.exact.state import DIGEST_MOD, SlotState, row_hash, token_hash
+from svattn.exact.certificate import commit_digest
+from svattn.exact.hashes import row_hash_of_bytes, token_hash_of_bytes
+from svattn.exact.state import DIGEST_MOD, SlotState
+
+
+def token_digests(tid: int, x: np.ndarray, v: np.ndarray | None, commit_key: bytes | None
+                  ) -> tuple[int, int, bytes]:
+    """The token hash, row hash and commitment (32 bytes) of a new token: id ``tid``,
+    float64 key ``x`` (d,) and value ``v`` (dv,) or None (values are the keys) — each
+    equal to its own function's (:func:`~svattn.exact.hashes.token_hash`,
+    :func:`~svattn.exact.hashes.row_hash`, :func:`~svattn.exact.certificate.commit_token`;
+    ``tests/exact/test_fastpath.py``), the key's and value's bytes converted once."""
+    xb, xz = x.tobytes(), (x + 0.0).tobytes()  # as stored; -0.0 written as 0.0
+    vb = vz = b""
+    if v is not None:
+        vb, vz = v.tobytes(), (v + 0.0).tobytes()
+    return (token_hash_of_bytes(tid, xb, vb), row_hash_of_bytes(xz, vz),
+            commit_digest(xz, vz, commit_key))
 
 
 def store_reserve(ss: SlotState, be: ModuleType, k: np.ndarray, v: np.ndarray | None,
-                  tags: list, commitments: list[str], keyed: bool) -> int | None:
+                  tags: list, commit_key: bytes | None) -> tuple[int, str] | None:
     """Store the validated row ``k`` (1, d) (value row ``v``) as a reserve token and
-    return its id, or return None having changed nothing (the general add path then
-    takes it). ``tags``, ``commitments``, ``keyed``: as :func:`mark_tokens`."""
+    return its id and commitment (hex), or return None having changed nothing (the
+    general add path then takes it). ``tags``: as :func:`mark_tokens`; ``commit_key``:
+    the controller's commitment key, or None (an opaque commitment)."""
     if ss.dim is None or ss.n + 1 <= ss.warmup_n:
         return None
     free = ss.free_slots
@@ -43,12 +62,14 @@ def store_reserve(ss: SlotState, be: ModuleType, k: np.ndarray, v: np.ndarray | 
     ss.next_id = tid + 1
     ss.n += 1
     ss.id_to_slot[tid] = slot
-    th = token_hash(tid, x, xv)
+    th, ss.row_hash[slot], commitment = token_digests(tid, x, xv, commit_key)
     ss.token_hash[slot] = th
     ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
-    ss.row_hash[slot] = row_hash(ss.X[slot], ss.V[slot])
-    mark_tokens(ss, [tid], tags, commitments, keyed)
-    return tid
+    if tags[0] is not None:
+        ss.tags[slot] = np.frombuffer(tags[0], dtype=np.uint8)
+    ss.commitments[slot] = np.frombuffer(commitment, dtype=np.uint8)
+    ss.commit_keyed[slot] = commit_key is not None
+    return tid, commitment.hex()
 
 
 def mark_tokens(ss: SlotState, ids: list[int], tags: list, commitments: list[str],
@@ -63,4 +84,4 @@ def mark_tokens(ss: SlotState, ids: list[int], tags: list, commitments: list[str
         ss.commit_keyed[slot] = keyed
 
 
-__all__ = ["mark_tokens", "store_reserve"]
+__all__ = ["mark_tokens", "store_reserve", "token_digests"]

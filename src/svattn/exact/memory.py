@@ -226,15 +226,15 @@ class SVDDMemory:
     def _add(self, k, v, hashes: list, op: str) -> list[int]:
         self._audit_ready()
         self._s.bind_commit_key(key_id(self._commit_key))
-        commits = commit_tokens(k, v, self._commit_key)
         ss, keyed = self._s, self._commit_key is not None
         if len(k) == 1 and (not ss.nS or self._health.checked(ss.Qinv)):  # (fastpath)
             with self._atomic(op, light=True):  # into the reserve: only its slot changes
-                tid = fastpath.store_reserve(ss, self._be, k, v, hashes, commits, keyed)
-                if tid is not None:
-                    self._after_op(op, ids=[tid], commitments=commits, tags=hashes)
-            if tid is not None:
-                return [tid]
+                stored = fastpath.store_reserve(ss, self._be, k, v, hashes, self._commit_key)
+                if stored is not None:
+                    self._after_op(op, ids=[stored[0]], commitments=[stored[1]], tags=hashes)
+            if stored is not None:
+                return [stored[0]]
+        commits = commit_tokens(k, v, self._commit_key)
         with self._atomic(op):
             ids = solver.add_rows(ss, self._be, k, v)
             fastpath.mark_tokens(ss, ids, hashes, commits, keyed)

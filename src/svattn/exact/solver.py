@@ -11,7 +11,6 @@ has the math; ``be`` is :mod:`svattn.exact.compiled` or :mod:`svattn.exact.refer
 
 from __future__ import annotations
 
-import hashlib
 from types import ModuleType
 
 import numpy as np
@@ -20,6 +19,7 @@ from svattn.exact import reference
 from svattn.exact.batch import batch_solve
 from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
+from svattn.exact.hashes import row_hash_of_bytes, token_hash_of_bytes
 from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
 from svattn.exact.state import (
     DIGEST_MOD,
@@ -172,7 +172,7 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
 
 def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
                  ) -> tuple[list[int], list[int]]:
-    """:func:`~svattn.exact.state.token_hash` and :func:`~svattn.exact.state.row_hash`
+    """:func:`~svattn.exact.hashes.token_hash` and :func:`~svattn.exact.hashes.row_hash`
     of each new row (``row_hash`` of the value row as stored: empty when values are
     the keys), with the rows' bytes converted once for the block."""
     x = np.ascontiguousarray(xs, dtype=np.float64)
@@ -182,12 +182,9 @@ def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
     if vs is not None:
         v = np.ascontiguousarray(vs, dtype=np.float64)
         vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
-    sha, blake, big = hashlib.sha256, hashlib.blake2b, int.from_bytes
-    ths = [big(sha(int(tid).to_bytes(8, "big", signed=False) + xb[r * w:(r + 1) * w]
-                   + vb[r * u:(r + 1) * u]).digest(), "big")
+    ths = [token_hash_of_bytes(tid, xb[r * w:(r + 1) * w], vb[r * u:(r + 1) * u])
            for r, tid in enumerate(tids)]
-    rhs = [big(blake(xz[r * w:(r + 1) * w] + vz[r * u:(r + 1) * u], digest_size=8).digest(),
-               "little", signed=True)
+    rhs = [row_hash_of_bytes(xz[r * w:(r + 1) * w], vz[r * u:(r + 1) * u])
            for r in range(len(tids))]
     return ths, rhs
 

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.conventions import warmup_threshold
+from svattn.exact.hashes import row_hash, token_hash
 from svattn.exact.kernels import check_kernel, default_gamma, kernel_matrix
 from svattn.exact.states import ERROR, FREE, MARGIN, RESERVE
 
@@ -109,21 +110,6 @@ def scrub(a: np.ndarray) -> None:
     """Zero a buffer that is about to be dropped, so freed memory keeps no key data."""
     if a.dtype != object:
         a.fill(0)
-
-
-def row_hash(x: np.ndarray, v: np.ndarray) -> int:
-    """64-bit BLAKE2b of a key's and value's bytes, -0.0 as 0.0 (deterministic)."""
-    h = hashlib.blake2b((x + 0.0).tobytes() + (v + 0.0).tobytes(), digest_size=8)
-    return int.from_bytes(h.digest(), "little", signed=True)
-
-
-def token_hash(tid: int, x: np.ndarray, v: np.ndarray | None) -> int:
-    """SHA-256 of a token's id, key and value, as an int (the set hash's summand)."""
-    h = hashlib.sha256(int(tid).to_bytes(8, "big", signed=False))
-    h.update(np.ascontiguousarray(x, dtype=np.float64).tobytes())
-    if v is not None:
-        h.update(np.ascontiguousarray(v, dtype=np.float64).tobytes())
-    return int.from_bytes(h.digest(), "big")
 
 
 @functools.lru_cache(maxsize=64)
@@ -697,4 +683,4 @@ class SlotState:
 
 
 __all__ = ["DIGEST_MOD", "READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "NeedResolve", "SchemaError",
-           "SlotState", "check_parameters", "row_hash", "scrub", "token_hash"]
+           "SlotState", "check_parameters", "scrub"]

@@ -150,6 +150,15 @@ GRIDS: dict[str, RecallGrid] = {
              "the budget; its state is not matched to the window), at the learning rate "
              "long-64's support-policy hybrid did best with; its own runs folder and "
              "results file (its cell ids repeat long-64's)"),
+    "long-128": RecallGrid(
+        "long-128", tasks=("mqar",), lengths=(128,), mixers=("hybrid_sv", "sliding", "softmax"),
+        lrs=(1e-3, 3e-3), seeds=(0, 1, 2),
+        base=dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000),
+        note="MQAR T = 128 (8 pairs) trained as long-64 (4,000 steps of 64), two of "
+             "long-64's learning rates (the best of each mixer there: 3e-3 for the "
+             "hybrid, 1e-3 for the window and softmax; each mixer's other one run only "
+             "as time allows, the collector reports the cells that exist); its own runs "
+             "folder and results file"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
@@ -242,7 +251,7 @@ def run_grid(
         if log is not None:
             log(f"[recall] {run.run_id} ...")
         start = time.perf_counter()
-        rec = train_recall(run)
+        rec = train_recall(run, log=log)  # its progress every 5 % of the steps
         rec.update(grid=grid.name, command=command, wall_seconds=time.perf_counter() - start,
                    machine=platform.machine(), threads=_threads())
         tmp = path.with_suffix(".json.tmp")
@@ -344,35 +353,50 @@ def _mixer_rank(mixer: str) -> int:
     return MIXER_ORDER.index(mixer) if mixer in MIXER_ORDER else len(MIXER_ORDER)
 
 
-def collect(runs: str | os.PathLike, into: str | os.PathLike | None = None, *,
-            command: str | None = None) -> dict:
-    """Read every finished cell under ``runs`` and (with ``into``) write the results file.
+def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
+            into: str | os.PathLike | None = None, *, command: str | None = None) -> dict:
+    """Read every finished cell under ``runs`` (one folder, or several) and (with
+    ``into``) write the results file.
 
     Returns
     -------
     dict
-        ``{"command", "collected_from", "grids" (the grid configs met), "records"
-        (sorted by id, loss curves kept), "summary" (:func:`summarize`),
-        "train_seconds" (total of the cells' wall time)}``.
+        ``{"command", "collected_from" (the folders, comma-separated), "grids" (the grid
+        configs met), "records" (sorted by id, loss curves kept), "summary"
+        (:func:`summarize`), "train_seconds" (total of the cells' wall time)}``.
 
     Raises
     ------
     FileNotFoundError
-        If ``runs`` is not a folder.
+        If a folder of ``runs`` does not exist.
     ValueError
-        If it holds no finished cell.
+        If they hold no finished cell, or two folders hold a cell of the same id
+        (grids whose ids repeat — a slice and its longer-trained twin — are collected
+        into files of their own).
     """
-    runs = Path(runs)
-    if not runs.is_dir():
-        raise FileNotFoundError(f"runs: no such folder: {runs}")
-    records = [json.loads(p.read_text()) for p in sorted(runs.glob("*.json"))]
+    folders = [Path(runs)] if isinstance(runs, (str, os.PathLike)) else [Path(r) for r in runs]
+    if not folders:
+        raise ValueError("runs: give at least one folder")
+    for folder in folders:
+        if not folder.is_dir():
+            raise FileNotFoundError(f"runs: no such folder: {folder}")
+    records, where = [], {}
+    for folder in folders:
+        for p in sorted(folder.glob("*.json")):
+            rec = json.loads(p.read_text())
+            if rec["id"] in where:
+                raise ValueError(f"runs: cell {rec['id']} is in both {where[rec['id']]} and "
+                                 f"{folder}: collect grids whose ids repeat separately")
+            where[rec["id"]] = folder
+            records.append(rec)
     if not records:
-        raise ValueError(f"runs: {runs} holds no finished cell (<run id>.json)")
+        raise ValueError("runs: " + ", ".join(map(str, folders))
+                         + " holds no finished cell (<run id>.json)")
     records.sort(key=lambda r: r["id"])
     names = sorted({r.get("grid") for r in records if r.get("grid")})
     result = {
         "command": command,
-        "collected_from": str(runs),
+        "collected_from": ", ".join(map(str, folders)),
         "grids": {n: GRIDS[n].to_dict() for n in names if n in GRIDS},
         "cells_per_grid": {n: sum(r.get("grid") == n for r in records) for n in names},
         "cells_in_grid": {n: len(GRIDS[n].runs()) for n in names if n in GRIDS},
