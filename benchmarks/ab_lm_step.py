@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hybrid-options", default="{}",
                    help="JSON options over the hybrid defaults (both trees)")
     p.add_argument("--json", type=Path)
+    p.add_argument("--machine", default="CPU, 1 thread per run, shared with other jobs "
+                   "(ratios only)", help="the conditions of the runs, as recorded")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_record(args.json, __file__, argv, {
             "a_commit": _commit(args.a), "b_commit": _commit(args.b),
-            "machine": "CPU, 1 thread per run, shared with other jobs (ratios only)",
+            "machine": args.machine,
             "summary": summary, "runs": runs})
     return 0
 
