@@ -227,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--case", type=int, action="append", choices=range(len(CASES)),
                    help="run only these cases (indices into CASES; repeatable)")
     p.add_argument("--json", type=Path, help="also write the rows to this file")
+    p.add_argument("--conditions", default="a shared machine (other jobs running)",
+                   help="the machine's load during the run, as recorded")
     args = p.parse_args(argv)
     cases = CASES[:1] if args.quick else CASES
     if args.case:
@@ -267,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
               f"| {_f(r['speedup_margin'], '.0f')}× / {_f(r['speedup_error'], '.0f')}× "
               f"| {_f(r['max_alpha_dev_vs_oracle'], '.1e')} |")
     if args.json:
-        write_record(args.json, __file__, argv, {"rows": rows})
+        write_record(args.json, __file__, argv, {"conditions": args.conditions, "rows": rows})
     return 0
 
 
