@@ -4,9 +4,11 @@ removal against scikit-learn's retrain, each side by side in one run.
 For each case (stream, n, C, gamma), d = 64, rbf gamma = 1/(10·d) (and one case at
 1/d, whose support is ~300 margin tokens), one BLAS thread:
 
-* ``extend`` tokens/s: a fresh memory ingesting the first n keys in one call (the
+* ``extend`` tokens/s: a fresh memory ingesting the n keys in one call (the
   warm-up threshold solve included, as a user pays it);
-* per-token ``add`` of the next ``--adds`` keys, one public call each, and beside each
+* the measured memory: the first n − a keys by ``extend`` (untimed), then per-token
+  ``add`` of the last a = min(``--adds``, n/4) keys, so that it holds n tokens when the
+  removals are timed; one public call per add, and beside each
   add, in alternation, its *floor*: the same key's kernel row against the memory's
   cached columns (margin, error and standby tokens) and its g, one compiled call
   (``svattn.exact.compiled.reserve.reserve_row``) — the least an add can compute to
@@ -157,12 +159,17 @@ def warm_up() -> None:
 
 def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
         per_round: int, oracle_checks: int, oracle_max_n: int, seed: int) -> dict:
-    X = keys(stream, n + adds, seed)
-    mem = SVDDMemory(C, gamma=gamma)
+    adds = min(adds, n // 4)  # the timed adds end at n tokens: removals are timed at n
+    X = keys(stream, n, seed)
+    fresh = SVDDMemory(C, gamma=gamma)
     t = time.perf_counter()
-    mem.extend(X[:n])
+    fresh.extend(X)
     extend_s = time.perf_counter() - t
-    add_t, floor_t = stream_adds(mem, X[n:])
+    del fresh
+    mem = SVDDMemory(C, gamma=gamma)
+    mem.extend(X[: n - adds])
+    add_t, floor_t = stream_adds(mem, X[n - adds:])
+    assert len(mem) == n
     part = {k: len(v) for k, v in mem.partition().items()}
     rng = np.random.default_rng(seed + 1)
     rm = {"margin": [], "error": []}
@@ -181,7 +188,7 @@ def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
     med = {k: float(np.median(v)) * ms if v else None for k, v in rm.items()}
     fit_ms = float(np.median(fits)) * ms
     return {
-        "stream": stream, "n": n, "C": C, "d": D, "gamma": gamma,
+        "stream": stream, "n": n, "adds": adds, "C": C, "d": D, "gamma": gamma,
         "margin": part["margin"], "error": part["error"], "reserve": part["reserve"],
         "extend_tok_s": n / extend_s,
         "add_tok_s": len(add_t) / sum(add_t),
