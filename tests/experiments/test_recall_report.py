@@ -117,6 +117,8 @@ def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path:
     assert "4,000 steps" in res.claims[1].claim and "+0.323" in res.claims[1].ours
     assert "grid long-64: 9 of 9 cells" in res.claims[1].ours
     assert any("Trained longer (4,000 steps of 64 sequences" in t for t in res.tables)
+    assert "recall_long_by_length.png" in res.figures
+    assert (tmp_path / "out" / "recall_long_by_length.png").stat().st_size > 1000
     assert any(n.startswith("Trained longer: full causal softmax reaches 0.970") for n in
                res.notes)
     # the slices' table is built from the slices only

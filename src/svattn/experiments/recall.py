@@ -234,8 +234,10 @@ def _chance(task: str, rec: dict) -> float:
     return 1.0 / t["num_symbols"] if task == "selective-copy" else 2.0 / t["vocab_size"]
 
 
-def figure_by_length(ctx: Context, cells: list[dict], chance: dict[str, float]) -> str:
-    """Accuracy against sequence length, one panel per (task, width), one curve per mixer."""
+def figure_by_length(ctx: Context, cells: list[dict], chance: dict[str, float],
+                     name: str = "recall_by_length.png", what: str = "") -> str:
+    """Accuracy against sequence length, one panel per (task, width), one curve per mixer
+    (``name``: the file; ``what``: the cells' grid, in the titles)."""
     plt = pyplot()
     panels = sorted({(c["task"], c["d_model"]) for c in cells})
     fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 3.8), squeeze=False)
@@ -263,9 +265,9 @@ def figure_by_length(ctx: Context, cells: list[dict], chance: dict[str, float]) 
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("sequence length T")
         ax.set_ylabel("accuracy at query positions (test)")
-        ax.set_title(f"{task}, d_model = {d}")
+        ax.set_title(f"{task}, d_model = {d}{what}")
         ax.legend(fontsize=7)
-    return save_figure(fig, ctx.out, "recall_by_length.png",
+    return save_figure(fig, ctx.out, name,
                        "best learning rate per mixer; bands: 95% t-intervals over seeds")
 
 
@@ -521,6 +523,10 @@ def run(ctx: Context) -> ExperimentResult:
     if long is not None:
         long_claim, long_table, long_notes = _long_section(long)
         claims.insert(1, long_claim)
+        steps = sorted({r["run"]["steps"] for r in long["records"]})
+        figures.append(figure_by_length(
+            ctx, long["summary"]["cells"], chance, "recall_long_by_length.png",
+            ", " + "/".join(f"{s:,}" for s in steps) + " steps"))
         long_tables.append(long_table)
         notes.extend(long_notes)
         full = load_full_policy_results(ctx)
