@@ -4,8 +4,11 @@ For n in ``--sizes`` (default 1k, 4k, 16k, 64k), both streams (redundant: 20
 clusters, 2 % outliers; Gaussian), d = 64, C = 0.01, rbf gamma = 1/(10·d), one BLAS
 thread, on one memory per (stream, n):
 
-* per add: the mean of ``--adds`` per-token ``add`` calls on the stream's next keys
-  (drives and standby refreshes included), and their median (the typical reserve add);
+* ``extend`` tokens/s: a fresh memory ingesting the n keys in one call;
+* per add: the mean of a = min(``--adds``, n/4) per-token ``add`` calls, the last a of
+  the n keys, into a memory holding the first n − a (drives and standby refreshes
+  included), and their median (the typical reserve add); everything below is then
+  measured on that memory of n tokens;
 * per removal: the median of ``--removals`` margin-token removals (each key added
   back, untimed);
 * per readout query: the median of single-query ``readout`` calls;
@@ -53,17 +56,22 @@ def state_bytes(mem: SVDDMemory) -> int:
 def run(stream: str, n: int, *, C: float, adds: int, removals: int, queries: int,
         rounds: int, sklearn_max_n: int, seed: int) -> dict:
     gamma = 1.0 / (10 * D)
-    X = keys(stream, n + adds + queries, seed)
-    mem = SVDDMemory(C, gamma=gamma)
+    adds = min(adds, n // 4)  # the timed adds end at n tokens: the rest is measured at n
+    X = keys(stream, n + queries, seed)
+    fresh = SVDDMemory(C, gamma=gamma)
     t = time.perf_counter()
-    mem.extend(X[:n])
+    fresh.extend(X[:n])
     extend_s = time.perf_counter() - t
+    del fresh
+    mem = SVDDMemory(C, gamma=gamma)
+    mem.extend(X[: n - adds])
     add_t = []
-    for x in X[n: n + adds]:
+    for x in X[n - adds: n]:
         t = time.perf_counter()
         mem.add(x)
         add_t.append(time.perf_counter() - t)
-    Q = X[n + adds:]
+    assert len(mem) == n
+    Q = X[n:]
     read_t = []
     for q in Q:
         t = time.perf_counter()
@@ -85,7 +93,7 @@ def run(stream: str, n: int, *, C: float, adds: int, removals: int, queries: int
             fits.append(sklearn_fit(mem.keys[1:], C, gamma))
     part = {k: len(v) for k, v in mem.partition().items()}
     return {
-        "stream": stream, "n": n, "C": C, "gamma": gamma, "d": D, **part,
+        "stream": stream, "n": n, "adds": adds, "C": C, "gamma": gamma, "d": D, **part,
         "extend_tok_s": n / extend_s,
         "add_mean_us": float(np.mean(add_t)) * 1e6,
         "add_median_us": float(np.median(add_t)) * 1e6,
@@ -148,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
+    p.add_argument("--conditions", default="a shared machine (other jobs running)",
+                   help="the machine's load during the run, as recorded")
     args = p.parse_args(argv)
     rows = []
     with threadpool_limits(1):
@@ -177,7 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {stream}: " + ", ".join(
             f"{m} {v:.2f}" for m, v in e.items() if v is not None))
     if args.json:
-        write_record(args.json, __file__, argv, {"rows": rows, "exponents": exps})
+        write_record(args.json, __file__, argv, {"conditions": args.conditions, "rows": rows,
+                                                 "exponents": exps})
     if args.plot:
         plot(rows, args.plot)
     return 0
