@@ -312,7 +312,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         only, in sample-index order, so a change costs O(support), not O(n)."""
         mem = self.memory_
         ss = mem.solver_state
-        slots = ss.support_slots()
+        slots = ss.cached_support_slots()
         slots = slots[np.argsort(ss.slot_id[slots], kind="stable")]
         C = self.C_
         self.support_ = ss.slot_id[slots].astype(np.int64)

@@ -617,7 +617,7 @@ class SVDDMemory:
 
     def support_ids(self) -> list[int]:
         """Ids with alpha > 0 (margin ∪ error): all that the readout uses."""
-        return [int(self._s.slot_id[s]) for s in self._s.support_slots()]
+        return [int(self._s.slot_id[s]) for s in self._s.cached_support_slots()]
 
     def readout(self, queries) -> np.ndarray:
         """``o(q) = softmax_i(log alpha_i + log k(q, x_i)) · V`` over tokens with alpha > 0.
@@ -632,7 +632,7 @@ class SVDDMemory:
         """
         ss = self._s
         q, single = check_queries(ss, queries)
-        slots = ss.support_slots()
+        slots = ss.cached_support_slots()
         vals = (ss.X if ss.value_is_key else ss.V)[slots]
         out = biased_softmax_readout(q, ss.X[slots], vals, ss.alpha[slots], ss.kernel,
                                      ss.gamma_value)
@@ -645,7 +645,7 @@ class SVDDMemory:
         """
         ss = self._s
         q, single = check_queries(ss, x)
-        slots = ss.support_slots()
+        slots = ss.cached_support_slots()
         out = decision_values(q, ss.X[slots], ss.alpha[slots], ss.mu, ss.kernel, ss.gamma_value)
         return out[0] if single else out
 
