@@ -353,8 +353,8 @@ class SVDDMemory:
         return sorted(dropped)
 
     def copy(self, *, backend: str | None = None) -> SVDDMemory:
-        """An independent memory in the same state (no audit log), optionally on the
-        other backend; it continues bit-identically to this one on the same backend.
+        """An independent memory in the same state (no audit log, no keys: a keyed copy
+        refuses adds), optionally on the other backend; on the same one, bit-identical.
 
         Examples
         --------
