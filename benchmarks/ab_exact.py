@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_trees import tree_env  # noqa: E402
-from bench_records import write_record  # noqa: E402
+from bench_records import portable_path, write_record  # noqa: E402
 
 KEYS = ("remove_margin_median_ms", "remove_error_median_ms", "add_back_median_ms",
         "ingest_tok_s", "sklearn_retrain_ms", "speedup_margin", "speedup_error")
@@ -63,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"B {ratios[stream][k]['b_median']:10.3f}  B/A {statistics.median(per_pair):.2f}")
     if args.json:
         write_record(args.json, __file__, argv,
-                     {"a": str(args.a), "b": str(args.b), "ratios": ratios, "runs": runs})
+                     {"a": portable_path(args.a), "b": portable_path(args.b),
+                      "ratios": ratios, "runs": runs})
     return 0
 
 

@@ -21,13 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_trees import run_json  # noqa: E402
-from bench_records import write_record  # noqa: E402
+from ab_trees import run_json, tree_commit  # noqa: E402
+from bench_records import add_conditions, portable_path, write_record  # noqa: E402
 from step_timing import aten_calls, interleaved_medians  # noqa: E402
 
 
@@ -77,16 +76,6 @@ def worker(args: argparse.Namespace) -> dict:
     }
 
 
-def _commit(tree: Path) -> str:
-    """The tree's checked-out commit (and ``+dirty`` with uncommitted changes)."""
-    def git(*a):
-        return subprocess.run(["git", "-C", str(tree), *a], capture_output=True,
-                              text=True).stdout.strip()
-    return git("rev-parse", "--short", "HEAD") + ("+dirty" if git("status", "--porcelain",
-                                                                  "--untracked-files=no")
-                                                  else "")
-
-
 def run(tree: Path, args: argparse.Namespace) -> dict:
     return run_json(tree, [str(Path(__file__).resolve()), "--worker", "--rounds",
                            str(args.rounds), "--steps", str(args.steps), "--batch",
@@ -106,8 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hybrid-options", default="{}",
                    help="JSON options over the hybrid defaults (both trees)")
     p.add_argument("--json", type=Path)
-    p.add_argument("--machine", default="CPU, 1 thread per run, shared with other jobs "
-                   "(ratios only)", help="the conditions of the runs, as recorded")
+    add_conditions(p, "--machine")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -135,7 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary))
     if args.json:
         write_record(args.json, __file__, argv, {
-            "a_commit": _commit(args.a), "b_commit": _commit(args.b),
+            "a": portable_path(args.a), "b": portable_path(args.b),
+            "a_commit": tree_commit(args.a), "b_commit": tree_commit(args.b),
             "machine": args.machine,
             "summary": summary, "runs": runs})
     return 0

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_trees import run_json  # noqa: E402
-from bench_records import write_record  # noqa: E402
+from ab_trees import run_json, tree_commit  # noqa: E402
+from bench_records import add_conditions, portable_path, write_record  # noqa: E402
 
 
 def worker(sizes: list[int], queries: int) -> dict:
@@ -61,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--sizes", type=int, nargs="+", default=[4000, 16000, 64000])
     p.add_argument("--queries", type=int, default=300)
-    p.add_argument("--conditions", default="a shared machine (other jobs running)",
-                   help="the machine's load during the runs, as recorded")
+    add_conditions(p)
     p.add_argument("--json", type=Path)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -83,9 +82,10 @@ def main(argv: list[str] | None = None) -> int:
                   for k in ("readout_us", "decision_us")} for n in runs["a"][0]}
     print(json.dumps({"b_over_a_median": ratios}))
     if args.json:
-        write_record(args.json, __file__, argv, {"a": str(args.a), "b": str(args.b),
-                                                 "conditions": args.conditions,
-                                                 "b_over_a_median": ratios, "runs": runs})
+        write_record(args.json, __file__, argv, {
+            "a": portable_path(args.a), "b": portable_path(args.b),
+            "a_commit": tree_commit(args.a), "b_commit": tree_commit(args.b),
+            "conditions": args.conditions, "b_over_a_median": ratios, "runs": runs})
     return 0
 
 

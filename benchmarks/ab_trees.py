@@ -16,6 +16,15 @@ def tree_env(tree: Path) -> dict[str, str]:
                 OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
 
 
+def tree_commit(tree: Path) -> str:
+    """The tree's checked-out commit (short), ``+dirty`` with uncommitted changes."""
+    def git(*a):
+        return subprocess.run(["git", "-C", str(tree), *a], capture_output=True,
+                              text=True).stdout.strip()
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + ("+dirty" if dirty else "")
+
+
 def run_json(tree: Path, args: list[str]) -> dict:
     """Run ``python ARGS`` in ``tree`` (:func:`tree_env`); its last stdout line, as JSON."""
     out = subprocess.run([sys.executable, *args], cwd=tree, env=tree_env(tree), check=True,

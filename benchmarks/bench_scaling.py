@@ -40,8 +40,8 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_records import write_record  # noqa: E402
-from bench_stream_speed import D, keys, sklearn_fit, warm_up  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
+from bench_stream_speed import D, keys, memory_before_adds, sklearn_fit, warm_up  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
 
 METRICS = ("add_mean_us", "add_median_us", "remove_median_ms", "readout_us",
@@ -58,13 +58,7 @@ def run(stream: str, n: int, *, C: float, adds: int, removals: int, queries: int
     gamma = 1.0 / (10 * D)
     adds = min(adds, n // 4)  # the timed adds end at n tokens: the rest is measured at n
     X = keys(stream, n + queries, seed)
-    fresh = SVDDMemory(C, gamma=gamma)
-    t = time.perf_counter()
-    fresh.extend(X[:n])
-    extend_s = time.perf_counter() - t
-    del fresh
-    mem = SVDDMemory(C, gamma=gamma)
-    mem.extend(X[: n - adds])
+    extend_s, mem = memory_before_adds(X, n, adds, C, gamma)
     add_t = []
     for x in X[n - adds: n]:
         t = time.perf_counter()
@@ -156,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
-    p.add_argument("--conditions", default="a shared machine (other jobs running)",
-                   help="the machine's load during the run, as recorded")
+    add_conditions(p)
     args = p.parse_args(argv)
     rows = []
     with threadpool_limits(1):

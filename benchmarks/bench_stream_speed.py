@@ -50,7 +50,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from baselines import sklearn_retrain_seconds  # noqa: E402
-from bench_records import write_record  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 from streams import gaussian_stream, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
 from svattn.exact.compiled import columns, linalg, reserve  # noqa: E402
@@ -157,17 +157,26 @@ def warm_up() -> None:
     mem.readout(rng.normal(size=(2, D)))
 
 
-def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
-        per_round: int, oracle_checks: int, oracle_max_n: int, seed: int) -> dict:
-    adds = min(adds, n // 4)  # the timed adds end at n tokens: removals are timed at n
-    X = keys(stream, n, seed)
+def memory_before_adds(X: np.ndarray, n: int, adds: int, C: float, gamma: float
+                       ) -> tuple[float, SVDDMemory]:
+    """The seconds of a fresh memory's ``extend`` of ``X[:n]`` (timed, then dropped), and
+    a memory holding ``X[:n - adds]``: its timed adds of ``X[n - adds:n]`` end at n
+    tokens, so everything measured after them is measured at n."""
     fresh = SVDDMemory(C, gamma=gamma)
     t = time.perf_counter()
-    fresh.extend(X)
+    fresh.extend(X[:n])
     extend_s = time.perf_counter() - t
     del fresh
     mem = SVDDMemory(C, gamma=gamma)
     mem.extend(X[: n - adds])
+    return extend_s, mem
+
+
+def run(stream: str, n: int, C: float, gamma: float, *, adds: int, rounds: int,
+        per_round: int, oracle_checks: int, oracle_max_n: int, seed: int) -> dict:
+    adds = min(adds, n // 4)  # the timed adds end at n tokens: removals are timed at n
+    X = keys(stream, n, seed)
+    extend_s, mem = memory_before_adds(X, n, adds, C, gamma)
     add_t, floor_t = stream_adds(mem, X[n - adds:])
     assert len(mem) == n
     part = {k: len(v) for k, v in mem.partition().items()}
@@ -234,8 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--case", type=int, action="append", choices=range(len(CASES)),
                    help="run only these cases (indices into CASES; repeatable)")
     p.add_argument("--json", type=Path, help="also write the rows to this file")
-    p.add_argument("--conditions", default="a shared machine (other jobs running)",
-                   help="the machine's load during the run, as recorded")
+    add_conditions(p)
     args = p.parse_args(argv)
     cases = CASES[:1] if args.quick else CASES
     if args.case:

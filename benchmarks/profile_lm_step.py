@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_records import write_record  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 
 
 def _label(func: tuple[str, int, str]) -> str:
@@ -83,8 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--conditions", default="a shared machine (other jobs running)",
-                   help="the machine's load during the run, as recorded")
+    add_conditions(p)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     import torch

@@ -30,13 +30,10 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svattn.exact.compiled as backend  # noqa: E402
-from bench_records import write_record  # noqa: E402
-from streams import redundant_stream  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
+from bench_stream_speed import G10, keys, removal_floor, warm_up  # noqa: E402
 from svattn.exact import SVDDMemory, rollback, solver  # noqa: E402
-from svattn.exact.compiled import columns  # noqa: E402
 from svattn.exact.state import SlotState  # noqa: E402
-
-D = 64
 
 
 def _timed(owner, name: str, acc: dict) -> None:
@@ -54,9 +51,8 @@ def _timed(owner, name: str, acc: dict) -> None:
 
 
 def profile(n: int, removals: int, seed: int) -> dict:
-    X = redundant_stream(n, D, n_clusters=20, outlier_rate=0.02, seed=seed)
-    mem = SVDDMemory(0.01, gamma=1.0 / (10 * D))
-    mem.extend(X)
+    mem = SVDDMemory(0.01, gamma=G10)
+    mem.extend(keys("redundant", n, seed))
     ss = mem.solver_state
     acc: dict[str, list[float]] = collections.defaultdict(list)
     for name in ("set_sizes", "certificate_facts"):
@@ -80,12 +76,7 @@ def profile(n: int, removals: int, seed: int) -> dict:
         t = time.perf_counter()
         mem.add(key)
         add_back.append(time.perf_counter() - t)
-    w, out = np.full(ss.nS, 1.0 / ss.nS), np.zeros(ss.hi)
-    passes = []
-    for _ in range(20):
-        t = time.perf_counter()
-        columns.add_block_matvec(ss.KC, w, ss.nS, ss.hi, out)
-        passes.append(time.perf_counter() - t)
+    passes = [removal_floor(mem)[0] for _ in range(20)]
     us = 1e6
     parts = {k: us * float(np.median(v)) for k, v in per_removal.items()}
     return {"n": len(mem), "margin": ss.nS, "removal_us": us * float(np.median(total)),
@@ -98,14 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=64000)
     p.add_argument("--removals", type=int, default=30)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--conditions", default="a shared machine (other jobs running)",
-                   help="the machine's load during the run, as recorded")
+    add_conditions(p)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
     with threadpool_limits(1):
-        warm = SVDDMemory(0.05, gamma=1.0 / (10 * D))  # compiled code loaded untimed
-        warm.extend(np.random.default_rng(0).normal(size=(300, D)))
-        warm.remove(warm.partition()["margin"][0])
+        warm_up()  # compiled code loaded untimed
         res = profile(args.n, args.removals, args.seed)
     print(f"n = {res['n']}, {res['margin']} margin tokens: removal {res['removal_us']:.0f} µs "
           f"(median), add-back {res['add_back_us']:.0f} µs, one pass over the margin block "

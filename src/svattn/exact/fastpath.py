@@ -65,10 +65,7 @@ def store_reserve(ss: SlotState, be: ModuleType, k: np.ndarray, v: np.ndarray | 
     th, ss.row_hash[slot], commitment = token_digests(tid, x, xv, commit_key)
     ss.token_hash[slot] = th
     ss.set_hash = (ss.set_hash + th) % DIGEST_MOD
-    if tags[0] is not None:
-        ss.tags[slot] = np.frombuffer(tags[0], dtype=np.uint8)
-    ss.commitments[slot] = np.frombuffer(commitment, dtype=np.uint8)
-    ss.commit_keyed[slot] = commit_key is not None
+    _mark_slot(ss, slot, tags[0], commitment, commit_key is not None)
     return tid, commitment.hex()
 
 
@@ -77,11 +74,15 @@ def mark_tokens(ss: SlotState, ids: list[int], tags: list, commitments: list[str
     """Keep each new token's data-subject tag (its keyed hash, or None) and commitment
     (hex; ``keyed``: an HMAC under the controller's key, else opaque)."""
     for tid, tag, c in zip(ids, tags, commitments, strict=True):
-        slot = ss.id_to_slot[tid]
-        if tag is not None:
-            ss.tags[slot] = np.frombuffer(tag, dtype=np.uint8)
-        ss.commitments[slot] = np.frombuffer(bytes.fromhex(c), dtype=np.uint8)
-        ss.commit_keyed[slot] = keyed
+        _mark_slot(ss, ss.id_to_slot[tid], tag, bytes.fromhex(c), keyed)
+
+
+def _mark_slot(ss: SlotState, slot: int, tag: bytes | None, commitment: bytes,
+               keyed: bool) -> None:
+    if tag is not None:
+        ss.tags[slot] = np.frombuffer(tag, dtype=np.uint8)
+    ss.commitments[slot] = np.frombuffer(commitment, dtype=np.uint8)
+    ss.commit_keyed[slot] = keyed
 
 
 __all__ = ["mark_tokens", "store_reserve", "token_digests"]

@@ -95,6 +95,8 @@ SMALL_HYBRID = {"chunk": 16, "C": 1.0 / 16, "budget": 16}
 # the measured slices' training settings (CPU, 2 shared cores)
 SLICE_BASE = dict(steps=500, batch_size=32, num_train=16000, num_test=500,
                   hybrid=SMALL_HYBRID, task_options={"vocab_size": 128})
+# the longer grids: 8x the slice's sequences (4,000 steps of 64)
+LONG_BASE = dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000)
 _SC = {"selective-copy": {"rope": True, "task_options": {"num_data": 8, "num_symbols": 8}}}
 
 #: The named grids. ``quick``: the test suite's end-to-end run (seconds). ``slice``:
@@ -134,7 +136,7 @@ GRIDS: dict[str, RecallGrid] = {
     "long-64": RecallGrid(
         "long-64", tasks=("mqar",), lengths=(64,), mixers=("hybrid_sv", "sliding", "softmax"),
         lrs=(1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
-        base=dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000),
+        base=LONG_BASE,
         note="MQAR T = 64 trained 8x the slice's sequences (4,000 steps of 64): the slice's "
              "softmax reached 0.22, a 4,000-step probe 0.67; three of zoology's four "
              "learning rates for every mixer (the slice's better one first, then upward, "
@@ -143,8 +145,7 @@ GRIDS: dict[str, RecallGrid] = {
     "long-64-full": RecallGrid(
         "long-64-full", tasks=("mqar",), lengths=(64,), mixers=("hybrid_sv",),
         lrs=(3e-3,), seeds=(0, 1, 2),
-        base=dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000,
-                  hybrid={**SMALL_HYBRID, "policy": "full"}),
+        base=dict(LONG_BASE, hybrid={**SMALL_HYBRID, "policy": "full"}),
         note="diagnosis of long-64, not a competitor: the same hybrid with the 'full' "
              "policy (each boundary's memory over every earlier token, nothing cut to "
              "the budget; its state is not matched to the window), at the learning rate "
@@ -153,7 +154,7 @@ GRIDS: dict[str, RecallGrid] = {
     "long-128": RecallGrid(
         "long-128", tasks=("mqar",), lengths=(128,), mixers=("hybrid_sv", "sliding", "softmax"),
         lrs=(1e-3, 3e-3), seeds=(0, 1, 2),
-        base=dict(SLICE_BASE, steps=4000, batch_size=64, num_train=64000),
+        base=LONG_BASE,
         note="MQAR T = 128 (8 pairs) trained as long-64 (4,000 steps of 64), two of "
              "long-64's learning rates (the best of each mixer there: 3e-3 for the "
              "hybrid, 1e-3 for the window and softmax; each mixer's other one run only "
