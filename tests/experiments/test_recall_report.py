@@ -119,7 +119,7 @@ def test_the_longer_grid_is_reported_beside_the_slices_not_averaged_in(tmp_path:
     assert any("Trained longer (4,000 steps of 64 sequences" in t for t in res.tables)
     assert "recall_long_by_length.png" in res.figures
     assert (tmp_path / "out" / "recall_long_by_length.png").stat().st_size > 1000
-    assert any(n.startswith("Trained longer: full causal softmax reaches 0.970") for n in
+    assert any(n.startswith("Trained longer: on MQAR full causal softmax reaches 0.970") for n in
                res.notes)
     # the slices' table is built from the slices only
     assert res.metrics["cells"][0]["accuracy"]["mean"] < 0.4
@@ -151,6 +151,35 @@ def test_the_longer_grids_verdict_is_taken_at_its_longest_length(tmp_path: Path)
     notes = run(_ctx(tmp_path)).notes
     assert any("T = 128, d = 64: the mixers were not run at the same learning rates "
                "(hybrid_sv 0.003; sliding 0.001, 0.003)" in n for n in notes), notes
+
+
+def test_selective_copy_trained_longer_gets_its_own_bars_beside_the_slices(tmp_path: Path):
+    recs = [_rec("selective-copy", m, s, .3) for m in ("hybrid_sv", "sliding", "deltanet")
+            for s in range(3)]
+    _write(tmp_path, recs)
+    long = [_rec("mqar", "hybrid_sv", s, a, _memory(0.8)) for s, a in enumerate((.9, .95, .92))]
+    long += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.6, .62, .58))]
+    long += [_rec("selective-copy", "hybrid_sv", s, a, _memory(0.9))
+             for s, a in enumerate((.97, .98, .99))]
+    long += [_rec("selective-copy", "sliding", s, a) for s, a in enumerate((.7, .8, .9))]
+    long += [_rec("selective-copy", m, s, .5) for m in ("deltanet", "linear") for s in range(3)]
+    _write_long(tmp_path, long, cells=18)
+    res = run(_ctx(tmp_path))
+    names = [c.claim for c in res.claims]
+    # MQAR (slices: none), MQAR trained longer, then the longer grid's selective copy
+    assert names[1].startswith("MQAR trained longer") and res.claims[1].verdict == "reproduced"
+    sv = res.claims[2]
+    assert sv.claim == "Trained selective copy trained longer (4,000 steps) at T = 64: SV recall"
+    assert sv.verdict == "reproduced" and sv.ours.startswith("0.980")
+    assert res.claims[4].claim.startswith("… DeltaNet / linear")
+    assert res.claims[4].verdict == NOT_SHOWN  # 0.5 is 4x chance (1/8)
+    # the slices' selective copy is reported on its own, from its own cells
+    slice_sv = next(c for c in res.claims if c.claim == "Trained selective copy at T = 64: SV "
+                    "recall")
+    assert slice_sv.ours.startswith("0.300") and slice_sv.verdict == NOT_SHOWN
+    assert "Trained selective copy trained longer" in res.verdict
+    assert any(n.startswith("Trained longer, selective copy, hybrid − matched window "
+                            "(paired): T = 64, d = 64: +0.180") for n in res.notes), res.notes
 
 
 def test_the_full_policy_diagnosis_is_reported_paired_beside_the_longer_grid(tmp_path: Path):

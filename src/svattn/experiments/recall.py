@@ -95,8 +95,9 @@ def load_long_results(ctx: Context) -> dict | None:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
-    """Claim, table and notes of the longer-trained grid (hybrid − sliding, paired)."""
+def _long_section(long: dict) -> tuple[list[Claim], str, list[str]]:
+    """Claims, table and notes of the longer-trained grids: MQAR's hybrid − sliding
+    (paired) at the longest length, and trained selective copy's bars if it was run."""
     cells, margins = long["summary"]["cells"], long["summary"]["margins"]
     steps = sorted({r["run"]["steps"] for r in long["records"]})
     batch = sorted({r["run"]["batch_size"] for r in long["records"]})
@@ -113,23 +114,34 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
              + markdown_table(["task", "T", "d", "mixer", "best lr", "accuracy (best lr)",
                                "mean accuracy by lr", "state floats / layer", "window",
                                "SV support / head", "s / step"], rows))
+    trained = " trained longer (" + ", ".join(f"{s:,}" for s in steps) + " steps)"
     mq = [m for m in margins if m["task"] == "mqar"]
     if not mq:
-        claim = Claim("MQAR trained longer: hybrid SV beats the matched window",
-                      "issue #19 bar", f"no cell with both mixers yet ({done})", NOT_RUN)
-        return claim, table, []
-    # the bar is at the longest length trained: its margins decide; shorter ones are listed
-    longest = max(m["seq_len"] for m in mq)
-    texts, overall = _margin_verdict([m for m in mq if m["seq_len"] == longest],
+        claims = [Claim("MQAR trained longer: hybrid SV beats the matched window",
+                        "issue #19 bar", f"no cell with both mixers yet ({done})", NOT_RUN)]
+    else:
+        # the bar is at the longest length trained: its margins decide; shorter are listed
+        longest = max(m["seq_len"] for m in mq)
+        texts, overall = _margin_verdict([m for m in mq if m["seq_len"] == longest],
+                                         with_length=True)
+        shorter, _ = _margin_verdict([m for m in mq if m["seq_len"] < longest],
                                      with_length=True)
-    shorter, _ = _margin_verdict([m for m in mq if m["seq_len"] < longest], with_length=True)
-    claim = Claim("MQAR trained longer (" + ", ".join(f"{s:,}" for s in steps)
-                  + f" steps) at its longest T ({longest}): hybrid SV beats the matched "
-                  "window, 95 % interval over seeds > 0", "issue #19 bar",
-                  "; ".join(texts) + ("; shorter: " + "; ".join(shorter) if shorter else "")
-                  + f" ({done})", overall)
-    soft = [c for c in cells if c["mixer"] == "softmax"]
-    notes = ["Trained longer: full causal softmax reaches "
+        claims = [Claim(
+            "MQAR" + trained + f" at its longest T ({longest}): hybrid SV beats the matched "
+            "window, 95 % interval over seeds > 0", "issue #19 bar",
+            "; ".join(texts) + ("; shorter: " + "; ".join(shorter) if shorter else "")
+            + f" ({done})", overall)]
+    notes = []
+    if any(c["task"] == "selective-copy" for c in cells):
+        chance = _chances(long["records"])
+        claims.extend(_copy_claims(cells, chance, trained))
+        sc, _ = _margin_verdict([m for m in margins if m["task"] == "selective-copy"],
+                                with_length=True)
+        if sc:
+            notes.append("Trained longer, selective copy, hybrid − matched window (paired): "
+                         + "; ".join(sc) + ".")
+    soft = [c for c in cells if c["mixer"] == "softmax" and c["task"] == "mqar"]
+    notes += ["Trained longer: on MQAR full causal softmax reaches "
              + ", ".join(f"{_fmt(c['accuracy'])} at T = {c['seq_len']}" for c in soft)
              + " — how far from solved the task still is at this budget (zoology trains "
              "attention to ~1.0 on MQAR, with far more sequences)."] if soft else []
@@ -148,7 +160,7 @@ def _long_section(long: dict) -> tuple[Claim, str, list[str]]:
     notes.extend(_long_memory_notes(
         [r for r in long["records"] if best.get((r["run"]["task"], r["run"]["seq_len"],
                                                  r["run"]["d_model"])) == r["run"]["lr"]]))
-    return claim, table, notes
+    return claims, table, notes
 
 
 def load_full_policy_results(ctx: Context) -> dict | None:
@@ -232,6 +244,14 @@ def _fmt(acc: dict) -> str:
 def _chance(task: str, rec: dict) -> float:
     t = rec["task"]
     return 1.0 / t["num_symbols"] if task == "selective-copy" else 2.0 / t["vocab_size"]
+
+
+def _chances(records: list[dict]) -> dict[str, float]:
+    """Chance accuracy per task, from the first record of each."""
+    chance: dict[str, float] = {}
+    for rec in records:
+        chance.setdefault(rec["run"]["task"], _chance(rec["run"]["task"], rec))
+    return chance
 
 
 def figure_by_length(ctx: Context, cells: list[dict], chance: dict[str, float],
@@ -417,6 +437,49 @@ def _not_run(what: str) -> ExperimentResult:
                             "svattn recall collect)", {"runs": 0})
 
 
+COPY_ORDER_NOTE = (
+    "Selective copy needs the order of the data tokens. The hybrid's SV memory compares "
+    "keys by content (rotary positions reach its local path only), so the order of a token "
+    "outside the current chunk has to be written into its key by the layer below; a "
+    "sliding window with rotary positions reads the order directly, for the tokens inside "
+    "its window.")
+
+
+def _copy_claims(cells: list[dict], chance: dict[str, float], label: str = "") -> list[Claim]:
+    """Bars 2-4 (trained selective copy) at the longest length of ``cells``: SV recall
+    against the paper's ≈ 0.99, its support size, DeltaNet and linear against chance.
+    ``label`` names the grid in the claims (e.g. ``" trained longer (4,000 steps)"``)."""
+    sc = [c for c in cells if c["task"] == "selective-copy"]
+    if not sc:
+        return [Claim(f"Trained selective copy{label}: SV recall, support size, DeltaNet "
+                      "and linear at chance", "≈ 0.99 / 11–14 / chance",
+                      "no selective-copy cell collected yet", NOT_RUN)]
+    T = max(c["seq_len"] for c in sc)
+    get = {c["mixer"]: c for c in sc if c["seq_len"] == T}
+    sv = get.get("hybrid_sv")
+    if sv is None:
+        claims = [Claim(f"Trained selective copy{label} at T = {T}: SV recall, support size",
+                        "≈ 0.99 / 11–14 tokens", "no hybrid_sv cell at this length yet",
+                        NOT_RUN)]
+    else:
+        sup = sv["support_per_head"]
+        mean = sv["accuracy"]["mean"]
+        claims = [Claim(f"Trained selective copy{label} at T = {T}: SV recall", "≈ 0.99",
+                        _fmt(sv["accuracy"]),
+                        REPRODUCED if mean >= 0.95 else PARTLY if mean >= 0.8 else NOT_SHOWN),
+                  Claim("… SV support tokens per head (last boundary)", "11–14 tokens",
+                        "n/a" if sup is None else f"{sup:.1f}",
+                        "differs (C sets it: ≥ 1/C tokens)" if sup is not None else NOT_RUN)]
+    ch = chance["selective-copy"]
+    fixed = {m: get[m]["accuracy"]["mean"] for m in ("deltanet", "linear") if m in get}
+    if fixed:
+        claims.append(Claim(
+            f"… DeltaNet / linear attention at T = {T}", "chance",
+            " / ".join(f"{m} {v:.3f}" for m, v in fixed.items()) + f" (chance {ch:.3f})",
+            REPRODUCED if max(fixed.values()) <= 2 * ch else NOT_SHOWN))
+    return claims
+
+
 def run(ctx: Context) -> ExperimentResult:
     """Figures, tables and verdicts from the collected recall runs."""
     res = load_results(ctx)
@@ -427,9 +490,7 @@ def run(ctx: Context) -> ExperimentResult:
     if res is None:
         return _not_run(f"Would read {what_src}; it does not exist yet.")
     cells, margins, records = res["summary"]["cells"], res["summary"]["margins"], res["records"]
-    chance = {}
-    for rec in records:
-        chance.setdefault(rec["run"]["task"], _chance(rec["run"]["task"], rec))
+    chance = _chances(records)
     figures = [figure_by_length(ctx, cells, chance), figure_by_state(ctx, cells)]
     memory_figure = figure_memory(ctx, records)
     if memory_figure is not None:
@@ -456,41 +517,9 @@ def run(ctx: Context) -> ExperimentResult:
         claims.append(Claim("MQAR, longest T: hybrid SV beats the matched window",
                             "issue #19 bar", "no MQAR cell with both mixers", NOT_RUN))
     # Bars 2-4: trained selective copy.
-    sc = [c for c in cells if c["task"] == "selective-copy"]
-    if sc:
-        T = max(c["seq_len"] for c in sc)
-        get = {c["mixer"]: c for c in sc if c["seq_len"] == T}
-        sv = get.get("hybrid_sv")
-        if sv is None:
-            claims.append(Claim(f"Trained selective copy at T = {T}: SV recall, support size",
-                                "≈ 0.99 / 11–14 tokens", "no hybrid_sv cell at this length yet",
-                                NOT_RUN))
-        else:
-            claims.append(Claim(f"Trained selective copy at T = {T}: SV recall", "≈ 0.99",
-                                _fmt(sv["accuracy"]),
-                                REPRODUCED if sv["accuracy"]["mean"] >= 0.95 else PARTLY
-                                if sv["accuracy"]["mean"] >= 0.8 else NOT_SHOWN))
-            sup = sv["support_per_head"]
-            claims.append(Claim("… SV support tokens per head (last boundary)", "11–14 tokens",
-                                "n/a" if sup is None else f"{sup:.1f}",
-                                "differs (C sets it: ≥ 1/C tokens)" if sup is not None
-                                else NOT_RUN))
-        ch = chance["selective-copy"]
-        fixed = {m: get[m]["accuracy"]["mean"] for m in ("deltanet", "linear") if m in get}
-        if fixed:
-            claims.append(Claim(
-                f"… DeltaNet / linear attention at T = {T}", "chance",
-                " / ".join(f"{m} {v:.3f}" for m, v in fixed.items()) + f" (chance {ch:.3f})",
-                REPRODUCED if max(fixed.values()) <= 2 * ch else NOT_SHOWN))
-        notes.append("Selective copy needs the order of the data tokens. The hybrid's SV "
-                     "memory compares keys by content (rotary positions reach its local path "
-                     "only), so the order of a token outside the current chunk has to be "
-                     "written into its key by the layer below; a sliding window with rotary "
-                     "positions reads the order directly, for the tokens inside its window.")
-    else:
-        claims.append(Claim("Trained selective copy: SV recall, support size, DeltaNet and "
-                            "linear at chance", "≈ 0.99 / 11–14 / chance",
-                            "no selective-copy cell collected yet", NOT_RUN))
+    claims.extend(_copy_claims(cells, chance))
+    if any(c["task"] == "selective-copy" for c in cells):
+        notes.append(COPY_ORDER_NOTE)
     rows = [[c["task"], c["seq_len"], c["d_model"], c["mixer"], f"{c['best_lr']:g}",
              _fmt(c["accuracy"]), ", ".join(f"{k}: {v:.3f}" for k, v in c["by_lr"].items()),
              c["state_floats"], c["window"] or "—",
@@ -521,11 +550,11 @@ def run(ctx: Context) -> ExperimentResult:
     long = load_long_results(ctx)
     long_tables: list[str] = []
     if long is not None:
-        long_claim, long_table, long_notes = _long_section(long)
-        claims.insert(1, long_claim)
+        long_claims, long_table, long_notes = _long_section(long)
+        claims[1:1] = long_claims
         steps = sorted({r["run"]["steps"] for r in long["records"]})
         figures.append(figure_by_length(
-            ctx, long["summary"]["cells"], chance, "recall_long_by_length.png",
+            ctx, long["summary"]["cells"], _chances(long["records"]), "recall_long_by_length.png",
             ", " + "/".join(f"{s:,}" for s in steps) + " steps"))
         long_tables.append(long_table)
         notes.extend(long_notes)
@@ -560,7 +589,7 @@ def run(ctx: Context) -> ExperimentResult:
         "Grids and their commands: `svattn recall run --grid NAME`, then `svattn recall "
         "collect`; the grid configs are in the results file."
     )
-    headline = claims[: 3 if long is not None else 2]
+    headline = [c for c in claims if not c.claim.startswith("…")]  # each group's lead
     verdict = ("; ".join(f"{c.claim.split(':')[0]}: {c.verdict}" for c in headline)
                + (" (quick grid: untrained models)" if ctx.quick else ""))
     metrics = {"cells": cells, "margins": margins, "memory": kept,

@@ -160,6 +160,15 @@ GRIDS: dict[str, RecallGrid] = {
              "hybrid, 1e-3 for the window and softmax; each mixer's other one run only "
              "as time allows, the collector reports the cells that exist); its own runs "
              "folder and results file"),
+    "long-copy": RecallGrid(
+        "long-copy", tasks=("selective-copy",), lengths=(64, 128), lrs=(3e-3,),
+        seeds=(0, 1, 2),
+        base=LONG_BASE,
+        per_task=_SC,
+        note="selective copy (8 data tokens of 8 symbols, rotary positions) trained as "
+             "long-64 (4,000 steps of 64, 20x slice-copy's sequences), every mixer at "
+             "slice-copy's one learning rate (no sweep: the same for all); its own runs "
+             "folder, results file with the other longer grids"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
