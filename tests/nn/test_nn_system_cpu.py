@@ -60,6 +60,10 @@ def test_builder_matches_torch_form(dtype):
     n = S.shape[-1]
     M, rhs, idx, sval = build_compact_system(K, d, S, E, 0.15, 1e-3, n)
     assert torch.equal(idx, torch.arange(n).expand_as(idx)) and torch.equal(sval, S)
+    # ordered: S's slots first at s = n too, as gather_rows orders them
+    M, rhs, idx, sval = build_compact_system(K, d, S, E, 0.15, 1e-3, n, ordered=True)
+    order = torch.sort((~S).to(torch.int8), dim=-1, stable=True).indices
+    assert torch.equal(idx, order) and torch.equal(sval, S.gather(-1, order))
     with pytest.raises(ValueError, match="s must be"):
         build_compact_system(K, d, S, E, 0.15, 1e-3, n + 1)
 
@@ -89,15 +93,24 @@ def test_compiled_system_values_and_gradients(kernel, steps):
             torch.testing.assert_close(x, y, rtol=0, atol=1e-9)
 
 
-def test_solve_system_dense_when_one_problem_holds_every_key():
-    _, _, K, d, _, S, E = _problem(torch.float64)
+@pytest.mark.parametrize("ridge", [1e-3, 0.0], ids=["cholesky", "pivoted-lu"])
+def test_solve_system_when_one_problem_holds_every_key(ridge):
+    """Every key a slot: with a ridge the slots are still ordered (S first, each block
+    factored at its own size, nn/factor_cpu.py); without one, the dense form."""
+    kf, valid, K, d, _, S, E = _problem(torch.float64)
+    if not ridge:  # every key present: K_SS positive definite without a ridge
+        K, d, _ = kernel_problem(kf, torch.ones_like(valid), "rbf", 1.0 / 5)
     S = S.clone()
     S[2] = True
     E = E & ~S
-    alpha, mu, f = solve_system(K, d, S, E, 0.15, 1e-3, 0, True)
-    assert f.idx is None and torch.equal(f.sval, S)
+    alpha, mu, f = solve_system(K, d, S, E, 0.15, ridge, 0, True)
+    if ridge:
+        assert f.idx is not None and torch.equal(f.sval, S.gather(-1, f.idx))
+        assert torch.equal(f.sval, f.sval.sort(-1, descending=True).values)  # S first
+    else:
+        assert f.idx is None and torch.equal(f.sval, S)
     with no_host_reads():
-        alpha_t, mu_t, _ = solve_system(K, d, S, E, 0.15, 1e-3, 0, True)
+        alpha_t, mu_t, _ = solve_system(K, d, S, E, 0.15, ridge, 0, True)
     torch.testing.assert_close(alpha, alpha_t, rtol=0, atol=1e-10)
     torch.testing.assert_close(mu, mu_t, rtol=0, atol=1e-10)
 

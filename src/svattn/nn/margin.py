@@ -41,6 +41,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.nn.common import gather_rows, host_reads, log_kernel, log_kernel_diag
+from svattn.nn.factor_cpu import BorderedCholesky, factor_bordered
 from svattn.nn.system_cpu import build_compact_system, kernel_weights
 
 __all__ = [
@@ -68,12 +69,19 @@ def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 class Factors(NamedTuple):
     """What the backward needs of one batch of solved margin systems (no grad)."""
 
-    LU: torch.Tensor  # (P, s+1, s+1) LU factors of M
-    piv: torch.Tensor  # (P, s+1)
+    LU: torch.Tensor | None  # (P, s+1, s+1) LU factors of M (None: ``chol`` holds them)
+    piv: torch.Tensor | None  # (P, s+1)
     idx: torch.Tensor | None  # (P, s) key of each slot (compact form), None (dense: slot = key)
     sval: torch.Tensor  # bool (P, s): slots in S
     pad: torch.Tensor | None  # (P, s+1, 1) the iterated ridge r·I_S, None without steps
     zs: tuple[torch.Tensor, ...]  # iterates z_0 .. z_t, each (P, s+1, 1)
+    chol: BorderedCholesky | None = None  # CPU eager: per-block Cholesky (nn/factor_cpu.py)
+
+    def solve(self, b: torch.Tensor) -> torch.Tensor:
+        """``M⁻¹ b`` for ``b`` (P, s+1, 1); ``M`` is symmetric, so also ``M⁻ᵀ b``."""
+        if self.chol is not None:
+            return self.chol.solve(b)
+        return torch.linalg.lu_solve(self.LU, self.piv, b)
 
 
 def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
@@ -90,12 +98,18 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
         # CPU, eager: the same system in one compiled pass (nn/system_cpu.py), symmetric
         # up to K's rounding, so LAPACK factors its transpose (its column-major layout:
         # no copy; the backward treats M as symmetric anyway)
-        s = min(max(int(S.sum(-1).max()), 1), n)  # host read: the compact system's size
-        M, rhs, idx, sval = build_compact_system(K, d, S, E, C, ridge, s)
-        idx = idx if s < n else None  # every key a slot: the dense form
+        counts = S.sum(-1)
+        s = min(max(int(counts.max()), 1), n)  # host read: the compact system's size
+        chol = None
+        if ridge > 0:  # SPD blocks: each factored at its own |S| (nn/factor_cpu.py)
+            M, rhs, idx, sval = build_compact_system(K, d, S, E, C, ridge, s, ordered=True)
+            chol = factor_bordered(M, counts)
+        if chol is None:  # no ridge, or a block not positive definite: pivoted LU
+            M, rhs, idx, sval = build_compact_system(K, d, S, E, C, ridge, s)
+            idx = idx if s < n else None  # every key a slot: the dense form
         sf = sval.to(dt)
         return _factor_and_solve(M.mT, rhs.unsqueeze(-1), idx, sval, sf, Ef, C, ridge,
-                                 ridge_steps, n, in_place=True)
+                                 ridge_steps, n, in_place=True, chol=chol)
     if compact:
         idx, sval = gather_rows(S)  # host read: the compact system's size
         compact = idx.shape[-1] < n  # S holds every key somewhere: the dense form, no gather
@@ -126,28 +140,33 @@ def solve_system(K, d, S, E, C, ridge, ridge_steps, compact):
     return _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n)
 
 
-def _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n, in_place=False):
+def _factor_and_solve(M, rhs, idx, sval, sf, Ef, C, ridge, ridge_steps, n, in_place=False,
+                      chol=None):
     """Factor the systems ``M`` (P, s+1, s+1), solve for ``rhs`` (P, s+1, 1), with the
     iterated-ridge steps: ``alpha`` (P, n), ``mu`` (P,) and the :class:`Factors`.
-    ``in_place``: ``M`` is a column-major buffer of the caller's, factored in place."""
+    ``in_place``: ``M`` is a column-major buffer of the caller's, factored in place;
+    ``chol``: the systems are factored already (``M`` unused)."""
     P, s = sval.shape
-    if in_place:
+    if chol is not None:
+        LU = piv = None
+    elif in_place:
         piv = torch.empty(P, s + 1, dtype=torch.int32, device=M.device)
         info = torch.empty(P, dtype=torch.int32, device=M.device)
         LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False, out=(M, piv, info))
     else:
         LU, piv, _ = torch.linalg.lu_factor_ex(M, check_errors=False)
-    zs = [torch.linalg.lu_solve(LU, piv, rhs)]
+    f = Factors(LU, piv, idx, sval, None, (), chol)
+    zs = [f.solve(rhs)]
     pad = None
     if ridge > 0 and ridge_steps > 0:
         # Iterated ridge (proximal point): (M0 + r·I_S) z' = b + r·I_S z converges to the
         # unridged M0 z = b, each step reusing the one well-conditioned factorization.
         pad = torch.cat([ridge * sf, sf.new_zeros(P, 1)], -1).unsqueeze(-1)
         for _ in range(ridge_steps):
-            zs.append(torch.linalg.lu_solve(LU, piv, torch.addcmul(rhs, pad, zs[-1])))
+            zs.append(f.solve(torch.addcmul(rhs, pad, zs[-1])))
     z = zs[-1].squeeze(-1)
     alpha = _to_keys(z[:, :s] * sf, idx, n) + C * Ef
-    return alpha, z[:, s], Factors(LU, piv, idx, sval, pad, tuple(zs))
+    return alpha, z[:, s], f._replace(pad=pad, zs=tuple(zs))
 
 
 def _to_keys(x: torch.Tensor, idx: torch.Tensor | None, n: int) -> torch.Tensor:
@@ -169,7 +188,7 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
     adj = torch.cat([g_slots * sf, g_mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
     lams, avs = [], []
     for k in range(len(f.zs) - 1, -1, -1):
-        lam = torch.linalg.lu_solve(f.LU, f.piv, adj)  # M symmetric: M⁻ᵀ = M⁻¹
+        lam = f.solve(adj)  # M symmetric: M⁻ᵀ = M⁻¹
         lams.append(_to_keys(lam.squeeze(-1)[:, :s] * sf, f.idx, n))  # λ̃_k (P, n)
         avs.append(_to_keys(f.zs[k].squeeze(-1)[:, :s] * sf, f.idx, n) + C * Ef)  # a_k
         if k:
@@ -243,11 +262,12 @@ class _MarginSolve(torch.autograd.Function):
     def forward(ctx, kf, alpha, mu, C, kernel, gamma, parts):
         flat, layout = [], []
         for K, d, E, f in parts:
-            ts = [K, d, E, f.LU, f.piv, f.sval, *f.zs]
+            ts = [K, d, E, *((f.LU, f.piv) if f.chol is None else f.chol), f.sval, *f.zs]
             ts += [f.idx] if f.idx is not None else []
             ts += [f.pad] if f.pad is not None else []
             flat += ts
-            layout.append((len(f.zs), f.idx is not None, f.pad is not None))
+            layout.append((len(f.zs), f.idx is not None, f.pad is not None,
+                           f.chol is not None))
         ctx.save_for_backward(kf, *flat)
         ctx.layout, ctx.meta = tuple(layout), (C, kernel, gamma)
         return alpha.clone(), mu.clone()
@@ -262,15 +282,20 @@ class _MarginSolve(torch.autograd.Function):
         X = kf.detach().view(P, M, n, D)
         ga, gm = g_alpha.view(P, M, n), g_mu.view(P, M)
         out, i = [], 0
-        for m, (nz, has_idx, has_pad) in enumerate(ctx.layout):
-            K, d, E, LU, piv, sval = flat[i : i + 6]
-            zs = tuple(flat[i + 6 : i + 6 + nz])
-            i += 6 + nz
+        for m, (nz, has_idx, has_pad, has_chol) in enumerate(ctx.layout):
+            K, d, E = flat[i : i + 3]
+            i += 3
+            nf = 3 if has_chol else 2
+            chol = BorderedCholesky(*flat[i : i + nf]) if has_chol else None
+            LU, piv = (None, None) if has_chol else flat[i : i + 2]
+            sval = flat[i + nf]
+            zs = tuple(flat[i + nf + 1 : i + nf + 1 + nz])
+            i += nf + 1 + nz
             idx = flat[i] if has_idx else None
             i += has_idx
             pad = flat[i] if has_pad else None
             i += has_pad
-            f = Factors(LU, piv, idx, sval, pad, zs)
+            f = Factors(LU, piv, idx, sval, pad, zs, chol)
             out.append(_grad_keys(X[:, m], K, d, E, f, ga[:, m], gm[:, m], C, kernel, gamma))
         g_x = out[0] if M == 1 else torch.stack(out, 1)
         return g_x.reshape(PM, n, D), None, None, None, None, None, None

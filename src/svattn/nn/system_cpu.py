@@ -117,6 +117,8 @@ def build_compact_system(
     C: float,
     ridge: float,
     s: int,
+    *,
+    ordered: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """The bordered margin systems of ``P`` problems gathered to ``s`` slots (CPU, no grad).
 
@@ -132,7 +134,11 @@ def build_compact_system(
         Box and ridge.
     s : int
         Slots: at least the largest ``|S|`` (and at least 1), at most ``n``. With
-        ``s = n`` every key is its own slot (the dense form, no gather).
+        ``s = n`` every key is its own slot (the dense form, no gather), unless
+        ``ordered``.
+    ordered : bool
+        Always put ``S``'s slots first (the form :mod:`svattn.nn.factor_cpu` factors),
+        ``s = n`` included.
 
     Returns
     -------
@@ -154,8 +160,9 @@ def build_compact_system(
     rhs = torch.empty(P, s + 1, dtype=dt)
     idx = torch.empty(P, s, dtype=torch.long)
     sval = torch.empty(P, s, dtype=torch.bool)
+    identity = s == n and not ordered  # every key its own slot, in key order
     _build(K.contiguous().numpy(), d.to(dt).contiguous().numpy(), S.contiguous().numpy(),
-           E.contiguous().numpy(), float(C), float(ridge), int(s), s == n, M.numpy(),
+           E.contiguous().numpy(), float(C), float(ridge), int(s), identity, M.numpy(),
            rhs.numpy(), idx.numpy(), sval.numpy())
     return M, rhs, idx, sval
 
