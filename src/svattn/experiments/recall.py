@@ -463,20 +463,25 @@ def _copy_claims(cells: list[dict], chance: dict[str, float], label: str = "") -
                         NOT_RUN)]
     else:
         sup = sv["support_per_head"]
-        mean = sv["accuracy"]["mean"]
+        mean, ci = sv["accuracy"]["mean"], sv["accuracy"]["ci95"]
+        # refuted only where the 95 % interval lies wholly below "partly" (0.8)
         claims = [Claim(f"Trained selective copy{label} at T = {T}: SV recall", "≈ 0.99",
                         _fmt(sv["accuracy"]),
-                        REPRODUCED if mean >= 0.95 else PARTLY if mean >= 0.8 else NOT_SHOWN),
+                        REPRODUCED if mean >= 0.95 else PARTLY if mean >= 0.8 else
+                        NOT_REPRODUCED if ci and ci[1] < 0.8 else NOT_SHOWN),
                   Claim("… SV support tokens per head (last boundary)", "11–14 tokens",
                         "n/a" if sup is None else f"{sup:.1f}",
                         "differs (C sets it: ≥ 1/C tokens)" if sup is not None else NOT_RUN)]
     ch = chance["selective-copy"]
-    fixed = {m: get[m]["accuracy"]["mean"] for m in ("deltanet", "linear") if m in get}
+    fixed = {m: get[m]["accuracy"] for m in ("deltanet", "linear") if m in get}
     if fixed:
+        # "at chance": within 2x chance; refuted where a mixer's 95 % interval lies above
+        above = [a["ci95"] is not None and a["ci95"][0] > 2 * ch for a in fixed.values()]
         claims.append(Claim(
             f"… DeltaNet / linear attention at T = {T}", "chance",
-            " / ".join(f"{m} {v:.3f}" for m, v in fixed.items()) + f" (chance {ch:.3f})",
-            REPRODUCED if max(fixed.values()) <= 2 * ch else NOT_SHOWN))
+            " / ".join(f"{m} {_fmt(a)}" for m, a in fixed.items()) + f" (chance {ch:.3f})",
+            REPRODUCED if max(a["mean"] for a in fixed.values()) <= 2 * ch else
+            NOT_REPRODUCED if any(above) else NOT_SHOWN))
     return claims
 
 
@@ -537,6 +542,12 @@ def run(ctx: Context) -> ExperimentResult:
     if claims[0].verdict == NOT_REPRODUCED:
         notes.append("**not reproduced** (MQAR bar): the matched window beats the hybrid "
                      "with a 95 % interval over seeds below zero, in the cells run so far.")
+    if any(c.verdict == NOT_REPRODUCED and "selective copy" in c.claim or
+           c.claim.startswith("… DeltaNet") and c.verdict == NOT_REPRODUCED for c in claims):
+        notes.append("**not reproduced** (selective copy): the 95 % intervals over seeds lie "
+                     "outside the paper's values (SV recall below 0.8; DeltaNet or linear "
+                     "attention above twice chance) at the training budget these cells "
+                     "had: a verdict on the cells trained, which a longer budget may move.")
     if any(c.verdict == NOT_SHOWN for c in claims):
         notes.append("**not shown**: the cells run so far do not meet the bar (for a margin: "
                      "its 95 % interval over seeds does not exclude zero); with a partial, "
