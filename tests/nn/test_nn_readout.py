@@ -58,15 +58,28 @@ def test_large_logits_stay_finite():
     assert torch.isfinite(out).all() and torch.isfinite(ref).all()
 
 
+@pytest.mark.parametrize("sparse", [False, True], ids=["all-keys", "support-only"])
 @pytest.mark.parametrize("kernel", ["rbf", "exp"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
-def test_explicit_cpu_readout_and_sdpa_path_match_reference(kernel, dtype):
+def test_explicit_cpu_readout_and_sdpa_path_match_reference(kernel, dtype, sparse):
     """Training on CPU runs nn.readout_cpu's explicit Function; the SDPA form runs
-    elsewhere (and without grad). Both against the reference, values and gradients."""
+    elsewhere (and without grad). Both against the reference, values and gradients;
+    ``sparse``: supports small enough that the Function reads the support only."""
     from svattn.nn.readout import _explicit, readout_fused
-    from svattn.nn.readout_cpu import explicit_readout
+    from svattn.nn.readout_cpu import COMPACT, _support_rows, explicit_readout
 
     inputs = _inputs(dtype, kernel, seed=3)
+    if sparse:  # at most 4 of the 11 keys of a memory carry weight, in scattered places
+        a = inputs[3].detach().clone()
+        keep = torch.rand(a.shape, generator=torch.Generator().manual_seed(5)) < 0.25
+        keep[..., 7] = True
+        a = torch.where(keep, a + 0.1, 0.0)
+        a[0, 1] = 0.0
+        a[0, 1, 10] = 1.0  # a memory of one token, the last key
+        inputs[3] = (a / a.sum(-1, keepdim=True)).requires_grad_(True)
+    compact = _support_rows(inputs[3].detach().reshape(-1, inputs[3].shape[-1])) is not None
+    assert compact == sparse
+    assert not sparse or int((inputs[3] > 0).sum(-1).max()) <= COMPACT * inputs[3].shape[-1]
     gamma = 1.0 / inputs[0].shape[-1] if kernel == "rbf" else inputs[0].shape[-1] ** -0.5
     assert _explicit(*inputs)
     ref = sv_readout_reference(*inputs, kernel=kernel)

@@ -10,6 +10,9 @@ scaled by ``sqrt(s)`` and autograd through ``log alpha`` and ``‖x‖²``.
 :class:`_ExplicitReadout` runs the same arithmetic as five batched products and one
 softmax, and writes the backward out:
 
+* where every memory's support is at most ``COMPACT`` of the keys, the keys, values
+  and alphas of the supports (padded to the largest) are gathered first and the
+  gradients scattered back (zero elsewhere: a key with ``alpha = 0`` has weight 0);
 * ``S = s·Q Xᵀ + b`` (one ``baddbmm``), ``P = softmax(S)``, ``O = P V``;
 * ``dV = Pᵀ dO``, ``dS = P ⊙ (dO Vᵀ − rowsum(dO ⊙ O))``, ``dQ = s·dS X``,
   ``dX = s·dSᵀ Q`` (rbf: ``− 2·gamma·(Σ_i dS_ij)·x_j``), ``db_j = Σ_i dS_ij`` and
@@ -23,7 +26,12 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["explicit_readout", "readout_bias"]
+from svattn.nn.common import host_reads
+
+__all__ = ["COMPACT", "explicit_readout", "readout_bias"]
+
+#: Read only the support where the largest support is at most this share of the keys.
+COMPACT = 0.75
 
 
 def readout_bias(log_a: torch.Tensor, k: torch.Tensor, kernel: str, gamma: float
@@ -44,20 +52,27 @@ class _ExplicitReadout(torch.autograd.Function):
         B, H, Tq, D = q.shape
         Tk, Dv = k.shape[2], v.shape[-1]
         qf, kf, vf = q.reshape(B * H, Tq, D), k.reshape(B * H, Tk, D), v.reshape(B * H, Tk, Dv)
-        pos = alpha > 0
+        af = alpha.reshape(B * H, Tk)
+        flat = _support_rows(af)
+        if flat is not None:  # the memories' support only: the products at its width
+            m = flat.numel() // (B * H)
+            kf = kf.reshape(-1, D).index_select(0, flat).view(B * H, m, D)
+            vf = vf.reshape(-1, Dv).index_select(0, flat).view(B * H, m, Dv)
+            af = af.reshape(-1).index_select(0, flat).view(B * H, m)
+        pos = af > 0
         bias, scale = readout_bias(
-            torch.where(pos, alpha, 1.0).log_().masked_fill_(~pos, -torch.inf), k, kernel, gamma)
-        S = torch.baddbmm(bias.view(B * H, 1, Tk), qf, kf.mT, alpha=scale)  # (BH, Tq, Tk)
+            torch.where(pos, af, 1.0).log_().masked_fill_(~pos, -torch.inf), kf, kernel, gamma)
+        S = torch.baddbmm(bias.unsqueeze(1), qf, kf.mT, alpha=scale)  # (BH, Tq, m)
         P = torch.softmax(S, -1)
         out = torch.bmm(P, vf)  # (BH, Tq, Dv)
-        ctx.save_for_backward(qf, kf, vf, alpha, P, out)
-        ctx.meta = (kernel, gamma, scale, (B, H))
+        ctx.save_for_backward(qf, kf, vf, af, P, out, flat)
+        ctx.meta = (kernel, gamma, scale, (B, H, Tk))
         return out.view(B, H, Tq, Dv)
 
     @staticmethod
     def backward(ctx, g_out):
-        qf, kf, vf, alpha, P, out = ctx.saved_tensors
-        kernel, gamma, scale, (B, H) = ctx.meta
+        qf, kf, vf, alpha, P, out, flat = ctx.saved_tensors
+        kernel, gamma, scale, (B, H, Tk) = ctx.meta
         go = g_out.reshape(out.shape)
         dv = torch.bmm(P.mT, go)  # (BH, Tk, Dv)
         dS = torch.bmm(go, vf.mT)  # dP (BH, Tq, Tk)
@@ -67,11 +82,30 @@ class _ExplicitReadout(torch.autograd.Function):
         dk = torch.bmm(dS.mT, qf).mul_(scale)
         if kernel == "rbf":  # b_j = log alpha_j − gamma‖x_j‖²
             dk.addcmul_(db.unsqueeze(-1), kf, value=-2.0 * gamma)
-        da = torch.where(alpha > 0, db.view(alpha.shape) / alpha, 0.0)
+        da = torch.where(alpha > 0, db / alpha, 0.0)
         Tq, D = qf.shape[1:]
-        Tk = kf.shape[1]
-        return (dq.view(B, H, Tq, D), dk.view(B, H, Tk, D), dv.view(B, H, Tk, -1), da,
-                None, None)
+        if flat is not None:  # back on every key (zero off the support)
+            dk = dk.new_zeros(B * H * Tk, D).index_copy_(0, flat, dk.reshape(-1, D))
+            dv = dv.new_zeros(B * H * Tk, dv.shape[-1]).index_copy_(0, flat,
+                                                                     dv.reshape(flat.numel(), -1))
+            da = da.new_zeros(B * H * Tk).index_copy_(0, flat, da.reshape(-1))
+        return (dq.view(B, H, Tq, D), dk.view(B, H, Tk, D), dv.view(B, H, Tk, -1),
+                da.view(B, H, Tk), None, None)
+
+
+def _support_rows(alpha: torch.Tensor) -> torch.Tensor | None:
+    """Flat row indices (BH·m,) of each memory's support (``alpha > 0``; the largest
+    count ``m``, padded with distinct zero-alpha keys), or None where ``m`` is more
+    than ``COMPACT`` of the keys (the gathers would cost more than they save)."""
+    if not host_reads(alpha):  # the accelerator's schedule (no_host_reads): all keys
+        return None
+    BH, Tk = alpha.shape
+    pos = alpha > 0
+    m = max(int(pos.sum(-1).max()), 1)  # host read (CPU, eager)
+    if m > COMPACT * Tk:
+        return None
+    idx = torch.argsort(pos.to(torch.int8), dim=-1, descending=True, stable=True)[:, :m]
+    return (idx + Tk * torch.arange(BH).unsqueeze(-1)).reshape(-1)
 
 
 def explicit_readout(
