@@ -12,13 +12,9 @@ shared machine only the ratios (and the counts) mean anything, the CPU-time rati
 least disturbed by time slicing.
 
 With ``--trained DIR`` both models are first trained ``--train-steps`` steps on the
-enwik8 prefix (``../shared/data``, else the shipped slice; AdamW at 1e-3, the same
-batches for both) and the step is timed on text from the same file: the cost a
-training run pays once the memory's support is no longer every key (at
-initialisation every key is a margin vector, the margin systems' worst case). The
-trained weights are saved in ``DIR`` on first use and loaded by every later run (both
-trees time the same weights); train them once with ``--train-only`` while the
-machine is busy, then time on an idle one.
+enwik8 prefix and timed on its text (``lm_trained.py``: the cost a training run pays
+once the memory's support is no longer every key); the weights are cached in ``DIR``,
+so train them once with ``--train-only`` while the machine is busy, then time.
 
 Usage (the tree before a change checked out with ``git worktree add ../base REV``)::
 
@@ -38,78 +34,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from ab_trees import run_json, tree_commit  # noqa: E402
 from bench_records import add_conditions, portable_path, write_record  # noqa: E402
+from lm_trained import describe, model_pair  # noqa: E402
 from step_timing import aten_calls, interleaved_medians  # noqa: E402
-
-SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "enwik8" / \
-    "enwik8_prefix.bin"
-
-
-def _text():
-    """The enwik8 prefix as a uint8 array (the shipped slice where ../shared is absent)."""
-    import numpy as np
-
-    from svattn.data.enwik8 import slice_path
-
-    return np.fromfile(SHARED if SHARED.exists() else slice_path(), dtype=np.uint8)
-
-
-def _text_batch(text, seed: int, step: int, batch: int):
-    import torch
-
-    from svattn.lm.train import batch_starts
-
-    starts = batch_starts(seed, step, batch, len(text), 256)
-    return torch.from_numpy(text[starts[:, None] + range(257)].astype("int64"))
-
-
-def _trained(model, opt, mixer: str, args: argparse.Namespace, text) -> None:
-    """Load ``mixer``'s trained weights from ``args.trained``, or train and save them."""
-    import torch
-
-    path = args.trained / f"{mixer}-steps{args.train_steps}-batch{args.batch}-seed{args.seed}.pt"
-    if path.exists():
-        model.load_state_dict(torch.load(path, weights_only=True))
-        return
-    for i in range(args.train_steps):
-        x = _text_batch(text, args.seed, i, args.batch)
-        _, loss = model(x[:, :-1], targets=x[:, 1:])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        if (i + 1) % max(1, args.train_steps // 10) == 0:
-            print(f"{mixer}: step {i + 1}/{args.train_steps} loss {loss.item():.3f}",
-                  file=sys.stderr, flush=True)
-    args.trained.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    torch.save(model.state_dict(), tmp)
-    tmp.replace(path)  # a killed run leaves no half-written weights
 
 
 def worker(args: argparse.Namespace) -> dict:
     """One run in this process's tree: step times and aten calls of both models."""
     import torch
 
-    from svattn.lm import CharLM, mixer_config, preset
-
     torch.set_num_threads(1)
-    extra = json.loads(args.hybrid_options)
-    text = _text() if args.trained else None
-    models = {}
-    for mixer in ("softmax", "hybrid_sv"):
-        torch.manual_seed(args.seed)
-        cfg = mixer_config(preset("paper-3m"), mixer, extra if mixer == "hybrid_sv" else None)
-        model = CharLM(cfg)
-        models[mixer] = (model, torch.optim.AdamW(model.parameters(), lr=1e-3))
-        if args.trained:
-            _trained(*models[mixer], mixer, args, text)
+    models, x = model_pair(json.loads(args.hybrid_options), seed=args.seed,
+                           batch=args.batch, trained=args.trained,
+                           train_steps=args.train_steps)
     if args.train_only:
-        return {"trained": [str(p) for p in sorted(args.trained.glob("*.pt"))]}
-    if args.trained:  # a batch the training did not see (a step past its last)
-        x = _text_batch(text, args.seed, args.train_steps + 1000, args.batch)
-    else:
-        g = torch.Generator().manual_seed(args.seed)
-        x = torch.randint(0, 256, (args.batch, 257), generator=g)
+        return {"trained": [portable_path(p) for p in sorted(args.trained.glob("*.pt"))]}
 
     def step(mixer: str) -> None:
         model, opt = models[mixer]
@@ -205,9 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             "a": portable_path(args.a), "b": portable_path(args.b),
             "a_commit": tree_commit(args.a), "b_commit": tree_commit(args.b),
             "machine": args.machine,
-            "models": (f"trained {args.train_steps} steps of {args.batch} x 256 bytes on "
-                       "the enwik8 prefix, timed on its text" if args.trained else
-                       "freshly initialised, timed on random bytes"),
+            "models": describe(args.trained, args.train_steps, args.batch),
             "summary": summary, "runs": runs})
     return 0
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import add_conditions, write_record  # noqa: E402
+from lm_trained import describe, model_pair  # noqa: E402
 
 
 def _label(func: tuple[str, int, str]) -> str:
@@ -41,16 +42,13 @@ def _label(func: tuple[str, int, str]) -> str:
 
 
 def profile_model(mixer: str, *, batch: int, steps: int, warmup: int, top: int,
-                  seed: int) -> dict:
+                  seed: int, trained: Path | None = None, train_steps: int = 200) -> dict:
     """The profile of ``steps`` training steps of one model (see the module docs)."""
     import torch
 
-    from svattn.lm import CharLM, mixer_config, preset
-
-    torch.manual_seed(seed)
-    model = CharLM(mixer_config(preset("paper-3m"), mixer, None))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    x = torch.randint(0, 256, (batch, 257), generator=torch.Generator().manual_seed(seed))
+    models, x = model_pair({}, seed=seed, batch=batch, trained=trained,
+                           train_steps=train_steps)
+    model, opt = models[mixer]
 
     def step() -> None:
         _, loss = model(x[:, :-1], targets=x[:, 1:])
@@ -83,6 +81,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trained", type=Path, default=None, metavar="DIR",
+                   help="profile models trained --train-steps steps on enwik8 (weights "
+                        "cached in DIR; see lm_trained.py)")
+    p.add_argument("--train-steps", type=int, default=200)
     add_conditions(p)
     p.add_argument("--json", type=Path)
     args = p.parse_args(argv)
@@ -90,15 +92,17 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     out = [profile_model(m, batch=args.batch, steps=args.steps, warmup=args.warmup,
-                         top=args.top, seed=args.seed) for m in ("softmax", "hybrid_sv")]
+                         top=args.top, seed=args.seed, trained=args.trained,
+                         train_steps=args.train_steps) for m in ("softmax", "hybrid_sv")]
     for prof in out:
         print(f"\n{prof['mixer']}: {prof['cpu_s_per_step']:.3f} s of CPU per step (profiled)")
         for r in prof["top"]:
             print(f"  {r['ms_per_step']:8.2f} ms  {r['calls_per_step']:7.1f} calls  "
                   f"{r['function']}")
     if args.json:
-        write_record(args.json, __file__, argv, {"conditions": args.conditions,
-                                                 "profiles": out})
+        write_record(args.json, __file__, argv, {
+            "conditions": args.conditions,
+            "models": describe(args.trained, args.train_steps, args.batch), "profiles": out})
     return 0
 
 
