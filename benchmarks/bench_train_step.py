@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_records import write_record  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 from step_timing import aten_calls, interleaved_medians  # noqa: E402
 from svattn.lm import CharLM, CharLMConfig, mixer_config  # noqa: E402
 
@@ -145,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                          "partitions compiled); compiled (torch.compile(fullgraph) of the "
                          "whole model; its compilation grows with T/chunk)")
     ap.add_argument("--json", type=Path, default=None, help="write the records here")
+    add_conditions(ap)
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     records = []
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         records += run_config(d, T, L, sol, args)
         if args.json:  # after every configuration: a cut-short run keeps what it measured
             write_record(args.json, __file__, argv, {
-                "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads, shared",
+                "machine": f"{platform.machine()} CPU, {torch.get_num_threads()} threads",
+                "conditions": args.conditions,
                 "torch": torch.__version__,
                 "records": records,
             })
