@@ -159,7 +159,9 @@ def test_selective_copy_trained_longer_gets_its_own_bars_beside_the_slices(tmp_p
     _write(tmp_path, recs)
     long = [_rec("mqar", "hybrid_sv", s, a, _memory(0.8)) for s, a in enumerate((.9, .95, .92))]
     long += [_rec("mqar", "sliding", s, a) for s, a in enumerate((.6, .62, .58))]
-    long += [_rec("selective-copy", "hybrid_sv", s, a, _memory(0.9))
+    copy_memory = [dict(_memory(0.0)[0], share_by_role={"filler": 0.7, "data": 0.3},
+                        prefix_by_role={"filler": 40.0, "data": 8.0})]
+    long += [_rec("selective-copy", "hybrid_sv", s, a, copy_memory)
              for s, a in enumerate((.97, .98, .99))]
     long += [_rec("selective-copy", "sliding", s, a) for s, a in enumerate((.7, .8, .9))]
     long += [_rec("selective-copy", m, s, .5) for m in ("deltanet", "linear") for s in range(3)]
@@ -181,6 +183,12 @@ def test_selective_copy_trained_longer_gets_its_own_bars_beside_the_slices(tmp_p
     assert "Trained selective copy trained longer" in res.verdict
     assert any(n.startswith("Trained longer, selective copy, hybrid − matched window "
                             "(paired): T = 64, d = 64: +0.180") for n in res.notes), res.notes
+    # what the memory kept, by the task's roles: data tokens for selective copy
+    copy_notes = [n for n in res.notes if n.startswith("Trained longer, selective-copy-")]
+    assert copy_notes and all("data tokens 0.30 of them (of the prefix 0.17)" in n
+                              for n in copy_notes), copy_notes
+    assert any("keys + values 0.80 of them" in n for n in res.notes
+               if n.startswith("Trained longer, mqar-"))
 
 
 def test_selective_copy_verdicts_follow_the_intervals(tmp_path: Path):

@@ -216,14 +216,21 @@ def _long_memory_notes(records: list[dict], label: str = "Trained longer") -> li
     records given: the hybrid's best learning rate)."""
     out = []
     for rec in (r for r in records if r["run"]["mixer"] == "hybrid_sv"):
+        # the tokens worth keeping: MQAR's keys and values, selective copy's data tokens
+        roles, what = ((("data",), "data tokens") if rec["run"]["task"] == "selective-copy"
+                       else (("key", "value"), "keys + values"))
         layers = []
         for m in rec["memory"]:
             share = m["share_by_role"]
-            kv = share.get("key", 0.0) + share.get("value", 0.0)
+            kept = sum(share.get(r, 0.0) for r in roles)
+            prefix = m.get("prefix_by_role", {})
+            of_prefix = (sum(prefix.get(r, 0.0) for r in roles) / sum(prefix.values())
+                         if prefix and sum(prefix.values()) else None)
             layers.append(f"layer {m['layer']}: gate {' / '.join(f'{g:.2f}' for g in m['gate'])}"
                           f", {np.mean(m['support_per_head']):.1f} support tokens per head, "
-                          f"keys + values {kv:.2f} of them, {m['truncated']} boundary "
-                          "memories cut to the budget")
+                          f"{what} {kept:.2f} of them"
+                          + ("" if of_prefix is None else f" (of the prefix {of_prefix:.2f})")
+                          + f", {m['truncated']} boundary memories cut to the budget")
         out.append(f"{label}, {rec['id']} (accuracy {rec['accuracy']:.3f}): "
                    + "; ".join(layers) + ".")
     return out
