@@ -54,11 +54,17 @@ def test_a_block_that_is_not_positive_definite_is_refused():
 
 
 def test_bad_buffers_are_refused_by_name():
-    M, _, _, _, S = _systems(torch.float64)
+    M, rhs, _, _, S = _systems(torch.float64)
     with pytest.raises(ValueError, match="contiguous float32/float64 CPU"):
         factor_bordered(M.mT, S.sum(-1))
     with pytest.raises(ValueError, match="contiguous float32/float64 CPU"):
         factor_bordered(M.to(torch.float16), S.sum(-1))
+    chol = factor_bordered(M, S.sum(-1))
+    b = rhs.unsqueeze(-1)
+    with pytest.raises(ValueError, match=r"b must be \(6, \d+, 1\) torch.float64"):
+        chol.solve(b.float())  # no silent rounding
+    with pytest.raises(ValueError, match="b must be"):
+        chol.solve(torch.cat([b, b], -1))  # one right-hand side
 
 
 def test_the_margin_solve_falls_back_to_pivoted_lu_where_the_block_is_indefinite():

@@ -79,7 +79,7 @@ def test_explicit_cpu_readout_and_sdpa_path_match_reference(kernel, dtype, spars
         inputs[3] = (a / a.sum(-1, keepdim=True)).requires_grad_(True)
     compact = _support_rows(inputs[3].detach().reshape(-1, inputs[3].shape[-1])) is not None
     assert compact == sparse
-    assert not sparse or int((inputs[3] > 0).sum(-1).max()) <= COMPACT * inputs[3].shape[-1]
+    assert sparse == (int((inputs[3] > 0).sum(-1).max()) <= COMPACT * inputs[3].shape[-1])
     gamma = 1.0 / inputs[0].shape[-1] if kernel == "rbf" else inputs[0].shape[-1] ** -0.5
     assert _explicit(*inputs)
     ref = sv_readout_reference(*inputs, kernel=kernel)

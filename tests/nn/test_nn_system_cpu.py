@@ -74,6 +74,7 @@ def test_compiled_system_values_and_gradients(kernel, steps):
     """The margin solve on the compiled system (CPU eager) against the torch form and the
     autograd reference, values and gradients."""
     kf, valid, K, d, shift, S, E = _problem(torch.float64, seed=1 + steps, kernel=kernel)
+    assert solve_system(K, d, S, E, 0.15, 1e-3, steps, True)[2].chol is not None  # potrf path
     kf = kf.requires_grad_()
     w = torch.randn(S.shape, dtype=torch.float64)
     out = {}

@@ -127,10 +127,14 @@ class BorderedCholesky(NamedTuple):
     counts: torch.Tensor  # (P,) int64: |S| of each problem
 
     def solve(self, b: torch.Tensor) -> torch.Tensor:
-        """``M⁻¹ b`` for ``b`` (P, s+1, 1) (M symmetric: also ``M⁻ᵀ b``)."""
-        out = torch.empty_like(b, memory_format=torch.contiguous_format)
+        """``M⁻¹ b`` for ``b`` (P, s+1, 1) in ``M``'s dtype (M symmetric: also ``M⁻ᵀ b``)."""
+        P, N, _ = self.M.shape
+        if b.shape != (P, N, 1) or b.dtype != self.M.dtype:
+            raise ValueError(f"b must be ({P}, {N}, 1) {self.M.dtype}, got {tuple(b.shape)} "
+                             f"{b.dtype}")
+        out = torch.empty(P, N, 1, dtype=b.dtype)
         _solve(self.M.numpy(), self.counts.numpy(), self.yw.numpy(),
-               b.squeeze(-1).to(self.M.dtype).contiguous().numpy(), out.squeeze(-1).numpy())
+               b.detach().squeeze(-1).contiguous().numpy(), out.squeeze(-1).numpy())
         return out
 
 
