@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_trees import run_json, tree_commit  # noqa: E402
-from bench_records import add_conditions, portable_path, write_record  # noqa: E402
+from ab_trees import median_ratios, run_pairs, tree_fields  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 
 P, N, D, L = 64, 128, 64, 64
 
@@ -109,23 +109,24 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--a and --b are required")
     cmd = [str(Path(__file__).resolve()), "--worker", "--reps", str(args.reps), "--seed",
            str(args.seed), "--shares", *map(str, args.shares)]
-    runs: dict[str, list[dict]] = {"a": [], "b": []}
-    for i in range(args.pairs):
-        for side, tree in (("a", args.a), ("b", args.b)):
-            runs[side].append(run_json(tree.resolve(), cmd))
+
+    last_a: dict = {}
+
+    def show(i: int, side: str, r: dict) -> None:
+        if side == "a":
+            last_a.update(r)
+            return
         print(f"pair {i + 1}/{args.pairs}: " + "  ".join(
-            f"share {s}: solve {runs['a'][-1][s]['solve_ms']:.2f} -> "
-            f"{runs['b'][-1][s]['solve_ms']:.2f} ms, readout "
-            f"{runs['a'][-1][s]['readout_ms']:.2f} -> {runs['b'][-1][s]['readout_ms']:.2f}"
-            for s in runs["a"][-1]), flush=True)
-    ratios = {s: {part: statistics.median(b[s][part] / a[s][part]
-                                          for a, b in zip(runs["a"], runs["b"], strict=True))
-                  for part in ("solve_ms", "readout_ms")} for s in runs["a"][0]}
+            f"share {s}: solve {last_a[s]['solve_ms']:.2f} -> {r[s]['solve_ms']:.2f} ms, "
+            f"readout {last_a[s]['readout_ms']:.2f} -> {r[s]['readout_ms']:.2f}"
+            for s in r), flush=True)
+
+    runs = run_pairs(args.a, args.b, cmd, args.pairs, show)
+    ratios = median_ratios(runs, ("solve_ms", "readout_ms"))
     print(json.dumps({"median_ratio_b_over_a": ratios}))
     if args.json:
         write_record(args.json, __file__, argv, {
-            "a": portable_path(args.a), "b": portable_path(args.b),
-            "a_commit": tree_commit(args.a), "b_commit": tree_commit(args.b),
+            **tree_fields(args.a, args.b),
             "conditions": args.conditions, "problems": {"P": P, "n": N, "D": D, "queries": L},
             "median_ratio_b_over_a": ratios, "runs": runs})
     return 0

@@ -32,9 +32,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_trees import run_json, tree_commit  # noqa: E402
+from ab_trees import run_pairs, tree_fields  # noqa: E402
 from bench_records import add_conditions, portable_path, write_record  # noqa: E402
-from lm_trained import describe, model_pair  # noqa: E402
+from lm_trained import describe, model_pair, train_step  # noqa: E402
 from step_timing import aten_calls, interleaved_medians  # noqa: E402
 
 
@@ -50,12 +50,7 @@ def worker(args: argparse.Namespace) -> dict:
         return {"trained": [portable_path(p) for p in sorted(args.trained.glob("*.pt"))]}
 
     def step(mixer: str) -> None:
-        model, opt = models[mixer]
-        _, loss = model(x[:, :-1], targets=x[:, 1:])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(*models[mixer], x)
 
     calls = {}
     for mixer in models:
@@ -78,13 +73,13 @@ def worker(args: argparse.Namespace) -> dict:
     }
 
 
-def run(tree: Path, args: argparse.Namespace) -> dict:
+def worker_args(args: argparse.Namespace) -> list[str]:
+    """The command line of one run (:func:`worker`) in a tree."""
     trained = (["--trained", str(args.trained.resolve()), "--train-steps",
                 str(args.train_steps)] if args.trained else [])
-    return run_json(tree, [str(Path(__file__).resolve()), "--worker", "--rounds",
-                           str(args.rounds), "--steps", str(args.steps), "--batch",
-                           str(args.batch), "--seed", str(args.seed), "--hybrid-options",
-                           args.hybrid_options, *trained])
+    return [str(Path(__file__).resolve()), "--worker", "--rounds", str(args.rounds),
+            "--steps", str(args.steps), "--batch", str(args.batch), "--seed", str(args.seed),
+            "--hybrid-options", args.hybrid_options, *trained]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,27 +105,23 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.train_steps < 1:
         p.error(f"--train-steps must be at least 1, got {args.train_steps}")
-    if args.train_only:
-        if args.trained is None:
-            p.error("--train-only needs --trained DIR")
-        print(json.dumps(worker(args)))
-        return 0
-    if args.worker:
+    if args.train_only and args.trained is None:
+        p.error("--train-only needs --trained DIR")
+    if args.worker or args.train_only:
         print(json.dumps(worker(args)))
         return 0
     if args.a is None or args.b is None:
         p.error("--a and --b are required")
-    runs: dict[str, list[dict]] = {"a": [], "b": []}
-    for i in range(args.pairs):
-        for side, tree in (("a", args.a), ("b", args.b)):
-            r = run(tree.resolve(), args)
-            runs[side].append(r)
-            print(f"pair {i + 1}/{args.pairs} {side}: hybrid/softmax "
-                  f"{r['ratio_hybrid_over_softmax']:.3f} wall, "
-                  f"{r['cpu_ratio_hybrid_over_softmax']:.3f} CPU  "
-                  f"({r['hybrid_s_per_step']:.3f} s / "
-                  f"{r['softmax_s_per_step']:.3f} s)  aten calls hybrid "
-                  f"{r['hybrid_aten_calls']} softmax {r['softmax_aten_calls']}", flush=True)
+
+    def show(i: int, side: str, r: dict) -> None:
+        print(f"pair {i + 1}/{args.pairs} {side}: hybrid/softmax "
+              f"{r['ratio_hybrid_over_softmax']:.3f} wall, "
+              f"{r['cpu_ratio_hybrid_over_softmax']:.3f} CPU  "
+              f"({r['hybrid_s_per_step']:.3f} s / "
+              f"{r['softmax_s_per_step']:.3f} s)  aten calls hybrid "
+              f"{r['hybrid_aten_calls']} softmax {r['softmax_aten_calls']}", flush=True)
+
+    runs = run_pairs(args.a, args.b, worker_args(args), args.pairs, show)
     summary = {s: {"ratio_median": statistics.median(r["ratio_hybrid_over_softmax"]
                                                      for r in runs[s]),
                    "cpu_ratio_median": statistics.median(r["cpu_ratio_hybrid_over_softmax"]
@@ -140,8 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary))
     if args.json:
         write_record(args.json, __file__, argv, {
-            "a": portable_path(args.a), "b": portable_path(args.b),
-            "a_commit": tree_commit(args.a), "b_commit": tree_commit(args.b),
+            **tree_fields(args.a, args.b),
             "machine": args.machine,
             "models": describe(args.trained, args.train_steps, args.batch),
             "summary": summary, "runs": runs})

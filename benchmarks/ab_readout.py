@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ab_trees import run_json, tree_commit  # noqa: E402
-from bench_records import add_conditions, portable_path, write_record  # noqa: E402
+from ab_trees import median_ratios, run_pairs, tree_fields  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 
 
 def worker(sizes: list[int], queries: int) -> dict:
@@ -72,19 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--a and --b are required")
     here = str(Path(__file__).resolve())
     cmd = [here, "--worker", "--queries", str(args.queries), "--sizes", *map(str, args.sizes)]
-    runs: dict[str, list[dict]] = {"a": [], "b": []}
-    for i in range(args.pairs):
-        for side, tree in (("a", args.a), ("b", args.b)):
-            runs[side].append(run_json(tree.resolve(), cmd))
-            print(f"pair {i + 1}/{args.pairs} {side}: {json.dumps(runs[side][-1])}", flush=True)
-    ratios = {n: {k: statistics.median(b[n][k] / a[n][k] for a, b in
-                                       zip(runs["a"], runs["b"], strict=True))
-                  for k in ("readout_us", "decision_us")} for n in runs["a"][0]}
+    runs = run_pairs(args.a, args.b, cmd, args.pairs, lambda i, side, r: print(
+        f"pair {i + 1}/{args.pairs} {side}: {json.dumps(r)}", flush=True))
+    ratios = median_ratios(runs, ("readout_us", "decision_us"))
     print(json.dumps({"b_over_a_median": ratios}))
     if args.json:
         write_record(args.json, __file__, argv, {
-            "a": portable_path(args.a), "b": portable_path(args.b),
-            "a_commit": tree_commit(args.a), "b_commit": tree_commit(args.b),
+            **tree_fields(args.a, args.b),
             "conditions": args.conditions, "b_over_a_median": ratios, "runs": runs})
     return 0
 

@@ -40,6 +40,19 @@ def text_batch(data, seed: int, step: int, batch: int):
     return torch.from_numpy(data[starts[:, None] + range(BLOCK + 1)].astype("int64"))
 
 
+def train_step(model, opt, x):
+    """One training step on ``x`` (B, BLOCK + 1): forward, backward, clipping at 1, AdamW;
+    the loss (the step the benchmarks time)."""
+    import torch
+
+    _, loss = model(x[:, :-1], targets=x[:, 1:])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    return loss
+
+
 def train_or_load(model, opt, mixer: str, folder: Path, train_steps: int, batch: int,
                   seed: int, data) -> None:
     """Load ``mixer``'s trained weights from ``folder``, or train and save them there."""
@@ -50,12 +63,7 @@ def train_or_load(model, opt, mixer: str, folder: Path, train_steps: int, batch:
         model.load_state_dict(torch.load(path, weights_only=True))
         return
     for i in range(train_steps):
-        x = text_batch(data, seed, i, batch)
-        _, loss = model(x[:, :-1], targets=x[:, 1:])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        loss = train_step(model, opt, text_batch(data, seed, i, batch))
         if (i + 1) % max(1, train_steps // 10) == 0:
             print(f"{mixer}: step {i + 1}/{train_steps} loss {loss.item():.3f}",
                   file=sys.stderr, flush=True)
@@ -66,16 +74,17 @@ def train_or_load(model, opt, mixer: str, folder: Path, train_steps: int, batch:
 
 
 def model_pair(hybrid_options: dict, *, seed: int, batch: int, trained: Path | None = None,
-               train_steps: int = 200) -> tuple[dict, object]:
-    """``{mixer: (model, AdamW)}`` for softmax and the hybrid, and the batch to time
-    (random bytes, or with ``trained`` a text batch the training did not draw)."""
+               train_steps: int = 200, mixers: tuple[str, ...] = ("softmax", "hybrid_sv")
+               ) -> tuple[dict, object]:
+    """``{mixer: (model, AdamW)}`` for ``mixers`` (softmax and the hybrid), and the batch
+    to time (random bytes, or with ``trained`` a text batch the training did not draw)."""
     import torch
 
     from svattn.lm import CharLM, mixer_config, preset
 
     data = text() if trained else None
     models = {}
-    for mixer in ("softmax", "hybrid_sv"):
+    for mixer in mixers:
         torch.manual_seed(seed)
         cfg = mixer_config(preset("paper-3m"), mixer,
                            hybrid_options if mixer == "hybrid_sv" else None)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from lm_trained import describe, model_pair  # noqa: E402
+from lm_trained import describe, model_pair, train_step  # noqa: E402
 
 
 def _label(func: tuple[str, int, str]) -> str:
@@ -44,18 +44,11 @@ def _label(func: tuple[str, int, str]) -> str:
 def profile_model(mixer: str, *, batch: int, steps: int, warmup: int, top: int,
                   seed: int, trained: Path | None = None, train_steps: int = 200) -> dict:
     """The profile of ``steps`` training steps of one model (see the module docs)."""
-    import torch
-
     models, x = model_pair({}, seed=seed, batch=batch, trained=trained,
-                           train_steps=train_steps)
-    model, opt = models[mixer]
+                           train_steps=train_steps, mixers=(mixer,))
 
     def step() -> None:
-        _, loss = model(x[:, :-1], targets=x[:, 1:])
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        train_step(*models[mixer], x)
 
     for _ in range(warmup):
         step()

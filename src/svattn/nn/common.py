@@ -22,6 +22,7 @@ __all__ = [
     "check_key_mask",
     "check_feasible",
     "Partition",
+    "flat_rows",
     "gather_rows",
     "host_reads",
     "no_host_reads",
@@ -207,3 +208,10 @@ def gather_rows(mask: torch.Tensor, min_size: int = 1) -> tuple[torch.Tensor, to
     idx = torch.argsort(mask.to(torch.int8), dim=-1, descending=True, stable=True)[..., :s]
     valid = torch.arange(s, device=mask.device) < counts.unsqueeze(-1)
     return idx, valid
+
+
+def flat_rows(idx: torch.Tensor, n: int) -> torch.Tensor:
+    """Rows ``idx`` (P, s) of each of ``P`` problems of ``n`` rows as indices into the
+    flattened ``(P·n, ·)`` rows, (P·s,): for one ``index_select`` / ``index_copy_``."""
+    P = idx.shape[0]
+    return (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)

@@ -42,6 +42,17 @@ _POTRF = {
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _forward(Mp, z, c):  # pragma: no cover - compiled
+    """``z[:c] ← G⁻¹ z[:c]`` in place, by columns (G(i, k) = Mp[k, i]: contiguous rows)."""
+    for k in range(c):
+        zk = z[k] / Mp[k, k]
+        z[k] = zk
+        row = Mp[k]
+        for i in range(k + 1, c):
+            z[i] -= row[i] * zk
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def _factor(M, counts, yw, potrf):  # pragma: no cover - compiled
     """Cholesky of every problem's block in place (row-major buffer ``M``: LAPACK's
     column-major view is the logical matrix, G(i, k) for i >= k at ``M[p, k, i]``) and
@@ -64,14 +75,9 @@ def _factor(M, counts, yw, potrf):  # pragma: no cover - compiled
         potrf(uplo.ctypes, size.ctypes, Mp.ctypes, lda.ctypes, info.ctypes)
         if info[0] != 0:
             return False
-        for i in range(c):  # y = G⁻¹ 1, by columns: contiguous rows of Mp
+        for i in range(c):
             y[i] = 1.0
-        for k in range(c):
-            yk = y[k] / Mp[k, k]
-            y[k] = yk
-            row = Mp[k]
-            for i in range(k + 1, c):
-                y[i] -= row[i] * yk
+        _forward(Mp, y, c)  # y = G⁻¹ 1
         yy = 0.0
         for k in range(c):
             yy += y[k] * y[k]
@@ -98,12 +104,7 @@ def _solve(M, counts, yw, b, out):  # pragma: no cover - compiled
         y = yw[p]
         for i in range(c):
             z[i] = bp[i]
-        for k in range(c):  # forward: G t = b₁ by columns
-            tk = z[k] / Mp[k, k]
-            z[k] = tk
-            row = Mp[k]
-            for i in range(k + 1, c):
-                z[i] -= row[i] * tk
+        _forward(Mp, z, c)  # t = G⁻¹ b₁
         yt = 0.0
         for k in range(c):
             yt += y[k] * z[k]

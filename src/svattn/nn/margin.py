@@ -40,7 +40,7 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.nn.common import gather_rows, host_reads, log_kernel, log_kernel_diag
+from svattn.nn.common import flat_rows, gather_rows, host_reads, log_kernel, log_kernel_diag
 from svattn.nn.factor_cpu import BorderedCholesky, factor_bordered
 from svattn.nn.system_cpu import build_compact_system, kernel_weights
 
@@ -62,8 +62,7 @@ def rows(K: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     expanded index (and its ``scatter_add``) on CPU.
     """
     P, n, m = K.shape
-    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
-    return K.reshape(P * n, m).index_select(0, flat).view(P, idx.shape[-1], m)
+    return K.reshape(P * n, m).index_select(0, flat_rows(idx, n)).view(P, idx.shape[-1], m)
 
 
 class Factors(NamedTuple):
@@ -227,9 +226,8 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
     else:
         g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_w.sum(-1)).unsqueeze(-1) * Xk
     if compact:
-        flat = (kidx + n * torch.arange(P, device=kidx.device).unsqueeze(-1)).reshape(-1)
         g_x = X.new_zeros(P * n, D).index_copy_(  # padded slots hold distinct keys
-            0, flat, (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
+            0, flat_rows(kidx, n), (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
     return g_x
 
 
@@ -245,9 +243,9 @@ def _grad_from_weights(X, d, lam_w, W, X1, idx, kernel, gamma):
         g_x = torch.addcmul(gamma * Y[..., :D], dl.unsqueeze(-1), Xk, value=2.0 * gamma)
     if idx is None:
         return g_x
-    flat = (idx + n * torch.arange(P, device=idx.device).unsqueeze(-1)).reshape(-1)
     # padded slots hold distinct unkept keys, whose rows of W_s (hence of g_x) are zero
-    return X.new_zeros(P * n, D).index_copy_(0, flat, g_x.reshape(-1, D)).view(P, n, D)
+    return X.new_zeros(P * n, D).index_copy_(0, flat_rows(idx, n), g_x.reshape(-1, D)).view(
+        P, n, D)
 
 
 class _MarginSolve(torch.autograd.Function):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from svattn.nn.common import host_reads
+from svattn.nn.common import flat_rows, gather_rows, host_reads
 
 __all__ = ["COMPACT", "explicit_readout", "readout_bias"]
 
@@ -99,13 +99,10 @@ def _support_rows(alpha: torch.Tensor) -> torch.Tensor | None:
     than ``COMPACT`` of the keys (the gathers would cost more than they save)."""
     if not host_reads(alpha):  # the accelerator's schedule (no_host_reads): all keys
         return None
-    BH, Tk = alpha.shape
     pos = alpha > 0
-    m = max(int(pos.sum(-1).max()), 1)  # host read (CPU, eager)
-    if m > COMPACT * Tk:
+    if int(pos.sum(-1).max()) > COMPACT * alpha.shape[-1]:  # host read (CPU, eager)
         return None
-    idx = torch.argsort(pos.to(torch.int8), dim=-1, descending=True, stable=True)[:, :m]
-    return (idx + Tk * torch.arange(BH).unsqueeze(-1)).reshape(-1)
+    return flat_rows(gather_rows(pos)[0], alpha.shape[-1])
 
 
 def explicit_readout(
