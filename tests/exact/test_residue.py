@@ -123,6 +123,39 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
     assert any(np.array_equal(a, column) for a in scrubbed), "the column copy was not zeroed"
 
 
+@pytest.mark.parametrize("which", ["margin", "error"])
+def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which):
+    # the checkpoint copies every per-slot vector and the bordered inverse; after the
+    # removal succeeds those copies are garbage holding the removed token's g, alpha
+    # and error sum (functions of its key) and its row of the inverse
+    from svattn.exact import rollback
+
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(0.03)
+    mem.extend(rng.normal(size=(150, 4)))
+    ss = mem.solver_state
+    tid = mem.partition()[which][0]
+    slot = ss.id_to_slot[tid]
+    assert ss.alpha[slot] != 0 and ss.esum[slot] != 0  # what the copies hold
+    old_qinv = ss.Qinv
+    assert old_qinv.any()
+    seen = []
+    real = rollback.checkpoint
+
+    def keep(*a, **k):
+        cp = real(*a, **k)
+        seen.append(cp)
+        return cp
+
+    monkeypatch.setattr(rollback, "checkpoint", keep)
+    mem.remove(tid)
+    (cp,) = seen
+    for name, arr in cp.vectors.items():
+        assert not arr[slot], f"the checkpoint's {name} still holds the removed token's entry"
+    assert not cp.qinv.any()
+    assert ss.Qinv is not old_qinv and not old_qinv.any()  # the replaced inverse too
+
+
 @pytest.mark.parametrize("then", ["save", "load"])
 def test_a_killed_saves_temporary_file_is_removed_by_the_next_save_or_load(tmp_path, then):
     # a save killed after writing its temporary file leaves it beside the state; it

@@ -48,7 +48,8 @@ _ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash
 # arrays a checkpoint leaves out (recomputed or rewritten by the restore) and scratch
 _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
 _SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
-            "kkt_after": lambda: None, "facts_after": lambda: None, "health_after": lambda: None}
+            "kss_ids": lambda: None, "kkt_after": lambda: None, "facts_after": lambda: None,
+            "health_after": lambda: None}
 
 
 @dataclass
@@ -122,6 +123,13 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
     live = np.flatnonzero(old_slot_id >= 0)
     ss.id_to_slot = {int(old_slot_id[s]): int(s) for s in live}
     _rebuild_cache(ss, cap, ccap, live)
+    _reset_scratch(ss)
+
+
+def _reset_scratch(ss: SlotState) -> None:
+    """Scratch back to empty; the Gram copy (kernel values, perhaps of a token the
+    failed operation added) scrubbed first."""
+    scrub(ss.kss)
     for name, make in _SCRATCH.items():
         setattr(ss, name, make())
 
@@ -148,8 +156,7 @@ def _restore_light(ss: SlotState, cp: Checkpoint) -> None:
         setattr(ss, name, value)
     ss.free_slots = list(cp.free_slots)
     ss.id_to_slot = {t: s for t, s in ss.id_to_slot.items() if t < ss.next_id}
-    for name, make in _SCRATCH.items():
-        setattr(ss, name, make())
+    _reset_scratch(ss)
 
 
 def _slots_back(a: np.ndarray, cap: int) -> np.ndarray:
@@ -216,9 +223,27 @@ def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
             raise
         raise OperationError(
             f"{op} failed ({type(exc).__name__}: {exc}); the memory is unchanged") from exc
+    else:
+        _scrub_after_success(ss, cp)
     finally:
         for _, entries in cp.rows.values():  # the wiped tokens' data: scrubbed either way
             scrub(entries)
+
+
+def _scrub_after_success(ss: SlotState, cp: Checkpoint) -> None:
+    """The checkpoint of an operation that succeeded is dropped: its copies of the
+    wiped slots' per-slot values (g and the error sum of a removed token are functions
+    of its key) and of the bordered inverse (a removed margin token's row and column)
+    go back to the allocator zeroed, as does the inverse the operation replaced."""
+    if not cp.vectors:  # a light checkpoint copies nothing; an empty state had nothing
+        return
+    slots = next(iter(cp.rows.values()))[0] if cp.rows else None
+    if slots is not None:
+        for arr in cp.vectors.values():
+            arr[slots] = 0
+    scrub(cp.qinv)
+    if cp.qinv_obj is not ss.Qinv:
+        scrub(cp.qinv_obj)
 
 
 __all__ = ["Checkpoint", "atomic", "checkpoint", "restore"]

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.conventions import warmup_threshold
+from svattn.exact.gram import MarginGramScratch
 from svattn.exact.hashes import row_hash, token_hash
 from svattn.exact.kernels import check_kernel, default_gamma, kernel_matrix
 from svattn.exact.states import ERROR, FREE, MARGIN, RESERVE
@@ -123,7 +124,7 @@ def _f64(n: int = 0, *rest: int) -> np.ndarray:
 
 
 @dataclass(eq=False)
-class SlotState:
+class SlotState(MarginGramScratch):
     """Every array and scalar of one exact memory's solver.
 
     Parameters are fixed at construction (``C``, ``kernel``, ``gamma``, ``tol``,
@@ -206,11 +207,13 @@ class SlotState:
     # tokens compact() dropped over the memory's life (-1: unknown, a state saved before
     # svattn recorded it); removals are then exact relative to the kept tokens only
     n_compacted: int = 0
-    # ---- per operation (never saved): K_SS as the last margin solve left it, valid
-    # while kss_for is the current Qinv; zeroed after every operation
+    # ---- scratch (never saved): the margin Gram copy (svattn.exact.gram), valid within
+    # an operation while kss_for is the current Qinv; between operations only the
+    # block of the live margin tokens kss_ids names (ids in margin order) is kept
     kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
+    kss_ids: np.ndarray | None = None
     kkt_after: float | None = None  # the residual a removal's own exact-g check found
     facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
     health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
@@ -249,7 +252,7 @@ class SlotState:
         self.g_valid, self.ops_since_exact_g = True, 0
         self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
         self.esum_valid, self.esum_updates = False, 0
-        self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
+        self.kss, self.kss_for, self.kss_ext, self.kss_ids = np.zeros((0, 0)), None, 0, None
         self.set_hash = 0
         self.kkt_after = self.facts_after = self.health_after = None
         self.standby_stale, self.standby_theta = True, math.inf
@@ -296,8 +299,11 @@ class SlotState:
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
     def copy(self) -> SlotState:
-        """An independent deep copy (arrays copied, Fortran order of the cache kept)."""
-        return copy.deepcopy(self)
+        """An independent deep copy (arrays copied, Fortran order of the cache kept),
+        without the kept margin Gram block (scratch: the copy gathers its own)."""
+        twin = copy.deepcopy(self)
+        twin.release_margin_gram(keep=False)
+        return twin
 
     # ------------------------------------------------------------ read access
     @property
@@ -400,32 +406,6 @@ class SlotState:
         h.update(ids.tobytes())
         h.update(values.tobytes())
         return h.hexdigest()
-
-    def gram_buffer(self) -> np.ndarray:
-        """Where margin solves write ``K_SS``: room for every cache column."""
-        if self.kss.shape[0] < self.ccap:
-            self.release_margin_gram()
-            self.kss = np.zeros((self.ccap, self.ccap))
-        return self.kss
-
-    def kept_margin_gram(self, written: int) -> None:
-        """A margin solve wrote ``K_SS`` (up to ``written`` rows/columns) for the current Qinv."""
-        self.kss_for = self.Qinv
-        self.kss_ext = max(self.kss_ext, written)
-
-    def current_margin_gram(self) -> np.ndarray | None:
-        """The last margin solve's ``K_SS`` when it is still current, else None."""
-        if self.kss_for is self.Qinv and self.kss_ext >= self.nS:
-            return self.kss[: self.nS, : self.nS]
-        return None
-
-    def release_margin_gram(self) -> None:
-        """Zero the copy after an operation: kernel values stay only in the cache,
-        which removals scrub."""
-        if self.kss_ext:
-            ext = self.kss_ext
-            self.kss[:ext, :ext] = 0.0
-        self.kss_for, self.kss_ext = None, 0
 
     def sync_ac(self) -> None:
         """Copy alpha of every cached token into the per-column array."""

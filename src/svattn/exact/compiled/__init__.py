@@ -94,9 +94,11 @@ def solve_margin(ss: SlotState) -> int | None:
     if not ss.nS:
         return reference.solve_margin(ss)
     sync_error_sum(ss)
+    kss = ss.gram_buffer()
+    ss.kss_ids = None  # until the gather below is whole
     mu, at_bound = linalg.solve_margin(
         ss.KC, ss.Qinv, ss.slot_of_col, ss.col_of_slot, ss.state, ss.diag, ss.alpha, ss.ac,
-        ss.esum, ss.nS, ss.chi, ss.C, ss.gram_buffer())
+        ss.esum, ss.nS, ss.chi, ss.C, kss)
     ss.kept_margin_gram(ss.nS)
     ss.mu = float(mu)
     return int(at_bound)
@@ -251,6 +253,9 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     facts = np.zeros(3)
     sup_ids = np.empty(ss.ccap, dtype=np.int64)
     sup_values = np.empty(ss.ccap + 1)
+    kss = ss.gram_buffer()
+    kept = ss.margin_gram_kept()  # the last operation's K_SS: no gather in the first solve
+    ss.kss_ids = None  # the call rewrites kss: named again below once it holds K_SS
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
@@ -258,7 +263,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
-            ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, ss.gram_buffer())
+            ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss, kept)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
@@ -278,6 +283,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     ss.g_valid = True  # g at the end of the last segment is the exact g
     ss.ops_since_exact_g = 0
     ss.kss_for = ss.Qinv  # the last segment solved the final margin set
+    ss.kss_ids = ss.margin_ids()  # and kss holds its K_SS (finish_removal read it)
     kkt_end = float(facts[codes.FACT_KKT])
     if kkt_end > 0.1 * ss.tol:
         return "finish", int(out[codes.SEG_EVENTS])
