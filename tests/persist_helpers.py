@@ -10,9 +10,10 @@ from svattn.exact import SVDDMemory
 # hold scratch values that no computation reads)
 _SLOT_ARRAYS = ("X", "V", "diag", "xn2", "slot_id", "alpha", "g", "state", "col_of_slot",
                 "token_hash", "esum", "esum_member", "tags", "commit_keyed")
-# compared below (cache, inverse), or per-operation scratch that no later step reads
+# compared below (cache, inverse), or scratch whose reuse changes no result (the kept
+# margin Gram block and uniqueness factor: tests/exact/test_backends.py, test_kept_factor.py)
 _SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "kss_ext", "kss_ids",
-         "kkt_after", "facts_after", "health_after"}
+         "pd_factor", "kkt_after", "facts_after", "health_after"}
 
 
 def live_state(mem: SVDDMemory) -> dict:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.conventions import warmup_threshold
-from svattn.exact.gram import MarginGramScratch
+from svattn.exact.gram import KeptFactor, MarginGramScratch
 from svattn.exact.hashes import row_hash, token_hash
 from svattn.exact.kernels import check_kernel, default_gamma, kernel_matrix
 from svattn.exact.states import ERROR, FREE, MARGIN, RESERVE
@@ -214,6 +214,7 @@ class SlotState(MarginGramScratch):
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
     kss_ids: np.ndarray | None = None
+    pd_factor: KeptFactor | None = None  # the uniqueness test's kept factor (gram.py)
     kkt_after: float | None = None  # the residual a removal's own exact-g check found
     facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
     health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
@@ -253,6 +254,7 @@ class SlotState(MarginGramScratch):
         self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
         self.esum_valid, self.esum_updates = False, 0
         self.kss, self.kss_for, self.kss_ext, self.kss_ids = np.zeros((0, 0)), None, 0, None
+        self.pd_factor = None
         self.set_hash = 0
         self.kkt_after = self.facts_after = self.health_after = None
         self.standby_stale, self.standby_theta = True, math.inf

@@ -24,6 +24,7 @@ import numpy as np
 from svattn.exact import reference
 from svattn.exact.cache import mu_move
 from svattn.exact.compiled import checks, codes, columns, events, linalg, reserve, segments
+from svattn.exact.gram import KeptFactor, padded_square
 from svattn.exact.state import NeedResolve, SlotState, scrub
 
 NAME = "compiled"
@@ -263,7 +264,8 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
-            ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss, kept)
+            ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss, kept,
+            FACTOR_KEPT_FROM)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
@@ -289,12 +291,69 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
         return "finish", int(out[codes.SEG_EVENTS])
     ss.kkt_after = kkt_end
     n = int(out[codes.SEG_SUPPORT])
+    unique = int(out[codes.SEG_UNIQUE])
+    if unique == -2:  # left to the kept factor
+        unique = int(margin_positive_definite(ss, kss))
     ss.facts_after = (
         {"margin": int(out[codes.SEG_MARGIN]), "error": int(out[codes.SEG_ERROR]),
          "reserve": int(out[codes.SEG_RESERVE])},
-        int(out[codes.SEG_UNIQUE]), sup_ids[:n], sup_values[: n + 1])
+        unique, sup_ids[:n], sup_values[: n + 1])
     ss.health_after = (ss.Qinv, float(facts[codes.FACT_COND]), float(facts[codes.FACT_INV_RES]))
     return "done", int(out[codes.SEG_EVENTS])
+
+
+# --------------------------------------------------- the uniqueness test's factor
+FACTOR_KEPT_FROM = 96  # margin sets this large keep their factor (a full test below is µs)
+FACTOR_REFRESH = 64  # row updates after which the factor is computed whole again
+
+
+def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
+    """Whether the symmetric part of ``K_SS`` (``kss[:nS, :nS]``, margin order) minus
+    ``1e-10 · trace · I`` is positive definite — :func:`linalg.positive_definite`'s
+    verdict — from the kept factor when it covers all but a few of the margin tokens
+    (rows deleted and appended, O(|S|²) each), else from a factor computed whole and
+    kept (``svattn.exact.gram`` says why the kept factor's larger shift makes its
+    verdict sound)."""
+    nS = ss.nS
+    shift = 1e-10 * float(np.trace(kss[:nS, :nS]))
+    ids = ss.margin_ids()
+    f = ss.pd_factor
+    if (f is not None and f.shift >= shift and f.updates < FACTOR_REFRESH
+            and f.L.shape[0] >= nS):
+        plan = _factor_plan(f.ids, ids)
+        drops, fpos, news = plan
+        if len(drops) + len(news) <= max(2, nS // 32):
+            n = int(linalg.chol_update(f.L, f.n, drops, fpos, news, kss, f.shift))
+            if n == nS:
+                f.n, f.ids, f.updates = n, ids[fpos], f.updates + len(drops) + len(news)
+                return True
+    if f is not None:
+        f.n = max(f.n, nS)  # (an update may have written rows up to the margin's size)
+        f.scrub()
+        ss.pd_factor = None
+    L = padded_square(ss.ccap)
+    if linalg.cholesky_into(kss, nS, 2.0 * shift, L):
+        ss.pd_factor = KeptFactor(L, nS, ids.copy(), 2.0 * shift)
+        return True
+    L.fill(0.0)  # not positive definite with twice the shift: the test's own verdict
+    return bool(linalg.positive_definite(np.ascontiguousarray(kss[:nS, :nS]), 1e-10))
+
+
+def _factor_plan(fids: np.ndarray, ids: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """How the factor of tokens ``fids`` becomes one of the margin tokens ``ids``: the
+    factor rows to delete (descending), the margin positions of the tokens it keeps
+    (in its order; room for the appended), and the margin positions to append."""
+    order = np.argsort(ids)
+    where = np.minimum(np.searchsorted(ids[order], fids), len(ids) - 1)
+    kept = ids[order][where] == fids
+    drops = np.flatnonzero(~kept)[::-1].copy()
+    fpos = np.empty(len(ids), dtype=np.int64)
+    held = order[where[kept]]
+    fpos[: len(held)] = held
+    in_factor = np.zeros(len(ids), dtype=bool)
+    in_factor[held] = True
+    return drops, fpos, np.flatnonzero(~in_factor)
 
 
 # ---------------------------------------------------------------- the streaming add

@@ -1,5 +1,6 @@
 """Small dense linear algebra of the bordered system, compiled: margin solves with
-iterative refinement, the margin Gram gather, health measures, a Cholesky test.
+iterative refinement, the margin Gram gather, health measures, a Cholesky test and
+the kept factor's updates (a row deleted by Givens rotations, a row appended).
 """
 
 from __future__ import annotations
@@ -186,3 +187,99 @@ def positive_definite(K, rel_shift):
                 a -= L[i, k] * L[j, k]
             L[i, j] = a / ljj
     return True
+
+
+# ------------------------------------------------------------ the kept factor
+@njit(cache=True, fastmath=VEC)
+def cholesky_into(K, n, shift, L):
+    """``L[:n, :n]`` = the lower Cholesky factor of the symmetric part of ``K[:n, :n]``
+    minus ``shift · I`` (:func:`positive_definite`'s loop, into a kept buffer whose
+    upper triangle is zero); False, ``L`` partly written, when there is none."""
+    for j in range(n):
+        s = K[j, j] - shift
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0.0:  # also False on NaN
+            return False
+        ljj = math.sqrt(s)
+        L[j, j] = ljj
+        for i in range(j + 1, n):
+            a = 0.5 * (K[i, j] + K[j, i])
+            for k in range(j):
+                a -= L[i, k] * L[j, k]
+            L[i, j] = a / ljj
+    return True
+
+
+@njit(cache=True, fastmath=VEC)
+def chol_delete(L, p, n):
+    """Delete row and column ``p`` of the matrix ``L[:n, :n] L[:n, :n]ᵀ`` in its factor:
+    the rows below ``p`` move up one (each then has one entry right of the diagonal)
+    and Givens rotations of column pairs ``(k, k+1)``, which keep ``L Lᵀ``, clear those
+    entries (each rotation's rows are independent: it vectorizes, where rotations
+    applied row by row form one dependent chain and ran ~2x slower at 300 rows). The
+    factor of the smaller matrix is unique, so it holds nothing of the deleted row;
+    the freed last row and column are zeroed. Returns ``n - 1``."""
+    for i in range(p, n - 1):
+        for j in range(i + 2):
+            L[i, j] = L[i + 1, j]
+    for j in range(n):
+        L[n - 1, j] = 0.0
+    for k in range(p, n - 1):
+        a = L[k, k]
+        b = L[k, k + 1]
+        r = math.hypot(a, b)
+        c = a / r
+        s = b / r
+        for i in range(k, n - 1):
+            x = L[i, k]
+            y = L[i, k + 1]
+            L[i, k] = c * x + s * y
+            L[i, k + 1] = c * y - s * x
+        L[k, k + 1] = 0.0
+    for i in range(n):
+        L[i, n - 1] = 0.0
+    return n - 1
+
+
+@njit(cache=True, fastmath=VEC)
+def chol_append(L, n, b, d, shift):
+    """Append a row ``b`` (its diagonal entry ``d``, then shifted) to the matrix that
+    ``L[:n, :n]`` factors: one forward substitution; False, ``L`` unchanged, when the
+    grown matrix would not be positive definite."""
+    ell = np.empty(n)
+    acc = 0.0
+    for i in range(n):
+        v = b[i]
+        for k in range(i):
+            v -= L[i, k] * ell[k]
+        ell[i] = v / L[i, i]
+        acc += ell[i] * ell[i]
+    piv = d - shift - acc
+    if not piv > 0.0:
+        return False
+    for k in range(n):
+        L[n, k] = ell[k]
+    L[n, n] = math.sqrt(piv)
+    return True
+
+
+@njit(cache=True)
+def chol_update(L, n, drops, fpos, news, K, shift):
+    """The kept factor of ``K``'s block at margin positions ``fpos[:n]`` (after deleting
+    factor rows ``drops``, in descending order) grown by the margin positions ``news``
+    in order, read from ``K`` (margin order, symmetric part). Returns the new size, or
+    -1 when an appended row would leave the matrix not positive definite (the factor
+    is then partly updated: the caller discards it)."""
+    for q in range(drops.shape[0]):
+        n = chol_delete(L, drops[q], n)
+    b = np.empty(n + news.shape[0])
+    for t in range(news.shape[0]):
+        j = news[t]
+        for i in range(n):
+            b[i] = 0.5 * (K[fpos[i], j] + K[j, fpos[i]])
+        if not chol_append(L, n, b, K[j, j], shift):
+            return -1
+        fpos[n] = j
+        n += 1
+    return n

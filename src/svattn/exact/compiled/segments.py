@@ -284,7 +284,7 @@ def gram_drop(KSS, p, n):
 @njit(cache=True)
 def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member, state,
                     slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts, sup_ids,
-                    sup_values):
+                    sup_values, pd_defer):
     """What a finished removal reports, computed where its arrays are in cache:
     the KKT residual, set sizes, ties and uniqueness, the support in id order
     with its alphas and mu (the digest's input), the health measure of the
@@ -302,6 +302,8 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
         out[SEG_UNIQUE] = -1  # the caller runs the general check with the keys
     elif nS <= 1:
         out[SEG_UNIQUE] = 1
+    elif nS >= pd_defer:
+        out[SEG_UNIQUE] = -2  # the caller's kept factor decides (svattn.exact.gram)
     else:
         out[SEG_UNIQUE] = 1 if positive_definite(KSS[:nS, :nS], 1e-10) else 0
     # the support: margin and error tokens, all of them cached columns
@@ -371,7 +373,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, kss_kept):
+                    KSS, kss_kept, pd_defer):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -397,7 +399,9 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     (the memory's copy from its last operation): the first segment's solve reads it
     instead of gathering it from the cache (at 16k rows and 300 margin tokens that
     gather is ~0.5 ms of scattered reads), c's contraction moves and zeroes its row
-    and column (:func:`gram_drop`). Returns
+    and column (:func:`gram_drop`). With ``pd_defer`` margin tokens or more the
+    uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
+    Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
@@ -546,7 +550,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     if status == DONE:
         chi = finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
-                              sup_ids, sup_values)
+                              sup_ids, sup_values, pd_defer)
     Qout = bordered_out(Qb, nS)
     for i in range(qb_ext):  # the work copy held c's row and column: freed scrubbed
         for j in range(qb_ext):

@@ -1,0 +1,139 @@
+"""The uniqueness test's kept factor (svattn.exact.gram.KeptFactor): its row updates
+against numpy's Cholesky, and its verdicts against the test computed whole."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import svattn.exact.compiled as backend
+from svattn.exact import SVDDMemory
+from svattn.exact.compiled import linalg
+
+
+def _gram(rng, n: int, d: int = 4, gamma: float = 0.5) -> np.ndarray:
+    X = rng.normal(size=(n, d))
+    sq = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
+    return np.exp(-gamma * sq)
+
+
+def _numpy_factor(K: np.ndarray, shift: float) -> np.ndarray:
+    return np.linalg.cholesky(0.5 * (K + K.T) - shift * np.eye(len(K)))
+
+
+def test_delete_and_append_give_the_factor_of_the_changed_matrix():
+    rng = np.random.default_rng(0)
+    K = _gram(rng, 40)
+    K[3, 7] += 1e-15  # a slightly asymmetric cache block: the symmetric part is factored
+    shift = 1e-6
+    L = np.zeros((40, 40))
+    assert linalg.cholesky_into(K, 30, shift, L)
+    np.testing.assert_allclose(L[:30, :30], _numpy_factor(K[:30, :30], shift), atol=1e-12)
+    members = list(range(30))
+    for _ in range(25):  # delete a random row, append a new one, as removals do
+        p = int(rng.integers(len(members)))
+        n = linalg.chol_delete(L, p, len(members))
+        del members[p]
+        assert n == len(members)
+        outside = [j for j in range(40) if j not in members]
+        j = int(rng.choice(outside))
+        b = 0.5 * (K[members, j] + K[j, members])
+        assert linalg.chol_append(L, n, b, K[j, j], shift)
+        members.append(j)
+        n += 1
+        block = K[np.ix_(members, members)]
+        np.testing.assert_allclose(L[:n, :n], _numpy_factor(block, shift), atol=1e-11)
+        assert not np.triu(L, 1).any() and not L[n:].any() and not L[:, n:].any()
+
+
+def test_an_append_that_loses_definiteness_is_refused_and_changes_nothing():
+    rng = np.random.default_rng(1)
+    K = _gram(rng, 12)
+    K[11] = K[3]  # a copy of token 3: the grown matrix is singular
+    K[:, 11] = K[:, 3]
+    L = np.zeros((12, 12))
+    assert linalg.cholesky_into(K, 11, 1e-10, L)
+    before = L.copy()
+    assert not linalg.chol_append(L, 11, 0.5 * (K[:11, 11] + K[11, :11]), K[11, 11], 1e-10)
+    np.testing.assert_array_equal(L, before)
+
+
+def test_update_plan_and_update_follow_the_margin_order():
+    rng = np.random.default_rng(2)
+    K = _gram(rng, 30)  # token t's row and column are t
+    fids = np.array([10, 11, 12, 13, 14, 15])  # the factor's tokens, in its order
+    ids = np.array([15, 12, 20, 10, 13, 14, 21])  # the margin's: 11 left, 20 and 21 came
+    drops, fpos, news = backend._factor_plan(fids, ids)
+    assert drops.tolist() == [1]  # token 11, factor row 1
+    assert fpos[:5].tolist() == [3, 1, 4, 5, 0] and news.tolist() == [2, 6]
+    L = np.zeros((8, 8))
+    assert linalg.cholesky_into(K[np.ix_(fids, fids)].copy(), 6, 1e-9, L)
+    KM = K[np.ix_(ids, ids)].copy()  # the Gram block in margin order
+    n = linalg.chol_update(L, 6, drops, fpos, news, KM, 1e-9)
+    assert n == 7
+    order = ids[fpos]  # the factor's new order: kept tokens, then 20 and 21
+    assert order.tolist() == [10, 12, 13, 14, 15, 20, 21]
+    np.testing.assert_allclose(L[:7, :7], _numpy_factor(K[np.ix_(order, order)], 1e-9),
+                               atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_removal_certificates_say_what_the_whole_test_says(monkeypatch, seed):
+    """With the factor kept from 4 margin tokens on, every removal's uniqueness claim
+    equals the claim of a twin that computes the test whole (the factor's use is then
+    forced on small sets, where the test suite can afford many removals); the twins'
+    states agree bit for bit (the test changes no coefficient)."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(300, 3))
+    kept, whole = (SVDDMemory(1 / 60, gamma=2.0) for _ in range(2))
+    for m in (kept, whole):
+        m.extend(X)
+    assert kept.solver_state.nS >= 8
+    used = 0
+    for _ in range(80):
+        ss = kept.solver_state
+        tid = int(ss.slot_id[ss.slot_of_col[rng.integers(ss.nS)]])
+        monkeypatch.setattr(backend, "FACTOR_KEPT_FROM", 4)
+        had = ss.pd_factor is not None
+        a = kept.remove(tid)
+        used += had and kept.solver_state.pd_factor is not None
+        monkeypatch.setattr(backend, "FACTOR_KEPT_FROM", 1 << 30)
+        b = whole.remove(tid)
+        assert a.unique_optimum == b.unique_optimum
+        assert a.state_digest == b.state_digest
+        f = kept.solver_state.pd_factor
+        if f is not None:  # the kept factor is the factor of the margin's block now
+            ss = kept.solver_state
+            slots = np.array([ss.id_to_slot[int(t)] for t in f.ids])
+            block = ss.KC[slots][:, ss.col_of_slot[slots]]
+            np.testing.assert_allclose(f.L[: f.n, : f.n], _numpy_factor(block, f.shift),
+                                       atol=1e-10)
+            assert set(f.ids.tolist()) == set(kept.solver_state.margin_ids().tolist())
+        x = rng.normal(size=3)
+        kept.add(x)
+        whole.add(x)
+    assert used >= 20  # the updates did run
+
+
+def test_the_factor_never_holds_a_token_outside_the_margin_set(monkeypatch):
+    monkeypatch.setattr(backend, "FACTOR_KEPT_FROM", 4)
+    rng = np.random.default_rng(3)
+    mem = SVDDMemory(1 / 60, gamma=2.0)
+    mem.extend(rng.normal(size=(300, 3)))
+    seen = 0
+    for step in range(60):
+        ss = mem.solver_state
+        part = mem.partition()
+        kind = ("margin", "error", "reserve")[step % 3]
+        if part[kind]:
+            mem.remove(int(rng.choice(part[kind])))
+        mem.add(rng.normal(size=3) * (3.0 if step % 5 == 0 else 1.0))
+        f = mem.solver_state.pd_factor
+        if f is not None:
+            seen += 1
+            assert set(f.ids.tolist()) <= set(ss.margin_ids().tolist())
+            assert not f.L[f.n:].any() and not f.L[:, f.n:].any()
+    mem.compact()
+    f = mem.solver_state.pd_factor
+    assert f is None or set(f.ids.tolist()) <= set(mem.solver_state.margin_ids().tolist())
+    assert seen >= 10
