@@ -10,10 +10,10 @@ from svattn.exact import SVDDMemory
 # hold scratch values that no computation reads)
 _SLOT_ARRAYS = ("X", "V", "diag", "xn2", "slot_id", "alpha", "g", "state", "col_of_slot",
                 "token_hash", "esum", "esum_member", "tags", "commit_keyed")
-# compared below (cache, inverse), or scratch whose reuse changes no result (the kept
-# margin Gram block and uniqueness factor: tests/exact/test_backends.py, test_kept_factor.py)
-_SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "kss_ext", "kss_ids",
-         "pd_factor", "kkt_after", "facts_after", "health_after"}
+# compared below (cache, inverse), per-operation scratch that no later step reads, or the
+# kept uniqueness factor, whose reuse changes no result (tests/exact/test_kept_factor.py)
+_SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "pd_factor", "kkt_after",
+         "facts_after", "health_after"}
 
 
 def live_state(mem: SVDDMemory) -> dict:
@@ -24,14 +24,8 @@ def live_state(mem: SVDDMemory) -> dict:
     else:
         live = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] != 0)
     out["live"] = live.tobytes()
-    # scratch of margin solves, sized on use: between operations it holds at most the
-    # Gram block of the live margin set (which changes no result:
-    # test_backends.test_kept_margin_gram_changes_no_bit_of_any_trajectory), else zeros
-    ss = mem.solver_state
-    kept = ss.nS if ss.margin_gram_kept() else 0
-    outside = ss.kss.copy()
-    outside[:kept, :kept] = 0.0
-    assert not outside.any() and ss.kss_for is None
+    # scratch of margin solves, sized on use: zero between operations
+    assert not mem.solver_state.kss.any() and mem.solver_state.kss_for is None
     out["backend"] = mem.backend
     for name, val in vars(mem.solver_state).items():
         if name in _SKIP:

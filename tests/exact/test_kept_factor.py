@@ -137,3 +137,16 @@ def test_the_factor_never_holds_a_token_outside_the_margin_set(monkeypatch):
     f = mem.solver_state.pd_factor
     assert f is None or set(f.ids.tolist()) <= set(mem.solver_state.margin_ids().tolist())
     assert seen >= 10
+
+
+def test_within_is_set_inclusion_whatever_the_order():
+    from svattn.exact.gram import KeptFactor
+
+    f = KeptFactor(np.zeros((3, 3)), 3, np.array([7, 3, 9]), 1e-9)
+    assert f.within(np.array([9, 1, 3, 7]))
+    assert f.within(np.array([9, 1, 3, 7]))  # (the margin it last saw)
+    assert f.within(np.array([3, 7, 9]))
+    assert not f.within(np.array([3, 7, 8]))
+    assert not f.within(np.array([3, 7]))
+    assert not f.within(np.zeros(0, dtype=np.int64))
+    assert not f.within(np.array([10, 11, 12, 13]))

@@ -48,8 +48,8 @@ _ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash
 # arrays a checkpoint leaves out (recomputed or rewritten by the restore) and scratch
 _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
 _SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
-            "kss_ids": lambda: None, "pd_factor": lambda: None, "kkt_after": lambda: None,
-            "facts_after": lambda: None, "health_after": lambda: None}
+            "pd_factor": lambda: None, "kkt_after": lambda: None, "facts_after": lambda: None,
+            "health_after": lambda: None}
 
 
 @dataclass

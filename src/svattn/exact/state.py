@@ -207,14 +207,13 @@ class SlotState(MarginGramScratch):
     # tokens compact() dropped over the memory's life (-1: unknown, a state saved before
     # svattn recorded it); removals are then exact relative to the kept tokens only
     n_compacted: int = 0
-    # ---- scratch (never saved): the margin Gram copy (svattn.exact.gram), valid within
-    # an operation while kss_for is the current Qinv; between operations only the
-    # block of the live margin tokens kss_ids names (ids in margin order) is kept
+    # ---- scratch (never saved; svattn.exact.gram): K_SS as the last margin solve left it,
+    # valid while kss_for is the current Qinv, zeroed after every operation; and the
+    # uniqueness test's factor, kept while its tokens are all margin tokens
     kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
-    kss_ids: np.ndarray | None = None
-    pd_factor: KeptFactor | None = None  # the uniqueness test's kept factor (gram.py)
+    pd_factor: KeptFactor | None = None
     kkt_after: float | None = None  # the residual a removal's own exact-g check found
     facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
     health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
@@ -253,7 +252,7 @@ class SlotState(MarginGramScratch):
         self.g_valid, self.ops_since_exact_g = True, 0
         self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
         self.esum_valid, self.esum_updates = False, 0
-        self.kss, self.kss_for, self.kss_ext, self.kss_ids = np.zeros((0, 0)), None, 0, None
+        self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
         self.pd_factor = None
         self.set_hash = 0
         self.kkt_after = self.facts_after = self.health_after = None
@@ -302,7 +301,7 @@ class SlotState(MarginGramScratch):
 
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),
-        without the kept margin Gram block (scratch: the copy gathers its own)."""
+        without the kept uniqueness factor (scratch: the copy computes its own)."""
         twin = copy.deepcopy(self)
         twin.release_margin_gram(keep=False)
         return twin

@@ -95,11 +95,9 @@ def solve_margin(ss: SlotState) -> int | None:
     if not ss.nS:
         return reference.solve_margin(ss)
     sync_error_sum(ss)
-    kss = ss.gram_buffer()
-    ss.kss_ids = None  # until the gather below is whole
     mu, at_bound = linalg.solve_margin(
         ss.KC, ss.Qinv, ss.slot_of_col, ss.col_of_slot, ss.state, ss.diag, ss.alpha, ss.ac,
-        ss.esum, ss.nS, ss.chi, ss.C, kss)
+        ss.esum, ss.nS, ss.chi, ss.C, ss.gram_buffer())
     ss.kept_margin_gram(ss.nS)
     ss.mu = float(mu)
     return int(at_bound)
@@ -255,8 +253,6 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     sup_ids = np.empty(ss.ccap, dtype=np.int64)
     sup_values = np.empty(ss.ccap + 1)
     kss = ss.gram_buffer()
-    kept = ss.margin_gram_kept()  # the last operation's K_SS: no gather in the first solve
-    ss.kss_ids = None  # the call rewrites kss: named again below once it holds K_SS
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
@@ -264,7 +260,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
-            ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss, kept,
+            ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
             FACTOR_KEPT_FROM)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         raise NeedResolve from exc
@@ -285,7 +281,6 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     ss.g_valid = True  # g at the end of the last segment is the exact g
     ss.ops_since_exact_g = 0
     ss.kss_for = ss.Qinv  # the last segment solved the final margin set
-    ss.kss_ids = ss.margin_ids()  # and kss holds its K_SS (finish_removal read it)
     kkt_end = float(facts[codes.FACT_KKT])
     if kkt_end > 0.1 * ss.tol:
         return "finish", int(out[codes.SEG_EVENTS])
@@ -326,6 +321,7 @@ def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
             n = int(linalg.chol_update(f.L, f.n, drops, fpos, news, kss, f.shift))
             if n == nS:
                 f.n, f.ids, f.updates = n, ids[fpos], f.updates + len(drops) + len(news)
+                f.seen = ids.copy()
                 return True
     if f is not None:
         f.n = max(f.n, nS)  # (an update may have written rows up to the margin's size)
@@ -333,7 +329,7 @@ def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
         ss.pd_factor = None
     L = padded_square(ss.ccap)
     if linalg.cholesky_into(kss, nS, 2.0 * shift, L):
-        ss.pd_factor = KeptFactor(L, nS, ids.copy(), 2.0 * shift)
+        ss.pd_factor = KeptFactor(L, nS, ids.copy(), 2.0 * shift, seen=ids.copy())
         return True
     L.fill(0.0)  # not positive definite with twice the shift: the test's own verdict
     return bool(linalg.positive_definite(np.ascontiguousarray(kss[:nS, :nS]), 1e-10))

@@ -26,13 +26,11 @@ def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
 
 
 @njit(cache=True, fastmath=VEC)
-def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS, gather):
+def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
     """``x = [mu, alpha_S]`` on the current partition (error tokens at C, every other
     non-margin token at 0), with two steps of iterative refinement; returns the
-    number of error tokens. With ``gather``, ``KSS[:nS, :nS]`` receives the margin
-    Gram block (gathered once from the cache's margin rows); without, it holds that
-    block already (a removal's kept copy, :func:`remove_segments`). The refinement
-    reads it there.
+    number of error tokens. ``KSS[:nS, :nS]`` receives the margin Gram block
+    (gathered once from the cache's margin rows; the refinement reads it there).
 
     The error tokens' share of the right-hand side is read from the (synced)
     error-column sum ``esum`` at the margin rows; the numpy reference sums their
@@ -50,8 +48,7 @@ def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS, gather
         si = soc[i]
         rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
     matvec_lead(Qinv, rhs, m, x, 1.0)
-    if gather:
-        gather_margin_gram_into(KC, soc, nS, KSS)
+    gather_margin_gram_into(KC, soc, nS, KSS)
     refine(Qinv, KSS, rhs, x, nS)
     return nE
 
@@ -109,7 +106,7 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, K
         if sl >= 0 and state[sl] == ERROR:
             alpha[sl] = C
     x = np.empty(nS + 1)
-    solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS, True)
+    solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS)
     n_at_bound = 0
     tol = 1e-13 * C
     for i in range(nS):

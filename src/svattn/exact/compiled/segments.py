@@ -262,26 +262,6 @@ def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi
 
 
 @njit(cache=True)
-def gram_drop(KSS, p, n):
-    """Mirror :func:`contract` on a kept Gram block of ``n`` margin tokens: position
-    ``p`` swaps with the last, whose row and column are then zeroed (the leaving
-    token's kernel values leave the copy as its column leaves the margin block)."""
-    last = n - 1
-    if p != last:
-        for j in range(n):
-            t = KSS[p, j]
-            KSS[p, j] = KSS[last, j]
-            KSS[last, j] = t
-        for i in range(n):
-            t = KSS[i, p]
-            KSS[i, p] = KSS[i, last]
-            KSS[i, last] = t
-    for j in range(n):
-        KSS[last, j] = 0.0
-        KSS[j, last] = 0.0
-
-
-@njit(cache=True)
 def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member, state,
                     slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts, sup_ids,
                     sup_values, pd_defer):
@@ -373,7 +353,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, kss_kept, pd_defer):
+                    KSS, pd_defer):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -395,11 +375,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     and the certificate's facts are in ``facts``, ``out[SEG_MARGIN:]``,
     ``sup_ids`` and ``sup_values`` (:func:`finish_removal`); ``KSS`` holds the
     final margin Gram block and ``out[SEG_GRAM]`` the largest block written. With
-    ``kss_kept``, ``KSS[:nS, :nS]`` holds the Gram block of the margin set as it is
-    (the memory's copy from its last operation): the first segment's solve reads it
-    instead of gathering it from the cache (at 16k rows and 300 margin tokens that
-    gather is ~0.5 ms of scattered reads), c's contraction moves and zeroes its row
-    and column (:func:`gram_drop`). With ``pd_defer`` margin tokens or more the
+    ``pd_defer`` margin tokens or more the
     uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
     Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
@@ -418,10 +394,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     ccap = KC.shape[1]
     Qb = bordered_work(Qinv, nS, ccap)
     qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
-    gram_kept = kss_kept  # KSS[:nS, :nS] is K_SS in the current margin order
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
-        if gram_kept:
-            gram_drop(KSS, contract_col, nS)
         nS = contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
     x = np.empty(ccap + 1)
     out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
@@ -435,8 +408,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             break
         out[SEG_EVENTS] += 1
         t_rem = alpha[c]
-        solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS, not gram_kept)
-        gram_kept = True
+        solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
         out[SEG_GRAM] = max(out[SEG_GRAM], nS)
         col_c = cos[c]
         for j in range(nS):
@@ -532,7 +504,6 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                 g[i] += best * (g_end[i] - g[i])
         out[SEG_LAST_LEFT] = -1
         out[SEG_LAST_ENTERED] = -1
-        gram_kept = False  # the margin set changes: the next segment gathers K_SS
         if kind == 3 or kind == 4:
             nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
                                       kind == 4, nS, chi, hi, C, out)

@@ -1,25 +1,19 @@
-"""A/B in one process: removals that start from what the last operation kept against
-removals that compute it again, on twin memories in the same state.
-
-``--what gram``: the margin Gram block (``svattn.exact.gram``): before each of its
-removals the "fresh" twin forgets which margin set its block belongs to
-(``kss_ids = None``), so its first solve gathers ``K_SS`` from the cache's margin rows,
-as every removal did before the block was kept. ``--what factor``: the uniqueness
-test's factor: the fresh twin computes the test whole on every removal
-(``compiled.FACTOR_KEPT_FROM`` set out of reach for its calls), the kept twin updates
-its factor. ``--what both``: the two together, against a twin that reuses neither.
+"""A/B in one process: removals whose uniqueness test updates the factor the last
+removal kept (``svattn.exact.gram.KeptFactor``) against removals that compute the test
+whole, on twin memories in the same state (the "fresh" twin's calls run with
+``compiled.FACTOR_KEPT_FROM`` set out of reach).
 
 Each case builds one memory (``bench_stream_speed.py``'s streams and cases, one BLAS
 thread), copies it twice, then removes the same random margin token (an error token
 while the margin set is empty) from both twins, in alternating order, and adds the
-same new key to both. The twins' digests, uniqueness
-claims and coefficients must agree bit for bit after every step (the run stops
-otherwise). Medians of the removals' wall times, and their ratio kept / fresh.
+same new key to both. The twins' digests, uniqueness claims and coefficients must agree
+bit for bit after every step (the run stops otherwise). Medians of the removals' wall
+times, and their ratio kept / fresh, per run; the median ratio over runs per size.
 
 Usage::
 
-    python benchmarks/ab_kept_scratch.py --case 5 --seed 1 --seed 2 --seed 3 \
-        --json results/ab_kept_scratch.json
+    python benchmarks/ab_kept_factor.py --case 5 --seed 0 --seed 1 --seed 2 --seed 3 \
+        --json results/ab_kept_factor.json
 """
 
 from __future__ import annotations
@@ -41,23 +35,7 @@ from svattn.exact import SVDDMemory  # noqa: E402
 KEPT_FROM = backend.FACTOR_KEPT_FROM
 
 
-def _fresh_setup(what: str, mem: SVDDMemory) -> None:
-    """Make the fresh twin's next removal compute what the kept twin reads."""
-    if what in ("gram", "both"):  # the block no longer counts as current: gathered
-        mem.solver_state.kss_ids = None
-    if what in ("factor", "both"):
-        backend.FACTOR_KEPT_FROM = 1 << 30
-
-
-def _kept_setup(what: str, mem: SVDDMemory) -> bool:
-    """Restore the defaults for the kept twin; whether it starts from something kept."""
-    backend.FACTOR_KEPT_FROM = KEPT_FROM
-    ss = mem.solver_state
-    return {"gram": ss.margin_gram_kept(), "factor": ss.pd_factor is not None,
-            "both": ss.margin_gram_kept() and ss.pd_factor is not None}[what]
-
-
-def run_case(what: str, case: int, removals: int, seed: int) -> dict:
+def run_case(case: int, removals: int, seed: int) -> dict:
     stream, n, C, gamma = CASES[case]
     stream_keys = keys(stream, n + removals, seed)
     base = SVDDMemory(C, gamma=gamma)
@@ -76,9 +54,10 @@ def run_case(what: str, case: int, removals: int, seed: int) -> dict:
         certs = {}
         for name, mem in order if i % 2 else order[::-1]:
             if name == "fresh":
-                _fresh_setup(what, mem)
+                backend.FACTOR_KEPT_FROM = 1 << 30
             else:
-                started_kept += _kept_setup(what, mem)
+                backend.FACTOR_KEPT_FROM = KEPT_FROM
+                started_kept += mem.solver_state.pd_factor is not None
             t = time.perf_counter()
             certs[name] = mem.remove(tid)
             times[name].append(time.perf_counter() - t)
@@ -91,7 +70,7 @@ def run_case(what: str, case: int, removals: int, seed: int) -> dict:
         kept.add(x)
         fresh.add(x)
     ms = {k: 1e3 * float(np.median(v)) for k, v in times.items()}
-    return {"what": what, "stream": stream, "n": n, "C": C, "d": D, "gamma": gamma,
+    return {"stream": stream, "n": n, "C": C, "d": D, "gamma": gamma,
             "margin": int(base.solver_state.nS), "removals": removals,
             "started_from_kept": started_kept,
             "kept_median_ms": ms["kept"], "fresh_median_ms": ms["fresh"],
@@ -100,9 +79,6 @@ def run_case(what: str, case: int, removals: int, seed: int) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--what", choices=("gram", "factor", "both"), action="append",
-                   help="what the kept twin reuses and the fresh twin computes again "
-                        "(repeatable; default gram, factor, both)")
     p.add_argument("--case", type=int, action="append",
                    help=f"index into bench_stream_speed.CASES (0..{len(CASES) - 1}); "
                         "repeatable; default 5 (16k, ~300 margin tokens)")
@@ -120,21 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     with threadpool_limits(1):
         warm_up()  # compiled code loaded untimed
-        for what in args.what or ["gram", "factor", "both"]:
-            for c in cases:
-                for seed in args.seed or [0]:
-                    row = run_case(what, c, args.removals, seed)
-                    rows.append({"seed": seed, **row})
-                    print(f"{what}: {row['stream']} n = {row['n']} (seed {seed}), "
-                          f"{row['margin']} margin tokens: removal "
-                          f"{row['kept_median_ms']:.3f} ms kept, "
-                          f"{row['fresh_median_ms']:.3f} ms fresh (ratio "
-                          f"{row['ratio_kept_over_fresh']:.2f}; "
-                          f"{row['started_from_kept']}/{row['removals']} started kept)")
+        for c in cases:
+            for seed in args.seed or [0]:
+                row = run_case(c, args.removals, seed)
+                rows.append({"seed": seed, **row})
+                print(f"{row['stream']} n = {row['n']} (seed {seed}), {row['margin']} "
+                      f"margin tokens: removal {row['kept_median_ms']:.3f} ms kept, "
+                      f"{row['fresh_median_ms']:.3f} ms fresh (ratio "
+                      f"{row['ratio_kept_over_fresh']:.2f}; "
+                      f"{row['started_from_kept']}/{row['removals']} started kept)")
     summary = {}
     for row in rows:
-        summary.setdefault(f"{row['what']} n={row['n']}", []).append(
-            row["ratio_kept_over_fresh"])
+        summary.setdefault(f"n={row['n']}", []).append(row["ratio_kept_over_fresh"])
     summary = {k: {"ratios": v, "median": float(np.median(v))} for k, v in summary.items()}
     for k, v in summary.items():
         runs = ", ".join(f"{r:.2f}" for r in v["ratios"])
