@@ -23,6 +23,8 @@ def _memory_bytes(mem: SVDDMemory) -> list[tuple[str, bytes]]:
     for name, val in vars(mem.solver_state).items():
         if isinstance(val, np.ndarray) and val.dtype != object:
             out.append((name, np.ascontiguousarray(val).tobytes()))
+    if mem.solver_state.pd_factor is not None:  # the kept uniqueness factor's buffer
+        out.append(("pd_factor", mem.solver_state.pd_factor.L.tobytes()))
     return out
 
 
@@ -123,20 +125,22 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
     assert any(np.array_equal(a, column) for a in scrubbed), "the column copy was not zeroed"
 
 
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
 @pytest.mark.parametrize("which", ["margin", "error"])
-def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which):
+def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which, backend):
     # the checkpoint copies every per-slot vector and the bordered inverse; after the
     # removal succeeds those copies are garbage holding the removed token's g, alpha
     # and error sum (functions of its key) and its row of the inverse
     from svattn.exact import rollback
 
     rng = np.random.default_rng(4)
-    mem = SVDDMemory(0.03)
+    mem = SVDDMemory(0.03, backend=backend)
     mem.extend(rng.normal(size=(150, 4)))
     ss = mem.solver_state
     tid = mem.partition()[which][0]
     slot = ss.id_to_slot[tid]
-    assert ss.alpha[slot] != 0 and ss.esum[slot] != 0  # what the copies hold
+    # what the copies hold (the reference backend keeps no error sum)
+    assert ss.alpha[slot] != 0 and (backend == "reference" or ss.esum[slot] != 0)
     old_qinv = ss.Qinv
     assert old_qinv.any()
     seen = []
@@ -154,6 +158,71 @@ def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which):
         assert not arr[slot], f"the checkpoint's {name} still holds the removed token's entry"
     assert not cp.qinv.any()
     assert ss.Qinv is not old_qinv and not old_qinv.any()  # the replaced inverse too
+
+
+def test_the_reference_contraction_scrubs_its_permuted_copy_of_the_inverse(monkeypatch):
+    # contracting a margin token that is not last permutes the bordered inverse into a
+    # copy (the removed token's row and column moved last), then downdates it: the
+    # copy and the outer-product temporary hold that row and are freed zeroed
+    from svattn.exact import reference
+
+    rng = np.random.default_rng(6)
+    mem = SVDDMemory(0.03, backend="reference")
+    mem.extend(rng.normal(size=(150, 4)))
+    ss = mem.solver_state
+    assert ss.nS >= 3
+    tid = int(ss.slot_id[ss.slot_of_col[0]])  # margin position 0: not the last
+    row = ss.Qinv[1].copy()  # its row of the inverse (position 0 is row 1: mu first)
+    scrubbed = []
+    real = reference.scrub
+
+    def spy(a):
+        scrubbed.append(a.copy())
+        real(a)
+        assert not a.any()
+
+    monkeypatch.setattr(reference, "scrub", spy)
+    mem.remove(tid)
+    held = [a for a in scrubbed if a.ndim == 2 and a.shape == (len(row), len(row))]
+    assert any(np.isin(row[row != 0], a).all() for a in held), "the permuted copy survived"
+
+
+def test_a_failed_first_operation_scrubs_every_array_it_allocated(monkeypatch):
+    # the state was empty before: the restore drops all it allocated (keys, cache,
+    # inverse, per-slot values, the Gram copy), every array zeroed first
+    from svattn.exact import solver
+
+    rng = np.random.default_rng(7)
+    mem = SVDDMemory(0.02)
+    seen = []
+
+    def fail(ss, be, ids):
+        seen.extend(v for v in vars(ss).values()
+                    if isinstance(v, np.ndarray) and v.dtype != object and v.size)
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(solver, "standby_upkeep", fail)
+    with pytest.raises(Exception, match="injected"):
+        mem.extend(rng.normal(size=(200, 5)))
+    assert len(mem) == 0 and len(seen) >= 10
+    assert not [a.shape for a in seen if a.any()]
+
+
+def test_a_pickled_memory_leaves_its_kept_factor_behind(monkeypatch):
+    import pickle
+
+    import svattn.exact.compiled as backend
+
+    monkeypatch.setattr(backend, "FACTOR_KEPT_FROM", 4)
+    rng = np.random.default_rng(8)
+    mem = SVDDMemory(1 / 60, gamma=2.0)
+    mem.extend(rng.normal(size=(300, 3)))
+    ss = mem.solver_state
+    mem.remove(int(ss.slot_id[ss.slot_of_col[0]]))
+    assert mem.solver_state.pd_factor is not None
+    twin = pickle.loads(pickle.dumps(mem))
+    assert twin.solver_state.pd_factor is None and mem.solver_state.pd_factor is not None
+    assert twin.state_digest() == mem.state_digest()
 
 
 @pytest.mark.parametrize("then", ["save", "load"])

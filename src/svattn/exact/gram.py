@@ -17,8 +17,9 @@ row appended by one forward substitution: O(|S|²)) instead of computed again (O
 the larger shift implies it with the smaller, by a margin (1e-10 · trace) far above
 the rounding of kernel entries computed by two formulas (Weyl), so the factor of a
 matrix read earlier certifies the matrix now while the trace has not doubled.
-Deleting a token's row leaves the unique factor of the others, which holds nothing of
-it; the factor is dropped (scrubbed) after any operation that leaves one of its tokens
+Deleting a token's row leaves the unique factor of the others, which in exact
+arithmetic holds nothing of it (its rounding does, as the bordered inverse's downdate's
+does); the factor is dropped (scrubbed) after any operation that leaves one of its tokens
 outside the margin set, so it only ever holds live margin tokens.
 
 (Keeping the Gram block itself between operations, for the next removal's first

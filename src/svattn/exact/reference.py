@@ -127,15 +127,20 @@ def contract(ss: SlotState, p: int) -> None:
         ss.nS = 0
         ss.Qinv = np.zeros((0, 0))
         return
+    Q = ss.Qinv
     if p != last:  # move it to the end of the block, permuting Qinv alike
         swap_cols(ss, p, last)
         perm = np.arange(last + 2)
         perm[[p + 1, last + 1]] = perm[[last + 1, p + 1]]
-        ss.Qinv = ss.Qinv[np.ix_(perm, perm)]
-    Q = ss.Qinv
+        Q = Q[np.ix_(perm, perm)]  # a copy (the memory's own Qinv is the caller's)
     piv = Q[last + 1, last + 1]
-    ss.Qinv = Q[: last + 1, : last + 1] - np.outer(Q[: last + 1, last + 1],
-                                                   Q[last + 1, : last + 1]) / piv
+    outer = np.outer(Q[: last + 1, last + 1], Q[last + 1, : last + 1])
+    outer /= piv
+    new = Q[: last + 1, : last + 1] - outer
+    scrub(outer)  # temporaries holding the leaving token's row: freed zeroed
+    if Q is not ss.Qinv:
+        scrub(Q)
+    ss.Qinv = new
     ss.nS = last
 
 

@@ -100,9 +100,13 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
     if cp.light:
         _restore_light(ss, cp)
         return
-    if not cp.vectors:  # the state was empty: drop whatever the operation allocated
-        for buf in (ss.X, ss.V, ss.KC, ss.XC):
-            scrub(buf)
+    if not cp.vectors:  # the state was empty: drop whatever the operation allocated,
+        for f in dataclasses.fields(ss):  # every array scrubbed (rows never admitted)
+            value = getattr(ss, f.name)
+            if isinstance(value, np.ndarray):
+                scrub(value)
+        if ss.pd_factor is not None:
+            ss.pd_factor.scrub()
         fresh = SlotState.new(C=ss.C, kernel=ss.kernel, gamma=ss.gamma, tol=ss.tol,
                               standby=ss.standby, compiled=ss.compiled)
         for f in dataclasses.fields(ss):

@@ -299,6 +299,12 @@ class SlotState(MarginGramScratch):
             scrub(old)
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
+    def __getstate__(self) -> dict:
+        """Pickle and deepcopy without the kept uniqueness factor (scratch, rebuilt on use)."""
+        state = dict(vars(self))
+        state["pd_factor"] = None
+        return state
+
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),
         without the kept uniqueness factor (scratch: the copy computes its own)."""

@@ -253,6 +253,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
     sup_ids = np.empty(ss.ccap, dtype=np.int64)
     sup_values = np.empty(ss.ccap + 1)
     kss = ss.gram_buffer()
+    qb = np.empty((ss.ccap + 1, ss.ccap + 1))  # the compiled call zeroes what it used
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
@@ -261,8 +262,9 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM)
+            FACTOR_KEPT_FROM, qb)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
+        qb.fill(0.0)  # the work copy of the inverse still held c's row and column
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
     jumped = int(out[codes.SEG_JUMPED])
@@ -332,7 +334,11 @@ def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
         ss.pd_factor = KeptFactor(L, nS, ids.copy(), 2.0 * shift, seen=ids.copy())
         return True
     L.fill(0.0)  # not positive definite with twice the shift: the test's own verdict
-    return bool(linalg.positive_definite(np.ascontiguousarray(kss[:nS, :nS]), 1e-10))
+    block = np.ascontiguousarray(kss[:nS, :nS])
+    try:
+        return bool(linalg.positive_definite(block, 1e-10))
+    finally:
+        block.fill(0.0)  # kernel values stay only in the cache
 
 
 def _factor_plan(fids: np.ndarray, ids: np.ndarray

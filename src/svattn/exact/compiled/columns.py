@@ -341,6 +341,14 @@ def bordered_work(Qinv, nS, ccap):
 
 
 @njit(cache=True)
+def bordered_into(Qinv, nS, Qb):
+    """:func:`bordered_work` into the caller's buffer ``Qb`` ((ccap + 1)²)."""
+    for i in range(nS + 1 if nS else 0):
+        for j in range(nS + 1):
+            Qb[i, j] = Qinv[i, j]
+
+
+@njit(cache=True)
 def bordered_out(Qb, nS):
     """The bordered inverse of ``nS`` margin tokens, as a new exact-size array."""
     out = np.zeros((nS + 1, nS + 1)) if nS else np.zeros((0, 0))

@@ -215,7 +215,8 @@ def chol_delete(L, p, n):
     and Givens rotations of column pairs ``(k, k+1)``, which keep ``L Lᵀ``, clear those
     entries (each rotation's rows are independent: it vectorizes, where rotations
     applied row by row form one dependent chain and ran ~2x slower at 300 rows). The
-    factor of the smaller matrix is unique, so it holds nothing of the deleted row;
+    factor of the smaller matrix is unique, so in exact arithmetic it holds nothing of
+    the deleted row (its rounding does, as the bordered inverse's downdate's does);
     the freed last row and column are zeroed. Returns ``n - 1``."""
     for i in range(p, n - 1):
         for j in range(i + 2):
@@ -253,12 +254,14 @@ def chol_append(L, n, b, d, shift):
         ell[i] = v / L[i, i]
         acc += ell[i] * ell[i]
     piv = d - shift - acc
-    if not piv > 0.0:
-        return False
-    for k in range(n):
-        L[n, k] = ell[k]
-    L[n, n] = math.sqrt(piv)
-    return True
+    ok = piv > 0.0
+    if ok:
+        for k in range(n):
+            L[n, k] = ell[k]
+        L[n, n] = math.sqrt(piv)
+    for k in range(n):  # a temporary of kernel-derived values: freed zeroed
+        ell[k] = 0.0
+    return ok
 
 
 @njit(cache=True)
@@ -270,13 +273,15 @@ def chol_update(L, n, drops, fpos, news, K, shift):
     is then partly updated: the caller discards it)."""
     for q in range(drops.shape[0]):
         n = chol_delete(L, drops[q], n)
-    b = np.empty(n + news.shape[0])
+    b = np.zeros(n + news.shape[0])
     for t in range(news.shape[0]):
         j = news[t]
         for i in range(n):
             b[i] = 0.5 * (K[fpos[i], j] + K[j, fpos[i]])
         if not chol_append(L, n, b, K[j, j], shift):
-            return -1
+            n = -1
+            break
         fpos[n] = j
         n += 1
+    b.fill(0.0)  # kernel values: freed zeroed
     return n

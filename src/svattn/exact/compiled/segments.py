@@ -37,8 +37,8 @@ from svattn.exact.compiled.codes import (
 )
 from svattn.exact.compiled.columns import (
     alloc_col,
+    bordered_into,
     bordered_out,
-    bordered_work,
     contract,
     free_column_available,
     join_with_sum,
@@ -353,7 +353,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer):
+                    KSS, pd_defer, Qb):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -377,6 +377,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     final margin Gram block and ``out[SEG_GRAM]`` the largest block written. With
     ``pd_defer`` margin tokens or more the
     uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
+    ``Qb`` ((ccap + 1)², the caller's, which zeroes it if this call raises) is the
+    work copy of the bordered inverse; its used block is zeroed before returning.
     Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
@@ -392,7 +394,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     converged one is applied (:func:`commit_jump`) and is the result.
     """
     ccap = KC.shape[1]
-    Qb = bordered_work(Qinv, nS, ccap)
+    bordered_into(Qinv, nS, Qb)
     qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
         nS = contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
