@@ -582,8 +582,9 @@ def run(ctx: Context) -> ExperimentResult:
             full_table, full_notes = _full_policy_section(full, long)
             long_tables.append(full_table)
             notes.extend(full_notes)
-    sweeps = sorted({len(g["lrs"]) for g in res.get("grids", {}).values()})
-    sweep = (" or ".join(str(n) for n in sweeps) + " values per grid; ") if sweeps else ""
+    grids = {**res.get("grids", {}), **({} if long is None else long.get("grids", {}))}
+    sweeps = sorted({len(g["lrs"]) for g in grids.values()})
+    sweep = (", ".join(str(n) for n in sweeps) + " values per grid; ") if sweeps else ""
     notes.append(f"Learning rates: every mixer gets the same sweep ({sweep}zoology sweeps 4); "
                  "the best mean test accuracy over seeds is reported per (task, length, "
                  "width, mixer), as zoology reports it (no separate validation split).")
