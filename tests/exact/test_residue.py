@@ -39,6 +39,20 @@ def _scan(blobs, removed) -> list[str]:
     return hits
 
 
+def _spy_on_scrub(monkeypatch, module) -> list[np.ndarray]:
+    """Copies of what ``module.scrub`` zeroes from now on (each checked zeroed)."""
+    scrubbed: list[np.ndarray] = []
+    real = module.scrub
+
+    def spy(a):
+        scrubbed.append(a.copy())
+        real(a)
+        assert not a.any()
+
+    monkeypatch.setattr(module, "scrub", spy)
+    return scrubbed
+
+
 @pytest.mark.parametrize("values", [False, True])
 def test_removed_tokens_leave_no_bytes(tmp_path, values):
     rng = np.random.default_rng(3)
@@ -111,15 +125,7 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
     tid = mem.partition()["error"][0]
     slot = mem.solver_state.id_to_slot[tid]
     column = mem.solver_state.KC[: mem.solver_state.hi, mem.solver_state.col_of_slot[slot]].copy()
-    scrubbed = []
-    real = backend_module.scrub
-
-    def spy(a):
-        scrubbed.append(a.copy())
-        real(a)
-        assert not a.any()
-
-    monkeypatch.setattr(backend_module, "scrub", spy)
+    scrubbed = _spy_on_scrub(monkeypatch, backend_module)
     cert = mem.remove(tid)
     assert cert.n_events >= 1
     assert any(np.array_equal(a, column) for a in scrubbed), "the column copy was not zeroed"
@@ -173,15 +179,7 @@ def test_the_reference_contraction_scrubs_its_permuted_copy_of_the_inverse(monke
     assert ss.nS >= 3
     tid = int(ss.slot_id[ss.slot_of_col[0]])  # margin position 0: not the last
     row = ss.Qinv[1].copy()  # its row of the inverse (position 0 is row 1: mu first)
-    scrubbed = []
-    real = reference.scrub
-
-    def spy(a):
-        scrubbed.append(a.copy())
-        real(a)
-        assert not a.any()
-
-    monkeypatch.setattr(reference, "scrub", spy)
+    scrubbed = _spy_on_scrub(monkeypatch, reference)
     mem.remove(tid)
     held = [a for a in scrubbed if a.ndim == 2 and a.shape == (len(row), len(row))]
     assert any(np.isin(row[row != 0], a).all() for a in held), "the permuted copy survived"

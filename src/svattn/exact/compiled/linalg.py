@@ -157,36 +157,7 @@ def bordered_health(Qinv, KSS, nS):
     return norm_q * norm_qinv, rmax / vmax
 
 
-# ------------------------------------------------------------ uniqueness
-@njit(cache=True, fastmath=VEC)
-def positive_definite(K, rel_shift):
-    """True when the symmetric part of ``K`` minus ``rel_shift · trace(K) · I`` has a
-    Cholesky factor (``np.linalg.cholesky`` succeeding is the reference). The inner
-    products vectorize (a rounding-level reordering, as LAPACK's blocking is): 3x
-    faster at 300 margin tokens, where this was the largest part of a removal."""
-    n = K.shape[0]
-    tr = 0.0
-    for i in range(n):
-        tr += K[i, i]
-    shift = rel_shift * tr
-    L = np.zeros((n, n))
-    for j in range(n):
-        s = K[j, j] - shift
-        for k in range(j):
-            s -= L[j, k] * L[j, k]
-        if not s > 0.0:  # also False on NaN
-            return False
-        ljj = math.sqrt(s)
-        L[j, j] = ljj
-        for i in range(j + 1, n):
-            a = 0.5 * (K[i, j] + K[j, i])
-            for k in range(j):
-                a -= L[i, k] * L[j, k]
-            L[i, j] = a / ljj
-    return True
-
-
-# ------------------------------------------------------------ the kept factor
+# ------------------------------------------------ uniqueness and the kept factor
 @njit(cache=True, fastmath=VEC)
 def cholesky_into(K, n, shift, L):
     """``L[:n, :n]`` = the lower Cholesky factor of the symmetric part of ``K[:n, :n]``
@@ -206,6 +177,23 @@ def cholesky_into(K, n, shift, L):
                 a -= L[i, k] * L[j, k]
             L[i, j] = a / ljj
     return True
+
+
+@njit(cache=True, fastmath=VEC)
+def positive_definite(K, rel_shift):
+    """True when the symmetric part of ``K`` minus ``rel_shift · trace(K) · I`` has a
+    Cholesky factor (``np.linalg.cholesky`` succeeding is the reference): the loop of
+    :func:`cholesky_into`, whose inner products vectorize (a rounding-level reordering,
+    as LAPACK's blocking is: 3x faster at 300 margin tokens, where this was the largest
+    part of a removal), into a temporary freed zeroed."""
+    n = K.shape[0]
+    tr = 0.0
+    for i in range(n):
+        tr += K[i, i]
+    L = np.zeros((n, n))
+    ok = cholesky_into(K, n, rel_shift * tr, L)
+    L.fill(0.0)  # a factor of kernel values: nothing of it outlives the test
+    return ok
 
 
 @njit(cache=True, fastmath=VEC)
