@@ -9,6 +9,7 @@ import pytest
 import svattn.exact.compiled as backend
 from svattn.exact import SVDDMemory
 from svattn.exact.compiled import linalg
+from svattn.exact.gram import MarginGramScratch
 
 
 def _gram(rng, n: int, d: int = 4, gamma: float = 0.5) -> np.ndarray:
@@ -153,7 +154,7 @@ def test_within_is_set_inclusion_whatever_the_order():
     assert not f.within(np.array([10, 11, 12, 13]))
 
 
-class _Margin:
+class _Margin(MarginGramScratch):
     """The little of a SlotState that margin_positive_definite reads."""
 
     def __init__(self, ids, ccap=16, factor=None):

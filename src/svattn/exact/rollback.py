@@ -114,8 +114,7 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
             value = getattr(ss, f.name)
             if isinstance(value, np.ndarray):
                 scrub(value)
-        if ss.pd_factor is not None:
-            ss.pd_factor.scrub()
+        ss.drop_factor()
         fresh = SlotState.new(C=ss.C, kernel=ss.kernel, gamma=ss.gamma, tol=ss.tol,
                               standby=ss.standby, compiled=ss.compiled)
         for f in dataclasses.fields(ss):
@@ -143,8 +142,7 @@ def _reset_scratch(ss: SlotState) -> None:
     """Scratch back to empty; the Gram copy (kernel values, perhaps of a token the
     failed operation added) and the kept factor scrubbed first."""
     scrub(ss.kss)
-    if ss.pd_factor is not None:
-        ss.pd_factor.scrub()
+    ss.drop_factor()
     for name, make in _SCRATCH.items():
         setattr(ss, name, make())
 

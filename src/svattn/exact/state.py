@@ -307,10 +307,8 @@ class SlotState(MarginGramScratch):
 
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),
-        without the kept uniqueness factor (scratch: the copy computes its own)."""
-        twin = copy.deepcopy(self)
-        twin.release_margin_gram(keep=False)
-        return twin
+        without the kept uniqueness factor (:meth:`__getstate__`)."""
+        return copy.deepcopy(self)
 
     # ------------------------------------------------------------ read access
     @property

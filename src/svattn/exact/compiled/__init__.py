@@ -24,7 +24,7 @@ import numpy as np
 from svattn.exact import reference
 from svattn.exact.cache import mu_move
 from svattn.exact.compiled import checks, codes, columns, events, linalg, reserve, segments
-from svattn.exact.gram import KeptFactor, padded_square
+from svattn.exact.gram import KeptFactor, locate, padded_square
 from svattn.exact.state import NeedResolve, SlotState, scrub
 
 NAME = "compiled"
@@ -317,19 +317,16 @@ def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
     f = ss.pd_factor
     if (f is not None and f.shift >= shift and f.updates < FACTOR_REFRESH
             and f.L.shape[0] >= nS):
-        plan = _factor_plan(f.ids, ids)
-        drops, fpos, news = plan
+        drops, fpos, news = _factor_plan(f.ids, ids)
         if len(drops) + len(news) <= max(2, nS // 32):
             n = int(linalg.chol_update(f.L, f.n, drops, fpos, news, kss, f.shift))
             if n == nS:
                 f.n, f.ids, f.updates = n, ids[fpos], f.updates + len(drops) + len(news)
                 f.seen = ids.copy()
                 return True
-    if f is not None:
-        f.n = max(f.n, nS)  # (an update may have written rows up to the margin's size)
-        f.scrub()
-        ss.pd_factor = None
-    L = padded_square(ss.ccap)
+    # the old factor's buffer, zeroed, takes the new one when it is large enough
+    L = f.L if f is not None and f.L.shape[0] >= ss.ccap else padded_square(ss.ccap)
+    ss.drop_factor(rows=nS)  # (an update may have written rows up to the margin's size)
     if linalg.cholesky_into(kss, nS, 2.0 * shift, L):
         ss.pd_factor = KeptFactor(L, nS, ids.copy(), 2.0 * shift, seen=ids.copy())
         return True
@@ -346,12 +343,10 @@ def _factor_plan(fids: np.ndarray, ids: np.ndarray
     """How the factor of tokens ``fids`` becomes one of the margin tokens ``ids``: the
     factor rows to delete (descending), the margin positions of the tokens it keeps
     (in its order; room for the appended), and the margin positions to append."""
-    order = np.argsort(ids)
-    where = np.minimum(np.searchsorted(ids[order], fids), len(ids) - 1)
-    kept = ids[order][where] == fids
+    kept, where = locate(fids, ids)
     drops = np.flatnonzero(~kept)[::-1].copy()
     fpos = np.empty(len(ids), dtype=np.int64)
-    held = order[where[kept]]
+    held = where[kept]
     fpos[: len(held)] = held
     in_factor = np.zeros(len(ids), dtype=bool)
     in_factor[held] = True

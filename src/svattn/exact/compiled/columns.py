@@ -331,21 +331,20 @@ def join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, esum, memb
 
 
 @njit(cache=True)
-def bordered_work(Qinv, nS, ccap):
-    """A copy of the bordered inverse with room to grow to every cache column."""
-    Qb = np.empty((ccap + 1, ccap + 1))
+def bordered_into(Qinv, nS, Qb):
+    """The bordered inverse of ``nS`` margin tokens into ``Qb`` ((ccap + 1)²: room to
+    grow to every cache column)."""
     for i in range(nS + 1 if nS else 0):
         for j in range(nS + 1):
             Qb[i, j] = Qinv[i, j]
-    return Qb
 
 
 @njit(cache=True)
-def bordered_into(Qinv, nS, Qb):
-    """:func:`bordered_work` into the caller's buffer ``Qb`` ((ccap + 1)²)."""
-    for i in range(nS + 1 if nS else 0):
-        for j in range(nS + 1):
-            Qb[i, j] = Qinv[i, j]
+def bordered_work(Qinv, nS, ccap):
+    """:func:`bordered_into` a new buffer."""
+    Qb = np.empty((ccap + 1, ccap + 1))
+    bordered_into(Qinv, nS, Qb)
+    return Qb
 
 
 @njit(cache=True)
