@@ -246,3 +246,82 @@ def test_fast_adds_store_the_commitments_the_general_path_would(monkeypatch):
     for tid, hexc in took:
         assert bytes(fs.commitments[fs.id_to_slot[tid]]).hex() == hexc
     _assert_same_state(fast, slow)
+
+
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
+@pytest.mark.parametrize("with_values", [False, True])
+def test_compiled_reserve_block_equals_the_reference(kernel, with_values):
+    """An extend's block store (``reserve_block``): the compiled call and the numpy
+    reference store the same rows, stop at the same row with the same status, and
+    hand over the same kernel row and g of a row outside; each stored row is what
+    ``reserve_add`` (standby test aside) writes for it."""
+    x = _stream(kernel, 500, seed=7)
+    vals = np.random.default_rng(8).normal(size=(500, 3)) if with_values else None
+    mem = SVDDMemory(0.05, kernel=kernel, standby=0)
+    mem.extend(x[:200], None if vals is None else vals[:200])
+    ss = mem.solver_state
+    stops, r = 0, 200
+    while r < 500:
+        a, b, single = ss.copy(), ss.copy(), ss.copy()
+        count = min(500 - r, len(b.free_slots) + b.cap - b.hi)
+        if count == 0:
+            mem.add(x[r], None if vals is None else vals[r])
+            r += 1
+            continue
+        slots = solver.next_slots(b, count)
+        tids = np.arange(b.next_id, b.next_id + count)
+        v = None if vals is None else vals[r:r + count]
+        got_c = compiled.reserve_block(a, x[r:r + count], v, slots, tids)
+        got_r = reference.reserve_block(b, x[r:r + count], v, slots, tids)
+        assert got_c[:2] == got_r[:2]
+        stored, status = got_c[:2]
+        for i in range(stored):  # repeated reserve_add, row by row
+            assert compiled.reserve_add(single, x[r + i], None if v is None else v[i],
+                                        int(slots[i]), int(tids[i]))
+        for name in _ARRAYS + ("V",):
+            np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=0,
+                                       atol=1e-13, err_msg=name)
+            np.testing.assert_array_equal(getattr(a, name), getattr(single, name), name)
+        np.testing.assert_allclose(a.KC, b.KC, rtol=0, atol=1e-13)
+        np.testing.assert_array_equal(a.KC, single.KC)
+        assert a.esum_valid == b.esum_valid == single.esum_valid
+        if status == "outside":
+            stops += 1
+            np.testing.assert_allclose(got_c[2], got_r[2], rtol=0, atol=1e-13)
+            assert got_c[3] == pytest.approx(got_r[3], abs=1e-13)
+            assert got_c[3] < 0  # outside: the drive's starting g
+        else:
+            assert status == "stored" and stored == count and got_c[2] is None
+        step = stored + (status != "stored")  # the memory itself goes on as an extend
+        mem.extend(x[r:r + step], None if vals is None else vals[r:r + step])
+        r += step
+    assert stops > 5
+
+
+@pytest.mark.parametrize("standby", [0, 16])
+def test_extend_equals_repeated_adds(standby):
+    """``extend`` is repeated ``add``: without standby columns (whose refreshes a
+    per-token add pays after each drive, an extend once at its end) the two reach the
+    same state bit for bit, digest included; with them, the same state to rounding."""
+    x = _stream("rbf", 1500, seed=9)
+    one = SVDDMemory(0.02, standby=standby)
+    many = SVDDMemory(0.02, standby=standby)
+    one.extend(x)
+    for row in x:
+        many.add(row)
+    if standby:  # the standby columns sit in other cache columns: the solution to rounding
+        assert one.ids == many.ids and one.partition() == many.partition()
+        np.testing.assert_allclose(one.alpha, many.alpha, rtol=0, atol=1e-12)
+        assert one.mu == pytest.approx(many.mu, abs=1e-12)
+        sa, sb = one.solver_state, many.solver_state
+        np.testing.assert_allclose(sa.g[: sa.hi], sb.g[: sb.hi], rtol=0, atol=1e-12)
+        assert sa.set_hash == sb.set_hash
+        return
+    _assert_same_state(one, many)
+    if standby == 0:
+        assert one.state_digest() == many.state_digest()
+        np.testing.assert_array_equal(one.alpha, many.alpha)
+        sa, sb = one.solver_state, many.solver_state
+        for name in _ARRAYS:
+            np.testing.assert_array_equal(getattr(sa, name)[: sa.hi],
+                                          getattr(sb, name)[: sb.hi], name)

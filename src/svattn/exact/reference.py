@@ -415,19 +415,58 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     set with no standby refresh due, store it in the free ``slot`` as token ``tid``
     (arrays only: the caller keeps the id map, hashes and counts) and return True;
     otherwise write nothing and return False (the general add path takes it)."""
-    chi, xs = ss.chi, x[None, :]
-    try:
-        diag = kernel_diag(xs, ss.kernel, ss.gamma_value)
-        row = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)[0]
-    except KernelOverflowError:
-        return False  # the general path raises it
-    g = 2.0 * (row @ ss.ac[:chi]) - diag + ss.mu
-    if outside_description(ss, diag, g)[0]:
+    status, diag, row, g = _score_reserve(ss, x)
+    if status != "stored":
         return False
     if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
         return False
+    _store_reserve_row(ss, x, v, slot, tid, diag, row, g)
+    return True
+
+
+def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.ndarray,
+                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float]:
+    """Store the rows of ``k`` (values ``v``) one after another as :func:`reserve_add`
+    does, without its standby test (an ``extend`` refreshes the standby columns once,
+    at its end), in ``slots`` as tokens ``tids``, until the first row that does not
+    land in the reserve set. A stored row changes nothing but its own slot, so each
+    row is scored against the same solution.
+
+    Returns ``(stored, status, row, g)``: the rows stored; ``"stored"`` when all were,
+    else the status of row ``stored``: ``"outside"`` (with its kernel row against the
+    cached columns and its g, for the drive that adds it) or ``"overflow"`` (the
+    general path raises the exp kernel's error)."""
+    for i in range(len(slots)):
+        status, diag, row, g = _score_reserve(ss, k[i])
+        if status != "stored":
+            return i, status, row, float(g[0]) if g is not None else 0.0
+        _store_reserve_row(ss, k[i], None if v is None else v[i], int(slots[i]), int(tids[i]),
+                           diag, row, g)
+    return len(slots), "stored", None, 0.0
+
+
+def _score_reserve(ss: SlotState, x: np.ndarray
+                   ) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """One key's kernel diagonal, kernel row against the cached columns and g, and
+    whether it lands in the reserve set (``"stored"``), ``"outside"`` the description,
+    or overflows the exp kernel (``"overflow"``: no row)."""
+    xs = x[None, :]
+    try:
+        diag = kernel_diag(xs, ss.kernel, ss.gamma_value)
+        row = kernel_matrix(xs, ss.XC[: ss.chi], ss.kernel, ss.gamma_value)[0]
+    except KernelOverflowError:
+        return "overflow", np.zeros(1), None, None
+    g = 2.0 * (row @ ss.ac[: ss.chi]) - diag + ss.mu
+    return ("outside" if outside_description(ss, diag, g)[0] else "stored"), diag, row, g
+
+
+def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int,
+                       tid: int, diag: np.ndarray, row: np.ndarray, g: np.ndarray) -> None:
+    """Write a scored key into the free ``slot`` as reserve token ``tid`` (arrays only),
+    with its error-column sum over the row (as ``solver.esum_rows``)."""
+    chi = ss.chi
     esum = 0.0
-    if ss.esum_valid:  # the error-column sum over the row (as solver.esum_rows)
+    if ss.esum_valid:
         cols = ss.col_of_slot[np.flatnonzero(ss.esum_member[: ss.hi])]
         if len(cols) and (cols.min() < 0 or cols.max() >= chi):
             ss.esum_valid = False  # a member without a column here: rebuild on use
@@ -440,11 +479,10 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     ss.diag[slot], ss.alpha[slot], ss.g[slot] = diag[0], 0.0, g[0]
     ss.state[slot], ss.slot_id[slot], ss.esum[slot] = RESERVE, tid, esum
     ss.KC[slot, :chi] = row
-    return True
 
 
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "solve_margin",
+           "reserve_block", "solve_margin",
            "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

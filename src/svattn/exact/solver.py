@@ -79,33 +79,57 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
         ss.alloc(0, ss.dim, 0 if v is None else ss.vdim)
     diag = kernel_diag(k, ss.kernel, ss.gamma_value)
     out: list[int] = []
-    r, m, block = 0, k.shape[0], 16
+    r, m = 0, k.shape[0]
     while r < m:
         if ss.n + 1 <= ss.warmup_n:  # warm-up and the threshold solve
             out.append(add_one(ss, be, k[r], None if v is None else v[r], float(diag[r])))
             r += 1
             continue
-        # Score a block against the current solution: every row before the
-        # first one outside the description joins the reserve set and changes
-        # nothing, so those rows are stored at once (the same as adding them
-        # one by one); the first outside row is then added on its own.
-        end = min(m, r + block)
-        rows, g = score_rows(ss, k[r:end], diag[r:end])
-        outside = np.flatnonzero(outside_description(ss, diag[r:end], g))
-        stop = end if len(outside) == 0 else r + int(outside[0])
-        if stop > r:
-            out += store(ss, k[r:stop], None if v is None else v[r:stop], diag[r:stop],
-                               rows[: stop - r], g[: stop - r])
-        if stop < end:
-            j = stop - r
-            out.append(add_one(ss, be, k[stop], None if v is None else v[stop],
-                                     float(diag[stop]), row=rows[j], g_c=float(g[j])))
-            r = stop + 1
-            block = max(16, block // 2)
-        else:
-            r = end
-            block = min(1024, 2 * block)
+        # Every row before the first one outside the description joins the reserve
+        # set and changes nothing but its own slot: the backend stores them one after
+        # another in one call, each scored against the same solution (the same as
+        # adding them one by one); the first outside row is then driven in on its
+        # own, with the kernel row and g it was scored by.
+        if not ss.free_slots and ss.hi == ss.cap:
+            ss.grow_slots(ss.hi + 1)
+        slots = next_slots(ss, min(m - r, len(ss.free_slots) + ss.cap - ss.hi))
+        tids = np.arange(ss.next_id, ss.next_id + len(slots), dtype=np.int64)
+        vs = None if v is None else v[r:r + len(slots)]
+        stored, status, row, g_c = be.reserve_block(ss, k[r:r + len(slots)], vs, slots, tids)
+        if stored:
+            out += record_rows(ss, k[r:r + stored], None if vs is None else vs[:stored],
+                               slots[:stored])
+            r += stored
+        if status == "outside":
+            try:
+                out.append(add_one(ss, be, k[r], None if v is None else v[r],
+                                   float(diag[r]), row=row, g_c=g_c))
+            finally:
+                scrub(row)
+            r += 1
+        elif status == "overflow":  # the general scoring raises the kernel's error
+            out += _general_row(ss, be, k[r:r + 1], None if v is None else v[r:r + 1],
+                                diag[r:r + 1])
+            r += 1
     return out
+
+
+def next_slots(ss: SlotState, count: int) -> np.ndarray:
+    """The slots the next ``count`` stored rows take, in order (free slots last freed
+    first, then fresh ones); taken only by :func:`record_rows`."""
+    free = ss.free_slots
+    reuse = free[len(free) - min(count, len(free)):][::-1]
+    return np.array(reuse + list(range(ss.hi, ss.hi + count - len(reuse))), dtype=np.int64)
+
+
+def _general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
+                 diag: np.ndarray) -> list[int]:
+    """Add one row (1, d) by the numpy scoring: stored if inside, else driven in."""
+    rows, g = score_rows(ss, x, diag)
+    if outside_description(ss, diag, g)[0]:
+        return [add_one(ss, be, x[0], None if v is None else v[0], float(diag[0]),
+                        row=rows[0], g_c=float(g[0]))]
+    return store(ss, x, v, diag, rows, g)
 
 
 def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
@@ -139,19 +163,35 @@ def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndar
 def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     """Store new tokens as reserve tokens with their kernel rows and g."""
     count = len(xs)
-    reuse = [ss.free_slots.pop() for _ in range(min(count, len(ss.free_slots)))]
-    fresh = count - len(reuse)
-    ss.grow_slots(ss.hi + fresh)
-    slots = np.array(reuse + list(range(ss.hi, ss.hi + fresh)), dtype=np.int64)
-    ss.hi += fresh
-    tids = list(range(ss.next_id, ss.next_id + count))
-    ss.next_id += count
+    ss.grow_slots(ss.hi + count - min(count, len(ss.free_slots)))
+    slots = next_slots(ss, count)
     ss.X[slots] = xs
     ss.xn2[slots] = np.einsum("ij,ij->i", xs, xs)
     if vs is not None:
         ss.V[slots] = vs
     ss.diag[slots] = diag
+    ss.alpha[slots] = 0.0
+    ss.state[slots] = RESERVE
+    chi = rows.shape[1]
+    if chi:
+        ss.KC[slots, :chi] = rows
+    ss.g[slots] = g
+    esum_rows(ss, slots, rows)
+    tids = record_rows(ss, xs, vs, slots)
     ss.slot_id[slots] = tids
+    return tids
+
+
+def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
+    """The bookkeeping of rows just written into ``slots`` (from :func:`next_slots`):
+    the slots are taken, the rows get the next ids, the id map, their token and row
+    hashes, the set hash and the count. Returns the ids."""
+    count = len(slots)
+    reuse = min(count, len(ss.free_slots))
+    del ss.free_slots[len(ss.free_slots) - reuse:]
+    ss.hi += count - reuse
+    tids = list(range(ss.next_id, ss.next_id + count))
+    ss.next_id += count
     ths, rhs = block_hashes(tids, xs, vs)
     # one pass per array, not per token: the same writes, and the set-hash summands
     # added at once (a sum of residues mod 2^256 is the residue of their sum)
@@ -160,13 +200,6 @@ def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     ss.row_hash[slots] = rhs
     ss.set_hash = (ss.set_hash + sum(ths)) % DIGEST_MOD
     ss.n += count
-    ss.alpha[slots] = 0.0
-    ss.state[slots] = RESERVE
-    chi = rows.shape[1]
-    if chi:
-        ss.KC[slots, :chi] = rows
-    ss.g[slots] = g
-    esum_rows(ss, slots, rows)
     return tids
 
 

@@ -372,8 +372,38 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     return status == reserve.STORED
 
 
+
+_BLOCK_STATUS = {reserve.STORED: "stored", reserve.OUTSIDE: "outside",
+                 reserve.OVERFLOW: "overflow"}
+
+
+def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.ndarray,
+                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float]:
+    """:func:`svattn.exact.reference.reserve_block`, compiled: the rows stored in one
+    call (:func:`.reserve.reserve_block`)."""
+    row = np.empty((max(ss.chi, 1), 1))
+    try:
+        stored, status, gx, valid = reserve.reserve_block(
+            np.ascontiguousarray(k), _empty_values(len(k)) if v is None
+            else np.ascontiguousarray(v), ss.X, ss.V, ss.xn2, ss.diag, ss.alpha, ss.g,
+            ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.esum,
+            ss.esum_member, slots, tids, ss.chi, ss.hi, ss.mu, ss.gamma_value, ss.is_rbf,
+            ss.esum_valid, row)
+        ss.esum_valid = bool(valid)
+        name = _BLOCK_STATUS[int(status)]
+        return (int(stored), name, row[: ss.chi, 0].copy() if name == "outside" else None,
+                float(gx))
+    finally:
+        row.fill(0.0)  # kernel values of the keys: scrubbed like every temporary
+
+
+def _empty_values(m: int) -> np.ndarray:
+    """The value rows of keys whose values are the keys: (m, 0)."""
+    return np.zeros((m, 0))
+
+
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "solve_margin", "support_slots_by_id", "sync_error_sum", "tied_slots",
+           "reserve_block", "solve_margin", "support_slots_by_id", "sync_error_sum", "tied_slots",
            "wipe_slot_arrays"]

@@ -82,36 +82,31 @@ def reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row):
 
 
 @njit(cache=True)
-def reserve_add(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc,
-                esum, esum_member, slot, tid, chi, hi, mu, gamma, is_rbf, esum_valid,
-                standby_due, theta, row):
-    """Score ``x`` (value ``v``, empty when values are the keys); if it lands in the
-    reserve set with no standby refresh due (``standby_due``: the standby columns are
-    kept and stale; else a g below ``theta`` calls for one), store it in the free
-    ``slot`` as token ``tid`` and return (STORED, esum_valid after); otherwise write
-    nothing and return the status (OUTSIDE, STANDBY, OVERFLOW)."""
-    gx, kxx, top = reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row)
-    if not is_rbf and top >= LOG_MAX:
-        return OVERFLOW, esum_valid
-    size = max(2.0 * kxx + gx - mu + abs(mu), 1.0)
-    if gx < -1e-13 * size:  # outside_description
-        return OUTSIDE, esum_valid
-    if standby_due or gx < theta:
-        return STANDBY, esum_valid
-    # the error-column sum over the row: every member must have a column here
+def _esum_members(esum_member, hi):
+    """How many tokens the error-column sum covers."""
     members = 0
     for s in range(hi):
         members += esum_member[s]
+    return members
+
+
+@njit(cache=True)
+def _store_scored(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, soc, esum,
+                  esum_member, slot, tid, chi, gx, kxx, esum_valid, members, row):
+    """Store the scored key ``x`` (its kernel row in ``row[:chi, 0]``, its g and k(x, x))
+    as reserve token ``tid`` in the free ``slot``, with its error-column sum over the
+    row (every one of the ``members`` must have a column here, else the sum is marked
+    invalid: rebuilt on use); return esum_valid after."""
     es = 0.0
-    found = 0
     if esum_valid:
+        found = 0
         for c in range(chi):
             s = soc[c]
             if s >= 0 and esum_member[s]:
                 es += row[c, 0]
                 found += 1
         if found != members:
-            esum_valid = False  # a member without a column here: rebuilt on use
+            esum_valid = False
             es = 0.0
     xx = 0.0
     for j in range(x.shape[0]):
@@ -128,4 +123,60 @@ def reserve_add(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc
     esum[slot] = es
     for c in range(chi):
         KC[slot, c] = row[c, 0]
+    return esum_valid
+
+
+@njit(cache=True)
+def _outside(gx, kxx, mu):
+    """:func:`svattn.exact.cache.outside_description` of one scored row."""
+    return gx < -1e-13 * max(2.0 * kxx + gx - mu + abs(mu), 1.0)
+
+
+@njit(cache=True)
+def reserve_add(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc,
+                esum, esum_member, slot, tid, chi, hi, mu, gamma, is_rbf, esum_valid,
+                standby_due, theta, row):
+    """Score ``x`` (value ``v``, empty when values are the keys); if it lands in the
+    reserve set with no standby refresh due (``standby_due``: the standby columns are
+    kept and stale; else a g below ``theta`` calls for one), store it in the free
+    ``slot`` as token ``tid`` and return (STORED, esum_valid after); otherwise write
+    nothing and return the status (OUTSIDE, STANDBY, OVERFLOW)."""
+    gx, kxx, top = reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row)
+    if not is_rbf and top >= LOG_MAX:
+        return OVERFLOW, esum_valid
+    if _outside(gx, kxx, mu):
+        return OUTSIDE, esum_valid
+    if standby_due or gx < theta:
+        return STANDBY, esum_valid
+    esum_valid = _store_scored(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, soc,
+                               esum, esum_member, slot, tid, chi, gx, kxx, esum_valid,
+                               _esum_members(esum_member, hi), row)
     return STORED, esum_valid
+
+
+@njit(cache=True)
+def reserve_block(K, Vb, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc,
+                  esum, esum_member, slots, tids, chi, hi, mu, gamma, is_rbf, esum_valid,
+                  row):
+    """:func:`reserve_add` of the rows of ``K`` (values ``Vb``: (m, 0) when values are
+    the keys) one after another, without the standby test (an ``extend`` refreshes
+    the standby columns once, at its end), into ``slots`` as tokens ``tids``, until
+    the first row that is not stored. A stored row changes nothing but its own slot,
+    so the next row is scored against the same solution: this is repeated
+    :func:`reserve_add`, with the error-sum members counted once.
+
+    Returns ``(stored, status, g)``: the rows stored; STORED when all were, else the
+    status of row ``stored`` (OUTSIDE, OVERFLOW), whose kernel row is then left in
+    ``row[:chi, 0]`` and whose g is returned; and esum_valid after."""
+    members = _esum_members(esum_member, hi)  # stored rows are reserve tokens: not members
+    for i in range(slots.shape[0]):
+        x = K[i]
+        gx, kxx, top = reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row)
+        if not is_rbf and top >= LOG_MAX:
+            return i, OVERFLOW, gx, esum_valid
+        if _outside(gx, kxx, mu):
+            return i, OUTSIDE, gx, esum_valid
+        esum_valid = _store_scored(x, Vb[i], X, V, xn2, diag, alpha, g, state, slot_id, KC,
+                                   soc, esum, esum_member, slots[i], tids[i], chi, gx, kxx,
+                                   esum_valid, members, row)
+    return slots.shape[0], STORED, 0.0, esum_valid
