@@ -290,6 +290,18 @@ def test_compiled_reserve_block_equals_the_reference(kernel, with_values):
             np.testing.assert_allclose(got_c[2], got_r[2], rtol=0, atol=1e-13)
             assert got_c[3] == pytest.approx(got_r[3], abs=1e-13)
             assert got_c[3] < 0  # outside: the drive's starting g
+            # the driven add stores it with that row and g: both backends alike
+            slot, tid = int(slots[stored]), int(tids[stored])
+            vi = None if v is None else v[stored]
+            kxx = float(np.exp(mem.gamma_value * x[r + stored] @ x[r + stored])
+                        ) if kernel == "exp" else 1.0
+            compiled.store_row(a, x[r + stored], vi, slot, tid, kxx, got_c[2], got_c[3])
+            reference.store_row(b, x[r + stored], vi, slot, tid, kxx, got_r[2], got_r[3])
+            for name in _ARRAYS + ("V",):
+                np.testing.assert_allclose(getattr(a, name), getattr(b, name), rtol=0,
+                                           atol=1e-13, err_msg=name)
+            np.testing.assert_allclose(a.KC, b.KC, rtol=0, atol=1e-13)
+            assert a.slot_id[slot] == tid and a.g[slot] == got_c[3]
         else:
             assert status == "stored" and stored == count and got_c[2] is None
         step = stored + (status != "stored")  # the memory itself goes on as an extend

@@ -73,8 +73,19 @@ def mark_tokens(ss: SlotState, ids: list[int], tags: list, commitments: list[str
                 keyed: bool) -> None:
     """Keep each new token's data-subject tag (its keyed hash, or None) and commitment
     (hex; ``keyed``: an HMAC under the controller's key, else opaque)."""
-    for tid, tag, c in zip(ids, tags, commitments, strict=True):
-        _mark_slot(ss, ss.id_to_slot[tid], tag, bytes.fromhex(c), keyed)
+    if not len(ids) == len(tags) == len(commitments):
+        raise ValueError(f"{len(ids)} ids, {len(tags)} tags, {len(commitments)} commitments")
+    if not ids:
+        return
+    # one write per array for the whole block (an extend's rows), not one per token
+    slots = np.fromiter((ss.id_to_slot[t] for t in ids), np.int64, len(ids))
+    ss.commitments[slots] = np.frombuffer(bytes.fromhex("".join(commitments)),
+                                          dtype=np.uint8).reshape(len(ids), -1)
+    ss.commit_keyed[slots] = keyed
+    tagged = [i for i, tag in enumerate(tags) if tag is not None]
+    if tagged:
+        ss.tags[slots[tagged]] = np.frombuffer(b"".join(tags[i] for i in tagged),
+                                               dtype=np.uint8).reshape(len(tagged), -1)
 
 
 def _mark_slot(ss: SlotState, slot: int, tag: bytes | None, commitment: bytes,

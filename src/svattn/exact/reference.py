@@ -445,6 +445,14 @@ def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.
     return len(slots), "stored", None, 0.0
 
 
+def store_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int,
+              diag: float, row: np.ndarray, g: float) -> None:
+    """Store a key already scored (``row``: its kernel row against the cached columns,
+    its g and k(x, x) ``diag``) in the free ``slot`` as reserve token ``tid``, arrays
+    only, as :func:`reserve_add` stores it (a driven add then drives it in)."""
+    _store_reserve_row(ss, x, v, slot, tid, np.array([diag]), row, np.array([g]))
+
+
 def _score_reserve(ss: SlotState, x: np.ndarray
                    ) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]:
     """One key's kernel diagonal, kernel row against the cached columns and g, and
@@ -484,5 +492,5 @@ def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot:
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "solve_margin",
+           "reserve_block", "solve_margin", "store_row",
            "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

@@ -242,9 +242,11 @@ def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, dia
     outside the description (``row``, ``g_c`` < 0): the solver drives it in."""
     ss.standby_stale = True  # the solution moves
     if row is not None:
-        tid = store(ss, x[None, :], None if v is None else v[None, :], np.array([diag]),
-                          row[None, :], np.array([g_c]))[0]
-        slot = ss.id_to_slot[tid]
+        ss.grow_slots(ss.hi + (0 if ss.free_slots else 1))
+        slots = next_slots(ss, 1)
+        slot = int(slots[0])
+        be.store_row(ss, x, v, slot, ss.next_id, diag, row, g_c)
+        tid = record_rows(ss, x[None, :], None if v is None else v[None, :], slots)[0]
         ss.state[slot] = DRIVEN
         be.alloc_col(ss, slot)
         try:

@@ -373,6 +373,16 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
 
 
 
+
+def store_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int,
+              diag: float, row: np.ndarray, g: float) -> None:
+    """:func:`svattn.exact.reference.store_row`, compiled (:func:`.reserve.store_row`)."""
+    col = np.ascontiguousarray(row).reshape(-1, 1)
+    ss.esum_valid = bool(reserve.store_row(
+        np.ascontiguousarray(x), _NO_VALUE if v is None else np.ascontiguousarray(v), ss.X,
+        ss.V, ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.slot_of_col,
+        ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, g, diag, ss.esum_valid, col))
+
 _BLOCK_STATUS = {reserve.STORED: "stored", reserve.OUTSIDE: "outside",
                  reserve.OVERFLOW: "overflow"}
 
@@ -405,5 +415,5 @@ def _empty_values(m: int) -> np.ndarray:
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "solve_margin", "support_slots_by_id", "sync_error_sum", "tied_slots",
+           "reserve_block", "solve_margin", "store_row", "support_slots_by_id", "sync_error_sum", "tied_slots",
            "wipe_slot_arrays"]

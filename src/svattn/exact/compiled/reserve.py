@@ -155,6 +155,17 @@ def reserve_add(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc
 
 
 @njit(cache=True)
+def store_row(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, soc, esum, esum_member,
+              slot, tid, chi, hi, gx, kxx, esum_valid, row):
+    """Store a key already scored (its kernel row in ``row[:chi, 0]``, its g and k(x, x))
+    in the free ``slot`` as token ``tid``, in the reserve set (a driven add then
+    drives it in); return esum_valid after."""
+    return _store_scored(x, v, X, V, xn2, diag, alpha, g, state, slot_id, KC, soc, esum,
+                         esum_member, slot, tid, chi, gx, kxx, esum_valid,
+                         _esum_members(esum_member, hi), row)
+
+
+@njit(cache=True)
 def reserve_block(K, Vb, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, soc,
                   esum, esum_member, slots, tids, chi, hi, mu, gamma, is_rbf, esum_valid,
                   row):
