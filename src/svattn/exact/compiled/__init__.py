@@ -415,5 +415,5 @@ def _empty_values(m: int) -> np.ndarray:
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "solve_margin", "store_row", "support_slots_by_id", "sync_error_sum", "tied_slots",
-           "wipe_slot_arrays"]
+           "reserve_block", "solve_margin", "store_row", "support_slots_by_id",
+           "sync_error_sum", "tied_slots", "wipe_slot_arrays"]
