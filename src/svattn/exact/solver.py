@@ -1,7 +1,7 @@
 """The exact solver's algorithm on a :class:`~svattn.exact.state.SlotState`, for either backend.
 
-Adds score a block of new keys against the solution and store every row that
-lands inside the description at once; a row outside is driven in by the
+Adds store every row that lands inside the description as a reserve token, a run
+of them in one backend call (``reserve_block``); a row outside is driven in by the
 backend's event loop. Removals drive the token's coefficient to 0 (segment by
 segment where the backend can). Each operation ends exactly (:func:`finish_op`):
 polish on the partition, check the KKT residual, refactorize, and as the last
