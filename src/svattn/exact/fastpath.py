@@ -75,7 +75,9 @@ def mark_tokens(ss: SlotState, ids: list[int], tags: list, commitments: list[str
     (hex; ``keyed``: an HMAC under the controller's key, else opaque)."""
     if not len(ids) == len(tags) == len(commitments):
         raise ValueError(f"{len(ids)} ids, {len(tags)} tags, {len(commitments)} commitments")
-    if not ids:
+    if len(ids) <= 8:  # a few tokens (a driven add): per token is cheaper
+        for tid, tag, c in zip(ids, tags, commitments, strict=True):
+            _mark_slot(ss, ss.id_to_slot[tid], tag, bytes.fromhex(c), keyed)
         return
     # one write per array for the whole block (an extend's rows), not one per token
     slots = np.fromiter((ss.id_to_slot[t] for t in ids), np.int64, len(ids))
