@@ -310,30 +310,70 @@ def test_compiled_reserve_block_equals_the_reference(kernel, with_values):
     assert stops > 5
 
 
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+@pytest.mark.parametrize("kernel", ["rbf", "exp"])
 @pytest.mark.parametrize("standby", [0, 16])
-def test_extend_equals_repeated_adds(standby):
+def test_extend_equals_repeated_adds(backend, kernel, standby):
     """``extend`` is repeated ``add``: without standby columns (whose refreshes a
     per-token add pays after each drive, an extend once at its end) the two reach the
-    same state bit for bit, digest included; with them, the same state to rounding."""
-    x = _stream("rbf", 1500, seed=9)
-    one = SVDDMemory(0.02, standby=standby)
-    many = SVDDMemory(0.02, standby=standby)
-    one.extend(x)
-    for row in x:
-        many.add(row)
+    same state bit for bit, digest included; with them, the same state to rounding.
+    Both memories first lose tokens (free slots to reuse, last freed first), and the
+    rows, with values and tags, outgrow the slot table."""
+    x = _stream(kernel, 700, seed=9)
+    vals = np.random.default_rng(10).normal(size=(700, 3))
+    tags = [f"s{i % 4}" if i % 3 else None for i in range(700)]
+    key = b"fastpath-test-tag-key-0123456789"
+    one, many = (SVDDMemory(0.02, kernel=kernel, standby=standby, backend=backend,
+                            tag_key=key) for _ in range(2))
+    for mem in (one, many):
+        mem.extend(x[:200], vals[:200], tags=tags[:200])
+        part = mem.partition()
+        for tid in part["reserve"][5:40:3] + part["error"][:2] + part["margin"][:1]:
+            mem.remove(tid)
+    cap = one.solver_state.cap
+    one.extend(x[200:], vals[200:], tags=tags[200:])
+    for i in range(200, 700):
+        many.add(x[i], vals[i], tag=tags[i])
+    assert one.solver_state.cap > cap and not one.solver_state.free_slots
     if standby:  # the standby columns sit in other cache columns: the solution to rounding
         assert one.ids == many.ids and one.partition() == many.partition()
         np.testing.assert_allclose(one.alpha, many.alpha, rtol=0, atol=1e-12)
         assert one.mu == pytest.approx(many.mu, abs=1e-12)
         sa, sb = one.solver_state, many.solver_state
         np.testing.assert_allclose(sa.g[: sa.hi], sb.g[: sb.hi], rtol=0, atol=1e-12)
-        assert sa.set_hash == sb.set_hash
+        assert sa.set_hash == sb.set_hash and (sa.slot_id == sb.slot_id).all()
+        assert (sa.tags == sb.tags).all() and (sa.commit_keyed == sb.commit_keyed).all()
         return
     _assert_same_state(one, many)
-    if standby == 0:
-        assert one.state_digest() == many.state_digest()
-        np.testing.assert_array_equal(one.alpha, many.alpha)
-        sa, sb = one.solver_state, many.solver_state
-        for name in _ARRAYS:
-            np.testing.assert_array_equal(getattr(sa, name)[: sa.hi],
-                                          getattr(sb, name)[: sb.hi], name)
+    assert one.state_digest() == many.state_digest()
+    np.testing.assert_array_equal(one.alpha, many.alpha)
+    np.testing.assert_array_equal(one.values, many.values)
+    sa, sb = one.solver_state, many.solver_state
+    for name in _ARRAYS + ("V", "KC"):
+        np.testing.assert_array_equal(getattr(sa, name)[: sa.hi],
+                                      getattr(sb, name)[: sb.hi], name)
+
+
+def test_a_row_the_compiled_run_cannot_score_takes_the_numpy_path(monkeypatch):
+    """The general path behind ``reserve_block``'s "overflow": the row is scored in
+    numpy (which raises the exp kernel's error, or stores or drives the row); the
+    memory then equals one that took every row the usual way."""
+    x = _stream("rbf", 400, seed=12)
+    plain, detour = SVDDMemory(0.05), SVDDMemory(0.05)
+    plain.extend(x)
+    real = compiled.reserve_block
+    calls = []
+
+    def refuse_every_third(ss, k, v, slots, tids):
+        calls.append(len(slots))
+        if len(calls) % 3 == 0:
+            return 0, "overflow", None, 0.0, 0.0
+        return real(ss, k, v, slots, tids)
+
+    monkeypatch.setattr(compiled, "reserve_block", refuse_every_third)
+    detour.extend(x)
+    assert len(calls) > 9
+    assert plain.ids == detour.ids and plain.partition() == detour.partition()
+    np.testing.assert_allclose(plain.alpha, detour.alpha, rtol=0, atol=1e-12)
+    assert plain.solver_state.set_hash == detour.solver_state.set_hash
+    assert detour.kkt_residual() <= 1e-10

@@ -416,33 +416,38 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     (arrays only: the caller keeps the id map, hashes and counts) and return True;
     otherwise write nothing and return False (the general add path takes it)."""
     status, diag, row, g = _score_reserve(ss, x)
-    if status != "stored":
-        return False
-    if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
-        return False
-    _store_reserve_row(ss, x, v, slot, tid, diag, row, g)
-    return True
+    try:
+        if status != "stored":
+            return False
+        if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
+            return False
+        _store_reserve_row(ss, x, v, slot, tid, diag, row, g)
+        return True
+    finally:
+        if row is not None:
+            scrub(row)  # kernel values of the key: only the cache keeps them
 
 
 def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.ndarray,
-                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float]:
+                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float, float]:
     """Store the rows of ``k`` (values ``v``) one after another as :func:`reserve_add`
     does, without its standby test (an ``extend`` refreshes the standby columns once,
     at its end), in ``slots`` as tokens ``tids``, until the first row that does not
     land in the reserve set. A stored row changes nothing but its own slot, so each
     row is scored against the same solution.
 
-    Returns ``(stored, status, row, g)``: the rows stored; ``"stored"`` when all were,
-    else the status of row ``stored``: ``"outside"`` (with its kernel row against the
-    cached columns and its g, for the drive that adds it) or ``"overflow"`` (the
-    general path raises the exp kernel's error)."""
+    Returns ``(stored, status, row, g, kxx)``: the rows stored; ``"stored"`` when all
+    were, else the status of row ``stored``: ``"outside"`` (with its kernel row against
+    the cached columns, its g and k(x, x), which the drive that adds it stores) or
+    ``"overflow"`` (the general path raises the exp kernel's error)."""
     for i in range(len(slots)):
         status, diag, row, g = _score_reserve(ss, k[i])
         if status != "stored":
-            return i, status, row, float(g[0]) if g is not None else 0.0
+            return i, status, row, float(g[0]) if g is not None else 0.0, float(diag[0])
         _store_reserve_row(ss, k[i], None if v is None else v[i], int(slots[i]), int(tids[i]),
                            diag, row, g)
-    return len(slots), "stored", None, 0.0
+        scrub(row)  # kernel values of the key: only the cache keeps them
+    return len(slots), "stored", None, 0.0, 0.0
 
 
 def store_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int,

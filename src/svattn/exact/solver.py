@@ -95,15 +95,16 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
         slots = next_slots(ss, min(m - r, len(ss.free_slots) + ss.cap - ss.hi))
         tids = np.arange(ss.next_id, ss.next_id + len(slots), dtype=np.int64)
         vs = None if v is None else v[r:r + len(slots)]
-        stored, status, row, g_c = be.reserve_block(ss, k[r:r + len(slots)], vs, slots, tids)
+        stored, status, row, g_c, kxx = be.reserve_block(ss, k[r:r + len(slots)], vs, slots,
+                                                          tids)
         if stored:
             out += record_rows(ss, k[r:r + stored], None if vs is None else vs[:stored],
                                slots[:stored])
             r += stored
-        if status == "outside":
+        if status == "outside":  # stored with the k(x, x) its g was scored with
             try:
-                out.append(add_one(ss, be, k[r], None if v is None else v[r],
-                                   float(diag[r]), row=row, g_c=g_c))
+                out.append(add_one(ss, be, k[r], None if v is None else v[r], kxx,
+                                   row=row, g_c=g_c))
             finally:
                 scrub(row)
             r += 1
@@ -118,18 +119,22 @@ def next_slots(ss: SlotState, count: int) -> np.ndarray:
     """The slots the next ``count`` stored rows take, in order (free slots last freed
     first, then fresh ones); taken only by :func:`record_rows`."""
     free = ss.free_slots
-    reuse = free[len(free) - min(count, len(free)):][::-1]
-    return np.array(reuse + list(range(ss.hi, ss.hi + count - len(reuse))), dtype=np.int64)
+    reuse = np.array(free[len(free) - min(count, len(free)):][::-1], dtype=np.int64)
+    return np.concatenate([reuse, np.arange(ss.hi, ss.hi + count - len(reuse),
+                                            dtype=np.int64)])
 
 
 def _general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
                  diag: np.ndarray) -> list[int]:
     """Add one row (1, d) by the numpy scoring: stored if inside, else driven in."""
     rows, g = score_rows(ss, x, diag)
-    if outside_description(ss, diag, g)[0]:
-        return [add_one(ss, be, x[0], None if v is None else v[0], float(diag[0]),
-                        row=rows[0], g_c=float(g[0]))]
-    return store(ss, x, v, diag, rows, g)
+    try:
+        if outside_description(ss, diag, g)[0]:
+            return [add_one(ss, be, x[0], None if v is None else v[0], float(diag[0]),
+                            row=rows[0], g_c=float(g[0]))]
+        return store(ss, x, v, diag, rows, g)
+    finally:
+        scrub(rows)  # kernel values of the key: only the cache keeps them
 
 
 def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
@@ -187,8 +192,13 @@ def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
     the slots are taken, the rows get the next ids, the id map, their token and row
     hashes, the set hash and the count. Returns the ids."""
     count = len(slots)
-    reuse = min(count, len(ss.free_slots))
-    del ss.free_slots[len(ss.free_slots) - reuse:]
+    free = ss.free_slots
+    reuse = min(count, len(free))
+    # the slots must be the ones next_slots hands out (two tokens in one slot else)
+    if (free[len(free) - reuse:][::-1] != slots[:reuse].tolist()
+            or not np.array_equal(slots[reuse:], np.arange(ss.hi, ss.hi + count - reuse))):
+        raise RuntimeError("record_rows: slots other than next_slots' (an internal error)")
+    del free[len(free) - reuse:]
     ss.hi += count - reuse
     tids = list(range(ss.next_id, ss.next_id + count))
     ss.next_id += count
@@ -593,5 +603,6 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
 
 
 __all__ = ["Backend", "add_rows", "block_hashes", "certificate_facts", "copy_groups",
-           "fresh_g", "optimality_error", "remove_slot", "reserve_score", "resolve",
-           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]
+           "fresh_g", "next_slots", "optimality_error", "record_rows", "remove_slot",
+           "reserve_score", "resolve", "set_sizes", "standby_upkeep", "state_digest", "store",
+           "wipe_slot"]

@@ -86,7 +86,7 @@ def check_rows(ss: SlotState, keys, values, *, batch: bool) -> tuple[np.ndarray,
 
 def plain_row(ss: SlotState, key, value) -> tuple[np.ndarray, np.ndarray | None] | None:
     """The common case of :func:`check_rows` for one row, in two operations: a float64
-    C-contiguous key (and value) of the memory's dimensions, rbf kernel, whose ‖x‖²
+    C-contiguous, writable key (and value) of the memory's dimensions, rbf kernel, whose ‖x‖²
     (one compiled sum: NaN or inf fail it) is well below the bound. Returns the (1, d)
     key and (1, dv) value, or None: then :func:`check_rows` decides (and names the error)."""
     if not (ss.kernel == "rbf" and ss.dim is not None and _plain(key, ss.dim)):
@@ -104,8 +104,9 @@ _FAST = 0.5 * _MAX_NORM2  # clear of the bound (einsum and dot may round differe
 
 
 def _plain(a, d) -> bool:
+    # (a read-only array would compile another signature of sq_norm at first use)
     return (type(a) is np.ndarray and a.dtype == np.float64 and a.ndim == 1
-            and a.shape[0] == d and a.flags.c_contiguous)
+            and a.shape[0] == d and a.flags.c_contiguous and a.flags.writeable)
 
 
 def check_exp_overflow(ss: SlotState, k: np.ndarray) -> None:

@@ -362,7 +362,7 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     the slot's writes in one call (:mod:`.reserve`)."""
     row = np.empty((max(ss.chi, 1), 1))  # the kernel row (a column: the vectorized exp)
     status, valid = reserve.reserve_add(
-        np.ascontiguousarray(x), _NO_VALUE if v is None else np.ascontiguousarray(v), ss.X,
+        _plain(x), _NO_VALUE if v is None else _plain(v), ss.X,
         ss.V, ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac,
         ss.slot_of_col, ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, ss.mu,
         ss.gamma_value, ss.is_rbf, ss.esum_valid, ss.standby > 0 and ss.standby_stale,
@@ -372,37 +372,43 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     return status == reserve.STORED
 
 
+def _plain(a: np.ndarray) -> np.ndarray:
+    """``a`` as the kernels' one array type: C-contiguous and writable (a read-only
+    array, such as a caller's frozen keys, would compile another signature of each
+    kernel at first use: a copy costs less)."""
+    a = np.ascontiguousarray(a)
+    return a if a.flags.writeable else a.copy()
 
 
 def store_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int,
               diag: float, row: np.ndarray, g: float) -> None:
     """:func:`svattn.exact.reference.store_row`, compiled (:func:`.reserve.store_row`)."""
-    col = np.ascontiguousarray(row).reshape(-1, 1)
+    col = _plain(row).reshape(-1, 1)
     ss.esum_valid = bool(reserve.store_row(
-        np.ascontiguousarray(x), _NO_VALUE if v is None else np.ascontiguousarray(v), ss.X,
+        _plain(x), _NO_VALUE if v is None else _plain(v), ss.X,
         ss.V, ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.slot_of_col,
         ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, g, diag, ss.esum_valid, col))
+
 
 _BLOCK_STATUS = {reserve.STORED: "stored", reserve.OUTSIDE: "outside",
                  reserve.OVERFLOW: "overflow"}
 
 
 def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.ndarray,
-                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float]:
+                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float, float]:
     """:func:`svattn.exact.reference.reserve_block`, compiled: the rows stored in one
     call (:func:`.reserve.reserve_block`)."""
     row = np.empty((max(ss.chi, 1), 1))
     try:
-        stored, status, gx, valid = reserve.reserve_block(
-            np.ascontiguousarray(k), _empty_values(len(k)) if v is None
-            else np.ascontiguousarray(v), ss.X, ss.V, ss.xn2, ss.diag, ss.alpha, ss.g,
-            ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.esum,
-            ss.esum_member, slots, tids, ss.chi, ss.hi, ss.mu, ss.gamma_value, ss.is_rbf,
-            ss.esum_valid, row)
+        stored, status, gx, kxx, valid = reserve.reserve_block(
+            _plain(k), _empty_values(len(k)) if v is None else _plain(v), ss.X, ss.V,
+            ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac,
+            ss.slot_of_col, ss.esum, ss.esum_member, slots, tids, ss.chi, ss.hi, ss.mu,
+            ss.gamma_value, ss.is_rbf, ss.esum_valid, row)
         ss.esum_valid = bool(valid)
         name = _BLOCK_STATUS[int(status)]
         return (int(stored), name, row[: ss.chi, 0].copy() if name == "outside" else None,
-                float(gx))
+                float(gx), float(kxx))
     finally:
         row.fill(0.0)  # kernel values of the keys: scrubbed like every temporary
 

@@ -1,13 +1,16 @@
-"""The streaming add, compiled: score one new key against the cached columns and, when
-it lands in the reserve set, store it — in one call (``docs/design.md`` §2, *Adds*).
+"""Adds into the reserve set, compiled: score a new key against the cached columns and,
+when it lands in the reserve set, store it — in one call (``docs/design.md`` §2, *Adds*
+and *The streaming add*).
 
 A row inside the description (``g >= 0`` up to the tie of
 :func:`svattn.exact.cache.outside_description`) with no standby refresh due changes
 nothing but its own slot, so the whole add is the kernel row against the cached
 columns (margin, error and standby tokens), its g, its error-column sum and the
-slot's writes. The numpy reference is :func:`svattn.exact.reference.reserve_add`;
-the Python bookkeeping around it (id, hashes, commitment) is
-:func:`svattn.exact.fastpath.store_reserve`.
+slot's writes: :func:`reserve_add` for one ``add`` (the Python bookkeeping around it
+is :func:`svattn.exact.fastpath.store_reserve`), :func:`reserve_block` for a run of
+an ``extend``'s rows, and :func:`store_row` for a driven row already scored. The
+numpy references are :func:`svattn.exact.reference.reserve_add`,
+:func:`~svattn.exact.reference.reserve_block` and :func:`~svattn.exact.reference.store_row`.
 """
 
 from __future__ import annotations
@@ -21,8 +24,9 @@ from svattn.exact.compiled.columns import exp_column
 from svattn.exact.kernels import LOG_MAX
 from svattn.exact.states import RESERVE
 
-# reserve_add's status: stored; outside the description (driven in by the general
-# path); a standby refresh due (the general path refreshes); an exp-kernel overflow
+# reserve_add's and reserve_block's status: stored; outside the description (driven in
+# by the general path); a standby refresh due (reserve_add only: the general path
+# refreshes); an exp-kernel overflow
 STORED, OUTSIDE, STANDBY, OVERFLOW = 0, 1, 2, 3
 
 
@@ -176,18 +180,19 @@ def reserve_block(K, Vb, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, 
     so the next row is scored against the same solution: this is repeated
     :func:`reserve_add`, with the error-sum members counted once.
 
-    Returns ``(stored, status, g)``: the rows stored; STORED when all were, else the
-    status of row ``stored`` (OUTSIDE, OVERFLOW), whose kernel row is then left in
-    ``row[:chi, 0]`` and whose g is returned; and esum_valid after."""
+    Returns ``(stored, status, g, kxx, esum_valid)``: the rows stored; STORED when all
+    were, else the status of row ``stored`` (OUTSIDE, OVERFLOW), whose kernel row is
+    then left in ``row[:chi, 0]`` and whose g and k(x, x) are returned (the drive that
+    adds it stores them as they are); and esum_valid after."""
     members = _esum_members(esum_member, hi)  # stored rows are reserve tokens: not members
     for i in range(slots.shape[0]):
         x = K[i]
         gx, kxx, top = reserve_row(x, XC, ac, chi, mu, gamma, is_rbf, row)
         if not is_rbf and top >= LOG_MAX:
-            return i, OVERFLOW, gx, esum_valid
+            return i, OVERFLOW, gx, kxx, esum_valid
         if _outside(gx, kxx, mu):
-            return i, OUTSIDE, gx, esum_valid
+            return i, OUTSIDE, gx, kxx, esum_valid
         esum_valid = _store_scored(x, Vb[i], X, V, xn2, diag, alpha, g, state, slot_id, KC,
                                    soc, esum, esum_member, slots[i], tids[i], chi, gx, kxx,
                                    esum_valid, members, row)
-    return slots.shape[0], STORED, 0.0, esum_valid
+    return slots.shape[0], STORED, 0.0, 0.0, esum_valid
