@@ -78,11 +78,9 @@ def profile(stream: str, n: int, adds: int, seed: int) -> dict:
     for owner, name in PARTS + MARKERS:
         _timed(owner, name, acc)
     kinds: dict[str, list[tuple[float, dict]]] = collections.defaultdict(list)
-    floors, digests = [], []
-    for i, x in enumerate(X[n - adds:]):
+    floors = []
+    for x in X[n - adds:]:
         floors.append(floor_time(mem, x))
-        digests.append(min(timeit.repeat(
-            lambda x=x, i=i: fastpath.token_digests(i, x, None, None), number=1, repeat=3)))
         acc.clear()
         t = time.perf_counter()
         mem.add(x)
@@ -90,6 +88,9 @@ def profile(stream: str, n: int, adds: int, seed: int) -> dict:
         kind = ("driven" if "add_one" in acc else "general" if "add_rows" in acc
                 else "reserve")
         kinds[kind].append((total, dict(acc)))
+    digests = [min(timeit.repeat(lambda x=x, i=i: fastpath.token_digests(i, x, None, None),
+                                 number=1, repeat=3))
+               for i, x in enumerate(X[n - adds:])]  # after the adds: apart from their timing
     grand = sum(t for rows in kinds.values() for t, _ in rows)
     us = 1e6
     out: dict = {"stream": stream, "n": len(mem), "margin": mem.solver_state.nS,

@@ -194,12 +194,14 @@ def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
     count = len(slots)
     free = ss.free_slots
     reuse = min(count, len(free))
-    # the slots must be the ones next_slots hands out (two tokens in one slot else)
+    # the slots must be the ones next_slots hands out (two tokens in one slot else):
+    # the free list's tail, reversed, then a range from hi (its ends checked)
+    fresh = count - reuse
     if (free[len(free) - reuse:][::-1] != slots[:reuse].tolist()
-            or not np.array_equal(slots[reuse:], np.arange(ss.hi, ss.hi + count - reuse))):
+            or fresh and (slots[reuse] != ss.hi or slots[-1] != ss.hi + fresh - 1)):
         raise RuntimeError("record_rows: slots other than next_slots' (an internal error)")
     del free[len(free) - reuse:]
-    ss.hi += count - reuse
+    ss.hi += fresh
     tids = list(range(ss.next_id, ss.next_id + count))
     ss.next_id += count
     ths, rhs = block_hashes(tids, xs, vs)
