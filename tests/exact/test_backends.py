@@ -342,16 +342,20 @@ def test_active_set_steps_reach_the_reference_state_or_leave_it_to_the_path(max_
     """From the first segment's end point a removal may switch every violating
     token at once (up to ``max_jumps`` passes, each checked by the exact g of its
     result) and otherwise go on along the path. Either way the state must be
-    the numpy reference's; some removals must take each route."""
+    the numpy reference's; some removals must take each route. (gamma 1: ~18 margin
+    tokens, above the size from which steps are tried.)"""
+    from svattn.exact.compiled.segments import JUMP_MIN_MARGIN
+
     rng = np.random.default_rng(17)
     centers = rng.normal(size=(4, 12))
     X = centers[rng.integers(0, 4, 400)] + 0.12 * rng.normal(size=(400, 12))
     X[rng.random(400) < 0.05] *= 2.5
-    fast, ref = _pair(0.005, "rbf")
+    fast, ref = SVDDMemory(0.005, gamma=1.0), SVDDMemory(0.005, gamma=1.0, backend="reference")
     fast.solver_state.max_jumps = max_jumps
     for m in (fast, ref):
         m.extend(X)
     part = fast.partition()
+    assert len(part["margin"]) >= JUMP_MIN_MARGIN
     for t in part["margin"][:40] + part["error"][:40]:
         cf, cr, _ = _remove_both(fast, ref, t)
         assert cf.partition_after == cr.partition_after
@@ -363,6 +367,32 @@ def test_active_set_steps_reach_the_reference_state_or_leave_it_to_the_path(max_
     assert fast.solver_state.n_segment_fallbacks == 0 and fast.n_resolves == ref.n_resolves == 0
     assert fast.solver_state.n_block_passes > 0
 
+
+
+def test_few_margin_tokens_take_the_path_alone():
+    """Below ``JUMP_MIN_MARGIN`` margin tokens no active-set step is tried (the path's
+    passes are cheap there); removals still reach the reference's state."""
+    from svattn.exact.compiled.segments import JUMP_MIN_MARGIN
+
+    rng = np.random.default_rng(17)
+    centers = rng.normal(size=(4, 12))
+    X = centers[rng.integers(0, 4, 400)] + 0.5 * rng.normal(size=(400, 12))
+    X[rng.random(400) < 0.05] *= 2.5
+    fast, ref = _pair(0.005, "rbf")  # the default gamma: 11-15 margin tokens
+    for m in (fast, ref):
+        m.extend(X)
+    part = fast.partition()
+    done = 0
+    for t in part["margin"][:40] + part["error"][:40]:
+        if fast.solver_state.nS >= JUMP_MIN_MARGIN:
+            break
+        cf, cr, _ = _remove_both(fast, ref, t)
+        assert cf.partition_after == cr.partition_after
+        done += 1
+    assert done >= 10
+    _assert_same(fast, ref)
+    assert fast.solver_state.n_jumps == fast.solver_state.n_jump_fallbacks == 0
+    assert fast.solver_state.n_block_passes > 0
 
 def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
     """Kernel columns take exp from a vectorizable Cody–Waite + Taylor loop; it must
