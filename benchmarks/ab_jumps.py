@@ -31,17 +31,18 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svattn  # noqa: E402
-from bench_records import add_conditions, write_record  # noqa: E402
+from bench_records import add_conditions, portable_path, write_record  # noqa: E402
 from bench_stream_speed import G10, keys, warm_up  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
 
 
 def source() -> dict:
-    """Which svattn ran: its package directory and that tree's commit."""
+    """Which svattn ran: its package directory (relative to the repository, where
+    benchmarks run) and that tree's commit."""
     where = Path(svattn.__file__).resolve().parent
     rev = subprocess.run(["git", "-C", str(where), "rev-parse", "HEAD"], capture_output=True,
                          text=True).stdout.strip()
-    return {"package": str(where), "commit": rev or None}
+    return {"package": portable_path(where), "commit": rev or None}
 
 
 def twins(stream: str, n: int, seed: int, removals: int) -> dict:

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svattn.exact.compiled as backend  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import G10, floor_time, keys, warm_up  # noqa: E402
+from call_timing import time_calls  # noqa: E402
 from svattn.exact import SVDDMemory, fastpath, memory, rollback, solver  # noqa: E402
 
 # the parts of a driven add, disjoint (none calls another), in the order the add runs
@@ -58,27 +59,13 @@ PARTS = (
 MARKERS = ((solver, "add_one"), (solver, "add_rows"))
 
 
-def _timed(owner, name: str, acc: dict) -> None:
-    """Replace ``owner.name`` by a wrapper that adds each call's seconds to acc[name]."""
-    real = getattr(owner, name)
-
-    def wrapper(*a, **k):
-        t = time.perf_counter()
-        try:
-            return real(*a, **k)
-        finally:
-            acc[name] += time.perf_counter() - t
-
-    setattr(owner, name, wrapper)
-
-
 def profile(stream: str, n: int, adds: int, seed: int) -> dict:
     X = keys(stream, n, seed)
     mem = SVDDMemory(0.01, gamma=G10)
     mem.extend(X[: n - adds])
-    acc: dict[str, float] = collections.defaultdict(float)
+    acc: dict[str, list[float]] = collections.defaultdict(list)
     for owner, name in PARTS + MARKERS:
-        _timed(owner, name, acc)
+        time_calls(owner, name, acc)
     kinds: dict[str, list[tuple[float, dict]]] = collections.defaultdict(list)
     floors = []
     for x in X[n - adds:]:
@@ -89,7 +76,7 @@ def profile(stream: str, n: int, adds: int, seed: int) -> dict:
         total = time.perf_counter() - t
         kind = ("driven" if "add_one" in acc else "general" if "add_rows" in acc
                 else "reserve")
-        kinds[kind].append((total, dict(acc)))
+        kinds[kind].append((total, {k: sum(v) for k, v in acc.items()}))
     digests = [min(timeit.repeat(lambda x=x, i=i: fastpath.token_digests(i, x, None, None),
                                  number=1, repeat=3))
                for i, x in enumerate(X[n - adds:])]  # after the adds: apart from their timing

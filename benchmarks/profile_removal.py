@@ -32,22 +32,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import svattn.exact.compiled as backend  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import G10, keys, removal_floor, warm_up  # noqa: E402
+from call_timing import time_calls  # noqa: E402
 from svattn.exact import SVDDMemory, rollback, solver  # noqa: E402
 from svattn.exact.state import SlotState  # noqa: E402
-
-
-def _timed(owner, name: str, acc: dict) -> None:
-    """Replace ``owner.name`` by a wrapper that appends each call's seconds to acc[name]."""
-    real = getattr(owner, name)
-
-    def wrapper(*a, **k):
-        t = time.perf_counter()
-        try:
-            return real(*a, **k)
-        finally:
-            acc[name].append(time.perf_counter() - t)
-
-    setattr(owner, name, wrapper)
 
 
 def profile(n: int, removals: int, seed: int) -> dict:
@@ -56,11 +43,11 @@ def profile(n: int, removals: int, seed: int) -> dict:
     ss = mem.solver_state
     acc: dict[str, list[float]] = collections.defaultdict(list)
     for name in ("set_sizes", "certificate_facts"):
-        _timed(solver, name, acc)
-    _timed(rollback, "checkpoint", acc)
-    _timed(backend, "remove_by_segments", acc)
-    _timed(SlotState, "copies_outside", acc)
-    _timed(SVDDMemory, "_after_op", acc)
+        time_calls(solver, name, acc)
+    time_calls(rollback, "checkpoint", acc)
+    time_calls(backend, "remove_by_segments", acc)
+    time_calls(SlotState, "copies_outside", acc)
+    time_calls(SVDDMemory, "_after_op", acc)
     rng = np.random.default_rng(seed + 1)
     total, add_back = [], []
     per_removal: dict[str, list[float]] = collections.defaultdict(list)

@@ -90,9 +90,8 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
         # another in one call, each scored against the same solution (the same as
         # adding them one by one); the first outside row is then driven in on its
         # own, with the kernel row and g it was scored by.
-        if not ss.free_slots and ss.hi == ss.cap:
-            ss.grow_slots(ss.hi + 1)
-        slots = next_slots(ss, min(m - r, len(ss.free_slots) + ss.cap - ss.hi))
+        # as many rows as fit the slot table (it grows, doubling, when none does)
+        slots = next_slots(ss, min(m - r, len(ss.free_slots) + ss.cap - ss.hi) or 1)
         tids = np.arange(ss.next_id, ss.next_id + len(slots), dtype=np.int64)
         vs = None if v is None else v[r:r + len(slots)]
         stored, status, row, g_c, kxx = be.reserve_block(ss, k[r:r + len(slots)], vs, slots,
@@ -117,9 +116,11 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
 
 def next_slots(ss: SlotState, count: int) -> np.ndarray:
     """The slots the next ``count`` stored rows take, in order (free slots last freed
-    first, then fresh ones); taken only by :func:`record_rows`."""
+    first, then fresh ones, the slot table grown to hold them); taken only by
+    :func:`record_rows`."""
     free = ss.free_slots
     reuse = np.array(free[len(free) - min(count, len(free)):][::-1], dtype=np.int64)
+    ss.grow_slots(ss.hi + count - len(reuse))
     return np.concatenate([reuse, np.arange(ss.hi, ss.hi + count - len(reuse),
                                             dtype=np.int64)])
 
@@ -167,9 +168,7 @@ def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndar
 
 def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     """Store new tokens as reserve tokens with their kernel rows and g."""
-    count = len(xs)
-    ss.grow_slots(ss.hi + count - min(count, len(ss.free_slots)))
-    slots = next_slots(ss, count)
+    slots = next_slots(ss, len(xs))
     ss.X[slots] = xs
     ss.xn2[slots] = np.einsum("ij,ij->i", xs, xs)
     if vs is not None:
@@ -254,7 +253,6 @@ def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, dia
     outside the description (``row``, ``g_c`` < 0): the solver drives it in."""
     ss.standby_stale = True  # the solution moves
     if row is not None:
-        ss.grow_slots(ss.hi + (0 if ss.free_slots else 1))
         slots = next_slots(ss, 1)
         slot = int(slots[0])
         be.store_row(ss, x, v, slot, ss.next_id, diag, row, g_c)

@@ -62,8 +62,8 @@ JUMP_COLUMNS = 2  # kernel columns the steps of one removal may compute
 # Below this many margin tokens no step is tried: a pass over so narrow a block costs
 # little next to a step's copies, and steps rarely converge there. Twins in one
 # process, steps allowed vs. not (benchmarks/ab_jumps.py, results/ab_jumps.json): with
-# 5-12 margin tokens (n = 4k) the path alone took 0.87-0.95x the time, with 21-30
-# tokens 1.00-1.06x, and at 16k with 19-28 tokens 1.19-1.20x (steps pay off there).
+# 5-12 margin tokens (n = 4k) the path alone took 0.88-0.91x the time, with 21-30
+# tokens 0.95-1.09x, and at 16k with 19-28 tokens 1.08-1.18x (steps pay off there).
 JUMP_MIN_MARGIN = 16
 # The solution path applies one event per pass over the margin block. From the
 # end point of the first segment, a primal-dual active-set step instead moves

@@ -1,0 +1,25 @@
+"""Timing the calls an operation makes, by wrapping the functions it calls
+(``profile_removal.py``, ``profile_add.py``)."""
+
+from __future__ import annotations
+
+import time
+
+
+def time_calls(owner, name: str, acc: dict) -> None:
+    """Replace ``owner.name`` by a wrapper that appends each call's seconds to
+    ``acc[name]`` (a ``defaultdict(list)``); the caller's own patching, never undone:
+    a profile runs in a process of its own."""
+    real = getattr(owner, name)
+
+    def wrapper(*a, **k):
+        t = time.perf_counter()
+        try:
+            return real(*a, **k)
+        finally:
+            acc[name].append(time.perf_counter() - t)
+
+    setattr(owner, name, wrapper)
+
+
+__all__ = ["time_calls"]
