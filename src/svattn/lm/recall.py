@@ -291,9 +291,10 @@ def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> 
     list of dict, one per hybrid layer
         ``support_per_head`` (mean tokens with ``alpha > 0`` per head over the
         sequences), ``distinct_support_per_head`` (the same with exact copies merged:
-        distinct key vectors among the kept tokens, :func:`distinct_kept`), ``kept_by_role`` (mean kept tokens of each role, summed
-        over heads, per sequence), ``share_by_role`` (fraction of kept tokens
-        of each role), ``prefix_by_role`` (tokens of each role in the prefix),
+        distinct key vectors among the kept tokens, :func:`distinct_kept`),
+        ``kept_by_role`` (mean kept tokens of each role, summed over heads, per
+        sequence), ``share_by_role`` (fraction of kept tokens of each role),
+        ``prefix_by_role`` (tokens of each role in the prefix),
         ``example_roles`` and ``example_kept`` (the first sequence: the role of
         each prefix position, and per head whether the memory keeps it),
         ``alpha_by_role`` (alpha mass of each role, per head), ``gate``

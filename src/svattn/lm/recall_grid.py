@@ -30,8 +30,8 @@ from scipy import stats
 
 from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall
 
-__all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval", "parse_only",
-           "run_grid", "select", "summarize"]
+__all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval",
+           "parse_only", "run_grid", "select", "summarize"]
 
 MIXER_ORDER = ("hybrid_sv", "sliding", "deltanet", "linear", "softmax")
 
