@@ -217,6 +217,27 @@ def test_cli_recall_errors_are_usage_errors(tmp_path: Path, capsys):
                  "--into", str(tmp_path / "r.json")]) == 2
 
 
+def test_collect_never_replaces_the_tracked_record_untold(tmp_path: Path, monkeypatch, capsys):
+    from svattn.cli import RECALL_GRIDS
+
+    assert set(RECALL_GRIDS) == set(GRIDS)  # the CLI's torch-free list of names
+    grid = RecallGrid("quick", tasks=("mqar",), lengths=(32,), mixers=("sliding",),
+                      d_models=(16,), base={k: v for k, v in _tiny(steps=1).to_dict().items()
+                                            if k not in ("task", "seq_len", "mixer",
+                                                         "d_model", "lr", "seed")})
+    run_grid(grid, tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    record = tmp_path / "results" / "recall.json"
+    record.write_text("{}")
+    assert main(["recall", "collect", "--runs", "runs"]) == 2
+    assert "--force" in capsys.readouterr().err and record.read_text() == "{}"
+    assert main(["recall", "collect", "--runs", "runs", "--into", "other.json"]) == 0
+    assert "wrote other.json" in capsys.readouterr().out and record.read_text() == "{}"
+    assert main(["recall", "collect", "--runs", "runs", "--force"]) == 0
+    assert json.loads(record.read_text())["records"]
+
+
 def test_named_grids_are_well_formed():
     for name, grid in GRIDS.items():
         runs = grid.runs()

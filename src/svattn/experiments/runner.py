@@ -25,22 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from svattn.experiments._common import Claim, Context, ExperimentResult, markdown_table
+from svattn.experiments.catalog import EXPERIMENTS
 
 #: CLI name -> module (each has ``NAME``, ``TITLE`` and ``run(ctx)``), in report order.
-EXPERIMENTS: dict[str, str] = {
-    "forgetting": "svattn.experiments.forgetting",
-    "secret": "svattn.experiments.secret",
-    "rare-recall": "svattn.experiments.rare_recall",
-    "selective-copy": "svattn.experiments.selective_copy",
-    "recall": "svattn.experiments.recall",
-    "icu": "svattn.experiments.icu",
-    "patient-deletion": "svattn.experiments.patient_deletion",
-    "fact-editing": "svattn.experiments.fact_editing",
-    "model-forgetting": "svattn.experiments.model_forgetting",
-    "lm": "svattn.experiments.lm",
-    "throughput": "svattn.experiments.lm",
-}
-
 VERDICTS = (
     "**reproduced**: ours meets the paper's figure by the rule stated in the experiment's "
     "report; **partly reproduced**: the direction holds, the size does not (or only on some "
