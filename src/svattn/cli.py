@@ -95,14 +95,23 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         help="save the audit log, the final state and every certificate in DIR, for "
         "svattn verify-deletion and svattn audit verify (a new folder)",
     )
+    parser.add_argument(
+        "--signing-key", type=Path, default=None, metavar="KEY",
+        help="sign every certificate with this Ed25519 private key (svattn keygen PREFIX "
+        "writes PREFIX.key and PREFIX.pub); auditors check with verify-deletion "
+        "--public-key PREFIX.pub",
+    )
 
 
 def _demo_run(args: argparse.Namespace) -> int:
     from svattn.demo import run_demo
 
+    if args.signing_key is not None:
+        _check_file(args.signing_key, "--signing-key")
     result = run_demo(
         stays=args.stays, C=args.C, gamma=args.gamma, seed=args.seed, delete=args.delete,
         data=args.data, show=args.show, verify_each=args.verify_each, save_to=args.out,
+        signing_key=args.signing_key,
     )
     return 0 if result.ok else 1
 
