@@ -69,6 +69,27 @@ def test_erase_under_a_state_without_a_key_name_never_says_never_added(tmp_path)
         right.erase("bob")  # erased: no tagged token is left, and nothing else is said
 
 
+def test_cli_recover_with_another_controllers_key_is_a_usage_error(tmp_path, capsys):
+    from svattn.cli import main
+    from svattn.exact.signing import write_keypair
+
+    right, _ = write_keypair(tmp_path / "alice")
+    wrong, _ = write_keypair(tmp_path / "mallory")
+    log, state = tmp_path / "audit.jsonl", tmp_path / "m.safetensors"
+    mem = SVDDMemory(C=0.1, audit_log=log, signing_key=right)
+    mem.extend(np.random.default_rng(4).normal(size=(20, 2)), tags=["carol"] * 20)
+    mem.save(state)
+    mem.remove(3)  # logged after the save: recovery replays it
+    mem.close_audit_log()
+    new_log, out = tmp_path / "new.jsonl", tmp_path / "out.safetensors"
+    args = ["recover", str(state), str(log), "--new-log", str(new_log), "--out", str(out)]
+    assert main([*args, "--signing-key", str(wrong)]) == 2
+    err = capsys.readouterr().err
+    assert "another key" in err and "Traceback" not in err
+    assert not new_log.exists() and not out.exists()  # nothing written
+    assert main([*args, "--signing-key", str(right)]) == 0
+
+
 # ------------------------------------------------------------- 10: a box that never binds
 
 
