@@ -7,6 +7,7 @@ import pytest
 from sklearn.svm import OneClassSVM
 
 from svattn import SVDD
+from svattn.exact.solver import mu_interval
 
 
 def _blobs(n: int, d: int, seed: int) -> np.ndarray:
@@ -70,7 +71,7 @@ def test_offset_matches_one_class_svm_when_every_support_vector_is_at_the_bound(
     assert np.array_equal(ours.predict(probes), libsvm.predict(probes))
     # the core keeps its convention (the largest optimal mu: certificates and digests);
     # the estimator reports the middle of the interval of optimal offsets, as libsvm
-    lo, hi = ours.memory_.mu_interval()
+    lo, hi = mu_interval(ours.memory_.solver_state)
     assert lo < hi == ours.memory_.mu
     assert ours.offset_ == pytest.approx((1.0 - 0.5 * (lo + hi)) / (2.0 * ours.C_), rel=1e-15)
 

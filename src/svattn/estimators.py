@@ -25,7 +25,7 @@ is libsvm's one-class dual ``min ½ βᵀKβ, Σβ = νn, 0 <= β <= 1`` with
 where, when every support vector sits at the bound (an empty margin set, e.g. ν·n an
 integer), μ is not unique: the core keeps the largest optimal value (its convention:
 certificates and digests are over it), and the estimator reports the middle of the
-interval of optimal values, as libsvm chooses ρ (``SVDDMemory.mu_interval``),
+interval of optimal values, as libsvm chooses ρ (``svattn.exact.solver.mu_interval``),
 
 which for rbf equal ``OneClassSVM``'s attributes of the same names (to the
 precision libsvm reaches: it caches the kernel in float32). For kernels with a
@@ -81,6 +81,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.exact import DeletionCertificate, SVDDMemory
 from svattn.exact.kernels import KERNELS, LOG_MAX, KernelOverflowError
+from svattn.exact.solver import mu_interval
 
 
 @dataclass(frozen=True)
@@ -330,7 +331,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         self.support_ = ss.slot_id[slots].astype(np.int64)
         self.support_vectors_ = ss.X[slots].copy()
         self.dual_coef_ = (ss.alpha[slots] / C)[None, :]
-        low, high = mem.mu_interval()  # one point unless the margin set is empty
+        low, high = mu_interval(ss)  # one point unless the margin set is empty
         mu = 0.5 * (low + high) if math.isfinite(low) else high
         self.offset_ = (1.0 - mu) / (2.0 * C)
         self.n_support_ = np.array([len(slots)], dtype=np.int32)

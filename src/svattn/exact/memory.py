@@ -50,7 +50,7 @@ from svattn.exact.health import HealthMonitor
 from svattn.exact.kernels import biased_softmax_readout, decision_values
 from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
 from svattn.exact.rollback import atomic
-from svattn.exact.signing import resolve_tag_key, sign, tag_hashes
+from svattn.exact.signing import check_key_id, no_tag_reason, resolve_tag_key, sign, tag_hashes
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import RESERVE, SET_NAMES
@@ -65,11 +65,9 @@ class SVDDMemory:
     Parameters
     ----------
     C : float
-        Box bound on each coefficient, ``0 < alpha_i <= C``. At least
-        ``ceil(1/C)`` tokens carry weight; the problem is feasible from
-        ``n·C >= 1`` on (warm-up below, see module docs). A bound above 1 never
-        binds (``sum(alpha) = 1``): it is the C = 1 problem, and the memory keeps
-        ``C = 1`` (:attr:`C`, the digest and the certificates say so).
+        Box bound on each coefficient, ``0 < alpha_i <= C``; above 1 it never binds
+        and is kept as 1. At least ``ceil(1/C)`` tokens carry weight; the problem is
+        feasible from ``n·C >= 1`` on (warm-up below, see module docs).
     kernel : {"rbf", "exp"}
         ``rbf``: exp(−gamma‖x−y‖²); ``exp``: exp(gamma x·y).
     gamma : float, optional
@@ -119,10 +117,7 @@ class SVDDMemory:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
         key = None if signing_key is None else as_signing_key(signing_key)
-        # the effective box: for C >= 1 no coefficient can reach it, and a huge C
-        # (1e12 and up) would only spoil the solver's C-relative tolerances
-        self._init_state(SlotState.new(C=min(float(C), 1.0), kernel=kernel, gamma=gamma,
-                                       tol=tol,
+        self._init_state(SlotState.new(C=min(C, 1.0), kernel=kernel, gamma=gamma, tol=tol,
                                        standby=standby, compiled=backend == "compiled"))
         self._signing_key = key
         self._tag_key = resolve_tag_key(tag_key, key)
@@ -263,23 +258,11 @@ class SVDDMemory:
         ------
         UnknownTokenError
             No live token carries ``tag`` (nothing changes).
-        ValueError
-            The memory has no key, or not the key its tags are under.
         """
         ss = self._s
         th = tag_hashes([tag], 1, self._tag_key)[0]
-        self._check_key()
-        slots = ss.tagged_slots(th)
-        if not len(slots):
-            live = ss.live_slots()
-            if ss.commit_key_id is None and len(live) and ss.tags[live].any():
-                # tags from before states recorded their key: a wrong key looks the same
-                raise UnknownTokenError(
-                    "no live token carries this tag under this memory's key; the state "
-                    "does not record which key its tags are under, so they may be under "
-                    "another key: load it with the controller's key (under that key, "
-                    "no live token of this subject is held)")
-            raise UnknownTokenError("no live token carries this tag (never added, or erased)")
+        if not len(slots := ss.tagged_slots(th)):
+            raise UnknownTokenError(no_tag_reason(ss))
         ids = [int(ss.slot_id[s]) for s in slots]
         kept = ss.copies_outside(slots)
         self._audit_ready()
@@ -433,7 +416,8 @@ class SVDDMemory:
             Continue this audit log (it must end at the state being loaded; see
             :meth:`svattn.exact.audit.AuditLog.resume`).
         signing_key : Ed25519PrivateKey or path, optional
-            Sign the certificates of removals from now on (see the class).
+            Sign the certificates of removals from now on (see the class). It (or
+            ``tag_key``) must be the key of the state's tags: another raises ValueError.
 
         Raises
         ------
@@ -443,10 +427,6 @@ class SVDDMemory:
             Not an svattn state file, or another format version.
         StateFileError
             Truncated, corrupted or tampered, or alpha not the optimum of its tokens.
-        ValueError
-            ``signing_key`` / ``tag_key`` is not the key the state's tags and keyed
-            commitments are under (another controller's key; the state records its
-            key id). Without a key the state loads: removals by id work, tags do not.
         """
         key = None if signing_key is None else as_signing_key(signing_key)
         tag = resolve_tag_key(tag_key, key)
@@ -464,7 +444,7 @@ class SVDDMemory:
         mem = cls.__new__(cls)
         mem._init_state(ss)
         mem._signing_key, mem._tag_key, mem._commit_key = key, tag, commitment_key(tag)
-        mem._check_key(where)
+        check_key_id(ss.commit_key_id, key_id(mem._commit_key), where)
         try:
             mem._check_loaded(t, meta, where)
         except StateFileError:
@@ -477,19 +457,6 @@ class SVDDMemory:
                                          state_sha256=fileformat.sha256_hex(data),
                                          head=meta["audit_head"])
         return mem
-
-    def _check_key(self, where: str | None = None) -> None:
-        """Refuse a key other than the one the state's tags and keyed commitments are
-        under (their key id): under another controller's key every tag would look
-        unknown, and ``erase`` would tell a data subject that nothing is held."""
-        held, given = self._s.commit_key_id, key_id(self._commit_key)
-        if held is None or given is None or given == held:
-            return
-        head = "" if where is None else f"{where}: "
-        raise ValueError(
-            f"{head}the state's tags and commitments are under the controller's key "
-            f"{held[:12]}…, and the key given (signing_key= or tag_key=) is another key "
-            f"({given[:12]}…); use the key the state was saved with")
 
     def _check_loaded(self, t: dict[str, np.ndarray], meta: dict, where: str) -> None:
         """The semantic checks of a loaded state, recomputed from its arrays."""
@@ -639,27 +606,6 @@ class SVDDMemory:
     def mu(self) -> float:
         """Multiplier of ``sum(alpha) = 1`` (``R² − alpha^T K alpha``)."""
         return float(self._s.mu)
-
-    def mu_interval(self) -> tuple[float, float]:
-        """The optimal values of ``mu``, ``(low, high)``.
-
-        One point, ``(mu, mu)``, while the margin set is non-empty (and in warm-up).
-        With an empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal:
-        from ``mu − min_R g`` (the reserve token nearest the boundary on it) up to
-        :attr:`mu`, the largest, which the memory keeps (:mod:`.conventions`); ``low``
-        is ``-inf`` when no token is in the reserve. libsvm takes the middle (its
-        ``rho``); :class:`svattn.SVDD` reports that offset.
-        """
-        ss = self._s
-        mu = float(ss.mu)
-        if ss.n == 0 or ss.warm or ss.nS:
-            return mu, mu
-        reserve = ss.live_slots()
-        reserve = reserve[ss.state[reserve] == RESERVE]
-        if not len(reserve):
-            return -np.inf, mu
-        g = reference.g_exact(ss)  # from the cached columns; pure (no cached array moves)
-        return min(mu, mu - float(g[reserve].min())), mu
 
     def partition(self) -> dict[str, list[int]]:
         """Ids of the margin, error and reserve sets (warm-up: all in margin)."""

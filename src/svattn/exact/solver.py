@@ -443,6 +443,26 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
     ss.g_valid = True
 
 
+def mu_interval(ss: SlotState) -> tuple[float, float]:
+    """The optimal values of ``mu``, ``(low, high)``.
+
+    One point, ``(mu, mu)``, while the margin set is non-empty (and in warm-up). With an
+    empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal: from
+    ``mu − min_R g`` (the reserve token nearest the boundary on it) up to ``ss.mu``, the
+    largest, which the memory keeps (:func:`canonical_mu`); ``low`` is ``-inf`` when no
+    token is in the reserve. libsvm takes the middle (its ``rho``), and so does the
+    offset of :class:`svattn.SVDD`. Reads the state only (g from the cached columns).
+    """
+    mu = float(ss.mu)
+    if ss.n == 0 or ss.warm or ss.nS:
+        return mu, mu
+    live = ss.live_slots()
+    reserve = live[ss.state[live] == RESERVE]
+    if not len(reserve):
+        return -np.inf, mu
+    return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
+
+
 def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> None:
     """End an incremental step exactly: polish, check, refactorize, re-solve."""
     # g is recomputed from the cached columns every 32 operations, on
@@ -635,6 +655,6 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
 
 
 __all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_rows", "block_hashes",
-           "certificate_facts", "copy_groups", "fresh_g", "next_slots", "optimality_error",
-           "record_rows", "remove_slot", "reserve_score", "resolve", "set_sizes",
-           "standby_upkeep", "state_digest", "store", "wipe_slot"]
+           "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
+           "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
+           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]
