@@ -83,7 +83,22 @@ def test_the_offset_is_a_function_of_the_rows_held_after_forget():
     model.partial_fit(extra)
     model.forget(indices=list(range(20, 26)))
     fresh = SVDD(C=model.C_, gamma=0.5).fit(X)
+    assert model.memory_.partition()["margin"] == fresh.memory_.partition()["margin"] == []
     assert model.offset_ == pytest.approx(fresh.offset_, abs=1e-12)
     probes = _blobs(30, 2, 5)
     np.testing.assert_allclose(model.decision_function(probes), fresh.decision_function(probes),
                                rtol=0, atol=1e-9)
+
+
+def test_every_sample_at_the_bound_keeps_the_cores_offset():
+    # nu = 1: every alpha = C, no reserve sample, and the optimal offsets are unbounded
+    # on one side (libsvm's rho is then infinite, and OneClassSVM refuses the fit); the
+    # estimator keeps the core's mu, the largest optimal value
+    X = np.random.default_rng(8).normal(size=(12, 2))
+    model = SVDD(nu=1.0, gamma=0.5).fit(X)
+    lo, hi = mu_interval(model.memory_.solver_state)
+    assert lo == -np.inf and hi == model.memory_.mu
+    assert model.offset_ == (1.0 - model.memory_.mu) / (2.0 * model.C_)
+    assert np.isfinite(model.decision_function(X)).all()
+    with pytest.raises(ValueError, match="not finite"):
+        OneClassSVM(nu=1.0, gamma=0.5).fit(X)
