@@ -568,10 +568,10 @@ def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:
 
 # The re-solve is every operation's last resort, so its residual is what the tokens
 # allow: rounding (~1e-16), or near-copies of keys, whose nearly singular margin system
-# leaves up to 1.9e-8 (the near-copy cases of tests/exact/test_certificate.py and
-# test_memory_errors.py, measured; such states are kept, and their certificates do not
-# claim exactness). A residual above both tol and this bound is a wrong optimum (a box
-# of C = 1e13 before it was clamped to 1 gave 1.0): the operation raises and is undone.
+# leaves up to 1.9e-8 (benchmarks/resolve_residuals.py: 401 of 717 re-solves above a tol
+# of 1e-10; such states are kept, and their certificates do not claim exactness). A
+# residual above both tol and this bound is a wrong optimum (a box of C = 1e13 before it
+# was clamped to 1 gave 1.0): the operation raises and is undone.
 WRONG_OPTIMUM = 1e-6
 
 
