@@ -363,7 +363,8 @@ def _span(text: str) -> tuple[int, int]:
 
 
 def _generate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a ckpt.pt of train")
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                        help="a ckpt.pt of svattn train, or a recall run's ckpt.pt / model.pt")
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", default=None, metavar="TEXT", help="the prompt (UTF-8)")
     prompt.add_argument("--prompt-file", type=Path, default=None, metavar="PATH",
@@ -633,7 +634,9 @@ def _train_run(args: argparse.Namespace) -> int:
 
 
 def _eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a ckpt.pt of train")
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                        help="a ckpt.pt of svattn train (BPC on enwik8), or a recall run's "
+                             "ckpt.pt / model.pt (query accuracy on its own task)")
     parser.add_argument(
         "--data", type=Path, default=None, metavar="PATH",
         help="enwik8 file (raw or .zip; default: the run's data)",
@@ -905,7 +908,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "eval",
-        "bits per character of a trained checkpoint on enwik8 splits",
+        "bits per character of a trained checkpoint on enwik8 splits (a recall run's "
+        "model: query accuracy on its task)",
         _eval_arguments,
         _eval_run,
     ),

@@ -114,13 +114,12 @@ def test_an_earlier_checkpoint_is_refused_then_converted(tmp_path, capsys):
     assert "exists" in capsys.readouterr().err
 
 
-def test_a_training_checkpoint_reads_without_unpickling_and_resumes(tmp_path):
-    cfg = tiny_config(tmp_path / "run", steps=4, ckpt_every=2)
-    train(cfg, stop_after=2)
+def test_a_training_checkpoint_reads_without_unpickling(tmp_path):
+    """(Resume reads it the same way: tests/lm/test_train.py's resume tests.)"""
+    cfg = tiny_config(tmp_path / "run", steps=2, ckpt_every=1)
+    train(cfg, stop_after=1)
     ck = torch.load(tmp_path / "run" / "ckpt.pt", weights_only=True)
-    assert ck["step"] == 2
-    train(cfg, resume=True)  # resume reads it the same way
-    assert read_checkpoint(tmp_path / "run" / "ckpt.pt")["step"] == 4
+    assert ck["step"] == 1 and isinstance(ck["rng"]["numpy"], dict)
 
 
 def test_a_byte_outside_the_vocabulary_exits_2_on_one_line(tmp_path, capsys):

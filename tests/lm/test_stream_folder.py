@@ -343,3 +343,25 @@ def test_a_byte_outside_the_vocabulary_is_refused_before_anything_changes():
         assert s.digest() == digest and torch.equal(s.all_logits(), logits)
     s.feed(b"d")  # still usable
     assert s.text == b"abcd"
+
+
+def test_a_first_format_folder_is_refused_and_its_files_go_at_the_next_save(saved, tmp_path):
+    base, s, *_ = saved
+    folder = tmp_path / "st"
+    folder.mkdir()
+    old = {"arrays.0123456789ab.safetensors": SECRET * 3,
+           "memory.1.0.0123456789ab.safetensors": SECRET * 2}
+    for name, data in old.items():
+        (folder / name).write_bytes(data)
+    (folder / "memory.mine.safetensors").write_bytes(SECRET)  # a user's: stays
+    (folder / "stream.json").write_text(json.dumps({
+        "format": "svattn.LMStream", "version": 1,
+        "arrays": {"file": "arrays.0123456789ab.safetensors", "sha256": "0" * 64},
+        "layers": [{"memories": []}, {"memories": [
+            {"file": "memory.1.0.0123456789ab.safetensors", "sha256": "0" * 64}]}]}))
+    with pytest.raises(StreamStateError, match="earlier svattn"):
+        LMStream.load(folder, MODEL)
+    s.save(folder)
+    assert not [n for n in old if (folder / n).exists()]
+    assert (folder / "memory.mine.safetensors").read_bytes() == SECRET
+    assert LMStream.load(folder, MODEL).digest() == s.digest()

@@ -619,8 +619,8 @@ class LMStream:
         Each memory is its own atomic, checksummed state file
         (:meth:`SVDDMemory.save`); caches, hidden states and the text go to one
         safetensors file; ``stream.json`` (the manifest, checksummed) lists every file
-        with its SHA-256. The folder format and its crash guarantees are in the module
-        :data:`FOLDER` note: one writer at a time (``flock`` on ``stream.lock``), the
+        with its SHA-256. The folder format and its crash guarantees are in
+        :data:`FOLDER`: one writer at a time (``flock`` on ``stream.lock``), the
         files of an interrupted save and of the save before are named in the manifest
         and removed (overwritten, then deleted) at the next save or load, and no file
         the manifests never named is touched.
@@ -876,8 +876,10 @@ def _read_manifest(folder: Path) -> dict:
     if not isinstance(man, dict) or (man.get("format"), man.get("version")) != (FORMAT,
                                                                                VERSION):
         got = (man.get("format"), man.get("version")) if isinstance(man, dict) else None
+        hint = ("; it was saved by an earlier svattn (format version 1, no checksum): feed "
+                "its text to a new stream and save that" if got == (FORMAT, 1) else "")
         raise StreamStateError(f"{where}: not an {FORMAT} version {VERSION} manifest "
-                               f"(format, version: {got})")
+                               f"(format, version: {got}){hint}")
     if man.get("manifest_sha256") != _manifest_sum(man):
         raise StreamStateError(f"{where}: the manifest's checksum differs from its content "
                                "(edited or corrupted)")
