@@ -719,15 +719,10 @@ def _convert_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _convert_run(args: argparse.Namespace) -> int:
-    import warnings
-
     from svattn.lm.checkpoint import convert_checkpoint
 
-    print(f"svattn convert-checkpoint: warning: unpickling {args.old} runs any code it "
-          "holds; convert only checkpoints whose origin you trust", file=sys.stderr)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # said just above
-        convert_checkpoint(args.old, args.new)
+    convert_checkpoint(args.old, args.new, warn=lambda message: print(
+        f"svattn convert-checkpoint: warning: {message}", file=sys.stderr, flush=True))
     print(f"wrote {args.new}: it reads without unpickling objects (svattn generate, "
           "verify-forget, eval, train --resume)")
     return 0

@@ -156,3 +156,22 @@ def test_every_shipped_checkpoint_generates_forgets_verifies_and_evaluates(ckpt,
 
 def test_the_repository_ships_a_checkpoint():
     assert shipped(), "the shipped-checkpoint test above would test nothing"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["convert-checkpoint", "{tmp}/none.pt", "{tmp}/new.pt"], ["OLD: no such file"]),
+    (["convert-checkpoint", "{tmp}/text.pt", "{tmp}/new.pt"], ["OLD", "not a torch.save"]),
+    (["eval", "{shipped}", "--data", "{tmp}/text.pt"], ["--data", "recall run's model"]),
+    (["eval", "{shipped}", "--split", "val"], ["--split", "train and test"]),
+    (["generate", "{tmp}/text.pt", "--prompt", "a"], ["not a checkpoint",
+                                                      "not a torch.save archive"]),
+])
+def test_checkpoint_usage_errors_exit_2_on_one_line(tmp_path, capsys, argv, words):
+    (tmp_path / "text.pt").write_text("not a checkpoint\n")
+    argv = [a.replace("{tmp}", str(tmp_path)).replace("{shipped}", str(shipped()[0]))
+            for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err

@@ -26,6 +26,7 @@ import pickle
 import re
 import tempfile
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -122,14 +123,16 @@ def _plain(obj: Any, where: str) -> Any:
     return obj
 
 
-def convert_checkpoint(old: str | os.PathLike[str], new: str | os.PathLike[str]) -> dict:
+def convert_checkpoint(old: str | os.PathLike[str], new: str | os.PathLike[str], *,
+                       warn: Callable[[str], None] | None = None) -> dict:
     """Convert a checkpoint of an earlier svattn into one :func:`read_checkpoint` reads.
 
     **This unpickles** ``old`` (``torch.load(weights_only=False)``): a crafted file runs
-    its code here. It is the one place in svattn that does; it warns
-    (:class:`UserWarning`) before reading. Numpy's random state and other numpy values
-    become plain data; the result must read back under ``weights_only=True`` before
-    it is written (atomically) to ``new``, which must not exist.
+    its code here. It is the one place in svattn that does; once the paths are checked
+    and before reading, it warns (``warn(message)``; default a :class:`UserWarning`).
+    Numpy's random state and other numpy values become plain data; the result must
+    read back under ``weights_only=True`` before it is written (atomically) to
+    ``new``, which must not exist.
 
     Returns
     -------
@@ -153,8 +156,12 @@ def convert_checkpoint(old: str | os.PathLike[str], new: str | os.PathLike[str])
         raise FileExistsError(f"NEW: {new} exists; give a new path (it is never overwritten)")
     if not _head(old).startswith(b"PK"):
         raise CheckpointError(f"OLD: {old} is not a torch.save archive")
-    warnings.warn(f"unpickling {old}: this runs any code the file holds; convert only "
-                  "checkpoints whose origin you trust", UserWarning, stacklevel=2)
+    message = (f"unpickling {old}: this runs any code the file holds; convert only "
+               "checkpoints whose origin you trust")
+    if warn is None:
+        warnings.warn(message, UserWarning, stacklevel=2)
+    else:
+        warn(message)
     try:
         ck = torch.load(old, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001
