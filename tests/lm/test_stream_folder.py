@@ -57,7 +57,7 @@ def saved(tmp_path_factory):
 _STEPS = ("write", "fsync", "replace", "unlink")
 
 
-def _killed_save(stream: LMStream, folder, k: int, at: str | None = None) -> int:
+def _killed_save(stream: LMStream | None, folder, k: int, at: str | None = None) -> int:
     """Save ``stream`` into ``folder`` in a forked child that SIGKILLs itself at its
     ``k``-th filesystem step (a write writes half its bytes first), or with ``at`` at
     the first rename of a file whose name starts with ``at``; return the number of
@@ -83,7 +83,10 @@ def _killed_save(stream: LMStream, folder, k: int, at: str | None = None) -> int
 
             for name in _STEPS:
                 setattr(os, name, step(name))
-            stream.save(folder)
+            if stream is None:  # a load (its clean-up of an interrupted save)
+                LMStream.load(folder, MODEL)
+            else:
+                stream.save(folder)
             for name in _STEPS:
                 setattr(os, name, real[name])
             os.write(w, str(count[0]).encode())
@@ -162,6 +165,21 @@ def test_the_old_generation_killed_before_removal_is_removed_by_load(saved, tmp_
             break
     else:
         pytest.fail("no step leaves the new manifest beside the old generation")
+    assert LMStream.load(folder, MODEL).digest() == after
+    assert leaks(folder, rows) == []
+
+
+def test_a_load_killed_while_it_cleans_up_is_finished_by_the_next_one(saved, tmp_path):
+    """The clean-up is idempotent: a load killed inside it leaves the manifest naming
+    what is left, and the next load removes it."""
+    base, s, _, after, rows = saved
+    n = _steps(saved, tmp_path)
+    folder = tmp_path / "st"
+    shutil.copytree(base, folder)
+    _killed_save(s, folder, n - 15)  # committed, the old generation not yet touched
+    assert leaks(folder, rows)
+    for k in (1, 2, 4, 7):  # zeroing a file, its fsync, an unlink, the next file
+        _killed_save(None, folder, k)
     assert LMStream.load(folder, MODEL).digest() == after
     assert leaks(folder, rows) == []
 

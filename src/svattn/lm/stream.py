@@ -823,12 +823,12 @@ class _FolderLock:
 
     def __enter__(self) -> _FolderLock:
         try:
-            self.fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+            self.fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError:
             if self.wait == 0.0:  # a save: it would fail on the first write anyway
                 raise
             try:  # a read-only folder: flock works on a read-only descriptor
-                self.fd = os.open(self.folder / LOCK, os.O_RDONLY)
+                self.fd = os.open(self.folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
                 return self
         deadline = time.monotonic() + self.wait
