@@ -418,7 +418,11 @@ def _generate_run(args: argparse.Namespace) -> int:
             print(f"svattn generate: read {done}/{total} prompt bytes", file=sys.stderr,
                   flush=True)
 
-    stream.feed(prompt, progress=progress)
+    try:  # a byte outside the vocabulary is refused before the stream changes
+        stream.feed(prompt, progress=progress)
+    except ValueError as exc:
+        flag = "--prompt-file" if args.prompt_file is not None else "--prompt"
+        raise ValueError(f"{flag}: {str(exc).removeprefix('tokens: ')}") from None
     sample = {"temperature": args.temperature, "top_k": args.top_k, "seed": args.seed}
     out = stream.generate(args.n, **sample)
     if args.forget is None:
