@@ -383,3 +383,17 @@ def test_a_first_format_folder_is_refused_and_its_files_go_at_the_next_save(save
     assert not [n for n in old if (folder / n).exists()]
     assert (folder / "memory.mine.safetensors").read_bytes() == SECRET
     assert LMStream.load(folder, MODEL).digest() == s.digest()
+
+
+def test_a_killed_first_save_is_refused_clearly_and_cleaned(saved, tmp_path):
+    """Killed while writing into an empty folder: nothing to load, said so; the files it
+    wrote (the stream's bytes) are removed by that load."""
+    _, s, *_ = saved
+    folder = tmp_path / "st"
+    _killed_save(s, folder, 12)  # inside the memories' files
+    assert len(list(folder.iterdir())) > 2
+    with pytest.raises(StreamStateError, match="first save into this folder was interrupted"):
+        LMStream.load(folder, MODEL)
+    assert sorted(p.name for p in folder.iterdir()) == ["stream.json", "stream.lock"]
+    s.save(folder)
+    assert LMStream.load(folder, MODEL).digest() == s.digest()
