@@ -8,7 +8,7 @@
 #   4. SUMMARY.md beside the JSON files.
 # Writes $OUT (default results/gpu): nn_tests.json, bench_layers.json, lm_throughput.json,
 # SUMMARY.md. `--dry-run` runs every step on tiny sizes on cpu (a default-suite test does,
-# so the script cannot rot); it writes to results/gpu-dry-run unless --out is given.
+# so the script cannot rot); it writes to a new temporary folder unless --out is given.
 #
 #   scripts/gpu_check.sh [--dry-run] [--out DIR]      (PYTHON=... to pick the interpreter)
 set -euo pipefail
@@ -25,7 +25,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 if [ "$DRY" = 1 ]; then
-  DEV=cpu; OUT=${OUT:-results/gpu-dry-run}
+  DEV=cpu; OUT=${OUT:-$(mktemp -d -t svattn-gpu-dry-run.XXXXXX)}
   LAYER_ARGS=(--T 32 64 --B 1 --H 2 --D 8 --C 0.1 --reps 1)
   LM_ARGS=(--batch 2 --block 32 --rounds 1 --steps 1 --threads 1)
 else

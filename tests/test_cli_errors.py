@@ -205,3 +205,27 @@ def test_audit_wording(files, capsys) -> None:
     summary = verify_log(files["log"], files["trunc"]).summary()
     assert summary.startswith("BROKEN: state ") and "truncated" in summary
     assert "None" not in summary
+
+
+def test_help_and_usage_errors_import_no_torch() -> None:
+    """``svattn --help``, every ``svattn CMD --help`` and argparse's usage errors parse
+    without importing torch, numba or scipy (each costs seconds before the first word)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from svattn.cli import COMMANDS, main
+calls = [["--help"], ["demo", "--bogus"], ["recall", "run", "--help"],
+         ["recall", "collect", "--help"], ["recall", "time", "--help"]]
+calls += [[c.name, "--help"] for c in COMMANDS]
+for argv in calls:
+    try:
+        main(argv)
+    except SystemExit:
+        pass
+print(sorted(m for m in ("torch", "numba", "scipy", "sklearn") if m in sys.modules))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import doctest
 import io
+import json
 import sys
 
 import pytest
@@ -108,6 +109,27 @@ def test_demo_out_round_trip_to_the_auditor_commands(tmp_path, capsys) -> None:
     # the folder is never overwritten
     assert main(["demo", "--stays", "2", "--show", "0", "--out", str(out)]) == 2
     assert "already holds" in capsys.readouterr().err
+
+
+def test_signed_demo_reaches_a_signed_verified_deletion(tmp_path, capsys) -> None:
+    """The README's auditor path, signed end to end: keygen, demo --signing-key,
+    verify-deletion --public-key; another key's public half fails."""
+    assert main(["keygen", str(tmp_path / "controller")]) == 0
+    assert main(["keygen", str(tmp_path / "other")]) == 0
+    out = tmp_path / "demo"
+    assert main(["demo", "--stays", "2", "--show", "0", "--out", str(out), "--signing-key",
+                 str(tmp_path / "controller.key")]) == 0
+    assert "--public-key" in capsys.readouterr().out
+    state, log = out / "state.safetensors", out / "audit.jsonl"
+    last = out / "certificates" / "last.json"
+    assert json.loads(last.read_text())["signature"]
+    argv = ["verify-deletion", str(state), str(last), "--log", str(log), "--public-key"]
+    assert main([*argv, str(tmp_path / "controller.pub")]) == 0
+    assert "signature ok" in capsys.readouterr().out
+    assert main([*argv, str(tmp_path / "other.pub")]) == 1
+    assert main(["demo", "--stays", "2", "--out", str(tmp_path / "d2"), "--signing-key",
+                 str(tmp_path / "absent.key")]) == 2
+    assert "--signing-key" in capsys.readouterr().err
 
 
 def test_a_cold_numba_cache_is_announced(tmp_path, monkeypatch, capsys) -> None:

@@ -19,3 +19,21 @@ def test_readme_names_the_ci_test_command():
     ci = (README.parent / ".ci" / "run").read_text()
     assert "make test" in ci and "make test" in README.read_text()
     assert "make demo" in README.read_text()
+
+
+def test_documented_output_folders_are_ignored():
+    """Every output folder a documented command writes outside ``results/`` (``--out DIR``,
+    ``--runs DIR``) is ignored by git: following the docs leaves a clean tree."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    text = "".join((root / p).read_text() for p in ("README.md", "docs/streaming.md"))
+    folders = {m.group(1).rstrip("/") for m in re.finditer(
+        r"--(?:out|runs) ([A-Za-z0-9_./-]+)", text)}
+    local = sorted(f for f in folders if not f.startswith(("results", "/", "$", ".."))
+                   and "." not in Path(f).name and not f.isupper())  # NAME: a placeholder
+    assert "demo-run" in local  # the README's auditor path
+    for folder in local:
+        probe = f"{folder}/x.json"
+        done = subprocess.run(["git", "check-ignore", "-q", probe], cwd=root)
+        assert done.returncode == 0, f"{folder}/ (documented output) is not in .gitignore"

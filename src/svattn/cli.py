@@ -95,14 +95,23 @@ def _demo_arguments(parser: argparse.ArgumentParser) -> None:
         help="save the audit log, the final state and every certificate in DIR, for "
         "svattn verify-deletion and svattn audit verify (a new folder)",
     )
+    parser.add_argument(
+        "--signing-key", type=Path, default=None, metavar="KEY",
+        help="sign every certificate with this Ed25519 private key (svattn keygen PREFIX "
+        "writes PREFIX.key and PREFIX.pub); auditors check with verify-deletion "
+        "--public-key PREFIX.pub",
+    )
 
 
 def _demo_run(args: argparse.Namespace) -> int:
     from svattn.demo import run_demo
 
+    if args.signing_key is not None:
+        _check_file(args.signing_key, "--signing-key")
     result = run_demo(
         stays=args.stays, C=args.C, gamma=args.gamma, seed=args.seed, delete=args.delete,
         data=args.data, show=args.show, verify_each=args.verify_each, save_to=args.out,
+        signing_key=args.signing_key,
     )
     return 0 if result.ok else 1
 
@@ -300,11 +309,14 @@ def _keygen_run(args: argparse.Namespace) -> int:
 
 
 def _reproduce_arguments(parser: argparse.ArgumentParser) -> None:
-    from svattn.experiments.runner import EXPERIMENTS  # a dict of names: cheap
+    from svattn.experiments.catalog import EXPERIMENTS, SHARED_DATA  # names only: cheap
 
+    needs = "; ".join(f"{k} ({v})" for k, v in SHARED_DATA.items())
     parser.add_argument(
         "names", nargs="*", metavar="NAME",
-        help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}",
+        help=f"experiments to run (default: all): {', '.join(EXPERIMENTS)}. Full mode reads "
+        f"--data-dir for: {needs}; the others, and every experiment with --quick, need no "
+        "data beyond the package",
     )
     parser.add_argument(
         "--quick", action="store_true",
@@ -647,13 +659,14 @@ def _eval_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--split", nargs="+", default=None, choices=["train", "val", "test"],
-        help="splits to score (default: val and test; a recall run's model: test)",
+        help="the splits to score (default: val test; a recall run's model: test)",
     )
     parser.add_argument(
         "--context", type=_positive_int, default=None,
         help="context length (default: the model's block_size)",
     )
-    parser.add_argument("--batch-size", type=_positive_int, default=32)
+    parser.add_argument("--batch-size", type=_positive_int, default=32,
+                        help="sequences per evaluation batch (default 32)")
     parser.add_argument(
         "--max-bytes", type=_positive_int, default=None,
         help="score only the first N bytes of each split (default: every byte; a recall "
@@ -757,11 +770,19 @@ def _collect_run(args: argparse.Namespace) -> int:
 # --------------------------------------------------------------------- recall
 
 
+#: The names of svattn.lm.recall_grid.GRIDS, here so that --help imports no torch
+#: (tests/lm/test_recall.py holds the two equal).
+RECALL_GRIDS = ("quick", "slice", "slice-128", "slice-128-lr3e-3", "slice-copy", "long-64",
+                "long-64-full", "long-128", "long-copy", "selection", "full")
+RECALL_RESULTS = "results/recall.json"
+
+
 def _recall_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="recall_command", metavar="ACTION", required=True)
     run = sub.add_parser("run", help="train a grid's unfinished cells (one JSON per cell)")
-    run.add_argument("--grid", default="slice", help="a name of svattn.lm.recall_grid.GRIDS "
-                     "(quick, slice, full); default slice")
+    run.add_argument("--grid", default="slice", metavar="GRID",
+                     help=f"a grid of svattn.lm.recall_grid.GRIDS: {', '.join(RECALL_GRIDS)} "
+                     "(default slice)")
     run.add_argument("--out", type=Path, default=Path("runs/recall"), metavar="DIR",
                      help="folder of the cell files (default runs/recall)")
     run.add_argument("--only", default=None, metavar="FIELD=V[|V..],...",
@@ -774,12 +795,20 @@ def _recall_arguments(parser: argparse.ArgumentParser) -> None:
     col.add_argument("--runs", type=Path, nargs="+", default=[Path("runs/recall")],
                      metavar="DIR", help="one or more folders of finished cells (default: "
                      "runs/recall)")
-    col.add_argument("--into", type=Path, default=Path("results/recall.json"), metavar="FILE")
+    col.add_argument("--into", type=Path, default=None, metavar="FILE",
+                     help=f"the results file to write (default {RECALL_RESULTS}, which is "
+                     "a tracked record: replaced only when --into names it or with --force)")
+    col.add_argument("--force", action="store_true",
+                     help=f"replace {RECALL_RESULTS} when --into is not given")
     tim = sub.add_parser("time", help="seconds per training step of each mixer at a grid's sizes")
-    tim.add_argument("--grid", default="full")
-    tim.add_argument("--only", default=None, metavar="FIELD=V[|V..],...")
-    tim.add_argument("--steps", type=_positive_int, default=3)
-    tim.add_argument("--threads", type=_positive_int, default=1)
+    tim.add_argument("--grid", default="full", metavar="GRID",
+                     help="the grid whose cells are timed (default full)")
+    tim.add_argument("--only", default=None, metavar="FIELD=V[|V..],...",
+                     help="time only cells whose fields match, e.g. mixer=sliding")
+    tim.add_argument("--steps", type=_positive_int, default=3,
+                     help="timed training steps per cell, after one warm step (default 3)")
+    tim.add_argument("--threads", type=_positive_int, default=1,
+                     help="torch CPU threads (default 1)")
     tim.add_argument("--into", type=Path, default=None, metavar="FILE",
                      help="also write the timings as JSON")
 
@@ -802,9 +831,15 @@ def _recall_run(args: argparse.Namespace) -> int:
 
     command = command_line(args._argv)
     if args.recall_command == "collect":
-        res = collect(args.runs, args.into, command=command)
+        into = args.into
+        if into is None:
+            into = Path(RECALL_RESULTS)
+            if into.exists() and not args.force:
+                raise FileExistsError(f"{into} exists and is a tracked record: give --into "
+                                      "FILE to write another file, or --force to replace it")
+        res = collect(args.runs, into, command=command)
         print(f"collected {len(res['records'])} cells from "
-              f"{', '.join(map(str, args.runs))} into {args.into}")
+              f"{', '.join(map(str, args.runs))}; wrote {into}")
         return 0
     if args.grid not in GRIDS:
         raise ValueError(f"--grid must be one of {sorted(GRIDS)}, got {args.grid!r}")

@@ -100,6 +100,7 @@ def run_demo(
     verify_each: bool = False,
     out: TextIO | None = None,
     save_to: str | Path | None = None,
+    signing_key: str | Path | None = None,
 ) -> DemoResult:
     """Stream ICU vitals into an exact SV memory, delete one stay, verify.
 
@@ -129,6 +130,10 @@ def run_demo(
     save_to : str or Path, optional
         A folder (created if absent; it must not already hold demo files) for
         the audit log, the final state and the certificates (step 5 above).
+    signing_key : str or Path, optional
+        The controller's Ed25519 private key (``svattn keygen PREFIX`` writes
+        ``PREFIX.key``): every certificate is then signed, and an auditor checks it with
+        ``verify-deletion --public-key PREFIX.pub``.
 
     Returns
     -------
@@ -191,7 +196,7 @@ def run_demo(
     log_path = None if save_dir is None else save_dir / _LOG
     if log_path is not None:
         save_dir.mkdir(parents=True, exist_ok=True)
-    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path)
+    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path, signing_key=signing_key)
     start = time.perf_counter()
     token_ids = _stream(memory, stream)
     elapsed = time.perf_counter() - start
@@ -271,7 +276,10 @@ def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], wher
     say(f"saved    {where}: {_STATE} (the memory after the deletion), {_LOG} (every "
         f"operation, hash-chained), {_CERTS}/ ({len(certificates)} certificates; last.json "
         "is the one the saved state answers for)")
-    say(f"         check them:  svattn verify-deletion {q['state']} {q['last']} --log {q['log']}")
+    signed = certificates[-1].signature is not None
+    key = " --public-key <your PREFIX.pub>" if signed else ""
+    say(f"         check them:  svattn verify-deletion {q['state']} {q['last']} --log "
+        f"{q['log']}{key}")
     say(f"                      svattn audit verify {q['log']} {q['state']}")
 
 

@@ -232,3 +232,63 @@ def test_the_full_policy_diagnosis_is_reported_paired_beside_the_longer_grid(tmp
     assert any(n.startswith("'Full' policy, ") for n in out.notes)
     # the claims are the longer grid's and the slices', never the diagnosis's
     assert not any("full" in c.claim.lower() and "policy" in c.claim for c in out.claims)
+
+
+def _sel_rec(mixer, seed, acc, C=None, data_mass=0.0, distinct=12.0, count=40.0):
+    rec = _rec("selective-copy", mixer, seed, acc, T=128)
+    rec["id"] = f"sel-{mixer}-{C}-{seed}"
+    rec["grid"] = "selection"
+    if mixer == "hybrid_sv":
+        rec["run"]["hybrid"] = {"C": C}
+        rec["memory"] = [{"layer": layer, "gate": [0.7, 0.5], "kept_max": 32, "truncated": 0,
+                          "boundary": 112, "support_per_head": [count, count],
+                          "distinct_support_per_head": [distinct, distinct],
+                          "alpha_by_role": {"data": [data_mass] * 2,
+                                            "filler": [1 - data_mass] * 2},
+                          "prefix_by_role": {"data": 8.0, "filler": 104.0}}
+                         for layer in (0, 1)]
+    return rec
+
+
+def _write_selection(root: Path, records: list[dict]) -> None:
+    from svattn.lm.recall_grid import cell_measures
+
+    res = {"command": "svattn recall collect --into results/recall_selection.json",
+           "cells_per_grid": {"selection": len(records)}, "cells_in_grid": {"selection": 12},
+           "train_seconds": 60.0, "summary": summarize(records),
+           "cells": [cell_measures(r) for r in records], "records": records}
+    (root / "results" / "recall_selection.json").write_text(json.dumps(res))
+
+
+def test_selection_is_read_by_weight_and_by_distinct_key(tmp_path: Path):
+    _write(tmp_path, [_rec("mqar", "sliding", 0, 0.5)])
+    recs = [_sel_rec("hybrid_sv", s, a, C=0.25, data_mass=m, distinct=13.0)
+            for s, a, m in ((0, 0.95, 0.8), (1, 0.97, 0.85), (2, 0.96, 0.9))]
+    recs += [_sel_rec("hybrid_sv", s, 0.6, C=1 / 16, data_mass=0.07, distinct=30.0)
+             for s in range(3)]
+    recs += [_sel_rec("sliding", s, 0.5) for s in range(3)]
+    _write_selection(tmp_path, recs)
+    res = run(_ctx(tmp_path))
+    support = next(c for c in res.claims if c.claim.startswith("… SV support per head, as"))
+    assert "C = 1/4" in support.claim and support.verdict == "reproduced", support
+    assert "13.0 distinct keys" in support.ours and "40.0 by count" in support.ours
+    sel = next(c for c in res.claims if c.claim.startswith("… the trained memory selects"))
+    assert sel.verdict == "reproduced" and "mass 0.850" in sel.ours, sel
+    assert "recall_selection.png" in res.figures
+    table = next(t for t in res.tables if "looser box" in t)
+    assert "1/4" in table and "1/16" in table and "window (matched)" in table
+    # the memory that keeps the data tokens only at their share does not select
+    recs = [_sel_rec("hybrid_sv", s, 0.9, C=0.25, data_mass=0.07 + 0.001 * s, distinct=30.0)
+            for s in range(3)]
+    _write_selection(tmp_path, recs)
+    res = run(_ctx_again(tmp_path))
+    sel = next(c for c in res.claims if c.claim.startswith("… the trained memory selects"))
+    support = next(c for c in res.claims if c.claim.startswith("… SV support per head, as"))
+    assert sel.verdict == NOT_SHOWN and support.verdict == "differs", (sel, support)
+
+
+def _ctx_again(root: Path) -> Context:
+    out = root / "out2"
+    out.mkdir()
+    return Context(out=out, quick=False, seed=0, data_dir=None, command="svattn reproduce",
+                   repo_root=root)

@@ -65,6 +65,10 @@ def test_every_experiment_writes_its_files(quick_run: tuple[Path, int], name: st
     metrics = _strict_json(folder / "metrics.json")
     assert metrics["name"] == name and metrics["mode"] == "quick"
     assert not metrics["verdict"].startswith("FAILED"), metrics["verdict"]
+    # a machinery check: no paper verdict from untrained runs
+    assert metrics["verdict"].startswith("machinery check"), metrics["verdict"]
+    assert {c["verdict"] for c in metrics["claims"]} == {"machinery check"}
+    assert "Quick mode is a machinery check" in report
     assert all(math.isfinite(x) for x in _numbers(metrics))
     for figure in metrics["figures"]:
         png = folder / figure

@@ -13,7 +13,9 @@ from svattn.cli import main
 from svattn.lm.recall import (
     RecallRun,
     build_task,
+    distinct_kept,
     inspect_memory,
+    load_cell_model,
     matched_window,
     model_config,
     query_accuracy,
@@ -105,6 +107,10 @@ def test_train_recall_record_and_memory_inspection():
         assert all(8 <= s <= 24 for s in layer["support_per_head"])  # >= ceil(1/C)
         assert sum(layer["share_by_role"].values()) == pytest.approx(1.0)
         assert set(layer["prefix_by_role"]) <= {"key", "value", "query", "filler"}
+        # copies merged: never more distinct keys than kept tokens, at least one
+        for d, s in zip(layer["distinct_support_per_head"], layer["support_per_head"],
+                        strict=True):
+            assert 1 <= d <= s
     json.dumps(rec, allow_nan=False)
     assert T > L
 
@@ -211,6 +217,27 @@ def test_cli_recall_errors_are_usage_errors(tmp_path: Path, capsys):
                  "--into", str(tmp_path / "r.json")]) == 2
 
 
+def test_collect_never_replaces_the_tracked_record_untold(tmp_path: Path, monkeypatch, capsys):
+    from svattn.cli import RECALL_GRIDS
+
+    assert set(RECALL_GRIDS) == set(GRIDS)  # the CLI's torch-free list of names
+    grid = RecallGrid("quick", tasks=("mqar",), lengths=(32,), mixers=("sliding",),
+                      d_models=(16,), base={k: v for k, v in _tiny(steps=1).to_dict().items()
+                                            if k not in ("task", "seq_len", "mixer",
+                                                         "d_model", "lr", "seed")})
+    run_grid(grid, tmp_path / "runs")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    record = tmp_path / "results" / "recall.json"
+    record.write_text("{}")
+    assert main(["recall", "collect", "--runs", "runs"]) == 2
+    assert "--force" in capsys.readouterr().err and record.read_text() == "{}"
+    assert main(["recall", "collect", "--runs", "runs", "--into", "other.json"]) == 0
+    assert "wrote other.json" in capsys.readouterr().out and record.read_text() == "{}"
+    assert main(["recall", "collect", "--runs", "runs", "--force"]) == 0
+    assert json.loads(record.read_text())["records"]
+
+
 def test_named_grids_are_well_formed():
     for name, grid in GRIDS.items():
         runs = grid.runs()
@@ -225,3 +252,63 @@ def test_named_grids_are_well_formed():
             else:
                 assert window < r.seq_len or r.seq_len <= 32, name
     assert len(GRIDS["full"].runs()) == 2 * 5 * 2 * 5 * 4 * 3
+
+
+def test_distinct_kept_merges_exact_copies_only():
+    g = torch.Generator().manual_seed(0)
+    keys = torch.randn(2, 3, 10, 4, generator=g)
+    keys[0, 1, 5] = keys[0, 1, 2]  # an exact copy
+    keys[1, 2, 7] = keys[1, 2, 3] + 1e-7  # not a copy
+    kept = torch.ones(2, 3, 10, dtype=torch.bool)
+    kept[0, 0, :4] = False
+    out = distinct_kept(keys, kept)
+    assert out.tolist() == [[6, 9, 10], [10, 10, 10]]
+    with pytest.raises(ValueError, match="disagree"):
+        distinct_kept(keys, kept[:, :2])
+
+
+def test_box_axis_and_kept_weights(tmp_path: Path):
+    sel = GRIDS["selection"].runs()
+    hyb = [r for r in sel if r.mixer == "hybrid_sv"]
+    assert len(hyb) == 9 and len(sel) == 12  # 3 boxes x 3 seeds, the window once per seed
+    assert sorted({r.hybrid["C"] for r in hyb}) == [1 / 16, 1 / 8, 1 / 4]
+    assert {model_config(r, 20).mixer_options["window"] for r in sel
+            if r.mixer == "sliding"} == {32}
+    assert "-C0.25-" in hyb[0].run_id
+    base = {k: v for k, v in _tiny().to_dict().items()
+            if k not in ("task", "seq_len", "mixer", "d_model", "lr", "seed", "hybrid")}
+    grid = RecallGrid("boxes", tasks=("mqar",), lengths=(32,), mixers=("hybrid_sv",),
+                      d_models=(16,), Cs=(1 / 4, 1 / 8), save_models=True,
+                      base={**base, "steps": 2, "hybrid": _tiny().hybrid})
+    written = run_grid(grid, tmp_path)
+    assert [p.name for p in written] == ["mqar-T32-hybrid_sv-C0.25-d16-lr0.001-s0.json",
+                                         "mqar-T32-hybrid_sv-C0.125-d16-lr0.001-s0.json"]
+    rec = json.loads(written[0].read_text())
+    model, run = load_cell_model(tmp_path / rec["model_file"])
+    assert run.hybrid["C"] == 0.25 and run.run_id == rec["id"]
+    data = build_task(run).build(run.seed)
+    acc = query_accuracy(model, data.test_inputs, data.test_targets)
+    assert acc == rec["accuracy"]  # the weights kept are the weights scored
+    res = collect(tmp_path)
+    assert sorted(c["C"] for c in res["summary"]["cells"]) == [0.125, 0.25]
+    rows = {r["C"]: r for r in res["cells"]}
+    for row in rows.values():
+        total = sum(row["mass_by_role"].values())
+        assert total == pytest.approx(1.0, abs=1e-4)  # alpha sums to 1 per head
+        assert sum(row["share_by_role"].values()) == pytest.approx(1.0)
+        assert 1 <= row["distinct_support_per_head"] <= row["support_per_head"]
+    with pytest.raises(ValueError, match="not a recall cell model"):
+        torch.save({"x": 1}, tmp_path / "bad.safetensors")
+        load_cell_model(tmp_path / "bad.safetensors")
+    # the compaction study runs on a kept cell (benchmarks/selection_compaction.py)
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "selection_compaction.py"
+    spec = importlib.util.spec_from_file_location("selection_compaction", path)
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
+    row = study.measure_sequence(model, data.test_inputs[0].tolist(),
+                                 data.test_roles[0].tolist())
+    assert row["memories"] and all(m["readout_change"] == 0.0 for m in row["memories"])
+    for m in row["memories"]:  # compaction drops the reserve tokens, nothing else
+        assert m["compacted"] == m["reserve"] == m["held"] - m["margin"] - m["error"]

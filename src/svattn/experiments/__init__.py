@@ -13,6 +13,16 @@ Examples
 ['forgetting', 'secret']
 """
 
-from svattn.experiments.runner import EXPERIMENTS, reproduce
+from svattn.experiments.catalog import EXPERIMENTS
 
 __all__ = ["EXPERIMENTS", "reproduce"]
+
+
+def __getattr__(name: str):
+    # the runner (and torch, through the experiments' helpers) loads on first use only,
+    # so that the command line's --help stays cheap
+    if name == "reproduce":
+        from svattn.experiments.runner import reproduce
+
+        return reproduce
+    raise AttributeError(f"module 'svattn.experiments' has no attribute {name!r}")

@@ -50,12 +50,15 @@ __all__ = [
     "ROPE_MIXERS",
     "RecallRun",
     "build_task",
+    "distinct_kept",
     "inspect_memory",
     "evaluate_recall",
+    "load_cell_model",
     "load_recall_model",
     "matched_window",
     "model_config",
     "query_accuracy",
+    "save_cell_model",
     "kv_pairs_for",
     "step_seconds",
     "train_checkpointed",
@@ -147,9 +150,16 @@ class RecallRun:
         --------
         >>> RecallRun(seq_len=256, mixer="sliding", lr=3e-3, seed=2).run_id
         'mqar-T256-sliding-d64-lr0.003-s2'
+
+        A hybrid whose box differs from :data:`RECALL_HYBRID`'s ``C`` says so:
+
+        >>> RecallRun(hybrid={"C": 0.25}).run_id
+        'mqar-T64-hybrid_sv-C0.25-d64-lr0.001-s0'
         """
-        return (f"{self.task}-T{self.seq_len}-{self.mixer}-d{self.d_model}-lr{self.lr:g}"
-                f"-s{self.seed}")
+        C = self.hybrid.get("C", RECALL_HYBRID["C"])
+        box = f"-C{C:g}" if self.mixer == "hybrid_sv" and C != RECALL_HYBRID["C"] else ""
+        return (f"{self.task}-T{self.seq_len}-{self.mixer}{box}-d{self.d_model}"
+                f"-lr{self.lr:g}-s{self.seed}")
 
     def to_dict(self) -> dict:
         """Plain-data form."""
@@ -282,9 +292,11 @@ def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> 
     -------
     list of dict, one per hybrid layer
         ``support_per_head`` (mean tokens with ``alpha > 0`` per head over the
-        sequences), ``kept_by_role`` (mean kept tokens of each role, summed
-        over heads, per sequence), ``share_by_role`` (fraction of kept tokens
-        of each role), ``prefix_by_role`` (tokens of each role in the prefix),
+        sequences), ``distinct_support_per_head`` (the same with exact copies merged:
+        distinct key vectors among the kept tokens, :func:`distinct_kept`),
+        ``kept_by_role`` (mean kept tokens of each role, summed over heads, per
+        sequence), ``share_by_role`` (fraction of kept tokens of each role),
+        ``prefix_by_role`` (tokens of each role in the prefix),
         ``example_roles`` and ``example_kept`` (the first sequence: the role of
         each prefix position, and per head whether the memory keeps it),
         ``alpha_by_role`` (alpha mass of each role, per head), ``gate``
@@ -321,6 +333,7 @@ def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> 
             gamma=mix.gamma, solver=mix.solver,
         )  # fmt: skip
         kept = part.kept()  # (B, H, start)
+        distinct = distinct_kept(k[:, :, :start], kept)  # (B, H)
         prefix_roles = roles[:, :start].long()  # (B, start)
         by_role, share, mass, present = {}, {}, {}, {}
         total = kept.sum().item()
@@ -335,11 +348,46 @@ def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> 
             share[name] = k_role / total if total else 0.0
             mass[name] = (alpha * is_role).sum((0, 2)).div(len(inputs)).tolist()
         out.append({**rec, "support_per_head": kept.sum(-1).float().mean(0).tolist(),
+                    "distinct_support_per_head": distinct.float().mean(0).tolist(),
                     "kept_by_role": by_role, "share_by_role": share,
                     "prefix_by_role": present, "alpha_by_role": mass,
                     # the first sequence position by position, for a picture of the memory
                     "example_roles": prefix_roles[0].tolist(),
                     "example_kept": kept[0].int().tolist()})  # (H, start)
+    return out
+
+
+def distinct_kept(keys: torch.Tensor, kept: torch.Tensor) -> torch.Tensor:
+    """Distinct key vectors among the kept tokens: support with exact copies merged.
+
+    A memory whose prefix repeats one token (a filler) holds exact copies of its key;
+    each copy carries weight, so counting tokens counts the copies. Copies are merged
+    by exact equality of the key vectors the memory was solved on.
+
+    Parameters
+    ----------
+    keys : Tensor (B, H, T, D)
+    kept : bool Tensor (B, H, T)
+
+    Returns
+    -------
+    Tensor (B, H) long
+
+    Examples
+    --------
+    >>> k = torch.tensor([[[[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [2.0, 2.0]]]])
+    >>> distinct_kept(k, torch.tensor([[[True, True, True, False]]])).tolist()
+    [[2]]
+    """
+    if keys.shape[:3] != kept.shape:
+        raise ValueError(f"distinct_kept: keys {tuple(keys.shape)} and kept "
+                         f"{tuple(kept.shape)} disagree on (B, H, T)")
+    B, H = kept.shape[:2]
+    out = torch.zeros(B, H, dtype=torch.long)
+    for b in range(B):
+        for h in range(H):
+            rows = keys[b, h][kept[b, h]]
+            out[b, h] = 0 if rows.shape[0] == 0 else torch.unique(rows, dim=0).shape[0]
     return out
 
 
@@ -372,7 +420,8 @@ def _train_step(model: CharLM, opt, sched, x: torch.Tensor, y: torch.Tensor) -> 
     return loss
 
 
-def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) -> dict:
+def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None,
+                 model_path=None) -> dict:
     """Train one run and evaluate it; the record a grid cell writes.
 
     Parameters
@@ -382,6 +431,9 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) ->
         The task's splits (default ``build_task(run).build(run.seed)``).
     log : callable, optional
         ``log(str)`` for progress lines.
+    model_path : path, optional
+        Where to write the trained weights (:func:`save_cell_model`; read back by
+        :func:`load_cell_model`).
 
     Returns
     -------
@@ -423,6 +475,8 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None) ->
     train_acc = query_accuracy(model, data.train_inputs[:m], data.train_targets[:m])
     k = min(run.inspect_sequences, len(data.test_inputs))
     memory = inspect_memory(model, data.test_inputs[:k], data.test_roles[:k])
+    if model_path is not None:
+        save_cell_model(model, run, model_path)
     return {
         "id": run.run_id,
         "run": run.to_dict(),
@@ -469,6 +523,7 @@ def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
 
 # ---------------------------------------------------------------------------- checkpoints
 RECALL_CKPT = RECALL_FORMAT
+RECALL_CELL = "svattn.RecallCell"  # save_cell_model's safetensors metadata
 CKPT_NAME, MODEL_NAME, LOG_NAME = "ckpt.pt", "model.pt", "log.jsonl"
 
 
@@ -579,6 +634,50 @@ def load_recall_model(path) -> tuple[CharLM, RecallRun, dict]:
     return model, RecallRun.from_dict(ck["run"]), ck
 
 
+def save_cell_model(model: CharLM, run: RecallRun, path) -> None:
+    """A grid cell's trained weights: safetensors, with the model config and the run as
+    JSON metadata (no pickle: loading runs no code). Written atomically."""
+    import json
+    import os
+    from pathlib import Path
+
+    from safetensors.torch import save_model
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    meta = {"format": RECALL_CELL, "model_config": json.dumps(model.cfg.to_dict()),
+            "run": json.dumps(run.to_dict())}
+    save_model(model, str(tmp), metadata=meta)  # tied weights stored once
+    os.replace(tmp, path)
+
+
+def load_cell_model(path) -> tuple[CharLM, RecallRun]:
+    """Model (CPU, eval) and run of a :func:`save_cell_model` file.
+
+    Raises
+    ------
+    ValueError
+        If the file is not such a file.
+    """
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except Exception as exc:  # safetensors raises its own error types for a foreign file
+        raise ValueError(f"{path}: not a recall cell model (not a safetensors file: "
+                         f"{exc})") from None
+    if meta.get("format") != RECALL_CELL:
+        raise ValueError(f"{path}: not a recall cell model (format {meta.get('format')!r})")
+    model = CharLM(CharLMConfig(**json.loads(meta["model_config"])))
+    load_model(model, str(path))
+    model.eval()
+    return model, RecallRun.from_dict(json.loads(meta["run"]))
+
+
 def evaluate_recall(model: CharLM, ck: dict, *, split: str = "test",
                     max_contexts: int | None = None) -> dict:
     """Query accuracy of a recall checkpoint's model on its own task (``svattn eval``).
@@ -604,4 +703,3 @@ def evaluate_recall(model: CharLM, ck: dict, *, split: str = "test",
     return {"split": split, "task": run.task, "run": run.run_id, "step": ck["step"],
             "accuracy": query_accuracy(model, x, y), "contexts": len(x),
             "context": int(x.shape[1])}
-

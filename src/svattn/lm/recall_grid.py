@@ -28,10 +28,10 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from svattn.lm.recall import RecallRun, train_recall
+from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall
 
-__all__ = ["GRIDS", "RecallGrid", "collect", "estimate_hours", "mean_interval", "parse_only",
-           "run_grid", "select", "summarize"]
+__all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval",
+           "parse_only", "run_grid", "select", "summarize"]
 
 MIXER_ORDER = ("hybrid_sv", "sliding", "deltanet", "linear", "softmax")
 
@@ -52,6 +52,10 @@ class RecallGrid:
         Overrides of ``base`` per task (e.g. ``{"selective-copy": {"rope": True}}``).
     note : str
         What the grid is for.
+    Cs : tuple of float
+        Boxes of the hybrid, an axis of the ``hybrid_sv`` cells only (empty: the base's).
+    save_models : bool
+        Keep each cell's trained weights beside its record (``OUT/<id>.safetensors``).
     """
 
     name: str
@@ -64,9 +68,16 @@ class RecallGrid:
     base: dict = field(default_factory=dict)
     per_task: dict = field(default_factory=dict)
     note: str = ""
+    Cs: tuple[float, ...] = ()
+    save_models: bool = False
 
     def runs(self) -> list[RecallRun]:
-        """Every cell, in axis order (task, length, width, mixer, lr, seed).
+        """Every cell, in axis order (task, length, width, mixer, C, lr, seed).
+
+        ``Cs`` (when given) is an axis of the hybrid only: each ``hybrid_sv`` cell once
+        per box ``C`` (its id says the box, :attr:`RecallRun.run_id`), every other mixer
+        once, since no other state depends on ``C`` (the matched window counts the
+        hybrid's tokens, not its box).
 
         Examples
         --------
@@ -77,11 +88,16 @@ class RecallGrid:
         4
         """
         out = []
-        for task, T, d, mixer, lr, seed in itertools.product(
-                self.tasks, self.lengths, self.d_models, self.mixers, self.lrs, self.seeds):
+        for task, T, d, mixer in itertools.product(self.tasks, self.lengths, self.d_models,
+                                                   self.mixers):
             base = {**self.base, **self.per_task.get(task, {})}
-            out.append(RecallRun(task=task, seq_len=T, mixer=mixer, d_model=d, lr=lr,
-                                 seed=seed, **base))
+            boxes = self.Cs if self.Cs and mixer == "hybrid_sv" else (None,)
+            for C, lr, seed in itertools.product(boxes, self.lrs, self.seeds):
+                cell = dict(base)
+                if C is not None:
+                    cell["hybrid"] = {**cell.get("hybrid", {}), "C": C}
+                out.append(RecallRun(task=task, seq_len=T, mixer=mixer, d_model=d, lr=lr,
+                                     seed=seed, **cell))
         return out
 
     def to_dict(self) -> dict:
@@ -169,6 +185,15 @@ GRIDS: dict[str, RecallGrid] = {
              "long-64 (4,000 steps of 64, 20x slice-copy's sequences), every mixer at "
              "slice-copy's one learning rate (no sweep: the same for all); its own runs "
              "folder, results file with the other longer grids"),
+    "selection": RecallGrid(
+        "selection", tasks=("selective-copy",), lengths=(128,), mixers=("hybrid_sv", "sliding"),
+        lrs=(3e-3,), seeds=(0, 1, 2), Cs=(1.0 / 4, 1.0 / 8, 1.0 / 16),
+        base=LONG_BASE, per_task=_SC, save_models=True,
+        note="does a looser box let the trained memory select? long-copy's T = 128 cell "
+             "(8 data tokens of 8 symbols, rotary positions, 4,000 steps of 64, lr 3e-3) "
+             "with the hybrid's C in {1/4, 1/8, 1/16} (C forces at least 1/C tokens to "
+             "carry weight), and the matched window once (its state counts tokens, not the "
+             "box); each cell's weights kept for the compaction study"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
@@ -261,9 +286,12 @@ def run_grid(
         if log is not None:
             log(f"[recall] {run.run_id} ...")
         start = time.perf_counter()
-        rec = train_recall(run, log=log)  # its progress every 5 % of the steps
+        weights = out / f"{run.run_id}.safetensors" if grid.save_models else None
+        rec = train_recall(run, log=log, model_path=weights)  # progress every 5 % of steps
         rec.update(grid=grid.name, command=command, wall_seconds=time.perf_counter() - start,
                    machine=platform.machine(), threads=_threads())
+        if weights is not None:
+            rec["model_file"] = weights.name
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
         os.replace(tmp, path)  # a cell is finished only once its file is complete
@@ -321,10 +349,11 @@ def summarize(records: Iterable[dict]) -> dict:
     groups: dict[tuple, list[dict]] = {}
     for rec in records:
         r = rec["run"]
-        groups.setdefault((r["task"], r["seq_len"], r["d_model"], r["mixer"]), []).append(rec)
+        groups.setdefault((r["task"], r["seq_len"], r["d_model"], r["mixer"], _box(r)),
+                          []).append(rec)
     cells = []
-    for (task, T, d, mixer), recs in sorted(groups.items(), key=lambda kv: (
-            kv[0][0], kv[0][1], kv[0][2], _mixer_rank(kv[0][3]))):
+    for (task, T, d, mixer, C), recs in sorted(groups.items(), key=lambda kv: (
+            kv[0][0], kv[0][1], kv[0][2], _mixer_rank(kv[0][3]), -(kv[0][4] or 0.0))):
         by_lr: dict[float, list[dict]] = {}
         for rec in recs:
             by_lr.setdefault(rec["run"]["lr"], []).append(rec)
@@ -334,29 +363,105 @@ def summarize(records: Iterable[dict]) -> dict:
         support = [np.mean(layer["support_per_head"]) for x in chosen for layer in x["memory"]
                    if "support_per_head" in layer]
         kept = [layer["kept_max"] for x in chosen for layer in x["memory"]]
+        measured = [cell_measures(x) for x in chosen]
         cells.append({
-            "task": task, "seq_len": T, "d_model": d, "mixer": mixer, "best_lr": best,
+            "task": task, "seq_len": T, "d_model": d, "mixer": mixer, "C": C, "best_lr": best,
             "accuracy": mean_interval([x["accuracy"] for x in chosen]),
             "by_lr": {f"{lr:g}": m for lr, m in sorted(means.items())},
             "state_floats": chosen[0]["state_floats"], "window": chosen[0]["window"],
             "support_per_head": float(np.mean(support)) if support else None,
             "kept_max": float(np.mean(kept)) if kept else None,
+            **{name: _mean_of(measured, name) for name in (
+                "distinct_support_per_head", "data_mass", "data_share", "gate_mean")},
             "seeds": [x["run"]["seed"] for x in chosen],
             "step_seconds": float(np.median([x["step_seconds"] for x in chosen])),
         })
     margins = []
-    index = {(c["task"], c["seq_len"], c["d_model"], c["mixer"]): c for c in cells}
-    for (task, T, d, mixer), c in index.items():
-        other = index.get((task, T, d, "sliding"))
+    index = {(c["task"], c["seq_len"], c["d_model"], c["mixer"], c["C"]): c for c in cells}
+    for (task, T, d, mixer, C), c in index.items():
+        other = index.get((task, T, d, "sliding", None))
         if mixer != "hybrid_sv" or other is None:
             continue
         a = dict(zip(c["seeds"], c["accuracy"]["values"], strict=True))
         b = dict(zip(other["seeds"], other["accuracy"]["values"], strict=True))
         common = sorted(set(a) & set(b))
         if common:
-            margins.append({"task": task, "seq_len": T, "d_model": d, "seeds": common,
+            margins.append({"task": task, "seq_len": T, "d_model": d, "C": C, "seeds": common,
                             "hybrid_minus_sliding": mean_interval([a[s] - b[s] for s in common])})
     return {"cells": cells, "margins": margins}
+
+
+def _box(run: dict) -> float | None:
+    """The hybrid's box ``C`` of a run's dict (None for other mixers)."""
+    if run["mixer"] != "hybrid_sv":
+        return None
+    return float(run.get("hybrid", {}).get("C", RECALL_HYBRID["C"]))
+
+
+def _mean_of(rows: list[dict], name: str) -> float | None:
+    vals = [r[name] for r in rows if r.get(name) is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def cell_measures(rec: dict) -> dict:
+    """What one cell's memory selects, measured by count, by distinct key and by weight.
+
+    From the record's memory inspection (:func:`svattn.lm.recall.inspect_memory`), means
+    over layers and heads (and per layer in ``layers``):
+
+    * ``support_per_head``: tokens with ``alpha > 0``; exact copies each count.
+    * ``distinct_support_per_head``: distinct key vectors among them (copies merged;
+      None in records made before the measure existed).
+    * ``mass_by_role``: the alpha mass on each role's tokens (alpha sums to 1 per head)
+      against ``share_by_role``, that role's share of the memory's prefix; ``data_mass``
+      and ``data_share`` are the data tokens' (selective copy).
+    * ``gate_mean``: ``sigmoid(w_h)``, the weight each head gives its memory.
+
+    Every other field of the row (``id``, ``mixer``, ``C``, ``seed``, ``accuracy``,
+    ``command``) is copied from the record; a cell without a hybrid memory gets None
+    measures.
+
+    Examples
+    --------
+    >>> layer = {"layer": 0, "gate": [0.5, 0.7], "boundary": 10,
+    ...          "support_per_head": [4.0, 6.0], "distinct_support_per_head": [2.0, 3.0],
+    ...          "alpha_by_role": {"data": [0.4, 0.6], "filler": [0.6, 0.4]},
+    ...          "prefix_by_role": {"data": 1.0, "filler": 9.0}}
+    >>> rec = {"id": "x", "accuracy": 0.9, "command": None, "memory": [layer],
+    ...        "run": {"mixer": "hybrid_sv", "seed": 0, "hybrid": {"C": 0.25}}}
+    >>> row = cell_measures(rec)
+    >>> row["C"], row["data_mass"], row["data_share"], row["distinct_support_per_head"]
+    (0.25, 0.5, 0.1, 2.5)
+    """
+    run = rec["run"]
+    row = {"id": rec["id"], "mixer": run["mixer"], "C": _box(run), "seed": run["seed"],
+           "accuracy": rec["accuracy"], "command": rec.get("command")}
+    layers = []
+    for m in rec.get("memory", []):
+        if "alpha_by_role" not in m:
+            continue
+        start = float(m["boundary"])
+        layers.append({
+            "layer": m["layer"],
+            "support_per_head": float(np.mean(m["support_per_head"])),
+            "distinct_support_per_head": (float(np.mean(m["distinct_support_per_head"]))
+                                          if "distinct_support_per_head" in m else None),
+            "mass_by_role": {k: float(np.mean(v)) for k, v in m["alpha_by_role"].items()},
+            "share_by_role": {k: float(v) / start for k, v in m["prefix_by_role"].items()},
+            "gate_mean": float(np.mean(m["gate"])),
+        })
+    row["layers"] = layers
+    row["support_per_head"] = _mean_of(layers, "support_per_head")
+    row["distinct_support_per_head"] = _mean_of(layers, "distinct_support_per_head")
+    roles = sorted({k for x in layers for k in x["mass_by_role"]})
+    row["mass_by_role"] = {k: float(np.mean([x["mass_by_role"].get(k, 0.0) for x in layers]))
+                           for k in roles} if layers else {}
+    row["share_by_role"] = {k: float(np.mean([x["share_by_role"].get(k, 0.0)
+                                              for x in layers])) for k in roles} if layers else {}
+    row["data_mass"] = row["mass_by_role"].get("data")
+    row["data_share"] = row["share_by_role"].get("data")
+    row["gate_mean"] = _mean_of(layers, "gate_mean")
+    return row
 
 
 def _mixer_rank(mixer: str) -> int:
@@ -412,6 +517,7 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         "cells_in_grid": {n: len(GRIDS[n].runs()) for n in names if n in GRIDS},
         "train_seconds": float(sum(r.get("wall_seconds", 0.0) for r in records)),
         "summary": summarize(records),
+        "cells": [cell_measures(r) for r in records],
         "records": records,
     }
     if into is not None:
