@@ -183,3 +183,26 @@ def test_checkpoint_usage_errors_exit_2_on_one_line(tmp_path, capsys, argv, word
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     for w in words:
         assert w in err, err
+
+
+def test_a_recall_cell_model_generates_forgets_verifies_and_evaluates(tmp_path, capsys):
+    """The grid cells' safetensors models (svattn.lm.recall.save_cell_model) too."""
+    from svattn.lm.recall import RecallRun, model_config, save_cell_model
+
+    run = RecallRun(seq_len=32, d_model=16, steps=3, batch_size=4, num_train=16, num_test=8,
+                    hybrid={"chunk": 8, "C": 0.25, "budget": 8, "policy": "full"},
+                    task_options={"vocab_size": 32}, inspect_sequences=1)
+    torch.manual_seed(0)
+    model = CharLM(model_config(run, 32))
+    cell = tmp_path / "cell.safetensors"
+    save_cell_model(model, run, cell)
+    prompt = bytes(range(1, 21)).decode()
+    assert main(["generate", str(cell), "--prompt", prompt, "-n", "2", "--forget", "2:5",
+                 "--save", str(tmp_path / "st"), "--receipt", str(tmp_path / "r.json")]) == 0
+    assert main(["verify-forget", str(cell), str(tmp_path / "st"),
+                 str(tmp_path / "r.json")]) in (0, 3)
+    assert "VERIFIED" in capsys.readouterr().out
+    assert main(["eval", str(cell)]) == 0
+    rec = json.loads(capsys.readouterr().out)
+    assert rec["contexts"] == 8 and rec["step"] == 3 and 0 <= rec["accuracy"] <= 1
+

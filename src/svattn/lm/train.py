@@ -487,13 +487,32 @@ def _not_a_checkpoint(path: str | os.PathLike, why: str) -> ValueError:
                            f"ckpt.pt) or of a recall run (ckpt.pt, model.pt): {why}")
 
 
+def _is_cell_model(path: str | os.PathLike) -> bool:
+    """A safetensors file whose metadata names a recall cell model."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return False
+        size = int.from_bytes(head, "little")
+        if not 2 <= size <= 1 << 24:
+            return False
+        try:
+            header = json.loads(fh.read(size))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return False
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return isinstance(meta, dict) and meta.get("format") == "svattn.RecallCell"
+
+
 def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig | None, dict]:
     """Model (on CPU, eval mode), training config and the raw checkpoint dict.
 
     Reads ``svattn train``'s ``ckpt.pt`` and a recall run's ``ckpt.pt`` / ``model.pt``
     (:func:`svattn.lm.recall.train_checkpointed`; its training config is None), with
     :func:`svattn.lm.checkpoint.read_checkpoint`: no Python object in the file is
-    unpickled, so a crafted file cannot run code.
+    unpickled, so a crafted file cannot run code. A recall grid cell's safetensors
+    model (:func:`svattn.lm.recall.save_cell_model`) is read too (its dict is
+    ``format``, ``model_config``, ``run``, ``step`` = the run's steps).
 
     Raises
     ------
@@ -503,6 +522,12 @@ def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig 
         ValueError) when it pickles objects (an earlier svattn's checkpoint: the
         message names ``svattn convert-checkpoint``).
     """
+    if _is_cell_model(path):
+        from svattn.lm.recall import load_cell_model  # recall imports this module
+
+        model, run = load_cell_model(path)
+        return model, None, {"format": RECALL_FORMAT, "model_config": model.cfg.to_dict(),
+                             "run": run.to_dict(), "step": run.steps}
     try:
         ckpt = read_checkpoint(path)
     except UnsafeCheckpointError:
