@@ -44,6 +44,7 @@ import numpy as np
 
 from svattn.data.icu import IcuStays, default_slice_path, load_mimic3_vitals
 from svattn.exact import DeletionCertificate, DeletionVerification, SVDDMemory, verify_deletion
+from svattn.exact.signing import generate_key
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -191,7 +192,10 @@ def run_demo(
     log_path = None if save_dir is None else save_dir / _LOG
     if log_path is not None:
         save_dir.mkdir(parents=True, exist_ok=True)
-    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path)
+    # the controller's key signs every certificate: the auditor's public key then binds
+    # every field (the state alone cannot bind a commitment or an id)
+    key = generate_key()
+    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path, signing_key=key)
     start = time.perf_counter()
     token_ids = _stream(memory, stream)
     elapsed = time.perf_counter() - start
@@ -224,9 +228,10 @@ def run_demo(
     say(f"verify   retraining from scratch on the {len(memory)} remaining tokens "
         "(independent QP oracle) ...")
     start = time.perf_counter()
-    final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed)
+    final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed,
+                            public_key=key.public_key())
     say(f"         {final.summary()} ({time.perf_counter() - start:.2f} s)")
-    ok = final.ok and not bad
+    ok = final.complete and not bad
     say(_verdict(ok, delete, certificates, final))
     if save_dir is not None:
         _save(say, memory, certificates, save_dir)
