@@ -172,6 +172,52 @@ def declaration_errors(kind: type) -> list[str]:
     return errs
 
 
+def edited_values(value) -> list:
+    """Other values of ``value``'s kind, for a tamper harness: well-formed where that is
+    easy (so only a check that binds the field can catch them), one or two per value.
+
+    Examples
+    --------
+    >>> edited_values(3), edited_values("ab12"), edited_values([1, 2]), edited_values(None)[0][:4]
+    ([4, 2], ['0b12'], [[2, 2], [1]], 'abab')
+    """
+    if isinstance(value, bool):
+        return [not value]
+    if isinstance(value, int):
+        return [value + 1] + ([value - 1] if value > 0 else [])
+    if isinstance(value, float):
+        return [value * 2 + 1e-3]
+    if isinstance(value, str):
+        if value and all(c in "0123456789abcdef" for c in value):
+            return [("0" if value[0] != "0" else "1") + value[1:]]
+        return [value + "x"]
+    if value is None:
+        return ["ab" * 32]
+    if dataclasses.is_dataclass(value):
+        first = dataclasses.fields(value)[0].name
+        return [dataclasses.replace(value, **{first: edited_values(getattr(value, first))[0]})]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            return [type(value)([0])]
+        return [type(value)([edited_values(value[0])[0], *value[1:]]), type(value)(value[:-1])]
+    if isinstance(value, dict):
+        if not value:
+            return [{"0": [1]}]
+        k = sorted(value)[0]
+        return [{**value, k: edited_values(value[k])[0]}]
+    raise TypeError(f"no edits of a {type(value).__name__}")
+
+
+def tamper_outcome(verdict: Verdict, name: str) -> str:
+    """How a verdict met an edit of field ``name``: ``"failed"``, ``"unchecked"`` (the
+    field among the unchecked), ``"VERIFIED"`` or ``"claimed checked"`` (both lies)."""
+    if verdict.status == FAILED:
+        return "failed"
+    if verdict.status == VERIFIED:
+        return "VERIFIED"
+    return "unchecked" if name in dict(verdict.unchecked) else "claimed checked"
+
+
 def checks_table(kinds: Iterable[type]) -> str:
     """The Markdown table of the declarations of ``kinds``: one row per field or claim,
     one column per check (``x``: it binds the field)."""
@@ -188,4 +234,5 @@ def checks_table(kinds: Iterable[type]) -> str:
 
 __all__ = ["CHECK_NAMES", "EXIT_STATUS", "FAILED", "FORM", "LOG", "RESOLVE", "RESTREAM",
            "SIGNATURE", "STATE", "UNCHECKED", "VERIFIED", "Verdict", "WHAT_RUNS",
-           "checks_table", "declaration", "declaration_errors", "field_of", "judge"]
+           "checks_table", "declaration", "declaration_errors", "edited_values", "field_of",
+           "judge", "tamper_outcome"]
