@@ -316,3 +316,43 @@ def test_a_model_receipt_is_checked_later_through_the_forget_log(model_erasure, 
     assert rep.ok and rep.later and rep.status == "VERIFIED", rep.summary()
     forged = dataclasses.replace(first, state_digest="0" * 64)
     assert verify_forget(later, forged).status == "FAILED"
+
+
+def test_cli_signed_model_receipt_needs_the_public_key_to_be_verified(tmp_path, capsys):
+    from svattn.cli import main
+    from svattn.exact.signing import write_keypair
+    from svattn.lm.train import TrainConfig
+
+    model = tiny_model()
+    ckpt = tmp_path / "ckpt.pt"
+    torch.save({"config": TrainConfig().to_dict(), "model_config": model.cfg.to_dict(),
+                "model": model.state_dict(), "step": 0}, ckpt)
+    key, pub = write_keypair(tmp_path / "ctl")
+    _, other = write_keypair(tmp_path / "other")
+    st, r = tmp_path / "st", tmp_path / "r.json"
+    assert main(["generate", str(ckpt), "--prompt", TEXT.decode(), "-n", "0", "--forget",
+                 "4:9", "--receipt", str(r), "--save", str(st), "--signing-key", str(key)]) == 0
+    assert ModelErasureReceipt.from_json(r.read_text()).signer is not None
+    capsys.readouterr()
+    verify = ["verify-forget", str(ckpt), str(st), str(r)]
+    assert main(verify) == 3  # every field bound by the stream but the signature
+    out = capsys.readouterr().out
+    assert "VERIFIED" not in out and "signature" in out.split("fields UNCHECKED:")[1]
+    assert main([*verify, "--public-key", str(pub)]) == 0
+    assert "verdict:             VERIFIED" in capsys.readouterr().out
+    assert main([*verify, "--public-key", str(other)]) == 1
+
+
+def test_a_stream_saved_before_the_forget_log_still_loads(tmp_path):
+    from svattn.lm.stream import LMStream
+
+    s = tiny_model().stream()
+    s.feed(TEXT)
+    s.save(tmp_path / "st")
+    man_path = tmp_path / "st" / "stream.json"
+    man = json.loads(man_path.read_text())
+    del man["forget_log"]
+    man["digest"] = s.content_digest()  # what saves before #35 recorded as the digest
+    man_path.write_text(json.dumps(man))
+    loaded = LMStream.load(tmp_path / "st", tiny_model())
+    assert loaded.digest() == s.digest() and loaded.text == s.text

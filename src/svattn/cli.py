@@ -445,6 +445,9 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save", type=Path, default=None, metavar="DIR",
                         help="with --forget: save the stream right after the forget (for "
                              "svattn verify-forget)")
+    parser.add_argument("--signing-key", type=Path, default=None, metavar="KEY",
+                        help="the controller's Ed25519 private key (svattn keygen): the "
+                             "erasure receipt is signed with it (verify-forget --public-key)")
 
 
 def _generate_run(args: argparse.Namespace) -> int:
@@ -465,9 +468,11 @@ def _generate_run(args: argparse.Namespace) -> int:
                          f"prompt's {len(prompt)} bytes")
     if args.forget is None and (args.receipt is not None or args.save is not None):
         raise ValueError("--receipt and --save record a forget: give --forget START:STOP")
+    if args.signing_key is not None:
+        _check_file(args.signing_key, "--signing-key")
     model, _, _ = load_checkpoint_model(args.checkpoint)
     try:
-        stream = model.stream(full_policy=args.full_policy)
+        stream = model.stream(full_policy=args.full_policy, signing_key=args.signing_key)
     except ValueError as exc:
         raise ValueError(f"{exc} (on the command line: --full-policy)") from None
 

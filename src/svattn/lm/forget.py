@@ -45,7 +45,7 @@ import numpy as np
 from svattn.exact import DeletionCertificate
 from svattn.exact.certificate import certificate_dict_errors, signer_errors
 from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, Verdict, judge
-from svattn.exact.signing import load_public_key, sign, signature_errors
+from svattn.exact.signing import load_public_key, signature_errors
 
 __all__ = ["ModelErasureReceipt", "ForgetVerification", "verify_forget", "forget_entry_hash"]
 
@@ -199,10 +199,6 @@ class ModelErasureReceipt:
         """What a signature covers: the canonical JSON of every field but ``signature``."""
         body = {k: v for k, v in asdict(self).items() if k != "signature"}
         return b"svattn-model-erasure-receipt-v2|" + canonical_json(body)
-
-    def signed_with(self, key) -> ModelErasureReceipt:
-        """This receipt signed with the Ed25519 private key ``key``."""
-        return sign(self, key)
 
     def certificates(self) -> list[DeletionCertificate]:
         """Every span certificate, as :class:`~svattn.exact.DeletionCertificate`."""
