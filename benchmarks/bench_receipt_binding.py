@@ -34,6 +34,28 @@ from bench_forget import SHARED, build_model  # noqa: E402
 from bench_records import write_record  # noqa: E402
 
 
+def binding_parts(stream, receipt, public) -> dict[str, float]:
+    """Milliseconds (median of 20) of what #35 adds to a forget and to its verification
+    besides the re-stream: the receipt body's hash, the stream's state part and digest
+    (computed about twice each per forget and per verification), the receipt's field
+    checks and, when signed, the signature's check."""
+    from svattn.exact.signing import signature_errors
+
+    def ms(fn) -> float:
+        out = []
+        for _ in range(20):
+            t = time.perf_counter()
+            fn()
+            out.append(1e3 * (time.perf_counter() - t))
+        return statistics.median(out)
+
+    parts = {"body_sha256": ms(receipt.body_sha256), "state_part": ms(stream.state_part),
+             "digest": ms(stream.digest), "field_errors": ms(receipt.field_errors)}
+    if public is not None:
+        parts["signature_check"] = ms(lambda: signature_errors(receipt, public))
+    return parts
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--tokens", type=int, default=4096)
@@ -70,8 +92,13 @@ def main(argv: list[str] | None = None) -> dict:
         verify_s.append(time.perf_counter() - t0)
         assert rep.ok, rep.summary()
         print(f"forget {forget_s[-1]:.3f} s, verify_forget {verify_s[-1]:.3f} s", flush=True)
+    parts = binding_parts(s, receipt, public) if hasattr(s, "state_part") else None
+    if parts:
+        print("binding parts (ms, median of 20): " + ", ".join(
+            f"{k} {v:.3f}" for k, v in parts.items()), flush=True)
     body = {"model": note, "tokens": len(text), "span": [start, start + args.span],
             "signed": args.sign, "forget_s": forget_s, "verify_forget_s": verify_s,
+            "binding_parts_ms": parts,
             "forget_median_s": statistics.median(forget_s),
             "verify_forget_median_s": statistics.median(verify_s), "threads": 1}
     print(f"median: forget {body['forget_median_s']:.3f} s, verify_forget "

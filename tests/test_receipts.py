@@ -356,3 +356,17 @@ def test_a_stream_saved_before_the_forget_log_still_loads(tmp_path):
     man_path.write_text(json.dumps(man))
     loaded = LMStream.load(tmp_path / "st", tiny_model())
     assert loaded.digest() == s.digest() and loaded.text == s.text
+
+
+def test_an_erasure_receipt_is_checked_later_against_the_log(tmp_path):
+    log, key = tmp_path / "audit.jsonl", generate_key()
+    mem = SVDDMemory(0.1, audit_log=log, signing_key=key)
+    rng = np.random.default_rng(4)
+    mem.extend(rng.normal(size=(30, 3)), tags=["a"] * 5 + ["b"] * 25)
+    receipt = mem.erase("a")
+    mem.extend(rng.normal(size=(5, 3)), tags=["b"] * 5)  # the memory moved on
+    rep = verify_erasure(mem, receipt, log=log)
+    assert rep.status == "VERIFIED", rep.summary()
+    assert verify_erasure(mem, receipt).status == "FAILED"  # without the log: not its state
+    mem.extend(rng.normal(size=(1, 3)), tags=["a"])  # the subject's data is back
+    assert verify_erasure(mem, receipt, log=log).status == "FAILED"
