@@ -1,7 +1,9 @@
 """Every usage error of the command line: input → exit status and the words of its one line.
 
 Exit 2 is a usage error (one line on stderr, ``svattn CMD: error: ...``, never a
-traceback); exit 1 a check that ran and failed. Each row is a case a new user hit
+traceback; a malformed receipt is one); exit 1 a check that ran and failed; exit 3 a
+verification where nothing failed but some receipt field was not checked (issue #35:
+never a bare VERIFIED over an unchecked field). Each row is a case a new user hit
 (issue #23). Placeholders in ``argv`` (``{state}``, ``{dir}``, ...) are files made
 once by the ``files`` fixture.
 """
