@@ -2,14 +2,14 @@
 
 Each receipt type (:class:`~svattn.exact.DeletionCertificate`,
 :class:`~svattn.exact.certificate.ErasureReceipt`,
-:class:`svattn.lm.forget.ModelErasureReceipt`, :class:`svattn.ForgetReceipt`) declares,
-in its class attribute ``CHECKS``, every field it has and what *binds* that field:
-which checks catch any edit of it to another well-formed value. The checks are
+:class:`svattn.lm.forget.ModelErasureReceipt`, :class:`svattn.estimators.ForgetReceipt`)
+declares, in its class attribute ``CHECKS``, every field it has and what *binds* that
+field: which checks catch any edit of it to another well-formed value. The checks are
 
 * ``state``: the state the receipt describes (a memory, a stream, a model), as it is
-  right after the operation (or, with a log, any later state of it);
-* ``log``: the memory's hash-chained audit log (``--log``), or the stream's own
-  hash-chained forget log (part of its digest);
+  right after the operation (or, with a log, any later state of it); a stream's state
+  includes its hash-chained forget log, which binds its receipts at any later time;
+* ``log``: the memory's hash-chained audit log (``--log``);
 * ``signature``: the controller's Ed25519 signature, checked with its public key
   (``--public-key``);
 * ``re-solve``: a from-scratch solve of the remaining tokens (the independent oracle);
@@ -23,7 +23,7 @@ anything that ran (``UNCHECKED``, 3: the verdict names each with what would chec
 it). Nothing prints a bare ``VERIFIED`` over an unchecked field. ``CLAIMS`` of a type
 are what it asserts beyond its fields (that the state is the exact optimum), checked
 the same way. ``docs/design.md`` ("Receipts: fields and what checks each") is
-:func:`checks_table` of the four declarations; ``tests/exact/test_receipts.py`` holds
+:func:`checks_table` of the four declarations; ``tests/test_receipts.py`` holds
 the two equal.
 """
 
