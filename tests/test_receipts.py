@@ -12,6 +12,7 @@ on the tree before #35), and the design doc's table against the declarations.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 from pathlib import Path
 
@@ -370,3 +371,36 @@ def test_an_erasure_receipt_is_checked_later_against_the_log(tmp_path):
     assert verify_erasure(mem, receipt).status == "FAILED"  # without the log: not its state
     mem.extend(rng.normal(size=(1, 3)), tags=["a"])  # the subject's data is back
     assert verify_erasure(mem, receipt, log=log).status == "FAILED"
+
+
+def test_an_erase_record_without_the_receipt_hash_leaves_two_fields_to_the_signature(
+        tmp_path):
+    """Logs written before #35 keep the tag hash, ids, signer and signature of an
+    erasure, not the receipt's SHA-256: copies_kept and issued_at are then unchecked by
+    the log (the signature still binds them)."""
+    from svattn.exact.audit import canonical, record_hash
+
+    log, key = tmp_path / "audit.jsonl", generate_key()
+    mem = SVDDMemory(0.1, audit_log=log, signing_key=key)
+    mem.extend(np.random.default_rng(5).normal(size=(20, 3)), tags=["a"] * 4 + ["b"] * 16)
+    receipt = mem.erase("a")
+    mem.close_audit_log()
+    records, prev = [], None
+    for line in log.read_text().splitlines():  # rewrite as an older log would read
+        rec = json.loads(line)
+        if rec["op"] == "erase":
+            del rec["erasure"]["receipt_sha256"]
+        if prev is not None:
+            rec["prev"] = prev
+        rec["sha256"] = record_hash(rec)
+        records.append(canonical(rec) + "\n")
+        prev = hashlib.sha256(canonical(rec).encode()).hexdigest()  # chained by line
+    log.write_text("".join(records))
+    rep = verify_erasure(mem, receipt, retrain=False, log=log)
+    assert rep.ok and rep.status == "UNCHECKED"
+    assert {n for n, _ in rep.verdict.unchecked} >= {"copies_kept", "issued_at"}
+    edited = dataclasses.replace(receipt, issued_at="2020-01-01T00:00:00+00:00")
+    assert tamper_outcome(verify_erasure(mem, edited, retrain=False, log=log).verdict,
+                          "issued_at") == "unchecked"
+    assert verify_erasure(mem, edited, retrain=False, log=log,
+                          public_key=key.public_key()).status == "FAILED"
