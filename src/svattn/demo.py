@@ -215,11 +215,12 @@ def run_demo(
         f"delete   stay {delete} (subject {subject}): {len(doomed)} tokens, "
         f"{len(support.intersection(doomed))} of them in the support"
     )
-    certificates, checks, seconds = _delete(memory, doomed, say, show, verify_each, seed)
+    certificates, checks, seconds = _delete(memory, doomed, say, show, verify_each, seed,
+                                            key.public_key())
     bad = [c for c in checks if not c.ok]
     say(
         f"         {len(certificates)} certificates in {seconds:.2f} s, each checked right after "
-        f"its deletion (digest, KKT, consistency{', retrain' if verify_each else ''}): "
+        f"its deletion (digest, KKT, consistency, signature{', retrain' if verify_each else ''}): "
         + ("all ok" if not bad else f"{len(bad)} FAILED")
     )
 
@@ -330,7 +331,7 @@ def _report_memory(
     )
 
 
-def _delete(memory, doomed, say, show, verify_each, seed):
+def _delete(memory, doomed, say, show, verify_each, seed, public_key):
     certificates: list[DeletionCertificate] = []
     checks: list[DeletionVerification] = []
     if show:
@@ -356,7 +357,8 @@ def _delete(memory, doomed, say, show, verify_each, seed):
 
     for token in doomed:
         cert = memory.remove(token)
-        check = verify_deletion(memory, cert, retrain=verify_each, seed=seed)
+        check = verify_deletion(memory, cert, retrain=verify_each, seed=seed,
+                                public_key=public_key)
         certificates.append(cert)
         checks.append(check)
         if _is_reserve_drop(cert) and check.ok:
