@@ -868,6 +868,9 @@ def _recall_arguments(parser: argparse.ArgumentParser) -> None:
     col.add_argument("--into", type=Path, default=None, metavar="FILE",
                      help=f"the results file to write (default {RECALL_RESULTS}, which is "
                      "a tracked record: replaced only when --into names it or with --force)")
+    col.add_argument("--models-into", type=Path, default=None, metavar="DIR",
+                     help="also copy the cells' kept weights (grids that keep them, e.g. "
+                     "selection) into DIR")
     col.add_argument("--force", action="store_true",
                      help=f"replace {RECALL_RESULTS} when --into is not given")
     tim = sub.add_parser("time", help="seconds per training step of each mixer at a grid's sizes")
@@ -907,7 +910,7 @@ def _recall_run(args: argparse.Namespace) -> int:
             if into.exists() and not args.force:
                 raise FileExistsError(f"{into} exists and is a tracked record: give --into "
                                       "FILE to write another file, or --force to replace it")
-        res = collect(args.runs, into, command=command)
+        res = collect(args.runs, into, command=command, models_into=args.models_into)
         print(f"collected {len(res['records'])} cells from "
               f"{', '.join(map(str, args.runs))}; wrote {into}")
         return 0

@@ -469,7 +469,8 @@ def _mixer_rank(mixer: str) -> int:
 
 
 def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
-            into: str | os.PathLike | None = None, *, command: str | None = None) -> dict:
+            into: str | os.PathLike | None = None, *, command: str | None = None,
+            models_into: str | os.PathLike | None = None) -> dict:
     """Read every finished cell under ``runs`` (one folder, or several) and (with
     ``into``) write the results file.
 
@@ -480,10 +481,13 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         configs met), "records" (sorted by id, loss curves kept), "summary"
         (:func:`summarize`), "train_seconds" (total of the cells' wall time)}``.
 
+    ``models_into`` (a folder): copy each cell's kept weights (``model_file``, grids
+    with ``save_models``) there, beside the results file.
+
     Raises
     ------
     FileNotFoundError
-        If a folder of ``runs`` does not exist.
+        If a folder of ``runs`` does not exist, or a cell's weights are gone.
     ValueError
         If they hold no finished cell, or two folders hold a cell of the same id
         (grids whose ids repeat — a slice and its longer-trained twin — are collected
@@ -520,6 +524,18 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         "cells": [cell_measures(r) for r in records],
         "records": records,
     }
+    if models_into is not None:  # the cells' kept weights beside the results file
+        import shutil
+
+        dest = Path(models_into)
+        dest.mkdir(parents=True, exist_ok=True)
+        for rec in records:
+            if rec.get("model_file"):
+                src = where[rec["id"]] / rec["model_file"]
+                if not src.exists():
+                    raise FileNotFoundError(f"runs: {rec['id']} names {src}, which is gone")
+                shutil.copyfile(src, dest / rec["model_file"])
+        result["models_in"] = str(dest)
     if into is not None:
         into = Path(into)
         into.parent.mkdir(parents=True, exist_ok=True)
