@@ -37,3 +37,18 @@ def test_documented_output_folders_are_ignored():
         probe = f"{folder}/x.json"
         done = subprocess.run(["git", "check-ignore", "-q", probe], cwd=root)
         assert done.returncode == 0, f"{folder}/ (documented output) is not in .gitignore"
+
+
+def test_documented_key_folders_are_ignored():
+    """The folder a documented ``svattn keygen PREFIX`` writes its private key into is
+    ignored by git: following the README never stages a private key."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    text = "".join((root / p).read_text() for p in ("README.md", "docs/trust.md"))
+    prefixes = {m.group(1) for m in re.finditer(r"svattn keygen ([A-Za-z0-9_./-]+)", text)}
+    local = sorted(p for p in prefixes if "/" in p and not p.startswith(("/", "$", "..")))
+    assert "keys/controller" in local  # the README's auditor path
+    for prefix in local:
+        done = subprocess.run(["git", "check-ignore", "-q", f"{prefix}.key"], cwd=root)
+        assert done.returncode == 0, f"{prefix}.key (a documented private key) is not ignored"
