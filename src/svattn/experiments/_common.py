@@ -205,12 +205,23 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, out: Path, name: str, caption: str) -> str:
+QUICK_STAMP = "QUICK MODE: a machinery check, not a result"
+
+
+def save_figure(fig, out: Path, name: str, caption: str, *, quick: bool = False) -> str:
     """Stamp ``caption`` (seed count, interval) under the figure, save it as PNG, close it.
+
+    With ``quick`` (``svattn reproduce --quick``: a few steps on shipped slices) the
+    caption starts with :data:`QUICK_STAMP` and the stamp is written across the figure,
+    so a quick run's figure is never read as a result.
 
     Returns the file name (relative to ``out``).
     """
     plt = pyplot()
+    if quick:
+        caption = f"{QUICK_STAMP} (few steps, shipped slices). {caption}"
+        fig.text(0.5, 0.5, QUICK_STAMP, fontsize=20, color="tab:red", alpha=0.3,
+                 rotation=15, ha="center", va="center", weight="bold", zorder=10)
     fig.text(0.01, 0.005, caption, fontsize=7, color="0.3", ha="left", va="bottom")
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     path = out / name
