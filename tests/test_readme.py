@@ -27,9 +27,10 @@ def test_documented_output_folders_are_ignored():
     import subprocess
 
     root = Path(__file__).resolve().parents[1]
-    text = "".join((root / p).read_text() for p in ("README.md", "docs/streaming.md"))
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    text = "".join(p.read_text() for p in pages)
     folders = {m.group(1).rstrip("/") for m in re.finditer(
-        r"--(?:out|runs) ([A-Za-z0-9_./-]+)", text)}
+        r"--(?:out|runs|save) ([A-Za-z0-9_./-]+)", text)}
     local = sorted(f for f in folders if not f.startswith(("results", "/", "$", ".."))
                    and "." not in Path(f).name and not f.isupper())  # NAME: a placeholder
     assert "demo-run" in local  # the README's auditor path
@@ -52,3 +53,20 @@ def test_documented_key_folders_are_ignored():
     for prefix in local:
         done = subprocess.run(["git", "check-ignore", "-q", f"{prefix}.key"], cwd=root)
         assert done.returncode == 0, f"{prefix}.key (a documented private key) is not ignored"
+
+
+def test_relative_links_in_the_docs_resolve():
+    """Every relative link in README.md and docs/*.md names a file or folder that exists
+    (pages moved from the README to docs/ link back with ../)."""
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if target.startswith(("http://", "https://", "#", "mailto:")):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(root)}: {target}")
+    assert broken == []
