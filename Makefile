@@ -29,7 +29,7 @@ demo: setup
 test: setup
 	$(BIN)/ruff check --no-cache src tests benchmarks scripts
 	$(BIN)/lint-imports --no-cache
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 lint: setup
 	$(BIN)/ruff check --no-cache src tests benchmarks scripts

@@ -21,6 +21,14 @@ What it runs (#18's "measure and report"):
   with SIGKILL at a random moment; the file must load (old or new bytes), and
   after the parent erases a subject and saves, no byte of the erased keys may be
   left anywhere under the directory or in the log.
+* **Killed stream saves** — a forked child saves an ``LMStream`` before and after
+  forgetting a span into one folder, alternately, and is killed with SIGKILL at a
+  random moment; the folder must load, to one of the two states; when it is the
+  state after the forget, no file may hold a byte of the span or a key, value or
+  hidden state of its positions, and none may after the parent's next save.
+* **Two stream writers** — two forked children save their streams into one folder
+  at once; every save must land or be refused as busy, and the folder must load to
+  one of them with no file its manifest does not name.
 
 Usage::
 
@@ -353,11 +361,166 @@ def killed_saves(tmp: Path, trials: int, rng) -> dict:
     return out
 
 
+# ----------------------------------------------------------------- stream folders
+SECRET = bytes(range(200, 216))
+
+
+def _stream_setup(seed: int):
+    """A small hybrid CharLM, a text with a secret span, and the streams before and
+    after forgetting it; plus every float64 row of the span (keys, values, hidden
+    states, logits) from an independent stream, for the scan."""
+    import torch
+
+    from svattn.lm import CharLM, CharLMConfig
+
+    torch.manual_seed(seed)
+    model = CharLM(CharLMConfig(n_layer=2, n_embd=16, n_head=2, block_size=128,
+                                mixer="hybrid_sv", rope=True,
+                                mixer_options={"chunk": 8, "C": 0.25, "policy": "full",
+                                               "lookback": 3}))
+    with torch.no_grad():
+        for block in model.blocks:
+            block.mix.gate.fill_(0.5)
+            block.mix.qkv.weight.mul_(10.0)
+    rng = np.random.default_rng(seed)
+    a = int(rng.integers(5, 40))
+    text = bytes(rng.integers(97, 110, a).tolist()) + SECRET + \
+        bytes(rng.integers(97, 110, int(rng.integers(5, 40))).tolist())
+    b = a + len(SECRET)
+    ref = model.stream()
+    ref.feed(text)
+    rows = [ref.all_logits()[p].numpy().tobytes() for p in range(a, b)]
+    for st in ref.layers:
+        for name in ("k", "v", "kr"):
+            cache = getattr(st, name)
+            if cache is not None:
+                rows += [cache.view()[p, h].numpy().tobytes() for p in range(a, b)
+                         for h in range(cache.view().shape[1])]
+    pre, post = model.stream(), model.stream()
+    pre.feed(text)
+    post.feed(text)
+    post.forget(a, b)
+    return model, pre, post, rows
+
+
+def _leaks(folder: Path, rows: list[bytes]) -> int:
+    n = 0
+    for p in folder.iterdir():
+        data = p.read_bytes()
+        n += any(SECRET[i : i + 4] in data for i in range(len(SECRET) - 3)) or \
+            any(r in data for r in rows)
+    return n
+
+
+def _unnamed(folder: Path) -> int:
+    man = json.loads((folder / "stream.json").read_text())
+    named = {"stream.json", "stream.lock", man["arrays"]["file"]} | {
+        m["file"] for lay in man["layers"] for m in lay["memories"]}
+    return len([p for p in folder.iterdir() if p.name not in named])
+
+
+def _fork(body) -> int:
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            code = body()
+        finally:
+            os._exit(code)
+    return pid
+
+
+def killed_stream_saves(tmp: Path, trials: int, rng) -> dict:
+    from svattn.lm.stream import LMStream
+
+    out = {"trials": trials, "killed_mid_save": 0, "loaded_after_kill": 0,
+           "mixed_state": 0, "after_forget_state": 0, "forgotten_files_after_load": 0,
+           "unnamed_files_after_load": 0, "forgotten_files_after_next_save": 0,
+           "load_errors": []}
+    for t in range(trials):
+        model, pre, post, rows = _stream_setup(t)
+        d = tmp / f"stream_kill{t}"
+        pre.save(d)
+        r, w = os.pipe()
+
+        def body(w=w, pre=pre, post=post, d=d):
+            os.write(w, b"r")
+            while True:
+                post.save(d)
+                pre.save(d)
+
+        pid = _fork(body)
+        os.close(w)
+        os.read(r, 1)
+        os.close(r)
+        time.sleep(float(rng.uniform(0.0, 0.15)))
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        out["killed_mid_save"] += any(p.name.endswith(".tmp") for p in d.iterdir())
+        try:
+            got = LMStream.load(d, model)
+        except Exception as exc:  # noqa: BLE001 - counted
+            out["load_errors"].append(f"trial {t}: {type(exc).__name__}: {exc}")
+            continue
+        out["loaded_after_kill"] += 1
+        digest = got.digest()
+        out["mixed_state"] += digest not in (pre.digest(), post.digest())
+        if digest == post.digest():
+            out["after_forget_state"] += 1
+            out["forgotten_files_after_load"] += _leaks(d, rows)
+        out["unnamed_files_after_load"] += _unnamed(d)
+        post.save(d)
+        out["forgotten_files_after_next_save"] += _leaks(d, rows)
+    return out
+
+
+def stream_writers(tmp: Path, trials: int, saves: int = 6) -> dict:
+    from svattn.lm.stream import LMStream, StreamBusyError
+
+    out = {"trials": trials, "saves_each": saves, "writer_failures": 0, "loaded": 0,
+           "mixed_state": 0, "unnamed_files": 0}
+    busy_total = 0
+    for t in range(trials):
+        model, pre, post, _ = _stream_setup(100 + t)
+        d = tmp / f"stream_writers{t}"
+        pre.save(d)
+        r, w = os.pipe()
+
+        def body(stream, w=w, d=d):
+            busy = 0
+            for _ in range(saves):
+                try:
+                    stream.save(d)
+                except StreamBusyError:
+                    busy += 1
+            os.write(w, bytes([busy]))
+            return 0
+
+        pids = [_fork(lambda s=s: body(s)) for s in (pre, post)]
+        os.close(w)
+        for pid in pids:
+            _, status = os.waitpid(pid, 0)
+            out["writer_failures"] += not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
+        busy_total += sum(os.read(r, 2))
+        os.close(r)
+        try:
+            got = LMStream.load(d, model)
+            out["loaded"] += 1
+            out["mixed_state"] += got.digest() not in (pre.digest(), post.digest())
+            out["unnamed_files"] += _unnamed(d)
+        except Exception:  # noqa: BLE001 - counted (loaded stays lower)
+            pass
+    out["saves_refused_busy"] = busy_total
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--streams", type=int, default=24)
     p.add_argument("--ops", type=int, default=40, help="operations per stream")
     p.add_argument("--kills", type=int, default=10, help="killed-save trials")
+    p.add_argument("--stream-kills", type=int, default=10, help="killed stream-save trials")
+    p.add_argument("--stream-writers", type=int, default=4, help="two-writer trials")
     p.add_argument("--json", type=Path, help="also write the report (and this command) here")
     args = p.parse_args(argv)
     faults = Faults()
@@ -377,9 +540,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{stats['faults_survived']}/{stats['faults_injected']} faults survived",
                       flush=True)
             kills = killed_saves(Path(tmp), args.kills, np.random.default_rng(1))
+            uninstall(saved)
+            saved = []
+            stream_kills = killed_stream_saves(Path(tmp), args.stream_kills,
+                                               np.random.default_rng(2))
+            writers = stream_writers(Path(tmp), args.stream_writers)
     finally:
         uninstall(saved)
-    report = {**stats, "killed_saves": kills, "seconds": round(time.perf_counter() - t0, 1)}
+    report = {**stats, "killed_saves": kills, "killed_stream_saves": stream_kills,
+              "stream_two_writers": writers, "seconds": round(time.perf_counter() - t0, 1)}
     print(json.dumps({k: v for k, v in report.items() if k not in ("large_devs",)}, indent=1))
     if args.json:
         write_record(args.json, __file__, argv, report)

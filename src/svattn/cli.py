@@ -375,7 +375,8 @@ def _span(text: str) -> tuple[int, int]:
 
 
 def _generate_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a ckpt.pt of train")
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                        help="a ckpt.pt of svattn train, or a recall run's ckpt.pt / model.pt")
     prompt = parser.add_mutually_exclusive_group(required=True)
     prompt.add_argument("--prompt", default=None, metavar="TEXT", help="the prompt (UTF-8)")
     prompt.add_argument("--prompt-file", type=Path, default=None, metavar="PATH",
@@ -429,7 +430,11 @@ def _generate_run(args: argparse.Namespace) -> int:
             print(f"svattn generate: read {done}/{total} prompt bytes", file=sys.stderr,
                   flush=True)
 
-    stream.feed(prompt, progress=progress)
+    try:  # a byte outside the vocabulary is refused before the stream changes
+        stream.feed(prompt, progress=progress)
+    except ValueError as exc:
+        flag = "--prompt-file" if args.prompt_file is not None else "--prompt"
+        raise ValueError(f"{flag}: {str(exc).removeprefix('tokens: ')}") from None
     sample = {"temperature": args.temperature, "top_k": args.top_k, "seed": args.seed}
     out = stream.generate(args.n, **sample)
     if args.forget is None:
@@ -645,14 +650,16 @@ def _train_run(args: argparse.Namespace) -> int:
 
 
 def _eval_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT", help="a ckpt.pt of train")
+    parser.add_argument("checkpoint", type=Path, metavar="CHECKPOINT",
+                        help="a ckpt.pt of svattn train (BPC on enwik8), or a recall run's "
+                             "ckpt.pt / model.pt (query accuracy on its own task)")
     parser.add_argument(
         "--data", type=Path, default=None, metavar="PATH",
         help="enwik8 file (raw or .zip; default: the run's data)",
     )
     parser.add_argument(
-        "--split", nargs="+", default=["val", "test"], choices=["train", "val", "test"],
-        help="the splits to score (default: val test)",
+        "--split", nargs="+", default=None, choices=["train", "val", "test"],
+        help="the splits to score (default: val test; a recall run's model: test)",
     )
     parser.add_argument(
         "--context", type=_positive_int, default=None,
@@ -662,7 +669,8 @@ def _eval_arguments(parser: argparse.ArgumentParser) -> None:
                         help="sequences per evaluation batch (default 32)")
     parser.add_argument(
         "--max-bytes", type=_positive_int, default=None,
-        help="score only the first N bytes of each split (default: every byte)",
+        help="score only the first N bytes of each split (default: every byte; a recall "
+        "run's model: its first N // context contexts, at least one)",
     )
     parser.add_argument(
         "--record", type=Path, default=None, metavar="FILE",
@@ -676,15 +684,18 @@ def _eval_run(args: argparse.Namespace) -> int:
 
     from svattn.experiments.runner import command_line
     from svattn.lm.records import append_records, eval_record
-    from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval
+    from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval, load_checkpoint_model
 
     _check_file(args.checkpoint, "CHECKPOINT")
     if args.data is not None:
         _check_file(args.data, "--data")
+    model, cfg, ckpt = load_checkpoint_model(args.checkpoint)
+    if cfg is None:  # a recall run's model: its own task
+        return _eval_recall(args, model, ckpt)
     model, _, ckpt, ds = load_checkpoint_for_eval(args.checkpoint, args.data)
     context = args.context or model.cfg.block_size
     records = []
-    for split in args.split:
+    for split in args.split or ["val", "test"]:
         lo, hi = ds.span(split, args.max_bytes)
         res = evaluate_bpc(model, ds.data, lo, hi, context=context, batch_size=args.batch_size)
         rec = {"split": split, "data": ds.label, "step": ckpt["step"], **res}
@@ -694,6 +705,43 @@ def _eval_run(args: argparse.Namespace) -> int:
         replaced = append_records(records, args.record)
         print(f"wrote {len(records)} eval record{'s' if len(records) != 1 else ''} to "
               f"{args.record}{f' (replacing {replaced})' if replaced else ''}")
+    return 0
+
+
+def _eval_recall(args: argparse.Namespace, model, ckpt: dict) -> int:
+    """``svattn eval`` of a recall run's model: query accuracy on its own task."""
+    import json
+
+    from svattn.lm.recall import evaluate_recall
+
+    for given, flag in ((args.data, "--data"), (args.context, "--context"),
+                        (args.record, "--record")):
+        if given is not None:
+            raise ValueError(f"{flag}: {args.checkpoint} is a recall run's model, scored on "
+                             f"its own task ({ckpt['run'].get('task')}); {flag} applies to "
+                             "enwik8 checkpoints of svattn train (recall results are "
+                             "collected by svattn recall collect)")
+    seq = int(ckpt["model_config"]["block_size"])
+    limit = None if args.max_bytes is None else max(1, args.max_bytes // seq)
+    for split in args.split or ["test"]:
+        print(json.dumps(evaluate_recall(model, ckpt, split=split, max_contexts=limit)))
+    return 0
+
+
+def _convert_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("old", type=Path, metavar="OLD",
+                        help="a checkpoint of an earlier svattn (UNPICKLED: only one you trust)")
+    parser.add_argument("new", type=Path, metavar="NEW",
+                        help="where to write the converted checkpoint (must not exist)")
+
+
+def _convert_run(args: argparse.Namespace) -> int:
+    from svattn.lm.checkpoint import convert_checkpoint
+
+    convert_checkpoint(args.old, args.new, warn=lambda message: print(
+        f"svattn convert-checkpoint: warning: {message}", file=sys.stderr, flush=True))
+    print(f"wrote {args.new}: it reads without unpickling objects (svattn generate, "
+          "verify-forget, eval, train --resume)")
     return 0
 
 
@@ -894,7 +942,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "eval",
-        "bits per character of a trained checkpoint on enwik8 splits",
+        "bits per character of a trained checkpoint on enwik8 splits (a recall run's "
+        "model: query accuracy on its task)",
         _eval_arguments,
         _eval_run,
     ),
@@ -911,6 +960,13 @@ COMMANDS: list[Command] = [
         "from scratch",
         _verify_forget_arguments,
         _verify_forget_run,
+    ),
+    Command(
+        "convert-checkpoint",
+        "convert a checkpoint of an earlier svattn (it unpickles OLD: trusted files only) "
+        "into one that reads without unpickling",
+        _convert_arguments,
+        _convert_run,
     ),
     Command(
         "collect",

@@ -22,6 +22,11 @@ is libsvm's one-class dual ``min ½ βᵀKβ, Σβ = νn, 0 <= β <= 1`` with
 * ``offset_ = (1 − μ) / (2C)`` (libsvm's ρ) and
   ``score_samples(x) = decision_function(x) + offset_``,
 
+where, when every support vector sits at the bound (an empty margin set, e.g. ν·n an
+integer), μ is not unique: the core keeps the largest optimal value (its convention:
+certificates and digests are over it), and the estimator reports the middle of the
+interval of optimal values, as libsvm chooses ρ (``svattn.exact.solver.mu_interval``),
+
 which for rbf equal ``OneClassSVM``'s attributes of the same names (to the
 precision libsvm reaches: it caches the kernel in float32). For kernels with a
 non-constant diagonal (``kernel="exp"``) the SVDD is not the one-class SVM;
@@ -76,6 +81,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.exact import DeletionCertificate, SVDDMemory
 from svattn.exact.kernels import KERNELS, LOG_MAX, KernelOverflowError
+from svattn.exact.solver import mu_interval
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,8 @@ class SVDD(OutlierMixin, BaseEstimator):
         The box bound ``0 <= α_i <= C`` of the SVDD dual, given directly (then
         ``nu`` must be None). At least ``ceil(1/C)`` samples carry weight; with
         fewer samples the model is uniform (see :mod:`svattn.exact.conventions`).
+        Above 1 the box never binds: the solver solves the C = 1 problem (its
+        ``memory_.C``), and ``C_`` keeps the value given as the attributes' scale.
     kernel : {"rbf", "exp"}
         ``rbf``: exp(−gamma‖x − y‖²); ``exp``: exp(gamma x·y).
     gamma : {"scale", "auto"} or float
@@ -142,7 +150,8 @@ class SVDD(OutlierMixin, BaseEstimator):
     memory_ : SVDDMemory
         The exact solver state (its certificates and audit tools apply).
     C_, gamma_ : float
-        The box bound and bandwidth in use (fixed from ``fit`` on).
+        The box bound and bandwidth in use (fixed from ``fit`` on); the solver's box
+        is ``min(C_, 1)`` (a larger one never binds).
     nu_ : float
         ``1 / (C_ · n)`` for the n samples held now.
     support_ : ndarray of int64, shape (n_SV,)
@@ -151,7 +160,9 @@ class SVDD(OutlierMixin, BaseEstimator):
     dual_coef_ : ndarray, shape (1, n_SV)
         ``alpha / C_`` (libsvm's coefficients for rbf).
     offset_ : float
-        ``(1 − mu) / (2 C_)``; ``decision_function = score_samples − offset_``.
+        ``(1 − mu) / (2 C_)``; ``decision_function = score_samples − offset_``. With
+        every support vector at the bound, ``mu`` is the middle of the optimal
+        interval (libsvm's choice of ``rho``), not ``memory_.mu``, its largest value.
     n_support_ : ndarray of int32, shape (1,)
     n_samples_ : int
         Samples held now.
@@ -277,13 +288,15 @@ class SVDD(OutlierMixin, BaseEstimator):
     unfit = forget
 
     def _matching_ids(self, X: np.ndarray, held: list[int]) -> list[int]:
-        keys = self.memory_.keys
+        # rows by their bytes with -0.0 written as 0.0 (+ 0.0), as the core's
+        # commitments and copy lists take them: equal values, one record
+        keys = self.memory_.keys + 0.0
         by_row: dict[bytes, list[int]] = {}
         for tid, row in zip(held, keys, strict=True):
             by_row.setdefault(row.tobytes(), []).append(tid)
         ids: list[int] = []
         asked: set[bytes] = set()
-        for r, row in enumerate(np.ascontiguousarray(X)):
+        for r, row in enumerate(np.ascontiguousarray(X) + 0.0):
             data = row.tobytes()
             if data in asked:
                 continue  # a repeated row: its samples are already listed
@@ -318,7 +331,9 @@ class SVDD(OutlierMixin, BaseEstimator):
         self.support_ = ss.slot_id[slots].astype(np.int64)
         self.support_vectors_ = ss.X[slots].copy()
         self.dual_coef_ = (ss.alpha[slots] / C)[None, :]
-        self.offset_ = (1.0 - mem.mu) / (2.0 * C)
+        low, high = mu_interval(ss)  # one point unless the margin set is empty
+        mu = 0.5 * (low + high) if math.isfinite(low) else high
+        self.offset_ = (1.0 - mu) / (2.0 * C)
         self.n_support_ = np.array([len(slots)], dtype=np.int32)
         self.n_samples_ = len(mem)
         self.nu_ = 1.0 / (C * len(mem)) if len(mem) else math.inf

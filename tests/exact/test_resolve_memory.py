@@ -41,7 +41,7 @@ def test_copy_groups_equal_the_matrix_form_with_row_temporaries():
         diag = np.diag(K).copy()
         tracemalloc.start()
         try:
-            group, reps = copy_groups(K, diag)
+            group, reps = copy_groups(K)
             peak = tracemalloc.get_traced_memory()[1]
         finally:
             tracemalloc.stop()

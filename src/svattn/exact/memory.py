@@ -50,7 +50,7 @@ from svattn.exact.health import HealthMonitor
 from svattn.exact.kernels import biased_softmax_readout, decision_values
 from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
 from svattn.exact.rollback import atomic
-from svattn.exact.signing import resolve_tag_key, sign, tag_hashes
+from svattn.exact.signing import check_key_id, no_tag_reason, resolve_tag_key, sign, tag_hashes
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import RESERVE, SET_NAMES
@@ -65,9 +65,9 @@ class SVDDMemory:
     Parameters
     ----------
     C : float
-        Box bound on each coefficient, ``0 < alpha_i <= C``. At least
-        ``ceil(1/C)`` tokens carry weight; the problem is feasible from
-        ``n·C >= 1`` on (warm-up below, see module docs).
+        Box bound on each coefficient, ``0 < alpha_i <= C``; above 1 it never binds
+        and is kept as 1. At least ``ceil(1/C)`` tokens carry weight; the problem is
+        feasible from ``n·C >= 1`` on (warm-up below, see module docs).
     kernel : {"rbf", "exp"}
         ``rbf``: exp(−gamma‖x−y‖²); ``exp``: exp(gamma x·y).
     gamma : float, optional
@@ -117,7 +117,7 @@ class SVDDMemory:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {sorted(BACKENDS)}, got {backend!r}")
         key = None if signing_key is None else as_signing_key(signing_key)
-        self._init_state(SlotState.new(C=C, kernel=kernel, gamma=gamma, tol=tol,
+        self._init_state(SlotState.new(C=min(C, 1.0), kernel=kernel, gamma=gamma, tol=tol,
                                        standby=standby, compiled=backend == "compiled"))
         self._signing_key = key
         self._tag_key = resolve_tag_key(tag_key, key)
@@ -261,9 +261,8 @@ class SVDDMemory:
         """
         ss = self._s
         th = tag_hashes([tag], 1, self._tag_key)[0]
-        slots = ss.tagged_slots(th)
-        if not len(slots):
-            raise UnknownTokenError("no live token carries this tag (never added, or erased)")
+        if not len(slots := ss.tagged_slots(th)):
+            raise UnknownTokenError(no_tag_reason(ss))
         ids = [int(ss.slot_id[s]) for s in slots]
         kept = ss.copies_outside(slots)
         self._audit_ready()
@@ -417,7 +416,8 @@ class SVDDMemory:
             Continue this audit log (it must end at the state being loaded; see
             :meth:`svattn.exact.audit.AuditLog.resume`).
         signing_key : Ed25519PrivateKey or path, optional
-            Sign the certificates of removals from now on (see the class).
+            Sign the certificates of removals from now on (see the class). It (or
+            ``tag_key``) must be the key of the state's tags: another raises ValueError.
 
         Raises
         ------
@@ -444,6 +444,7 @@ class SVDDMemory:
         mem = cls.__new__(cls)
         mem._init_state(ss)
         mem._signing_key, mem._tag_key, mem._commit_key = key, tag, commitment_key(tag)
+        check_key_id(ss.commit_key_id, key_id(mem._commit_key), where)
         try:
             mem._check_loaded(t, meta, where)
         except StateFileError:

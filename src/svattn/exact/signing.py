@@ -39,6 +39,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from svattn.exact.certificate import commitment_key
+from svattn.exact.state import SlotState
 
 
 def generate_key() -> Ed25519PrivateKey:
@@ -134,6 +135,31 @@ def resolve_tag_key(tag_key, signing: Ed25519PrivateKey | None) -> bytes | None:
     return derive_tag_key(signing) if signing is not None else None
 
 
+def check_key_id(held: str | None, given: str | None, where: str) -> None:
+    """Refuse a key (``given``: its commitment key id) other than the one a state's tags
+    and keyed commitments are under (``held``, the key id the state records): under
+    another controller's key every tag would look unknown, and ``erase`` would tell a
+    data subject that nothing is held. No key, or a state without one, passes."""
+    if held is not None and given is not None and given != held:
+        raise ValueError(
+            f"{where}: the state's tags and commitments are under the controller's key "
+            f"{held[:12]}…, and the key given (signing_key= or tag_key=) is another key "
+            f"({given[:12]}…); use the key the state was saved with")
+
+
+def no_tag_reason(ss: SlotState) -> str:
+    """Why no live token of ``ss`` carries a tag: never added, or erased — or, in a state
+    that holds tags but no key id (saved before states recorded it), possibly another
+    key, which is then said (never "never added" where a wrong key cannot be ruled out)."""
+    live = ss.live_slots()
+    if ss.commit_key_id is None and len(live) and ss.tags[live].any():
+        return ("no live token carries this tag under this memory's key; the state does "
+                "not record which key its tags are under, so they may be under another "
+                "key: load it with the controller's key (under that key, no live token "
+                "of this subject is held)")
+    return "no live token carries this tag (never added, or erased)"
+
+
 def tag_hashes(tags, n: int, tag_key: bytes | None) -> list[bytes | None]:
     """Checked keyed hashes of ``n`` tags (a sequence of str or None), before any change."""
     if tags is None:
@@ -196,6 +222,6 @@ def signature_errors(cert, public_key: Ed25519PublicKey) -> list[str]:
     return []
 
 
-__all__ = ["derive_tag_key", "fingerprint", "generate_key", "load_private_key",
-           "load_public_key", "read_commit_key", "sign", "signature_errors", "signing_key",
-           "tag_hash", "resolve_tag_key", "tag_hashes", "write_keypair"]
+__all__ = ["check_key_id", "derive_tag_key", "fingerprint", "generate_key", "load_private_key",
+           "load_public_key", "no_tag_reason", "read_commit_key", "sign", "signature_errors",
+           "signing_key", "tag_hash", "resolve_tag_key", "tag_hashes", "write_keypair"]

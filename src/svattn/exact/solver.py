@@ -443,6 +443,26 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
     ss.g_valid = True
 
 
+def mu_interval(ss: SlotState) -> tuple[float, float]:
+    """The optimal values of ``mu``, ``(low, high)``.
+
+    One point, ``(mu, mu)``, while the margin set is non-empty (and in warm-up). With an
+    empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal: from
+    ``mu − min_R g`` (the reserve token nearest the boundary on it) up to ``ss.mu``, the
+    largest, which the memory keeps (:func:`canonical_mu`); ``low`` is ``-inf`` when no
+    token is in the reserve. libsvm takes the middle (its ``rho``), and so does the
+    offset of :class:`svattn.SVDD`. Reads the state only (g from the cached columns).
+    """
+    mu = float(ss.mu)
+    if ss.n == 0 or ss.warm or ss.nS:
+        return mu, mu
+    live = ss.live_slots()
+    reserve = live[ss.state[live] == RESERVE]
+    if not len(reserve):
+        return -np.inf, mu
+    return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
+
+
 def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> None:
     """End an incremental step exactly: polish, check, refactorize, re-solve."""
     # g is recomputed from the cached columns every 32 operations, on
@@ -511,7 +531,7 @@ def optimality_error(ss: SlotState, be: Backend) -> str | None:
         return None
     twin = ss.copy()
     try:
-        resolve(twin, be, fallback=False)
+        resolve(twin, be, fallback=False, check=False)
         best = float(be.kkt(twin, reference.g_exact(twin)))
     finally:
         for buf in (twin.X, twin.V, twin.KC, twin.XC):
@@ -522,11 +542,18 @@ def optimality_error(ss: SlotState, be: Backend) -> str | None:
             f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
             f"file's alpha is wrong: forged or corrupted)")
 
-def copy_groups(K: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, list[int]]:
+def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:
     """Keys the kernel cannot tell apart, ``K_ii + K_jj − 2K_ij ≤ 1e-13 (K_ii + K_jj)``
     (each pair at its own scale: a huge exp-kernel diagonal elsewhere must not merge
     ordinary keys): each token's group, and each group's first member. One row at a
-    time, so the temporaries are O(n), not n×n."""
+    time, so the temporaries are O(n), not n×n.
+
+    The diagonal is ``K``'s own, so every key is at distance exactly 0 from itself and
+    lands in a group. (The stored ``k(x, x)`` of an exp-kernel key is the compiled
+    scoring's, which can differ from the Gram matrix's in the last bits — ~1e-13
+    relative at ``gamma‖x‖²`` of a few hundred — and a key then missed its own group.)
+    """
+    diag = np.diagonal(K)
     group = np.full(len(diag), -1)
     reps: list[int] = []
     for i in range(len(diag)):
@@ -539,8 +566,22 @@ def copy_groups(K: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, list[int]]
     return group, reps
 
 
+# The re-solve is every operation's last resort, so its residual is what the tokens
+# allow: rounding (~1e-16), or near-copies of keys, whose nearly singular margin system
+# leaves up to 1.9e-8 (benchmarks/resolve_residuals.py: 401 of 717 re-solves above a tol
+# of 1e-10; such states are kept, and their certificates do not claim exactness). A
+# residual above both tol and this bound is a wrong optimum (a box of C = 1e13 before it
+# was clamped to 1 gave 1.0): the operation raises and is undone.
+WRONG_OPTIMUM = 1e-6
+
+
+class WrongOptimum(ArithmeticError):
+    """A re-solve ended far from the optimum (see ``WRONG_OPTIMUM``); raised inside an
+    operation, whose rollback restores the state and reports it as ``OperationError``."""
+
+
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
-            polish_after: bool = True) -> None:
+            polish_after: bool = True, check: bool = True) -> None:
     """Exact batch solve of the live set; rebuild caches and the inverse.
 
     Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
@@ -548,6 +589,10 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
     and the weight is spread back in id order: the first members at C,
     one remainder, the rest 0. Copies are interchangeable, so this is an
     optimum, and it keeps the margin set free of copies (Q invertible).
+
+    ``check``: the KKT residual is recomputed from the cached columns, and above
+    ``max(tol, WRONG_OPTIMUM)`` :class:`WrongOptimum` is raised (inside an operation,
+    :func:`svattn.exact.rollback.atomic` then restores the state).
     """
     ss.n_resolves += int(fallback)
     drop_solution(ss)
@@ -561,7 +606,7 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
     # row at a time: its n×n distance and comparison matrices had the peak at ~32·n².
     K = gram_matrix(ss.X[live], ss.kernel, ss.gamma_value)
     diag = ss.diag[live]
-    group, reps = copy_groups(K, diag)
+    group, reps = copy_groups(K)
     reps_a = np.asarray(reps)
     sizes = np.bincount(group, minlength=len(reps))
     if len(reps) < len(live):
@@ -599,10 +644,17 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
         try:
             polish(ss, be)
         except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
-            resolve(ss, be, fallback=False, polish_after=False)
+            resolve(ss, be, fallback=False, polish_after=False, check=False)
+    if check and ss.n and not ss.warm:
+        kkt = float(be.kkt(ss, be.g_exact(ss)))
+        if not kkt <= max(ss.tol, WRONG_OPTIMUM):
+            raise WrongOptimum(
+                f"the batch re-solve of {ss.n} tokens ends with KKT residual {kkt:.2e}, "
+                f"above tol ({ss.tol:.0e}) and above what rounding or near-copies of keys "
+                f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
 
 
-__all__ = ["Backend", "add_rows", "block_hashes", "certificate_facts", "copy_groups",
-           "fresh_g", "next_slots", "optimality_error", "record_rows", "remove_slot",
-           "reserve_score", "resolve", "set_sizes", "standby_upkeep", "state_digest", "store",
-           "wipe_slot"]
+__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_rows", "block_hashes",
+           "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
+           "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
+           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]

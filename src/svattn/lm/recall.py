@@ -38,8 +38,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from svattn.lm.checkpoint import read_checkpoint
 from svattn.lm.model import CharLM, CharLMConfig
-from svattn.lm.train import lr_lambda
+from svattn.lm.train import RECALL_FORMAT, lr_lambda
 from svattn.mixers import MIXERS
 from svattn.nn import sv_attention_state
 from svattn.tasks import IGNORE, ROLES, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
@@ -51,6 +52,7 @@ __all__ = [
     "build_task",
     "distinct_kept",
     "inspect_memory",
+    "evaluate_recall",
     "load_cell_model",
     "load_recall_model",
     "matched_window",
@@ -520,7 +522,7 @@ def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
 
 
 # ---------------------------------------------------------------------------- checkpoints
-RECALL_CKPT = "svattn.RecallCheckpoint"
+RECALL_CKPT = RECALL_FORMAT
 RECALL_CELL = "svattn.RecallCell"  # save_cell_model's safetensors metadata
 CKPT_NAME, MODEL_NAME, LOG_NAME = "ckpt.pt", "model.pt", "log.jsonl"
 
@@ -556,7 +558,7 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
     order, pos, step, seconds = torch.randperm(n, generator=gen), 0, 0, 0.0
     ckpt_path = out / CKPT_NAME
     if ckpt_path.exists():
-        ck = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        ck = read_checkpoint(ckpt_path)
         if ck.get("run") != run.to_dict():
             raise ValueError(f"{ckpt_path} holds another run ({ck.get('run')}); use another "
                              "out folder")
@@ -622,7 +624,7 @@ def load_recall_model(path) -> tuple[CharLM, RecallRun, dict]:
     ValueError
         Not such a file (e.g. an ``svattn train`` checkpoint, which has no ``run``).
     """
-    ck = torch.load(path, map_location="cpu", weights_only=False)
+    ck = read_checkpoint(path)
     if not isinstance(ck, dict) or ck.get("format") != RECALL_CKPT:
         raise ValueError(f"{path}: not a recall checkpoint of train_checkpointed "
                          f"(format {ck.get('format') if isinstance(ck, dict) else None!r})")
@@ -674,3 +676,30 @@ def load_cell_model(path) -> tuple[CharLM, RecallRun]:
     load_model(model, str(path))
     model.eval()
     return model, RecallRun.from_dict(json.loads(meta["run"]))
+
+
+def evaluate_recall(model: CharLM, ck: dict, *, split: str = "test",
+                    max_contexts: int | None = None) -> dict:
+    """Query accuracy of a recall checkpoint's model on its own task (``svattn eval``).
+
+    The task is rebuilt from the checkpoint's run (the same seed: the same contexts
+    it was trained and tested on); ``max_contexts`` scores only the first ones.
+
+    Raises
+    ------
+    ValueError
+        ``split`` other than ``"train"`` / ``"test"``, or ``max_contexts`` < 1.
+    """
+    if split not in ("train", "test"):
+        raise ValueError(f"--split: a recall task has the splits train and test, not {split!r}")
+    if max_contexts is not None and max_contexts < 1:
+        raise ValueError(f"max_contexts must be >= 1, got {max_contexts}")
+    run = RecallRun.from_dict(ck["run"])
+    data = build_task(run).build(run.seed)
+    x, y = (data.test_inputs, data.test_targets) if split == "test" else \
+        (data.train_inputs, data.train_targets)
+    if max_contexts is not None:
+        x, y = x[:max_contexts], y[:max_contexts]
+    return {"split": split, "task": run.task, "run": run.run_id, "step": ck["step"],
+            "accuracy": query_accuracy(model, x, y), "contexts": len(x),
+            "context": int(x.shape[1])}

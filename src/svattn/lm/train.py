@@ -45,6 +45,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.data.enwik8 import Enwik8, load_enwik8, slice_path
+from svattn.lm.checkpoint import (
+    CheckpointError,
+    UnsafeCheckpointError,
+    numpy_state_from_plain,
+    numpy_state_to_plain,
+    read_checkpoint,
+)
 from svattn.lm.configs import PRESETS, mixer_config, preset
 from svattn.lm.model import CharLM, CharLMConfig
 
@@ -60,6 +67,7 @@ __all__ = [
 ]
 
 CKPT = "ckpt.pt"
+RECALL_FORMAT = "svattn.RecallCheckpoint"  # svattn.lm.recall.RECALL_CKPT (recall imports this)
 LOG = "log.jsonl"
 CONFIG = "config.json"  # the effective config (file and --set overrides) and the command
 
@@ -457,7 +465,8 @@ def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
 def _rng_state() -> dict:
     state = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),  # noqa: NPY002 (the global state, as torch)
+        # the global state, as torch; plain data (read_checkpoint unpickles no numpy)
+        "numpy": numpy_state_to_plain(np.random.get_state()),  # noqa: NPY002
         "python": random.getstate(),
     }
     if torch.cuda.is_available():
@@ -467,43 +476,77 @@ def _rng_state() -> dict:
 
 def _set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])  # noqa: NPY002
+    np.random.set_state(numpy_state_from_plain(state["numpy"]))  # noqa: NPY002
     random.setstate(state["python"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
 def _not_a_checkpoint(path: str | os.PathLike, why: str) -> ValueError:
-    return ValueError(f"checkpoint: {path} is not a checkpoint of svattn train (a ckpt.pt): {why}")
+    return CheckpointError(f"checkpoint: {path} is not a checkpoint of svattn train (a "
+                           f"ckpt.pt) or of a recall run (ckpt.pt, model.pt): {why}")
 
 
-def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig, dict]:
+def _is_cell_model(path: str | os.PathLike) -> bool:
+    """A safetensors file whose metadata names a recall cell model."""
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            return False
+        size = int.from_bytes(head, "little")
+        if not 2 <= size <= 1 << 24:
+            return False
+        try:
+            header = json.loads(fh.read(size))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            return False
+    meta = header.get("__metadata__") if isinstance(header, dict) else None
+    return isinstance(meta, dict) and meta.get("format") == "svattn.RecallCell"
+
+
+def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig | None, dict]:
     """Model (on CPU, eval mode), training config and the raw checkpoint dict.
+
+    Reads ``svattn train``'s ``ckpt.pt`` and a recall run's ``ckpt.pt`` / ``model.pt``
+    (:func:`svattn.lm.recall.train_checkpointed`; its training config is None), with
+    :func:`svattn.lm.checkpoint.read_checkpoint`: no Python object in the file is
+    unpickled, so a crafted file cannot run code. A recall grid cell's safetensors
+    model (:func:`svattn.lm.recall.save_cell_model`) is read too (its dict is
+    ``format``, ``model_config``, ``run``, ``step`` = the run's steps).
 
     Raises
     ------
     ValueError
-        If ``path`` is not a checkpoint written by :func:`train` (an SV memory
-        state, a truncated file, another pickle).
+        If ``path`` is not such a checkpoint (an SV memory state, a truncated file,
+        another pickle); :class:`~svattn.lm.checkpoint.UnsafeCheckpointError` (a
+        ValueError) when it pickles objects (an earlier svattn's checkpoint: the
+        message names ``svattn convert-checkpoint``).
     """
-    with open(path, "rb") as fh:
-        head = fh.read(4096)
-    if not head.startswith(b"PK"):  # torch.save writes a zip archive
-        svattn_state = len(head) > 8 and head[8:9] == b"{" and b'"svattn"' in head
-        raise _not_a_checkpoint(path, "it is an SV memory state file (read it with svattn "
-                                "verify-deletion or svattn audit verify)" if svattn_state
-                                else "not a torch.save archive")
+    if _is_cell_model(path):
+        from svattn.lm.recall import load_cell_model  # recall imports this module
+
+        model, run = load_cell_model(path)
+        return model, None, {"format": RECALL_FORMAT, "model_config": model.cfg.to_dict(),
+                             "run": run.to_dict(), "step": run.steps}
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
-    except Exception as exc:  # noqa: BLE001 (torch raises many kinds for a bad archive)
-        raise _not_a_checkpoint(path, f"torch.load failed ({type(exc).__name__}: {exc})") from None
-    missing = [k for k in ("config", "model_config", "model", "step")
-               if not isinstance(ckpt, dict) or k not in ckpt]
+        ckpt = read_checkpoint(path)
+    except UnsafeCheckpointError:
+        raise
+    except CheckpointError as exc:
+        raise _not_a_checkpoint(path, str(exc).removeprefix(f"{path}: ")) from None
+    recall = isinstance(ckpt, dict) and ckpt.get("format") == RECALL_FORMAT
+    need = ("model_config", "model", "step") if recall else ("config", "model_config",
+                                                             "model", "step")
+    missing = [k for k in need if not isinstance(ckpt, dict) or k not in ckpt]
     if missing:
         raise _not_a_checkpoint(path, f"it lacks {missing}")
-    cfg = TrainConfig.from_dict(ckpt["config"])
-    model = CharLM(CharLMConfig(**ckpt["model_config"]))
-    model.load_state_dict(ckpt["model"])
+    try:
+        cfg = None if recall else TrainConfig.from_dict(ckpt["config"])
+        model = CharLM(CharLMConfig(**ckpt["model_config"]))
+        model.load_state_dict(ckpt["model"])
+    except (TypeError, ValueError, KeyError, RuntimeError) as exc:
+        raise _not_a_checkpoint(path, f"its model does not build ({type(exc).__name__}: "
+                                f"{' '.join(str(exc).split())[:300]})") from None
     model.eval()
     return model, cfg, ckpt
 
@@ -521,6 +564,10 @@ def load_checkpoint_for_eval(path: str | os.PathLike, data: str | os.PathLike | 
     if not Path(path).is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     model, cfg, ckpt = load_checkpoint_model(path)
+    if cfg is None:
+        raise ValueError(f"checkpoint: {path} is a recall run's model (task "
+                         f"{ckpt.get('run', {}).get('task')!r}), not a language model of "
+                         "enwik8: score it on its task (svattn eval does)")
     data = data if data is not None else cfg.data
     return model, cfg, ckpt, load_enwik8(data if data is not None else slice_path())
 
@@ -623,7 +670,7 @@ def train(
     )
     step, tokens_seen, elapsed = 0, 0, 0.0
     if resume and ckpt_path.exists():
-        ckpt = torch.load(ckpt_path, map_location=device, weights_only=False)
+        ckpt = read_checkpoint(ckpt_path, map_location=device)
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         sched.load_state_dict(ckpt["scheduler"])
