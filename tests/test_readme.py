@@ -70,3 +70,26 @@ def test_relative_links_in_the_docs_resolve():
             if not path.exists():
                 broken.append(f"{page.relative_to(root)}: {target}")
     assert broken == []
+
+
+def test_documented_torch_spec_reaches_pip_as_words():
+    """The README's TORCH_SPEC (PyTorch's CPU index) reaches pip as separate words, not
+    as one quoted requirement pip would reject; the default pin stays shell-quoted."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[1]
+    (spec,) = re.findall(r'make test TORCH_SPEC="([^"]+)"', README.read_text())
+    assert "--index-url https://download.pytorch.org/whl/cpu" in spec
+
+    def dry_run(*extra: str) -> str:  # -n: print the set-up recipe, run nothing
+        done = subprocess.run(["make", "-n", "-W", "pyproject.toml", ".venv/bin/.installed",
+                               *extra], cwd=root, capture_output=True, text=True, check=True)
+        return done.stdout
+
+    assert f"pip install -q {spec}\n" in dry_run(f"TORCH_SPEC={spec}")
+    assert re.search(r"pip install -q 'torch(==2\.13\.0|>=2\.1)'\n", dry_run())
