@@ -91,13 +91,14 @@ def _cites(text: str, rel: str, folder: bool):
 
 
 def _excerpt(text: str, start: int, end: int) -> str:
-    """The sentence (or table row) around text[start:end], whitespace flattened, cut to
-    EXCERPT characters on each side at word boundaries."""
+    """The sentence (or table row, or code line) around text[start:end], whitespace
+    flattened, cut to EXCERPT characters on each side at word boundaries."""
     line_start = text.rfind("\n", 0, start) + 1
     line_end = text.find("\n", end)
     line_end = len(text) if line_end < 0 else line_end
-    if text[line_start:line_end].lstrip().startswith("|"):
-        lo, hi = line_start, line_end
+    in_code = text.count("```", 0, start) % 2 == 1
+    if in_code or text[line_start:line_end].lstrip().startswith("|"):
+        lo, hi = line_start, line_end  # a table row or a line of a code block
     else:
         para_lo = text.rfind("\n\n", 0, start)
         para_lo = 0 if para_lo < 0 else para_lo + 2
