@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> dict:
                                              for k, v in receipt.repair["rewound"].items()},
                "rewind_s_per_layer": per_layer(receipt),
                "span_certificates": sum(len(m["span_certificates"]) for m in receipt.memories),
-               "max_logit_deviation": dev, "digest_equal": s.digest() == fresh.digest()}
+               "max_logit_deviation": dev,
+               "digest_equal": s.content_digest() == fresh.content_digest()}
         rows.append(row)
         print(f"{where:>6}: forget {forget_s:.2f} s (rewind {row['rewind_s']:.2f}, replay "
               f"{row['replay_s']:.2f}) vs restream {restream_s:.2f} s: ratio "

@@ -3,8 +3,13 @@
 One memory with an audit log and a signing key (n = 60, d = 3, C = 0.1), one
 removal, its state saved. Then, each counted as detected / tried:
 
-* every field of the receipt set to a well-formed false value, checked three
-  ways: against the state alone, with the audit log, with the public key;
+* every field of each of the four receipt types (``DeletionCertificate``,
+  ``ErasureReceipt``, ``ModelErasureReceipt``, the estimator's ``ForgetReceipt``),
+  enumerated from its ``CHECKS`` declaration (:mod:`svattn.exact.receipts`), edited
+  (:func:`~svattn.exact.receipts.edited_values`) and checked with and without the
+  log and the public key (where the type has them): each outcome is FAILED, reported
+  unchecked (the field among the verdict's unchecked ones), VERIFIED or "claimed
+  checked" (the last two must be 0);
 * every byte of the receipt's JSON replaced (3 replacements a byte), with the
   public key (a malformed receipt, refused by ``from_json``, counts as caught);
 * every byte of the state file replaced (``SVDDMemory.load`` must refuse it);
@@ -33,22 +38,12 @@ import numpy as np
 
 from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
 from svattn.exact.audit import canonical, record_hash
+from svattn.exact.receipts import edited_values, tamper_outcome
 from svattn.exact.signing import generate_key, sign, signature_errors
-from svattn.exact.verify import verify_log
+from svattn.exact.verify import verify_erasure, verify_log
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402
-
-FALSE_VALUES = {
-    "removed_id": 10_000, "commitment": "ab" * 32, "commitment_scheme": "opaque",
-    "live_copies": [10_001],
-    "partition_before": {"margin": 1, "error": 0, "reserve": 99},
-    "partition_after": {"margin": 1, "error": 0, "reserve": 98},
-    "kkt_residual_after": 0.01, "n_events": 77, "unique_optimum": "flip",
-    "state_digest": "e" * 64, "C": 0.2, "kernel": "exp", "gamma": 0.77,
-    "issued_at": "2020-01-01T00:00:00", "version": 3, "compacted": 9,
-    "signer": "f" * 64, "signature": "a" * 128,
-}
 
 
 def _caught(fn) -> bool:
@@ -58,19 +53,58 @@ def _caught(fn) -> bool:
         return True
 
 
-def receipt_fields(mem, cert, log, public) -> dict:
+def field_matrix(receipt, verify, settings: dict) -> dict:
+    """Per field of ``receipt`` (from its declaration), per setting: how many edits
+    FAILED, were reported unchecked, VERIFIED, or passed with the field claimed checked."""
     out = {}
-    for field, value in FALSE_VALUES.items():
-        if value == "flip":
-            value = not getattr(cert, field)
-        forged = dataclasses.replace(cert, **{field: value})
-        out[field] = {
-            "state_only": _caught(lambda f=forged: verify_deletion(mem, f, retrain=False).ok),
-            "with_log": _caught(lambda f=forged: verify_deletion(mem, f, retrain=False,
-                                                                log=log).ok),
-            "with_public_key": _caught(lambda f=forged: verify_deletion(
-                mem, f, retrain=False, public_key=public).ok),
-        }
+    for name in type(receipt).CHECKS:
+        row = {}
+        for setting, kw in settings.items():
+            counts = {"failed": 0, "unchecked": 0, "VERIFIED": 0, "claimed checked": 0}
+            for value in edited_values(getattr(receipt, name)):
+                forged = dataclasses.replace(receipt, **{name: value})
+                counts[tamper_outcome(verify(forged, **kw).verdict, name)] += 1
+            row[setting] = counts
+        out[name] = row
+    return out
+
+
+def four_types(mem, cert, log, key, tmp: Path) -> dict:
+    """The field matrix of every receipt type."""
+    import torch
+
+    from svattn import SVDD
+    from svattn.estimators import verify_forget_receipt
+    from svattn.lm import CharLM, CharLMConfig
+    from svattn.lm.forget import verify_forget
+
+    public = key.public_key()
+    both = {"state": {}, "log": {"log": log}, "public_key": {"public_key": public},
+            "log+public_key": {"log": log, "public_key": public}}
+    out = {"DeletionCertificate": field_matrix(
+        cert, lambda r, **kw: verify_deletion(mem, r, retrain=False, **kw), both)}
+    elog = tmp / "erasure.jsonl"
+    emem = SVDDMemory(0.1, audit_log=elog, signing_key=key)
+    X = np.random.default_rng(1).normal(size=(36, 3))
+    X[30] = X[2]
+    emem.extend(X, tags=["a"] * 6 + ["b"] * 24 + ["c"] * 6)
+    receipt = emem.erase("a")
+    eboth = {k: {**v, "log": elog} if "log" in v else v for k, v in both.items()}
+    out["ErasureReceipt"] = field_matrix(
+        receipt, lambda r, **kw: verify_erasure(emem, r, retrain=False, **kw), eboth)
+    torch.manual_seed(0)
+    cfg = CharLMConfig(n_layer=1, n_embd=16, n_head=2, block_size=96, mixer="hybrid_sv",
+                       mixer_options={"chunk": 8, "C": 0.25, "policy": "full"})
+    stream = CharLM(cfg).stream(signing_key=key)
+    stream.feed(b"the cat sat on the mat, the dog sat on the log")
+    mreceipt = stream.forget(10, 17)
+    out["ModelErasureReceipt"] = field_matrix(
+        mreceipt, lambda r, **kw: verify_forget(stream, r, **kw),
+        {"state": {}, "public_key": {"public_key": public}})
+    model = SVDD(nu=0.2).fit(np.random.default_rng(2).normal(size=(40, 3)))
+    freceipt = model.forget(indices=[3, 11])
+    out["ForgetReceipt"] = field_matrix(
+        freceipt, lambda r: verify_forget_receipt(model, r, retrain=False), {"state": {}})
     return out
 
 
@@ -162,15 +196,22 @@ def main(argv: list[str] | None = None) -> int:
         cert = mem.remove(mem.partition()["margin"][0])
         mem.save(state)
         report = {
-            "receipt_fields": receipt_fields(mem, cert, log, key.public_key()),
+            "receipt_fields": four_types(mem, cert, log, key, tmp),
             "receipt_bytes_with_public_key": receipt_bytes(mem, cert, key.public_key()),
             "state_file_bytes": state_bytes(state),
             "log_records": log_records(log, state),
             "costs": costs(mem, cert, key, args.repeats),
         }
-    print("receipt fields (detected: state only / with log / with public key):")
-    for field, row in report["receipt_fields"].items():
-        print(f"  {field:20s} " + " / ".join("yes" if row[k] else "NO" for k in row))
+    print("receipt fields: edits FAILED / reported unchecked / VERIFIED / claimed checked")
+    for kind, rows in report["receipt_fields"].items():
+        total: dict[str, dict[str, int]] = {}
+        for row in rows.values():
+            for setting, counts in row.items():
+                t = total.setdefault(setting, dict.fromkeys(counts, 0))
+                for k, v in counts.items():
+                    t[k] += v
+        for setting, t in total.items():
+            print(f"  {kind:20s} {setting:15s} " + " / ".join(str(v) for v in t.values()))
     rb = report["receipt_bytes_with_public_key"]
     print(f"receipt bytes edited, public key: {rb['detected']} / {rb['tried']} detected")
     sb = report["state_file_bytes"]

@@ -1,7 +1,9 @@
 """Every usage error of the command line: input → exit status and the words of its one line.
 
 Exit 2 is a usage error (one line on stderr, ``svattn CMD: error: ...``, never a
-traceback); exit 1 a check that ran and failed. Each row is a case a new user hit
+traceback; a malformed receipt is one); exit 1 a check that ran and failed; exit 3 a
+verification where nothing failed but some receipt field was not checked (issue #35:
+never a bare VERIFIED over an unchecked field). Each row is a case a new user hit
 (issue #23). Placeholders in ``argv`` (``{state}``, ``{dir}``, ...) are files made
 once by the ``files`` fixture.
 """
@@ -45,6 +47,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     (tmp / "file.txt").write_text("a file, not a folder\n")
     (tmp / "script.py").write_text("print('not a state file')\n")
     _stream_files(tmp)
+    _erasure_files(tmp, rng)
     return {p.stem: p for p in tmp.iterdir()} | {"tmp": tmp}
 
 
@@ -64,9 +67,35 @@ def _stream_files(tmp: Path) -> None:
     s, other = model.stream(full_policy=True), model.stream(full_policy=True)
     s.feed(b"the cat sat on the mat, the dog sat on the log")
     other.feed(s.text)
-    (tmp / "receipt.json").write_text(s.forget(4, 8).to_json())
+    receipt = json.loads(s.forget(4, 8).to_json())
+    (tmp / "receipt.json").write_text(json.dumps(receipt))
     (tmp / "receipt_other.json").write_text(other.forget(4, 9).to_json())
     s.save(tmp / "stream")
+    # malformed receipts (issue #35): each must be refused in one line, exit 2
+    cert = receipt["memories"][0]["span_certificates"][0]
+    for name, edit in (("mem_empty", {"memories": [{}]}), ("mem_str", {"memories": "abc"}),
+                       ("span_str", {"fed_span": "4:8"}),
+                       ("cert_unknown", {"memories": [{**receipt["memories"][0],
+                                                       "span_certificates": [
+                                                           {**cert, "extra": 1}]}]})):
+        (tmp / f"receipt_{name}.json").write_text(json.dumps({**receipt, **edit}))
+
+
+def _erasure_files(tmp: Path, rng: np.random.Generator) -> None:
+    """A signed, logged memory after one erasure: its state, log, key, the receipt, and
+    the receipt with a malformed certificate."""
+    from svattn.exact.signing import write_keypair
+
+    key, pub = write_keypair(tmp / "ctl")
+    (tmp / "ctl_pub.pem").write_bytes(pub.read_bytes())
+    mem = SVDDMemory(C=0.1, audit_log=tmp / "elog.jsonl", signing_key=key)
+    mem.extend(rng.normal(size=(30, 3)), tags=["a"] * 5 + ["b"] * 25)
+    receipt = mem.erase("a")
+    mem.save(tmp / "estate.safetensors")
+    (tmp / "ereceipt.json").write_text(receipt.to_json())
+    bad = json.loads(receipt.to_json())
+    bad["certificates"][1] = {}
+    (tmp / "ereceipt_bad.json").write_text(json.dumps(bad))
 
 
 def _fmt(argv: list[str], files: dict[str, Path]) -> list[str]:
@@ -163,8 +192,31 @@ CASES = [
      ["no saved stream"]),
     ("verify-forget-other-model", ["verify-forget", "{hyb_full}", "{stream}", "{receipt}"], 2,
      ["read by the model with digest"]),
+    ("verify-forget-memories-empty", ["verify-forget", "{hyb_support}", "{stream}",
+                                      "{receipt_mem_empty}"], 2, ["memories[0] must be"]),
+    ("verify-forget-memories-str", ["verify-forget", "{hyb_support}", "{stream}",
+                                    "{receipt_mem_str}"], 2, ["memories must be a list"]),
+    ("verify-forget-span-str", ["verify-forget", "{hyb_support}", "{stream}",
+                                "{receipt_span_str}"], 2, ["fed_span must be"]),
+    ("verify-forget-cert-unknown-field", ["verify-forget", "{hyb_support}", "{stream}",
+                                          "{receipt_cert_unknown}"], 2,
+     ["span_certificates[0]", "unknown fields ['extra']"]),
+    ("verify-deletion-unchecked", ["verify-deletion", "{state}", "{cert}"], 3,
+     ["UNCHECKED", "commitment", "--log", "--public-key"]),
+    ("verify-deletion-with-log", ["verify-deletion", "{state}", "{cert}", "--log", "{log}"], 0,
+     ["verdict:             VERIFIED"]),
+    ("verify-erasure-logged", ["verify-erasure", "{estate}", "{ereceipt}", "--log", "{elog}"],
+     0, ["verdict:             VERIFIED", "5 certificates checked"]),
+    ("verify-erasure-signed", ["verify-erasure", "{estate}", "{ereceipt}", "--public-key",
+                               "{ctl_pub}"], 0, ["verdict:             VERIFIED"]),
+    ("verify-erasure-state-only", ["verify-erasure", "{estate}", "{ereceipt}"], 3,
+     ["UNCHECKED", "tag_hash", "--log"]),
+    ("verify-erasure-malformed", ["verify-erasure", "{estate}", "{ereceipt_bad}"], 2,
+     ["certificates[1]", "missing fields"]),
+    ("verify-erasure-other-state", ["verify-erasure", "{state}", "{ereceipt}"], 1,
+     ["FAILED"]),
     ("verify-forget-other-receipt", ["verify-forget", "{hyb_support}", "{stream}",
-                                     "{receipt_other}"], 1, ["NOT VERIFIED", "digest"]),
+                                     "{receipt_other}"], 1, ["FAILED", "fed_span"]),
     ("verify-forget-ok", ["verify-forget", "{hyb_support}", "{stream}", "{receipt}"], 0,
      ["VERIFIED: the stream equals a fresh stream", "span certificates checked: 8"]),
 ]
@@ -181,6 +233,7 @@ def test_cli_error_table(argv, status, words, files, capsys) -> None:
         assert "Traceback" not in captured.err
     else:
         err = captured.out
+        assert status != 3 or "VERIFIED" not in err  # never a bare VERIFIED over unchecked
     for word in words:
         assert word in err, (word, err)
     assert not (files["tmp"] / "run").exists()  # a refused config leaves no run folder

@@ -246,8 +246,67 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
         print(f"decision deviation:  {v.decision_dev:.3e}")
         print(f"readout deviation:   {v.readout_dev:.3e} ({v.n_probes} probes)")
     print(f"tolerance:           {v.tolerance:.1e}")
+    _print_verdict(v.verdict)
     print(v.summary())
-    return 0 if v.ok else 1
+    return v.exit_status
+
+
+def _print_verdict(verdict) -> None:
+    """The fields a verifier checked, the ones that failed and the ones nothing that ran
+    checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed)."""
+    print(f"fields checked:      {len(verdict.checked)} ({', '.join(verdict.checked)})")
+    if verdict.failed:
+        print(f"fields FAILED:       {', '.join(verdict.failed)}")
+    if verdict.unchecked:
+        print(f"fields UNCHECKED:    {verdict.unchecked_line()}")
+    print(f"verdict:             {verdict.headline()}")
+
+
+# -------------------------------------------------------------- verify-erasure
+
+
+def _verify_erasure_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("state", type=Path, metavar="STATE", help="the saved memory state")
+    parser.add_argument("receipt", type=Path, metavar="RECEIPT",
+                        help="an erasure receipt (JSON, ErasureReceipt.to_json)")
+    parser.add_argument("--tol", type=_positive_float, default=1e-8,
+                        help="tolerance on alpha, decision function and readout (default: 1e-8)")
+    parser.add_argument("--seed", type=int, default=0, help="draws the probe points (default: 0)")
+    parser.add_argument("--log", type=Path, metavar="LOG", default=None,
+                        help="the memory's audit log: the receipt must be its erase record, "
+                             "and every certificate its removal records")
+    parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
+                        help="the controller's Ed25519 public key (svattn keygen): the "
+                             "receipt and its certificates must carry its valid signatures")
+
+
+def _verify_erasure_run(args: argparse.Namespace) -> int:
+    from svattn.exact.certificate import ErasureReceipt
+    from svattn.exact.persist import load
+    from svattn.exact.verify import verify_erasure
+
+    for p, what in ((args.state, "STATE"), (args.receipt, "RECEIPT"), (args.log, "--log"),
+                    (args.public_key, "--public-key")):
+        if p is not None:
+            _check_file(p, what)
+    if args.log is not None:
+        _check_audit_log(args.log)
+    memory = load(args.state)
+    try:
+        text = args.receipt.read_text()
+    except UnicodeDecodeError:
+        raise ValueError(f"RECEIPT: {args.receipt} is not a text (JSON) file") from None
+    receipt = ErasureReceipt.from_json(text)
+    print(f"verifying: re-solving the {len(memory)} tokens of {args.state} from scratch "
+          "(independent QP oracle) ...", file=sys.stderr, flush=True)
+    v = verify_erasure(memory, receipt, retrain=True, tol=args.tol, seed=args.seed,
+                       log=args.log, public_key=args.public_key)
+    print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
+    print(f"receipt: erasure of {len(receipt.erased_ids)} tokens of subject "
+          f"{receipt.tag_hash[:16]}…, issued {receipt.issued_at}")
+    _print_verdict(v.verdict)
+    print(v.summary())
+    return v.exit_status
 
 
 def _recover_arguments(parser: argparse.ArgumentParser) -> None:
@@ -399,6 +458,9 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--save", type=Path, default=None, metavar="DIR",
                         help="with --forget: save the stream right after the forget (for "
                              "svattn verify-forget)")
+    parser.add_argument("--signing-key", type=Path, default=None, metavar="KEY",
+                        help="the controller's Ed25519 private key (svattn keygen): the "
+                             "erasure receipt is signed with it (verify-forget --public-key)")
 
 
 def _generate_run(args: argparse.Namespace) -> int:
@@ -419,9 +481,11 @@ def _generate_run(args: argparse.Namespace) -> int:
                          f"prompt's {len(prompt)} bytes")
     if args.forget is None and (args.receipt is not None or args.save is not None):
         raise ValueError("--receipt and --save record a forget: give --forget START:STOP")
+    if args.signing_key is not None:
+        _check_file(args.signing_key, "--signing-key")
     model, _, _ = load_checkpoint_model(args.checkpoint)
     try:
-        stream = model.stream(full_policy=args.full_policy)
+        stream = model.stream(full_policy=args.full_policy, signing_key=args.signing_key)
     except ValueError as exc:
         raise ValueError(f"{exc} (on the command line: --full-policy)") from None
 
@@ -466,6 +530,9 @@ def _verify_forget_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the erasure receipt (JSON, ModelErasureReceipt.to_json)")
     parser.add_argument("--tol", type=_positive_float, default=1e-9,
                         help="tolerance on logits and memory readouts (default: 1e-9)")
+    parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
+                        help="the controller's Ed25519 public key (svattn keygen): the "
+                             "receipt must carry its valid signature")
 
 
 def _verify_forget_run(args: argparse.Namespace) -> int:
@@ -475,6 +542,8 @@ def _verify_forget_run(args: argparse.Namespace) -> int:
 
     _check_file(args.checkpoint, "CHECKPOINT")
     _check_file(args.receipt, "RECEIPT")
+    if args.public_key is not None:
+        _check_file(args.public_key, "--public-key")
     if not args.stream.is_dir():
         raise FileNotFoundError(f"STREAM: no such folder: {args.stream}")
     try:
@@ -483,9 +552,10 @@ def _verify_forget_run(args: argparse.Namespace) -> int:
         raise ValueError(f"RECEIPT: {args.receipt} is not a text file") from None
     model, _, _ = load_checkpoint_model(args.checkpoint)
     stream = LMStream.load(args.stream, model)
-    report = verify_forget(stream, receipt, tol=args.tol)
+    report = verify_forget(stream, receipt, tol=args.tol, public_key=args.public_key)
+    _print_verdict(report.verdict)
     print(report.summary())
-    return 0 if report.ok else 1
+    return report.exit_status
 
 
 # ------------------------------------------------------------------ train/eval
@@ -875,8 +945,8 @@ def _recall_run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------------- registry
 
 # Commands that run the exact core, whose numba kernels compile on their first call.
-_EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "recover", "reproduce",
-                             "generate", "verify-forget"})
+_EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "verify-erasure", "recover",
+                             "reproduce", "generate", "verify-forget"})
 _COMPILED = Path(svattn.__file__).parent / "exact" / "compiled"
 
 
@@ -914,6 +984,13 @@ COMMANDS: list[Command] = [
         "re-solve a saved state from scratch and check a deletion certificate against it",
         _verify_deletion_arguments,
         _verify_deletion_run,
+    ),
+    Command(
+        "verify-erasure",
+        "check a data subject's erasure receipt against a saved state (every certificate; "
+        "with --log, against the log's erase record)",
+        _verify_erasure_arguments,
+        _verify_erasure_run,
     ),
     Command(
         "recover",
@@ -1027,7 +1104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     -------
     int
         The exit code: 0 on success, 1 when a command's check failed, 2 on
-        usage errors (bad arguments, missing files).
+        usage errors (bad arguments, missing files, malformed receipts), 3 when a
+        verifying command found nothing wrong but could not check every field of a
+        receipt (it names them, and what would check them: ``--log``, ``--public-key``).
 
     Examples
     --------

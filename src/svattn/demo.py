@@ -44,6 +44,8 @@ import numpy as np
 
 from svattn.data.icu import IcuStays, default_slice_path, load_mimic3_vitals
 from svattn.exact import DeletionCertificate, DeletionVerification, SVDDMemory, verify_deletion
+from svattn.exact.signing import generate_key
+from svattn.exact.signing import signing_key as load_signing_key
 
 __all__ = ["DemoResult", "run_demo"]
 
@@ -196,7 +198,11 @@ def run_demo(
     log_path = None if save_dir is None else save_dir / _LOG
     if log_path is not None:
         save_dir.mkdir(parents=True, exist_ok=True)
-    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path, signing_key=signing_key)
+    # the controller's key signs every certificate: the auditor's public key then binds
+    # every field (the state alone cannot bind a commitment or an id). Without one, a key
+    # made for this run signs, and the demo checks with its public half.
+    key = generate_key() if signing_key is None else load_signing_key(signing_key)
+    memory = SVDDMemory(C, gamma=gamma, audit_log=log_path, signing_key=key)
     start = time.perf_counter()
     token_ids = _stream(memory, stream)
     elapsed = time.perf_counter() - start
@@ -216,11 +222,12 @@ def run_demo(
         f"delete   stay {delete} (subject {subject}): {len(doomed)} tokens, "
         f"{len(support.intersection(doomed))} of them in the support"
     )
-    certificates, checks, seconds = _delete(memory, doomed, say, show, verify_each, seed)
+    certificates, checks, seconds = _delete(memory, doomed, say, show, verify_each, seed,
+                                            key.public_key())
     bad = [c for c in checks if not c.ok]
     say(
         f"         {len(certificates)} certificates in {seconds:.2f} s, each checked right after "
-        f"its deletion (digest, KKT, consistency{', retrain' if verify_each else ''}): "
+        f"its deletion (digest, KKT, consistency, signature{', retrain' if verify_each else ''}): "
         + ("all ok" if not bad else f"{len(bad)} FAILED")
     )
 
@@ -229,12 +236,13 @@ def run_demo(
     say(f"verify   retraining from scratch on the {len(memory)} remaining tokens "
         "(independent QP oracle) ...")
     start = time.perf_counter()
-    final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed)
+    final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed,
+                            public_key=key.public_key())
     say(f"         {final.summary()} ({time.perf_counter() - start:.2f} s)")
-    ok = final.ok and not bad
+    ok = final.complete and not bad
     say(_verdict(ok, delete, certificates, final))
     if save_dir is not None:
-        _save(say, memory, certificates, save_dir)
+        _save(say, memory, certificates, save_dir, own_key=signing_key is not None)
     return DemoResult(
         n_tokens=len(token_ids),
         deleted_stay=delete,
@@ -259,7 +267,8 @@ def _check_save_dir(path: Path) -> Path:
     return path
 
 
-def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], where: Path) -> None:
+def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], where: Path, *,
+          own_key: bool) -> None:
     """The final state, every certificate and the round-trip commands."""
     import shlex
 
@@ -276,11 +285,17 @@ def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], wher
     say(f"saved    {where}: {_STATE} (the memory after the deletion), {_LOG} (every "
         f"operation, hash-chained), {_CERTS}/ ({len(certificates)} certificates; last.json "
         "is the one the saved state answers for)")
-    signed = certificates[-1].signature is not None
-    key = " --public-key <your PREFIX.pub>" if signed else ""
+    key = " --public-key PREFIX.pub" if own_key else ""
     say(f"         check them:  svattn verify-deletion {q['state']} {q['last']} --log "
         f"{q['log']}{key}")
     say(f"                      svattn audit verify {q['log']} {q['state']}")
+    if own_key:
+        say("         (PREFIX.pub: the public half of --signing-key PREFIX.key)")
+    else:
+        say("         (signed with a key made for this run, which no auditor holds: "
+            "verify-deletion reports the signature and the fields only it binds as "
+            "unchecked, exit 3. svattn keygen PREFIX, then demo --signing-key PREFIX.key, "
+            "signs with a key whose public half PREFIX.pub an auditor can hold)")
 
 
 def _stream(memory: SVDDMemory, stream: IcuStays) -> list[int]:
@@ -333,7 +348,7 @@ def _report_memory(
     )
 
 
-def _delete(memory, doomed, say, show, verify_each, seed):
+def _delete(memory, doomed, say, show, verify_each, seed, public_key):
     certificates: list[DeletionCertificate] = []
     checks: list[DeletionVerification] = []
     if show:
@@ -359,7 +374,8 @@ def _delete(memory, doomed, say, show, verify_each, seed):
 
     for token in doomed:
         cert = memory.remove(token)
-        check = verify_deletion(memory, cert, retrain=verify_each, seed=seed)
+        check = verify_deletion(memory, cert, retrain=verify_each, seed=seed,
+                                public_key=public_key)
         certificates.append(cert)
         checks.append(check)
         if _is_reserve_drop(cert) and check.ok:

@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 from sklearn.base import BaseEstimator, OutlierMixin
@@ -81,6 +82,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.exact import DeletionCertificate, SVDDMemory
 from svattn.exact.kernels import KERNELS, LOG_MAX, KernelOverflowError
+from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, Verdict, judge
 from svattn.exact.solver import mu_interval
 
 
@@ -101,6 +103,18 @@ class ForgetReceipt:
     n_samples : int
         Samples the model holds afterwards.
     """
+
+    # What binds each field (svattn.exact.receipts): the estimator keeps no audit log
+    # and signs nothing, so which samples went and their certificates are its own word
+    # (verify_forget_receipt reports them unchecked); the model binds the rest.
+    CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "indices": (LOG, SIGNATURE),
+        "certificates": (LOG, SIGNATURE),
+        "state_digest": (STATE,),
+        "n_samples": (STATE,),
+    }
+    CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "exact optimum of the remaining tokens": (RESOLVE,)}
 
     indices: tuple[int, ...]
     certificates: tuple[DeletionCertificate, ...]
@@ -372,4 +386,62 @@ class SVDD(OutlierMixin, BaseEstimator):
         return np.where(self.decision_function(X) >= 0, 1, -1)
 
 
-__all__ = ["SVDD", "ForgetReceipt"]
+@dataclass(frozen=True)
+class ForgetReceiptVerification:
+    """Result of :func:`verify_forget_receipt`: ``ok`` (nothing failed), the failures,
+    and the :class:`~svattn.exact.receipts.Verdict` on the receipt's fields."""
+
+    ok: bool
+    reasons: tuple[str, ...]
+    verdict: Verdict
+
+    @property
+    def status(self) -> str:
+        """``"VERIFIED"``, ``"UNCHECKED"`` or ``"FAILED"``."""
+        return self.verdict.status
+
+
+def verify_forget_receipt(model: SVDD, receipt: ForgetReceipt, *, retrain: bool = True,
+                          tol: float = 1e-8) -> ForgetReceiptVerification:
+    """Check :meth:`SVDD.forget`'s receipt against the model right after the forget.
+
+    The indices are the certificates' removed ids, in order, and none is held; every
+    certificate is well-formed and consistent, of the model's parameters; the last
+    passes :func:`svattn.exact.verify.verify_deletion` (with ``retrain``, a re-solve
+    from scratch); the digest and sample count are the model's. The estimator keeps no
+    log and signs nothing: ``indices`` and ``certificates`` stay unchecked (what they
+    say could be any other samples' removals), so the verdict is at best UNCHECKED.
+    """
+    from svattn.exact.verify import verify_deletion
+
+    check_is_fitted(model)
+    mem = model.memory_
+    reasons: list[str] = []
+    certs = list(receipt.certificates)
+    if not all(isinstance(c, DeletionCertificate) for c in certs):
+        reasons.append("certificates: not DeletionCertificate objects")
+        certs = []
+    if list(receipt.indices) != [c.removed_id for c in certs]:
+        reasons.append("indices: they are not the certificates' removed ids, in order")
+    held = [i for i in receipt.indices if i in mem.solver_state.id_to_slot]
+    if held:
+        reasons.append(f"indices: {held[:5]} are still held")
+    for k, c in enumerate(certs[:-1]):
+        errs = c.consistency_errors()
+        if (c.C, c.kernel, c.gamma) != (mem.C, mem.kernel, mem.gamma_value):
+            errs.append("C, kernel, gamma: not the model's")
+        reasons += [f"certificates[{k}]: {e}" for e in errs]
+    if certs:
+        last = verify_deletion(mem, certs[-1], retrain, tol=tol)
+        reasons += [f"certificates[{len(certs) - 1}]: {r}" for r in last.reasons]
+    if receipt.state_digest != mem.state_digest():
+        reasons.append("state_digest differs from the model's")
+    if receipt.n_samples != len(mem):
+        reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the model holds "
+                       f"{len(mem)}")
+    ran = {STATE} | ({RESOLVE} if retrain and certs else set())
+    return ForgetReceiptVerification(ok=not reasons, reasons=tuple(reasons),
+                                     verdict=judge(receipt, ran, reasons))
+
+
+__all__ = ["SVDD", "ForgetReceipt", "ForgetReceiptVerification", "verify_forget_receipt"]

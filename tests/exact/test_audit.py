@@ -294,12 +294,18 @@ def test_cli_audit_verify(logged, capsys):
 
 
 def test_cli_verify_deletion(logged, tmp_path, capsys):
-    mem, _, state, certs = logged
+    mem, log, state, certs = logged
     cert_path = tmp_path / "cert.json"
     cert_path.write_text(certs[-1].to_json())
-    assert main(["verify-deletion", str(state), str(cert_path)]) == 0
+    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 0
     out = capsys.readouterr().out
     assert "partition equal:     True" in out and "VERIFIED" in out
+    # without the log the commitment (and the other unsigned fields) are the controller's
+    # word: exit 3, and the verdict names them with what would check them
+    assert main(["verify-deletion", str(state), str(cert_path)]) == 3
+    out = capsys.readouterr().out
+    assert "VERIFIED" not in out and "UNCHECKED" in out and "commitment" in out
+    assert "--log" in out and "--public-key" in out
     # a certificate of an earlier removal does not match the saved state's digest
     cert_path.write_text(certs[0].to_json())
     assert main(["verify-deletion", str(state), str(cert_path)]) == 1

@@ -94,7 +94,9 @@ def test_verify_deletion_against_retrain(memory_and_data, which):
     assert report.partition_equal
     assert report.max_alpha_dev <= 1e-9
     assert report.decision_dev <= 1e-9 and report.readout_dev <= 1e-9
-    assert "VERIFIED" in report.summary()
+    # the state alone binds neither the commitment nor the id: never a bare VERIFIED
+    assert report.status == "UNCHECKED" and report.exit_status == 3
+    assert report.summary().startswith("UNCHECKED") and "commitment" in report.summary()
 
 
 def test_verification_catches_a_stale_or_forged_certificate(memory_and_data):

@@ -333,7 +333,8 @@ class AuditLog:
         if op == "erase":  # the request: its removals are the records before it
             r = info["receipt"]
             return {"erasure": {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
-                                "signer": r.signer, "signature": r.signature}}
+                                "signer": r.signer, "signature": r.signature,
+                                "receipt_sha256": r.sha256()}}
         raise ValueError(f"unknown audit operation {op!r}")
 
     def _line(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> bytes:

@@ -16,10 +16,12 @@ import json
 import math
 import secrets
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
 
 import numpy as np
+
+from svattn.exact.receipts import FORM, LOG, RESOLVE, SIGNATURE, STATE
 
 CERTIFICATE_VERSION = 2  # 2: commitments without a salt beside them (keyed or opaque)
 KEYED, OPAQUE = "hmac-sha256", "opaque"  # the two commitment schemes (commit_token)
@@ -162,6 +164,33 @@ class DeletionCertificate:
         the controller's Ed25519 public key and the signature (hex) over every other
         field (:meth:`signed_bytes`); any edited byte fails its verification.
     """
+
+    # What binds each field (svattn.exact.receipts; docs/design.md, "Receipts: fields and
+    # what checks each"). "state" only where the state right after the removal pins the
+    # field: an id the memory issued and removed, a commitment, a copy list, sizes before,
+    # an event count or a time are its own word, bound only by the log or the signature.
+    CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "removed_id": (LOG, SIGNATURE),
+        "commitment": (LOG, SIGNATURE),
+        "commitment_scheme": (LOG, SIGNATURE),
+        "live_copies": (LOG, SIGNATURE),
+        "partition_before": (LOG, SIGNATURE),
+        "partition_after": (STATE, LOG, SIGNATURE),
+        "kkt_residual_after": (STATE, LOG, SIGNATURE),
+        "n_events": (LOG, SIGNATURE),
+        "unique_optimum": (STATE, LOG, SIGNATURE),
+        "state_digest": (STATE, LOG, SIGNATURE),
+        "C": (STATE, LOG, SIGNATURE),
+        "kernel": (STATE, LOG, SIGNATURE),
+        "gamma": (STATE, LOG, SIGNATURE),
+        "issued_at": (LOG, SIGNATURE),
+        "version": (FORM,),
+        "compacted": (STATE, LOG, SIGNATURE),
+        "signer": (LOG, SIGNATURE),
+        "signature": (LOG, SIGNATURE),
+    }
+    CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "exact optimum of the remaining tokens": (RESOLVE,)}
 
     removed_id: int
     commitment: str
@@ -331,6 +360,25 @@ class ErasureReceipt:
         As in :class:`DeletionCertificate` (signed over :meth:`signed_bytes`).
     """
 
+    # What binds each field (svattn.exact.receipts). The log binds every field through
+    # its erase record (tag hash, ids, signer, signature and the receipt's SHA-256) and
+    # the removal records before it (each certificate); a log without the receipt's hash
+    # (older) binds copies_kept and issued_at only through the signature.
+    CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "tag_hash": (LOG, SIGNATURE),
+        "erased_ids": (LOG, SIGNATURE),
+        "certificates": (LOG, SIGNATURE),
+        "copies_kept": (LOG, SIGNATURE),
+        "state_digest": (STATE, LOG, SIGNATURE),
+        "n_after": (STATE, LOG, SIGNATURE),
+        "issued_at": (LOG, SIGNATURE),
+        "version": (FORM,),
+        "signer": (LOG, SIGNATURE),
+        "signature": (LOG, SIGNATURE),
+    }
+    CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "exact optimum of the remaining tokens": (RESOLVE,)}
+
     tag_hash: str
     erased_ids: list[int]
     certificates: list[dict[str, Any]]
@@ -341,6 +389,13 @@ class ErasureReceipt:
     version: int = 1
     signer: str | None = None
     signature: str | None = None
+
+    def sha256(self) -> str:
+        """SHA-256 (hex) of the canonical JSON of every field, signature included: what
+        the audit log's erase record keeps of the receipt."""
+        return hashlib.sha256(json.dumps(asdict(self), sort_keys=True, separators=(",", ":"),
+                                         ensure_ascii=True, allow_nan=False).encode()
+                              ).hexdigest()
 
     def deletion_certificates(self) -> list[DeletionCertificate]:
         """The per-token certificates as objects."""
@@ -380,24 +435,51 @@ class ErasureReceipt:
             errs.append("certificates must be a list of certificate objects")
         else:
             for k, c in enumerate(self.certificates):
-                try:
-                    errs += [f"certificates[{k}]: {e}"
-                             for e in DeletionCertificate(**c).field_errors()]
-                except TypeError as exc:
-                    errs.append(f"certificates[{k}]: malformed ({exc})")
+                errs += [f"certificates[{k}]: {e}" for e in certificate_dict_errors(c)]
         if not (isinstance(self.copies_kept, dict) and all(
-                isinstance(v, list) and all(isinstance(t, int) for t in v)
-                for v in self.copies_kept.values())):
+                isinstance(k, str) and isinstance(v, list)
+                and all(isinstance(t, int) and not isinstance(t, bool) for t in v)
+                for k, v in self.copies_kept.items())):
             errs.append("copies_kept must map erased ids to lists of live ids")
-        if not (isinstance(self.state_digest, str) and len(self.state_digest) == 64):
-            errs.append("state_digest must be 64 hex digits")
-        if not (isinstance(self.n_after, int) and self.n_after >= 0):
+        if not _hexdigits(self.state_digest, 64):
+            errs.append("state_digest must be 64 lowercase hex digits")
+        if not (isinstance(self.n_after, int) and not isinstance(self.n_after, bool)
+                and self.n_after >= 0):
             errs.append("n_after must be an int >= 0")
+        if not isinstance(self.issued_at, str):
+            errs.append(f"issued_at must be an ISO 8601 string, got {self.issued_at!r}")
         if self.version != 1:
             errs.append(f"version must be 1, got {self.version!r}")
-        if (self.signer is None) != (self.signature is None):
-            errs.append("signer and signature come together (both or neither)")
+        errs += signer_errors(self.signer, self.signature)
         return errs
+
+
+def _hexdigits(v, n: int) -> bool:
+    return isinstance(v, str) and len(v) == n and all(c in _HEX for c in v)
+
+
+def signer_errors(signer, signature) -> list[str]:
+    """Why ``signer`` / ``signature`` are not an Ed25519 signature's fields (both None,
+    or 64 and 128 lowercase hex digits): empty when they are."""
+    if (signer is None) != (signature is None):
+        return ["signer and signature come together (both or neither)"]
+    if signer is not None and not (_hexdigits(signer, 64) and _hexdigits(signature, 128)):
+        return ["signer must be 64 and signature 128 lowercase hex digits (Ed25519)"]
+    return []
+
+
+def certificate_dict_errors(c) -> list[str]:
+    """Why the object ``c`` (a certificate as a dict, inside another receipt) is not a
+    well-formed :class:`DeletionCertificate`: not an object, a field missing or unknown,
+    a field of the wrong form (empty: it is one)."""
+    if not isinstance(c, dict):
+        return [f"must be a certificate object, got {type(c).__name__}"]
+    names = {f.name for f in fields(DeletionCertificate)}
+    optional = {"issued_at", "version", "compacted", "signer", "signature"}
+    missing, unknown = sorted(names - set(c) - optional), sorted(set(c) - names)
+    if missing or unknown:
+        return [f"missing fields {missing}, unknown fields {unknown}"]
+    return DeletionCertificate(**c).field_errors()
 
 
 def _signed_bytes(prefix: bytes, record) -> bytes:
@@ -416,7 +498,7 @@ def _json_fields(text: str, cls, what: str, *, optional: set[str]) -> dict[str, 
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} JSON must be an object")
-    names = set(cls.__dataclass_fields__)
+    names = {f.name for f in fields(cls)}
     missing = names - set(data) - optional
     if missing:
         raise ValueError(f"{what} is missing fields: {sorted(missing)}")

@@ -10,21 +10,21 @@ state, that the log ends at exactly that state (``docs/design.md`` §4).
 
 from __future__ import annotations
 
-import hashlib
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from svattn.exact.audit import STATE_OPS, AuditReport, verify_chain
+from svattn.exact.audit import AuditReport, verify_chain
 from svattn.exact.certificate import KEYED, DeletionCertificate, ErasureReceipt, commit_token
-from svattn.exact.fileformat import StateFileError, parse_header, read_metadata
 from svattn.exact.kernels import biased_softmax_readout, decision_values, gram_matrix
+from svattn.exact.logcheck import added_tokens, matches_the_log, verify_log
 from svattn.exact.memory import SVDDMemory
 from svattn.exact.oracle import partition as oracle_partition
 from svattn.exact.oracle import solve_svdd
+from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, Verdict, judge
 from svattn.exact.signing import load_public_key, signature_errors
 
 
@@ -41,6 +41,13 @@ class DeletionVerification:
     readout within tolerance when the optimum is unique; the decision function
     (which is unique even when alpha is not) when it is not. ``reasons`` names
     every failed check, by field where one is to blame.
+
+    ``ok`` says only that nothing failed. ``verdict`` (:mod:`svattn.exact.receipts`) says
+    which fields were checked and which no check that ran binds: ``status`` is
+    ``"VERIFIED"`` only when every field was checked and passed, ``"UNCHECKED"`` when
+    nothing failed but a field was not checked (without ``log`` or ``public_key`` the
+    commitment, the id and the other fields only the controller's word binds), and
+    ``"FAILED"`` otherwise.
     """
 
     ok: bool
@@ -63,10 +70,27 @@ class DeletionVerification:
     compacted: int = 0
     issued_at_record: int | None = None
     reasons: tuple[str, ...] = ()
+    verdict: Verdict | None = None
+
+    @property
+    def status(self) -> str:
+        """``"VERIFIED"`` (every field checked and passed), ``"UNCHECKED"`` or ``"FAILED"``."""
+        return self.verdict.status if self.verdict is not None else (
+            "VERIFIED" if self.ok else "FAILED")
+
+    @property
+    def exit_status(self) -> int:
+        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED): a verifying command's exit status."""
+        return {"VERIFIED": 0, "FAILED": 1, "UNCHECKED": 3}[self.status]
+
+    @property
+    def complete(self) -> bool:
+        """Every field checked, and nothing failed."""
+        return self.status == "VERIFIED"
 
     def summary(self) -> str:
         """One line for people."""
-        verdict = "VERIFIED" if self.ok else "FAILED"
+        verdict = self.status
         if self.issued_at_record is not None:
             parts = [f"{verdict} later: issued at audit record {self.issued_at_record} "
                      f"(digest {'ok' if self.digest_matches else 'MISMATCH'} there), the "
@@ -99,6 +123,8 @@ class DeletionVerification:
                          "compaction history unknown")
         if self.reasons:
             parts.append("; ".join(self.reasons))
+        if self.verdict is not None and self.verdict.unchecked:
+            parts.append(f"UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}")
         return ", ".join(parts)
 
 
@@ -172,7 +198,17 @@ def verify_deletion(
     >>> verify_deletion(mem, mem.remove(ids[3])).ok
     True
     """
-    cert = certificate
+    report = None if log is None else verify_chain(Path(log))
+    return _check_deletion(memory, certificate, retrain, probes=probes, tol=tol, seed=seed,
+                           public_key=public_key, commit_key=commit_key, report=report)
+
+
+def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool, *,
+                    probes: np.ndarray | None = None, tol: float = 1e-8, seed: int = 0,
+                    public_key=None, commit_key: bytes | None = None,
+                    report: AuditReport | None = None) -> DeletionVerification:
+    """:func:`verify_deletion` with the log already read and its chain checked
+    (``report``: :func:`verify_chain` of it, or None without a log)."""
     if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
         public_key = load_public_key(public_key)
     malformed = cert.field_errors()
@@ -180,12 +216,15 @@ def verify_deletion(
         return DeletionVerification(
             ok=False, digest_matches=False, removed_absent=False, kkt_residual=float("nan"),
             retrained=False, unique_optimum=False, tolerance=tol, parameters_match=False,
-            reasons=tuple(malformed))
+            reasons=tuple(malformed),
+            verdict=judge(cert, (), malformed))
+    ran = {STATE} | ({LOG} if report is not None else set()) | (
+        {SIGNATURE} if public_key is not None else set())
     reasons = _parameter_mismatches(memory, cert)
     params_ok = not reasons
     logged, at_record = None, None
-    if log is not None:
-        logged, at_record = _matches_the_log(cert, Path(log), reasons, memory.state_digest())
+    if report is not None:
+        logged, at_record = matches_the_log(cert, report, reasons, memory.state_digest())
     signed = None
     if public_key is not None:
         bad_signature = signature_errors(cert, public_key)
@@ -232,7 +271,7 @@ def verify_deletion(
             retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
             copies=copies, logged=logged, signed=signed, compacted=ss.n_compacted,
             signature_present=cert.signature is not None, issued_at_record=at_record,
-            reasons=tuple(reasons),
+            reasons=tuple(reasons), verdict=judge(cert, ran, reasons),
         )
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
@@ -278,48 +317,86 @@ def verify_deletion(
         n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
         logged=logged, signed=signed, compacted=ss.n_compacted,
         signature_present=cert.signature is not None, issued_at_record=at_record,
-        reasons=tuple(reasons),
+        reasons=tuple(reasons), verdict=judge(cert, ran | {RESOLVE}, reasons, blame=_CLAIMED),
     )
+
+
+# failures of the re-solve, charged to the claim it checks
+_EXACT = "exact optimum of the remaining tokens"
+_CLAIMED = {"decision function differs": _EXACT, "partition differs": _EXACT,
+            "alpha differs": _EXACT, "readout differs": _EXACT}
 
 
 @dataclass(frozen=True)
 class ErasureVerification:
-    """Result of :func:`verify_erasure`: ``ok`` and every failed check, named."""
+    """Result of :func:`verify_erasure`: ``ok`` (nothing failed), every failed check
+    named, each certificate's own verification, and the :class:`Verdict` on the
+    receipt's fields (``status``: VERIFIED only when every field was checked)."""
 
     ok: bool
     erased: int
     last_removal: DeletionVerification | None
     signed: bool | None = None
     reasons: tuple[str, ...] = ()
+    removals: tuple[DeletionVerification, ...] = ()
+    logged: bool | None = None
+    verdict: Verdict | None = None
+
+    @property
+    def status(self) -> str:
+        """``"VERIFIED"`` (every field checked and passed), ``"UNCHECKED"`` or ``"FAILED"``."""
+        return self.verdict.status if self.verdict is not None else (
+            "VERIFIED" if self.ok else "FAILED")
+
+    @property
+    def exit_status(self) -> int:
+        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED)."""
+        return {"VERIFIED": 0, "FAILED": 1, "UNCHECKED": 3}[self.status]
 
     def summary(self) -> str:
         """One line for people."""
-        verdict = "VERIFIED" if self.ok else "FAILED"
         sig = "" if self.signed is None else (", signature ok" if self.signed
                                               else ", signature INVALID")
+        log = "" if self.logged is None else (", audit log records it" if self.logged
+                                              else ", audit log DISAGREES")
         tail = "; ".join(self.reasons)
-        return f"{verdict}: erasure of {self.erased} tokens{sig}" + (f"; {tail}" if tail else "")
+        out = (f"{self.status}: erasure of {self.erased} tokens ({len(self.removals)} "
+               f"certificates checked){sig}{log}" + (f"; {tail}" if tail else ""))
+        if self.verdict is not None and self.verdict.unchecked:
+            out += f"; UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}"
+        return out
 
 
 def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = True, *,
                    tol: float = 1e-8, public_key=None, seed: int = 0,
                    log: str | os.PathLike[str] | None = None) -> ErasureVerification:
-    """Check an :class:`ErasureReceipt` against the memory right after the erasure.
+    """Check an :class:`ErasureReceipt` against the memory right after the erasure (or,
+    with ``log``, any later state of it that is the log's end).
 
     Every id was issued and is gone; no live token carries the subject's tag hash;
-    the receipt's certificates are the removals of exactly those ids and the last
-    one passes :func:`verify_deletion` (retrain included); a live token holding an
-    erased record's key and value must be one the receipt lists as another
-    subject's copy; the digest and size are the memory's; with ``public_key`` the
-    receipt's signature must verify; with ``log`` no live token may be one the log's add
-    records gave the subject's tag (a state whose stored tags were edited).
+    the receipt's certificates are the removals of exactly those ids, and *every* one
+    is checked: the last in full against the state (:func:`verify_deletion`, retrain
+    included), each earlier one against the state as far as it can be (well-formed,
+    consistent, the memory's parameters, its token gone) and, with ``log``, against
+    the chain (checked later: the log records it at a record with its digest). A live
+    token holding an erased record's key and value must be one the receipt lists as
+    another subject's copy; the digest and size are the memory's.
+
+    With ``public_key`` the receipt's signature and each certificate's must verify.
+    With ``log`` the chain must verify; the receipt must equal the log's ``erase``
+    record of these ids (tag hash, erased ids, signer, signature and, in logs that keep
+    it, the receipt's SHA-256, which binds every other field); its digest and size must
+    be the record's; and no live token may be one the log's add records gave the
+    subject's tag (a state whose stored tags were edited).
     """
     reasons = list(receipt.field_errors())
     if reasons:
         return ErasureVerification(ok=False, erased=0, last_removal=None,
-                                   reasons=tuple(reasons))
+                                   reasons=tuple(reasons), verdict=judge(receipt, (), reasons))
+    ran = {STATE} | ({LOG} if log is not None else set())
     signed = None
     if public_key is not None:
+        ran.add(SIGNATURE)
         if not isinstance(public_key, Ed25519PublicKey):
             public_key = load_public_key(public_key)
         bad = signature_errors(receipt, public_key)
@@ -336,32 +413,101 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     if len(tagged):
         reasons.append(f"tag_hash: live tokens {[int(ss.slot_id[s]) for s in tagged][:5]} "
                        "still carry the subject's tag")
+    present = memory.state_digest()
+    rep, logged, partial = None, None, {}
     if log is not None:
         rep = verify_chain(Path(log))
-        if not rep.ok:
-            reasons.append(f"the audit log does not verify: {rep.error}")
-        tagged = sorted(tok["id"] for _, tok in _added_tokens(rep.records)
-                        if tok.get("tag") == receipt.tag_hash and tok.get("id") in ss.id_to_slot)
-        if tagged:
-            reasons.append(f"tag_hash: the audit log added live tokens {tagged[:5]} for this "
-                           "subject (the state's tags were edited)")
-    if receipt.state_digest != memory.state_digest():
-        reasons.append("state_digest differs from the memory's")
-    if receipt.n_after != len(memory):
-        reasons.append(f"n_after: the receipt says {receipt.n_after}, the memory holds "
-                       f"{len(memory)}")
-    last = None
-    if certs:  # the state is the one after the last removal: check that one in full
-        last = verify_deletion(memory, certs[-1], retrain, tol=tol, seed=seed)
-        reasons += [r for r in last.reasons if not r.startswith("live tokens")]
-    for c in certs:  # copies of erased data may stay only as other subjects' data
-        copies = last.copies if c is certs[-1] else _live_copies(memory, c)
+        logged, partial = _erasure_matches_the_log(receipt, rep, reasons, present, len(memory))
+        if rep.ok:
+            tagged = sorted(tok["id"] for _, tok in added_tokens(rep.records)
+                            if tok.get("tag") == receipt.tag_hash
+                            and tok.get("id") in ss.id_to_slot)
+            if tagged:
+                reasons.append(f"tag_hash: the audit log added live tokens {tagged[:5]} for "
+                               "this subject (the state's tags were edited)")
+    later = rep is not None and rep.ok and receipt.state_digest != present
+    if not later:  # checked now: the state is the one the erasure left
+        if receipt.state_digest != present:
+            reasons.append("state_digest differs from the memory's")
+        if receipt.n_after != len(memory):
+            reasons.append(f"n_after: the receipt says {receipt.n_after}, the memory holds "
+                           f"{len(memory)}")
+    removals = []
+    for k, c in enumerate(certs):
+        last = k == len(certs) - 1
+        if last or rep is not None:  # the state right after it, or the chain
+            v = _check_deletion(memory, c, retrain and last, tol=tol, seed=seed,
+                                public_key=public_key, report=rep)
+            skip = ("live tokens",) if log is None else ("live tokens", "the audit log does not")
+            reasons += [f"certificates[{k}]: {r}" for r in v.reasons if not r.startswith(skip)]
+        else:  # an earlier removal, without the chain: what the present state allows
+            errs = c.consistency_errors() + _parameter_mismatches(memory, c)
+            if public_key is not None:
+                errs += signature_errors(c, public_key)
+            reasons += [f"certificates[{k}]: {r}" for r in errs]
+            v = DeletionVerification(
+                ok=not errs, digest_matches=False, removed_absent=c.removed_id not in
+                ss.id_to_slot, kkt_residual=float("nan"), retrained=False,
+                unique_optimum=c.unique_optimum, tolerance=tol, reasons=tuple(errs),
+                verdict=judge(c, {SIGNATURE} if public_key is not None else (), errs))
+        removals.append(v)
+    for c, v in zip(certs, removals, strict=True):  # copies may stay only as others' data
+        copies = v.copies if v.retrained or v.issued_at_record is not None or v.copies else \
+            _live_copies(memory, c)
         extra = [t for t in copies if t not in receipt.copies_kept.get(str(c.removed_id), [])]
         if extra:
             reasons.append(f"live tokens {extra} hold the data of erased token "
                            f"{c.removed_id} and are not another subject's copies")
-    return ErasureVerification(ok=not reasons, erased=len(receipt.erased_ids),
-                               last_removal=last, signed=signed, reasons=tuple(reasons))
+    if retrain and certs:
+        ran.add(RESOLVE)
+    if later:
+        partial = {**partial, "state_digest": {STATE}, "n_after": {STATE}}
+    return ErasureVerification(
+        ok=not reasons, erased=len(receipt.erased_ids),
+        last_removal=removals[-1] if removals else None, signed=signed,
+        reasons=tuple(reasons), removals=tuple(removals), logged=logged,
+        verdict=judge(receipt, ran, reasons, blame=_CLAIMED, partial=partial))
+
+
+def _erasure_matches_the_log(receipt: ErasureReceipt, rep: AuditReport, reasons: list[str],
+                             present: str, n_now: int) -> tuple[bool, dict[str, set[str]]]:
+    """Whether the verified chain ``rep`` records this very receipt: its ``erase`` record
+    of these ids names the same subject, signer and signature (and, where the record
+    keeps it, the receipt's SHA-256), with the receipt's digest and size, and ends at
+    the memory's present digest. Returns that and the fields the log could not bind
+    (an older record without the receipt's hash)."""
+    if not rep.ok:
+        reasons.append(f"the audit log does not verify: {rep.error}")
+        return False, {}
+    erases = [r for r in rep.records if r["op"] == "erase"
+              and r["erasure"].get("erased_ids") == receipt.erased_ids]
+    if not erases:
+        reasons.append(f"erased_ids: the audit log records no erasure of ids "
+                       f"{receipt.erased_ids[:5]}")
+        return False, {}
+    rec = erases[-1]
+    er, before = len(reasons), rec["erasure"]
+    for name in ("tag_hash", "signer", "signature"):
+        if before.get(name) != getattr(receipt, name):
+            reasons.append(f"{name}: the audit log's erase record (record {rec['seq']}) has "
+                           f"another {name}")
+    partial = {}
+    if "receipt_sha256" in before:
+        if before["receipt_sha256"] != receipt.sha256():
+            reasons.append(f"the audit log's erase record (record {rec['seq']}) holds another "
+                           "receipt (its SHA-256 differs: a field was edited)")
+    else:  # an older log: only the signature binds what the record does not name
+        partial = {"copies_kept": {LOG}, "issued_at": {LOG}}
+    if rec["digest"] != receipt.state_digest:
+        reasons.append(f"state_digest: the audit log's erase record (record {rec['seq']}) has "
+                       "another digest")
+    if rec["n"] != receipt.n_after:
+        reasons.append(f"n_after: the audit log's erase record (record {rec['seq']}) says "
+                       f"{rec['n']} tokens were left")
+    if rep.final_digest != present:
+        reasons.append("state_digest: the memory is not the audit log's end (its final "
+                       "digest is another)")
+    return len(reasons) == er, partial
 
 
 def _state_mismatches(memory: SVDDMemory, cert: DeletionCertificate, kkt: float,
@@ -438,169 +584,6 @@ def _commitment_mismatches(memory: SVDDMemory, recommitted: dict[int, str]) -> l
     ss = memory.solver_state
     return [int(ss.slot_id[s]) for s, c in recommitted.items()
             if ss.commit_keyed[s] == 1 and c != ss.commitments[s].tobytes().hex()]
-
-
-def _matches_the_log(cert: DeletionCertificate, log: Path, reasons: list[str],
-                     present: str) -> tuple[bool, int | None]:
-    """Whether the log's chain holds, records exactly this certificate (any edited field
-    shows as a difference), added the token with its commitment, and (keyed) never
-    added the record again after the removal."""
-    rep = verify_chain(log)
-    if not rep.ok:
-        reasons.append(f"the audit log does not verify: {rep.error}")
-        return False, None
-    recorded = [r["certificate"] for r in rep.records
-                if r["op"] == "remove" and r["certificate"].get("removed_id") == cert.removed_id]
-    if not recorded:
-        reasons.append(f"the audit log records no removal of token {cert.removed_id}")
-        return False, None
-    mine = asdict(cert)
-    diff = sorted(k for k in set(mine) | set(recorded[-1])
-                  if mine.get(k) != recorded[-1].get(k))
-    if diff:
-        reasons.append(f"the audit log recorded this removal with other {', '.join(diff)}")
-        return False, None
-    ok = True
-    at = max(r["seq"] for r in rep.records if r["op"] == "remove"
-             and r["certificate"].get("removed_id") == cert.removed_id)
-    later = None
-    if present != cert.state_digest:  # the memory moved on: check it is the log's end
-        later = at
-        if rep.records[at]["digest"] != cert.state_digest:
-            reasons.append(f"state_digest: the audit log's record {at} has another digest")
-            ok = False
-        if rep.final_digest != present:
-            reasons.append("state_digest differs from the memory's, and the memory is not "
-                           "the audit log's end (its final digest is another)")
-            ok = False
-    added = [(q, tok) for q, tok in _added_tokens(rep.records)
-             if tok.get("id") == cert.removed_id]
-    # (an add record of a version-1 log carries its own salted commitment: not comparable)
-    if added and "salt" not in added[-1][1] and added[-1][1].get("commitment") != cert.commitment:
-        reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
-                       f"{added[-1][0]}) with another commitment")
-        ok = False
-    if cert.commitment_scheme == KEYED:  # equal data, equal commitment: re-entry shows
-        back = [(q, tok["id"]) for q, tok in _added_tokens(rep.records[at + 1:])
-                if tok.get("commitment") == cert.commitment]
-        if back:
-            reasons.append(f"the erased record re-entered after its removal: record "
-                           f"{back[0][0]} adds it again as token {back[0][1]}")
-            ok = False
-    return ok, later
-
-
-def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None
-               ) -> AuditReport:
-    """Verify an audit log (and optionally that it ends at a saved state).
-
-    Parameters
-    ----------
-    path : path-like
-        The JSONL log.
-    state : path-like, optional
-        A state file saved by :meth:`SVDDMemory.save` with this log.
-
-    Returns
-    -------
-    AuditReport
-        ``ok`` False names the first broken record and what broke.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> import numpy as np
-    >>> log = os.path.join(tempfile.mkdtemp(), "audit.jsonl")
-    >>> mem = SVDDMemory(C=0.2, audit_log=log)
-    >>> ids = mem.extend(np.random.default_rng(0).normal(size=(30, 3)))
-    >>> cert = mem.remove(ids[4])
-    >>> report = verify_log(log)
-    >>> report.ok, report.n_records, [r["op"] for r in report.records]
-    (True, 3, ['open', 'extend', 'remove'])
-    """
-    rep = verify_chain(path)
-    if rep.ok and state is not None:
-        _check_state(rep, Path(state))
-    return rep
-
-
-def _check_state(rep: AuditReport, state: Path) -> None:
-    rep.state_checked = True
-    last = len(rep.records) - 1
-    try:
-        mem = SVDDMemory.load(state)
-    except (StateFileError, OSError) as exc:
-        rep.ok = False
-        rep.error = f"state {state} does not load: {exc}"
-        return
-    header = parse_header(state.read_bytes(), str(state))[0]
-    head = read_metadata(header, str(state)).get("audit_head")
-    if head is None:
-        rep.ok = False
-        rep.error = f"state {state} was saved without an audit log"
-        return
-    seq = int(head["seq"])
-    if seq > last or rep.hashes[seq] != head["sha256"]:
-        rep.ok = False
-        rep.broken_record = min(seq, last + 1)
-        what = ("lacks (records were removed from its end)" if seq > last
-                else "does not contain (that record differs)")
-        rep.error = (f"state {state} was saved at record {seq} (sha256 {head['sha256'][:12]}…), "
-                     f"which this log {what}")
-        return
-    later = [r for r in rep.records[seq + 1:] if r["op"] in STATE_OPS]
-    if later:
-        rep.ok = False
-        rep.broken_record = later[0]["seq"]
-        rep.error = (f"the log records {len(later)} operation(s) after state {state} was saved "
-                     f"(first: record {later[0]['seq']}, {later[0]['op']}): the state is stale")
-        return
-    sha = hashlib.sha256(state.read_bytes()).hexdigest()
-    if not any(r["op"] == "save" and r.get("file_sha256") == sha for r in rep.records[seq + 1:]):
-        rep.ok = False
-        rep.broken_record = last + 1
-        rep.error = (f"the log does not record saving this state (sha256 {sha[:12]}…) after "
-                     f"record {seq}: its last records were removed, or the file was not saved "
-                     "by this memory")
-        return
-    if rep.final_digest != mem.state_digest():
-        rep.ok = False
-        rep.broken_record = last
-        rep.error = (f"record {last}: final digest {rep.final_digest[:12]}… differs from the "
-                     f"state's {mem.state_digest()[:12]}…")
-        return
-    unbound = _unbound_tokens(rep, mem)
-    if unbound:
-        rep.ok = False
-        rep.broken_record = last
-        rep.error = (f"state {state}: live tokens {unbound[:5]} carry another commitment or "
-                     "data-subject tag than the log's add records gave them (the digest does "
-                     "not cover them: an edited state)")
-
-
-def _added_tokens(records: list[dict]) -> list[tuple[int, dict]]:
-    """``(seq, token entry)`` of every token the add / extend records among ``records``
-    added (a verified chain's records: the entries are objects with an id)."""
-    return [(r["seq"], tok) for r in records if r["op"] in ("add", "extend")
-            for tok in r.get("tokens", []) if isinstance(tok, dict)]
-
-
-def _unbound_tokens(rep: AuditReport, mem: SVDDMemory) -> list[int]:
-    """Live ids whose stored commitment or tag hash differs from their add record (ids
-    the chain started from, and tokens of older formats, have none to compare)."""
-    added = {tok["id"]: tok for _, tok in _added_tokens(rep.records)}
-    ss = mem.solver_state
-    bad = []
-    for s in ss.ordered_slots():
-        tok = added.get(int(ss.slot_id[s]))
-        if tok is None or "salt" in tok:
-            continue
-        tag = ss.tags[s].tobytes().hex()
-        logged_tag = tok.get("tag", "00" * len(ss.tags[s]))
-        if (ss.commit_keyed[s] != 2 and tok.get("commitment") != ss.commitments[s].tobytes().hex()
-                or tag != logged_tag):
-            bad.append(int(ss.slot_id[s]))
-    return bad
 
 
 __all__ = ["DeletionVerification", "ErasureVerification", "verify_deletion", "verify_erasure",

@@ -11,32 +11,68 @@
 * the repair record: the prefix kept untouched, the positions each memory rewound,
   the bytes replayed;
 * :meth:`LMStream.digest` afterwards: the model, the text held, the positions held
-  by every memory.
+  by every memory, the fed positions, the spans forgotten and the stream's
+  hash-chained forget log, whose entry for this forget holds the SHA-256 of the
+  receipt's body (every field but ``state_digest`` and ``signature``);
+* with ``LMStream(signing_key=...)``, the controller's Ed25519 signature over every
+  other field (:mod:`svattn.exact.signing`).
 
 The receipt never holds the forgotten bytes, their hash, or any key, value or hidden
 state of the span (the certificates' commitments are the memories' own, see
 docs/design.md §4.1).
 
-:func:`verify_forget` checks a stream against a receipt by re-streaming the text it
-holds from scratch in a fresh stream: same digest, logits at every position and
-every memory's readout equal to ``tol``, certificates well-formed and their
-commitments no longer held by the memories.
+:func:`verify_forget` checks a stream against a receipt: the receipt's body is an
+entry of the stream's forget log (which binds every field; a stream that never forgot
+has no such entry), its spans and counts agree with the stream's forgotten list, every
+memory's certificates are there and match their memory, its digest is the stream's
+(or, after more feeds and forgets, the digest the log recorded for it: *checked
+later*), and re-streaming the text from scratch gives the same content digest,
+logits and readouts. Every field's check is declared in ``ModelErasureReceipt.CHECKS``
+(:mod:`svattn.exact.receipts`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+import math
+from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
+from typing import ClassVar
 
 import numpy as np
 
 from svattn.exact import DeletionCertificate
+from svattn.exact.certificate import certificate_dict_errors, signer_errors
+from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, Verdict, judge
+from svattn.exact.signing import load_public_key, signature_errors
 
-__all__ = ["ModelErasureReceipt", "ForgetVerification", "verify_forget"]
+__all__ = ["ModelErasureReceipt", "ForgetVerification", "verify_forget", "forget_entry_hash"]
 
 RECEIPT_KIND = "svattn.ModelErasureReceipt"
-RECEIPT_VERSION = 1
+RECEIPT_VERSION = 2  # 2: signer and signature; bound by the stream's forget log
+_HEX = frozenset("0123456789abcdef")
+_MEMORY_KEYS = {"layer", "head", "span_certificates", "rewound", "rewound_unique", "released",
+                "span_released", "max_kkt_residual", "rewind_s"}
+_REPAIR_KEYS = {"kept_prefix", "replayed", "rewound", "released", "seconds"}
+
+
+def canonical_json(obj) -> bytes:
+    """The canonical JSON bytes of ``obj`` (sorted keys, no spaces, ASCII, no NaN)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
+                      allow_nan=False).encode()
+
+
+def forget_entry_hash(entry: dict) -> str:
+    """SHA-256 (hex) of one entry of a stream's forget log (its canonical JSON)."""
+    return hashlib.sha256(canonical_json(entry)).hexdigest()
+
+
+def chained_digest(state: str, head: str | None) -> str:
+    """A stream's digest: its state part (``LMStream.state_part``) and the hash of the
+    last entry of its forget log (None: it never forgot)."""
+    return hashlib.sha256(canonical_json({"format": "svattn.LMStream.digest-v2",
+                                          "state": state, "forget_log": head})).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -60,19 +96,46 @@ class ModelErasureReceipt:
         released for a snapshot),
         ``seconds`` (wall time of the rewind and of the replay).
     memories : list of dict
-        Per hybrid layer and head: ``layer``, ``head``, ``span_certificates`` (dicts of
-        :class:`~svattn.exact.DeletionCertificate`, one per span token the memory
-        held), ``rewound`` (other tokens removed and re-added), ``rewound_unique``
-        (whether every removal claimed a unique optimum), ``released`` (tokens held
-        only by the memory the stream released for an earlier snapshot, see
-        ``LMStream(snapshot_every=)``) and ``span_released`` (span tokens among them: no
-        certificate, that memory object is gone), ``max_kkt_residual``,
+        Per hybrid layer and head (every one of them): ``layer``, ``head``,
+        ``span_certificates`` (dicts of :class:`~svattn.exact.DeletionCertificate`, one
+        per span token the memory held), ``rewound`` (other tokens removed and
+        re-added), ``rewound_unique`` (whether every removal claimed a unique optimum),
+        ``released`` (tokens held only by the memory the stream released for an earlier
+        snapshot, see ``LMStream(snapshot_every=)``) and ``span_released`` (span tokens
+        among them: no certificate, that memory object is gone), ``max_kkt_residual``,
         ``rewind_s`` (seconds its removals took).
     state_digest : str
-        :meth:`LMStream.digest` after the forget.
+        :meth:`LMStream.digest` after the forget (it covers the stream's forget log,
+        whose last entry holds :meth:`body_sha256` of this receipt).
     issued_at : str
     kind, version
+    signer, signature : str or None
+        With a signing stream: the SHA-256 of the controller's Ed25519 public key and
+        the signature over every other field (:meth:`signed_bytes`).
     """
+
+    # What binds each field (svattn.exact.receipts). "state": the stream's forget log
+    # holds the SHA-256 of every field but state_digest and signature, and the stream's
+    # digest covers the log; state_digest is the stream's digest (or, checked later, the
+    # one its log entry fixes).
+    CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "model_digest": (STATE, SIGNATURE),
+        "fed_span": (STATE, SIGNATURE),
+        "held_span": (STATE, SIGNATURE),
+        "n_forgotten": (STATE, SIGNATURE),
+        "n_before": (STATE, SIGNATURE),
+        "n_after": (STATE, SIGNATURE),
+        "repair": (STATE, SIGNATURE),
+        "memories": (STATE, SIGNATURE),
+        "state_digest": (STATE, SIGNATURE),
+        "issued_at": (STATE, SIGNATURE),
+        "kind": (FORM,),
+        "version": (FORM,),
+        "signer": (STATE, SIGNATURE),
+        "signature": (SIGNATURE,),
+    }
+    CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "the stream equals a fresh stream of its text": (RESTREAM,)}
 
     model_digest: str
     fed_span: list[int]
@@ -86,12 +149,15 @@ class ModelErasureReceipt:
     issued_at: str = ""
     kind: str = RECEIPT_KIND
     version: int = RECEIPT_VERSION
+    signer: str | None = None
+    signature: str | None = None
 
     @classmethod
     def issue(cls, stream, *, fed_span, span, n_before: int, removed: list[dict],
-              seconds: dict | None = None) -> ModelErasureReceipt:
-        """Build the receipt from a stream after its forget (``removed``: what
-        :meth:`LMStream.rewind` returned)."""
+              seconds: dict | None = None, signer: str | None = None) -> ModelErasureReceipt:
+        """Build the receipt's body from a stream after its forget (``removed``: what
+        :meth:`LMStream.rewind` returned); ``state_digest`` is left empty for the
+        stream to fill in once its forget log holds the body (:meth:`LMStream.forget`)."""
         a, b = span
         memories, rewound, released = [], {}, {}
         for r in removed:
@@ -119,9 +185,20 @@ class ModelErasureReceipt:
             repair={"kept_prefix": a, "replayed": n_before - b, "rewound": rewound,
                     "released": released,
                     "seconds": dict(seconds or {})},
-            memories=memories, state_digest=stream.digest(),
-            issued_at=datetime.now(UTC).isoformat(timespec="seconds"),
+            memories=memories, state_digest="",
+            issued_at=datetime.now(UTC).isoformat(timespec="seconds"), signer=signer,
         )
+
+    def body_sha256(self) -> str:
+        """SHA-256 (hex) of every field but ``state_digest`` and ``signature``: what the
+        stream's forget log keeps of this receipt."""
+        body = {k: v for k, v in asdict(self).items() if k not in ("state_digest", "signature")}
+        return hashlib.sha256(b"svattn-model-erasure-body-v2|" + canonical_json(body)).hexdigest()
+
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of every field but ``signature``."""
+        body = {k: v for k, v in asdict(self).items() if k != "signature"}
+        return b"svattn-model-erasure-receipt-v2|" + canonical_json(body)
 
     def certificates(self) -> list[DeletionCertificate]:
         """Every span certificate, as :class:`~svattn.exact.DeletionCertificate`."""
@@ -133,7 +210,8 @@ class ModelErasureReceipt:
 
     @classmethod
     def from_json(cls, text: str) -> ModelErasureReceipt:
-        """Parse :meth:`to_json`'s output; precise errors on anything else."""
+        """Parse :meth:`to_json`'s output; precise errors (``ValueError``) on anything
+        else, nested fields included."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -144,16 +222,96 @@ class ModelErasureReceipt:
         if data.get("version") != RECEIPT_VERSION:
             raise ValueError(f"receipt: version {data.get('version')!r} is not supported "
                              f"(expected {RECEIPT_VERSION})")
-        names = set(cls.__dataclass_fields__)
-        missing, extra = sorted(names - set(data) - {"issued_at"}), sorted(set(data) - names)
+        names = {f.name for f in fields(cls)}
+        missing = sorted(names - set(data) - {"issued_at", "signer", "signature"})
+        extra = sorted(set(data) - names)
         if missing or extra:
             raise ValueError(f"receipt: missing fields {missing}, unknown fields {extra}")
-        return cls(**data)
+        receipt = cls(**data)
+        errs = receipt.field_errors()
+        if errs:
+            raise ValueError("receipt: " + "; ".join(errs))
+        return receipt
+
+    def field_errors(self) -> list[str]:
+        """Fields of the wrong type or form, nested ones included, each named (empty
+        list when well-formed)."""
+        errs = []
+
+        def integer(v, lo: int = 0) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+        def span(v) -> bool:
+            return (isinstance(v, list) and len(v) == 2 and all(integer(x) for x in v)
+                    and v[0] < v[1])
+
+        def hex64(v) -> bool:
+            return isinstance(v, str) and len(v) == 64 and all(c in _HEX for c in v)
+
+        def number(v) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        if not hex64(self.model_digest):
+            errs.append("model_digest must be 64 lowercase hex digits")
+        for name in ("fed_span", "held_span"):
+            if not span(getattr(self, name)):
+                errs.append(f"{name} must be [start, stop], ints with 0 <= start < stop, got "
+                            f"{getattr(self, name)!r}")
+        for name, lo in (("n_forgotten", 1), ("n_before", 1), ("n_after", 0)):
+            if not integer(getattr(self, name), lo):
+                errs.append(f"{name} must be an int >= {lo}, got {getattr(self, name)!r}")
+        rep = self.repair
+        if not (isinstance(rep, dict) and set(rep) == _REPAIR_KEYS
+                and integer(rep["kept_prefix"]) and integer(rep["replayed"])
+                and all(isinstance(d, dict) and all(
+                    isinstance(k, str) and isinstance(v, list) and len(v) == 2
+                    and all(integer(x) for x in v) for k, v in d.items())
+                    for d in (rep["rewound"], rep["released"]))
+                and isinstance(rep["seconds"], dict)
+                and all(isinstance(k, str) and number(v) for k, v in rep["seconds"].items())):
+            errs.append(f"repair must hold exactly {sorted(_REPAIR_KEYS)}: two counts, "
+                        "per-layer [first, end) lists and wall times")
+        if not isinstance(self.memories, list):
+            errs.append(f"memories must be a list of per-memory records, got "
+                        f"{type(self.memories).__name__}")
+        else:
+            for k, m in enumerate(self.memories):
+                if not isinstance(m, dict) or set(m) != _MEMORY_KEYS:
+                    errs.append(f"memories[{k}] must be an object with exactly the fields "
+                                f"{sorted(_MEMORY_KEYS)}")
+                    continue
+                if not all(integer(m[f]) for f in ("layer", "head", "rewound", "released",
+                                                   "span_released")):
+                    errs.append(f"memories[{k}]: layer, head, rewound, released and "
+                                "span_released must be ints >= 0")
+                if not (isinstance(m["rewound_unique"], bool) and number(m["max_kkt_residual"])
+                        and number(m["rewind_s"])):
+                    errs.append(f"memories[{k}]: rewound_unique must be a bool, "
+                                "max_kkt_residual and rewind_s numbers")
+                certs = m["span_certificates"]
+                if not isinstance(certs, list):
+                    errs.append(f"memories[{k}]: span_certificates must be a list")
+                    continue
+                for j, c in enumerate(certs):
+                    errs += [f"memories[{k}]: span_certificates[{j}]: {e}"
+                             for e in certificate_dict_errors(c)]
+        if not hex64(self.state_digest):
+            errs.append("state_digest must be 64 lowercase hex digits")
+        if not isinstance(self.issued_at, str):
+            errs.append(f"issued_at must be a string, got {self.issued_at!r}")
+        if self.kind != RECEIPT_KIND:
+            errs.append(f"kind must be {RECEIPT_KIND!r}")
+        if self.version != RECEIPT_VERSION:
+            errs.append(f"version must be {RECEIPT_VERSION}, got {self.version!r}")
+        errs += signer_errors(self.signer, self.signature)
+        return errs
 
 
 @dataclass
 class ForgetVerification:
-    """Outcome of :func:`verify_forget`: ``ok`` and every check's numbers."""
+    """Outcome of :func:`verify_forget`: ``ok`` (nothing failed), every check's numbers
+    and the :class:`~svattn.exact.receipts.Verdict` on the receipt's fields (``status``
+    is VERIFIED only when every field was checked and passed)."""
 
     ok: bool
     reasons: list[str] = field(default_factory=list)
@@ -162,14 +320,38 @@ class ForgetVerification:
     max_readout_deviation: float = float("nan")
     n_certificates: int = 0
     n_positions: int = 0
+    logged_at: int | None = None
+    later: bool = False
+    signed: bool | None = None
+    verdict: Verdict | None = None
+
+    @property
+    def status(self) -> str:
+        """``"VERIFIED"``, ``"UNCHECKED"`` (nothing failed, a field unchecked) or ``"FAILED"``."""
+        return self.verdict.status if self.verdict is not None else (
+            "VERIFIED" if self.ok else "FAILED")
+
+    @property
+    def exit_status(self) -> int:
+        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED)."""
+        return {"VERIFIED": 0, "FAILED": 1, "UNCHECKED": 3}[self.status]
 
     def summary(self) -> str:
-        head = "VERIFIED" if self.ok else "NOT VERIFIED"
-        lines = [f"{head}: the stream equals a fresh stream of its {self.n_positions} bytes",
+        where = ("" if self.logged_at is None else
+                 f"  the receipt is entry {self.logged_at} of the stream's forget log"
+                 + (" (checked later: the stream moved on since)" if self.later else ""))
+        lines = [f"{self.status}: the stream equals a fresh stream of its {self.n_positions} "
+                 "bytes" if self.ok else f"{self.status}: see below",
                  f"  digest matches the receipt and the fresh stream: {self.digest_matches}",
                  f"  max |logit - fresh logit| over every position: {self.max_logit_deviation:.3g}",
                  f"  max |memory readout - fresh readout|: {self.max_readout_deviation:.3g}",
                  f"  span certificates checked: {self.n_certificates}"]
+        if where:
+            lines.append(where)
+        if self.signed is not None:
+            lines.append(f"  signature: {'ok' if self.signed else 'INVALID'}")
+        if self.verdict is not None and self.verdict.unchecked:
+            lines.append(f"  UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}")
         return "\n".join(lines + [f"  - {r}" for r in self.reasons])
 
 
@@ -178,24 +360,49 @@ def _live_commitments(mem) -> set[str]:
     return {ss.commitments[s].tobytes().hex() for s in ss.ordered_slots()}
 
 
-def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9
-                  ) -> ForgetVerification:
-    """Check ``stream`` (after a forget, or saved and loaded) against ``receipt``.
+def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
+                  public_key=None) -> ForgetVerification:
+    """Check ``stream`` (after a forget, saved and loaded, or later: more feeds and
+    forgets since) against ``receipt``.
 
-    Re-streams :attr:`stream.text` from scratch in a fresh stream of the same model
-    and compares: the digest (receipt, stream, fresh stream), the logits at every
-    held position and every memory's readout at its own keys (≤ ``tol``), and each
-    span certificate (fields, its memory's parameters, its commitment no longer held
-    unless the certificate lists live copies).
+    * **The stream's forget log** must hold the receipt's body (:meth:`~ModelErasureReceipt.
+      body_sha256`) at an entry of its hash chain: this binds every field but the digest
+      and the signature, and a stream that never made this forget has no such entry.
+      ``fed_span`` must be among the spans the stream forgot, ``n_forgotten`` its length,
+      ``held_span`` as long; every hybrid memory of the stream must have its record,
+      with one certificate per span token its rewind removed.
+    * **The digest**: the stream's, right after the forget; later, the digest the log
+      entry fixes (the state part it recorded, chained with the entry).
+    * **Each certificate** against its memory: well-formed and consistent, the memory's
+      parameters, its commitment no longer held.
+    * **The re-stream**: :attr:`stream.text` fed from scratch to a fresh stream of the same
+      model gives the same content digest, logits at every held position and every
+      memory's readout at its own keys (≤ ``tol``).
+    * With ``public_key`` (an ``Ed25519PublicKey`` or a PEM path), the signature.
     """
-    reasons = []
+    errs = receipt.field_errors()
+    if errs:
+        return ForgetVerification(ok=False, reasons=errs, n_positions=len(stream),
+                                  verdict=judge(receipt, (), errs))
+    reasons: list[str] = []
+    ran = {STATE, RESTREAM}
+    signed = None
+    if public_key is not None:
+        ran.add(SIGNATURE)
+        if isinstance(public_key, str) or hasattr(public_key, "__fspath__"):
+            public_key = load_public_key(public_key)
+        bad = signature_errors(receipt, public_key)
+        signed = not bad
+        reasons += bad
     if receipt.model_digest != stream.model_digest:
-        reasons.append("the receipt was issued for another model (model digest differs)")
+        reasons.append("model_digest: the receipt was issued for another model")
+    at, later = _logged_at(stream, receipt, reasons)
+    _spans_agree(stream, receipt, reasons)
     fresh = type(stream)(stream.model, full_policy=stream.full_policy, snapshot_every=0)
     fresh.feed(stream.text)
-    digest_ok = receipt.state_digest == stream.digest() == fresh.digest()
-    if not digest_ok:
-        reasons.append("digest: receipt, stream and fresh stream do not all agree")
+    content_ok = stream.content_digest() == fresh.content_digest()
+    if not content_ok:
+        reasons.append("the stream's content digest differs from a fresh stream's of its text")
     dev = 0.0
     if len(stream):
         dev = float((stream.all_logits() - fresh.all_logits()).abs().max())
@@ -214,29 +421,112 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9
                 rdev = max(rdev, float(np.abs(mem.readout(probes) - fmem.readout(probes)).max()))
     if not rdev <= tol:
         reasons.append(f"memory readouts differ from the fresh stream's by {rdev:.3g} > {tol:g}")
+    n_certs = _check_certificates(stream, receipt, reasons)
+    return ForgetVerification(
+        ok=not reasons, reasons=reasons,
+        digest_matches=content_ok and (later or receipt.state_digest == stream.digest()),
+        max_logit_deviation=dev, max_readout_deviation=rdev, n_certificates=n_certs,
+        n_positions=len(stream), logged_at=at, later=later, signed=signed,
+        verdict=judge(receipt, ran, reasons, blame=_CLAIMED))
+
+
+_CLAIM = "the stream equals a fresh stream of its text"
+_CLAIMED = {"the stream's content digest": _CLAIM, "logits differ": _CLAIM,
+            "memory readouts differ": _CLAIM, "layer ": _CLAIM}
+
+
+def _logged_at(stream, receipt: ModelErasureReceipt, reasons: list[str]
+               ) -> tuple[int | None, bool]:
+    """The index of the receipt's entry in the stream's forget log (None: absent) and
+    whether the stream moved on since; checks the chain and the digest either way."""
+    log = stream.forget_log
+    prev = None
+    for k, entry in enumerate(log):
+        if entry.get("prev") != prev:
+            reasons.append(f"the stream's forget log is broken at entry {k} (its prev is not "
+                           "the hash of the entry before)")
+            return None, False
+        prev = forget_entry_hash(entry)
+    body = receipt.body_sha256()
+    found = [k for k, e in enumerate(log) if e.get("receipt") == body]
+    if not found:
+        spans = [e.get("fed_span") for e in log]
+        which = ("fed_span: the stream never forgot it" if receipt.fed_span not in spans
+                 else "the stream's forget log holds another receipt for this span (a field "
+                      "of the receipt was edited)")
+        reasons.append(f"{which} (the stream's forget log has {len(log)} entries)")
+        return None, False
+    k = found[-1]
+    entry = log[k]
+    if entry.get("fed_span") != receipt.fed_span:
+        reasons.append(f"fed_span: the stream's forget log entry {k} records another span")
+    now = stream.digest()
+    if receipt.state_digest == now and k == len(log) - 1:
+        if entry.get("state") != stream.state_part():
+            reasons.append(f"state_digest: the stream's forget log entry {k} records another "
+                           "state than the stream's")
+        return k, False
+    if chained_digest(entry.get("state"), forget_entry_hash(entry)) != receipt.state_digest:
+        reasons.append("state_digest differs from the stream's, and from the digest its "
+                       f"forget log fixed for this forget (entry {k})")
+    return k, True
+
+
+def _spans_agree(stream, receipt: ModelErasureReceipt, reasons: list[str]) -> None:
+    start, stop = receipt.fed_span
+    if (start, stop) not in {tuple(x) for x in stream.forgotten}:
+        reasons.append(f"fed_span: the stream's forgotten list holds no span [{start}, {stop})")
+    if stop > stream.n_fed:
+        reasons.append(f"fed_span: the stream was fed {stream.n_fed} bytes in all")
+    if receipt.n_forgotten != stop - start:
+        reasons.append(f"n_forgotten: the receipt says {receipt.n_forgotten}, its span holds "
+                       f"{stop - start}")
+    a, b = receipt.held_span
+    if b - a != stop - start or a > start:
+        reasons.append(f"held_span: [{a}, {b}) is not the fed span [{start}, {stop}) in the "
+                       "text held before")
+    if receipt.n_after != receipt.n_before - receipt.n_forgotten:
+        reasons.append(f"n_after: {receipt.n_after} is not n_before - n_forgotten")
+
+
+def _check_certificates(stream, receipt: ModelErasureReceipt, reasons: list[str]) -> int:
+    """Every hybrid memory has its record; each record's certificates are one per span
+    token its rewind removed, well-formed, of its memory's parameters, and no longer
+    held. Returns how many certificates were checked."""
     mems = {(li, hd): mem for li, st in enumerate(stream.layers) for hd, mem in enumerate(st.mems)}
+    listed = [(m["layer"], m["head"]) for m in receipt.memories]
+    if sorted(listed) != sorted(mems):
+        reasons.append(f"memories: the receipt lists {len(listed)} memories "
+                       f"({sorted(set(listed) - set(mems))[:3]} unknown), the stream has "
+                       f"{len(mems)} ({sorted(set(mems) - set(listed))[:3]} missing)")
+    a, b = receipt.held_span
     n_certs = 0
     for entry in receipt.memories:
+        where = f"memories: layer {entry['layer']} head {entry['head']}"
         mem = mems.get((entry["layer"], entry["head"]))
         if mem is None:
-            reasons.append(f"receipt names layer {entry['layer']} head {entry['head']}, which "
-                           "has no memory")
             continue
+        first, end = receipt.repair["rewound"].get(str(entry["layer"]), (0, 0))
+        lo, hi = receipt.repair["released"].get(str(entry["layer"]), (end, end))
+        removed_span = max(0, min(b, end) - max(a, first))
+        certs = entry["span_certificates"]
+        if len(certs) != removed_span or entry["span_released"] != max(0, min(b, hi) -
+                                                                        max(a, lo)):
+            reasons.append(f"{where}: {len(certs)} span certificates and "
+                           f"{entry['span_released']} released span tokens, but its rewind "
+                           f"[{first}, {end}) removed {removed_span} span tokens")
         live = _live_commitments(mem)
-        for c in entry["span_certificates"]:
+        for c in certs:
             n_certs += 1
             cert = DeletionCertificate(**c)
-            errs = cert.field_errors() + cert.consistency_errors()
+            errs = cert.consistency_errors()
             if errs:
-                reasons.append(f"layer {entry['layer']} head {entry['head']} certificate "
-                               f"{cert.removed_id}: {'; '.join(errs)}")
+                reasons.append(f"{where}: certificate {cert.removed_id}: {'; '.join(errs)}")
             if cert.C != mem.C or cert.kernel != mem.kernel or cert.gamma != mem.gamma_value:
-                reasons.append(f"layer {entry['layer']} head {entry['head']}: certificate "
-                               f"{cert.removed_id} has other memory parameters")
+                reasons.append(f"{where}: certificate {cert.removed_id} has other memory "
+                               "parameters")
             if cert.commitment in live:  # (opaque commitments are nonced: a re-added
                 # copy of the same key commits differently, so this is the token itself)
-                reasons.append(f"layer {entry['layer']} head {entry['head']}: the token of "
-                               f"certificate {cert.removed_id} is still held")
-    return ForgetVerification(ok=not reasons, reasons=reasons, digest_matches=digest_ok,
-                              max_logit_deviation=dev, max_readout_deviation=rdev,
-                              n_certificates=n_certs, n_positions=len(stream))
+                reasons.append(f"{where}: the token of certificate {cert.removed_id} is "
+                               "still held")
+    return n_certs

@@ -204,14 +204,18 @@ class CharLM(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
-    def stream(self, *, full_policy: bool = False, snapshot_every: int = 4) -> LMStream:
+    def stream(self, *, full_policy: bool = False, snapshot_every: int = 4,
+               signing_key=None) -> LMStream:
         """Streaming inference state (:class:`svattn.lm.stream.LMStream`): ``feed``,
         ``logits``, ``generate``, ``forget``, ``save``; float64 on exact memories.
 
         ``full_policy``: stream ``policy="support"`` hybrid layers under ``"full"``;
-        ``snapshot_every``: copy the memories every that many chunks (faster forgets).
+        ``snapshot_every``: copy the memories every that many chunks (faster forgets);
+        ``signing_key``: the controller's Ed25519 key (or a PEM path), which signs every
+        erasure receipt of ``forget``.
         """
-        return LMStream(self, full_policy=full_policy, snapshot_every=snapshot_every)
+        return LMStream(self, full_policy=full_policy, snapshot_every=snapshot_every,
+                        signing_key=signing_key)
 
     def num_params(self) -> int:
         """Number of parameters (the tied embedding counted once)."""

@@ -40,7 +40,7 @@ from torch import nn
 
 from svattn.lm.checkpoint import read_checkpoint
 from svattn.lm.model import CharLM, CharLMConfig
-from svattn.lm.train import RECALL_FORMAT, lr_lambda
+from svattn.lm.train import RECALL_CELL, RECALL_FORMAT, lr_lambda
 from svattn.mixers import MIXERS
 from svattn.nn import sv_attention_state
 from svattn.tasks import IGNORE, ROLES, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
@@ -523,7 +523,6 @@ def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
 
 # ---------------------------------------------------------------------------- checkpoints
 RECALL_CKPT = RECALL_FORMAT
-RECALL_CELL = "svattn.RecallCell"  # save_cell_model's safetensors metadata
 CKPT_NAME, MODEL_NAME, LOG_NAME = "ckpt.pt", "model.pt", "log.jsonl"
 
 
@@ -661,20 +660,9 @@ def load_cell_model(path) -> tuple[CharLM, RecallRun]:
     """
     import json
 
-    from safetensors import safe_open
-    from safetensors.torch import load_model
+    from svattn.lm.train import read_cell_model
 
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            meta = fh.metadata() or {}
-    except Exception as exc:  # safetensors raises its own error types for a foreign file
-        raise ValueError(f"{path}: not a recall cell model (not a safetensors file: "
-                         f"{exc})") from None
-    if meta.get("format") != RECALL_CELL:
-        raise ValueError(f"{path}: not a recall cell model (format {meta.get('format')!r})")
-    model = CharLM(CharLMConfig(**json.loads(meta["model_config"])))
-    load_model(model, str(path))
-    model.eval()
+    model, meta = read_cell_model(path)
     return model, RecallRun.from_dict(json.loads(meta["run"]))
 
 

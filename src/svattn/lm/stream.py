@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import copy
+import dataclasses
 import fcntl
 import hashlib
 import itertools
@@ -56,7 +57,9 @@ from torch import nn
 
 from svattn.exact import SVDDMemory
 from svattn.exact.fileformat import sha256_hex, write_atomic
-from svattn.lm.forget import ModelErasureReceipt
+from svattn.exact.signing import fingerprint, sign
+from svattn.exact.signing import signing_key as as_signing_key
+from svattn.lm.forget import ModelErasureReceipt, chained_digest, forget_entry_hash
 from svattn.mixers import HybridSVAttention, SlidingWindowAttention, SoftmaxAttention
 from svattn.mixers.rope import apply_rotary
 from svattn.nn.common import resolve_gamma
@@ -231,6 +234,9 @@ class LMStream:
         (the memory it held and the later copies are released). Costs memory: the
         copies together hold about ``n² / (2·snapshot_every·L)`` tokens per head.
         Copies are not saved; a loaded stream makes new ones as it reads on.
+    signing_key : Ed25519PrivateKey or path, optional
+        The controller's key (:mod:`svattn.exact.signing`): every
+        :class:`~svattn.lm.forget.ModelErasureReceipt` is signed with it. Never saved.
 
     Examples
     --------
@@ -250,7 +256,7 @@ class LMStream:
     """
 
     def __init__(self, model: nn.Module, *, full_policy: bool = False,
-                 snapshot_every: int = 4) -> None:
+                 snapshot_every: int = 4, signing_key=None) -> None:
         if not isinstance(full_policy, bool):
             raise ValueError(f"full_policy must be a bool, got {full_policy!r}")
         if isinstance(snapshot_every, bool) or not isinstance(snapshot_every, int) or \
@@ -258,6 +264,7 @@ class LMStream:
             raise ValueError(f"snapshot_every must be an int >= 0, got {snapshot_every!r}")
         self.full_policy = full_policy
         self.snapshot_every = snapshot_every
+        self._signing_key = None if signing_key is None else as_signing_key(signing_key)
         self.model = exact_copy(model, full_policy=full_policy)
         self.model_digest = model_digest(model)
         self.layers = [_Layer(b.mix) for b in self.model.blocks]
@@ -268,6 +275,9 @@ class LMStream:
         self.n_fed = 0  # bytes ever fed
         self._hidden = _Rows((self.model.cfg.n_embd,))  # final hidden state per position
         self.forgotten: list[tuple[int, int]] = []  # fed spans forgotten so far
+        # one entry per forget, hash-chained: the span, the SHA-256 of its receipt's
+        # body and the state part after it (digest covers the last entry's hash)
+        self.forget_log: list[dict] = []
         self._broken: str | None = None  # why the stream refuses work (an interrupted op)
 
     def _check_usable(self) -> None:
@@ -469,13 +479,14 @@ class LMStream:
                 st.snaps[hi] = [mem.copy() for mem in st.mems]
 
     # ------------------------------------------------------------------ digest
-    def digest(self) -> str:
-        """SHA-256 of the stream's discrete state: the model digest, the text held,
-        and per layer the positions its memories hold.
+    def content_digest(self) -> str:
+        """SHA-256 of what the stream holds: the model digest, the text held, and per
+        layer the positions its memories hold. A fresh stream fed :attr:`text` has the
+        same content digest.
 
-        A fresh stream fed :attr:`text` has the same digest. Floats (caches, alpha) are
-        not hashed: they agree with a fresh stream's to rounding only, and alpha is not
-        unique where keys repeat (:func:`svattn.lm.forget.verify_forget` compares them).
+        Floats (caches, alpha) are not hashed: they agree with a fresh stream's to
+        rounding only, and alpha is not unique where keys repeat
+        (:func:`svattn.lm.forget.verify_forget` compares them).
         """
         h = hashlib.sha256()
         h.update(json.dumps({"format": FORMAT, "model": self.model_digest,
@@ -485,6 +496,28 @@ class LMStream:
                             sort_keys=True).encode())
         h.update(hashlib.sha256(bytes(self._tokens)).digest())
         return h.hexdigest()
+
+    def state_part(self) -> str:
+        """SHA-256 of what the stream holds and what it forgot: :meth:`content_digest`,
+        the fed position of every held byte, ``n_fed`` and the forgotten spans."""
+        origin = np.asarray(self._origin, dtype="<i8").tobytes()
+        return hashlib.sha256(json.dumps({
+            "content": self.content_digest(), "n_fed": self.n_fed,
+            "forgotten": [[int(a), int(b)] for a, b in self.forgotten],
+            "origin": hashlib.sha256(origin).hexdigest()}, sort_keys=True).encode()).hexdigest()
+
+    def digest(self) -> str:
+        """SHA-256 of the stream's discrete state: :meth:`state_part` (what it holds,
+        its fed positions, ``n_fed`` and the spans it forgot) chained with the hash of
+        the last entry of its forget log (one entry per forget: the span, the SHA-256 of
+        the receipt's body, the state part after it, the hash of the entry before).
+
+        Two streams of the same text differ in digest when their fed positions or
+        forgets differ; :meth:`content_digest` is what a fresh stream of :attr:`text`
+        shares.
+        """
+        head = forget_entry_hash(self.forget_log[-1]) if self.forget_log else None
+        return chained_digest(self.state_part(), head)
 
     # ------------------------------------------------------------------ forget
     def forget(self, start: int, stop: int) -> ModelErasureReceipt:
@@ -524,9 +557,21 @@ class LMStream:
         t2 = time.perf_counter()
         self.forgotten.append((int(start), int(stop)))
         self.forgotten.sort()
-        return ModelErasureReceipt.issue(self, fed_span=(int(start), int(stop)), span=(a, b),
-                                         n_before=n_before, removed=removed,
-                                         seconds={"rewind": t1 - t0, "replay": t2 - t1})
+        return self._bind_receipt(ModelErasureReceipt.issue(
+            self, fed_span=(int(start), int(stop)), span=(a, b), n_before=n_before,
+            removed=removed, seconds={"rewind": t1 - t0, "replay": t2 - t1},
+            signer=None if self._signing_key is None else fingerprint(
+                self._signing_key.public_key())))
+
+    def _bind_receipt(self, receipt: ModelErasureReceipt) -> ModelErasureReceipt:
+        """Append the receipt's body to the forget log (chained to the entry before, with
+        the state part after the forget); fill in the digest that covers it; sign."""
+        prev = forget_entry_hash(self.forget_log[-1]) if self.forget_log else None
+        self.forget_log.append({"fed_span": list(receipt.fed_span),
+                                "receipt": receipt.body_sha256(), "state": self.state_part(),
+                                "prev": prev})
+        receipt = dataclasses.replace(receipt, state_digest=self.digest())
+        return receipt if self._signing_key is None else sign(receipt, self._signing_key)
 
     def locate(self, start: int, stop: int) -> tuple[int, int]:
         """Held positions ``[a, b)`` of fed positions ``[start, stop)``; checks the span.
@@ -673,7 +718,7 @@ class LMStream:
                         "full_policy": self.full_policy,
                         "snapshot_every": self.snapshot_every, "n_fed": self.n_fed,
                         "forgotten": [list(x) for x in self.forgotten],
-                        "digest": self.digest(),
+                        "forget_log": self.forget_log, "digest": self.digest(),
                         "arrays": {"file": aname, "sha256": sha256_hex(data)},
                         "layers": layers, "pending": [],
                         "superseded": sorted((set(old_files) | leftovers) - set(new_files))}
@@ -770,6 +815,11 @@ class LMStream:
                                    f"({type(exc).__name__}: {exc})") from None
         s.n_fed = n_fed
         s.forgotten = forgotten
+        log = man.get("forget_log")
+        if not isinstance(log, list) or not all(isinstance(e, dict) for e in log):
+            raise StreamStateError(f"{folder}: the manifest's forget_log is not a list of "
+                                   "records")
+        s.forget_log = [dict(e) for e in log]
         if s.digest() != man["digest"]:
             raise StreamStateError(f"{folder}: the loaded state's digest differs from the "
                                    "manifest's")

@@ -67,6 +67,7 @@ __all__ = [
 ]
 
 CKPT = "ckpt.pt"
+RECALL_CELL = "svattn.RecallCell"  # a grid cell's safetensors model (recall.save_cell_model)
 RECALL_FORMAT = "svattn.RecallCheckpoint"  # svattn.lm.recall.RECALL_CKPT (recall imports this)
 LOG = "log.jsonl"
 CONFIG = "config.json"  # the effective config (file and --set overrides) and the command
@@ -501,7 +502,34 @@ def _is_cell_model(path: str | os.PathLike) -> bool:
         except (UnicodeDecodeError, json.JSONDecodeError):
             return False
     meta = header.get("__metadata__") if isinstance(header, dict) else None
-    return isinstance(meta, dict) and meta.get("format") == "svattn.RecallCell"
+    return isinstance(meta, dict) and meta.get("format") == RECALL_CELL
+
+
+def read_cell_model(path: str | os.PathLike) -> tuple[CharLM, dict]:
+    """Model (CPU, eval) and metadata (``format``, ``model_config``, ``run``: JSON texts)
+    of a recall grid cell's safetensors model (:func:`svattn.lm.recall.save_cell_model`;
+    no pickle: reading runs no code).
+
+    Raises
+    ------
+    ValueError
+        If the file is not such a file.
+    """
+    from safetensors import safe_open
+    from safetensors.torch import load_model
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except Exception as exc:  # safetensors raises its own error types for a foreign file
+        raise ValueError(f"{path}: not a recall cell model (not a safetensors file: "
+                         f"{exc})") from None
+    if meta.get("format") != RECALL_CELL:
+        raise ValueError(f"{path}: not a recall cell model (format {meta.get('format')!r})")
+    model = CharLM(CharLMConfig(**json.loads(meta["model_config"])))
+    load_model(model, str(path))
+    model.eval()
+    return model, meta
 
 
 def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig | None, dict]:
@@ -523,11 +551,10 @@ def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig 
         message names ``svattn convert-checkpoint``).
     """
     if _is_cell_model(path):
-        from svattn.lm.recall import load_cell_model  # recall imports this module
-
-        model, run = load_cell_model(path)
+        model, meta = read_cell_model(path)
+        run = json.loads(meta["run"])
         return model, None, {"format": RECALL_FORMAT, "model_config": model.cfg.to_dict(),
-                             "run": run.to_dict(), "step": run.steps}
+                             "run": run, "step": run["steps"]}
     try:
         ckpt = read_checkpoint(path)
     except UnsafeCheckpointError:
