@@ -11,11 +11,10 @@ has the math; ``be`` is :mod:`svattn.exact.compiled` or :mod:`svattn.exact.refer
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import numpy as np
 
 from svattn.exact import reference
+from svattn.exact.backend import Backend  # compiled or reference, held to it by a test
 from svattn.exact.batch import batch_solve
 from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
@@ -28,8 +27,6 @@ from svattn.exact.state import (
     scrub,
 )
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
-
-Backend = ModuleType  # svattn.exact.compiled or svattn.exact.reference (same function names)
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:

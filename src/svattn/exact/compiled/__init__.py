@@ -229,7 +229,7 @@ def _drive_loop(ss: SlotState, c: int, direction: int, k_c: np.ndarray, sgn: np.
 
 
 def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
-                       ) -> tuple[str, np.ndarray | int]:
+                       ) -> tuple[str, np.ndarray | int | None]:
     """Remove driven token ``c`` segment by segment (one pass over the margin block
     each, the last one giving the exact g); with ``contract_first``, ``c`` is a margin
     token that leaves the margin set first.
@@ -422,4 +422,4 @@ __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
            "reserve_block", "solve_margin", "store_row", "support_slots_by_id",
-           "sync_error_sum", "tied_slots", "wipe_slot_arrays"]
+           "tied_slots", "wipe_slot_arrays"]
