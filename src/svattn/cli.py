@@ -873,6 +873,12 @@ def _recall_arguments(parser: argparse.ArgumentParser) -> None:
                      "selection) into DIR")
     col.add_argument("--force", action="store_true",
                      help=f"replace {RECALL_RESULTS} when --into is not given")
+    res = sub.add_parser("restore", help="write a results file's cells back into a runs "
+                         "folder, so that run skips them (a grid resumed from its record)")
+    res.add_argument("--from", dest="source", type=Path, required=True, metavar="FILE",
+                     help="a results file written by collect")
+    res.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="the runs folder that run --out DIR will resume")
     tim = sub.add_parser("time", help="seconds per training step of each mixer at a grid's sizes")
     tim.add_argument("--grid", default="full", metavar="GRID",
                      help="the grid whose cells are timed (default full)")
@@ -903,6 +909,14 @@ def _recall_run(args: argparse.Namespace) -> int:
     )
 
     command = command_line(args._argv)
+    if args.recall_command == "restore":
+        from svattn.lm.recall_grid import restore
+
+        if not args.source.is_file():
+            raise FileNotFoundError(f"--from: no such file: {args.source}")
+        written = restore(args.source, args.out)
+        print(f"restored {len(written)} cells into {args.out}")
+        return 0
     if args.recall_command == "collect":
         into = args.into
         if into is None:
