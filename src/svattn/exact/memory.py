@@ -165,6 +165,15 @@ class SVDDMemory:
                           doc="Batch re-solves after a degenerate incremental step.")
 
     @property
+    def ingest_path(self) -> str:
+        """How the last :meth:`add` / :meth:`extend` solved its rows: ``"incremental"``
+        (one by one, driven in; the warm-up threshold's batch solve) or
+        ``"libsvm+exact"`` (a block much larger than the memory, rbf: libsvm's
+        one-class SVM as a warm start, then an exact float64 active-set finish).
+        Both reach the same optimum."""
+        return self._s.ingest_path
+
+    @property
     def backend(self) -> str:
         """``"compiled"`` or ``"reference"`` (fixed at construction)."""
         return self._be.NAME
