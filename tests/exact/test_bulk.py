@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exact_helpers import gram, retrain, snapshot
 
+from exact_helpers import gram, retrain, snapshot
 from svattn import SVDD
 from svattn.exact import SVDDMemory, solver
 from svattn.exact.batch import (
