@@ -221,7 +221,7 @@ def test_kernel_columns_are_the_kernel():
     for j in (5, 3, 70, 11, 12, 13):
         assert np.array_equal(cols.rows[cols.pos[j]], K[:, j])
     cols.scrub()
-    assert not cols.rows.any()
+    assert not cols.rows.any() and not cols.XT.any()
 
 
 def test_bordered_solves_equal_the_general_ones():

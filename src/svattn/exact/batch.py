@@ -216,9 +216,12 @@ def libsvm_warm_start(X: np.ndarray, C: float, gamma: float, *,
     # libsvm caches rows in float32: room for every row it may touch, up to 1 GB
     cache_mb = float(min(1024.0, max(200.0, 4.0 * n * n / 2**20)))
     oc = OneClassSVM(kernel="rbf", gamma=gamma, nu=nu, tol=tol, cache_size=cache_mb).fit(X)
-    alpha = np.zeros(n)
-    beta = np.asarray(oc.dual_coef_, dtype=np.float64).ravel()
-    alpha[np.asarray(oc.support_)] = C * np.minimum(beta, 1.0)
+    try:
+        alpha = np.zeros(n)
+        beta = np.asarray(oc.dual_coef_, dtype=np.float64).ravel()
+        alpha[np.asarray(oc.support_)] = C * np.minimum(beta, 1.0)
+    finally:  # the fitted model's copy of the support's keys: freed holding none
+        oc.support_vectors_.fill(0.0)
     return alpha
 
 
@@ -234,13 +237,14 @@ class KernelColumns:
 
     def __init__(self, X: np.ndarray, gamma: float, capacity: int = 64) -> None:
         self.X, self.gamma = X, gamma
+        self.XT = np.ascontiguousarray(X.T)  # the keys transposed, kept: scrubbed at the end
         self.pos = np.full(len(X), -1, dtype=np.int64)
         self.rows = np.zeros((max(capacity, 1), len(X)))
         self.m = 0
 
     def ensure(self, idx: np.ndarray) -> np.ndarray:
         """The row positions of ``idx`` (computing the missing ones in one block)."""
-        from svattn.exact.kernels import kernel_matrix
+        from svattn.exact.kernels import sq_distances_t
 
         new = np.unique(idx[self.pos[idx] < 0])
         if len(new):
@@ -250,16 +254,23 @@ class KernelColumns:
                 self.rows[: self.m].fill(0.0)
                 self.rows = grown
             block = self.rows[self.m: self.m + len(new)]
-            block[:] = kernel_matrix(self.X[new], self.X, "rbf", self.gamma)
+            keys = self.X[new]
+            try:  # kernel_matrix's values (rbf: distances from differences, then exp)
+                block[:] = sq_distances_t(keys, self.XT)
+            finally:
+                keys.fill(0.0)  # a copy of keys: freed holding none
+            block *= -self.gamma
+            np.exp(block, out=block)
             block[np.arange(len(new)), new] = 1.0
             self.pos[new] = self.m + np.arange(len(new))
             self.m += len(new)
         return self.pos[idx]
 
     def scrub(self) -> None:
-        """Zero the kept columns (kernel values of the keys; rows past ``m`` were never
+        """Zero the kept columns and the transposed keys (rows past ``m`` were never
         written)."""
         self.rows[: self.m].fill(0.0)
+        self.XT.fill(0.0)
 
 
 def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: float,

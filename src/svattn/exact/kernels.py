@@ -109,6 +109,15 @@ def _sq_dist_wide(x: np.ndarray, yT: np.ndarray) -> np.ndarray:  # pragma: no co
     return out
 
 
+def sq_distances_t(x: np.ndarray, yT: np.ndarray) -> np.ndarray:
+    """:func:`sq_distances` of ``x`` (m, d) and ``y`` given transposed and C-ordered,
+    ``yT`` (d, n): the same values, bit for bit, without the transposed copy of ``y``
+    that :func:`sq_distances` makes (a caller that scrubs key copies keeps ``yT``)."""
+    if yT.shape[1] < _WIDE:
+        return _sq_dist(np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(yT.T))
+    return _sq_dist_wide(np.ascontiguousarray(x, dtype=np.float64), yT)
+
+
 @njit(cache=True)
 def _sq_dist_pairs(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """Symmetric squared distances, each pair computed once (zero diagonal)."""

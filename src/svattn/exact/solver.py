@@ -144,7 +144,9 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
     (copies in the support, a cycle): the caller then adds the rows one by one.
     """
     live_old = ss.ordered_slots()
-    X = np.concatenate([ss.X[live_old], k]) if len(live_old) else np.array(k, copy=True)
+    X = np.empty((len(live_old) + k.shape[0], k.shape[1]))  # scrubbed below
+    np.take(ss.X, live_old, axis=0, out=X[: len(live_old)])  # (no temporary key copy)
+    X[len(live_old):] = k
     try:
         sol, cols = libsvm_solve(X, ss.C, ss.gamma_value, tol=0.01 * ss.tol)
     finally:
@@ -189,7 +191,7 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     if ss.ccap < need:  # one allocation, not a doubling per column
         ss.grow_cols(need + need // 4)
     if cols is not None and ss.chi == 0:
-        write_columns(ss, live, live[order], cols.rows[cols.pos[order]])
+        write_columns(ss, live, live[order], cols.rows, cols.pos[order])
     else:
         for s in live[order]:
             be.alloc_col(ss, int(s))
@@ -212,20 +214,24 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
             raise NeedResolve
 
 
-def write_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.ndarray
-                  ) -> None:
+def write_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.ndarray,
+                  pos: np.ndarray) -> None:
     """Fill the empty kernel cache (``chi = 0``) with the columns of ``slots``, in order,
-    from ``rows`` (``rows[j, i] = k(x_live[i], x_slots[j])``): what
-    :func:`svattn.exact.reference.alloc_col` computes for each, written at once."""
+    from ``rows`` (``rows[pos[j], i] = k(x_live[i], x_slots[j])``): what
+    :func:`svattn.exact.reference.alloc_col` computes for each, written at once (one
+    column at a time: no temporary copy of the block)."""
     na, hi = len(slots), ss.hi
     KC = ss.KC
-    if len(live) == hi and np.array_equal(live, np.arange(hi)):
-        KC[:hi, :na] = rows.T
-    else:
+    dense = len(live) == hi and np.array_equal(live, np.arange(hi))
+    if not dense:
         KC[:hi, :na] = 0.0
-        KC[live, :na] = rows.T
+    for j in range(na):
+        if dense:
+            KC[:hi, j] = rows[pos[j]]
+        else:
+            KC[live, j] = rows[pos[j]]
     KC[slots, np.arange(na)] = ss.diag[slots]
-    ss.XC[:na] = ss.X[slots]
+    np.take(ss.X, slots, axis=0, out=ss.XC[:na])  # (no temporary key copy)
     ss.slot_of_col[:na] = slots
     ss.col_of_slot[slots] = np.arange(na)
     ss.ac[:na] = ss.alpha[slots]
