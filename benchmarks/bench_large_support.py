@@ -21,7 +21,7 @@ Compile time and the first imports are paid by a warm-up before anything is time
 Usage::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_large_support.py \\
-        --sizes 2000 4000 8000 16000 --json results/bench_large_support.json \\
+        --sizes 2000 4000 8000 16000 32000 --json results/bench_large_support.json \\
         --plot results/bench_large_support.png
 """
 
@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             warm = SVDD(nu=0.1, gamma=gamma).fit(clustered_outliers(1200, 8, seed=99))
             for i in range(4):
                 warm.forget(indices=[int(warm.support_[i])])
+            warm.forget(indices=[int(np.setdiff1d(warm.memory_.ids, warm.support_)[0])])
             warm.partial_fit(clustered_outliers(3, 8, seed=98))
             OneClassSVM(nu=0.1, gamma=gamma).fit(clustered_outliers(300, 8, seed=97))
         for n in args.sizes:
