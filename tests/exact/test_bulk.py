@@ -260,3 +260,17 @@ def retrain_of(X, C, gamma):
     from svattn.exact.oracle import solve_svdd
 
     return solve_svdd(gram_matrix(X, "rbf", gamma), C, return_mu=True)
+
+
+@pytest.mark.parametrize("n", [7, 90])  # the narrow and the wide distance loop
+def test_sq_distances_t_is_sq_distances(n):
+    from svattn.exact.kernels import sq_distances, sq_distances_t
+
+    rng = np.random.default_rng(n)
+    x, y = rng.normal(size=(5, 3)) + 1e3, rng.normal(size=(n, 3)) + 1e3
+    ref = sq_distances(x, y)
+    yT = np.ascontiguousarray(y.T)
+    assert np.array_equal(sq_distances_t(x, yT), ref)
+    out = np.full((5, n), np.nan)
+    assert sq_distances_t(x, yT, out=out) is out
+    assert np.array_equal(out, ref)

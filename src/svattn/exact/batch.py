@@ -256,7 +256,7 @@ class KernelColumns:
             block = self.rows[self.m: self.m + len(new)]
             keys = self.X[new]
             try:  # kernel_matrix's values (rbf: distances from differences, then exp)
-                block[:] = sq_distances_t(keys, self.XT)
+                sq_distances_t(keys, self.XT, out=block)
             finally:
                 keys.fill(0.0)  # a copy of keys: freed holding none
             block *= -self.gamma
