@@ -274,3 +274,19 @@ def test_sq_distances_t_is_sq_distances(n):
     out = np.full((5, n), np.nan)
     assert sq_distances_t(x, yT, out=out) is out
     assert np.array_equal(out, ref)
+
+
+def test_a_numerical_failure_of_the_finish_takes_the_incremental_path(small_blocks,
+                                                                      monkeypatch):
+    import svattn.exact.batch as batch
+
+    def singular(*args, **kwargs):
+        raise np.linalg.LinAlgError("injected: singular matrix")
+
+    monkeypatch.setattr(batch, "bordered_inverse", singular)
+    X = clustered(200, seed=15)
+    mem = SVDDMemory(1 / 20, "rbf", 0.5)
+    mem.extend(X)
+    assert mem.ingest_path == "incremental"
+    monkeypatch.undo()
+    assert_same_optimum(mem, incremental(1 / 20, 0.5, X))

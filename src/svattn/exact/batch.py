@@ -419,7 +419,17 @@ def libsvm_solve(X: np.ndarray, C: float, gamma: float, *, tol: float,
     libsvm stops at ``libsvm_tol`` (its default is 1e-3): on issue #36's stream at
     n = 4k-8k, 1e-2 took ~20 % less of libsvm's time and the finish the same two
     solves (1e-1: four), since the finish corrects every membership libsvm left wrong.
+
+    A numerical failure on the way (libsvm refusing the data, a singular margin
+    system) is a None too: the caller's own path handles every token set.
     """
-    alpha0 = libsvm_warm_start(X, C, gamma, tol=libsvm_tol)
+    failures = (ValueError, ArithmeticError, np.linalg.LinAlgError)
+    try:
+        alpha0 = libsvm_warm_start(X, C, gamma, tol=libsvm_tol)
+    except failures:
+        return None, KernelColumns(X[:0], gamma, capacity=1)
     cols = KernelColumns(X, gamma, capacity=int(1.25 * np.count_nonzero(alpha0)) + 64)
-    return column_finish(cols, C, alpha0, tol=tol), cols
+    try:
+        return column_finish(cols, C, alpha0, tol=tol), cols
+    except failures:
+        return None, cols
