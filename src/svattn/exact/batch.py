@@ -213,9 +213,9 @@ def libsvm_warm_start(X: np.ndarray, C: float, gamma: float, *,
 
     n = len(X)
     nu = min(1.0, 1.0 / (C * n))
-    # libsvm caches rows in float32: room for every row it may touch, up to 1 GB
-    cache_mb = float(min(1024.0, max(200.0, 4.0 * n * n / 2**20)))
-    oc = OneClassSVM(kernel="rbf", gamma=gamma, nu=nu, tol=tol, cache_size=cache_mb).fit(X)
+    # libsvm's kernel cache at scikit-learn's default size (200 MB): bounded, so the
+    # batch path holds no O(n²) array (a cache of every row barely sped it up)
+    oc = OneClassSVM(kernel="rbf", gamma=gamma, nu=nu, tol=tol).fit(X)
     try:
         alpha = np.zeros(n)
         beta = np.asarray(oc.dual_coef_, dtype=np.float64).ravel()
