@@ -241,7 +241,7 @@ def test_bordered_solves_equal_the_general_ones():
     assert np.allclose(bordered_inverse(Q) @ Q, np.eye(61), atol=1e-8)
 
 
-def test_column_finish_repairs_a_wrong_partition_and_refuses_a_cycle_free_failure():
+def test_column_finish_repairs_a_wrong_partition_and_refuses_without_a_free_token():
     X = clustered(200, seed=14)
     C = 1 / (0.1 * 200)
     exact, _ = retrain_of(X, C, 0.5)
