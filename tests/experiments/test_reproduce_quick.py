@@ -46,8 +46,9 @@ def _table_rows(markdown: str, header: str) -> list[list[str]]:
 #: The default suite's sample (issue #37): these experiments end to end, in one
 #: ``reproduce NAMES --quick`` run. ``forgetting``, ``recall`` and ``model-forgetting``
 #: (about two thirds of the quick run's time) run only in the full ``reproduce --quick``
-#: under -m slow: the first two have default tests of their cores in test_cores.py, and
-#: model-forgetting's quick mode runs end to end by default in test_model_forgetting.py.
+#: under -m slow. By default forgetting's core is tested in test_cores.py; recall's report
+#: in test_recall_report.py and its grid training in tests/lm/test_recall.py; and
+#: model-forgetting's quick mode end to end in test_model_forgetting.py.
 SAMPLE = ("secret", "rare-recall", "selective-copy", "icu", "patient-deletion", "fact-editing",
           "lm", "throughput")
 RUNS = {"sample": SAMPLE, "full": tuple(EXPERIMENTS)}
