@@ -30,9 +30,11 @@ EXCERPT = 110  # characters kept on each side of a citation, at most
 
 
 def documents(root: Path) -> list[Path]:
-    """The documents whose citations count: README.md and docs/*.md, in a fixed order."""
+    """The documents whose citations count: README.md, docs/*.md and CHANGELOG.md (a
+    change's measured figure is a claim too), in a fixed order."""
     docs = [root / "README.md"] if (root / "README.md").is_file() else []
-    return docs + sorted((root / "docs").glob("*.md"))
+    log = [root / "CHANGELOG.md"] if (root / "CHANGELOG.md").is_file() else []
+    return docs + sorted((root / "docs").glob("*.md")) + log
 
 
 def units(root: Path) -> list[Path]:
