@@ -10,10 +10,11 @@ selective copy), as zoology does.
 * **Loss**: cross-entropy at the scored positions only; the head is applied
   to those hidden states only (:meth:`CharLM.hidden`), so a large vocabulary
   costs little.
-* **Optimiser**: AdamW (weight decay on matrices only), linear warmup
-  (``warmup_frac`` of the steps) then cosine decay to ``lr / 10``
-  (:func:`svattn.lm.train.lr_lambda`), gradient clipping at norm 1. Batches
-  are drawn from the training split by a generator seeded with the run's seed.
+* **Optimiser and loop**: ``svattn train``'s (:mod:`svattn.lm.loop`): AdamW
+  (weight decay on matrices only), linear warmup (``warmup_frac`` of the steps)
+  then cosine decay to ``lr / 10``, gradient clipping at norm 1
+  (:meth:`RecallRun.optim_config`). Batches are drawn from the training split in
+  an order seeded with the run's seed, reshuffled each epoch.
 * **Mixers and matched state**: ``hybrid_sv`` takes ``hybrid`` (defaults
   :data:`RECALL_HYBRID`); ``sliding`` gets the window :func:`matched_window`
   whose ``state_floats`` equal the hybrid's (``budget + L`` tokens for the
@@ -516,7 +517,7 @@ def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
     x, y = data.train_inputs[: run.batch_size], data.train_targets[: run.batch_size]
     loss = _recall_loss(model)
     times = []
-    for i in range(warm + steps):  # the step without schedule or clipping, as before
+    for i in range(warm + steps):  # the step alone: no schedule step, no clipping
         t0 = time.perf_counter()
         optimizer_step(model, opt, None, loss(x, y), grad_clip=0.0)
         if i >= warm:

@@ -1,8 +1,12 @@
 """Training and evaluation of :class:`~svattn.lm.model.CharLM` on byte-level enwik8.
 
-* **Optimiser**: AdamW (weight decay on matrices only), linear warmup then cosine
-  decay to ``min_lr`` (a :class:`torch.optim.lr_scheduler.LambdaLR`), gradient
-  clipping by global norm.
+* **Optimiser and loop** (:mod:`svattn.lm.loop`, shared with the recall runs):
+  AdamW (weight decay on matrices only), linear warmup then cosine decay to
+  ``min_lr`` (a :class:`torch.optim.lr_scheduler.LambdaLR`), gradient clipping by
+  global norm (:meth:`TrainConfig.optim_config`); the loss is the LM loss at every
+  position.
+* **Config overrides**: :func:`apply_overrides` applies ``svattn train``'s
+  ``--set KEY=VALUE`` to a config mapping before :meth:`TrainConfig.from_dict`.
 * **Precision**: bf16 autocast where the device supports it (``precision="auto"``:
   CUDA with bf16; fp32 on CPU). The SV memory always solves in float32 or wider.
   ``precision="fp64"`` trains in float64, for checks that must not depend on
