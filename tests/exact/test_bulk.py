@@ -1,6 +1,6 @@
 """The batch path of a large block (issue #36): libsvm's one-class SVM as a warm start,
 then an exact float64 active-set finish (:func:`svattn.exact.batch.libsvm_solve`,
-:func:`svattn.exact.solver.add_block`).
+:func:`svattn.exact.ingest.add_block`).
 
 It must reach the optimum the rows added one by one reach — the same partition, alpha
 and mu within 1e-12 — and the independent oracle's; say which path ran; fall back to
@@ -16,7 +16,7 @@ import pytest
 
 from exact_helpers import gram, retrain, snapshot
 from svattn import SVDD
-from svattn.exact import SVDDMemory, solver
+from svattn.exact import SVDDMemory, ingest
 from svattn.exact.batch import (
     KernelColumns,
     _margin_solver,
@@ -41,18 +41,18 @@ def clustered(n: int, d: int = 4, *, seed: int = 0, outliers: float = 0.02) -> n
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of 64 rows or more take the batch path (512 by default)."""
-    monkeypatch.setattr(solver, "BATCH_MIN_ROWS", 64)
+    monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
 
 
 def incremental(C, gamma, X, backend="compiled", kernel="rbf") -> SVDDMemory:
     """The rows added by the memory's own path (the batch path switched off)."""
-    old = solver.BATCH_MIN_ROWS
-    solver.BATCH_MIN_ROWS = 1 << 60
+    old = ingest.BATCH_MIN_ROWS
+    ingest.BATCH_MIN_ROWS = 1 << 60
     try:
         mem = SVDDMemory(C, kernel, gamma, backend=backend)
         mem.extend(X)
     finally:
-        solver.BATCH_MIN_ROWS = old
+        ingest.BATCH_MIN_ROWS = old
     assert mem.ingest_path == "incremental"
     return mem
 
@@ -163,12 +163,12 @@ def test_a_failure_leaves_the_memory_unchanged(small_blocks, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("injected")
 
-    monkeypatch.setattr(solver, "install_solution", boom)
+    monkeypatch.setattr(ingest, "install_solution", boom)
     with pytest.raises(OperationError):
         mem.extend(X[20:])
     assert snapshot(mem) == before
     monkeypatch.undo()
-    monkeypatch.setattr(solver, "BATCH_MIN_ROWS", 64)
+    monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
     mem.extend(X[20:])
     assert mem.ingest_path == "libsvm+exact"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory, solver
+from svattn.exact import SVDDMemory, ingest, solver
 from svattn.exact.hashes import token_hash
 from svattn.exact.memory import BACKENDS
 
@@ -62,7 +62,7 @@ def test_removed_tokens_leave_no_bytes(tmp_path, monkeypatch, values, batch):
     log = tmp_path / "audit.jsonl"
     mem = SVDDMemory(0.02, audit_log=log)
     if batch:  # the 200 rows solved in one batch (libsvm warm start, issue #36)
-        monkeypatch.setattr(solver, "BATCH_MIN_ROWS", 64)
+        monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
     ids = mem.extend(X[:200], None if V is None else V[:200])
     assert mem.ingest_path == ("libsvm+exact" if batch else "incremental")
     part = mem.partition()
@@ -191,7 +191,6 @@ def test_the_reference_contraction_scrubs_its_permuted_copy_of_the_inverse(monke
 def test_a_failed_first_operation_scrubs_every_array_it_allocated(monkeypatch):
     # the state was empty before: the restore drops all it allocated (keys, cache,
     # inverse, per-slot values, the Gram copy), every array zeroed first
-    from svattn.exact import solver
 
     rng = np.random.default_rng(7)
     mem = SVDDMemory(0.02)

@@ -1,8 +1,8 @@
 """The exact solver's algorithm on a :class:`~svattn.exact.state.SlotState`, for either backend.
 
-Adds store every row that lands inside the description as a reserve token, a run
-of them in one backend call (``reserve_block``); a row outside is driven in by the
-backend's event loop. Removals drive the token's coefficient to 0 (segment by
+Adds (:mod:`svattn.exact.ingest` hands rows in) store every row that lands inside the
+description as a reserve token; a row outside is driven in by the backend's event
+loop (:func:`add_one`). Removals drive the token's coefficient to 0 (segment by
 segment where the backend can). Each operation ends exactly (:func:`finish_op`):
 polish on the partition, check the KKT residual, refactorize, and as the last
 resort re-solve the token set in batch (:func:`resolve`). ``docs/design.md`` §1-3
@@ -15,7 +15,7 @@ import numpy as np
 
 from svattn.exact import reference
 from svattn.exact.backend import Backend  # compiled or reference, held to it by a test
-from svattn.exact.batch import BatchSolution, KernelColumns, batch_solve, libsvm_solve
+from svattn.exact.batch import batch_solve
 from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
 from svattn.exact.hashes import row_hash_of_bytes, token_hash_of_bytes
@@ -67,174 +67,6 @@ def standby_upkeep(ss: SlotState, be: Backend, ids: list[int]) -> None:
     be.refresh_standby(ss)
 
 
-def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> list[int]:
-    """Add validated rows in order, exactly as one add each; return their ids."""
-    if ss.dim is None:
-        ss.dim = k.shape[1]
-        ss.value_is_key = v is None
-        ss.vdim = k.shape[1] if v is None else v.shape[1]
-        ss.alloc(0, ss.dim, 0 if v is None else ss.vdim)
-    ss.ingest_path = "incremental"
-    if batch_eligible(ss, k.shape[0]):
-        ids = add_block(ss, be, k, v)
-        if ids is not None:
-            return ids
-    diag = kernel_diag(k, ss.kernel, ss.gamma_value)
-    out: list[int] = []
-    r, m = 0, k.shape[0]
-    while r < m:
-        if ss.n + 1 <= ss.warmup_n:  # warm-up and the threshold solve
-            out.append(add_one(ss, be, k[r], None if v is None else v[r], float(diag[r])))
-            r += 1
-            continue
-        # Every row before the first one outside the description joins the reserve
-        # set and changes nothing but its own slot: the backend stores them one after
-        # another in one call, each scored against the same solution (the same as
-        # adding them one by one); the first outside row is then driven in on its
-        # own, with the kernel row and g it was scored by.
-        # as many rows as fit the slot table (it grows, doubling, when none does)
-        slots = next_slots(ss, min(m - r, len(ss.free_slots) + ss.cap - ss.hi) or 1)
-        tids = np.arange(ss.next_id, ss.next_id + len(slots), dtype=np.int64)
-        vs = None if v is None else v[r:r + len(slots)]
-        stored, status, row, g_c, kxx = be.reserve_block(ss, k[r:r + len(slots)], vs, slots,
-                                                          tids)
-        if stored:
-            out += record_rows(ss, k[r:r + stored], None if vs is None else vs[:stored],
-                               slots[:stored])
-            r += stored
-        if status == "outside":  # stored with the k(x, x) its g was scored with
-            try:
-                out.append(add_one(ss, be, k[r], None if v is None else v[r], kxx,
-                                   row=row, g_c=g_c))
-            finally:
-                scrub(row)
-            r += 1
-        elif status == "overflow":  # the general scoring raises the kernel's error
-            out += _general_row(ss, be, k[r:r + 1], None if v is None else v[r:r + 1],
-                                diag[r:r + 1])
-            r += 1
-    return out
-
-
-# A block of at least this many rows, and at least twice the rows held, is solved in batch
-# (rbf: :func:`add_block`); smaller ones are added one by one. Tests lower it.
-BATCH_MIN_ROWS = 512
-
-
-def batch_eligible(ss: SlotState, m: int) -> bool:
-    """Whether :func:`add_rows` takes the batch path for a block of ``m`` rows: the rbf
-    kernel, a block much larger than the memory, and the problem feasible after it."""
-    return (ss.is_rbf and m >= BATCH_MIN_ROWS and m >= 2 * ss.n
-            and ss.n + m >= ss.warmup_n)
-
-
-def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
-              ) -> list[int] | None:
-    """Add a large block of validated rows by one batch solve of every token (rbf).
-
-    libsvm (:func:`svattn.exact.batch.libsvm_solve`) warm-starts an exact float64
-    active-set finish on kernel columns of the support; the memory then takes that
-    optimum with the bordered inverse the finish built (:func:`install_solution`).
-    The result is the optimum the rows added one by one reach (the same partition,
-    alpha to rounding; ``tests/exact/test_bulk.py``). Returns the new ids, or None
-    with the state untouched when the finish cannot certify a unique optimum
-    (copies in the support, a cycle): the caller then adds the rows one by one.
-    """
-    live_old = ss.ordered_slots()
-    X = np.empty((len(live_old) + k.shape[0], k.shape[1]))  # scrubbed below
-    np.take(ss.X, live_old, axis=0, out=X[: len(live_old)])  # (no temporary key copy)
-    X[len(live_old):] = k
-    try:
-        sol, cols = libsvm_solve(X, ss.C, ss.gamma_value, tol=0.01 * ss.tol)
-    finally:
-        scrub(X)
-    try:
-        if sol is None:
-            return None
-        drop_solution(ss)  # every column freed: the solution is rebuilt from the rows
-        m = k.shape[0]
-        ids = store(ss, k, v, kernel_diag(k, ss.kernel, ss.gamma_value), np.zeros((m, 0)),
-                    np.zeros(m))
-        try:
-            install_solution(ss, be, ss.ordered_slots(), sol, cols)
-        except NeedResolve:  # the polish met a degeneracy: the memory's own batch solve
-            resolve(ss, be)
-    finally:
-        cols.scrub()
-    ss.ingest_path = "libsvm+exact"
-    ss.standby_stale = True
-    return ids
-
-
-def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSolution,
-                     cols: KernelColumns | None = None) -> None:
-    """Make ``sol`` (alpha over ``live``, in that order) the memory's solution: columns
-    for the margin tokens first (in ``sol.margin``'s order, the rows of ``sol.Qinv``)
-    and the error tokens — copied from ``cols`` (the finish's kernel columns over
-    ``live``) when given, else computed —, mu, the bordered inverse (``sol.Qinv`` when
-    it is the one on this margin set, else refactorized), an exact g, and a polish
-    when its KKT residual is above ``0.1·tol``. The support must hold no copies."""
-    drop_solution(ss)
-    alpha = sol.alpha
-    ss.alpha[: ss.hi] = 0.0
-    ss.alpha[live] = alpha
-    ss.state[live] = RESERVE
-    margin = np.flatnonzero((alpha > 0) & (alpha < ss.C))
-    error = np.flatnonzero(alpha >= ss.C)
-    ss.state[live[margin]] = MARGIN
-    ss.state[live[error]] = ERROR
-    order = np.concatenate([margin, error])  # margin first: they fill columns [0, nS)
-    need = len(order) + ss.standby
-    if ss.ccap < need:  # one allocation, not a doubling per column
-        ss.grow_cols(need + need // 4)
-    if cols is not None and ss.chi == 0:
-        write_columns(ss, live, live[order], cols.rows, cols.pos[order])
-    else:
-        for s in live[order]:
-            be.alloc_col(ss, int(s))
-    ss.nS = len(margin)
-    ss.mu = sol.mu
-    if sol.Qinv is not None and np.array_equal(margin, sol.margin):
-        ss.Qinv = sol.Qinv
-    else:
-        refactorize(ss, count=False)
-    ss.sync_ac()
-    if not ss.nS:
-        canonical_mu(ss, be)
-    ss.g[: ss.hi] = be.g_exact(ss)
-    ss.g_valid = True
-    ss.ops_since_exact_g = 0
-    ss.kkt_after = None
-    if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
-        polish(ss, be)
-        if be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
-            raise NeedResolve
-
-
-def write_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.ndarray,
-                  pos: np.ndarray) -> None:
-    """Fill the empty kernel cache (``chi = 0``) with the columns of ``slots``, in order,
-    from ``rows`` (``rows[pos[j], i] = k(x_live[i], x_slots[j])``): what
-    :func:`svattn.exact.reference.alloc_col` computes for each, written at once (one
-    column at a time: no temporary copy of the block)."""
-    na, hi = len(slots), ss.hi
-    KC = ss.KC
-    dense = len(live) == hi and np.array_equal(live, np.arange(hi))
-    if not dense:
-        KC[:hi, :na] = 0.0
-    for j in range(na):
-        if dense:
-            KC[:hi, j] = rows[pos[j]]
-        else:
-            KC[live, j] = rows[pos[j]]
-    KC[slots, np.arange(na)] = ss.diag[slots]
-    np.take(ss.X, slots, axis=0, out=ss.XC[:na])  # (no temporary key copy)
-    ss.slot_of_col[:na] = slots
-    ss.col_of_slot[slots] = np.arange(na)
-    ss.ac[:na] = ss.alpha[slots]
-    ss.chi = na
-
-
 def next_slots(ss: SlotState, count: int) -> np.ndarray:
     """The slots the next ``count`` stored rows take, in order (free slots last freed
     first, then fresh ones, the slot table grown to hold them); taken only by
@@ -246,7 +78,7 @@ def next_slots(ss: SlotState, count: int) -> np.ndarray:
                                             dtype=np.int64)])
 
 
-def _general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
+def general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
                  diag: np.ndarray) -> list[int]:
     """Add one row (1, d) by the numpy scoring: stored if inside, else driven in."""
     rows, g = score_rows(ss, x, diag)
@@ -775,7 +607,7 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
                 f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
 
 
-__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_rows", "block_hashes",
+__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "block_hashes",
            "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
            "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
            "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]

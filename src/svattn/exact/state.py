@@ -218,7 +218,7 @@ class SlotState(MarginGramScratch):
     facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
     health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
     # how the last add/extend solved its rows (never saved): "incremental" (driven adds,
-    # the warm-up threshold's batch solve) or "libsvm+exact" (solver.add_block)
+    # the warm-up threshold's batch solve) or "libsvm+exact" (ingest.add_block)
     ingest_path: str = "incremental"
 
     # ------------------------------------------------------------ construction
