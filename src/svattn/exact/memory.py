@@ -46,8 +46,9 @@ from svattn.exact.certificate import (
 )
 from svattn.exact.certificate import commitment_key_id as key_id
 from svattn.exact.fileformat import SavedNotDurable, StateFileError
-from svattn.exact.health import HealthMonitor
+from svattn.exact.health import HealthMonitor, reading_first
 from svattn.exact.kernels import biased_softmax_readout, decision_values
+from svattn.exact.outcome import HealthReading
 from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
 from svattn.exact.rollback import atomic
 from svattn.exact.signing import check_key_id, no_tag_reason, resolve_tag_key, sign, tag_hashes
@@ -311,8 +312,8 @@ class SVDDMemory:
         scheme = KEYED if ss.commit_keyed[slot] == 1 else OPAQUE
         copies = ss.copies_outside(np.array([slot]))[int(token_id)]
         with self._atomic("remove", wiped=[slot]):
-            events = solver.remove_slot(ss, self._be, slot)
-            after, kkt, unique, digest = solver.certificate_facts(ss, self._be)
+            outcome = solver.remove_slot(ss, self._be, slot)
+            after, kkt, unique, digest = solver.certificate_facts(ss, self._be, outcome)
             # exactness is claimed only for a unique optimum met to tol: near-copies of
             # keys (kernel distances near rounding) can leave the KKT residual above tol
             unique = unique and kkt <= self._s.tol
@@ -320,12 +321,12 @@ class SVDDMemory:
                 removed_id=int(token_id), commitment=commitment, commitment_scheme=scheme,
                 live_copies=copies,
                 partition_before=before, partition_after=after, kkt_residual_after=kkt,
-                n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
+                n_events=outcome.events, unique_optimum=unique, state_digest=digest, C=self.C,
                 kernel=self.kernel, gamma=ss.gamma_value, compacted=ss.n_compacted,
             )
             if self._signing_key is not None:
                 cert = sign(cert, self._signing_key)
-            self._after_op("remove", certificate=cert)
+            self._after_op("remove", measured=outcome.health, certificate=cert)
         return cert
 
     def remove_many(self, token_ids: Iterable[int]) -> list[DeletionCertificate]:
@@ -528,24 +529,21 @@ class SVDDMemory:
             n_drift_refactorizations=h.n_drift_refactorizations, cond1=h.cond1,
             inv_residual=h.inv_residual, kkt_residual=self._residual() if kkt else None)
 
-    def _after_op(self, op: str, **info) -> None:
-        """Numerical health check, then the audit record (see health.py, audit.py)."""
+    def _after_op(self, op: str, measured: HealthReading | None = None, **info) -> None:
+        """Numerical health check (``measured``: the inverse's health as the operation
+        left it, when it measured it), then the audit record (health.py, audit.py)."""
         ss = self._s
         events = []
         if ss.nS and not ss.warm:
-            events = self._health.check(ss.Qinv, self._measure_health, self._refactorize)
-        ss.health_after = None
+            measure = reading_first(measured, self._measure_health)
+            events = self._health.check(ss.Qinv, measure, self._refactorize)
         ss.release_margin_gram()
         if self._audit is not None:
             self._audit.record(self._audit_facts(kkt=op in ("add", "extend")), op,
                                events=events, **info)
 
     def _measure_health(self) -> tuple[float, float]:
-        ss = self._s
-        pre = ss.health_after
-        if pre is not None and pre[0] is ss.Qinv:  # measured by the removal's last pass
-            return pre[1], pre[2]
-        return self._be.margin_health(ss, self._be.margin_gram(ss))
+        return self._be.margin_health(self._s, self._be.margin_gram(self._s))
 
     def _refactorize(self) -> np.ndarray:
         refactorize(self._s)

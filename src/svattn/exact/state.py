@@ -214,9 +214,6 @@ class SlotState(MarginGramScratch):
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
     pd_factor: KeptFactor | None = None
-    kkt_after: float | None = None  # the residual a removal's own exact-g check found
-    facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
-    health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
     # how the last add/extend solved its rows (never saved): "incremental" (driven adds,
     # the warm-up threshold's batch solve) or "libsvm+exact" (solver.add_block)
     ingest_path: str = "incremental"
@@ -258,7 +255,6 @@ class SlotState(MarginGramScratch):
         self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
         self.pd_factor = None
         self.set_hash = 0
-        self.kkt_after = self.facts_after = self.health_after = None
         self.standby_stale, self.standby_theta = True, math.inf
 
     def grow_slots(self, need: int) -> None:
