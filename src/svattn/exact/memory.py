@@ -46,9 +46,8 @@ from svattn.exact.certificate import (
 )
 from svattn.exact.certificate import commitment_key_id as key_id
 from svattn.exact.fileformat import SavedNotDurable, StateFileError
-from svattn.exact.health import HealthMonitor, reading_first
+from svattn.exact.health import HealthMonitor, HealthReading, reading_first
 from svattn.exact.kernels import biased_softmax_readout, decision_values
-from svattn.exact.outcome import HealthReading
 from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
 from svattn.exact.rollback import atomic
 from svattn.exact.signing import check_key_id, no_tag_reason, resolve_tag_key, sign, tag_hashes
@@ -154,6 +153,7 @@ class SVDDMemory:
         self._audit = None
         self._signing_key = self._tag_key = self._commit_key = None
 
+    _ingest_path = "incremental"  # the last add's AddOutcome.path (until one: the default)
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
     kernel = property(lambda self: self._s.kernel, doc='"rbf" or "exp".')
     gamma = property(lambda self: self._s.gamma, doc="The bandwidth given (None: default).")
@@ -172,7 +172,7 @@ class SVDDMemory:
         ``"libsvm+exact"`` (a block much larger than the memory, rbf: libsvm's
         one-class SVM as a warm start, then an exact float64 active-set finish).
         Both reach the same optimum."""
-        return self._s.ingest_path
+        return self._ingest_path
 
     @property
     def backend(self) -> str:
@@ -248,14 +248,16 @@ class SVDDMemory:
                 if stored is not None:
                     self._after_op(op, ids=[stored[0]], commitments=[stored[1]], tags=hashes)
             if stored is not None:
+                self._ingest_path = "incremental"
                 return [stored[0]]
         commits = commit_tokens(k, v, self._commit_key)
         with self._atomic(op):
-            ids = solver.add_rows(ss, self._be, k, v)
-            fastpath.mark_tokens(ss, ids, hashes, commits, keyed)
-            solver.standby_upkeep(ss, self._be, ids)
-            self._after_op(op, ids=ids, commitments=commits, tags=hashes)
-        return ids
+            out = solver.add_rows(ss, self._be, k, v)
+            fastpath.mark_tokens(ss, out.ids, hashes, commits, keyed)
+            solver.standby_upkeep(ss, self._be, out.ids)
+            self._after_op(op, ids=out.ids, commitments=commits, tags=hashes)
+        self._ingest_path = out.path
+        return out.ids
 
     def _atomic(self, op: str, wiped=(), light: bool = False):
         """The operation's body runs whole or not at all (:mod:`svattn.exact.rollback`)."""
@@ -387,6 +389,7 @@ class SVDDMemory:
         twin = type(self).__new__(type(self))
         twin._init_state(ss)
         twin._health.restore(self._health.to_dict(self._s.Qinv), ss.Qinv)
+        twin._ingest_path = self._ingest_path
         return twin
 
     def save(self, path: str | os.PathLike[str]) -> str:
@@ -530,8 +533,7 @@ class SVDDMemory:
             inv_residual=h.inv_residual, kkt_residual=self._residual() if kkt else None)
 
     def _after_op(self, op: str, measured: HealthReading | None = None, **info) -> None:
-        """Numerical health check (``measured``: the inverse's health as the operation
-        left it, when it measured it), then the audit record (health.py, audit.py)."""
+        """Health check (``measured``: the operation's own reading), then the audit record."""
         ss = self._s
         events = []
         if ss.nS and not ss.warm:

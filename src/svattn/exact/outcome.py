@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["CertificateFacts", "HealthReading", "RemovalOutcome"]
+__all__ = ["AddOutcome", "CertificateFacts", "HealthReading", "RemovalOutcome"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +93,21 @@ class RemovalOutcome:
     kkt: float | None = None
     facts: CertificateFacts | None = None
     health: HealthReading | None = None
+
+
+@dataclass(frozen=True)
+class AddOutcome:
+    """What an add found: the new tokens' ids and how their rows were solved.
+
+    Attributes
+    ----------
+    ids : list[int]
+        The new tokens' ids, in row order.
+    path : str
+        ``"incremental"`` (stored into the reserve set or driven in one by one; the
+        warm-up threshold's batch solve) or ``"libsvm+exact"`` (a block much larger
+        than the memory, rbf: :func:`svattn.exact.solver.add_block`).
+    """
+
+    ids: list[int]
+    path: str = "incremental"

@@ -20,7 +20,7 @@ from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
 from svattn.exact.hashes import row_hash_of_bytes, token_hash_of_bytes
 from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
-from svattn.exact.outcome import RemovalOutcome
+from svattn.exact.outcome import AddOutcome, RemovalOutcome
 from svattn.exact.state import (
     DIGEST_MOD,
     NeedResolve,
@@ -68,18 +68,18 @@ def standby_upkeep(ss: SlotState, be: Backend, ids: list[int]) -> None:
     be.refresh_standby(ss)
 
 
-def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> list[int]:
-    """Add validated rows in order, exactly as one add each; return their ids."""
+def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> AddOutcome:
+    """Add validated rows in order, exactly as one add each; return their ids and the
+    path that solved them (:class:`~svattn.exact.outcome.AddOutcome`)."""
     if ss.dim is None:
         ss.dim = k.shape[1]
         ss.value_is_key = v is None
         ss.vdim = k.shape[1] if v is None else v.shape[1]
         ss.alloc(0, ss.dim, 0 if v is None else ss.vdim)
-    ss.ingest_path = "incremental"
     if batch_eligible(ss, k.shape[0]):
         ids = add_block(ss, be, k, v)
         if ids is not None:
-            return ids
+            return AddOutcome(ids, "libsvm+exact")
     diag = kernel_diag(k, ss.kernel, ss.gamma_value)
     out: list[int] = []
     r, m = 0, k.shape[0]
@@ -114,7 +114,7 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
             out += _general_row(ss, be, k[r:r + 1], None if v is None else v[r:r + 1],
                                 diag[r:r + 1])
             r += 1
-    return out
+    return AddOutcome(out)
 
 
 # A block of at least this many rows, and at least twice the rows held, is solved in batch
@@ -162,7 +162,6 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
             resolve(ss, be)
     finally:
         cols.scrub()
-    ss.ingest_path = "libsvm+exact"
     ss.standby_stale = True
     return ids
 
@@ -600,7 +599,6 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
         ss.ops_since_exact_g = 0
     kkt = be.kkt(ss, ss.g[: ss.hi])
     if kkt <= 0.1 * ss.tol:
-        # the certificate of a removal reports this residual (g is exact here)
         return kkt if ss.g_valid else None
     fresh_g(ss, be)
     ss.ops_since_exact_g = 0
@@ -610,8 +608,7 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     polish(ss, be)
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
         return None
-    resolve(ss, be)
-    return None
+    resolve(ss, be)  # (no residual returned: the certificate computes it)
 
 
 def drop_solution(ss: SlotState) -> None:

@@ -70,6 +70,9 @@ _LEGACY_SCALARS = {
     "_n_jump_fallbacks": "n_jump_fallbacks", "_compiled": "compiled",
     "_kss_ext": None, "_kkt_after": None,
 }
+# what an operation found, once left on the state (svattn.exact.outcome returns it now);
+# dropped from a state pickled before that
+_RESULT_FIELDS = frozenset({"kkt_after", "facts_after", "health_after", "ingest_path"})
 # the solver scalars of a version 3 file, with their types
 _SOLVER_FIELDS = {
     "standby": int, "max_segments": int, "max_jumps": int, "ops_since_exact_g": int,
@@ -214,9 +217,6 @@ class SlotState(MarginGramScratch):
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
     pd_factor: KeptFactor | None = None
-    # how the last add/extend solved its rows (never saved): "incremental" (driven adds,
-    # the warm-up threshold's batch solve) or "libsvm+exact" (solver.add_block)
-    ingest_path: str = "incremental"
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -304,6 +304,11 @@ class SlotState(MarginGramScratch):
         state = dict(vars(self))
         state["pd_factor"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; what the last operation found, which a state pickled before
+        :mod:`svattn.exact.outcome` carried (:data:`_RESULT_FIELDS`), is dropped."""
+        vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),
