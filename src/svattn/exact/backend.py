@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:  # pragma: no cover
+    from svattn.exact.outcome import RemovalOutcome
     from svattn.exact.state import SlotState
 
 __all__ = ["Backend", "conforms", "declared"]
@@ -103,9 +104,10 @@ class Backend(Protocol):
         ...
 
     def remove_by_segments(self, ss: SlotState, c: int, *, contract_first: bool
-                           ) -> tuple[str, np.ndarray | int | None]:
-        """Remove slot ``c`` by the segment path: ``("fallback", seed or None)`` hands
-        over to :meth:`drive`, otherwise ``(status, events)``."""
+                           ) -> RemovalOutcome:
+        """Remove slot ``c`` by the segment path: a ``"fallback"`` outcome hands over
+        to :meth:`drive` (from its ``seed``, or afresh when None); ``"done"`` carries
+        what the final pass found (residual, certificate facts, health)."""
         ...
 
     def reserve_add(self, ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int,

@@ -21,7 +21,10 @@ ill-conditioned regime (``cond1 > ill_cond``) is recorded as an event.
 
 The monitor sees no memory: the memory hands it the current ``Qinv`` object
 and two callables, one that measures ``(cond1, inverse residual)`` and one that
-refactorizes and returns the new inverse.
+refactorizes and returns the new inverse. A removal whose last pass measured the
+inverse it left returns that reading in its outcome
+(:class:`~svattn.exact.outcome.HealthReading`); :func:`reading_first` makes it the
+measurement's first answer.
 
 Examples
 --------
@@ -40,6 +43,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from svattn.exact.outcome import HealthReading
 
 _EPS = float(np.finfo(np.float64).eps)
 
@@ -152,4 +157,25 @@ class HealthMonitor:
         self._last = weakref.ref(qinv) if data["checked"] else None
 
 
-__all__ = ["HealthMonitor"]
+def reading_first(reading: HealthReading | None, measure: Callable[[], tuple[float, float]]
+                  ) -> Callable[[], tuple[float, float]]:
+    """``measure``, except that its first call returns ``reading`` when given: the
+    health of the inverse an operation left, which the operation measured itself
+    (:meth:`HealthMonitor.check` measures that inverse first, and again only after
+    refactorizing it).
+
+    Examples
+    --------
+    >>> from svattn.exact.outcome import HealthReading
+    >>> m = reading_first(HealthReading(3.0, 1e-16), lambda: (4.0, 2e-16))
+    >>> m(), m()
+    ((3.0, 1e-16), (4.0, 2e-16))
+    """
+    pending = [] if reading is None else [(reading.cond1, reading.inv_residual)]
+
+    def first() -> tuple[float, float]:
+        return pending.pop() if pending else measure()
+    return first
+
+
+__all__ = ["HealthMonitor", "reading_first"]

@@ -17,6 +17,7 @@ from svattn.exact.backend import Backend
 from svattn.exact.batch import BatchSolution, KernelColumns, libsvm_solve
 from svattn.exact.cache import refactorize
 from svattn.exact.kernels import kernel_diag
+from svattn.exact.outcome import AddOutcome
 from svattn.exact.solver import (
     add_one,
     canonical_mu,
@@ -35,18 +36,18 @@ __all__ = ["BATCH_MIN_ROWS", "add_block", "add_rows", "batch_eligible", "install
            "write_columns"]
 
 
-def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> list[int]:
-    """Add validated rows in order, exactly as one add each; return their ids."""
+def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> AddOutcome:
+    """Add validated rows in order, exactly as one add each; return their ids and the
+    path that solved them (:class:`~svattn.exact.outcome.AddOutcome`)."""
     if ss.dim is None:
         ss.dim = k.shape[1]
         ss.value_is_key = v is None
         ss.vdim = k.shape[1] if v is None else v.shape[1]
         ss.alloc(0, ss.dim, 0 if v is None else ss.vdim)
-    ss.ingest_path = "incremental"
     if batch_eligible(ss, k.shape[0]):
         ids = add_block(ss, be, k, v)
         if ids is not None:
-            return ids
+            return AddOutcome(ids, "libsvm+exact")
     diag = kernel_diag(k, ss.kernel, ss.gamma_value)
     out: list[int] = []
     r, m = 0, k.shape[0]
@@ -81,7 +82,7 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
             out += general_row(ss, be, k[r:r + 1], None if v is None else v[r:r + 1],
                                 diag[r:r + 1])
             r += 1
-    return out
+    return AddOutcome(out)
 
 
 # A block of at least this many rows, and at least twice the rows held, is solved in batch
@@ -129,7 +130,6 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
             resolve(ss, be)
     finally:
         cols.scrub()
-    ss.ingest_path = "libsvm+exact"
     ss.standby_stale = True
     return ids
 
@@ -172,7 +172,6 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     ss.g[: ss.hi] = be.g_exact(ss)
     ss.g_valid = True
     ss.ops_since_exact_g = 0
-    ss.kkt_after = None
     if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
         polish(ss, be)
         if be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:

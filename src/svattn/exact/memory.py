@@ -46,7 +46,7 @@ from svattn.exact.certificate import (
 )
 from svattn.exact.certificate import commitment_key_id as key_id
 from svattn.exact.fileformat import SavedNotDurable, StateFileError
-from svattn.exact.health import HealthMonitor
+from svattn.exact.health import HealthMonitor, HealthReading, reading_first
 from svattn.exact.kernels import biased_softmax_readout, decision_values
 from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
 from svattn.exact.rollback import atomic
@@ -153,6 +153,7 @@ class SVDDMemory:
         self._audit = None
         self._signing_key = self._tag_key = self._commit_key = None
 
+    _ingest_path = "incremental"  # the last add's AddOutcome.path (until one: the default)
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
     kernel = property(lambda self: self._s.kernel, doc='"rbf" or "exp".')
     gamma = property(lambda self: self._s.gamma, doc="The bandwidth given (None: default).")
@@ -171,7 +172,7 @@ class SVDDMemory:
         ``"libsvm+exact"`` (a block much larger than the memory, rbf: libsvm's
         one-class SVM as a warm start, then an exact float64 active-set finish).
         Both reach the same optimum."""
-        return self._s.ingest_path
+        return self._ingest_path
 
     @property
     def backend(self) -> str:
@@ -247,14 +248,16 @@ class SVDDMemory:
                 if stored is not None:
                     self._after_op(op, ids=[stored[0]], commitments=[stored[1]], tags=hashes)
             if stored is not None:
+                self._ingest_path = "incremental"
                 return [stored[0]]
         commits = commit_tokens(k, v, self._commit_key)
         with self._atomic(op):
-            ids = ingest.add_rows(ss, self._be, k, v)
-            fastpath.mark_tokens(ss, ids, hashes, commits, keyed)
-            solver.standby_upkeep(ss, self._be, ids)
-            self._after_op(op, ids=ids, commitments=commits, tags=hashes)
-        return ids
+            out = ingest.add_rows(ss, self._be, k, v)
+            fastpath.mark_tokens(ss, out.ids, hashes, commits, keyed)
+            solver.standby_upkeep(ss, self._be, out.ids)
+            self._after_op(op, ids=out.ids, commitments=commits, tags=hashes)
+        self._ingest_path = out.path
+        return out.ids
 
     def _atomic(self, op: str, wiped=(), light: bool = False):
         """The operation's body runs whole or not at all (:mod:`svattn.exact.rollback`)."""
@@ -311,8 +314,8 @@ class SVDDMemory:
         scheme = KEYED if ss.commit_keyed[slot] == 1 else OPAQUE
         copies = ss.copies_outside(np.array([slot]))[int(token_id)]
         with self._atomic("remove", wiped=[slot]):
-            events = solver.remove_slot(ss, self._be, slot)
-            after, kkt, unique, digest = solver.certificate_facts(ss, self._be)
+            outcome = solver.remove_slot(ss, self._be, slot)
+            after, kkt, unique, digest = solver.certificate_facts(ss, self._be, outcome)
             # exactness is claimed only for a unique optimum met to tol: near-copies of
             # keys (kernel distances near rounding) can leave the KKT residual above tol
             unique = unique and kkt <= self._s.tol
@@ -320,12 +323,12 @@ class SVDDMemory:
                 removed_id=int(token_id), commitment=commitment, commitment_scheme=scheme,
                 live_copies=copies,
                 partition_before=before, partition_after=after, kkt_residual_after=kkt,
-                n_events=events, unique_optimum=unique, state_digest=digest, C=self.C,
+                n_events=outcome.events, unique_optimum=unique, state_digest=digest, C=self.C,
                 kernel=self.kernel, gamma=ss.gamma_value, compacted=ss.n_compacted,
             )
             if self._signing_key is not None:
                 cert = sign(cert, self._signing_key)
-            self._after_op("remove", certificate=cert)
+            self._after_op("remove", measured=outcome.health, certificate=cert)
         return cert
 
     def remove_many(self, token_ids: Iterable[int]) -> list[DeletionCertificate]:
@@ -386,6 +389,7 @@ class SVDDMemory:
         twin = type(self).__new__(type(self))
         twin._init_state(ss)
         twin._health.restore(self._health.to_dict(self._s.Qinv), ss.Qinv)
+        twin._ingest_path = self._ingest_path
         return twin
 
     def save(self, path: str | os.PathLike[str]) -> str:
@@ -515,24 +519,20 @@ class SVDDMemory:
             n_drift_refactorizations=h.n_drift_refactorizations, cond1=h.cond1,
             inv_residual=h.inv_residual, kkt_residual=self._residual() if kkt else None)
 
-    def _after_op(self, op: str, **info) -> None:
-        """Numerical health check, then the audit record (see health.py, audit.py)."""
+    def _after_op(self, op: str, measured: HealthReading | None = None, **info) -> None:
+        """Health check (``measured``: the operation's own reading), then the audit record."""
         ss = self._s
         events = []
         if ss.nS and not ss.warm:
-            events = self._health.check(ss.Qinv, self._measure_health, self._refactorize)
-        ss.health_after = None
+            measure = reading_first(measured, self._measure_health)
+            events = self._health.check(ss.Qinv, measure, self._refactorize)
         ss.release_margin_gram()
         if self._audit is not None:
             self._audit.record(self._audit_facts(kkt=op in ("add", "extend")), op,
                                events=events, **info)
 
     def _measure_health(self) -> tuple[float, float]:
-        ss = self._s
-        pre = ss.health_after
-        if pre is not None and pre[0] is ss.Qinv:  # measured by the removal's last pass
-            return pre[1], pre[2]
-        return self._be.margin_health(ss, self._be.margin_gram(ss))
+        return self._be.margin_health(self._s, self._be.margin_gram(self._s))
 
     def _refactorize(self) -> np.ndarray:
         refactorize(self._s)

@@ -16,6 +16,7 @@ import numpy as np
 
 from svattn.exact.cache import expand, free_col, mu_move, outside_description, swap_cols
 from svattn.exact.kernels import KernelOverflowError, kernel_diag, kernel_matrix, sq_distances
+from svattn.exact.outcome import RemovalOutcome
 from svattn.exact.state import NeedResolve, SlotState, scrub
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 
@@ -400,13 +401,12 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
         scrub(sk2)
 
 
-def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
-                       ) -> tuple[str, np.ndarray | int | None]:
+def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> RemovalOutcome:
     """The reference removes by events alone: contract a margin token, then hand the
-    whole removal to :func:`drive` (``("fallback", None)``)."""
+    whole removal to :func:`drive` (a ``"fallback"`` outcome with no seed)."""
     if contract_first:
         contract(ss, int(ss.col_of_slot[c]))
-    return "fallback", None
+    return RemovalOutcome("fallback")
 
 
 # ---------------------------------------------------------------- the streaming add

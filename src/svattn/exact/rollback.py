@@ -48,9 +48,9 @@ _ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash
          "tags": 0, "commitments": 0, "commit_keyed": 0}
 # arrays a checkpoint leaves out (recomputed or rewritten by the restore) and scratch
 _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
+# (what an operation found is returned to its caller, svattn.exact.outcome: not state)
 _SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
-            "pd_factor": lambda: None, "kkt_after": lambda: None, "facts_after": lambda: None,
-            "health_after": lambda: None}
+            "pd_factor": lambda: None}
 
 
 @dataclass

@@ -20,6 +20,7 @@ from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
 from svattn.exact.hashes import row_hash_of_bytes, token_hash_of_bytes
 from svattn.exact.kernels import gram_matrix, kernel_diag, kernel_matrix
+from svattn.exact.outcome import RemovalOutcome
 from svattn.exact.state import (
     DIGEST_MOD,
     NeedResolve,
@@ -227,39 +228,39 @@ def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, dia
     return tid
 
 
-def remove_slot(ss: SlotState, be: Backend, slot: int) -> int:
-    """Remove the token in ``slot`` exactly; return the solver events taken (-1: re-solved)."""
-    ss.kkt_after = None
+def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
+    """Remove the token in ``slot`` exactly; return what the removal found: the events
+    taken (-1: re-solved), and the residual, certificate facts and health its own
+    final pass found when it could (:class:`~svattn.exact.outcome.RemovalOutcome`)."""
     ss.standby_stale = True  # g moves: the nearest reserve tokens may change
     st = int(ss.state[slot])
     if ss.n - 1 < ss.warmup_n:
         wipe_slot(ss, be, slot)
         drop_solution(ss)
         set_uniform(ss)
-        return 0
+        return RemovalOutcome("warm-up")
     if st == RESERVE:
         wipe_slot(ss, be, slot)
         if not ss.nS:
             canonical_mu(ss, be)
-        return 0
+        return RemovalOutcome("reserve")
     ss.state[slot] = DRIVEN
     try:
-        status, out = be.remove_by_segments(ss, slot, contract_first=st == MARGIN)
-        if status == "fallback":  # the event loop takes it from here (or from the start)
-            events = be.drive(ss, slot, -1, seed=out)
+        out = be.remove_by_segments(ss, slot, contract_first=st == MARGIN)
+        if out.status == "fallback":  # the event loop takes it from here (or from the start)
+            events = be.drive(ss, slot, -1, seed=out.seed)
             wipe_slot(ss, be, slot)
-            finish_op(ss, be, exact_g=True)
-        else:  # c's arrays are wiped (it left the error sum first: g stays exact)
-            events = int(out)
-            forget_slot(ss, slot)
-            if status == "finish":  # the general finish: polish, refactorize, re-solve
-                finish_op(ss, be, exact_g=True)
+            return RemovalOutcome("fallback", events, kkt=finish_op(ss, be, exact_g=True))
+        # c's arrays are wiped (it left the error sum first: g stays exact)
+        forget_slot(ss, slot)
+        if out.status == "finish":  # the general finish: polish, refactorize, re-solve
+            return RemovalOutcome("finish", out.events, kkt=finish_op(ss, be, exact_g=True))
+        return out
     except NeedResolve:
         if ss.state[slot] != FREE:
             wipe_slot(ss, be, slot)
         resolve(ss, be)
-        events = -1
-    return events
+        return RemovalOutcome("resolved", -1)
 
 
 def unique_optimum(ss: SlotState, be: Backend) -> bool:
@@ -316,20 +317,21 @@ def state_digest(ss: SlotState, be: Backend) -> str:
     return ss.digest(ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu))
 
 
-def certificate_facts(ss: SlotState, be: Backend) -> tuple[dict[str, int], float, bool, str]:
-    """Set sizes, KKT residual, uniqueness and digest after an operation.
+def certificate_facts(ss: SlotState, be: Backend, outcome: RemovalOutcome
+                      ) -> tuple[dict[str, int], float, bool, str]:
+    """Set sizes, KKT residual, uniqueness and digest after the removal that returned
+    ``outcome``.
 
     Equal to :func:`set_sizes`, the KKT residual on a fresh g, :func:`unique_optimum`
     and :func:`state_digest`: the removal's own final pass found them when it could
-    (``facts_after``), else one backend pass over the slots, and the residual the
-    operation's own exact-g check already computed.
+    (``outcome.facts``), else one backend pass over the slots, and the residual the
+    removal's own exact-g check already computed (``outcome.kkt``).
     """
-    kkt, ss.kkt_after = ss.kkt_after, None
-    pre, ss.facts_after = ss.facts_after, None
+    kkt, pre = outcome.kkt, outcome.facts
     if pre is not None:  # the removal's own final pass found them
-        sizes, unique, ids, values = pre
-        return (sizes, float(kkt), unique_optimum(ss, be) if unique < 0 else bool(unique),
-                ss.digest(ids, values))
+        unique = pre.unique
+        return (pre.sizes, float(kkt), unique_optimum(ss, be) if unique < 0 else bool(unique),
+                ss.digest(pre.ids, pre.values))
     if ss.n == 0 or ss.warm:
         return set_sizes(ss, be), 0.0, unique_optimum(ss, be), state_digest(ss, be)
     g = fresh_g(ss, be)
@@ -416,8 +418,10 @@ def mu_interval(ss: SlotState) -> tuple[float, float]:
     return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
 
 
-def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> None:
-    """End an incremental step exactly: polish, check, refactorize, re-solve."""
+def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | None:
+    """End an incremental step exactly: polish, check, refactorize, re-solve. Return
+    the KKT residual of the first check when it passed on an exact g (a removal's
+    certificate reports it), else None."""
     # g is recomputed from the cached columns every 32 operations, on
     # ``exact_g`` (a removal: its certificate reports the residual of the exact
     # g) and before any decision below; in between the drive's own linear
@@ -429,18 +433,16 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> None:
         ss.ops_since_exact_g = 0
     kkt = be.kkt(ss, ss.g[: ss.hi])
     if kkt <= 0.1 * ss.tol:
-        # the certificate of a removal reports this residual (g is exact here)
-        ss.kkt_after = kkt if ss.g_valid else None
-        return
+        return kkt if ss.g_valid else None
     fresh_g(ss, be)
     ss.ops_since_exact_g = 0
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
-        return
+        return None
     refactorize(ss)
     polish(ss, be)
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
-        return
-    resolve(ss, be)
+        return None
+    resolve(ss, be)  # (no residual returned: the certificate computes it)
 
 
 def drop_solution(ss: SlotState) -> None:

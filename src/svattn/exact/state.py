@@ -70,6 +70,9 @@ _LEGACY_SCALARS = {
     "_n_jump_fallbacks": "n_jump_fallbacks", "_compiled": "compiled",
     "_kss_ext": None, "_kkt_after": None,
 }
+# what an operation found, once left on the state (svattn.exact.outcome returns it now);
+# dropped from a state pickled before that
+_RESULT_FIELDS = frozenset({"kkt_after", "facts_after", "health_after", "ingest_path"})
 # the solver scalars of a version 3 file, with their types
 _SOLVER_FIELDS = {
     "standby": int, "max_segments": int, "max_jumps": int, "ops_since_exact_g": int,
@@ -214,12 +217,6 @@ class SlotState(MarginGramScratch):
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
     pd_factor: KeptFactor | None = None
-    kkt_after: float | None = None  # the residual a removal's own exact-g check found
-    facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
-    health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
-    # how the last add/extend solved its rows (never saved): "incremental" (driven adds,
-    # the warm-up threshold's batch solve) or "libsvm+exact" (ingest.add_block)
-    ingest_path: str = "incremental"
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -258,7 +255,6 @@ class SlotState(MarginGramScratch):
         self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
         self.pd_factor = None
         self.set_hash = 0
-        self.kkt_after = self.facts_after = self.health_after = None
         self.standby_stale, self.standby_theta = True, math.inf
 
     def grow_slots(self, need: int) -> None:
@@ -308,6 +304,11 @@ class SlotState(MarginGramScratch):
         state = dict(vars(self))
         state["pd_factor"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; what the last operation found, which a state pickled before
+        :mod:`svattn.exact.outcome` carried (:data:`_RESULT_FIELDS`), is dropped."""
+        vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),

@@ -25,6 +25,7 @@ from svattn.exact import reference
 from svattn.exact.cache import mu_move
 from svattn.exact.compiled import checks, codes, columns, events, linalg, reserve, segments
 from svattn.exact.gram import KeptFactor, locate, padded_square
+from svattn.exact.outcome import CertificateFacts, HealthReading, RemovalOutcome
 from svattn.exact.state import NeedResolve, SlotState, scrub
 
 NAME = "compiled"
@@ -253,18 +254,18 @@ def _drive_loop(ss: SlotState, c: int, direction: int, k_c: np.ndarray, sgn: np.
         loop[codes.LAST_ENTERED] = who
 
 
-def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
-                       ) -> tuple[str, np.ndarray | int | None]:
+def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> RemovalOutcome:
     """Remove driven token ``c`` segment by segment (one pass over the margin block
     each, the last one giving the exact g); with ``contract_first``, ``c`` is a margin
     token that leaves the margin set first.
 
-    Returns ``(status, out)``:
+    Returns a :class:`~svattn.exact.outcome.RemovalOutcome` with its ``status``:
 
-    * ``"done"``: ``c``'s arrays are wiped and the KKT check passed; the
-      certificate's facts are in ``ss.facts_after`` (``out``: events taken);
-    * ``"finish"``: wiped, but the residual needs the general finish (``out``: events);
-    * ``"fallback"``: the event loop must go on from the state reached; ``out`` is
+    * ``"done"``: ``c``'s arrays are wiped and the KKT check passed; the outcome
+      holds the events taken, the residual, the certificate's facts and the health
+      of the inverse left;
+    * ``"finish"``: wiped, but the residual needs the general finish (``events``);
+    * ``"fallback"``: the event loop must go on from the state reached; ``seed`` is
       its seed (segments taken, the tokens that last left and entered the margin).
 
     Raises :class:`~svattn.exact.state.NeedResolve` on a degeneracy.
@@ -304,24 +305,24 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
         raise NeedResolve
     if status == codes.FALLBACK:
         ss.n_segment_fallbacks += 1
-        return "fallback", out
+        return RemovalOutcome("fallback", int(out[codes.SEG_EVENTS]), seed=out)
     ss.g_valid = True  # g at the end of the last segment is the exact g
     ss.ops_since_exact_g = 0
-    ss.kss_for = ss.Qinv  # the last segment solved the final margin set
+    ss.kept_margin_gram(int(out[codes.SEG_GRAM]))  # the last segment solved the final margin set
     kkt_end = float(facts[codes.FACT_KKT])
+    events_taken = int(out[codes.SEG_EVENTS])
     if kkt_end > 0.1 * ss.tol:
-        return "finish", int(out[codes.SEG_EVENTS])
-    ss.kkt_after = kkt_end
+        return RemovalOutcome("finish", events_taken)
     n = int(out[codes.SEG_SUPPORT])
     unique = int(out[codes.SEG_UNIQUE])
     if unique == -2:  # left to the kept factor
         unique = int(margin_positive_definite(ss, kss))
-    ss.facts_after = (
-        {"margin": int(out[codes.SEG_MARGIN]), "error": int(out[codes.SEG_ERROR]),
-         "reserve": int(out[codes.SEG_RESERVE])},
-        unique, sup_ids[:n], sup_values[: n + 1])
-    ss.health_after = (ss.Qinv, float(facts[codes.FACT_COND]), float(facts[codes.FACT_INV_RES]))
-    return "done", int(out[codes.SEG_EVENTS])
+    sizes = {"margin": int(out[codes.SEG_MARGIN]), "error": int(out[codes.SEG_ERROR]),
+             "reserve": int(out[codes.SEG_RESERVE])}
+    return RemovalOutcome(
+        "done", events_taken, kkt=kkt_end,
+        facts=CertificateFacts(sizes, unique, sup_ids[:n], sup_values[: n + 1]),
+        health=HealthReading(float(facts[codes.FACT_COND]), float(facts[codes.FACT_INV_RES])))
 
 
 # --------------------------------------------------- the uniqueness test's factor
