@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from typing import ClassVar
@@ -43,7 +42,12 @@ from typing import ClassVar
 import numpy as np
 
 from svattn.exact import DeletionCertificate
-from svattn.exact.certificate import certificate_dict_errors, signer_errors
+from svattn.exact.certificate import (
+    certificate_dict_errors,
+    finite_number,
+    no_duplicate_keys,
+    signer_errors,
+)
 from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, Verdict, judge
 from svattn.exact.signing import load_public_key, signature_errors
 
@@ -213,9 +217,11 @@ class ModelErasureReceipt:
         """Parse :meth:`to_json`'s output; precise errors (``ValueError``) on anything
         else, nested fields included."""
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise ValueError(f"receipt: not JSON ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"receipt: {exc}") from None
         if not isinstance(data, dict) or data.get("kind") != RECEIPT_KIND:
             raise ValueError(f"receipt: not a {RECEIPT_KIND} (kind = "
                              f"{data.get('kind') if isinstance(data, dict) else None!r})")
@@ -249,7 +255,7 @@ class ModelErasureReceipt:
             return isinstance(v, str) and len(v) == 64 and all(c in _HEX for c in v)
 
         def number(v) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
 
         if not hex64(self.model_digest):
             errs.append("model_digest must be 64 lowercase hex digits")

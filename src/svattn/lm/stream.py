@@ -820,7 +820,7 @@ class LMStream:
             raise StreamStateError(f"{folder}: the manifest's forget_log is not a list of "
                                    "records")
         s.forget_log = [dict(e) for e in log]
-        if s.digest() != man["digest"]:
+        if s.digest() != man.get("digest"):
             raise StreamStateError(f"{folder}: the loaded state's digest differs from the "
                                    "manifest's")
         return s

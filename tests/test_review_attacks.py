@@ -1,0 +1,252 @@
+"""Adversarial review of the issue #35 work: crafted receipts, folders and checkpoints.
+
+Each test names the attack it holds. A defect the review fixed has a plain test (it
+failed before the fix); a defect left open is ``xfail(strict=True)`` with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import save_model
+
+from svattn.cli import main
+from svattn.exact import DeletionCertificate, SVDDMemory
+from svattn.exact.certificate import ErasureReceipt
+from svattn.exact.persist import save
+from svattn.lm import CharLM, CharLMConfig
+from svattn.lm.forget import ModelErasureReceipt, verify_forget
+from svattn.lm.stream import LMStream, StreamStateError, _write_manifest
+from svattn.lm.train import RECALL_CELL, load_checkpoint_model
+
+HUGE = 10**400  # a JSON int no float holds
+
+
+def tiny_model(seed: int = 0) -> CharLM:
+    torch.manual_seed(seed)
+    cfg = CharLMConfig(vocab_size=128, n_layer=2, n_embd=16, n_head=2, block_size=64,
+                       rope=True, mixer="hybrid_sv",
+                       mixer_options={"chunk": 8, "C": 0.25, "policy": "full", "lookback": 3})
+    return CharLM(cfg).eval()
+
+
+def text_of(n: int, seed: int = 1) -> bytes:
+    return bytes(np.random.default_rng(seed).integers(97, 110, n).tolist())
+
+
+@pytest.fixture(scope="module")
+def certificate():
+    mem = SVDDMemory(C=0.2)
+    ids = mem.extend(np.random.default_rng(1).normal(size=(20, 3)))
+    return mem, mem.remove(ids[3])
+
+
+@pytest.fixture(scope="module")
+def forgot(tmp_path_factory):
+    """A model, a stream that forgot [10, 14) saved in a folder, and the receipt."""
+    model = tiny_model()
+    s = model.stream()
+    s.feed(text_of(40))
+    receipt = s.forget(10, 14)
+    folder = tmp_path_factory.mktemp("st") / "stream"
+    s.save(folder)
+    return model, folder, receipt
+
+
+# ----------------------------------------------- huge ints where a number goes
+
+# attack: a JSON int past the float range (10**400) in a certificate's C, gamma or
+# KKT residual: math.isfinite raised OverflowError (a traceback, exit 1), not a refusal
+@pytest.mark.parametrize("name", ["C", "gamma", "kkt_residual_after"])
+def test_huge_int_in_a_certificate_is_refused(certificate, name):
+    d = json.loads(certificate[1].to_json())
+    d[name] = HUGE
+    with pytest.raises(ValueError, match=name):
+        DeletionCertificate.from_json(json.dumps(d))
+
+
+# attack: the same inside an erasure receipt's certificate
+def test_huge_int_in_an_erasure_receipts_certificate_is_refused(certificate):
+    cert = json.loads(certificate[1].to_json())
+    cert["C"] = HUGE
+    r = {"tag_hash": "ab" * 32, "erased_ids": [cert["removed_id"]], "certificates": [cert],
+         "copies_kept": {}, "state_digest": "cd" * 32, "n_after": 19}
+    with pytest.raises(ValueError, match="certificates"):
+        ErasureReceipt.from_json(json.dumps(r))
+
+
+# attack: huge ints in a model receipt's wall times and KKT residuals
+@pytest.mark.parametrize("path", [("repair", "seconds", "rewind"),
+                                  ("memories", 0, "max_kkt_residual"),
+                                  ("memories", 0, "rewind_s")])
+def test_huge_int_in_a_model_receipt_is_refused(forgot, path):
+    d = json.loads(forgot[2].to_json())
+    x = d
+    for p in path[:-1]:
+        x = x[p]
+    x[path[-1]] = HUGE
+    with pytest.raises(ValueError, match=str(path[0])):
+        ModelErasureReceipt.from_json(json.dumps(d))
+
+
+# attack: verify-deletion on a certificate with a huge C: exit 2, no traceback
+def test_cli_verify_deletion_huge_int_exits_2(certificate, tmp_path, capsys):
+    mem, cert = certificate
+    save(mem, tmp_path / "state.svdd")
+    d = json.loads(cert.to_json())
+    d["C"] = HUGE
+    (tmp_path / "cert.json").write_text(json.dumps(d))
+    assert main(["verify-deletion", str(tmp_path / "state.svdd"),
+                 str(tmp_path / "cert.json")]) == 2
+    assert "C must be a number" in capsys.readouterr().err
+
+
+# ------------------------------------------------------- duplicated JSON keys
+
+# attack: a receipt naming a field twice: json.loads keeps the last, a person (or
+# another parser) reading the file sees the first: the receipt says two things
+def test_a_certificate_naming_a_field_twice_is_refused(certificate):
+    text = certificate[1].to_json()
+    twice = text[:-1] + ', "removed_id": 7}'
+    with pytest.raises(ValueError, match="removed_id"):
+        DeletionCertificate.from_json(twice)
+
+
+def test_an_erasure_receipt_naming_a_field_twice_is_refused(certificate):
+    cert = json.loads(certificate[1].to_json())
+    r = {"tag_hash": "ab" * 32, "erased_ids": [cert["removed_id"]], "certificates": [cert],
+         "copies_kept": {}, "state_digest": "cd" * 32, "n_after": 19}
+    text = json.dumps(r)
+    twice = text[:-1] + ', "n_after": 18}'
+    with pytest.raises(ValueError, match="n_after"):
+        ErasureReceipt.from_json(twice)
+
+
+def test_a_model_receipt_naming_a_field_twice_is_refused(forgot):
+    text = forgot[2].to_json()
+    twice = text[:-1] + ', "n_forgotten": 3}'
+    with pytest.raises(ValueError, match="n_forgotten"):
+        ModelErasureReceipt.from_json(twice)
+
+
+# ------------------------------------------------------------- stream folders
+
+# attack: stream.json without its "digest", the checksum recomputed: KeyError traceback
+def test_a_manifest_without_its_digest_is_refused(forgot, tmp_path):
+    model, folder, _ = forgot
+    copy = tmp_path / "st"
+    shutil.copytree(folder, copy)
+    man = json.loads((copy / "stream.json").read_text())
+    man.pop("digest")
+    _write_manifest(copy, man)
+    with pytest.raises(StreamStateError, match="digest"):
+        LMStream.load(copy, model)
+
+
+# ------------------------------------------------------------ crafted models
+
+def _cell(path: Path, model: CharLM, **meta) -> Path:
+    base = {"format": RECALL_CELL, "model_config": json.dumps(model.cfg.to_dict()),
+            "run": json.dumps({"task": "mqar", "steps": 1})}
+    base.update({k: v for k, v in meta.items() if v is not None})
+    for k in [k for k, v in meta.items() if v is None]:
+        base.pop(k)
+    save_model(model, str(path), metadata=base)
+    return path
+
+
+# attack: a recall cell model (safetensors) with crafted metadata: a model_config that
+# is a list or names an unknown field, no run, a run without steps, a config whose
+# sizes are not the stored tensors'. Each raised TypeError/KeyError/RuntimeError (a
+# traceback from svattn generate / verify-forget / eval)
+CELL_EDITS = {
+    "config a list": {"model_config": "[1, 2]"},
+    "config unknown field": {"model_config": "UNKNOWN"},
+    "no run": {"run": None},
+    "run a list": {"run": "[]"},
+    "run without steps": {"run": "{}"},
+    "config of other sizes": {"model_config": "WIDER"},
+}
+
+
+def _crafted(model: CharLM, edit: dict) -> dict:
+    cfg = model.cfg.to_dict()
+    out = dict(edit)
+    if out.get("model_config") == "UNKNOWN":
+        out["model_config"] = json.dumps({**cfg, "evil": 1})
+    if out.get("model_config") == "WIDER":
+        out["model_config"] = json.dumps({**cfg, "n_embd": 32})
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CELL_EDITS))
+def test_a_crafted_cell_model_is_refused(forgot, tmp_path, case):
+    path = _cell(tmp_path / "cell.safetensors", forgot[0], **_crafted(forgot[0],
+                                                                      CELL_EDITS[case]))
+    with pytest.raises(ValueError, match="cell model"):
+        load_checkpoint_model(path)
+
+
+@pytest.mark.parametrize("command", ["generate", "verify-forget"])
+def test_cli_on_a_crafted_cell_model_exits_2(forgot, tmp_path, capsys, command):
+    model, folder, receipt = forgot
+    path = _cell(tmp_path / "cell.safetensors", model, run="{}")
+    (tmp_path / "r.json").write_text(receipt.to_json())
+    argv = (["generate", str(path), "--prompt", "ab", "-n", "2"] if command == "generate"
+            else ["verify-forget", str(path), str(folder), str(tmp_path / "r.json")])
+    assert main(argv) == 2
+    assert "cell model" in capsys.readouterr().err
+
+
+# attack: a model_config naming huge sizes (n_embd 2**18: ~1.6e12 parameters) beside
+# small tensors: the model was built (terabytes asked of the allocator) before any
+# weight was compared. Now its size is counted on the meta device and refused.
+def test_a_cell_model_config_naming_huge_sizes_is_refused_before_building(forgot, tmp_path):
+    cfg = {**forgot[0].cfg.to_dict(), "n_embd": 1 << 18}
+    path = _cell(tmp_path / "cell.safetensors", forgot[0], model_config=json.dumps(cfg))
+    with pytest.raises(ValueError, match="parameters"):
+        load_checkpoint_model(path)
+
+
+def test_a_checkpoint_config_naming_huge_sizes_is_refused_before_building(forgot, tmp_path):
+    model = forgot[0]
+    path = tmp_path / "ckpt.pt"
+    torch.save({"format": "svattn.RecallCheckpoint", "step": 1, "model": model.state_dict(),
+                "model_config": {**model.cfg.to_dict(), "n_embd": 1 << 18}}, path)
+    with pytest.raises(ValueError, match="parameters"):
+        load_checkpoint_model(path)
+
+
+def test_a_checkpoint_whose_model_is_not_tensors_is_refused(forgot, tmp_path):
+    model = forgot[0]
+    path = tmp_path / "ckpt.pt"
+    torch.save({"format": "svattn.RecallCheckpoint", "step": 1, "model": [1, 2],
+                "model_config": model.cfg.to_dict()}, path)
+    with pytest.raises(ValueError, match="model"):  # held before the review too
+        load_checkpoint_model(path)
+
+
+def test_an_honest_cell_model_still_reads(forgot, tmp_path):
+    model = forgot[0]
+    path = _cell(tmp_path / "cell.safetensors", model)
+    got, cfg, ck = load_checkpoint_model(path)
+    assert cfg is None and ck["step"] == 1
+    for (n, p), (m, q) in zip(got.state_dict().items(), model.state_dict().items(),
+                              strict=True):
+        assert n == m and torch.equal(p, q)
+
+
+def test_verify_forget_still_verifies_the_honest_stream(forgot):
+    model, folder, receipt = forgot
+    v = verify_forget(LMStream.load(folder, model), receipt)
+    assert v.status == "VERIFIED", v.summary()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-q"]))
