@@ -107,6 +107,46 @@ def test_cli_verify_deletion_huge_int_exits_2(certificate, tmp_path, capsys):
     assert "C must be a number" in capsys.readouterr().err
 
 
+# attack: a memory state file whose metadata carries a huge int as C, gamma, tol or
+# kkt_residual (the metadata's own checksum recomputed; it is unkeyed): load raised
+# OverflowError, so verify-deletion / verify-erasure printed a traceback
+@pytest.mark.parametrize("name", ["C", "gamma", "tol", "kkt_residual"])
+def test_a_state_file_with_a_huge_int_parameter_is_refused(certificate, tmp_path, capsys,
+                                                            name):
+    from safetensors.numpy import safe_open
+
+    from svattn.exact.fileformat import serialize
+    from svattn.exact.persist import load
+
+    mem, cert = certificate
+    save(mem, tmp_path / "m.svdd")
+    with safe_open(str(tmp_path / "m.svdd"), "numpy") as fh:
+        meta = json.loads(fh.metadata()["svattn"])
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    meta[name] = HUGE
+    (tmp_path / "x.svdd").write_bytes(serialize(tensors, meta))
+    with pytest.raises(ValueError):
+        load(tmp_path / "x.svdd")
+    (tmp_path / "cert.json").write_text(cert.to_json())
+    assert main(["verify-deletion", str(tmp_path / "x.svdd"), str(tmp_path / "cert.json")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# attack: the same huge int given to the constructors
+def test_huge_int_parameters_are_refused_by_the_constructors():
+    from svattn import SVDD
+
+    with pytest.raises(ValueError, match="C must be"):
+        SVDDMemory(C=HUGE)
+    with pytest.raises(ValueError, match="gamma must be"):
+        SVDDMemory(C=0.5, gamma=HUGE)
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(ValueError, match="C must be"):
+        SVDD(C=HUGE).fit(X)
+    with pytest.raises(ValueError, match="gamma must be"):
+        SVDD(gamma=HUGE).fit(X)
+
+
 # ------------------------------------------------------- duplicated JSON keys
 
 # attack: a receipt naming a field twice: json.loads keeps the last, a person (or

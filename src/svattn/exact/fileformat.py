@@ -292,9 +292,10 @@ def check_recomputed(t: dict[str, np.ndarray], meta: dict[str, Any], where: str,
         check(got == meta["partition"][name], where, f"the {name} set differs from the states")
     check(margin_order == meta["margin_order"], where,
           "margin order differs from the cache columns")
-    check(residual == meta["kkt_residual"], where,
+    saved = meta["kkt_residual"]
+    check(residual == saved, where,
           f"KKT residual {residual:.3e} recomputed on load differs from the saved "
-          f"{meta['kkt_residual']:.3e}")
+          + (f"{saved:.3e}" if isinstance(saved, float) else f"{saved!r:.40}"))
 
 
 def read_state(data: bytes, where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
