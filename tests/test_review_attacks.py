@@ -357,3 +357,24 @@ def test_an_edited_forget_log_entry_with_recomputed_sums_fails(forgot, tmp_path)
     _write_manifest(copy, man)
     loaded = LMStream.load(copy, model)
     assert verify_forget(loaded, receipt).status == "FAILED"
+
+
+# attack: a symlink planted as the folder's stream.lock: save raised a bare OSError
+# (ELOOP; a traceback from svattn generate --save), now a StreamStateError (exit 2);
+# the symlink's target is never written
+def test_a_symlinked_lock_file_is_refused_by_save(forgot, tmp_path, capsys):
+    model = forgot[0]
+    target = tmp_path / "target"
+    target.write_bytes(b"keep")
+    folder = tmp_path / "st"
+    folder.mkdir()
+    (folder / "stream.lock").symlink_to(target)
+    s = model.stream()
+    s.feed(text_of(20))
+    with pytest.raises(StreamStateError, match="stream.lock"):
+        s.save(folder)
+    assert target.read_bytes() == b"keep"
+    path = _cell(tmp_path / "cell.safetensors", model)
+    assert main(["generate", str(path), "--prompt", "abcdefghijkl", "-n", "2", "--forget",
+                 "2:6", "--save", str(folder)]) == 2
+    assert "stream.lock" in capsys.readouterr().err

@@ -874,9 +874,14 @@ class _FolderLock:
     def __enter__(self) -> _FolderLock:
         try:
             self.fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError:
+        except OSError as exc:
             if self.wait == 0.0:  # a save: it would fail on the first write anyway
-                raise
+                if isinstance(exc, PermissionError):
+                    raise
+                raise StreamStateError(  # e.g. a symlink planted as the lock (ELOOP)
+                    f"{self.folder / LOCK}: cannot open the folder's writer lock "
+                    f"({exc.strerror or exc}); it must be a regular file, not a symlink"
+                ) from None
             try:  # a read-only folder: flock works on a read-only descriptor
                 self.fd = os.open(self.folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
