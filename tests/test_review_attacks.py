@@ -378,3 +378,30 @@ def test_a_symlinked_lock_file_is_refused_by_save(forgot, tmp_path, capsys):
     assert main(["generate", str(path), "--prompt", "abcdefghijkl", "-n", "2", "--forget",
                  "2:6", "--save", str(folder)]) == 2
     assert "stream.lock" in capsys.readouterr().err
+
+
+# attack: a stream folder whose held text has a byte outside the model's vocabulary
+# (the arrays file, its SHA-256, the digest and the checksum recomputed): load took
+# it, then forget failed midway with IndexError and left the stream unusable
+def test_a_folder_holding_a_byte_outside_the_vocabulary_is_refused(forgot, tmp_path):
+    import hashlib
+
+    from safetensors.torch import load as st_load
+    from safetensors.torch import save as st_save
+
+    model, folder, _ = forgot
+    copy = tmp_path / "st"
+    shutil.copytree(folder, copy)
+    man = json.loads((copy / "stream.json").read_text())
+    path = copy / man["arrays"]["file"]
+    arr = st_load(path.read_bytes())
+    arr["tokens"][3] = 200
+    data = st_save(arr)
+    path.write_bytes(data)
+    man["arrays"]["sha256"] = hashlib.sha256(data).hexdigest()
+    honest = LMStream.load(folder, model)
+    honest._tokens[3] = 200
+    man["digest"] = honest.digest()  # what the crafted state digests to
+    _write_manifest(copy, man)
+    with pytest.raises(StreamStateError, match="vocabulary"):
+        LMStream.load(copy, model)

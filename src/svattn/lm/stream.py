@@ -777,6 +777,9 @@ class LMStream:
             data = _read_checked(folder, man["arrays"])
             arr = st_load(data)
             s._tokens = bytearray(arr["tokens"].numpy().tobytes())
+            if s._tokens and max(s._tokens) >= model.cfg.vocab_size:  # a replay would fail
+                raise ValueError(f"a held byte ({max(s._tokens)}) is outside the model's "
+                                 f"vocabulary of {model.cfg.vocab_size} tokens")
             s._origin = [int(t) for t in arr["origin"]]
             _check_origin(s._origin, n_fed, forgotten, len(s._tokens))
             s._hidden.append(arr["hidden"])
