@@ -405,3 +405,44 @@ def test_a_folder_holding_a_byte_outside_the_vocabulary_is_refused(forgot, tmp_p
     _write_manifest(copy, man)
     with pytest.raises(StreamStateError, match="vocabulary"):
         LMStream.load(copy, model)
+
+
+def _swap_memory(folder: Path, copy: Path, stream: LMStream, fake: SVDDMemory) -> None:
+    """``folder`` copied to ``copy`` with layer 0 head 0's memory file replaced by
+    ``fake`` (its SHA-256, the digest and the checksum recomputed)."""
+    import hashlib
+
+    shutil.copytree(folder, copy)
+    man = json.loads((copy / "stream.json").read_text())
+    entry = man["layers"][0]["memories"][0]
+    (copy / entry["file"]).unlink()
+    fake.save(copy / entry["file"])
+    entry["sha256"] = hashlib.sha256((copy / entry["file"]).read_bytes()).hexdigest()
+    man["digest"] = stream.digest()  # the content digest counts tokens, not their data
+    _write_manifest(copy, man)
+
+
+def _fake_memory(mem: SVDDMemory, *, C: float, d: int) -> SVDDMemory:
+    rng = np.random.default_rng(0)
+    fake = SVDDMemory(C=C, kernel=mem.kernel, gamma=mem.gamma_value)
+    n = max(mem.ids) + 1
+    fake.extend(rng.normal(size=(n, d)), rng.normal(size=(n, mem.values.shape[1])))
+    for t in sorted(set(range(n)) - set(mem.ids)):
+        fake.remove(t)
+    return fake
+
+
+# attack: a stream folder whose memory file is another memory with the same token ids
+# but keys of another dimension (or another C), its SHA-256 and the digest recomputed:
+# load took it; forget then failed midway (ValueError: keys must have dimension 9),
+# leaving the stream unusable, and verify_forget raised instead of saying FAILED
+@pytest.mark.parametrize("edit", ["dimension", "C"])
+def test_a_folder_with_a_memory_of_other_dimensions_is_refused(forgot, tmp_path, edit):
+    model, folder, _ = forgot
+    honest = LMStream.load(folder, model)
+    mem = honest.layers[0].mems[0]
+    fake = _fake_memory(mem, C=mem.C if edit == "dimension" else 0.5,
+                        d=mem.dim + (1 if edit == "dimension" else 0))
+    _swap_memory(folder, tmp_path / "st", honest, fake)
+    with pytest.raises(StreamStateError, match="layer 0 head 0"):
+        LMStream.load(tmp_path / "st", model)

@@ -798,7 +798,15 @@ class LMStream:
                     if len(lay["memories"]) != len(st.mems):
                         raise ValueError(f"layer {li}: {len(lay['memories'])} memories "
                                          f"listed, the model has {len(st.mems)} heads")
+                    fresh, Dh = st.mems, st.k.buf.shape[-1]
                     st.mems = [_load_memory(folder, m) for m in lay["memories"]]
+                    for hd, (mem, want) in enumerate(zip(st.mems, fresh, strict=True)):
+                        # a memory of other dimensions would fail a later replay midway
+                        if (mem.C, mem.kernel, mem.solver_state.gamma) != (
+                                want.C, want.kernel, want.solver_state.gamma) or mem.dim not in (
+                                None, Dh) or (len(mem) and mem.values.shape[1] != Dh):
+                            raise ValueError(f"layer {li} head {hd}: the memory's parameters "
+                                             "or dimensions are not this model's")
                     st.ids = [[int(i) for i in ids] for ids in lay["ids"]]
                     st.absorbed = lay["absorbed"]
                     if not (isinstance(st.absorbed, int) and 0 <= st.absorbed <= len(s._tokens)
