@@ -446,3 +446,61 @@ def test_a_folder_with_a_memory_of_other_dimensions_is_refused(forgot, tmp_path,
     _swap_memory(folder, tmp_path / "st", honest, fake)
     with pytest.raises(StreamStateError, match="layer 0 head 0"):
         LMStream.load(tmp_path / "st", model)
+
+
+# ------------------------------------------------------------ deep JSON nesting
+
+DEEP = '{"a":' * 100_000 + "1" + "}" * 100_000
+
+
+# attack: a receipt JSON nested 100,000 deep: json.loads raised RecursionError (a
+# traceback from verify-deletion / verify-erasure / verify-forget), not a refusal
+@pytest.mark.parametrize("kind", [DeletionCertificate, ErasureReceipt, ModelErasureReceipt])
+def test_a_deeply_nested_receipt_is_refused(kind):
+    with pytest.raises(ValueError, match="nested too deeply"):
+        kind.from_json(DEEP)
+
+
+def test_cli_verify_deletion_on_a_deeply_nested_certificate_exits_2(certificate, tmp_path,
+                                                                    capsys):
+    save(certificate[0], tmp_path / "state.svdd")
+    (tmp_path / "cert.json").write_text(DEEP)
+    assert main(["verify-deletion", str(tmp_path / "state.svdd"),
+                 str(tmp_path / "cert.json")]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+
+
+# attack: the same nesting in a stream manifest, an audit log's record, a state file's
+# metadata and a cell model's config
+def test_deeply_nested_json_in_files_is_refused(forgot, certificate, tmp_path):
+    from safetensors.numpy import safe_open
+    from safetensors.numpy import save as np_save
+
+    from svattn.exact.audit import verify_chain
+    from svattn.exact.persist import load
+
+    model, folder, _ = forgot
+    copy = tmp_path / "st"
+    shutil.copytree(folder, copy)
+    (copy / "stream.json").write_text(DEEP)
+    with pytest.raises(StreamStateError):
+        LMStream.load(copy, model)
+
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(C=0.2, audit_log=log)
+    mem.extend(np.random.default_rng(0).normal(size=(5, 2)))
+    with open(log, "a") as fh:
+        fh.write(DEEP + "\n")
+    rep = verify_chain(log)
+    assert not rep.ok and "not valid JSON" in rep.error
+
+    save(certificate[0], tmp_path / "m.svdd")
+    with safe_open(str(tmp_path / "m.svdd"), "numpy") as fh:
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    (tmp_path / "x.svdd").write_bytes(np_save(tensors, metadata={"svattn": DEEP}))
+    with pytest.raises(ValueError, match="metadata"):
+        load(tmp_path / "x.svdd")
+
+    path = _cell(tmp_path / "cell.safetensors", model, model_config=DEEP)
+    with pytest.raises(ValueError, match="cell model"):
+        load_checkpoint_model(path)

@@ -147,7 +147,7 @@ def _check_audit_log(path: Path) -> None:
         first = fh.readline(1 << 16)
     try:
         rec = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         rec = None
     if not (isinstance(rec, dict) and rec.get("format") == "svattn.audit"
             or b"svattn.audit" in first):

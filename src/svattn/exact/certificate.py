@@ -519,6 +519,8 @@ def _json_fields(text: str, cls, what: str, *, optional: set[str]) -> dict[str, 
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
     except ValueError as exc:
         raise ValueError(f"{what}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} JSON must be an object")
     names = {f.name for f in fields(cls)}

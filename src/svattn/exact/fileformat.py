@@ -218,7 +218,7 @@ def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
         )
     try:
         header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise StateFileError(f"{where}: corrupted header (not valid JSON: {exc})") from None
     if not isinstance(header, dict):
         raise StateFileError(f"{where}: corrupted header (not a JSON object)")
@@ -253,7 +253,7 @@ def read_metadata(header: dict[str, Any], where: str) -> dict[str, Any]:
     text = md["svattn"]
     try:
         meta = json.loads(text)
-    except (TypeError, json.JSONDecodeError) as exc:
+    except (TypeError, json.JSONDecodeError, RecursionError) as exc:
         raise StateFileError(f"{where}: corrupted metadata (not valid JSON: {exc})") from None
     if not isinstance(meta, dict):
         raise StateFileError(f"{where}: corrupted metadata (not a JSON object)")

@@ -222,6 +222,8 @@ class ModelErasureReceipt:
             raise ValueError(f"receipt: not JSON ({exc})") from None
         except ValueError as exc:
             raise ValueError(f"receipt: {exc}") from None
+        except RecursionError:
+            raise ValueError("receipt: JSON nested too deeply") from None
         if not isinstance(data, dict) or data.get("kind") != RECEIPT_KIND:
             raise ValueError(f"receipt: not a {RECEIPT_KIND} (kind = "
                              f"{data.get('kind') if isinstance(data, dict) else None!r})")

@@ -937,7 +937,7 @@ def _read_manifest(folder: Path) -> dict:
     where = folder / MANIFEST
     try:
         man = json.loads(where.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise StreamStateError(f"{where}: not a stream manifest ({exc})") from None
     if not isinstance(man, dict) or (man.get("format"), man.get("version")) != (FORMAT,
                                                                                VERSION):
@@ -983,7 +983,7 @@ def _v1_files(folder: Path) -> list[str]:
             return []
         names = [man["arrays"]["file"]] + [m["file"] for lay in man["layers"]
                                            for m in lay["memories"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return []
     return [n for n in names if isinstance(n, str) and _FILE.fullmatch(n)]
 

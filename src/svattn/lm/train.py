@@ -499,7 +499,7 @@ def _is_cell_model(path: str | os.PathLike) -> bool:
             return False
         try:
             header = json.loads(fh.read(size))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return False
     meta = header.get("__metadata__") if isinstance(header, dict) else None
     return isinstance(meta, dict) and meta.get("format") == RECALL_CELL
@@ -533,7 +533,7 @@ def read_cell_model(path: str | os.PathLike) -> tuple[CharLM, dict]:
             raise ValueError("its run is not an object with the run's steps")
         model = _model_of(json.loads(meta["model_config"]), shapes)
         load_model(model, str(path))
-    except (KeyError, TypeError, ValueError, RuntimeError) as exc:
+    except (KeyError, TypeError, ValueError, RuntimeError, RecursionError) as exc:
         raise ValueError(f"{path}: not a recall cell model svattn can read ("
                          f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from None
     model.eval()
