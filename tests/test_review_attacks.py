@@ -504,3 +504,26 @@ def test_deeply_nested_json_in_files_is_refused(forgot, certificate, tmp_path):
     path = _cell(tmp_path / "cell.safetensors", model, model_config=DEEP)
     with pytest.raises(ValueError, match="cell model"):
         load_checkpoint_model(path)
+
+
+# attack: a signing stream saved and loaded: LMStream.load takes no signing key and the
+# folder records none, so every later forget issues an unsigned receipt (verify-forget
+# --public-key then says FAILED: "not signed"), and nothing can refuse a wrong key as
+# SVDDMemory.load does (#35 item 9)
+@pytest.mark.xfail(strict=True, reason=(
+    "gap: LMStream.load has no signing_key (TypeError) and the manifest records no "
+    "signer key id: a loaded stream cannot keep signing its receipts, nor refuse "
+    "another controller's key"))
+def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
+    from svattn.exact.signing import generate_key
+
+    model, key = forgot[0], generate_key()
+    s = model.stream(signing_key=key)
+    s.feed(text_of(40))
+    s.forget(10, 14)
+    s.save(tmp_path / "st")
+    with pytest.raises(ValueError):
+        LMStream.load(tmp_path / "st", model, signing_key=generate_key())
+    t = LMStream.load(tmp_path / "st", model, signing_key=key)
+    receipt = t.forget(20, 22)
+    assert verify_forget(t, receipt, public_key=key.public_key()).status == "VERIFIED"
