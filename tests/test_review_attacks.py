@@ -527,3 +527,29 @@ def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
     t = LMStream.load(tmp_path / "st", model, signing_key=key)
     receipt = t.forget(20, 22)
     assert verify_forget(t, receipt, public_key=key.public_key()).status == "VERIFIED"
+
+
+# attack: after an honest forget, a reserve token (alpha 0) of each layer's first memory
+# is overwritten with the key and value a span token had (taken from a stream of the
+# whole text). Readouts, logits, the content digest and every count are unchanged, so
+# verify_forget said VERIFIED over memories holding the forgotten span's key and value;
+# it now compares every token's key and value with the fresh stream's
+def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
+    model = tiny_model()
+    text = text_of(10) + bytes(range(120, 124)) + text_of(26, seed=2)
+    whole = model.stream()
+    whole.feed(text)
+    s = model.stream()
+    s.feed(text)
+    receipt = s.forget(10, 14)
+    assert verify_forget(s, receipt).status == "VERIFIED"
+    for li in range(2):
+        src = whole.layers[li].mems[0].solver_state
+        slot_of_span = src.id_to_slot[whole.layers[li].ids[0][11]]
+        mem = s.layers[li].mems[0]
+        ss = mem.solver_state
+        slot = ss.id_to_slot[mem.partition()["reserve"][0]]
+        ss.X[slot] = src.X[slot_of_span]
+        ss.V[slot] = src.V[slot_of_span]
+    v = verify_forget(s, receipt)
+    assert v.status == "FAILED" and any("keys or values" in r for r in v.reasons), v.summary()

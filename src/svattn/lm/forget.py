@@ -417,7 +417,7 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
         dev = max(dev, float((stream.logits() - fresh.logits()).abs().max()))
     if not dev <= tol:
         reasons.append(f"logits differ from the fresh stream's by {dev:.3g} > {tol:g}")
-    rdev = 0.0
+    rdev = kdev = 0.0
     for li, (st, fr) in enumerate(zip(stream.layers, fresh.layers, strict=True)):
         for hd, (mem, fmem) in enumerate(zip(st.mems, fr.mems, strict=True)):
             if len(mem) != len(fmem):
@@ -427,8 +427,15 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
             if len(mem):
                 probes = mem.keys
                 rdev = max(rdev, float(np.abs(mem.readout(probes) - fmem.readout(probes)).max()))
+                # every token's data, not only the readout: a reserve token (alpha 0)
+                # holding a forgotten key and value leaves every readout unchanged
+                kdev = max(kdev, float(np.abs(probes - fmem.keys).max()),
+                           float(np.abs(mem.values - fmem.values).max()))
     if not rdev <= tol:
         reasons.append(f"memory readouts differ from the fresh stream's by {rdev:.3g} > {tol:g}")
+    if not kdev <= tol:
+        reasons.append(f"memory keys or values differ from the fresh stream's by {kdev:.3g} > "
+                       f"{tol:g}")
     n_certs = _check_certificates(stream, receipt, reasons)
     return ForgetVerification(
         ok=not reasons, reasons=reasons,
@@ -440,7 +447,8 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
 
 _CLAIM = "the stream equals a fresh stream of its text"
 _CLAIMED = {"the stream's content digest": _CLAIM, "logits differ": _CLAIM,
-            "memory readouts differ": _CLAIM, "layer ": _CLAIM}
+            "memory readouts differ": _CLAIM, "memory keys or values differ": _CLAIM,
+            "layer ": _CLAIM}
 
 
 def _logged_at(stream, receipt: ModelErasureReceipt, reasons: list[str]
