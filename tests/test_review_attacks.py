@@ -553,3 +553,35 @@ def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
         ss.V[slot] = src.V[slot_of_span]
     v = verify_forget(s, receipt)
     assert v.status == "FAILED" and any("keys or values" in r for r in v.reasons), v.summary()
+
+
+# attack: after an honest forget, the cached key / value / rotated-key rows of position
+# 0 (absorbed into the memories: out of every attention window) are overwritten with a
+# span token's rows (layer 0's are a linear map of the forgotten byte's embedding). No
+# logit moves, so verify_forget said VERIFIED while the caches (saved in the folder's
+# arrays file) held the span; it now compares every cached row with the fresh stream's
+@pytest.mark.parametrize("name", ["k", "v", "kr"])
+def test_cached_rows_holding_a_forgotten_key_fail(name):
+    model = tiny_model()
+    text = text_of(10) + bytes(range(120, 124)) + text_of(26, seed=2)
+    whole = model.stream()
+    whole.feed(text)
+    s = model.stream()
+    s.feed(text)
+    receipt = s.forget(10, 14)
+    for li in range(2):
+        getattr(s.layers[li], name).buf[0] = getattr(whole.layers[li], name).buf[11]
+    v = verify_forget(s, receipt)
+    assert v.status == "FAILED" and any("keys or values" in r for r in v.reasons), v.summary()
+
+
+# attack: a NaN planted in a cached row of position 0: max() keeps the first of (0.0,
+# NaN), so the deviation stayed 0 and passed "<= tol"
+def test_a_nan_planted_in_a_cached_row_fails():
+    model = tiny_model()
+    s = model.stream()
+    s.feed(text_of(40))
+    receipt = s.forget(10, 14)
+    s.layers[1].k.buf[0, 0, 0] = float("nan")
+    v = verify_forget(s, receipt)
+    assert v.status == "FAILED", v.summary()
