@@ -585,3 +585,37 @@ def test_a_nan_planted_in_a_cached_row_fails():
     s.layers[1].k.buf[0, 0, 0] = float("nan")
     v = verify_forget(s, receipt)
     assert v.status == "FAILED", v.summary()
+
+
+# attack (held): stream.json naming state files in another folder (a relative path, an
+# absolute one), its checksum recomputed: refused before anything is read or removed
+@pytest.mark.parametrize("name", ["../other/arrays.0123456789ab.safetensors",
+                                  "/tmp/arrays.0123456789ab.safetensors",
+                                  "arrays.0123456789ab.safetensors/../../x"])
+def test_a_manifest_naming_files_elsewhere_is_refused(forgot, tmp_path, name):
+    model, folder, _ = forgot
+    copy = tmp_path / "st"
+    shutil.copytree(folder, copy)
+    man = json.loads((copy / "stream.json").read_text())
+    man["arrays"]["file"] = name
+    _write_manifest(copy, man)
+    with pytest.raises(StreamStateError):
+        LMStream.load(copy, model)
+
+
+# attack (held): a state file of the folder replaced by a symlink to a file elsewhere
+# holding the same bytes, then a save: the symlink is unlinked, its target untouched
+def test_a_symlinked_state_file_is_unlinked_not_followed(forgot, tmp_path):
+    model, folder, _ = forgot
+    copy = tmp_path / "st"
+    shutil.copytree(folder, copy)
+    man = json.loads((copy / "stream.json").read_text())
+    name = man["arrays"]["file"]
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes((copy / name).read_bytes())
+    (copy / name).unlink()
+    (copy / name).symlink_to(outside)
+    s = LMStream.load(copy, model)  # same bytes: the checksum holds
+    before = outside.read_bytes()
+    s.save(copy)
+    assert outside.read_bytes() == before and not (copy / name).exists()
