@@ -619,3 +619,19 @@ def test_a_symlinked_state_file_is_unlinked_not_followed(forgot, tmp_path):
     before = outside.read_bytes()
     s.save(copy)
     assert outside.read_bytes() == before and not (copy / name).exists()
+
+
+# attack: --tol inf: every float comparison of verify-forget (logits, readouts, keys,
+# caches) passes, and it printed VERIFIED (exit 0) whatever the floats held; a
+# tolerance must be finite (verify-deletion / verify-erasure share the parser)
+@pytest.mark.parametrize("command", ["verify-forget", "verify-deletion", "verify-erasure"])
+def test_an_infinite_tolerance_is_a_usage_error(forgot, tmp_path, capsys, command):
+    model, folder, receipt = forgot
+    path = _cell(tmp_path / "cell.safetensors", model)
+    (tmp_path / "r.json").write_text(receipt.to_json())
+    argv = {"verify-forget": [str(path), str(folder)], "verify-deletion": [str(path)],
+            "verify-erasure": [str(path)]}[command]
+    with pytest.raises(SystemExit) as exc:
+        main([command, *argv, str(tmp_path / "r.json"), "--tol", "inf"])
+    assert exc.value.code == 2
+    assert "finite" in capsys.readouterr().err

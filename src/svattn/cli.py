@@ -53,6 +53,8 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    if value == float("inf"):  # --tol inf would compare no float
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
