@@ -2,18 +2,21 @@
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# CPU-only machines get the CPU wheel of torch (on this project's machines
-# `pip install torch==2.13.0` takes it from local disk); set TORCH_SPEC to
-# override, e.g. TORCH_SPEC="torch --index-url https://download.pytorch.org/whl/cpu".
+# torch: `torch>=2.1` where nvidia-smi finds a GPU, else the pin torch==2.13.0.
+# The pin is a CPU build only where the package index serves one (on this
+# project's machines pip takes it from local disk); on a plain Linux machine with
+# the public index it pulls the CUDA build. There, name PyTorch's CPU index:
+#   make test TORCH_SPEC="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+# TORCH_SPEC is passed to pip as words (the defaults are quoted for the shell).
 HAS_GPU := $(shell command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && echo 1)
-TORCH_SPEC ?= $(if $(HAS_GPU),torch>=2.1,torch==2.13.0)
+TORCH_SPEC ?= $(if $(HAS_GPU),'torch>=2.1','torch==2.13.0')
 
 .PHONY: setup demo test lint bench clean
 
 $(BIN)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q "$(TORCH_SPEC)"
+	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	$(BIN)/python -m svattn.exact.warmup  # compile once here, never inside a timing
 	touch $@

@@ -27,6 +27,8 @@ Usage::
 
     python benchmarks/bench_scaling.py --json results/bench_scaling.json \\
         --plot results/bench_scaling.png
+    python benchmarks/bench_scaling.py --replot results/bench_scaling.json \\
+        --plot results/bench_scaling.png          # redraw from the record only
 """
 
 from __future__ import annotations
@@ -113,7 +115,9 @@ def exponents(rows: list[dict]) -> dict:
     return out
 
 
-def plot(rows: list[dict], path: Path) -> None:
+def plot(rows: list[dict], path: Path, conditions: str | None = None):
+    """A log-log panel per cost against n, both streams, each labelled with its fitted
+    growth exponent; the title says what was measured and how. Returns the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -122,19 +126,31 @@ def plot(rows: list[dict], path: Path) -> None:
     panels = [("add_mean_us", "add, mean (µs)"), ("remove_median_ms", "removal, median (ms)"),
               ("readout_us", "readout, one query (µs)"), ("bytes_per_token", "bytes / token"),
               ("sklearn_retrain_ms", "scikit-learn retrain (ms)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.4))
+    exps = exponents(rows)
+    fig, axes = plt.subplots(1, len(panels), figsize=(4 * len(panels), 3.6))
     for ax, (m, label) in zip(axes, panels, strict=True):
         for stream, mark in (("redundant", "o-"), ("gaussian", "s--")):
             pts = [(r["n"], r[m]) for r in rows if r["stream"] == stream and r[m]]
             if pts:
-                ax.loglog(*zip(*pts, strict=True), mark, label=stream)
+                k = exps.get(stream, {}).get(m)
+                tag = f"{stream}" + (f" (∝ n^{k:.2f})" if k is not None else "")
+                ax.loglog(*zip(*pts, strict=True), mark, label=tag)
         ax.set_title(label, fontsize=10)
-        ax.set_xlabel("n")
+        ax.set_xlabel("n (tokens in the memory)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend()
-    fig.tight_layout()
+        ax.legend(fontsize=7)
+    first = rows[0] if rows else {}
+    title = (f"svattn's exact core: cost against n (d = {first.get('d', D)}, "
+             f"C = {first.get('C', 0.01):g}, rbf, one BLAS thread; log-log)")
+    fig.suptitle(title, fontsize=11)
+    if conditions:
+        fig.text(0.01, 0.005, f"conditions: {conditions}", fontsize=7, color="0.3",
+                 ha="left", va="bottom")
+    fig.tight_layout(rect=(0, 0.04 if conditions else 0, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return fig
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,8 +166,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
+    p.add_argument("--replot", type=Path, metavar="RECORD",
+                   help="measure nothing: draw --plot from the rows of a --json record")
     add_conditions(p)
     args = p.parse_args(argv)
+    if args.replot is not None:
+        if args.plot is None:
+            p.error("--replot needs --plot PATH")
+        import json
+
+        record = json.loads(args.replot.read_text())
+        plot(record["rows"], args.plot, record.get("conditions"))
+        print(f"wrote {args.plot} from {args.replot}")
+        return 0
     rows = []
     with threadpool_limits(1):
         warm_up()
@@ -183,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
         write_record(args.json, __file__, argv, {"conditions": args.conditions, "rows": rows,
                                                  "exponents": exps})
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, args.conditions)
     return 0
 
 

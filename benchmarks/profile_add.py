@@ -46,7 +46,7 @@ import svattn.exact.compiled as backend  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import G10, floor_time, keys, warm_up  # noqa: E402
 from call_timing import time_calls  # noqa: E402
-from svattn.exact import SVDDMemory, fastpath, memory, rollback, solver  # noqa: E402
+from svattn.exact import SVDDMemory, fastpath, ingest, memory, rollback, solver  # noqa: E402
 
 # the parts of a driven add, disjoint (none calls another), in the order the add runs
 PARTS = (
@@ -56,7 +56,7 @@ PARTS = (
     (backend, "refresh_standby"), (SVDDMemory, "_after_op"), (fastpath, "mark_tokens"),
 )
 # what tells the kinds apart (timed too, but not parts: each holds some of them)
-MARKERS = ((solver, "add_one"), (solver, "add_rows"))
+MARKERS = ((solver, "add_one"), (ingest, "add_rows"))
 
 
 def profile(stream: str, n: int, adds: int, seed: int) -> dict:

@@ -13,6 +13,9 @@ function and mu). BLAS is pinned to one thread. Not part of the test suite::
     python benchmarks/soak_exact.py            # ~minutes
     python benchmarks/soak_exact.py --ops 5000 # quick look
     python benchmarks/soak_exact.py --ops 20000 --gamma-d 0.1  # ~100+ margin tokens
+    # issue #36's stream (20 clusters, 2 % uniform outliers), d = 8, gamma = 0.1:
+    # hundreds of margin tokens; the first --live rows take the batch path (libsvm)
+    python benchmarks/soak_exact.py --stream clustered --d 8 --gamma-d 1.25 --ops 5000
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from streams import redundant_stream  # noqa: E402
+from streams import clustered_outliers, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory, compiled, reference  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
 
@@ -42,16 +45,22 @@ def main(argv: list[str] | None = None) -> int:
                          "value (0.1) makes most support tokens margin tokens, where "
                          "removals keep their uniqueness factor")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--stream", choices=("redundant", "clustered"), default="redundant",
+                    help="redundant: streams.redundant_stream; clustered: "
+                         "streams.clustered_outliers (issue #36's large-support stream)")
     ap.add_argument("--check-every", type=int, default=1,
                     help="compute the from-scratch KKT residual every k operations")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    pool = redundant_stream(args.ops + args.live, args.d, seed=args.seed)
+    make = redundant_stream if args.stream == "redundant" else clustered_outliers
+    pool = make(args.ops + args.live, args.d, seed=args.seed)
     mem = SVDDMemory(args.C, gamma=None if args.gamma_d is None
                      else 1.0 / (args.gamma_d * args.d))
     t0 = time.perf_counter()
     with threadpool_limits(1):
         mem.extend(pool[: args.live])
+        print(f"  first {args.live} rows: {mem.ingest_path}, |S|={mem.solver_state.nS}",
+              flush=True)
         nxt = args.live
         worst, worst_at = 0.0, -1
         n_add = n_rem = n_rem_support = 0

@@ -7,6 +7,10 @@ partial ones (``eval_every`` estimates) hollow.
 
     python scripts/plot_lm_runs.py runs/rope3500_hybrid_sv runs/rope3500_sliding \\
         runs/long3500_hybrid_sv runs/long3500_sliding --out results/lm_curves.png
+
+Each run is one colour and one legend entry; what the line and the marks mean is said
+once. The y axis shows every point (log scale) unless ``--ylim`` cuts it, and then the
+figure says how many points lie outside.
 """
 
 from __future__ import annotations
@@ -80,15 +84,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("runs", type=Path, nargs="+", help="run directories (with log.jsonl)")
     p.add_argument("--out", type=Path, default=Path("results/lm_curves.png"))
+    p.add_argument("--title", default="CharLM on the enwik8 prefix: learning curves",
+                   help="the figure's title (say what these runs compare)")
     p.add_argument("--smooth", type=int, default=20, help="moving-average window (log records)")
     p.add_argument("--json", type=Path, help="also write every run's validation records here")
-    p.add_argument("--ylim", type=float, nargs=2, metavar=("LO", "HI"), help="y-axis range")
+    p.add_argument("--ylim", type=float, nargs=2, metavar=("LO", "HI"),
+                   help="y-axis range (the figure says so when curves leave it); default: "
+                        "every point, on a log axis")
     args = p.parse_args(argv)
     table = []
     many = len(args.runs) > 4  # the legend then goes beside the plot, not over the curves
-    fig, ax = plt.subplots(figsize=(12.0, 5.0) if many else (7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(11.0, 5.0) if many else (7.5, 4.5))
     logs = [read_log(run) for run in args.runs]
     labels = unique_labels([log[0] for log in logs], list(args.runs))
+    ys: list[float] = []
     for i, (run, (_, train, val, cfg), mixer) in enumerate(
             zip(args.runs, logs, labels, strict=True)):
         color = f"C{i}"
@@ -102,25 +111,46 @@ def main(argv: list[str] | None = None) -> int:
             for r in val]})
         x = [r["tokens_seen"] / 1e6 for r in train]
         y = smooth([r["loss"] / math.log(2) for r in train], args.smooth)
-        ax.plot(x, y, color=color, lw=1.2, label=f"{mixer} train (smoothed)")
+        ax.plot(x, y, color=color, lw=1.2, label=mixer)  # one legend entry per run
+        ys += y
         for r in val:
             full = not r.get("partial", True)
             ax.plot(r["step"] * tokens_per_step / 1e6, r["bpc"], "o", color=color,
-                    mfc=color if full else "none",
-                    label=f"{mixer} val {'(full split)' if full else '(estimate)'}")
+                    mfc=color if full else "none", label="_nolegend_")
+            ys.append(r["bpc"])
     ax.axhline(2.178, color="grey", ls="--", lw=1, label="paper: hybrid 2.178 BPC")
-    handles, labels = ax.get_legend_handles_labels()
-    uniq = dict(zip(labels, handles, strict=True))
+    # what the marks mean, once (not once per run)
+    from matplotlib.lines import Line2D
+
+    handles, names = ax.get_legend_handles_labels()
+    handles += [Line2D([], [], color="k", lw=1.2),
+                Line2D([], [], color="k", marker="o", ls="", mfc="none"),
+                Line2D([], [], color="k", marker="o", ls="")]
+    names += ["line: training loss (smoothed)", "hollow: val BPC (estimate)",
+              "filled: val BPC (full split)"]
     if many:
-        ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="upper left",
-                  bbox_to_anchor=(1.01, 1.0))
+        ax.legend(handles, names, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     else:
-        ax.legend(uniq.values(), uniq.keys(), fontsize=8)
+        ax.legend(handles, names, fontsize=8)
     if args.ylim:
-        ax.set_ylim(*args.ylim)
+        lo, hi = args.ylim
+        ax.set_ylim(lo, hi)
+        outside = [v for v in ys if not lo <= v <= hi]
+        if outside:  # never a silent cut
+            ax.text(0.99, 0.99, f"y axis cut to [{lo:g}, {hi:g}]: {len(outside)} points "
+                    f"outside (up to {max(outside):.2f})", transform=ax.transAxes,
+                    ha="right", va="top", fontsize=7, color="0.3")
+    elif ys:
+        ax.set_yscale("log")  # from the untrained start to the end, nothing cut
+        from matplotlib.ticker import LogLocator, ScalarFormatter
+
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 1.5, 2, 3, 4, 6, 8)))
+        ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_formatter(ScalarFormatter())
+        ax.yaxis.set_minor_locator(LogLocator(base=10, subs=()))
     ax.set_xlabel("tokens seen (millions)")
     ax.set_ylabel("bits per byte")
-    ax.set_title("CharLM on the enwik8 prefix")
+    ax.set_title(args.title)
     ax.grid(alpha=0.3)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()

@@ -21,7 +21,17 @@ from pathlib import Path
 
 import svattn
 
-__all__ = ["COMMANDS", "Command", "apply_overrides", "build_parser", "main"]
+__all__ = ["COMMANDS", "Command", "build_parser", "main"]
+
+
+def __getattr__(name: str):
+    # svattn.cli.apply_overrides, from where it lives (svattn.lm.train, beside the
+    # TrainConfig it edits), imported on use: the command line starts without torch
+    if name == "apply_overrides":
+        from svattn.lm.train import apply_overrides
+
+        return apply_overrides
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -595,81 +605,6 @@ def _train_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _merge(base: dict, extra: dict) -> dict:
-    """``base`` with ``extra`` merged in key by key (mappings recursively); an empty
-    mapping in ``extra`` replaces (empties) its key."""
-    out = dict(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and v and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
-
-
-def apply_overrides(config: dict, items: Sequence[str]) -> dict:
-    """The config with ``--set KEY=VALUE`` overrides applied, in order.
-
-    VALUE is parsed as JSON, else taken as a string. A dotted KEY names an entry
-    of a mapping (created if absent); a mapping VALUE merges into the existing
-    mapping key by key; ``{}`` empties it.
-
-    Parameters
-    ----------
-    config : dict
-        The config file's mapping (not modified).
-    items : sequence of str
-        The ``KEY=VALUE`` texts.
-
-    Returns
-    -------
-    dict
-
-    Raises
-    ------
-    ValueError
-        If an item is not ``KEY=VALUE`` or a dotted KEY runs through a value
-        that is not a mapping.
-
-    Examples
-    --------
-    >>> cfg = {"steps": 10, "hybrid": {"chunk": 64, "C": 0.0625, "budget": 64}}
-    >>> apply_overrides(cfg, ['hybrid={"C": 0.1}', "steps=20"])
-    {'steps': 20, 'hybrid': {'chunk': 64, 'C': 0.1, 'budget': 64}}
-    >>> apply_overrides(cfg, ["hybrid.budget=32"])["hybrid"]
-    {'chunk': 64, 'C': 0.0625, 'budget': 32}
-    >>> apply_overrides(cfg, ["hybrid={}"])["hybrid"]
-    {}
-    """
-    import copy
-    import json
-
-    out = copy.deepcopy(config)
-    for item in items:
-        key, sep, text = item.partition("=")
-        parts = key.split(".")
-        if not sep or not all(parts):
-            raise ValueError(f"--set expects KEY=VALUE (KEY may be dotted: hybrid.C=0.1), "
-                             f"got {item!r}")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        node = out
-        for i, part in enumerate(parts[:-1]):
-            child = node.setdefault(part, {})
-            if not isinstance(child, dict):
-                raise ValueError(f"--set {key}: {'.'.join(parts[:i + 1])} is {child!r}, "
-                                 "not a mapping")
-            node = child
-        last = parts[-1]
-        if isinstance(value, dict) and value and isinstance(node.get(last), dict):
-            node[last] = _merge(node[last], value)
-        else:
-            node[last] = value
-    return out
-
-
 def _read_config(path: Path) -> dict:
     import json
 
@@ -690,7 +625,7 @@ def _train_run(args: argparse.Namespace) -> int:
 
     from svattn.experiments.runner import command_line
     from svattn.lm.records import append_records, read_records, run_record
-    from svattn.lm.train import TrainConfig, train
+    from svattn.lm.train import TrainConfig, apply_overrides, train
 
     if args.record is not None:
         read_records(args.record)  # a bad results file fails now, not after training
@@ -870,8 +805,17 @@ def _recall_arguments(parser: argparse.ArgumentParser) -> None:
     col.add_argument("--into", type=Path, default=None, metavar="FILE",
                      help=f"the results file to write (default {RECALL_RESULTS}, which is "
                      "a tracked record: replaced only when --into names it or with --force)")
+    col.add_argument("--models-into", type=Path, default=None, metavar="DIR",
+                     help="also copy the cells' kept weights (grids that keep them, e.g. "
+                     "selection) into DIR")
     col.add_argument("--force", action="store_true",
                      help=f"replace {RECALL_RESULTS} when --into is not given")
+    res = sub.add_parser("restore", help="write a results file's cells back into a runs "
+                         "folder, so that run skips them (a grid resumed from its record)")
+    res.add_argument("--from", dest="source", type=Path, required=True, metavar="FILE",
+                     help="a results file written by collect")
+    res.add_argument("--out", type=Path, required=True, metavar="DIR",
+                     help="the runs folder that run --out DIR will resume")
     tim = sub.add_parser("time", help="seconds per training step of each mixer at a grid's sizes")
     tim.add_argument("--grid", default="full", metavar="GRID",
                      help="the grid whose cells are timed (default full)")
@@ -902,6 +846,14 @@ def _recall_run(args: argparse.Namespace) -> int:
     )
 
     command = command_line(args._argv)
+    if args.recall_command == "restore":
+        from svattn.lm.recall_grid import restore
+
+        if not args.source.is_file():
+            raise FileNotFoundError(f"--from: no such file: {args.source}")
+        written = restore(args.source, args.out)
+        print(f"restored {len(written)} cells into {args.out}")
+        return 0
     if args.recall_command == "collect":
         into = args.into
         if into is None:
@@ -909,7 +861,7 @@ def _recall_run(args: argparse.Namespace) -> int:
             if into.exists() and not args.force:
                 raise FileExistsError(f"{into} exists and is a tracked record: give --into "
                                       "FILE to write another file, or --force to replace it")
-        res = collect(args.runs, into, command=command)
+        res = collect(args.runs, into, command=command, models_into=args.models_into)
         print(f"collected {len(res['records'])} cells from "
               f"{', '.join(map(str, args.runs))}; wrote {into}")
         return 0

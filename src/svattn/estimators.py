@@ -189,6 +189,11 @@ class SVDD(OutlierMixin, BaseEstimator):
     n_samples_ : int
         Samples held now.
     n_features_in_ : int
+    fit_path_ : str
+        How the last ``fit`` / ``partial_fit`` solved its rows: ``"libsvm+exact"``
+        (rbf, a block much larger than the model: libsvm's one-class SVM as a warm
+        start, then an exact float64 active-set finish) or ``"incremental"`` (the
+        exact solver adding rows one by one). Both reach the same optimum.
     feature_names_in_ : ndarray of str
         Only when fitted on data with string column names (a DataFrame).
 
@@ -257,6 +262,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         memory = SVDDMemory(C, self.kernel, gamma, tol=self.tol, standby=self.standby)
         memory.extend(X)
         self.memory_, self.C_, self.gamma_ = memory, C, gamma
+        self.fit_path_ = memory.ingest_path
         self._refresh()
         return self
 
@@ -272,6 +278,7 @@ class SVDD(OutlierMixin, BaseEstimator):
             return self.fit(X)
         X = validate_data(self, X, dtype=np.float64, order="C", reset=False, ensure_min_samples=1)
         self.memory_.extend(X)
+        self.fit_path_ = self.memory_.ingest_path
         self._refresh()
         return self
 

@@ -109,9 +109,33 @@ def run_op(mem: SVDDMemory, op: str, rng, xs: np.ndarray):
     raise AssertionError(op)
 
 
-@pytest.mark.parametrize("backend", ["compiled", "reference"])
-@pytest.mark.parametrize("kernel", ["rbf", "exp"])
-@pytest.mark.parametrize("op", OPS)
+BACKENDS = ["compiled", "reference"]
+KERNELS = ["rbf", "exp"]
+# The default suite's sample (issue #37): every operation once, each (backend, kernel)
+# pair twice, every fault point of each; the other 24 combinations run under -m slow.
+# erase, the longest sweep (82 to 164 fault points), takes its shortest pairing.
+SAMPLE = {"add": ("reference", "rbf"), "add_reserve": ("compiled", "exp"),
+          "extend": ("reference", "exp"), "remove": ("compiled", "rbf"),
+          "remove_margin": ("reference", "exp"), "erase": ("compiled", "rbf"),
+          "compact": ("compiled", "exp"), "remove_many": ("reference", "rbf")}
+
+
+def _sweep() -> list:
+    return [pytest.param(backend, kernel, op, id=f"{op}-{kernel}-{backend}",
+                         marks=() if SAMPLE[op] == (backend, kernel) else pytest.mark.slow)
+            for op in OPS for kernel in KERNELS for backend in BACKENDS]
+
+
+def test_the_default_sample_covers_every_backend_kernel_and_operation():
+    assert list(SAMPLE) == OPS
+    pairs = list(SAMPLE.values())
+    assert {b for b, _ in pairs} == set(BACKENDS) and {k for _, k in pairs} == set(KERNELS)
+    assert all(pairs.count((b, k)) == 2 for b in BACKENDS for k in KERNELS)
+    slow = [p for p in _sweep() if p.marks]
+    assert len(_sweep()) == 32 and len(slow) == 24
+
+
+@pytest.mark.parametrize("backend, kernel, op", _sweep())
 def test_every_fault_leaves_memory_and_log_unchanged(faults, tmp_path, backend, kernel, op):
     rng = np.random.default_rng(7)
     x = stream(kernel, rng)

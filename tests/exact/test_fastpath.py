@@ -2,7 +2,7 @@
 
 A token that lands in the reserve set is stored by one backend call
 (``reserve_add``: compiled, or the numpy reference). Fed the same stream, a memory
-whose fast path is switched off (every add through ``solver.add_rows``) must reach
+whose fast path is switched off (every add through ``ingest.add_rows``) must reach
 the same state: the same ids, partition and digest-relevant solution, and the same
 stored arrays to rounding; the fast path must take exactly the adds that
 ``solver.reserve_score`` calls reserve adds; and the two backends' ``reserve_add``

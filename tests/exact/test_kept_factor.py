@@ -202,3 +202,42 @@ def test_a_kept_factor_is_not_used_once_its_shift_is_too_small(monkeypatch):
     assert backend.margin_positive_definite(grown, 3.0 * _block(K, grown.ids))
     assert not calls and grown.pd_factor is not f
     assert grown.pd_factor.shift == pytest.approx(2e-10 * 30.0)
+
+
+def test_a_reserve_removal_certifies_uniqueness_from_the_kept_factor(monkeypatch):
+    """With the kept factor of exactly the margin tokens, the certificate's uniqueness
+    test reads no margin Gram block (it was gathered, and factored whole at O(|S|³),
+    after every removal that left the segment loop); its verdict is the reference's."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(700, 3))
+    mem = SVDDMemory(1 / 35, "rbf", 3.0)  # ~100+ margin tokens, all but ~35 reserve
+    mem.extend(X)
+    ss = mem.solver_state
+    assert ss.nS >= backend.FACTOR_KEPT_FROM
+    ref = mem.copy(backend="reference")
+    support = set(mem.support_ids())
+    reserve = [t for t in mem.ids if t not in support]
+    first = mem.remove(reserve[0])  # computes the factor (or keeps the one it has)
+    assert first.unique_optimum == ref.remove(reserve[0]).unique_optimum
+    assert ss.pd_factor is not None and ss.pd_factor.n == ss.nS
+    assert backend.factor_covers_margin(ss)
+
+    def no_gather(*args, **kwargs):
+        raise AssertionError("the margin Gram block was gathered")
+
+    monkeypatch.setattr(backend, "margin_gram", no_gather)
+    for t in reserve[1:4]:
+        cert = mem.remove(t)
+        assert cert.unique_optimum == ref.remove(t).unique_optimum
+        assert cert.unique_optimum
+    monkeypatch.undo()
+    # a factor of other tokens (or none) does not cover the margin: the full test runs
+    f = ss.pd_factor
+    f.ids = f.ids.copy()
+    f.ids[0] = -5
+    f.seen = None
+    assert not backend.factor_covers_margin(ss)
+    ss.drop_factor()
+    assert not backend.factor_covers_margin(ss)
+    cert = mem.remove(reserve[4])
+    assert cert.unique_optimum == ref.remove(reserve[4]).unique_optimum

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory
+from svattn.exact import SVDDMemory, ingest, solver
 from svattn.exact.hashes import token_hash
 from svattn.exact.memory import BACKENDS
 
@@ -53,15 +53,18 @@ def _spy_on_scrub(monkeypatch, module) -> list[np.ndarray]:
     return scrubbed
 
 
-@pytest.mark.parametrize("values", [False, True])
-def test_removed_tokens_leave_no_bytes(tmp_path, values):
+@pytest.mark.parametrize(("values", "batch"), [(False, False), (True, False), (False, True)])
+def test_removed_tokens_leave_no_bytes(tmp_path, monkeypatch, values, batch):
     rng = np.random.default_rng(3)
     n, d = 240, 5
     X = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, size=(n, 1))
     V = rng.normal(size=(n, 4)) if values else None
     log = tmp_path / "audit.jsonl"
     mem = SVDDMemory(0.02, audit_log=log)
+    if batch:  # the 200 rows solved in one batch (libsvm warm start, issue #36)
+        monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
     ids = mem.extend(X[:200], None if V is None else V[:200])
+    assert mem.ingest_path == ("libsvm+exact" if batch else "incremental")
     part = mem.partition()
     # one of each kind: margin, error, reserve, plus a batch of random ones
     victims = [part["margin"][0], part["margin"][-1], part["reserve"][0]]
@@ -188,7 +191,6 @@ def test_the_reference_contraction_scrubs_its_permuted_copy_of_the_inverse(monke
 def test_a_failed_first_operation_scrubs_every_array_it_allocated(monkeypatch):
     # the state was empty before: the restore drops all it allocated (keys, cache,
     # inverse, per-slot values, the Gram copy), every array zeroed first
-    from svattn.exact import solver
 
     rng = np.random.default_rng(7)
     mem = SVDDMemory(0.02)

@@ -289,8 +289,18 @@ def test_box_axis_and_kept_weights(tmp_path: Path):
     data = build_task(run).build(run.seed)
     acc = query_accuracy(model, data.test_inputs, data.test_targets)
     assert acc == rec["accuracy"]  # the weights kept are the weights scored
-    res = collect(tmp_path)
+    res = collect(tmp_path, tmp_path / "sel.json", models_into=tmp_path / "kept")
+    # a grid goes on from its committed record: restored cells are skipped
+    again = tmp_path / "again"
+    assert main(["recall", "restore", "--from", str(tmp_path / "sel.json"), "--out",
+                 str(again)]) == 0
+    assert sorted(p.name for p in again.iterdir()) == sorted(
+        [p.name for p in written] + [json.loads(p.read_text())["model_file"]
+                                     for p in written])
+    assert run_grid(grid, again) == []
     assert sorted(c["C"] for c in res["summary"]["cells"]) == [0.125, 0.25]
+    assert (tmp_path / "kept" / rec["model_file"]).read_bytes() == \
+        (tmp_path / rec["model_file"]).read_bytes()
     rows = {r["C"]: r for r in res["cells"]}
     for row in rows.values():
         total = sum(row["mass_by_role"].values())

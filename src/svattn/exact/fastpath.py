@@ -10,7 +10,7 @@ Python must do: the id, and the token's three hashes — its set-hash summand
 (SHA-256), its row hash and its commitment — from the row's bytes converted once
 (:func:`token_digests`). A token outside the description, a standby refresh due,
 warm-up or a full slot table return None having changed nothing, and the general
-path (:func:`svattn.exact.solver.add_rows`) takes the token.
+path (:func:`svattn.exact.ingest.add_rows`) takes the token.
 """
 
 from __future__ import annotations

@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from svattn.exact.solver import optimality_error
 from svattn.exact.state import READS, SCHEMA_VERSION, TENSOR_DTYPES
 from svattn.exact.states import ERROR, MARGIN, RESERVE
 
@@ -339,4 +340,26 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
            "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
            "read_metadata", "read_state", "remove_leftovers", "serialize", "sha256_hex",
-           "state_file_bytes", "write_atomic"]
+           "state_file_bytes", "write_atomic", "check_loaded_state"]
+
+
+def check_loaded_state(ss, be, health, t: dict[str, np.ndarray], meta: dict, where: str, *,
+                       digest: str, residual: float) -> None:
+    """The semantic checks of a loaded state (``ss`` on backend ``be``, its health
+    monitor ``health``), recomputed from its arrays: the health record, the stored
+    digest, residual and margin order (:func:`check_recomputed`), and optimality.
+
+    Raises
+    ------
+    StateFileError
+        Naming the first check that fails.
+    """
+    try:
+        health.restore(meta["health"], ss.Qinv)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateFileError(f"{where}: inconsistent health record ({exc})") from None
+    check_recomputed(t, meta, where, digest=digest, residual=residual,
+                     margin_order=[int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]])
+    wrong = optimality_error(ss, be)
+    if wrong is not None:
+        raise StateFileError(f"{where}: {wrong}")

@@ -109,6 +109,39 @@ def _sq_dist_wide(x: np.ndarray, yT: np.ndarray) -> np.ndarray:  # pragma: no co
     return out
 
 
+def sq_distances_t(x: np.ndarray, yT: np.ndarray, out: np.ndarray | None = None
+                   ) -> np.ndarray:
+    """:func:`sq_distances` of ``x`` (m, d) and ``y`` given transposed and C-ordered,
+    ``yT`` (d, n): the same values, bit for bit, without the transposed copy of ``y``
+    that :func:`sq_distances` makes (a caller that scrubs key copies keeps ``yT``);
+    into ``out`` (m, n, C-ordered rows) when given, without a temporary."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if yT.shape[1] < _WIDE:
+        d = _sq_dist(x, np.ascontiguousarray(yT.T))
+        if out is None:
+            return d
+        out[:] = d
+        return out
+    if out is None:
+        return _sq_dist_wide(x, yT)
+    _sq_dist_wide_into(x, yT, out)
+    return out
+
+
+@njit(cache=True)
+def _sq_dist_wide_into(x: np.ndarray, yT: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
+    """:func:`_sq_dist_wide` written into ``out`` (the same additions, in order)."""
+    m, d, n = x.shape[0], yT.shape[0], yT.shape[1]
+    for i in range(m):
+        row = out[i]
+        row[:] = 0.0
+        for k in range(d):
+            xik = x[i, k]
+            for j in range(n):
+                t = xik - yT[k, j]
+                row[j] += t * t
+
+
 @njit(cache=True)
 def _sq_dist_pairs(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """Symmetric squared distances, each pair computed once (zero diagonal)."""

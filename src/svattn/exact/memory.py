@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from svattn.exact import compiled, fastpath, fileformat, reference, solver
+from svattn.exact import compiled, fastpath, fileformat, ingest, reference, solver
 from svattn.exact.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.cache import refactorize
 from svattn.exact.certificate import (
@@ -165,6 +165,15 @@ class SVDDMemory:
                           doc="Batch re-solves after a degenerate incremental step.")
 
     @property
+    def ingest_path(self) -> str:
+        """How the last :meth:`add` / :meth:`extend` solved its rows: ``"incremental"``
+        (one by one, driven in; the warm-up threshold's batch solve) or
+        ``"libsvm+exact"`` (a block much larger than the memory, rbf: libsvm's
+        one-class SVM as a warm start, then an exact float64 active-set finish).
+        Both reach the same optimum."""
+        return self._s.ingest_path
+
+    @property
     def backend(self) -> str:
         """``"compiled"`` or ``"reference"`` (fixed at construction)."""
         return self._be.NAME
@@ -213,6 +222,11 @@ class SVDDMemory:
         """Add rows in order, exactly as repeated :meth:`add`; all-or-nothing validation.
         ``tags``: one data-subject tag (str or None) per row.
 
+        With the rbf kernel a block of at least ``ingest.BATCH_MIN_ROWS`` (512) rows and
+        at least twice the tokens held is solved in one batch (libsvm's one-class SVM as
+        a warm start, then an exact float64 finish; :attr:`ingest_path` says which path
+        ran): the same optimum, the ids and hashes as one by one.
+
         Examples
         --------
         >>> import numpy as np
@@ -236,7 +250,7 @@ class SVDDMemory:
                 return [stored[0]]
         commits = commit_tokens(k, v, self._commit_key)
         with self._atomic(op):
-            ids = solver.add_rows(ss, self._be, k, v)
+            ids = ingest.add_rows(ss, self._be, k, v)
             fastpath.mark_tokens(ss, ids, hashes, commits, keyed)
             solver.standby_upkeep(ss, self._be, ids)
             self._after_op(op, ids=ids, commitments=commits, tags=hashes)
@@ -445,8 +459,9 @@ class SVDDMemory:
         mem._init_state(ss)
         mem._signing_key, mem._tag_key, mem._commit_key = key, tag, commitment_key(tag)
         check_key_id(ss.commit_key_id, key_id(mem._commit_key), where)
-        try:
-            mem._check_loaded(t, meta, where)
+        try:  # the semantic checks, recomputed from the arrays
+            fileformat.check_loaded_state(mem._s, mem._be, mem._health, t, meta, where,
+                                          digest=mem.state_digest(), residual=mem._residual())
         except StateFileError:
             raise
         except (KeyError, TypeError, ValueError, IndexError) as exc:
@@ -457,20 +472,6 @@ class SVDDMemory:
                                          state_sha256=fileformat.sha256_hex(data),
                                          head=meta["audit_head"])
         return mem
-
-    def _check_loaded(self, t: dict[str, np.ndarray], meta: dict, where: str) -> None:
-        """The semantic checks of a loaded state, recomputed from its arrays."""
-        ss = self._s
-        try:
-            self._health.restore(meta["health"], ss.Qinv)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StateFileError(f"{where}: inconsistent health record ({exc})") from None
-        fileformat.check_recomputed(
-            t, meta, where, digest=self.state_digest(), residual=self._residual(),
-            margin_order=[int(ss.slot_id[s]) for s in ss.slot_of_col[: ss.nS]])
-        wrong = solver.optimality_error(ss, self._be)
-        if wrong is not None:
-            raise StateFileError(f"{where}: {wrong}")
 
     def attach_audit_log(self, path: str | os.PathLike[str], *,
                          cites: dict | None = None) -> None:
@@ -679,9 +680,8 @@ class SVDDMemory:
     def state_digest(self) -> str:
         """SHA-256 over the parameters, the token set and the solved state.
 
-        The token set enters as a multiset hash (sum of per-token SHA-256 mod
-        2^256), updated in O(1) per add/remove, so digests stay cheap.
-        """
+        The token set enters as a multiset hash (sum of per-token SHA-256 mod 2^256),
+        updated in O(1) per add/remove, so digests stay cheap."""
         return solver.state_digest(self._s, self._be)
 
     def _slot_for(self, token_id) -> int:

@@ -401,7 +401,7 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
 
 
 def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool
-                       ) -> tuple[str, np.ndarray | None]:
+                       ) -> tuple[str, np.ndarray | int | None]:
     """The reference removes by events alone: contract a margin token, then hand the
     whole removal to :func:`drive` (``("fallback", None)``)."""
     if contract_first:

@@ -1,8 +1,8 @@
 """The exact solver's algorithm on a :class:`~svattn.exact.state.SlotState`, for either backend.
 
-Adds store every row that lands inside the description as a reserve token, a run
-of them in one backend call (``reserve_block``); a row outside is driven in by the
-backend's event loop. Removals drive the token's coefficient to 0 (segment by
+Adds (:mod:`svattn.exact.ingest` hands rows in) store every row that lands inside the
+description as a reserve token; a row outside is driven in by the backend's event
+loop (:func:`add_one`). Removals drive the token's coefficient to 0 (segment by
 segment where the backend can). Each operation ends exactly (:func:`finish_op`):
 polish on the partition, check the KKT residual, refactorize, and as the last
 resort re-solve the token set in batch (:func:`resolve`). ``docs/design.md`` §1-3
@@ -11,11 +11,10 @@ has the math; ``be`` is :mod:`svattn.exact.compiled` or :mod:`svattn.exact.refer
 
 from __future__ import annotations
 
-from types import ModuleType
-
 import numpy as np
 
 from svattn.exact import reference
+from svattn.exact.backend import Backend  # compiled or reference, held to it by a test
 from svattn.exact.batch import batch_solve
 from svattn.exact.cache import free_col, outside_description, refactorize
 from svattn.exact.conventions import mu_for_empty_margin
@@ -28,8 +27,6 @@ from svattn.exact.state import (
     scrub,
 )
 from svattn.exact.states import DRIVEN, ERROR, FREE, MARGIN, RESERVE
-
-Backend = ModuleType  # svattn.exact.compiled or svattn.exact.reference (same function names)
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -70,50 +67,6 @@ def standby_upkeep(ss: SlotState, be: Backend, ids: list[int]) -> None:
     be.refresh_standby(ss)
 
 
-def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> list[int]:
-    """Add validated rows in order, exactly as one add each; return their ids."""
-    if ss.dim is None:
-        ss.dim = k.shape[1]
-        ss.value_is_key = v is None
-        ss.vdim = k.shape[1] if v is None else v.shape[1]
-        ss.alloc(0, ss.dim, 0 if v is None else ss.vdim)
-    diag = kernel_diag(k, ss.kernel, ss.gamma_value)
-    out: list[int] = []
-    r, m = 0, k.shape[0]
-    while r < m:
-        if ss.n + 1 <= ss.warmup_n:  # warm-up and the threshold solve
-            out.append(add_one(ss, be, k[r], None if v is None else v[r], float(diag[r])))
-            r += 1
-            continue
-        # Every row before the first one outside the description joins the reserve
-        # set and changes nothing but its own slot: the backend stores them one after
-        # another in one call, each scored against the same solution (the same as
-        # adding them one by one); the first outside row is then driven in on its
-        # own, with the kernel row and g it was scored by.
-        # as many rows as fit the slot table (it grows, doubling, when none does)
-        slots = next_slots(ss, min(m - r, len(ss.free_slots) + ss.cap - ss.hi) or 1)
-        tids = np.arange(ss.next_id, ss.next_id + len(slots), dtype=np.int64)
-        vs = None if v is None else v[r:r + len(slots)]
-        stored, status, row, g_c, kxx = be.reserve_block(ss, k[r:r + len(slots)], vs, slots,
-                                                          tids)
-        if stored:
-            out += record_rows(ss, k[r:r + stored], None if vs is None else vs[:stored],
-                               slots[:stored])
-            r += stored
-        if status == "outside":  # stored with the k(x, x) its g was scored with
-            try:
-                out.append(add_one(ss, be, k[r], None if v is None else v[r], kxx,
-                                   row=row, g_c=g_c))
-            finally:
-                scrub(row)
-            r += 1
-        elif status == "overflow":  # the general scoring raises the kernel's error
-            out += _general_row(ss, be, k[r:r + 1], None if v is None else v[r:r + 1],
-                                diag[r:r + 1])
-            r += 1
-    return out
-
-
 def next_slots(ss: SlotState, count: int) -> np.ndarray:
     """The slots the next ``count`` stored rows take, in order (free slots last freed
     first, then fresh ones, the slot table grown to hold them); taken only by
@@ -125,7 +78,7 @@ def next_slots(ss: SlotState, count: int) -> np.ndarray:
                                             dtype=np.int64)])
 
 
-def _general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
+def general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
                  diag: np.ndarray) -> list[int]:
     """Add one row (1, d) by the numpy scoring: stored if inside, else driven in."""
     rows, g = score_rows(ss, x, diag)
@@ -654,7 +607,7 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
                 f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
 
 
-__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_rows", "block_hashes",
+__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "block_hashes",
            "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
            "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
            "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]

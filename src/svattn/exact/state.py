@@ -226,6 +226,9 @@ class SlotState(MarginGramScratch):
     kkt_after: float | None = None  # the residual a removal's own exact-g check found
     facts_after: tuple | None = None  # (sizes, unique, ids, values) a removal found
     health_after: tuple | None = None  # (Qinv, cond1, inverse residual) idem
+    # how the last add/extend solved its rows (never saved): "incremental" (driven adds,
+    # the warm-up threshold's batch solve) or "libsvm+exact" (ingest.add_block)
+    ingest_path: str = "incremental"
 
     # ------------------------------------------------------------ construction
     @classmethod
@@ -293,9 +296,10 @@ class SlotState(MarginGramScratch):
         scrub(self.KC)
         self.KC, self.cap = KC, cap
 
-    def grow_cols(self) -> None:
-        """Double the kernel cache's columns; old buffers are scrubbed."""
-        ccap = max(2 * self.ccap, 8)
+    def grow_cols(self, need: int = 0) -> None:
+        """Double the kernel cache's columns (at least ``need`` then); old buffers are
+        scrubbed."""
+        ccap = max(2 * self.ccap, 8, need)
         KC = np.zeros((self.cap, ccap), order="F")
         KC[:, : self.ccap] = self.KC
         XC = np.zeros((ccap, self.X.shape[1]))

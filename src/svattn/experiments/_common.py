@@ -205,14 +205,30 @@ def pyplot():
     return plt
 
 
-def save_figure(fig, out: Path, name: str, caption: str) -> str:
+QUICK_STAMP = "QUICK MODE: a machinery check, not a result"
+
+
+def save_figure(fig, out: Path, name: str, caption: str, *, quick: bool = False) -> str:
     """Stamp ``caption`` (seed count, interval) under the figure, save it as PNG, close it.
+
+    With ``quick`` (``svattn reproduce --quick``: a few steps on shipped slices) the
+    caption starts with :data:`QUICK_STAMP` and the stamp is written across the figure,
+    so a quick run's figure is never read as a result.
 
     Returns the file name (relative to ``out``).
     """
     plt = pyplot()
-    fig.text(0.01, 0.005, caption, fontsize=7, color="0.3", ha="left", va="bottom")
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    if quick:
+        caption = f"{QUICK_STAMP} (few steps, shipped slices). {caption}"
+        fig.text(0.5, 0.5, QUICK_STAMP, fontsize=20, color="tab:red", alpha=0.3,
+                 rotation=15, ha="center", va="center", weight="bold", zorder=10)
+    import textwrap
+
+    # wrapped to the figure's width (~19 characters per inch at 7 pt): never cut off
+    lines = textwrap.wrap(caption, width=max(40, int(fig.get_figwidth() * 19)))
+    fig.text(0.01, 0.005, "\n".join(lines), fontsize=7, color="0.3", ha="left", va="bottom")
+    bottom = 0.04 * len(lines) * 3.6 / max(fig.get_figheight(), 1.0)
+    fig.tight_layout(rect=(0, max(0.04, bottom), 1, 1))
     path = out / name
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -443,5 +443,6 @@ def _figure(ctx: Context, results: dict[str, list[RemovalTrial]]) -> str:
     n = len(next(iter(results.values())))
     return save_figure(fig, ctx.out, "forgetting_deviation.png",
                        f"{n} trials per key set (seeds {ctx.seed}+); black: median with 95% "
-                       f"bootstrap interval; values below {floor:g} drawn at {floor:g}")
+                       f"bootstrap interval; values below {floor:g} drawn at {floor:g}",
+                       quick=ctx.quick)
 

@@ -250,4 +250,4 @@ def _figure(ctx: Context, pops: list[dict]) -> str:
     n = ", ".join(str(p["stays_used"]) for p in pops)
     return save_figure(fig, ctx.out, "icu_critical_kept.png",
                        f"stays: {n} (seed {ctx.seed} for the random subset); error bars: 95% "
-                       "bootstrap intervals over stays")
+                       "bootstrap intervals over stays", quick=ctx.quick)

@@ -388,7 +388,7 @@ def figure(ctx: Context, summ: dict, chance: float, n: int) -> str:
     return save_figure(fig, ctx.out, "model_forgetting.png",
                        f"{n} MQAR test contexts, one pair forgotten in each; bars: mean, 95 % "
                        f"bootstrap interval over contexts; right: worst context "
-                       f"(0 drawn at {floor:g})")
+                       f"(0 drawn at {floor:g})", quick=ctx.quick)
 
 
 def _compact(rec: dict) -> dict:

@@ -254,4 +254,5 @@ def _figure(ctx: Context, results: list[tuple[int, PatientDeletion]]) -> str:
     ax2.set_title("Deleted patient's hours retrieve their own vitals")
     return save_figure(fig, ctx.out, "patient_deletion.png",
                        f"{len(results)} patients (seed {ctx.seed}); bars: mean with 95% "
-                       f"bootstrap interval over patients; values below {floor:g} at {floor:g}")
+                       f"bootstrap interval over patients; values below {floor:g} at {floor:g}",
+                       quick=ctx.quick)

@@ -215,4 +215,5 @@ def _figure(ctx: Context, stats: dict, seeds: int, budget: dict) -> str:
     ax.set_title(f"Rare-item recall at matched budget ({budget['min']}–{budget['max']} tokens)")
     ax.legend(fontsize=8)
     return save_figure(fig, ctx.out, "rare_recall.png",
-                       f"{seeds} seeds; error bars: 95% bootstrap intervals over seeds")
+                       f"{seeds} seeds; error bars: 95% bootstrap intervals over seeds",
+                       quick=ctx.quick)

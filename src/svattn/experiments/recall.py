@@ -378,7 +378,7 @@ def figure_selection(ctx: Context, rows: list[dict]) -> str:
     fig.suptitle("Trained selective copy, T = 128: what the SV memory selects, by box C",
                  fontsize=10)
     return save_figure(fig, ctx.out, "recall_selection.png",
-                       "one marker per trained hybrid cell (seed); grid selection")
+                       "one marker per trained hybrid cell (seed); grid selection", quick=ctx.quick)
 
 
 def _ci(acc: dict) -> tuple[float, float]:
@@ -440,7 +440,44 @@ def figure_by_length(ctx: Context, cells: list[dict], chance: dict[str, float],
         ax.set_title(f"{task}, d_model = {d}{what}")
         ax.legend(fontsize=7)
     return save_figure(fig, ctx.out, name,
-                       "best learning rate per mixer; bands: 95% t-intervals over seeds")
+                       "best learning rate per mixer; bands: 95% t-intervals over seeds",
+                       quick=ctx.quick)
+
+
+def _short(x: float) -> str:
+    """A state size as a short tick label.
+
+    Examples
+    --------
+    >>> [_short(x) for x in (512, 2048, 4096, 16384, 1500)]
+    ['512', '2k', '4k', '16k', '1.5k']
+    """
+    if x < 1000:
+        return f"{x:g}"
+    k = x / 1024 if x % 1024 == 0 else x / 1000
+    return f"{k:g}k"
+
+
+def _spread(values: list[float], ratio: float = 1.25) -> list[float]:
+    """The sorted ``values`` thinned so that each kept one is at least ``ratio`` times the
+    one kept before it (tick labels on a log axis that do not collide).
+
+    Examples
+    --------
+    >>> _spread([2048, 2112, 4096, 8192, 16384])
+    [2048, 4096, 8192, 16384]
+    """
+    kept: list[float] = []
+    for v in values:
+        if not kept or v >= ratio * kept[-1]:
+            kept.append(v)
+    return kept
+
+
+def _null_locator():
+    from matplotlib.ticker import NullLocator
+
+    return NullLocator()
 
 
 def figure_by_state(ctx: Context, cells: list[dict]) -> str:
@@ -461,13 +498,19 @@ def figure_by_state(ctx: Context, cells: list[dict]) -> str:
                         color=COLORS[mixer], label=LABELS[mixer], capsize=2,
                         **{k: v for k, v in STYLES[mixer].items() if k != "zorder"})
         ax.set_xscale("log")
+        # ticks at the states present only (log-axis minor labels such as 3×10³ 4×10³
+        # collide), written as 2k, 4k, ..., none closer than 1.25× to the one before
+        states = _spread(sorted({c["state_floats"] for c in cells if c["task"] == task}))
+        ax.set_xticks(states, [_short(x) for x in states])
+        ax.xaxis.set_minor_locator(_null_locator())
         ax.set_ylim(-0.03, 1.03)
         ax.set_xlabel("state floats per layer (keys + values kept, or recurrent state)")
         ax.set_ylabel("accuracy at query positions (test)")
         ax.set_title(task)
         ax.legend(fontsize=7)
     return save_figure(fig, ctx.out, "recall_by_state.png",
-                       "one point per (length, width); error bars: 95% t-intervals over seeds")
+                       "one point per (length, width); error bars: 95% t-intervals over seeds",
+                       quick=ctx.quick)
 
 
 ROLE_COLORS = {"filler": "0.85", "key": "tab:red", "value": "tab:orange", "query": "tab:green",
@@ -511,7 +554,8 @@ def figure_memory(ctx: Context, records: list[dict]) -> str | None:
                  fontsize=9)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return save_figure(fig, ctx.out, "recall_memory.png",
-                       "a mark: the memory (alpha > 0) keeps that token; colour: its role")
+                       "a mark: the memory (alpha > 0) keeps that token; colour: its role",
+                       quick=ctx.quick)
 
 
 def _kept_table(records: list[dict]) -> tuple[str, dict]:

@@ -320,4 +320,4 @@ def _figure(ctx: Context, metrics: dict, trials: int) -> str:
     ax.legend(fontsize=7, loc="center left")
     return save_figure(fig, ctx.out, "secret_leak_rate.png",
                        f"{trials} trials per kernel (seeds [{ctx.seed}, i]); bands: 95% bootstrap "
-                       "intervals over trials")
+                       "intervals over trials", quick=ctx.quick)

@@ -250,4 +250,5 @@ def _figure(ctx: Context, stats: dict, lengths: Sequence[int], seeds: int) -> st
     ax2.set_title("State size")
     ax2.legend(fontsize=7, title="sliding: window = SV's support", title_fontsize=7)
     return save_figure(fig, ctx.out, "selective_copy.png",
-                       f"{seeds} seeds per length; bands: 95% bootstrap intervals over seeds")
+                       f"{seeds} seeds per length; bands: 95% bootstrap intervals over seeds",
+                       quick=ctx.quick)

@@ -3,8 +3,11 @@
 * :mod:`svattn.lm.model` — :class:`CharLM` and :class:`CharLMConfig`.
 * :mod:`svattn.lm.configs` — named shapes (``paper-3m``, ``10m``, ``tiny``) and the
   matched-state sliding-window baseline.
-* :mod:`svattn.lm.train` — training (AdamW, warmup + cosine, clipping, bf16 autocast,
-  checkpoints with resume, DDP under ``torchrun``) and bits-per-character evaluation.
+* :mod:`svattn.lm.loop` — the optimiser set-up (AdamW, warmup + cosine, clipping) and
+  the training loop that :mod:`svattn.lm.train` and :mod:`svattn.lm.recall` share.
+* :mod:`svattn.lm.train` — training of the language model (bf16 autocast, checkpoints
+  with resume, DDP under ``torchrun``, ``--set`` overrides) and bits-per-character
+  evaluation.
 """
 
 from svattn.lm.configs import PRESETS, matched_sliding, mixer_config, preset

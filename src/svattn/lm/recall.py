@@ -10,10 +10,11 @@ selective copy), as zoology does.
 * **Loss**: cross-entropy at the scored positions only; the head is applied
   to those hidden states only (:meth:`CharLM.hidden`), so a large vocabulary
   costs little.
-* **Optimiser**: AdamW (weight decay on matrices only), linear warmup
-  (``warmup_frac`` of the steps) then cosine decay to ``lr / 10``
-  (:func:`svattn.lm.train.lr_lambda`), gradient clipping at norm 1. Batches
-  are drawn from the training split by a generator seeded with the run's seed.
+* **Optimiser and loop**: ``svattn train``'s (:mod:`svattn.lm.loop`): AdamW
+  (weight decay on matrices only), linear warmup (``warmup_frac`` of the steps)
+  then cosine decay to ``lr / 10``, gradient clipping at norm 1
+  (:meth:`RecallRun.optim_config`). Batches are drawn from the training split in
+  an order seeded with the run's seed, reshuffled each epoch.
 * **Mixers and matched state**: ``hybrid_sv`` takes ``hybrid`` (defaults
   :data:`RECALL_HYBRID`); ``sliding`` gets the window :func:`matched_window`
   whose ``state_floats`` equal the hybrid's (``budget + L`` tokens for the
@@ -39,8 +40,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.lm.checkpoint import read_checkpoint
+from svattn.lm.loop import OptimConfig, build_optimizer, optimizer_step, training_steps
 from svattn.lm.model import CharLM, CharLMConfig
-from svattn.lm.train import RECALL_CELL, RECALL_FORMAT, lr_lambda
+from svattn.lm.train import RECALL_CELL, RECALL_FORMAT
 from svattn.mixers import MIXERS
 from svattn.nn import sv_attention_state
 from svattn.tasks import IGNORE, ROLES, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
@@ -177,6 +179,14 @@ class RecallRun:
         """:data:`RECALL_HYBRID` with this run's overrides."""
         return {**RECALL_HYBRID, **self.hybrid}
 
+    def optim_config(self) -> OptimConfig:
+        """The run's AdamW and schedule (:mod:`svattn.lm.loop`): warmup over
+        ``warmup_frac`` of the steps (at least 1), cosine to ``lr / 10``, betas
+        ``(0.9, 0.99)``, clipping at 1."""
+        return OptimConfig(lr=self.lr, min_lr=self.lr / 10,
+                           warmup=max(1, int(self.warmup_frac * self.steps)), steps=self.steps,
+                           weight_decay=self.weight_decay, betas=(0.9, 0.99), grad_clip=1.0)
+
 
 def build_task(run: RecallRun) -> MQARConfig | SelectiveCopyConfig:
     """The task config of a run (its length, split sizes and ``task_options``)."""
@@ -263,14 +273,6 @@ def query_accuracy(model: CharLM, inputs: torch.Tensor, targets: torch.Tensor,
     if total == 0:
         raise ValueError("query_accuracy: no scored position (every target is IGNORE)")
     return correct / total
-
-
-def _optimizer(model: nn.Module, run: RecallRun) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": run.weight_decay},
-                              {"params": rest, "weight_decay": 0.0}], lr=run.lr,
-                             betas=(0.9, 0.99))
 
 
 def _hybrid_layers(model: CharLM) -> list[nn.Module]:
@@ -395,29 +397,42 @@ def _state_floats(model: CharLM, seq_len: int) -> int:
     return int(model.blocks[0].mix.state_floats(seq_len))
 
 
-def _training_setup(run: RecallRun, mcfg: CharLMConfig):
-    """The seeded model, its AdamW, the warmup + cosine schedule and the batch-order
-    generator: the same for a run trained at once or in checkpointed pieces."""
+def _recall_loss(model: CharLM):
+    """The loss of a recall batch: cross-entropy at the scored positions only."""
+    def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits, tgt = _scored(model, x, y)
+        return F.cross_entropy(logits.float(), tgt)
+    return loss
+
+
+class _EpochBatches:
+    """Batches of a run's training rows: a seeded random order, reshuffled when the
+    next batch would run past its end (the rows left over are skipped that epoch).
+
+    ``order`` and ``pos`` (and the generator's state) are what a checkpoint keeps.
+    """
+
+    def __init__(self, data: RecallData, batch_size: int, generator: torch.Generator):
+        self.data, self.batch_size, self.gen = data, batch_size, generator
+        self.n = len(data.train_inputs)
+        self.order, self.pos = torch.randperm(self.n, generator=generator), 0
+
+    def __call__(self, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.pos + self.batch_size > self.n:  # a new epoch
+            self.order, self.pos = torch.randperm(self.n, generator=self.gen), 0
+        idx = self.order[self.pos : self.pos + self.batch_size]
+        self.pos += self.batch_size
+        return self.data.train_inputs[idx], self.data.train_targets[idx]
+
+
+def _training_setup(run: RecallRun, mcfg: CharLMConfig, data: RecallData):
+    """The seeded model, its AdamW and schedule (:meth:`RecallRun.optim_config`) and
+    the batches: the same for a run trained at once or in checkpointed pieces."""
     torch.manual_seed(run.seed)
     model = CharLM(mcfg)
-    opt = _optimizer(model, run)
-    warmup = max(1, int(run.warmup_frac * run.steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: lr_lambda(s, warmup=warmup, total=run.steps, lr=run.lr,
-                                 min_lr=run.lr / 10))
-    return model, opt, sched, torch.Generator().manual_seed(run.seed)
-
-
-def _train_step(model: CharLM, opt, sched, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """One optimiser step on a batch, loss at the scored positions; returns the loss."""
-    logits, tgt = _scored(model, x, y)
-    loss = F.cross_entropy(logits.float(), tgt)
-    opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    opt.step()
-    sched.step()
-    return loss
+    opt, sched = build_optimizer(model, run.optim_config())
+    return model, opt, sched, _EpochBatches(data, run.batch_size,
+                                            torch.Generator().manual_seed(run.seed))
 
 
 def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None,
@@ -448,28 +463,20 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None,
     task = build_task(run)
     data = task.build(run.seed) if data is None else data
     mcfg = model_config(run, data.vocab_size)
-    model, opt, sched, gen = _training_setup(run, mcfg)
+    model, opt, sched, batches = _training_setup(run, mcfg, data)
     n = len(data.train_inputs)
-    order, pos = torch.randperm(n, generator=gen), 0
     curve, times = [], []
     every = max(1, run.steps // 20)
-    model.train()
     loss_val = float("nan")
-    for step in range(run.steps):
-        if pos + run.batch_size > n:  # a new epoch
-            order, pos = torch.randperm(n, generator=gen), 0
-        idx = order[pos : pos + run.batch_size]
-        pos += run.batch_size
-        t0 = time.perf_counter()
-        loss = _train_step(model, opt, sched, data.train_inputs[idx], data.train_targets[idx])
-        times.append(time.perf_counter() - t0)
-        loss_val = float(loss.detach())
-        if not math.isfinite(loss_val):
-            raise FloatingPointError(f"{run.run_id}: loss is {loss_val} at step {step}")
-        if (step + 1) % every == 0 or step + 1 == run.steps:
-            curve.append([step + 1, loss_val])
+    for step, loss_val, seconds in training_steps(
+        model, opt, sched, batch=batches, loss=_recall_loss(model), start=0, end=run.steps,
+        grad_clip=run.optim_config().grad_clip, finite=run.run_id,
+    ):  # fmt: skip
+        times.append(seconds)
+        if step % every == 0 or step == run.steps:
+            curve.append([step, loss_val])
             if log is not None:
-                log(f"{run.run_id}: step {step + 1}/{run.steps} loss {loss_val:.3f}")
+                log(f"{run.run_id}: step {step}/{run.steps} loss {loss_val:.3f}")
     acc = query_accuracy(model, data.test_inputs, data.test_targets)
     m = min(n, len(data.test_inputs))
     train_acc = query_accuracy(model, data.train_inputs[:m], data.train_targets[:m])
@@ -506,16 +513,13 @@ def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:
     data = TASKS[run.task](**{**task.to_dict(), "num_train": rows, "num_test": 1}).build(0)
     torch.manual_seed(run.seed)
     model = CharLM(model_config(run, data.vocab_size))
-    opt = _optimizer(model, run)
+    opt, _ = build_optimizer(model, run.optim_config())
     x, y = data.train_inputs[: run.batch_size], data.train_targets[: run.batch_size]
+    loss = _recall_loss(model)
     times = []
-    for i in range(warm + steps):
+    for i in range(warm + steps):  # the step alone: no schedule step, no clipping
         t0 = time.perf_counter()
-        logits, tgt = _scored(model, x, y)
-        loss = F.cross_entropy(logits.float(), tgt)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        optimizer_step(model, opt, None, loss(x, y), grad_clip=0.0)
         if i >= warm:
             times.append(time.perf_counter() - t0)
     return float(np.median(times))
@@ -552,9 +556,8 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
     task = build_task(run)
     data = task.build(run.seed)
     mcfg = model_config(run, data.vocab_size)
-    model, opt, sched, gen = _training_setup(run, mcfg)
-    n = len(data.train_inputs)
-    order, pos, step, seconds = torch.randperm(n, generator=gen), 0, 0, 0.0
+    model, opt, sched, batches = _training_setup(run, mcfg, data)
+    step, seconds = 0, 0.0
     ckpt_path = out / CKPT_NAME
     if ckpt_path.exists():
         ck = read_checkpoint(ckpt_path)
@@ -564,10 +567,10 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["optimizer"])
         sched.load_state_dict(ck["scheduler"])
-        gen.set_state(ck["rng"]["generator"])
+        batches.gen.set_state(ck["rng"]["generator"])
         torch.set_rng_state(ck["rng"]["torch"])
-        order, pos, step, seconds = ck["rng"]["order"], ck["rng"]["pos"], ck["step"], \
-            ck["train_seconds"]
+        batches.order, batches.pos = ck["rng"]["order"], ck["rng"]["pos"]
+        step, seconds = ck["step"], ck["train_seconds"]
     base = {"format": RECALL_CKPT, "model_config": mcfg.to_dict(), "run": run.to_dict(),
             "task": task.to_dict(), "command": command}
 
@@ -580,8 +583,9 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
     def checkpoint(loss: float) -> float:
         acc = query_accuracy(model, data.test_inputs, data.test_targets)
         save(ckpt_path, {"optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
-                         "rng": {"generator": gen.get_state(), "torch": torch.get_rng_state(),
-                                 "order": order, "pos": pos}})
+                         "rng": {"generator": batches.gen.get_state(),
+                                 "torch": torch.get_rng_state(), "order": batches.order,
+                                 "pos": batches.pos}})
         with open(out / LOG_NAME, "a") as fh:
             fh.write(json.dumps({"step": step, "loss": loss, "accuracy": acc,
                                  "train_seconds": seconds}) + "\n")
@@ -591,20 +595,12 @@ def train_checkpointed(run: RecallRun, out, *, ckpt_every: int = 250,
         return acc
 
     end = run.steps if stop_after is None else min(run.steps, stop_after)
-    model.train()
-    loss_val, acc = float("nan"), float("nan")
-    while step < end:
-        if pos + run.batch_size > n:
-            order, pos = torch.randperm(n, generator=gen), 0
-        idx = order[pos : pos + run.batch_size]
-        pos += run.batch_size
-        t0 = time.perf_counter()
-        loss = _train_step(model, opt, sched, data.train_inputs[idx], data.train_targets[idx])
-        seconds += time.perf_counter() - t0
-        step += 1
-        loss_val = float(loss.detach())
-        if not math.isfinite(loss_val):
-            raise FloatingPointError(f"{run.run_id}: loss is {loss_val} at step {step}")
+    loss_val, acc, first = float("nan"), float("nan"), step
+    for step, loss_val, dt in training_steps(
+        model, opt, sched, batch=batches, loss=_recall_loss(model), start=first, end=end,
+        grad_clip=run.optim_config().grad_clip, finite=run.run_id,
+    ):  # fmt: skip
+        seconds += dt
         if step % ckpt_every == 0 or step == end:
             acc = checkpoint(loss_val)
     if step == run.steps:

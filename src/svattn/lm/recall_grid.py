@@ -31,7 +31,7 @@ from scipy import stats
 from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall
 
 __all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval",
-           "parse_only", "run_grid", "select", "summarize"]
+           "parse_only", "restore", "run_grid", "select", "summarize"]
 
 MIXER_ORDER = ("hybrid_sv", "sliding", "deltanet", "linear", "softmax")
 
@@ -469,7 +469,8 @@ def _mixer_rank(mixer: str) -> int:
 
 
 def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
-            into: str | os.PathLike | None = None, *, command: str | None = None) -> dict:
+            into: str | os.PathLike | None = None, *, command: str | None = None,
+            models_into: str | os.PathLike | None = None) -> dict:
     """Read every finished cell under ``runs`` (one folder, or several) and (with
     ``into``) write the results file.
 
@@ -480,10 +481,13 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         configs met), "records" (sorted by id, loss curves kept), "summary"
         (:func:`summarize`), "train_seconds" (total of the cells' wall time)}``.
 
+    ``models_into`` (a folder): copy each cell's kept weights (``model_file``, grids
+    with ``save_models``) there, beside the results file.
+
     Raises
     ------
     FileNotFoundError
-        If a folder of ``runs`` does not exist.
+        If a folder of ``runs`` does not exist, or a cell's weights are gone.
     ValueError
         If they hold no finished cell, or two folders hold a cell of the same id
         (grids whose ids repeat — a slice and its longer-trained twin — are collected
@@ -520,6 +524,18 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         "cells": [cell_measures(r) for r in records],
         "records": records,
     }
+    if models_into is not None:  # the cells' kept weights beside the results file
+        import shutil
+
+        dest = Path(models_into)
+        dest.mkdir(parents=True, exist_ok=True)
+        for rec in records:
+            if rec.get("model_file"):
+                src = where[rec["id"]] / rec["model_file"]
+                if not src.exists():
+                    raise FileNotFoundError(f"runs: {rec['id']} names {src}, which is gone")
+                shutil.copyfile(src, dest / rec["model_file"])
+        result["models_in"] = str(dest)
     if into is not None:
         into = Path(into)
         into.parent.mkdir(parents=True, exist_ok=True)
@@ -527,6 +543,43 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
         os.replace(tmp, into)
     return result
+
+
+def restore(results: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
+    """Write a collected results file's cells back as ``OUT/<id>.json`` (and their kept
+    weights, from the folder ``collect(models_into=...)`` recorded), so that
+    :func:`run_grid` into ``OUT`` skips them: a grid goes on across machines and
+    sessions from its committed results. Cells already in ``OUT`` are left as they are.
+
+    Returns
+    -------
+    list of Path
+        The cell files written.
+    """
+    import shutil
+
+    res = json.loads(Path(results).read_text())
+    if not isinstance(res, dict) or not isinstance(res.get("records"), list):
+        raise ValueError(f"{results}: not a collected recall results file (no records)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    models = Path(res["models_in"]) if res.get("models_in") else None
+    written = []
+    for rec in res["records"]:
+        path = out / f"{rec['id']}.json"
+        if path.exists():
+            continue
+        if rec.get("model_file"):
+            src = None if models is None else models / rec["model_file"]
+            if src is None or not src.exists():
+                raise FileNotFoundError(f"{results}: cell {rec['id']}'s weights "
+                                        f"{rec['model_file']} are not in {models}")
+            shutil.copyfile(src, out / rec["model_file"])
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(rec, indent=1, allow_nan=False) + "\n")
+        os.replace(tmp, path)
+        written.append(path)
+    return written
 
 
 def with_base(grid: RecallGrid, **base) -> RecallGrid:

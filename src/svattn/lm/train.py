@@ -1,8 +1,12 @@
 """Training and evaluation of :class:`~svattn.lm.model.CharLM` on byte-level enwik8.
 
-* **Optimiser**: AdamW (weight decay on matrices only), linear warmup then cosine
-  decay to ``min_lr`` (a :class:`torch.optim.lr_scheduler.LambdaLR`), gradient
-  clipping by global norm.
+* **Optimiser and loop** (:mod:`svattn.lm.loop`, shared with the recall runs):
+  AdamW (weight decay on matrices only), linear warmup then cosine decay to
+  ``min_lr`` (a :class:`torch.optim.lr_scheduler.LambdaLR`), gradient clipping by
+  global norm (:meth:`TrainConfig.optim_config`); the loss is the LM loss at every
+  position.
+* **Config overrides**: :func:`apply_overrides` applies ``svattn train``'s
+  ``--set KEY=VALUE`` to a config mapping before :meth:`TrainConfig.from_dict`.
 * **Precision**: bf16 autocast where the device supports it (``precision="auto"``:
   CUDA with bf16; fp32 on CPU). The SV memory always solves in float32 or wider.
   ``precision="fp64"`` trains in float64, for checks that must not depend on
@@ -30,12 +34,13 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import os
 import random
 import sys
-import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
@@ -53,11 +58,13 @@ from svattn.lm.checkpoint import (
     read_checkpoint,
 )
 from svattn.lm.configs import PRESETS, mixer_config, preset
+from svattn.lm.loop import OptimConfig, build_optimizer, lr_lambda, training_steps
 from svattn.lm.model import CharLM, CharLMConfig
 
 __all__ = [
     "TrainConfig",
     "TrainResult",
+    "apply_overrides",
     "train",
     "evaluate_bpc",
     "load_checkpoint_model",
@@ -198,6 +205,12 @@ class TrainConfig:
             raise ValueError(f"{key}: {exc}") from None
         return mcfg
 
+    def optim_config(self) -> OptimConfig:
+        """The run's AdamW, schedule and clipping (:mod:`svattn.lm.loop`)."""
+        return OptimConfig(lr=self.lr, min_lr=self.min_lr, warmup=self.warmup, steps=self.steps,
+                           weight_decay=self.weight_decay, betas=tuple(self.betas),
+                           grad_clip=self.grad_clip)
+
     def to_dict(self) -> dict:
         """Plain-data form (JSON-serialisable)."""
         return asdict(self)
@@ -245,6 +258,78 @@ def _check_field(name: str, value, kind: str) -> None:
         raise ValueError(f"{name} must be {what}, got {value!r}")
 
 
+def _merge(base: dict, extra: dict) -> dict:
+    """``base`` with ``extra`` merged in key by key (mappings recursively); an empty
+    mapping in ``extra`` replaces (empties) its key."""
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and v and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def apply_overrides(config: dict, items: Sequence[str]) -> dict:
+    """The config with ``--set KEY=VALUE`` overrides applied, in order.
+
+    VALUE is parsed as JSON, else taken as a string. A dotted KEY names an entry
+    of a mapping (created if absent); a mapping VALUE merges into the existing
+    mapping key by key; ``{}`` empties it.
+
+    Parameters
+    ----------
+    config : dict
+        The config file's mapping (not modified).
+    items : sequence of str
+        The ``KEY=VALUE`` texts.
+
+    Returns
+    -------
+    dict
+
+    Raises
+    ------
+    ValueError
+        If an item is not ``KEY=VALUE`` or a dotted KEY runs through a value
+        that is not a mapping.
+
+    Examples
+    --------
+    >>> cfg = {"steps": 10, "hybrid": {"chunk": 64, "C": 0.0625, "budget": 64}}
+    >>> apply_overrides(cfg, ['hybrid={"C": 0.1}', "steps=20"])
+    {'steps': 20, 'hybrid': {'chunk': 64, 'C': 0.1, 'budget': 64}}
+    >>> apply_overrides(cfg, ["hybrid.budget=32"])["hybrid"]
+    {'chunk': 64, 'C': 0.0625, 'budget': 32}
+    >>> apply_overrides(cfg, ["hybrid={}"])["hybrid"]
+    {}
+    """
+    out = copy.deepcopy(config)
+    for item in items:
+        key, sep, text = item.partition("=")
+        parts = key.split(".")
+        if not sep or not all(parts):
+            raise ValueError(f"--set expects KEY=VALUE (KEY may be dotted: hybrid.C=0.1), "
+                             f"got {item!r}")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ValueError(f"--set {key}: {'.'.join(parts[:i + 1])} is {child!r}, "
+                                 "not a mapping")
+            node = child
+        last = parts[-1]
+        if isinstance(value, dict) and value and isinstance(node.get(last), dict):
+            node[last] = _merge(node[last], value)
+        else:
+            node[last] = value
+    return out
+
+
 @dataclass
 class TrainResult:
     """What :func:`train` returns (on every rank; metrics from rank 0's view)."""
@@ -284,21 +369,6 @@ class TrainResult:
 
 
 # --------------------------------------------------------------------- pieces
-
-
-def lr_lambda(step: int, *, warmup: int, total: int, lr: float, min_lr: float) -> float:
-    """Multiplier of ``lr`` at ``step``: linear warmup, then cosine to ``min_lr``.
-
-    Examples
-    --------
-    >>> lam = [lr_lambda(s, warmup=10, total=110, lr=1.0, min_lr=0.1) for s in (0, 9, 10, 60, 110)]
-    >>> [round(x, 3) for x in lam]
-    [0.1, 1.0, 1.0, 0.55, 0.1]
-    """
-    if step < warmup:
-        return (step + 1) / warmup
-    frac = min(1.0, (step - warmup) / max(1, total - warmup))
-    return (min_lr + 0.5 * (lr - min_lr) * (1.0 + math.cos(math.pi * frac))) / lr
 
 
 def batch_starts(seed: int, step: int, batch_size: int, n: int, block: int) -> np.ndarray:
@@ -451,16 +521,6 @@ def _device(cfg: TrainConfig, local_rank: int) -> torch.device:
     if cfg.device == "cpu":
         return torch.device("cpu")
     raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {cfg.device!r}")
-
-
-def _optimizer(model: nn.Module, cfg: TrainConfig) -> torch.optim.AdamW:
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    groups = [
-        {"params": decay, "weight_decay": cfg.weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
-    return torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas)
 
 
 def _rng_state() -> dict:
@@ -721,11 +781,7 @@ def train(
     model = CharLM(mcfg).to(device=device,
                             dtype=torch.float64 if cfg.precision == "fp64" else None)
     n_params = model.num_params()
-    opt = _optimizer(model, cfg)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt,
-        lambda s: lr_lambda(s, warmup=cfg.warmup, total=cfg.steps, lr=cfg.lr, min_lr=cfg.min_lr),
-    )
+    opt, sched = build_optimizer(model, cfg.optim_config())
     step, tokens_seen, elapsed = 0, 0, 0.0
     if resume and ckpt_path.exists():
         ckpt = read_checkpoint(ckpt_path, map_location=device)
@@ -780,26 +836,22 @@ def train(
         from tqdm import tqdm
 
         bar = tqdm(total=cfg.steps, initial=step, desc=f"{mcfg.mixer}", file=sys.stderr)
-    model.train()
-    loss_val = float("nan")
-    while step < end:
-        t0 = time.perf_counter()
-        starts = batch_starts(cfg.seed, step, cfg.batch_size, len(train_data), T)
-        x, y = get_batch(train_data, starts[rank * per_rank : (rank + 1) * per_rank], T, device)
+
+    def batch(s: int) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = batch_starts(cfg.seed, s, cfg.batch_size, len(train_data), T)
+        return get_batch(train_data, starts[rank * per_rank : (rank + 1) * per_rank], T, device)
+
+    def lm_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         with _autocast(device, cfg.precision):
             _, loss = ddp_model(x, targets=y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        opt.step()
-        sched.step()
-        step += 1
+        return loss
+
+    loss_val, first = float("nan"), step
+    for step, loss_val, dt in training_steps(
+        model, opt, sched, batch=batch, loss=lm_loss, start=first, end=end,
+        grad_clip=cfg.grad_clip, sync=torch.cuda.synchronize if device.type == "cuda" else None,
+    ):  # fmt: skip
         tokens_seen += cfg.batch_size * T
-        loss_val = float(loss.detach())
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        dt = time.perf_counter() - t0
         elapsed += dt
         tps = tokens_seen / elapsed if elapsed > 0 else 0.0
         if bar is not None:

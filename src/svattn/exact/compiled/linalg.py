@@ -36,6 +36,17 @@ def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
     error-column sum ``esum`` at the margin rows; the numpy reference sums their
     cached columns there instead.
     """
+    gather_margin_gram_into(KC, soc, nS, KSS)
+    return solve_gathered(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS)
+
+
+@njit(cache=True, fastmath=VEC)
+def solve_gathered(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
+    """:func:`solve_partition` with ``KSS[:nS, :nS]`` holding the margin Gram block
+    already (kept up to date by :func:`kss_drop` and :func:`kss_append` between the
+    segments of one removal: the gather, the largest part of a segment's margin solve
+    at hundreds of margin tokens — its reads are scattered over the cache's rows —
+    is paid once per removal, not once per segment)."""
     nE = 0
     for col in range(nS, chi):
         sl = soc[col]
@@ -48,9 +59,37 @@ def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
         si = soc[i]
         rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
     matvec_lead(Qinv, rhs, m, x, 1.0)
-    gather_margin_gram_into(KC, soc, nS, KSS)
     refine(Qinv, KSS, rhs, x, nS)
     return nE
+
+
+@njit(cache=True)
+def kss_drop(KSS, p, n):
+    """The margin Gram block of ``n`` tokens after :func:`columns.contract` of position
+    ``p``: the last token takes position ``p`` (its row and column swapped in), the
+    block is then ``n - 1`` square. The same values a gather would read (the cache's
+    columns are moved, never recomputed)."""
+    last = n - 1
+    if p != last:
+        for j in range(n):
+            t = KSS[p, j]
+            KSS[p, j] = KSS[last, j]
+            KSS[last, j] = t
+        for i in range(n):
+            t = KSS[i, p]
+            KSS[i, p] = KSS[i, last]
+            KSS[i, last] = t
+
+
+@njit(cache=True)
+def kss_append(KSS, KC, soc, n):
+    """The margin Gram block of ``n`` tokens after :func:`columns.expand` put one more
+    at position ``n``: its row and column read from the cache, as a gather would."""
+    s = soc[n]
+    for j in range(n + 1):
+        KSS[n, j] = KC[s, j]
+    for i in range(n):
+        KSS[i, n] = KC[soc[i], n]
 
 
 @njit(cache=True, fastmath=VEC)

@@ -50,8 +50,11 @@ from svattn.exact.compiled.columns import (
 from svattn.exact.compiled.linalg import (
     bordered_health,
     gather_margin_gram_into,
+    kss_append,
+    kss_drop,
     positive_definite,
     refine,
+    solve_gathered,
     solve_partition,
 )
 from svattn.exact.states import ERROR, MARGIN, RESERVE
@@ -409,6 +412,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE
+    kss_ok = False  # KSS holds the current margin block (kept across this call's events)
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
                 or not free_column_available(soc, state, nS, chi, ccap)):
@@ -416,7 +420,11 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             break
         out[SEG_EVENTS] += 1
         t_rem = alpha[c]
-        solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
+        if kss_ok:
+            solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
+        else:
+            solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
+            kss_ok = True
         out[SEG_GRAM] = max(out[SEG_GRAM], nS)
         col_c = cos[c]
         for j in range(nS):
@@ -514,8 +522,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         out[SEG_LAST_LEFT] = -1
         out[SEG_LAST_ENTERED] = -1
         if kind == 3 or kind == 4:
+            p, n_was = cos[who], nS
             nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
                                       kind == 4, nS, chi, hi, C, out)
+            if nS > 0:
+                kss_drop(KSS, p, n_was)
+            else:
+                kss_ok = False
             out[SEG_LAST_LEFT] = who
         else:
             qb_ext = max(qb_ext, min(nS + 2, ccap + 1))  # (its row, even if it fails)
@@ -524,6 +537,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             if not ok:
                 status = NEED_RESOLVE
                 break
+            kss_append(KSS, KC, soc, nS)
+            out[SEG_GRAM] = max(out[SEG_GRAM], nS + 1)
             nS += 1
             out[SEG_LAST_ENTERED] = who
     g_end[c] = 0.0  # the one entry that c's key makes (freed memory keeps no key data)

@@ -1,0 +1,292 @@
+"""The batch path of a large block (issue #36): libsvm's one-class SVM as a warm start,
+then an exact float64 active-set finish (:func:`svattn.exact.batch.libsvm_solve`,
+:func:`svattn.exact.ingest.add_block`).
+
+It must reach the optimum the rows added one by one reach — the same partition, alpha
+and mu within 1e-12 — and the independent oracle's; say which path ran; fall back to
+the incremental path where it cannot certify (copies in the support); leave the
+memory unchanged when it fails; and its fast kernels must equal their plain numpy
+statements.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from exact_helpers import gram, retrain, snapshot
+from svattn import SVDD
+from svattn.exact import SVDDMemory, ingest
+from svattn.exact.batch import (
+    KernelColumns,
+    _margin_solver,
+    bordered_inverse,
+    column_finish,
+    libsvm_warm_start,
+)
+from svattn.exact.kernels import kernel_matrix
+from svattn.exact.results import OperationError
+
+
+def clustered(n: int, d: int = 4, *, seed: int = 0, outliers: float = 0.02) -> np.ndarray:
+    """Gaussian clusters with uniform outliers (the issue's stream, small)."""
+    rng = np.random.default_rng(seed)
+    centers = 3.0 * rng.normal(size=(6, d))
+    X = centers[rng.integers(0, 6, n)] + rng.normal(size=(n, d))
+    out = rng.random(n) < outliers
+    X[out] = rng.uniform(X.min(axis=0), X.max(axis=0), size=(int(out.sum()), d))
+    return X
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of 64 rows or more take the batch path (512 by default)."""
+    monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
+
+
+def incremental(C, gamma, X, backend="compiled", kernel="rbf") -> SVDDMemory:
+    """The rows added by the memory's own path (the batch path switched off)."""
+    old = ingest.BATCH_MIN_ROWS
+    ingest.BATCH_MIN_ROWS = 1 << 60
+    try:
+        mem = SVDDMemory(C, kernel, gamma, backend=backend)
+        mem.extend(X)
+    finally:
+        ingest.BATCH_MIN_ROWS = old
+    assert mem.ingest_path == "incremental"
+    return mem
+
+
+def assert_same_optimum(a: SVDDMemory, b: SVDDMemory) -> None:
+    assert a.ids == b.ids
+    assert a.partition() == b.partition()
+    assert np.abs(a.alpha - b.alpha).max() <= 1e-12
+    assert abs(a.mu - b.mu) <= 1e-12
+    assert a.kkt_residual() <= a.tol
+
+
+CASES = [  # (n, C, gamma, seed): hundreds of margin tokens, tens with error tokens, a few
+    (300, 1 / (0.05 * 300), 0.5, 0),
+    (300, 1 / (0.1 * 300), 0.05, 1),
+    (400, 1 / (0.3 * 400), 2.0, 2),
+    (250, 1 / (0.05 * 250), 0.01, 3),
+]
+
+
+@pytest.mark.parametrize(("n", "C", "gamma", "seed"), CASES)
+def test_batch_fit_equals_incremental_and_oracle(small_blocks, n, C, gamma, seed):
+    X = clustered(n, seed=seed)
+    fast = SVDDMemory(C, "rbf", gamma)
+    fast.extend(X)
+    assert fast.ingest_path == "libsvm+exact"
+    slow = incremental(C, gamma, X)
+    assert_same_optimum(fast, slow)
+    alpha, mu = retrain(fast)
+    assert np.abs(fast.alpha - alpha).max() <= 1e-12
+    assert abs(fast.mu - mu) <= 1e-12
+    assert fast.unique_optimum()
+    # the kept inverse is the inverse of the margin system
+    ms = fast.margin_system()
+    K = gram(fast)
+    pos = {t: i for i, t in enumerate(fast.ids)}
+    S = [pos[t] for t in ms.margin]
+    Q = np.zeros((len(S) + 1, len(S) + 1))
+    Q[0, 1:] = Q[1:, 0] = 1.0
+    Q[1:, 1:] = 2.0 * K[np.ix_(S, S)]
+    assert np.abs(ms.Qinv @ Q - np.eye(len(Q))).max() <= 1e-8
+
+
+def test_reference_backend_takes_the_same_path(small_blocks):
+    X = clustered(200, seed=4)
+    C = 1 / (0.1 * 200)
+    ref = SVDDMemory(C, "rbf", 0.3, backend="reference")
+    ref.extend(X)
+    assert ref.ingest_path == "libsvm+exact"
+    assert_same_optimum(ref, incremental(C, 0.3, X, backend="reference"))
+
+
+def test_large_block_onto_a_small_memory_and_the_operations_after(small_blocks):
+    X = clustered(400, seed=5)
+    C = 1 / (0.1 * 400)
+    mem = SVDDMemory(C, "rbf", 0.4)
+    mem.extend(X[:30])  # below the block size: one by one (warm-up)
+    assert mem.ingest_path == "incremental"
+    mem.extend(X[30:])  # 370 rows onto 30: the batch path, every token re-solved
+    assert mem.ingest_path == "libsvm+exact"
+    assert_same_optimum(mem, incremental(C, 0.4, X))
+    # the memory goes on exactly: removals of support tokens, single adds
+    support = mem.support_ids()
+    for t in support[:5]:
+        cert = mem.remove(t)
+        assert cert.kkt_residual_after <= mem.tol
+    mem.add(X[0] + 0.01)
+    assert mem.ingest_path == "incremental"
+    alpha, _ = retrain(mem)
+    assert np.abs(mem.alpha - alpha).max() <= 1e-12
+
+
+def test_small_block_onto_a_large_memory_stays_incremental(small_blocks):
+    X = clustered(300, seed=6)
+    mem = SVDDMemory(1 / 30, "rbf", 0.5)
+    mem.extend(X[:200])
+    assert mem.ingest_path == "libsvm+exact"
+    mem.extend(X[200:])  # 100 rows onto 200: not twice the memory
+    assert mem.ingest_path == "incremental"
+    assert_same_optimum(mem, incremental(1 / 30, 0.5, X))
+
+
+def test_exp_kernel_keeps_its_own_path(small_blocks):
+    X = 0.3 * clustered(120, seed=7)
+    mem = SVDDMemory(1 / 12, "exp", 0.2)
+    mem.extend(X)
+    assert mem.ingest_path == "incremental"
+
+
+def test_copies_in_the_support_fall_back_to_the_incremental_path(small_blocks):
+    X = clustered(200, seed=8)
+    X[150:160] = X[0]  # ten copies of one outlier-ish key
+    X[0] = [9.0, 9.0, 9.0, 9.0]
+    X[150:160] = X[0]
+    C = 1 / (0.1 * 200)
+    mem = SVDDMemory(C, "rbf", 0.5)
+    mem.extend(X)
+    assert mem.ingest_path == "incremental"  # the finish refused: copies merge there
+    assert_same_optimum(mem, incremental(C, 0.5, X))
+
+
+def test_a_failure_leaves_the_memory_unchanged(small_blocks, monkeypatch):
+    X = clustered(300, seed=9)
+    mem = SVDDMemory(1 / 30, "rbf", 0.5)
+    mem.extend(X[:20])
+    before = snapshot(mem)
+
+    def boom(*args, **kwargs):
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(ingest, "install_solution", boom)
+    with pytest.raises(OperationError):
+        mem.extend(X[20:])
+    assert snapshot(mem) == before
+    monkeypatch.undo()
+    monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
+    mem.extend(X[20:])
+    assert mem.ingest_path == "libsvm+exact"
+
+
+def test_estimator_says_which_path_ran_and_forgets_exactly(small_blocks):
+    X = clustered(300, seed=10)
+    model = SVDD(nu=0.05, gamma=0.5).fit(X)
+    assert model.fit_path_ == "libsvm+exact"
+    model.forget(indices=[int(model.support_[0]), int(model.support_[3])])
+    keep = np.setdiff1d(np.arange(300), [int(i) for i in model.memory_.ids], assume_unique=True)
+    assert len(keep) == 2
+    rest = X[model.memory_.ids]
+    fresh = SVDD(C=model.C_, gamma=model.gamma_).fit(rest)
+    assert fresh.fit_path_ == "libsvm+exact"
+    assert np.abs(model.decision_function(X) - fresh.decision_function(X)).max() <= 1e-9
+    model.partial_fit(X[:3] + 0.05)
+    assert model.fit_path_ == "incremental"
+    small = SVDD(nu=0.2, gamma=0.5).fit(X[:40])
+    assert small.fit_path_ == "incremental"
+
+
+# --------------------------------------------------- fast kernels beside their references
+def test_libsvm_warm_start_is_c_times_beta():
+    from sklearn.svm import OneClassSVM
+
+    X = clustered(150, seed=11)
+    C = 1 / (0.2 * 150)
+    alpha = libsvm_warm_start(X, C, 0.5, tol=1e-10)
+    oc = OneClassSVM(nu=0.2, gamma=0.5, tol=1e-10).fit(X)
+    beta = np.zeros(150)
+    beta[oc.support_] = oc.dual_coef_.ravel()
+    assert np.array_equal(alpha, C * beta)
+    assert abs(alpha.sum() - 1.0) <= 1e-12
+    # libsvm's rho is the SVDD's (1 − mu) / (2C): the sign and offset conventions
+    mem = SVDDMemory(C, "rbf", 0.5)
+    mem.extend(X)
+    assert abs((1.0 - mem.mu) / (2.0 * C) - float(oc.offset_[0])) <= 1e-6
+
+
+def test_kernel_columns_are_the_kernel():
+    X = clustered(80, seed=12)
+    cols = KernelColumns(X, 0.7, capacity=2)
+    idx = np.array([5, 3, 5, 70])
+    pos = cols.ensure(idx)
+    assert pos[0] == pos[2]
+    pos2 = cols.ensure(np.array([3, 11, 12, 13]))  # grows past its capacity
+    assert pos2[0] == pos[1]
+    K = kernel_matrix(X, X, "rbf", 0.7)
+    np.fill_diagonal(K, 1.0)
+    for j in (5, 3, 70, 11, 12, 13):
+        assert np.array_equal(cols.rows[cols.pos[j]], K[:, j])
+    cols.scrub()
+    assert not cols.rows.any() and not cols.XT.any()
+
+
+def test_bordered_solves_equal_the_general_ones():
+    X = clustered(60, seed=13)
+    K = kernel_matrix(X, X, "rbf", 0.5)
+    Q = np.zeros((61, 61))
+    Q[0, 1:] = Q[1:, 0] = 1.0
+    Q[1:, 1:] = 2.0 * K
+    ref = np.linalg.inv(Q)
+    scale = np.abs(ref).max()
+    assert np.abs(bordered_inverse(Q) - ref).max() <= 1e-12 * scale * np.linalg.cond(Q) ** 0.5
+    r = np.random.default_rng(0).normal(size=61)
+    x = _margin_solver(Q)(r)
+    assert np.abs(Q @ x - r).max() <= 1e-9
+    Q[1:, 1:] = -Q[1:, 1:]  # not positive definite: no Cholesky solver, a general inverse
+    assert _margin_solver(Q) is None
+    assert np.allclose(bordered_inverse(Q) @ Q, np.eye(61), atol=1e-8)
+
+
+def test_column_finish_repairs_a_wrong_partition_and_refuses_without_a_free_token():
+    X = clustered(200, seed=14)
+    C = 1 / (0.1 * 200)
+    exact, _ = retrain_of(X, C, 0.5)
+    rng = np.random.default_rng(1)
+    rough = np.clip(exact + 0.3 * C * rng.normal(size=200) * (exact > 0), 0.0, C)
+    rough[rng.choice(200, 10, replace=False)] = 0.5 * C  # ten wrong memberships
+    sol = column_finish(KernelColumns(X, 0.5), C, rough, tol=1e-12)
+    assert sol is not None
+    assert np.abs(sol.alpha - exact).max() <= 1e-12
+    # no free token at all: the finish does not guess
+    assert column_finish(KernelColumns(X, 0.5), C, np.zeros(200), tol=1e-12) is None
+
+
+def retrain_of(X, C, gamma):
+    from svattn.exact.kernels import gram_matrix
+    from svattn.exact.oracle import solve_svdd
+
+    return solve_svdd(gram_matrix(X, "rbf", gamma), C, return_mu=True)
+
+
+@pytest.mark.parametrize("n", [7, 90])  # the narrow and the wide distance loop
+def test_sq_distances_t_is_sq_distances(n):
+    from svattn.exact.kernels import sq_distances, sq_distances_t
+
+    rng = np.random.default_rng(n)
+    x, y = rng.normal(size=(5, 3)) + 1e3, rng.normal(size=(n, 3)) + 1e3
+    ref = sq_distances(x, y)
+    yT = np.ascontiguousarray(y.T)
+    assert np.array_equal(sq_distances_t(x, yT), ref)
+    out = np.full((5, n), np.nan)
+    assert sq_distances_t(x, yT, out=out) is out
+    assert np.array_equal(out, ref)
+
+
+def test_a_numerical_failure_of_the_finish_takes_the_incremental_path(small_blocks,
+                                                                      monkeypatch):
+    import svattn.exact.batch as batch
+
+    def singular(*args, **kwargs):
+        raise np.linalg.LinAlgError("injected: singular matrix")
+
+    monkeypatch.setattr(batch, "bordered_inverse", singular)
+    X = clustered(200, seed=15)
+    mem = SVDDMemory(1 / 20, "rbf", 0.5)
+    mem.extend(X)
+    assert mem.ingest_path == "incremental"
+    monkeypatch.undo()
+    assert_same_optimum(mem, incremental(1 / 20, 0.5, X))
