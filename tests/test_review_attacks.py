@@ -685,3 +685,18 @@ def test_a_rehashed_log_record_without_its_digest_fails(tmp_path):
     if verify_chain(tmp_path / "r.jsonl").ok:  # (the chain may itself refuse it)
         v = verify_deletion(mem, cert, retrain=False, log=tmp_path / "r.jsonl")
         assert v.status == "FAILED"
+
+
+# attack: the manifest's model_config edited (any value: a string for C, a huge
+# vocab_size), the checksum recomputed: load never read it, so the folder loaded and
+# verify-forget said VERIFIED beside a config that names another model
+@pytest.mark.parametrize("edit", [("vocab_size", 2**63), ("dropout", [1, 2]), ("rope", None)])
+def test_a_manifest_with_an_edited_model_config_is_refused(forgot, tmp_path, edit):
+    model, folder, _ = forgot
+    copy = tmp_path / "st"
+    shutil.copytree(folder, copy)
+    man = json.loads((copy / "stream.json").read_text())
+    man["model_config"][edit[0]] = edit[1]
+    _write_manifest(copy, man)
+    with pytest.raises(StreamStateError, match="model_config"):
+        LMStream.load(copy, model)

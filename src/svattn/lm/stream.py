@@ -774,6 +774,8 @@ class LMStream:
         try:
             n_fed, forgotten = _check_fed(man)
             s = cls(model, full_policy=man["full_policy"], snapshot_every=man["snapshot_every"])
+            if man["model_config"] != json.loads(json.dumps(s.model.cfg.to_dict())):
+                raise ValueError("the manifest's model_config is not the model's")
             data = _read_checked(folder, man["arrays"])
             arr = st_load(data)
             s._tokens = bytearray(arr["tokens"].numpy().tobytes())
