@@ -63,6 +63,8 @@ def _positive_float(text: str) -> float:
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    if value == float("inf"):  # --tol inf would compare no float
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
     return value
 
 
@@ -157,7 +159,7 @@ def _check_audit_log(path: Path) -> None:
         first = fh.readline(1 << 16)
     try:
         rec = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
         rec = None
     if not (isinstance(rec, dict) and rec.get("format") == "svattn.audit"
             or b"svattn.audit" in first):

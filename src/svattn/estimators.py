@@ -130,6 +130,14 @@ class ForgetReceipt:
                 f"{self.n_samples} samples left")
 
 
+def _finite(x) -> bool:
+    """``math.isfinite``; False (not OverflowError) for an int no float holds."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 class SVDD(OutlierMixin, BaseEstimator):
     """Support vector data description that learns and forgets exactly.
 
@@ -217,8 +225,8 @@ class SVDD(OutlierMixin, BaseEstimator):
             raise ValueError("give nu or C, not both (nu sets C = 1 / (nu · n_samples))")
         if self.C is not None:
             if isinstance(self.C, bool) or not isinstance(self.C, numbers.Real) \
-                    or not (math.isfinite(self.C) and self.C > 0):
-                raise ValueError(f"C must be a finite number > 0, got {self.C!r}")
+                    or not (_finite(self.C) and self.C > 0):
+                raise ValueError(f"C must be a finite number > 0, got {self.C!r:.40}")
             return float(self.C)
         nu = 0.5 if self.nu is None else self.nu
         if isinstance(nu, bool) or not isinstance(nu, numbers.Real) or not 0 < nu <= 1:
@@ -234,8 +242,9 @@ class SVDD(OutlierMixin, BaseEstimator):
                 return 1.0 / X.shape[1]
             raise ValueError(f"gamma must be 'scale', 'auto' or a float > 0, got {self.gamma!r}")
         if isinstance(self.gamma, bool) or not isinstance(self.gamma, numbers.Real) \
-                or not (math.isfinite(self.gamma) and self.gamma > 0):
-            raise ValueError(f"gamma must be 'scale', 'auto' or a float > 0, got {self.gamma!r}")
+                or not (_finite(self.gamma) and self.gamma > 0):
+            raise ValueError(f"gamma must be 'scale', 'auto' or a float > 0, got "
+                             f"{self.gamma!r:.40}")
         return float(self.gamma)
 
     # ------------------------------------------------------------------ fit

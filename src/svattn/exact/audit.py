@@ -502,7 +502,7 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False)
         rep.n_records = i + 1
         try:
             rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             return _fail(rep, i, f"not valid JSON ({exc})")
         if not isinstance(rec, dict):
             return _fail(rep, i, "not a JSON object")

@@ -264,7 +264,7 @@ class DeletionCertificate:
             return isinstance(v, int) and not isinstance(v, bool)
 
         def real(v) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
 
         def hexdigits(v, n: int) -> bool:
             return isinstance(v, str) and len(v) == n and all(c in _HEX for c in v)
@@ -454,6 +454,15 @@ class ErasureReceipt:
         return errs
 
 
+def finite_number(v: int | float) -> bool:
+    """A finite float, or an int a float can hold (a JSON int past ~1.8e308 is not a
+    number a field can mean: ``math.isfinite`` raises OverflowError on it)."""
+    try:
+        return math.isfinite(v)
+    except OverflowError:
+        return False
+
+
 def _hexdigits(v, n: int) -> bool:
     return isinstance(v, str) and len(v) == n and all(c in _HEX for c in v)
 
@@ -489,13 +498,29 @@ def _signed_bytes(prefix: bytes, record) -> bytes:
                                allow_nan=False).encode()
 
 
+def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' ``object_pairs_hook``: an object naming a key twice is refused
+    (``json.loads`` keeps the last, a reader of the file may see the first: the receipt
+    would say two things)."""
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        twice = sorted({k for k, _ in pairs if k in seen or seen.add(k)})
+        raise ValueError(f"a JSON object names the keys {twice} more than once")
+    return out
+
+
 def _json_fields(text: str, cls, what: str, *, optional: set[str]) -> dict[str, Any]:
     """The JSON object ``text`` holding exactly ``cls``'s fields (``optional`` may be
     missing); ``ValueError`` naming ``what`` and the fields otherwise."""
     try:
-        data = json.loads(text)
+        data = json.loads(text, object_pairs_hook=no_duplicate_keys)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{what} is not valid JSON: {exc}") from None
+    except ValueError as exc:
+        raise ValueError(f"{what}: {exc}") from None
+    except RecursionError:
+        raise ValueError(f"{what}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError(f"{what} JSON must be an object")
     names = {f.name for f in fields(cls)}

@@ -219,7 +219,7 @@ def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
         )
     try:
         header = json.loads(data[8 : 8 + hlen].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise StateFileError(f"{where}: corrupted header (not valid JSON: {exc})") from None
     if not isinstance(header, dict):
         raise StateFileError(f"{where}: corrupted header (not a JSON object)")
@@ -254,7 +254,7 @@ def read_metadata(header: dict[str, Any], where: str) -> dict[str, Any]:
     text = md["svattn"]
     try:
         meta = json.loads(text)
-    except (TypeError, json.JSONDecodeError) as exc:
+    except (TypeError, json.JSONDecodeError, RecursionError) as exc:
         raise StateFileError(f"{where}: corrupted metadata (not valid JSON: {exc})") from None
     if not isinstance(meta, dict):
         raise StateFileError(f"{where}: corrupted metadata (not a JSON object)")
@@ -293,9 +293,10 @@ def check_recomputed(t: dict[str, np.ndarray], meta: dict[str, Any], where: str,
         check(got == meta["partition"][name], where, f"the {name} set differs from the states")
     check(margin_order == meta["margin_order"], where,
           "margin order differs from the cache columns")
-    check(residual == meta["kkt_residual"], where,
+    saved = meta["kkt_residual"]
+    check(residual == saved, where,
           f"KKT residual {residual:.3e} recomputed on load differs from the saved "
-          f"{meta['kkt_residual']:.3e}")
+          + (f"{saved:.3e}" if isinstance(saved, float) else f"{saved!r:.40}"))
 
 
 def read_state(data: bytes, where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

@@ -95,17 +95,26 @@ def _check(cond: bool, msg: str) -> None:
         raise SchemaError(msg)
 
 
+def _finite(x) -> bool:
+    """``math.isfinite``, False (not OverflowError) for an int no float holds (a file's
+    JSON may carry one)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
 def check_parameters(C, kernel, gamma, tol, standby) -> None:
     """Raise ``TypeError`` / ``ValueError`` naming the first invalid parameter of a memory."""
     if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
         raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
-    if not (math.isfinite(C) and C > 0):
-        raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    if not (_finite(C) and C > 0):
+        raise ValueError(f"C must be a finite number > 0, got {C!r:.40}")
     check_kernel(kernel)
-    if gamma is not None and not (math.isfinite(gamma) and gamma > 0):
-        raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r}")
-    if not (math.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be a finite number > 0, got {tol!r}")
+    if gamma is not None and not (_finite(gamma) and gamma > 0):
+        raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r:.40}")
+    if not (_finite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r:.40}")
     if isinstance(standby, bool) or not isinstance(standby, (int, np.integer)) or standby < 0:
         raise ValueError(f"standby must be an int >= 0, got {standby!r}")
 

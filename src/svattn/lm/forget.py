@@ -43,7 +43,12 @@ from typing import ClassVar
 import numpy as np
 
 from svattn.exact import DeletionCertificate
-from svattn.exact.certificate import certificate_dict_errors, signer_errors
+from svattn.exact.certificate import (
+    certificate_dict_errors,
+    finite_number,
+    no_duplicate_keys,
+    signer_errors,
+)
 from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, Verdict, judge
 from svattn.exact.signing import load_public_key, signature_errors
 
@@ -213,9 +218,13 @@ class ModelErasureReceipt:
         """Parse :meth:`to_json`'s output; precise errors (``ValueError``) on anything
         else, nested fields included."""
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
         except json.JSONDecodeError as exc:
             raise ValueError(f"receipt: not JSON ({exc})") from None
+        except ValueError as exc:
+            raise ValueError(f"receipt: {exc}") from None
+        except RecursionError:
+            raise ValueError("receipt: JSON nested too deeply") from None
         if not isinstance(data, dict) or data.get("kind") != RECEIPT_KIND:
             raise ValueError(f"receipt: not a {RECEIPT_KIND} (kind = "
                              f"{data.get('kind') if isinstance(data, dict) else None!r})")
@@ -249,7 +258,7 @@ class ModelErasureReceipt:
             return isinstance(v, str) and len(v) == 64 and all(c in _HEX for c in v)
 
         def number(v) -> bool:
-            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
 
         if not hex64(self.model_digest):
             errs.append("model_digest must be 64 lowercase hex digits")
@@ -406,11 +415,18 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
     dev = 0.0
     if len(stream):
         dev = float((stream.all_logits() - fresh.all_logits()).abs().max())
-        dev = max(dev, float((stream.logits() - fresh.logits()).abs().max()))
+        dev = _worst(dev, float((stream.logits() - fresh.logits()).abs().max()))
     if not dev <= tol:
         reasons.append(f"logits differ from the fresh stream's by {dev:.3g} > {tol:g}")
-    rdev = 0.0
+    rdev = kdev = 0.0
     for li, (st, fr) in enumerate(zip(stream.layers, fresh.layers, strict=True)):
+        for name in ("k", "v", "kr"):  # the caches: rows of positions out of every
+            # window (absorbed) do not move a logit, and could hold a forgotten key
+            rows, frows = getattr(st, name), getattr(fr, name)
+            if rows is not None and rows.n == frows.n and rows.n:
+                kdev = _worst(kdev, float((rows.view() - frows.view()).abs().max()))
+            elif rows is not None and rows.n != frows.n:
+                kdev = math.inf
         for hd, (mem, fmem) in enumerate(zip(st.mems, fr.mems, strict=True)):
             if len(mem) != len(fmem):
                 reasons.append(f"layer {li} head {hd}: memory holds {len(mem)} tokens, the "
@@ -418,9 +434,17 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
                 continue
             if len(mem):
                 probes = mem.keys
-                rdev = max(rdev, float(np.abs(mem.readout(probes) - fmem.readout(probes)).max()))
+                rdev = _worst(rdev, float(np.abs(mem.readout(probes)
+                                                 - fmem.readout(probes)).max()))
+                # every token's data, not only the readout: a reserve token (alpha 0)
+                # holding a forgotten key and value leaves every readout unchanged
+                kdev = _worst(kdev, float(np.abs(probes - fmem.keys).max()),
+                              float(np.abs(mem.values - fmem.values).max()))
     if not rdev <= tol:
         reasons.append(f"memory readouts differ from the fresh stream's by {rdev:.3g} > {tol:g}")
+    if not kdev <= tol:
+        reasons.append(f"memory or cached keys or values differ from the fresh stream's by "
+                       f"{kdev:.3g} > {tol:g}")
     n_certs = _check_certificates(stream, receipt, reasons)
     return ForgetVerification(
         ok=not reasons, reasons=reasons,
@@ -430,9 +454,16 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
         verdict=judge(receipt, ran, reasons, blame=_CLAIMED))
 
 
+def _worst(*devs: float) -> float:
+    """The largest deviation, NaN if any is NaN (``max`` drops a NaN that is not first:
+    a NaN planted in a row would pass every ``<= tol``)."""
+    return math.nan if any(d != d for d in devs) else max(devs)
+
+
 _CLAIM = "the stream equals a fresh stream of its text"
 _CLAIMED = {"the stream's content digest": _CLAIM, "logits differ": _CLAIM,
-            "memory readouts differ": _CLAIM, "layer ": _CLAIM}
+            "memory readouts differ": _CLAIM, "memory or cached keys or values differ": _CLAIM,
+            "layer ": _CLAIM}
 
 
 def _logged_at(stream, receipt: ModelErasureReceipt, reasons: list[str]

@@ -774,9 +774,14 @@ class LMStream:
         try:
             n_fed, forgotten = _check_fed(man)
             s = cls(model, full_policy=man["full_policy"], snapshot_every=man["snapshot_every"])
+            if man["model_config"] != json.loads(json.dumps(s.model.cfg.to_dict())):
+                raise ValueError("the manifest's model_config is not the model's")
             data = _read_checked(folder, man["arrays"])
             arr = st_load(data)
             s._tokens = bytearray(arr["tokens"].numpy().tobytes())
+            if s._tokens and max(s._tokens) >= model.cfg.vocab_size:  # a replay would fail
+                raise ValueError(f"a held byte ({max(s._tokens)}) is outside the model's "
+                                 f"vocabulary of {model.cfg.vocab_size} tokens")
             s._origin = [int(t) for t in arr["origin"]]
             _check_origin(s._origin, n_fed, forgotten, len(s._tokens))
             s._hidden.append(arr["hidden"])
@@ -795,7 +800,15 @@ class LMStream:
                     if len(lay["memories"]) != len(st.mems):
                         raise ValueError(f"layer {li}: {len(lay['memories'])} memories "
                                          f"listed, the model has {len(st.mems)} heads")
+                    fresh, Dh = st.mems, st.k.buf.shape[-1]
                     st.mems = [_load_memory(folder, m) for m in lay["memories"]]
+                    for hd, (mem, want) in enumerate(zip(st.mems, fresh, strict=True)):
+                        # a memory of other dimensions would fail a later replay midway
+                        if (mem.C, mem.kernel, mem.solver_state.gamma) != (
+                                want.C, want.kernel, want.solver_state.gamma) or mem.dim not in (
+                                None, Dh) or (len(mem) and mem.values.shape[1] != Dh):
+                            raise ValueError(f"layer {li} head {hd}: the memory's parameters "
+                                             "or dimensions are not this model's")
                     st.ids = [[int(i) for i in ids] for ids in lay["ids"]]
                     st.absorbed = lay["absorbed"]
                     if not (isinstance(st.absorbed, int) and 0 <= st.absorbed <= len(s._tokens)
@@ -820,7 +833,7 @@ class LMStream:
             raise StreamStateError(f"{folder}: the manifest's forget_log is not a list of "
                                    "records")
         s.forget_log = [dict(e) for e in log]
-        if s.digest() != man["digest"]:
+        if s.digest() != man.get("digest"):
             raise StreamStateError(f"{folder}: the loaded state's digest differs from the "
                                    "manifest's")
         return s
@@ -874,9 +887,14 @@ class _FolderLock:
     def __enter__(self) -> _FolderLock:
         try:
             self.fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except OSError:
+        except OSError as exc:
             if self.wait == 0.0:  # a save: it would fail on the first write anyway
-                raise
+                if isinstance(exc, PermissionError):
+                    raise
+                raise StreamStateError(  # e.g. a symlink planted as the lock (ELOOP)
+                    f"{self.folder / LOCK}: cannot open the folder's writer lock "
+                    f"({exc.strerror or exc}); it must be a regular file, not a symlink"
+                ) from None
             try:  # a read-only folder: flock works on a read-only descriptor
                 self.fd = os.open(self.folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
@@ -921,7 +939,7 @@ def _read_manifest(folder: Path) -> dict:
     where = folder / MANIFEST
     try:
         man = json.loads(where.read_bytes())
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise StreamStateError(f"{where}: not a stream manifest ({exc})") from None
     if not isinstance(man, dict) or (man.get("format"), man.get("version")) != (FORMAT,
                                                                                VERSION):
@@ -967,7 +985,7 @@ def _v1_files(folder: Path) -> list[str]:
             return []
         names = [man["arrays"]["file"]] + [m["file"] for lay in man["layers"]
                                            for m in lay["memories"]]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return []
     return [n for n in names if isinstance(n, str) and _FILE.fullmatch(n)]
 

@@ -559,7 +559,7 @@ def _is_cell_model(path: str | os.PathLike) -> bool:
             return False
         try:
             header = json.loads(fh.read(size))
-        except (UnicodeDecodeError, json.JSONDecodeError):
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
             return False
     meta = header.get("__metadata__") if isinstance(header, dict) else None
     return isinstance(meta, dict) and meta.get("format") == RECALL_CELL
@@ -581,15 +581,42 @@ def read_cell_model(path: str | os.PathLike) -> tuple[CharLM, dict]:
     try:
         with safe_open(str(path), framework="pt") as fh:
             meta = fh.metadata() or {}
+            shapes = [fh.get_slice(k).get_shape() for k in fh.keys()]  # noqa: SIM118
     except Exception as exc:  # safetensors raises its own error types for a foreign file
         raise ValueError(f"{path}: not a recall cell model (not a safetensors file: "
                          f"{exc})") from None
     if meta.get("format") != RECALL_CELL:
         raise ValueError(f"{path}: not a recall cell model (format {meta.get('format')!r})")
-    model = CharLM(CharLMConfig(**json.loads(meta["model_config"])))
-    load_model(model, str(path))
+    try:
+        run = json.loads(meta["run"])
+        if not isinstance(run, dict) or "steps" not in run:
+            raise ValueError("its run is not an object with the run's steps")
+        model = _model_of(json.loads(meta["model_config"]), shapes)
+        load_model(model, str(path))
+    except (KeyError, TypeError, ValueError, RuntimeError, RecursionError) as exc:
+        raise ValueError(f"{path}: not a recall cell model svattn can read ("
+                         f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]})") from None
     model.eval()
     return model, meta
+
+
+def _model_of(config, shapes: list) -> CharLM:
+    """The model ``config`` (a checkpoint's ``model_config``) describes, built only
+    once it is known to fit the tensors stored beside it (``shapes``): a crafted config
+    naming huge sizes would otherwise allocate them before any weight is compared."""
+    if not isinstance(config, dict):
+        raise TypeError(f"model_config must be an object, got {type(config).__name__}")
+    cfg = CharLMConfig(**config)
+    if cfg.n_layer > len(shapes):  # every layer stores tensors (bounds the build below)
+        raise ValueError(f"model_config names {cfg.n_layer} layers, the file stores "
+                         f"{len(shapes)} tensors")
+    stored = sum(math.prod(s) for s in shapes)
+    with torch.device("meta"):  # sizes only: nothing allocated
+        need = sum(p.numel() for p in CharLM(cfg).parameters())
+    if need > stored:
+        raise ValueError(f"model_config describes {need:,} parameters, the file stores "
+                         f"{stored:,} numbers")
+    return CharLM(cfg)
 
 
 def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig | None, dict]:
@@ -612,7 +639,7 @@ def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig 
     """
     if _is_cell_model(path):
         model, meta = read_cell_model(path)
-        run = json.loads(meta["run"])
+        run = json.loads(meta["run"])  # an object with the steps (read_cell_model checks)
         return model, None, {"format": RECALL_FORMAT, "model_config": model.cfg.to_dict(),
                              "run": run, "step": run["steps"]}
     try:
@@ -629,8 +656,12 @@ def load_checkpoint_model(path: str | os.PathLike) -> tuple[CharLM, TrainConfig 
         raise _not_a_checkpoint(path, f"it lacks {missing}")
     try:
         cfg = None if recall else TrainConfig.from_dict(ckpt["config"])
-        model = CharLM(CharLMConfig(**ckpt["model_config"]))
-        model.load_state_dict(ckpt["model"])
+        weights = ckpt["model"]
+        if not (isinstance(weights, dict)
+                and all(isinstance(v, torch.Tensor) for v in weights.values())):
+            raise TypeError("its model is not a dict of tensors")
+        model = _model_of(ckpt["model_config"], [tuple(v.shape) for v in weights.values()])
+        model.load_state_dict(weights)
     except (TypeError, ValueError, KeyError, RuntimeError) as exc:
         raise _not_a_checkpoint(path, f"its model does not build ({type(exc).__name__}: "
                                 f"{' '.join(str(exc).split())[:300]})") from None
