@@ -55,6 +55,7 @@ from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import RESERVE, SET_NAMES
 from svattn.exact.validation import check_queries, check_rows, plain_row
+from svattn.exact.view import MemoryView
 
 BACKENDS = {"compiled": compiled, "reference": reference}
 
@@ -185,11 +186,15 @@ class SVDDMemory:
 
     @property
     def solver_state(self) -> SlotState:
-        """The solver state itself, for tests, benchmarks and persistence.
-
-        Read it freely; writing to it voids every guarantee of this class.
+        """The solver state itself, for :mod:`svattn.exact`, its tests and persistence;
+        consumers read :attr:`view`. Writing to it voids every guarantee of this class.
         """
         return self._s
+
+    @property
+    def view(self) -> MemoryView:
+        """Read-only access to ids, support and counters (:class:`.view.MemoryView`)."""
+        return MemoryView(self._s, self._tag_key)
 
     @property
     def gamma_value(self) -> float:
