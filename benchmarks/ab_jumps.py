@@ -34,6 +34,7 @@ import svattn  # noqa: E402
 from bench_records import add_conditions, portable_path, write_record  # noqa: E402
 from bench_stream_speed import G10, keys, warm_up  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
+from svattn.exact.view import instrument  # noqa: E402
 
 
 def source() -> dict:
@@ -51,9 +52,9 @@ def twins(stream: str, n: int, seed: int, removals: int) -> dict:
     for jumps in (2, 0):
         mem = SVDDMemory(0.01, gamma=G10)
         mem.extend(X)
-        mem.solver_state.max_jumps = jumps
+        instrument(mem).max_jumps = jumps
         mems[jumps] = mem
-    margin = mems[2].solver_state.nS
+    margin = mems[2].view.n_margin
     rng = np.random.default_rng(seed + 100)
     times: dict[int, list[float]] = {2: [], 0: []}
     for i in range(removals):
@@ -64,8 +65,7 @@ def twins(stream: str, n: int, seed: int, removals: int) -> dict:
             mem = mems[jumps]
             if tid not in mem.partition()[which]:
                 continue  # (the twins' partitions agree to rounding; skip a disagreement)
-            ss = mem.solver_state
-            key = ss.X[ss.id_to_slot[tid]].copy()
+            key = mem.view.key_of(tid)
             t = time.perf_counter()
             mem.remove(tid)
             times[jumps].append(time.perf_counter() - t)

@@ -45,9 +45,9 @@ def run_case(case: int, removals: int, seed: int) -> dict:
     times: dict[str, list[float]] = {"kept": [], "fresh": []}
     started_kept = 0
     for i in range(removals):
-        ss = kept.solver_state
-        if ss.nS:
-            tid = int(ss.slot_id[ss.slot_of_col[rng.integers(ss.nS)]])
+        view = kept.view
+        if view.n_margin:
+            tid = view.margin_ids()[rng.integers(view.n_margin)]
         else:  # (a few margin tokens can all leave: an error token then)
             tid = int(rng.choice(kept.partition()["error"]))
         order = (("kept", kept), ("fresh", fresh))
@@ -57,7 +57,7 @@ def run_case(case: int, removals: int, seed: int) -> dict:
                 backend.FACTOR_KEPT_FROM = 1 << 30
             else:
                 backend.FACTOR_KEPT_FROM = KEPT_FROM
-                started_kept += mem.solver_state.pd_factor is not None
+                started_kept += mem.view.has_kept_factor
             t = time.perf_counter()
             certs[name] = mem.remove(tid)
             times[name].append(time.perf_counter() - t)
@@ -71,7 +71,7 @@ def run_case(case: int, removals: int, seed: int) -> dict:
         fresh.add(x)
     ms = {k: 1e3 * float(np.median(v)) for k, v in times.items()}
     return {"stream": stream, "n": n, "C": C, "d": D, "gamma": gamma,
-            "margin": int(base.solver_state.nS), "removals": removals,
+            "margin": base.view.n_margin, "removals": removals,
             "started_from_kept": started_kept,
             "kept_median_ms": ms["kept"], "fresh_median_ms": ms["fresh"],
             "ratio_kept_over_fresh": ms["kept"] / ms["fresh"]}

@@ -31,6 +31,7 @@ from svattn.exact import SVDDMemory
 from svattn.exact.rollback import checkpoint
 from svattn.exact.signing import generate_key, sign, signature_errors
 from svattn.exact.verify import verify_erasure
+from svattn.exact.view import instrument
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402
@@ -105,7 +106,7 @@ def atomic_costs(n: int, d: int, repeats: int) -> dict:
     x = centers[rng.integers(0, 20, n + repeats)] + 0.3 * rng.normal(size=(n + repeats, d))
     mem = SVDDMemory(C=0.01, gamma=1 / (10 * d))
     ids = mem.extend(x[:n])
-    ss = mem.solver_state
+    ss = instrument(mem)
     t_cp = []
     for _ in range(repeats):
         t0 = time.perf_counter()

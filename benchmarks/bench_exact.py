@@ -61,14 +61,13 @@ def _removal_latencies(mem: SVDDMemory, which: str, count: int, rng,
         if not pool:
             break
         tid = int(rng.choice(pool))
-        slot = mem.solver_state.id_to_slot[tid]
-        key = mem.solver_state.X[slot].copy()
-        passes = mem.solver_state.n_block_passes
+        key = mem.view.key_of(tid)
+        passes = mem.view.counters()["n_block_passes"]
         t = time.perf_counter()
         cert = mem.remove(tid)
         out.append(time.perf_counter() - t)
         if events is not None:
-            events.append((cert.n_events, mem.solver_state.n_block_passes - passes))
+            events.append((cert.n_events, mem.view.counters()["n_block_passes"] - passes))
         t = time.perf_counter()
         mem.add(key)  # back to n tokens (timed apart: standby upkeep happens here)
         if adds is not None:
@@ -150,8 +149,8 @@ def run(n: int, stream: str, *, d: int, C: float, removals: int, oracle_max_n: i
         "passes_per_margin_removal": float(np.mean([p for _, p in events["margin"]])),
         "passes_per_error_removal": (float(np.mean([p for _, p in events["error"]]))
                                      if events["error"] else None),
-        "removals_by_active_set_step": mem.solver_state.n_jumps,
-        "active_set_steps_left_to_the_path": mem.solver_state.n_jump_fallbacks,
+        "removals_by_active_set_step": mem.view.counters()["n_jumps"],
+        "active_set_steps_left_to_the_path": mem.view.counters()["n_jump_fallbacks"],
         # the trade standby columns make: removal latency against add-back (upkeep) time
         "add_back_median_ms": 1e3 * float(np.median(lat["add"])),
         "no_standby_remove_margin_median_ms": _ms_median(lat["plain_margin"]),

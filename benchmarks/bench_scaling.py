@@ -52,7 +52,7 @@ METRICS = ("add_mean_us", "add_median_us", "remove_median_ms", "readout_us",
 
 def state_bytes(mem: SVDDMemory) -> int:
     """Bytes of the numpy buffers the solver state holds."""
-    return sum(v.nbytes for v in vars(mem.solver_state).values() if isinstance(v, np.ndarray))
+    return mem.view.state_nbytes
 
 
 def run(stream: str, n: int, *, C: float, adds: int, removals: int, queries: int,
@@ -80,7 +80,7 @@ def run(stream: str, n: int, *, C: float, adds: int, removals: int, queries: int
         for _ in range(per):
             pool = mem.partition()["margin"] or mem.partition()["error"]
             tid = int(rng.choice(pool))
-            key = mem.solver_state.X[mem.solver_state.id_to_slot[tid]].copy()
+            key = mem.view.key_of(tid)
             t = time.perf_counter()
             mem.remove(tid)
             rm_t.append(time.perf_counter() - t)

@@ -56,6 +56,7 @@ from svattn.exact import SVDDMemory  # noqa: E402
 from svattn.exact.compiled import columns, linalg, reserve  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
 from svattn.exact.oracle import solve_svdd  # noqa: E402
+from svattn.exact.view import instrument  # noqa: E402
 
 D = 64
 G10, G1 = 1.0 / (10 * D), 1.0 / D
@@ -73,7 +74,7 @@ def keys(stream: str, n: int, seed: int) -> np.ndarray:
 
 def floor_time(mem: SVDDMemory, x: np.ndarray) -> float:
     """The floor of one add: the key's kernel row against the cached columns and its g."""
-    ss = mem.solver_state
+    ss = instrument(mem)
     row = np.empty((max(ss.chi, 1), 1))
     t = time.perf_counter()
     reserve.reserve_row(x, ss.XC, ss.ac, ss.chi, ss.mu, ss.gamma_value, True, row)
@@ -86,7 +87,7 @@ def removal_floor(mem: SVDDMemory) -> tuple[float, float]:
     compiled matvec a removal's segment uses: the end point's g for every token, which
     the certificate's KKT residual covers) and one Cholesky test of ``K_SS`` (the
     certificate's uniqueness claim). Returns ``(pass_s, cholesky_s)``."""
-    ss = mem.solver_state
+    ss = instrument(mem)
     nS, hi = ss.nS, ss.hi
     w, out = np.full(max(nS, 1), 1.0 / max(nS, 1)), np.zeros(hi)
     t = time.perf_counter()
@@ -128,7 +129,7 @@ def removals(mem: SVDDMemory, which: str, count: int, rng, oracle: int,
         if not pool:
             break
         tid = int(rng.choice(pool))
-        key = mem.solver_state.X[mem.solver_state.id_to_slot[tid]].copy()
+        key = mem.view.key_of(tid)
         floors.append(removal_floor(mem))
         t = time.perf_counter()
         cert = mem.remove(tid)

@@ -55,7 +55,6 @@ import piqp
 from svattn.exact import OperationError, SVDDMemory, compiled, reference, solver
 from svattn.exact import memory as memory_module
 from svattn.exact.audit import AuditLog, AuditLogError
-from svattn.exact.signing import tag_hashes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402
@@ -261,7 +260,7 @@ def run_stream(seed: int, tmp: Path, faults: Faults, stats: dict, n_ops: int) ->
             call = partial(mem.remove, tid)
         elif op == "erase":
             tag = f"subject-{int(rng.integers(6))}"
-            if not len(mem.solver_state.tagged_slots(tag_hashes([tag], 1, TAG_KEY)[0])):
+            if not mem.view.n_tagged(tag):
                 continue
             call = partial(mem.erase, tag)
         else:

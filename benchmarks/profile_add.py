@@ -82,7 +82,7 @@ def profile(stream: str, n: int, adds: int, seed: int) -> dict:
                for i, x in enumerate(X[n - adds:])]  # after the adds: apart from their timing
     grand = sum(t for rows in kinds.values() for t, _ in rows)
     us = 1e6
-    out: dict = {"stream": stream, "n": len(mem), "margin": mem.solver_state.nS,
+    out: dict = {"stream": stream, "n": len(mem), "margin": mem.view.n_margin,
                  "adds": adds, "mean_add_us": us * grand / adds,
                  "floor_kernel_row_us": us * float(np.median(floors)),
                  "floor_digests_us": us * float(np.median(digests)), "kinds": {}}

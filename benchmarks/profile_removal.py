@@ -40,7 +40,6 @@ from svattn.exact.state import SlotState  # noqa: E402
 def profile(n: int, removals: int, seed: int) -> dict:
     mem = SVDDMemory(0.01, gamma=G10)
     mem.extend(keys("redundant", n, seed))
-    ss = mem.solver_state
     acc: dict[str, list[float]] = collections.defaultdict(list)
     for name in ("set_sizes", "certificate_facts"):
         time_calls(solver, name, acc)
@@ -53,7 +52,7 @@ def profile(n: int, removals: int, seed: int) -> dict:
     per_removal: dict[str, list[float]] = collections.defaultdict(list)
     for _ in range(removals):
         tid = int(rng.choice(mem.partition()["margin"]))
-        key = ss.X[ss.id_to_slot[tid]].copy()
+        key = mem.view.key_of(tid)
         mark = {k: len(v) for k, v in acc.items()}
         t = time.perf_counter()
         mem.remove(tid)
@@ -66,7 +65,7 @@ def profile(n: int, removals: int, seed: int) -> dict:
     passes = [removal_floor(mem)[0] for _ in range(20)]
     us = 1e6
     parts = {k: us * float(np.median(v)) for k, v in per_removal.items()}
-    return {"n": len(mem), "margin": ss.nS, "removal_us": us * float(np.median(total)),
+    return {"n": len(mem), "margin": mem.view.n_margin, "removal_us": us * float(np.median(total)),
             "add_back_us": us * float(np.median(add_back)),
             "one_margin_pass_us": us * float(np.median(passes)), "parts_us": parts}
 

@@ -30,7 +30,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streams import clustered_outliers, redundant_stream  # noqa: E402
-from svattn.exact import SVDDMemory, compiled, reference  # noqa: E402
+from svattn.exact import SVDDMemory  # noqa: E402
 from svattn.exact.kernels import gram_matrix  # noqa: E402
 
 
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     with threadpool_limits(1):
         mem.extend(pool[: args.live])
-        print(f"  first {args.live} rows: {mem.ingest_path}, |S|={mem.solver_state.nS}",
+        print(f"  first {args.live} rows: {mem.ingest_path}, |S|={mem.view.n_margin}",
               flush=True)
         nxt = args.live
         worst, worst_at = 0.0, -1
@@ -79,13 +79,12 @@ def main(argv: list[str] | None = None) -> int:
                 n_rem_support += sup
             if op % args.check_every == 0:
                 # also from every cached column (not the kept error sum)
-                full_g = reference.g_exact(mem.solver_state)
-                r = max(mem.kkt_residual(), compiled.kkt(mem.solver_state, full_g))
+                r = max(mem.kkt_residual(), mem.view.kkt_residual_all_columns())
                 if r > worst:
                     worst, worst_at = r, op
             if (op + 1) % 10_000 == 0:
                 el = time.perf_counter() - t0
-                nS = mem.solver_state.nS
+                nS = mem.view.n_margin
                 print(f"  {op + 1:>7} ops  n={len(mem)}  |S|={nS}  max KKT {worst:.2e}  "
                       f"refact {mem.n_refactorizations}  resolves {mem.n_resolves}  "
                       f"cond1 {mem.health.cond1:.2e}  {el:.0f}s", flush=True)
@@ -105,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         mu_dev = abs(mem.mu - mu_r)
     h = mem.health
     print(f"ops: {args.ops} ({n_add} adds, {n_rem} removes, {n_rem_support} of support tokens); "
-          f"final n={len(mem)}, |S|={mem.solver_state.nS}, unique optimum: {mem.unique_optimum()}")
+          f"final n={len(mem)}, |S|={mem.view.n_margin}, unique optimum: {mem.unique_optimum()}")
     print(f"max KKT residual (g from every cached column, every {args.check_every} op): "
           f"{worst:.3e} "
           f"(at op {worst_at})")

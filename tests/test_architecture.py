@@ -163,3 +163,52 @@ def test_svddmemory_is_orchestration():
     cls = next(n for n in ast.parse(path.read_text()).body
                if isinstance(n, ast.ClassDef) and n.name == "SVDDMemory")
     assert cls.end_lineno - cls.lineno + 1 < 700
+
+
+# The solver state stays inside svattn.exact: its consumers (the estimator, the LM, the
+# benchmarks and scripts) read SVDDMemory's properties and its read-only ``view``
+# (svattn.exact.view.MemoryView). ``instrument`` hands the state to the benchmarks that
+# time the core's kernels or A/B a solver setting: those listed here, and only them.
+REPO = SRC.parents[1]
+INSTRUMENTED = {"benchmarks/ab_jumps.py", "benchmarks/bench_erase.py",
+                "benchmarks/bench_stream_speed.py"}
+
+
+def _state_readers(path: Path) -> list[str]:
+    """``x.solver_state`` (or ``getattr(x, "solver_state")``) and calls of
+    ``instrument``, in one source file, as ``"path:line: what"``."""
+    where = path.relative_to(REPO).as_posix()
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Attribute) and node.attr == "solver_state":
+            out.append(f"{where}:{node.lineno}: .solver_state")
+        elif isinstance(node, ast.Constant) and node.value == "solver_state":
+            out.append(f"{where}:{node.lineno}: 'solver_state'")
+        elif (isinstance(node, ast.Call) and where not in INSTRUMENTED
+              and getattr(node.func, "id", getattr(node.func, "attr", None)) == "instrument"):
+            out.append(f"{where}:{node.lineno}: instrument()")
+    return out
+
+
+def _outside_the_core() -> list[Path]:
+    roots = [REPO / "benchmarks", REPO / "scripts", SRC]
+    return sorted(p for r in roots if r.is_dir() for p in r.rglob("*.py")
+                  if (SRC / "exact") not in p.parents)
+
+
+def test_the_solver_state_is_read_only_inside_the_exact_core():
+    bad = [v for p in _outside_the_core() for v in _state_readers(p)]
+    assert not bad, ("the solver state read outside svattn.exact (use SVDDMemory.view):\n"
+                     + "\n".join(bad))
+
+
+def test_the_solver_state_check_sees_a_reader():
+    fake = SRC / "_probe_not_a_module.py"
+    fake.write_text("a = mem.solver_state.nS\nb = getattr(mem, 'solver_state')\n"
+                    "from svattn.exact.view import instrument\nc = instrument(mem)\n"
+                    "d = mem.view.n_margin\n")
+    try:
+        got = _state_readers(fake)
+    finally:
+        fake.unlink()
+    assert len(got) == 3, got

@@ -83,7 +83,6 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 from svattn.exact import DeletionCertificate, SVDDMemory
 from svattn.exact.kernels import KERNELS, LOG_MAX, KernelOverflowError
 from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, Verdict, judge
-from svattn.exact.solver import mu_interval
 
 
 @dataclass(frozen=True)
@@ -308,7 +307,7 @@ class SVDD(OutlierMixin, BaseEstimator):
                               ensure_min_samples=1)
             ids = self._matching_ids(X, self.memory_.ids)
         else:
-            ids = self._checked_indices(indices, self.memory_.solver_state.id_to_slot)
+            ids = self._checked_indices(indices, self.memory_.view)
         certs = self.memory_.remove_many(ids)
         self._refresh()
         return ForgetReceipt(indices=tuple(ids), certificates=tuple(certs),
@@ -344,27 +343,26 @@ class SVDD(OutlierMixin, BaseEstimator):
         ids = [int(i) for i in arr]
         if len(set(ids)) != len(ids):
             raise ValueError("indices lists a sample twice")
-        missing = [i for i in ids if i not in held]
+        missing = [i for i in ids if not held.holds(i)]
         if missing:
             raise ValueError(f"indices {missing[:5]} are not held (never given, or forgotten)")
         return ids
 
     # ------------------------------------------------------------- predict
     def _refresh(self) -> None:
-        """The fitted attributes from the solver state (after every change): the support
+        """The fitted attributes from the memory's view (after every change): the support
         only, in sample-index order, so a change costs O(support), not O(n)."""
         mem = self.memory_
-        ss = mem.solver_state
-        slots = ss.cached_support_slots()
-        slots = slots[np.argsort(ss.slot_id[slots], kind="stable")]
+        view = mem.view
+        ids, keys, alpha = view.support()
         C = self.C_
-        self.support_ = ss.slot_id[slots].astype(np.int64)
-        self.support_vectors_ = ss.X[slots].copy()
-        self.dual_coef_ = (ss.alpha[slots] / C)[None, :]
-        low, high = mu_interval(ss)  # one point unless the margin set is empty
+        self.support_ = ids
+        self.support_vectors_ = keys
+        self.dual_coef_ = (alpha / C)[None, :]
+        low, high = view.mu_interval()  # one point unless the margin set is empty
         mu = 0.5 * (low + high) if math.isfinite(low) else high
         self.offset_ = (1.0 - mu) / (2.0 * C)
-        self.n_support_ = np.array([len(slots)], dtype=np.int32)
+        self.n_support_ = np.array([len(ids)], dtype=np.int32)
         self.n_samples_ = len(mem)
         self.nu_ = 1.0 / (C * len(mem)) if len(mem) else math.inf
 
@@ -439,7 +437,7 @@ def verify_forget_receipt(model: SVDD, receipt: ForgetReceipt, *, retrain: bool 
         certs = []
     if list(receipt.indices) != [c.removed_id for c in certs]:
         reasons.append("indices: they are not the certificates' removed ids, in order")
-    held = [i for i in receipt.indices if i in mem.solver_state.id_to_slot]
+    held = [i for i in receipt.indices if mem.view.holds(i)]
     if held:
         reasons.append(f"indices: {held[:5]} are still held")
     for k, c in enumerate(certs[:-1]):

@@ -55,6 +55,7 @@ from svattn.exact.signing import signing_key as as_signing_key
 from svattn.exact.state import SchemaError, SlotState, check_parameters
 from svattn.exact.states import RESERVE, SET_NAMES
 from svattn.exact.validation import check_queries, check_rows, plain_row
+from svattn.exact.view import MemoryView
 
 BACKENDS = {"compiled": compiled, "reference": reference}
 
@@ -164,6 +165,8 @@ class SVDDMemory:
                                   doc="Bordered-inverse refactorizations so far.")
     n_resolves = property(lambda self: self._s.n_resolves,
                           doc="Batch re-solves after a degenerate incremental step.")
+    view = property(lambda self: MemoryView(self._s, self._tag_key),
+                    doc="Read-only ids, support, counters (:class:`.view.MemoryView`).")
 
     @property
     def ingest_path(self) -> str:
@@ -186,9 +189,8 @@ class SVDDMemory:
 
     @property
     def solver_state(self) -> SlotState:
-        """The solver state itself, for tests, benchmarks and persistence.
-
-        Read it freely; writing to it voids every guarantee of this class.
+        """The solver state itself, for :mod:`svattn.exact`, its tests and persistence;
+        consumers read :attr:`view`. Writing to it voids every guarantee of this class.
         """
         return self._s
 
@@ -572,30 +574,15 @@ class SVDDMemory:
     def __len__(self) -> int:
         return self._s.n
 
-    @property
-    def warm(self) -> bool:
-        """True while ``n·C < 1`` (warm-up convention: uniform alpha)."""
-        return self._s.warm
-
-    @property
-    def dim(self) -> int | None:
-        """Key dimension d (None before the first token)."""
-        return self._s.dim
-
-    @property
-    def ids(self) -> list[int]:
-        """Live token ids in insertion order."""
-        return [int(i) for i in self._s.slot_id[self._s.ordered_slots()]]
-
-    @property
-    def alpha(self) -> np.ndarray:
-        """Coefficients aligned with :attr:`ids` (float64 copy)."""
-        return self._s.alpha[self._s.ordered_slots()].copy()
-
-    @property
-    def keys(self) -> np.ndarray:
-        """Keys aligned with :attr:`ids`, shape (n, d)."""
-        return self._s.X[self._s.ordered_slots()].copy()
+    warm = property(lambda self: self._s.warm,
+                    doc="True while ``n·C < 1`` (warm-up convention: uniform alpha).")
+    dim = property(lambda self: self._s.dim, doc="Key dimension d (None before the first token).")
+    ids = property(lambda self: [int(i) for i in self._s.slot_id[self._s.ordered_slots()]],
+                   doc="Live token ids in insertion order.")
+    alpha = property(lambda self: self._s.alpha[self._s.ordered_slots()].copy(),
+                     doc="Coefficients aligned with :attr:`ids` (float64 copy).")
+    keys = property(lambda self: self._s.X[self._s.ordered_slots()].copy(),
+                    doc="Keys aligned with :attr:`ids`, shape (n, d).")
 
     @property
     def values(self) -> np.ndarray:
@@ -603,10 +590,8 @@ class SVDDMemory:
         ss = self._s
         return (ss.X if ss.value_is_key else ss.V)[ss.ordered_slots()].copy()
 
-    @property
-    def mu(self) -> float:
-        """Multiplier of ``sum(alpha) = 1`` (``R² − alpha^T K alpha``)."""
-        return float(self._s.mu)
+    mu = property(lambda self: float(self._s.mu),
+                  doc="Multiplier of ``sum(alpha) = 1`` (``R² − alpha^T K alpha``).")
 
     def partition(self) -> dict[str, list[int]]:
         """Ids of the margin, error and reserve sets (warm-up: all in margin)."""

@@ -364,11 +364,6 @@ class ForgetVerification:
         return "\n".join(lines + [f"  - {r}" for r in self.reasons])
 
 
-def _live_commitments(mem) -> set[str]:
-    ss = mem.solver_state
-    return {ss.commitments[s].tobytes().hex() for s in ss.ordered_slots()}
-
-
 def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
                   public_key=None) -> ForgetVerification:
     """Check ``stream`` (after a forget, saved and loaded, or later: more feeds and
@@ -546,7 +541,7 @@ def _check_certificates(stream, receipt: ModelErasureReceipt, reasons: list[str]
             reasons.append(f"{where}: {len(certs)} span certificates and "
                            f"{entry['span_released']} released span tokens, but its rewind "
                            f"[{first}, {end}) removed {removed_span} span tokens")
-        live = _live_commitments(mem)
+        live = mem.view.live_commitments()
         for c in certs:
             n_certs += 1
             cert = DeletionCertificate(**c)
