@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
             total.update(line.encode())
     if args.out is not None:
         args.out.write_text("\n".join(lines) + "\n")
-    print(f"{args.backend}: {args.ops} ops, n={len(mem)}, |S|={mem.solver_state.nS}, "
+    print(f"{args.backend}: {args.ops} ops, n={len(mem)}, |S|={mem.view.n_margin}, "
           f"refactorizations {mem.n_refactorizations}, health checks {mem.health.n_checks}, "
           f"trace {total.hexdigest()}")
     return 0

@@ -804,8 +804,8 @@ class LMStream:
                     st.mems = [_load_memory(folder, m) for m in lay["memories"]]
                     for hd, (mem, want) in enumerate(zip(st.mems, fresh, strict=True)):
                         # a memory of other dimensions would fail a later replay midway
-                        if (mem.C, mem.kernel, mem.solver_state.gamma) != (
-                                want.C, want.kernel, want.solver_state.gamma) or mem.dim not in (
+                        if (mem.C, mem.kernel, mem.gamma) != (
+                                want.C, want.kernel, want.gamma) or mem.dim not in (
                                 None, Dh) or (len(mem) and mem.values.shape[1] != Dh):
                             raise ValueError(f"layer {li} head {hd}: the memory's parameters "
                                              "or dimensions are not this model's")
