@@ -51,7 +51,7 @@ def erase_costs(stays: int, C: float) -> dict:
     keys, stay = data.keys[order], data.stay_id[order]
     key, tag_key = generate_key(), b"bench-erase-tag-key-0123456789ab"
     tags = [f"stay-{s}" for s in stay]
-    mem = SVDDMemory(C=C, tag_key=tag_key)
+    mem = SVDDMemory(C=C, tag_key=tag_key, signing_key=key)  # its certificates signed
     mem.extend(keys, tags=tags)
     chosen = [s for s in np.unique(stay) if (stay == s).sum() >= 10][:stays]
     rows = []
@@ -60,8 +60,8 @@ def erase_costs(stays: int, C: float) -> dict:
         mem.save(state)
         for s in chosen:
             ids = [int(i) for i in np.flatnonzero(stay == s)]
-            a = SVDDMemory.load(state, tag_key=tag_key)
-            b = SVDDMemory.load(state, tag_key=tag_key)
+            a = SVDDMemory.load(state, tag_key=tag_key, signing_key=key)
+            b = SVDDMemory.load(state, tag_key=tag_key, signing_key=key)
             def by_one(a=a, ids=ids) -> float:
                 t0 = time.perf_counter()
                 for t in ids:
