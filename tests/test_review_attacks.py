@@ -299,15 +299,9 @@ if __name__ == "__main__":  # pragma: no cover
 # after the span renumbered to fed positions 14..43, n_fed 44, [10, 14) listed as
 # forgotten and the honest forget log copied; saved (digest and checksum recomputed)
 # and loaded. Every load check holds (the positions and spans partition [0, n_fed)),
-# and verify_forget, checking later, says VERIFIED (exit 0) over a stream that holds
-# the very bytes the receipt says were forgotten.
-@pytest.mark.xfail(strict=True, reason=(
-    "design: the stream's forget log records forgets only, not feeds; checked later, "
-    "verify_forget accepts any present state that lists fed_span as forgotten and "
-    "equals a fresh stream of its own text, so bytes renumbered over the span (or the "
-    "span fed again) pass. Binding needs the log to attest the feeds since the forget "
-    "(as the memories' audit log attests adds) without keeping a hash of the forgotten "
-    "bytes; until then 'checked later' should say the feeds since are unchecked"))
+# and verify_forget, checking later, said VERIFIED (exit 0) over a stream that holds
+# the very bytes the receipt says were forgotten. The forget log attests forgets, not
+# feeds: checked later, the verdict now says that claim is unchecked (exit 3).
 def test_a_forged_later_stream_holding_the_span_is_not_verified(forgot, tmp_path):
     model = forgot[0]
     text = text_of(40)

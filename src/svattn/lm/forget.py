@@ -80,6 +80,11 @@ def chained_digest(state: str, head: str | None) -> str:
                                           "state": state, "forget_log": head})).hexdigest()
 
 
+#: The claim only the state right after the forget checks: checked later, the log does
+#: not attest what was fed since, so a stream fed the span again is not caught.
+REFED = "nothing fed since the forget holds the forgotten span"
+
+
 @dataclass(frozen=True)
 class ModelErasureReceipt:
     """What :meth:`LMStream.forget` did, and the state it left.
@@ -140,7 +145,10 @@ class ModelErasureReceipt:
         "signature": (SIGNATURE,),
     }
     CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "the stream equals a fresh stream of its text": (RESTREAM,)}
+        "the stream equals a fresh stream of its text": (RESTREAM,),
+        # checked later (the stream moved on) the forget log attests the forgets, not the
+        # feeds since: bytes fed again after the forget are not caught, so then unchecked
+        REFED: (STATE,)}
 
     model_digest: str
     fed_span: list[int]
@@ -446,7 +454,8 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
         digest_matches=content_ok and (later or receipt.state_digest == stream.digest()),
         max_logit_deviation=dev, max_readout_deviation=rdev, n_certificates=n_certs,
         n_positions=len(stream), logged_at=at, later=later, signed=signed,
-        verdict=judge(receipt, ran, reasons, blame=_CLAIMED))
+        verdict=judge(receipt, ran, reasons, blame=_CLAIMED,
+                      partial={REFED: (STATE,)} if later else None))
 
 
 def _worst(*devs: float) -> float:
