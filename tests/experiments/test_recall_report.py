@@ -292,3 +292,25 @@ def _ctx_again(root: Path) -> Context:
     out.mkdir()
     return Context(out=out, quick=False, seed=0, data_dir=None, command="svattn reproduce",
                    repo_root=root)
+
+
+def test_the_exact_memorys_support_is_reported_from_the_compaction_study(tmp_path: Path):
+    _write(tmp_path, [_rec("mqar", "sliding", 0, 0.5)])
+    _write_selection(tmp_path, [_sel_rec("hybrid_sv", s, 0.9, C=0.25, data_mass=0.6)
+                                for s in range(2)])
+    summary = {"held": 100, "compactable": 88, "max_readout_change": 0.0,
+               "support_per_memory": 12.5, "distinct_support_keys_per_memory": 12.0,
+               "forget_selected_data_token_median_s": 0.1,
+               "forget_never_selected_filler_median_s": 0.2}
+    (tmp_path / "results" / "selection_compaction.json").write_text(json.dumps(
+        {"command": "python benchmarks/selection_compaction.py", "model": "m/cell.safetensors",
+         "summary": summary, "sequences": [{}, {}]}))
+    res = run(_ctx(tmp_path))
+    claim = next(c for c in res.claims if "of the exact memory" in c.claim)
+    assert claim.verdict == "reproduced" and "12.5 tokens" in claim.ours and "88%" in claim.ours
+    summary["support_per_memory"] = 30.0
+    (tmp_path / "results" / "selection_compaction.json").write_text(json.dumps(
+        {"command": "c", "model": "m/cell.safetensors", "summary": summary,
+         "sequences": [{}]}))
+    res = run(_ctx_again(tmp_path))
+    assert next(c for c in res.claims if "of the exact memory" in c.claim).verdict == "differs"
