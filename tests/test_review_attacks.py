@@ -502,12 +502,9 @@ def test_deeply_nested_json_in_files_is_refused(forgot, certificate, tmp_path):
 
 # attack: a signing stream saved and loaded: LMStream.load takes no signing key and the
 # folder records none, so every later forget issues an unsigned receipt (verify-forget
-# --public-key then says FAILED: "not signed"), and nothing can refuse a wrong key as
-# SVDDMemory.load does (#35 item 9)
-@pytest.mark.xfail(strict=True, reason=(
-    "gap: LMStream.load has no signing_key (TypeError) and the manifest records no "
-    "signer key id: a loaded stream cannot keep signing its receipts, nor refuse "
-    "another controller's key"))
+# --public-key then says FAILED: "not signed"), and nothing could refuse a wrong key as
+# SVDDMemory.load does (#35 item 9). Now the manifest records the signer's fingerprint
+# and LMStream.load(..., signing_key=) refuses another controller's key
 def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
     from svattn.exact.signing import generate_key
 
@@ -521,6 +518,9 @@ def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
     t = LMStream.load(tmp_path / "st", model, signing_key=key)
     receipt = t.forget(20, 22)
     assert verify_forget(t, receipt, public_key=key.public_key()).status == "VERIFIED"
+    t.save(tmp_path / "st")  # the fingerprint is kept across saves
+    assert LMStream.load(tmp_path / "st", model, signing_key=key)._signing_key is not None
+    assert LMStream.load(tmp_path / "st", model)._signing_key is None  # reads unsigned
 
 
 # attack: after an honest forget, a reserve token (alpha 0) of each layer's first memory

@@ -719,6 +719,8 @@ class LMStream:
                         "snapshot_every": self.snapshot_every, "n_fed": self.n_fed,
                         "forgotten": [list(x) for x in self.forgotten],
                         "forget_log": self.forget_log, "digest": self.digest(),
+                        "signer": None if self._signing_key is None else fingerprint(
+                            self._signing_key.public_key()),
                         "arrays": {"file": aname, "sha256": sha256_hex(data)},
                         "layers": layers, "pending": [],
                         "superseded": sorted((set(old_files) | leftovers) - set(new_files))}
@@ -729,8 +731,14 @@ class LMStream:
             return sha256_hex(body)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str], model: nn.Module) -> LMStream:
+    def load(cls, path: str | os.PathLike[str], model: nn.Module, *,
+             signing_key=None) -> LMStream:
         """Load a stream saved by :meth:`save` for ``model`` (bit-exact continuation).
+
+        ``signing_key`` (Ed25519 private key or path): the controller's key, so that the
+        loaded stream goes on signing its receipts. It must be the key the stream was
+        saved with (the manifest records its fingerprint): another controller's key is
+        refused. Without it the stream loads, and its receipts are unsigned.
 
         First finishes what an interrupted save left (under the folder's lock, waiting
         up to :data:`LOAD_WAIT` seconds for a live save): the files it names as pending
@@ -762,7 +770,15 @@ class LMStream:
             if "arrays" not in man:
                 raise StreamStateError(f"{folder}: the first save into this folder was "
                                        "interrupted: it holds no stream")
-            return cls._from_manifest(folder, man, model)
+            key = None if signing_key is None else as_signing_key(signing_key)
+            if key is not None and man.get("signer") != fingerprint(key.public_key()):
+                raise StreamStateError(
+                    f"{folder}: signing_key is not the key this stream was saved with "
+                    f"(saved by {str(man.get('signer'))[:16]}…, given "
+                    f"{fingerprint(key.public_key())[:16]}…): another controller's key")
+            s = cls._from_manifest(folder, man, model)
+            s._signing_key = key
+            return s
 
     @classmethod
     def _from_manifest(cls, folder: Path, man: dict, model: nn.Module) -> LMStream:
