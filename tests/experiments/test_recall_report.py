@@ -274,6 +274,8 @@ def test_selection_is_read_by_weight_and_by_distinct_key(tmp_path: Path):
     assert "13.0 distinct keys" in support.ours and "40.0 by count" in support.ours
     sel = next(c for c in res.claims if c.claim.startswith("… the trained memory selects"))
     assert sel.verdict == "reproduced" and "mass 0.850" in sel.ours, sel
+    recall = next(c for c in res.claims if c.claim.startswith("… SV recall at T = 128 with"))
+    assert "best of 2 boxes" in recall.claim and recall.verdict == "reproduced", recall
     assert "recall_selection.png" in res.figures
     table = next(t for t in res.tables if "looser box" in t)
     assert "1/4" in table and "1/16" in table and "window (matched)" in table
