@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
+from script_helpers import load_script
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _module(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.slow  # ~2 s idle (matplotlib, five panels), more on a loaded machine
 def test_replot_from_the_record_has_a_title_and_exponents(tmp_path, monkeypatch):
-    bench = _module(REPO / "benchmarks" / "bench_scaling.py")
+    bench = load_script("benchmarks/bench_scaling.py")
     drawn = []
     real = bench.plot
     monkeypatch.setattr(bench, "plot", lambda *a, **k: drawn.append(real(*a, **k)))

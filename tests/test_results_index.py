@@ -3,7 +3,6 @@ the README's headline table quotes is in the record its row links to."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import re
@@ -11,15 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from script_helpers import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("results_index",
-                                                  ROOT / "scripts" / "results_index.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("scripts/results_index.py")
 
 
 # ------------------------------------------------------------------ the index

@@ -3,24 +3,16 @@ by the full runs (results/trust/, the commands inside)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
+
+from script_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _module(path: Path):
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def test_fuzz_campaign_runs_and_finds_nothing_on_a_small_campaign(tmp_path):
-    fuzz = _module(REPO / "benchmarks" / "fuzz_campaign.py")
+    fuzz = load_script("benchmarks/fuzz_campaign.py")
     out = tmp_path / "fuzz.json"
     assert fuzz.main(["--streams", "6", "--ops", "8", "--kills", "1", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
@@ -39,7 +31,7 @@ def test_fuzz_campaign_runs_and_finds_nothing_on_a_small_campaign(tmp_path):
 def test_the_fuzz_reference_is_exact_and_its_kkt_check_catches_a_wrong_alpha():
     import numpy as np
 
-    fuzz = _module(REPO / "benchmarks" / "fuzz_campaign.py")
+    fuzz = load_script("benchmarks/fuzz_campaign.py")
     from svattn.exact import solve_svdd
 
     x = np.random.default_rng(0).normal(size=(60, 3))
@@ -55,7 +47,7 @@ def test_the_fuzz_reference_is_exact_and_its_kkt_check_catches_a_wrong_alpha():
 
 
 def test_trust_report_writes_every_section(tmp_path):
-    report = _module(REPO / "scripts" / "trust_report.py")
+    report = load_script("scripts/trust_report.py")
     for name in ("fuzz_campaign.json", "tamper_matrix.json", "erase_cost.json"):
         src = REPO / "results" / "trust" / name
         if src.exists():

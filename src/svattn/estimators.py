@@ -82,7 +82,7 @@ from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.exact import DeletionCertificate, SVDDMemory
 from svattn.exact.kernels import KERNELS, LOG_MAX, KernelOverflowError
-from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, Verdict, judge
+from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, HasVerdict, Verdict, judge
 
 
 @dataclass(frozen=True)
@@ -401,18 +401,13 @@ class SVDD(OutlierMixin, BaseEstimator):
 
 
 @dataclass(frozen=True)
-class ForgetReceiptVerification:
+class ForgetReceiptVerification(HasVerdict):
     """Result of :func:`verify_forget_receipt`: ``ok`` (nothing failed), the failures,
     and the :class:`~svattn.exact.receipts.Verdict` on the receipt's fields."""
 
     ok: bool
     reasons: tuple[str, ...]
     verdict: Verdict
-
-    @property
-    def status(self) -> str:
-        """``"VERIFIED"``, ``"UNCHECKED"`` or ``"FAILED"``."""
-        return self.verdict.status
 
 
 def verify_forget_receipt(model: SVDD, receipt: ForgetReceipt, *, retrain: bool = True,

@@ -311,12 +311,9 @@ def test_box_axis_and_kept_weights(tmp_path: Path):
         torch.save({"x": 1}, tmp_path / "bad.safetensors")
         load_cell_model(tmp_path / "bad.safetensors")
     # the compaction study runs on a kept cell (benchmarks/selection_compaction.py)
-    import importlib.util
+    from script_helpers import load_script
 
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "selection_compaction.py"
-    spec = importlib.util.spec_from_file_location("selection_compaction", path)
-    study = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(study)
+    study = load_script("benchmarks/selection_compaction.py")
     row = study.measure_sequence(model, data.test_inputs[0].tolist(),
                                  data.test_roles[0].tolist())
     assert row["memories"] and all(m["readout_change"] == 0.0 for m in row["memories"])

@@ -122,6 +122,29 @@ def remove_leftovers(path: Path, *, locked: bool = False) -> list[Path]:
             os.close(lock)
 
 
+def zero_file(path: Path, size: int) -> None:
+    """Overwrite the first ``size`` bytes of the regular file ``path`` with zeros, in
+    pieces, and fsync it (never following a symlink): what a file holding key data gets
+    before it is deleted.
+
+    Raises
+    ------
+    OSError
+        If it cannot be opened, written in full or synced.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    try:
+        left, zeros = size, b"\0" * (1 << 20)
+        while left > 0:
+            k = os.write(fd, zeros[: min(left, len(zeros))])
+            if k <= 0:
+                raise OSError(f"short write zeroing {path}")
+            left -= k
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
     removed = []
     try:
@@ -136,17 +159,7 @@ def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
             if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
                     or info.st_uid != os.getuid():
                 continue
-            fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
-            try:  # overwrite first, in pieces (the bytes are key data)
-                left, zeros = info.st_size, b"\0" * (1 << 20)
-                while left > 0:
-                    k = os.write(fd, zeros[: min(left, len(zeros))])
-                    if k <= 0:
-                        raise OSError(f"short write zeroing {p}")
-                    left -= k
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            zero_file(p, info.st_size)  # overwrite first (the bytes are key data)
             p.unlink()
             removed.append(p)
         except OSError:
@@ -340,7 +353,7 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
            "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
            "read_metadata", "read_state", "remove_leftovers", "serialize", "sha256_hex",
-           "state_file_bytes", "write_atomic", "check_loaded_state"]
+           "state_file_bytes", "write_atomic", "check_loaded_state", "zero_file"]
 
 
 def check_loaded_state(ss, be, health, t: dict[str, np.ndarray], meta: dict, where: str, *,

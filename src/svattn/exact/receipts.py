@@ -108,6 +108,32 @@ class Verdict:
         return "VERIFIED"
 
 
+class HasVerdict:
+    """What a verification result (``ok``: nothing failed; ``verdict``: the
+    :class:`Verdict` on the receipt's fields, or None) says as one word and one exit
+    status. Mixed into each verifier's result class."""
+
+    ok: bool
+    verdict: Verdict | None
+
+    @property
+    def status(self) -> str:
+        """``"VERIFIED"`` (every field checked and passed), ``"UNCHECKED"`` (nothing
+        failed, a field unchecked) or ``"FAILED"``."""
+        return self.verdict.status if self.verdict is not None else (
+            VERIFIED if self.ok else FAILED)
+
+    @property
+    def exit_status(self) -> int:
+        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED): a verifying command's exit status."""
+        return EXIT_STATUS[self.status]
+
+    @property
+    def complete(self) -> bool:
+        """Every field checked, and nothing failed."""
+        return self.status == VERIFIED
+
+
 def field_of(reason: str, names: Iterable[str]) -> str | None:
     """The field a failure names: ``reason`` starts with it and ``:`` or a space."""
     for name in sorted(names, key=len, reverse=True):
@@ -233,6 +259,6 @@ def checks_table(kinds: Iterable[type]) -> str:
 
 
 __all__ = ["CHECK_NAMES", "EXIT_STATUS", "FAILED", "FORM", "LOG", "RESOLVE", "RESTREAM",
-           "SIGNATURE", "STATE", "UNCHECKED", "VERIFIED", "Verdict", "WHAT_RUNS",
+           "SIGNATURE", "STATE", "UNCHECKED", "VERIFIED", "HasVerdict", "Verdict", "WHAT_RUNS",
            "checks_table", "declaration", "declaration_errors", "edited_values", "field_of",
            "judge", "tamper_outcome"]

@@ -24,12 +24,12 @@ from svattn.exact.logcheck import added_tokens, matches_the_log, verify_log
 from svattn.exact.memory import SVDDMemory
 from svattn.exact.oracle import partition as oracle_partition
 from svattn.exact.oracle import solve_svdd
-from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, Verdict, judge
+from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, HasVerdict, Verdict, judge
 from svattn.exact.signing import load_public_key, signature_errors
 
 
 @dataclass(frozen=True)
-class DeletionVerification:
+class DeletionVerification(HasVerdict):
     """Result of :func:`verify_deletion`.
 
     ``ok`` is True only when the certificate is well-formed, its parameters are
@@ -71,22 +71,6 @@ class DeletionVerification:
     issued_at_record: int | None = None
     reasons: tuple[str, ...] = ()
     verdict: Verdict | None = None
-
-    @property
-    def status(self) -> str:
-        """``"VERIFIED"`` (every field checked and passed), ``"UNCHECKED"`` or ``"FAILED"``."""
-        return self.verdict.status if self.verdict is not None else (
-            "VERIFIED" if self.ok else "FAILED")
-
-    @property
-    def exit_status(self) -> int:
-        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED): a verifying command's exit status."""
-        return {"VERIFIED": 0, "FAILED": 1, "UNCHECKED": 3}[self.status]
-
-    @property
-    def complete(self) -> bool:
-        """Every field checked, and nothing failed."""
-        return self.status == "VERIFIED"
 
     def summary(self) -> str:
         """One line for people."""
@@ -328,7 +312,7 @@ _CLAIMED = {"decision function differs": _EXACT, "partition differs": _EXACT,
 
 
 @dataclass(frozen=True)
-class ErasureVerification:
+class ErasureVerification(HasVerdict):
     """Result of :func:`verify_erasure`: ``ok`` (nothing failed), every failed check
     named, each certificate's own verification, and the :class:`Verdict` on the
     receipt's fields (``status``: VERIFIED only when every field was checked)."""
@@ -341,17 +325,6 @@ class ErasureVerification:
     removals: tuple[DeletionVerification, ...] = ()
     logged: bool | None = None
     verdict: Verdict | None = None
-
-    @property
-    def status(self) -> str:
-        """``"VERIFIED"`` (every field checked and passed), ``"UNCHECKED"`` or ``"FAILED"``."""
-        return self.verdict.status if self.verdict is not None else (
-            "VERIFIED" if self.ok else "FAILED")
-
-    @property
-    def exit_status(self) -> int:
-        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED)."""
-        return {"VERIFIED": 0, "FAILED": 1, "UNCHECKED": 3}[self.status]
 
     def summary(self) -> str:
         """One line for people."""

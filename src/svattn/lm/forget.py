@@ -49,7 +49,7 @@ from svattn.exact.certificate import (
     no_duplicate_keys,
     signer_errors,
 )
-from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, Verdict, judge
+from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, HasVerdict, Verdict, judge
 from svattn.exact.signing import load_public_key, signature_errors
 
 __all__ = ["ModelErasureReceipt", "ForgetVerification", "verify_forget", "forget_entry_hash"]
@@ -325,7 +325,7 @@ class ModelErasureReceipt:
 
 
 @dataclass
-class ForgetVerification:
+class ForgetVerification(HasVerdict):
     """Outcome of :func:`verify_forget`: ``ok`` (nothing failed), every check's numbers
     and the :class:`~svattn.exact.receipts.Verdict` on the receipt's fields (``status``
     is VERIFIED only when every field was checked and passed)."""
@@ -341,17 +341,6 @@ class ForgetVerification:
     later: bool = False
     signed: bool | None = None
     verdict: Verdict | None = None
-
-    @property
-    def status(self) -> str:
-        """``"VERIFIED"``, ``"UNCHECKED"`` (nothing failed, a field unchecked) or ``"FAILED"``."""
-        return self.verdict.status if self.verdict is not None else (
-            "VERIFIED" if self.ok else "FAILED")
-
-    @property
-    def exit_status(self) -> int:
-        """0 (VERIFIED), 1 (FAILED) or 3 (UNCHECKED)."""
-        return {"VERIFIED": 0, "FAILED": 1, "UNCHECKED": 3}[self.status]
 
     def summary(self) -> str:
         where = ("" if self.logged_at is None else

@@ -56,7 +56,7 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from svattn.exact import SVDDMemory
-from svattn.exact.fileformat import sha256_hex, write_atomic
+from svattn.exact.fileformat import sha256_hex, write_atomic, zero_file
 from svattn.exact.signing import fingerprint, sign
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.lm.forget import ModelErasureReceipt, chained_digest, forget_entry_hash
@@ -1051,17 +1051,7 @@ def _remove_named(folder: Path, names: list[str]) -> list[str]:
             continue
         try:
             if stat.S_ISREG(info.st_mode) and info.st_nlink == 1 and info.st_uid == os.getuid():
-                fd = os.open(p, os.O_WRONLY | os.O_NOFOLLOW)
-                try:
-                    left, zeros = info.st_size, b"\0" * (1 << 20)
-                    while left > 0:
-                        k = os.write(fd, zeros[: min(left, len(zeros))])
-                        if k <= 0:
-                            raise OSError(f"short write zeroing {p}")
-                        left -= k
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
+                zero_file(p, info.st_size)
             os.unlink(p)
         except OSError:
             failed.append(name)
