@@ -73,17 +73,18 @@ def measure_sequence(model, seq: list[int], roles: list[int]) -> dict:
             for t in toks:
                 r = ROLE_NAMES.get(roles[pos_of[t]], "?")
                 by_role[name][r] = by_role[name].get(r, 0) + 1
+        keys = mem.keys  # (n, D), aligned with mem.ids (a copy: read once)
+        row_of = {t: i for i, t in enumerate(mem.ids)}
         twin = mem.copy()
-        q = np.asarray(mem.keys[: min(8, len(mem))])  # probe queries: held keys
+        q = keys[: min(8, len(mem))]  # probe queries: held keys
         before = twin.readout(q)
         dropped = twin.compact()
         after = twin.readout(q)
-        width = mem.keys.shape[1] + mem.values.shape[1]
+        width = keys.shape[1] + mem.values.shape[1]
         mems.append({"layer": li, "head": hd, "held": len(mem), "reserve": len(reserve),
                      "margin": len(part["margin"]), "error": len(part["error"]),
-                     "distinct_keys": _distinct(np.asarray(mem.keys)),
-                     "distinct_support_keys": _distinct(np.asarray(
-                         mem.keys)[[mem.ids.index(t) for t in support]]) if support else 0,
+                     "distinct_keys": _distinct(keys),
+                     "distinct_support_keys": _distinct(keys[[row_of[t] for t in support]]),
                      "roles": by_role, "compacted": len(dropped),
                      "bytes_before": 8 * width * len(mem), "bytes_after": 8 * width * len(twin),
                      "readout_change": float(np.max(np.abs(after - before))) if len(q) else 0.0})

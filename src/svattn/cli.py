@@ -193,19 +193,27 @@ def _audit_run(args: argparse.Namespace) -> int:
 # ------------------------------------------------------------- verify-deletion
 
 
-def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
+def _state_receipt_arguments(parser: argparse.ArgumentParser, receipt: str, what: str,
+                             log: str, signed: str) -> None:
+    """The arguments verify-deletion and verify-erasure share: STATE, the receipt, --tol,
+    --seed, --log and --public-key (``log``, ``signed``: what each then requires)."""
     parser.add_argument("state", type=Path, metavar="STATE", help="the saved memory state")
-    parser.add_argument("certificate", type=Path, metavar="CERTIFICATE",
-                        help="a deletion certificate (JSON, DeletionCertificate.to_json)")
+    parser.add_argument(receipt.lower(), type=Path, metavar=receipt, help=what)
     parser.add_argument("--tol", type=_positive_float, default=1e-8,
                         help="tolerance on alpha, decision function and readout (default: 1e-8)")
     parser.add_argument("--seed", type=int, default=0, help="draws the probe points (default: 0)")
     parser.add_argument("--log", type=Path, metavar="LOG", default=None,
-                        help="the memory's audit log: it must verify and record exactly this "
-                             "certificate and the add of its token (catches an edited commitment)")
+                        help=f"the memory's audit log: {log}")
     parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
                         help="the controller's Ed25519 public key (svattn keygen): the "
-                             "certificate must carry its valid signature")
+                             f"{signed}")
+
+
+def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
+    _state_receipt_arguments(
+        parser, "CERTIFICATE", "a deletion certificate (JSON, DeletionCertificate.to_json)",
+        "it must verify and record exactly this certificate and the add of its token "
+        "(catches an edited commitment)", "certificate must carry its valid signature")
     parser.add_argument("--commit-key", type=Path, metavar="FILE", default=None,
                         help="the commitment key (hex), or the controller's private key: "
                              "every live token is re-committed to find copies of the "
@@ -278,18 +286,10 @@ def _print_verdict(verdict) -> None:
 
 
 def _verify_erasure_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("state", type=Path, metavar="STATE", help="the saved memory state")
-    parser.add_argument("receipt", type=Path, metavar="RECEIPT",
-                        help="an erasure receipt (JSON, ErasureReceipt.to_json)")
-    parser.add_argument("--tol", type=_positive_float, default=1e-8,
-                        help="tolerance on alpha, decision function and readout (default: 1e-8)")
-    parser.add_argument("--seed", type=int, default=0, help="draws the probe points (default: 0)")
-    parser.add_argument("--log", type=Path, metavar="LOG", default=None,
-                        help="the memory's audit log: the receipt must be its erase record, "
-                             "and every certificate its removal records")
-    parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
-                        help="the controller's Ed25519 public key (svattn keygen): the "
-                             "receipt and its certificates must carry its valid signatures")
+    _state_receipt_arguments(
+        parser, "RECEIPT", "an erasure receipt (JSON, ErasureReceipt.to_json)",
+        "the receipt must be its erase record, and every certificate its removal records",
+        "receipt and its certificates must carry its valid signatures")
 
 
 def _verify_erasure_run(args: argparse.Namespace) -> int:
