@@ -18,7 +18,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -e ".[dev]"
-	$(BIN)/python -m svattn.exact.warmup  # compile once here, never inside a timing
+	$(BIN)/python -m svattn.exact.compile_kernels  # compile once here, never inside a timing
 	touch $@
 
 setup: $(BIN)/.installed

@@ -1,5 +1,5 @@
 """A/B in one process: removals whose uniqueness test updates the factor the last
-removal kept (``svattn.exact.gram.KeptFactor``) against removals that compute the test
+removal kept (``svattn.exact.core.gram.KeptFactor``) against removals that compute the test
 whole, on twin memories in the same state (the "fresh" twin's calls run with
 ``compiled.FACTOR_KEPT_FROM`` set out of reach).
 
@@ -27,7 +27,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import svattn.exact.compiled as backend  # noqa: E402
+import svattn.exact.backends.compiled as backend  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import CASES, D, keys, warm_up  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402

@@ -28,9 +28,9 @@ import numpy as np
 
 from svattn.data.icu import default_slice_path, load_mimic3_vitals
 from svattn.exact import SVDDMemory
-from svattn.exact.rollback import checkpoint
-from svattn.exact.signing import generate_key, sign, signature_errors
-from svattn.exact.verify import verify_erasure
+from svattn.exact.auditor.verify import verify_erasure
+from svattn.exact.operations.rollback import checkpoint
+from svattn.exact.records.signing import generate_key, sign, signature_errors
 from svattn.exact.view import instrument
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import write_record  # noqa: E402
 from streams import redundant_stream  # noqa: E402
 from svattn import SVDD  # noqa: E402
-from svattn.exact.kernels import gram_matrix  # noqa: E402
+from svattn.exact.core.kernels import gram_matrix  # noqa: E402
 from svattn.exact.oracle import solve_svdd  # noqa: E402
 
 

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from baselines import sklearn_retrain_seconds  # noqa: E402
 from streams import gaussian_stream, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
-from svattn.exact.kernels import gram_matrix  # noqa: E402
+from svattn.exact.core.kernels import gram_matrix  # noqa: E402
 from svattn.exact.oracle import solve_svdd  # noqa: E402
 
 

@@ -36,7 +36,7 @@ import numba
 t2 = time.perf_counter()
 import svattn.exact as E
 t3 = time.perf_counter()
-from svattn.exact.compiled import reserve
+from svattn.exact.backends.compiled import reserve
 reserve.sq_norm(np.zeros(1))
 t4 = time.perf_counter()
 x = np.random.default_rng(0).normal(size=(200, 64))

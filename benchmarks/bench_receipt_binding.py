@@ -39,7 +39,7 @@ def binding_parts(stream, receipt, public) -> dict[str, float]:
     besides the re-stream: the receipt body's hash, the stream's state part and digest
     (computed about twice each per forget and per verification), the receipt's field
     checks and, when signed, the signature's check."""
-    from svattn.exact.signing import signature_errors
+    from svattn.exact.records.signing import signature_errors
 
     def ms(fn) -> float:
         out = []
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.sign:
         if "signing_key" not in inspect.signature(model.stream).parameters:
             raise SystemExit("--sign: this tree's CharLM.stream takes no signing_key")
-        from svattn.exact.signing import generate_key
+        from svattn.exact.records.signing import generate_key
 
         key = generate_key()
         kwargs, public = {"signing_key": key}, key.public_key()

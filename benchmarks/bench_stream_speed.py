@@ -11,7 +11,7 @@ For each case (stream, n, C, gamma), d = 64, rbf gamma = 1/(10·d) (and one case
   removals are timed; one public call per add, and beside each
   add, in alternation, its *floor*: the same key's kernel row against the memory's
   cached columns (margin, error and standby tokens) and its g, one compiled call
-  (``svattn.exact.compiled.reserve.reserve_row``) — the least an add can compute to
+  (``svattn.exact.backends.compiled.reserve.reserve_row``) — the least an add can compute to
   know where the token lands. Reported: tokens/s, mean and median per add and per
   floor, and the ratios (mean/mean: the stream's cost, drives and standby refreshes
   included; median/median: the typical add, a reserve add);
@@ -53,8 +53,8 @@ from baselines import sklearn_retrain_seconds  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from streams import gaussian_stream, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
-from svattn.exact.compiled import columns, linalg, reserve  # noqa: E402
-from svattn.exact.kernels import gram_matrix  # noqa: E402
+from svattn.exact.backends.compiled import columns, linalg, reserve  # noqa: E402
+from svattn.exact.core.kernels import gram_matrix  # noqa: E402
 from svattn.exact.oracle import solve_svdd  # noqa: E402
 from svattn.exact.view import instrument  # noqa: E402
 

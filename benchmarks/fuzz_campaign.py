@@ -52,9 +52,11 @@ from pathlib import Path
 import numpy as np
 import piqp
 
-from svattn.exact import OperationError, SVDDMemory, compiled, reference, solver
+from svattn.exact import OperationError, SVDDMemory
 from svattn.exact import memory as memory_module
-from svattn.exact.audit import AuditLog, AuditLogError
+from svattn.exact.backends import compiled, reference
+from svattn.exact.operations import solver
+from svattn.exact.records.audit import AuditLog, AuditLogError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402

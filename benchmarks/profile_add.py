@@ -42,11 +42,12 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import svattn.exact.compiled as backend  # noqa: E402
+import svattn.exact.backends.compiled as backend  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import G10, floor_time, keys, warm_up  # noqa: E402
 from call_timing import time_calls  # noqa: E402
-from svattn.exact import SVDDMemory, fastpath, ingest, memory, rollback, solver  # noqa: E402
+from svattn.exact import SVDDMemory, fastpath, memory  # noqa: E402
+from svattn.exact.operations import ingest, rollback, solver  # noqa: E402
 
 # the parts of a driven add, disjoint (none calls another), in the order the add runs
 PARTS = (

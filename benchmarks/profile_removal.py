@@ -29,12 +29,13 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import svattn.exact.compiled as backend  # noqa: E402
+import svattn.exact.backends.compiled as backend  # noqa: E402
 from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import G10, keys, removal_floor, warm_up  # noqa: E402
 from call_timing import time_calls  # noqa: E402
-from svattn.exact import SVDDMemory, rollback, solver  # noqa: E402
-from svattn.exact.state import SlotState  # noqa: E402
+from svattn.exact import SVDDMemory  # noqa: E402
+from svattn.exact.core.state import SlotState  # noqa: E402
+from svattn.exact.operations import rollback, solver  # noqa: E402
 
 
 def profile(n: int, removals: int, seed: int) -> dict:

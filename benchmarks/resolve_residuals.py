@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from svattn.exact import OperationError, SVDDMemory, solver
+from svattn.exact import OperationError, SVDDMemory
+from svattn.exact.operations import solver
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402

@@ -31,7 +31,7 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from streams import clustered_outliers, redundant_stream  # noqa: E402
 from svattn.exact import SVDDMemory  # noqa: E402
-from svattn.exact.kernels import gram_matrix  # noqa: E402
+from svattn.exact.core.kernels import gram_matrix  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

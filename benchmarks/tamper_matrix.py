@@ -5,8 +5,8 @@ removal, its state saved. Then, each counted as detected / tried:
 
 * every field of each of the four receipt types (``DeletionCertificate``,
   ``ErasureReceipt``, ``ModelErasureReceipt``, the estimator's ``ForgetReceipt``),
-  enumerated from its ``CHECKS`` declaration (:mod:`svattn.exact.receipts`), edited
-  (:func:`~svattn.exact.receipts.edited_values`) and checked with and without the
+  enumerated from its ``CHECKS`` declaration (:mod:`svattn.exact.records.receipts`), edited
+  (:func:`~svattn.exact.records.receipts.edited_values`) and checked with and without the
   log and the public key (where the type has them): each outcome is FAILED, reported
   unchecked (the field among the verdict's unchecked ones), VERIFIED or "claimed
   checked" (the last two must be 0);
@@ -37,10 +37,10 @@ from pathlib import Path
 import numpy as np
 
 from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
-from svattn.exact.audit import canonical, record_hash
-from svattn.exact.receipts import edited_values, tamper_outcome
-from svattn.exact.signing import generate_key, sign, signature_errors
-from svattn.exact.verify import verify_erasure, verify_log
+from svattn.exact.auditor.verify import verify_erasure, verify_log
+from svattn.exact.records.audit import canonical, record_hash
+from svattn.exact.records.receipts import edited_values, tamper_outcome
+from svattn.exact.records.signing import generate_key, sign, signature_errors
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import write_record  # noqa: E402

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact import SVDDMemory
-from svattn.exact.kernels import gram_matrix
+from svattn.exact.core.kernels import gram_matrix
 
 
 def gram(mem: SVDDMemory, keys: np.ndarray | None = None) -> np.ndarray:
@@ -46,7 +46,8 @@ def snapshot(mem: SVDDMemory) -> tuple:
 
 
 def backend_of(mem: SVDDMemory):
-    """The backend module a memory runs (:mod:`svattn.exact.compiled` or ``.reference``)."""
+    """The backend module a memory runs (:mod:`svattn.exact.backends.compiled` or
+    ``.reference``)."""
     from svattn.exact.memory import BACKENDS
 
     return BACKENDS[mem.backend]

@@ -143,7 +143,7 @@ def test_no_private_names_across_modules():
 
 def test_the_private_name_check_sees_a_violation(tmp_path):
     fake = SRC / "exact" / "_probe_not_a_module.py"
-    fake.write_text("from svattn.exact.state import _check\nimport svattn.nn._common as c\n"
+    fake.write_text("from svattn.exact.core.state import _check\nimport svattn.nn._common as c\n"
                     "x = c._helper\n")
     try:
         got = _private_violations(fake)

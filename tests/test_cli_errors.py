@@ -84,7 +84,7 @@ def _stream_files(tmp: Path) -> None:
 def _erasure_files(tmp: Path, rng: np.random.Generator) -> None:
     """A signed, logged memory after one erasure: its state, log, key, the receipt, and
     the receipt with a malformed certificate."""
-    from svattn.exact.signing import write_keypair
+    from svattn.exact.records.signing import write_keypair
 
     key, pub = write_keypair(tmp / "ctl")
     (tmp / "ctl_pub.pem").write_bytes(pub.read_bytes())
@@ -250,7 +250,7 @@ def test_train_cuda_on_a_cpu_build(files, capsys) -> None:
 def test_audit_wording(files, capsys) -> None:
     """One certificate is "1 deletion certificate"; a state that does not load names no
     record (was "BROKEN at record None")."""
-    from svattn.exact.verify import verify_log
+    from svattn.exact.auditor.verify import verify_log
 
     assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 0
     out = capsys.readouterr().out

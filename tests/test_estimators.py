@@ -18,7 +18,7 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from svattn import SVDD
 from svattn.estimators import ForgetReceipt
 from svattn.exact import verify_deletion
-from svattn.exact.kernels import gram_matrix
+from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.oracle import solve_svdd
 
 

@@ -23,15 +23,15 @@ import torch
 from svattn import SVDD
 from svattn.estimators import ForgetReceipt, verify_forget_receipt
 from svattn.exact import DeletionCertificate, SVDDMemory
-from svattn.exact.certificate import ErasureReceipt
-from svattn.exact.receipts import (
+from svattn.exact.auditor.verify import verify_deletion, verify_erasure
+from svattn.exact.records.certificate import ErasureReceipt
+from svattn.exact.records.receipts import (
     checks_table,
     declaration_errors,
     edited_values,
     tamper_outcome,
 )
-from svattn.exact.signing import derive_tag_key, generate_key, sign, tag_hash
-from svattn.exact.verify import verify_deletion, verify_erasure
+from svattn.exact.records.signing import derive_tag_key, generate_key, sign, tag_hash
 from svattn.lm import CharLM, CharLMConfig
 from svattn.lm.forget import REFED, ModelErasureReceipt, verify_forget
 
@@ -323,7 +323,7 @@ def test_a_model_receipt_is_checked_later_through_the_forget_log(model_erasure, 
 
 def test_cli_signed_model_receipt_needs_the_public_key_to_be_verified(tmp_path, capsys):
     from svattn.cli import main
-    from svattn.exact.signing import write_keypair
+    from svattn.exact.records.signing import write_keypair
     from svattn.lm.train import TrainConfig
 
     model = tiny_model()
@@ -387,7 +387,7 @@ def test_an_erase_record_without_the_receipt_hash_leaves_two_fields_to_the_signa
     """Logs written before #35 keep the tag hash, ids, signer and signature of an
     erasure, not the receipt's SHA-256: copies_kept and issued_at are then unchecked by
     the log (the signature still binds them)."""
-    from svattn.exact.audit import canonical, record_hash
+    from svattn.exact.records.audit import canonical, record_hash
 
     log, key = tmp_path / "audit.jsonl", generate_key()
     mem = SVDDMemory(0.1, audit_log=log, signing_key=key)

@@ -18,8 +18,8 @@ from safetensors.torch import save_model
 
 from svattn.cli import main
 from svattn.exact import DeletionCertificate, SVDDMemory
-from svattn.exact.certificate import ErasureReceipt
-from svattn.exact.persist import save
+from svattn.exact.auditor.persist import save
+from svattn.exact.records.certificate import ErasureReceipt
 from svattn.lm import CharLM, CharLMConfig
 from svattn.lm.forget import ModelErasureReceipt, verify_forget
 from svattn.lm.stream import LMStream, StreamStateError, _write_manifest
@@ -115,8 +115,8 @@ def test_a_state_file_with_a_huge_int_parameter_is_refused(certificate, tmp_path
                                                             name):
     from safetensors.numpy import safe_open
 
-    from svattn.exact.fileformat import serialize
-    from svattn.exact.persist import load
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.fileformat import serialize
 
     mem, cert = certificate
     save(mem, tmp_path / "m.svdd")
@@ -323,7 +323,7 @@ def test_a_forged_later_stream_holding_the_span_is_not_verified(forgot, tmp_path
 # attack (held): a signed receipt of one stream shown with another stream of the same
 # model, text and span, signed by the same key: its body is not in that stream's log
 def test_a_receipt_of_another_stream_with_the_same_key_fails(forgot):
-    from svattn.exact.signing import generate_key
+    from svattn.exact.records.signing import generate_key
 
     model, key = forgot[0], generate_key()
     streams = []
@@ -470,8 +470,8 @@ def test_deeply_nested_json_in_files_is_refused(forgot, certificate, tmp_path):
     from safetensors.numpy import safe_open
     from safetensors.numpy import save as np_save
 
-    from svattn.exact.audit import verify_chain
-    from svattn.exact.persist import load
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.audit import verify_chain
 
     model, folder, _ = forgot
     copy = tmp_path / "st"
@@ -506,7 +506,7 @@ def test_deeply_nested_json_in_files_is_refused(forgot, certificate, tmp_path):
 # SVDDMemory.load does (#35 item 9). Now the manifest records the signer's fingerprint
 # and LMStream.load(..., signing_key=) refuses another controller's key
 def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
-    from svattn.exact.signing import generate_key
+    from svattn.exact.records.signing import generate_key
 
     model, key = forgot[0], generate_key()
     s = model.stream(signing_key=key)
@@ -636,7 +636,7 @@ def _rehashed_log(src: Path, dst: Path, edit) -> None:
     first edited record on (an unkeyed chain: anyone can)."""
     import hashlib
 
-    from svattn.exact.audit import canonical, record_hash
+    from svattn.exact.records.audit import canonical, record_hash
 
     recs = [json.loads(line) for line in src.read_text().splitlines()]
     first = edit(recs)
@@ -652,9 +652,9 @@ def _rehashed_log(src: Path, dst: Path, edit) -> None:
 # re-hashed: verify_chain accepts it, and verify_erasure / verify_deletion --log raised
 # KeyError (a traceback); now the missing digest is a mismatch
 def test_a_rehashed_log_record_without_its_digest_fails(tmp_path):
-    from svattn.exact.audit import verify_chain
-    from svattn.exact.signing import generate_key
-    from svattn.exact.verify import verify_deletion, verify_erasure
+    from svattn.exact.auditor.verify import verify_deletion, verify_erasure
+    from svattn.exact.records.audit import verify_chain
+    from svattn.exact.records.signing import generate_key
 
     log = tmp_path / "audit.jsonl"
     mem = SVDDMemory(0.2, audit_log=log, signing_key=generate_key())

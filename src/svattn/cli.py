@@ -169,8 +169,8 @@ def _check_audit_log(path: Path) -> None:
 
 def _check_state_file(path: Path, what: str = "STATE") -> None:
     """A usage error unless ``path`` loads as a saved memory state."""
-    from svattn.exact.fileformat import StateFileError
-    from svattn.exact.persist import load
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.fileformat import StateFileError
 
     _check_file(path, what)
     try:
@@ -180,7 +180,7 @@ def _check_state_file(path: Path, what: str = "STATE") -> None:
 
 
 def _audit_run(args: argparse.Namespace) -> int:
-    from svattn.exact.verify import verify_log
+    from svattn.exact.auditor.verify import verify_log
 
     _check_audit_log(args.log)
     if args.state is not None:
@@ -221,10 +221,10 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
-    from svattn.exact.certificate import DeletionCertificate
-    from svattn.exact.persist import load
-    from svattn.exact.signing import read_commit_key
-    from svattn.exact.verify import verify_deletion
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.auditor.verify import verify_deletion
+    from svattn.exact.records.certificate import DeletionCertificate
+    from svattn.exact.records.signing import read_commit_key
 
     for p, what in ((args.state, "STATE"), (args.certificate, "CERTIFICATE"),
                     (args.log, "--log"), (args.public_key, "--public-key"),
@@ -293,9 +293,9 @@ def _verify_erasure_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _verify_erasure_run(args: argparse.Namespace) -> int:
-    from svattn.exact.certificate import ErasureReceipt
-    from svattn.exact.persist import load
-    from svattn.exact.verify import verify_erasure
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.auditor.verify import verify_erasure
+    from svattn.exact.records.certificate import ErasureReceipt
 
     for p, what in ((args.state, "STATE"), (args.receipt, "RECEIPT"), (args.log, "--log"),
                     (args.public_key, "--public-key")):
@@ -333,8 +333,8 @@ def _recover_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _recover_run(args: argparse.Namespace) -> int:
-    from svattn.exact.audit import AuditLogError
-    from svattn.exact.recovery import recover
+    from svattn.exact.auditor.recovery import recover
+    from svattn.exact.records.audit import AuditLogError
 
     for p in (args.state, args.log):
         if not p.exists():
@@ -361,7 +361,7 @@ def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _keygen_run(args: argparse.Namespace) -> int:
-    from svattn.exact.signing import fingerprint, load_public_key, write_keypair
+    from svattn.exact.records.signing import fingerprint, load_public_key, write_keypair
 
     if args.prefix.is_dir():
         raise ValueError(f"{args.prefix} is a directory; give a file prefix such as "
@@ -901,7 +901,7 @@ def _recall_run(args: argparse.Namespace) -> int:
 # Commands that run the exact core, whose numba kernels compile on their first call.
 _EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "verify-erasure", "recover",
                              "reproduce", "generate", "verify-forget"})
-_COMPILED = Path(svattn.__file__).parent / "exact" / "compiled"
+_COMPILED = Path(svattn.__file__).parent / "exact" / "backends" / "compiled"
 
 
 def _numba_cache_is_cold(package: Path | None = None) -> bool:

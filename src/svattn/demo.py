@@ -44,8 +44,8 @@ import numpy as np
 
 from svattn.data.icu import IcuStays, default_slice_path, load_mimic3_vitals
 from svattn.exact import DeletionCertificate, DeletionVerification, SVDDMemory, verify_deletion
-from svattn.exact.signing import generate_key
-from svattn.exact.signing import signing_key as load_signing_key
+from svattn.exact.records.signing import generate_key
+from svattn.exact.records.signing import signing_key as load_signing_key
 
 __all__ = ["DemoResult", "run_demo"]
 

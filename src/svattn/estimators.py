@@ -25,7 +25,7 @@ is libsvm's one-class dual ``min ½ βᵀKβ, Σβ = νn, 0 <= β <= 1`` with
 where, when every support vector sits at the bound (an empty margin set, e.g. ν·n an
 integer), μ is not unique: the core keeps the largest optimal value (its convention:
 certificates and digests are over it), and the estimator reports the middle of the
-interval of optimal values, as libsvm chooses ρ (``svattn.exact.solver.mu_interval``),
+interval of optimal values, as libsvm chooses ρ (``svattn.exact.operations.solver.mu_interval``),
 
 which for rbf equal ``OneClassSVM``'s attributes of the same names (to the
 precision libsvm reaches: it caches the kernel in float32). For kernels with a
@@ -81,8 +81,8 @@ from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.exact import DeletionCertificate, SVDDMemory
-from svattn.exact.kernels import KERNELS, LOG_MAX, KernelOverflowError
-from svattn.exact.receipts import LOG, RESOLVE, SIGNATURE, STATE, HasVerdict, Verdict, judge
+from svattn.exact.core.kernels import KERNELS, LOG_MAX, KernelOverflowError
+from svattn.exact.records.receipts import LOG, RESOLVE, SIGNATURE, STATE, HasVerdict, Verdict, judge
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,7 @@ class ForgetReceipt:
         Samples the model holds afterwards.
     """
 
-    # What binds each field (svattn.exact.receipts): the estimator keeps no audit log
+    # What binds each field (svattn.exact.records.receipts): the estimator keeps no audit log
     # and signs nothing, so which samples went and their certificates are its own word
     # (verify_forget_receipt reports them unchecked); the model binds the rest.
     CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -150,7 +150,7 @@ class SVDD(OutlierMixin, BaseEstimator):
     C : float, optional
         The box bound ``0 <= α_i <= C`` of the SVDD dual, given directly (then
         ``nu`` must be None). At least ``ceil(1/C)`` samples carry weight; with
-        fewer samples the model is uniform (see :mod:`svattn.exact.conventions`).
+        fewer samples the model is uniform (see :mod:`svattn.exact.core.conventions`).
         Above 1 the box never binds: the solver solves the C = 1 problem (its
         ``memory_.C``), and ``C_`` keeps the value given as the attributes' scale.
     kernel : {"rbf", "exp"}
@@ -403,7 +403,7 @@ class SVDD(OutlierMixin, BaseEstimator):
 @dataclass(frozen=True)
 class ForgetReceiptVerification(HasVerdict):
     """Result of :func:`verify_forget_receipt`: ``ok`` (nothing failed), the failures,
-    and the :class:`~svattn.exact.receipts.Verdict` on the receipt's fields."""
+    and the :class:`~svattn.exact.records.receipts.Verdict` on the receipt's fields."""
 
     ok: bool
     reasons: tuple[str, ...]
@@ -416,12 +416,12 @@ def verify_forget_receipt(model: SVDD, receipt: ForgetReceipt, *, retrain: bool 
 
     The indices are the certificates' removed ids, in order, and none is held; every
     certificate is well-formed and consistent, of the model's parameters; the last
-    passes :func:`svattn.exact.verify.verify_deletion` (with ``retrain``, a re-solve
+    passes :func:`svattn.exact.auditor.verify.verify_deletion` (with ``retrain``, a re-solve
     from scratch); the digest and sample count are the model's. The estimator keeps no
     log and signs nothing: ``indices`` and ``certificates`` stay unchecked (what they
     say could be any other samples' removals), so the verdict is at best UNCHECKED.
     """
-    from svattn.exact.verify import verify_deletion
+    from svattn.exact.auditor.verify import verify_deletion
 
     check_is_fitted(model)
     mem = model.memory_

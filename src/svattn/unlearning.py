@@ -29,8 +29,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from svattn.exact.conventions import is_feasible, mu_for_empty_margin
-from svattn.exact.kernels import (
+from svattn.exact.core.conventions import is_feasible, mu_for_empty_margin
+from svattn.exact.core.kernels import (
     biased_softmax_readout,
     decision_values,
     default_gamma,

@@ -1,5 +1,5 @@
 """Every public operation is atomic: a failure at any point leaves the memory, its
-audit log and its health record exactly as before the call (svattn.exact.rollback).
+audit log and its health record exactly as before the call (svattn.exact.operations.rollback).
 
 Faults are injected by wrapping every function of the backend (and the solver's
 batch re-solve, the signer and the log's writer) so that the k-th call raises; k
@@ -13,9 +13,11 @@ import types
 import numpy as np
 import pytest
 
-from svattn.exact import OperationError, SVDDMemory, compiled, reference, solver
+from svattn.exact import OperationError, SVDDMemory
 from svattn.exact import memory as memory_module
-from svattn.exact.audit import AuditLog, AuditLogError, verify_chain
+from svattn.exact.backends import compiled, reference
+from svattn.exact.operations import solver
+from svattn.exact.records.audit import AuditLog, AuditLogError, verify_chain
 
 
 class Injected(RuntimeError):

@@ -11,9 +11,9 @@ import pytest
 
 from svattn.cli import main
 from svattn.exact import SVDDMemory
-from svattn.exact.audit import AuditLogError, canonical
-from svattn.exact.audit import record_hash as _self_hash
-from svattn.exact.verify import verify_log
+from svattn.exact.auditor.verify import verify_log
+from svattn.exact.records.audit import AuditLogError, canonical
+from svattn.exact.records.audit import record_hash as _self_hash
 
 
 @pytest.fixture
@@ -58,7 +58,7 @@ def test_clean_log_verifies(logged):
 
 
 def test_add_commitments_open_only_with_the_controllers_key(tmp_path):
-    from svattn.exact.certificate import commit_token, commitment_key
+    from svattn.exact.records.certificate import commit_token, commitment_key
 
     log = tmp_path / "a.jsonl"
     tag_key = b"t" * 32

@@ -1,4 +1,4 @@
-"""Both backends are held to the declared interface (svattn.exact.backend.Backend)."""
+"""Both backends are held to the declared interface (svattn.exact.backends.protocol.Backend)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import types
 
 import pytest
 
-from svattn.exact import compiled, reference
-from svattn.exact.backend import Backend, conforms, declared
+from svattn.exact.backends import compiled, reference
+from svattn.exact.backends.protocol import Backend, conforms, declared
 from svattn.exact.memory import BACKENDS
 
 

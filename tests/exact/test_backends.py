@@ -15,8 +15,10 @@ import numpy as np
 import pytest
 
 from exact_helpers import backend_of
-from svattn.exact import SVDDMemory, compiled, reference, solver
-from svattn.exact.states import ERROR
+from svattn.exact import SVDDMemory
+from svattn.exact.backends import compiled, reference
+from svattn.exact.core.kktsets import ERROR
+from svattn.exact.operations import solver
 
 
 def _pair(C: float, kernel: str) -> tuple[SVDDMemory, SVDDMemory]:
@@ -227,7 +229,7 @@ def _numpy_positive_definite(K: np.ndarray, rel_shift: float) -> bool:
 def test_compiled_positive_definite_agrees_with_numpy_cholesky():
     """Gram matrices of distinct keys, of keys with copies, near-copies on either side
     of the 1e-10 threshold, indefinite matrices and a non-symmetric input."""
-    from svattn.exact.kernels import gram_matrix
+    from svattn.exact.core.kernels import gram_matrix
 
     rng = np.random.default_rng(3)
     cases = []
@@ -344,7 +346,7 @@ def test_active_set_steps_reach_the_reference_state_or_leave_it_to_the_path(max_
     result) and otherwise go on along the path. Either way the state must be
     the numpy reference's; some removals must take each route. (gamma 1: ~18 margin
     tokens, above the size from which steps are tried.)"""
-    from svattn.exact.compiled.segments import JUMP_MIN_MARGIN
+    from svattn.exact.backends.compiled.segments import JUMP_MIN_MARGIN
 
     rng = np.random.default_rng(17)
     centers = rng.normal(size=(4, 12))
@@ -372,7 +374,7 @@ def test_active_set_steps_reach_the_reference_state_or_leave_it_to_the_path(max_
 def test_few_margin_tokens_take_the_path_alone():
     """Below ``JUMP_MIN_MARGIN`` margin tokens no active-set step is tried (the path's
     passes are cheap there); removals still reach the reference's state."""
-    from svattn.exact.compiled.segments import JUMP_MIN_MARGIN
+    from svattn.exact.backends.compiled.segments import JUMP_MIN_MARGIN
 
     rng = np.random.default_rng(17)
     centers = rng.normal(size=(4, 12))
@@ -399,7 +401,7 @@ def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
     agree with np.exp to 1 ulp over the whole normal range (rbf arguments are
     <= 0, exp-kernel ones up to the overflow limit), give exactly 1 at 0, and
     hand arguments past the normal range (underflow, overflow, NaN) to libm."""
-    from svattn.exact.compiled.columns import exp_column as _exp_column
+    from svattn.exact.backends.compiled.columns import exp_column as _exp_column
 
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.uniform(-708, 709, 100_000), rng.uniform(-4, 1, 100_000),
@@ -421,7 +423,7 @@ def test_margin_gram_copy_is_the_current_block_and_is_zeroed_after_each_operatio
     the health check read instead of gathering the cache's margin rows again: it
     must equal the cache's block whenever it is used, and hold nothing (kernel
     values of a removed token included) once the operation is over."""
-    from svattn.exact.compiled import linalg
+    from svattn.exact.backends.compiled import linalg
 
     rng = np.random.default_rng(21)
     X = rng.normal(size=(250, 6))

@@ -1,6 +1,6 @@
 """The batch path of a large block (issue #36): libsvm's one-class SVM as a warm start,
-then an exact float64 active-set finish (:func:`svattn.exact.batch.libsvm_solve`,
-:func:`svattn.exact.ingest.add_block`).
+then an exact float64 active-set finish (:func:`svattn.exact.operations.batch.libsvm_solve`,
+:func:`svattn.exact.operations.ingest.add_block`).
 
 It must reach the optimum the rows added one by one reach — the same partition, alpha
 and mu within 1e-12 — and the independent oracle's; say which path ran; fall back to
@@ -16,16 +16,17 @@ import pytest
 
 from exact_helpers import gram, retrain, snapshot
 from svattn import SVDD
-from svattn.exact import SVDDMemory, ingest
-from svattn.exact.batch import (
+from svattn.exact import SVDDMemory
+from svattn.exact.core.errors import OperationError
+from svattn.exact.core.kernels import kernel_matrix
+from svattn.exact.operations import ingest
+from svattn.exact.operations.batch import (
     KernelColumns,
     _margin_solver,
     bordered_inverse,
     column_finish,
     libsvm_warm_start,
 )
-from svattn.exact.kernels import kernel_matrix
-from svattn.exact.results import OperationError
 
 
 def clustered(n: int, d: int = 4, *, seed: int = 0, outliers: float = 0.02) -> np.ndarray:
@@ -256,7 +257,7 @@ def test_column_finish_repairs_a_wrong_partition_and_refuses_without_a_free_toke
 
 
 def retrain_of(X, C, gamma):
-    from svattn.exact.kernels import gram_matrix
+    from svattn.exact.core.kernels import gram_matrix
     from svattn.exact.oracle import solve_svdd
 
     return solve_svdd(gram_matrix(X, "rbf", gamma), C, return_mu=True)
@@ -264,7 +265,7 @@ def retrain_of(X, C, gamma):
 
 @pytest.mark.parametrize("n", [7, 90])  # the narrow and the wide distance loop
 def test_sq_distances_t_is_sq_distances(n):
-    from svattn.exact.kernels import sq_distances, sq_distances_t
+    from svattn.exact.core.kernels import sq_distances, sq_distances_t
 
     rng = np.random.default_rng(n)
     x, y = rng.normal(size=(5, 3)) + 1e3, rng.normal(size=(n, 3)) + 1e3
@@ -278,7 +279,7 @@ def test_sq_distances_t_is_sq_distances(n):
 
 def test_a_numerical_failure_of_the_finish_takes_the_incremental_path(small_blocks,
                                                                       monkeypatch):
-    import svattn.exact.batch as batch
+    import svattn.exact.operations.batch as batch
 
     def singular(*args, **kwargs):
         raise np.linalg.LinAlgError("injected: singular matrix")

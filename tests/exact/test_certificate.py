@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
-from svattn.exact.certificate import commitment_key
+from svattn.exact.records.certificate import commitment_key
 
 TAG_KEY = b"certificate-tests-tag-key-0123456"
 
@@ -276,7 +276,7 @@ def test_near_copies_never_get_a_certificate_claiming_exactness_over_a_kkt_viola
 
 # ---------------------------------------------------------------- signatures
 def test_signed_receipts_fail_on_any_edited_byte(tmp_path):
-    from svattn.exact.signing import generate_key
+    from svattn.exact.records.signing import generate_key
 
     key = generate_key()
     rng = np.random.default_rng(13)
@@ -313,7 +313,7 @@ def test_signed_receipts_fail_on_any_edited_byte(tmp_path):
 def test_the_signing_key_never_travels_with_the_memory(tmp_path):
     import pickle
 
-    from svattn.exact.signing import write_keypair
+    from svattn.exact.records.signing import write_keypair
 
     key_path, pub_path = write_keypair(tmp_path / "controller")
     assert oct(key_path.stat().st_mode & 0o777) == "0o600"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory, verify_deletion
-from svattn.exact.audit import verify_chain
-from svattn.exact.certificate import KEYED, OPAQUE, commit_token, commitment_key
+from svattn.exact.records.audit import verify_chain
+from svattn.exact.records.certificate import KEYED, OPAQUE, commit_token, commitment_key
 
 TAG_KEY = b"controller-tag-key-0123456789abcdef"
 
@@ -128,7 +128,7 @@ def test_a_certificate_is_checkable_later_from_the_chain(tmp_path):
 
 def test_the_cli_checks_copies_with_the_commit_key(tmp_path, capsys):
     from svattn.cli import main
-    from svattn.exact.signing import write_keypair
+    from svattn.exact.records.signing import write_keypair
 
     key_path, _ = write_keypair(tmp_path / "controller")
     x = np.random.default_rng(7).normal(size=(40, 3))
@@ -151,6 +151,6 @@ def test_the_cli_checks_copies_with_the_commit_key(tmp_path, capsys):
 
 
 def mem_tag_key(key_path) -> bytes:
-    from svattn.exact.signing import derive_tag_key, load_private_key
+    from svattn.exact.records.signing import derive_tag_key, load_private_key
 
     return derive_tag_key(load_private_key(key_path))

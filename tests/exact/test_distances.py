@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact.kernels import gram_matrix, sq_distances
+from svattn.exact.core.kernels import gram_matrix, sq_distances
 
 
 def reference(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -42,7 +42,7 @@ def test_the_wide_loop_is_bitwise_the_plain_loop(n):
     """Across columns or entry by entry, each distance is the same d additions in the
     same order: the two loops agree bit for bit (inf and NaN included), on both sides of
     the switch, so the switch cannot move a state by a rounding."""
-    from svattn.exact.kernels import _WIDE, _sq_dist, _sq_dist_wide
+    from svattn.exact.core.kernels import _WIDE, _sq_dist, _sq_dist_wide
 
     assert 31 < _WIDE <= 32
     rng = np.random.default_rng(n)

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory, UnknownTokenError
-from svattn.exact.certificate import ErasureReceipt
-from svattn.exact.signing import generate_key
-from svattn.exact.verify import verify_erasure, verify_log
+from svattn.exact.auditor.verify import verify_erasure, verify_log
+from svattn.exact.records.certificate import ErasureReceipt
+from svattn.exact.records.signing import generate_key
 
 
 def _stays(seed: int = 0):

@@ -14,9 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory, compiled, fastpath, reference, solver
-from svattn.exact.kernels import LOG_MAX
-from svattn.exact.validation import check_rows, plain_row
+from svattn.exact import SVDDMemory, fastpath
+from svattn.exact.backends import compiled, reference
+from svattn.exact.core.kernels import LOG_MAX
+from svattn.exact.operations import solver
+from svattn.exact.operations.validation import check_rows, plain_row
 
 
 def _stream(kernel: str, n: int, seed: int = 3, d: int = 8) -> np.ndarray:
@@ -163,14 +165,14 @@ def test_plain_row_agrees_with_check_rows():
 
 
 def test_reserve_kernel_uses_the_kernels_overflow_bound():
-    from svattn.exact.compiled import reserve
+    from svattn.exact.backends.compiled import reserve
 
     assert reserve.LOG_MAX == LOG_MAX
 
 
 def test_block_hashes_and_commitments_equal_the_per_token_functions():
-    from svattn.exact.certificate import commit_token, commit_tokens
-    from svattn.exact.hashes import row_hash, token_hash
+    from svattn.exact.core.hashes import row_hash, token_hash
+    from svattn.exact.records.certificate import commit_token, commit_tokens
 
     rng = np.random.default_rng(2)
     xs = rng.normal(size=(5, 3))
@@ -194,8 +196,8 @@ def test_token_digests_equal_the_per_token_functions():
     the token hash, row hash and commitment computed each on its own (a -0.0 entry
     changes the token hash, which reads the bytes as stored, but neither the row
     hash nor the commitment)."""
-    from svattn.exact.certificate import commit_token
-    from svattn.exact.hashes import row_hash, token_hash
+    from svattn.exact.core.hashes import row_hash, token_hash
+    from svattn.exact.records.certificate import commit_token
 
     rng = np.random.default_rng(4)
     x = rng.normal(size=6)

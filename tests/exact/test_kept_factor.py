@@ -1,4 +1,4 @@
-"""The uniqueness test's kept factor (svattn.exact.gram.KeptFactor): its row updates
+"""The uniqueness test's kept factor (svattn.exact.core.gram.KeptFactor): its row updates
 against numpy's Cholesky, and its verdicts against the test computed whole."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import svattn.exact.compiled as backend
+import svattn.exact.backends.compiled as backend
 from svattn.exact import SVDDMemory
-from svattn.exact.compiled import linalg
-from svattn.exact.gram import MarginGramScratch
+from svattn.exact.backends.compiled import linalg
+from svattn.exact.core.gram import MarginGramScratch
 
 
 def _gram(rng, n: int, d: int = 4, gamma: float = 0.5) -> np.ndarray:
@@ -142,7 +142,7 @@ def test_the_factor_never_holds_a_token_outside_the_margin_set(monkeypatch):
 
 
 def test_within_is_set_inclusion_whatever_the_order():
-    from svattn.exact.gram import KeptFactor
+    from svattn.exact.core.gram import KeptFactor
 
     f = KeptFactor(np.zeros((3, 3)), 3, np.array([7, 3, 9]), 1e-9)
     assert f.within(np.array([9, 1, 3, 7]))

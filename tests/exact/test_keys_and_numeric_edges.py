@@ -16,12 +16,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import OperationError, SVDDMemory, UnknownTokenError, solver
-from svattn.exact.batch import BatchSolution
-from svattn.exact.kernels import gram_matrix
+from svattn.exact import OperationError, SVDDMemory, UnknownTokenError
+from svattn.exact.core.kernels import gram_matrix
+from svattn.exact.core.state import NeedResolve
+from svattn.exact.operations import solver
+from svattn.exact.operations.batch import BatchSolution
 from svattn.exact.oracle import solve_svdd
-from svattn.exact.signing import generate_key
-from svattn.exact.state import NeedResolve
+from svattn.exact.records.signing import generate_key
 
 # --------------------------------------------------------------- 9: another key
 
@@ -71,7 +72,7 @@ def test_erase_under_a_state_without_a_key_name_never_says_never_added(tmp_path)
 
 def test_cli_recover_with_another_controllers_key_is_a_usage_error(tmp_path, capsys):
     from svattn.cli import main
-    from svattn.exact.signing import write_keypair
+    from svattn.exact.records.signing import write_keypair
 
     right, _ = write_keypair(tmp_path / "alice")
     wrong, _ = write_keypair(tmp_path / "mallory")

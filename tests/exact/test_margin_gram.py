@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact import SVDDMemory
-from svattn.exact.compiled import columns, linalg
-from svattn.exact.states import ERROR
+from svattn.exact.backends.compiled import columns, linalg
+from svattn.exact.core.kktsets import ERROR
 
 
 def test_kept_block_equals_a_fresh_gather_after_leaves_and_joins():
@@ -42,7 +42,7 @@ def test_kept_block_equals_a_fresh_gather_after_leaves_and_joins():
         nS += 1
         assert np.array_equal(kss[:nS, :nS], fresh(nS))
     # and the solve on the kept block is the solve on a gathered one, bit for bit
-    from svattn.exact.compiled import sync_error_sum
+    from svattn.exact.backends.compiled import sync_error_sum
 
     sync_error_sum(ss)
     x1, x2 = np.empty(nS + 1), np.empty(nS + 1)

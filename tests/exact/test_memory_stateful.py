@@ -71,7 +71,7 @@ class MemoryMachine(RuleBasedStateMachine):
             assert mem.partition() == partition_ids(mem, alpha_r)
         # the decision function is unique even when alpha is not
         q = np.linspace(-2, 2, 5)[:, None] * np.ones(DIM)
-        from svattn.exact.kernels import kernel_diag, kernel_matrix
+        from svattn.exact.core.kernels import kernel_diag, kernel_matrix
 
         K = kernel_matrix(q, mem.keys, mem.kernel, mem.gamma_value)
         ref = 2 * K @ alpha_r - kernel_diag(q, mem.kernel, mem.gamma_value) + mu_r

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from svattn.exact import oracle
-from svattn.exact.conventions import mu_for_empty_margin
-from svattn.exact.kernels import default_gamma, kernel_matrix
+from svattn.exact.core.conventions import mu_for_empty_margin
+from svattn.exact.core.kernels import default_gamma, kernel_matrix
 from svattn.exact.oracle import kkt_residual, partition, solve_svdd, svdd_objective
 
 

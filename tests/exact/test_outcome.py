@@ -1,4 +1,4 @@
-"""Operations return what they found (svattn.exact.outcome): a removal's residual,
+"""Operations return what they found (svattn.exact.core.outcome): a removal's residual,
 certificate facts and health reading, an add's ids and path; the solver state keeps
 none of them (issue #38 item 2)."""
 
@@ -10,9 +10,11 @@ import pickle
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory, compiled, ingest, solver
-from svattn.exact.outcome import AddOutcome, HealthReading, RemovalOutcome
-from svattn.exact.state import SlotState
+from svattn.exact import SVDDMemory
+from svattn.exact.backends import compiled
+from svattn.exact.core.outcome import AddOutcome, HealthReading, RemovalOutcome
+from svattn.exact.core.state import SlotState
+from svattn.exact.operations import ingest, solver
 
 # what a removal or an add found, once left on the state for the next reader
 _RESULTS = {"kkt_after", "facts_after", "health_after", "ingest_path"}

@@ -17,8 +17,9 @@ import pytest
 
 from exact_helpers import backend_of
 from persist_helpers import make_memory
-from svattn.exact import SVDDMemory, reference
-from svattn.exact.persist import StateFileError, StateVersionError, load
+from svattn.exact import SVDDMemory
+from svattn.exact.auditor.persist import StateFileError, StateVersionError, load
+from svattn.exact.backends import reference
 
 # ----------------------------------------------------------------- SIGKILL
 
@@ -219,7 +220,7 @@ def test_trailing_garbage_is_refused(saved, tmp_path):
 def _rewrite_meta(data: bytes, **changes) -> bytes:
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.fileformat import serialize as _serialize
+    from svattn.exact.records.fileformat import serialize as _serialize
 
     hlen = _header_len(data)
     meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
@@ -329,7 +330,7 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     rebuilt from the kernel cache on first use and the memory continues correctly."""
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.fileformat import serialize as _serialize
+    from svattn.exact.records.fileformat import serialize as _serialize
 
     _, data, digest = saved
     hlen = _header_len(data)
@@ -353,8 +354,8 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
 def test_forged_error_sum_is_refused(saved, tmp_path):
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.fileformat import serialize as _serialize
-    from svattn.exact.fileformat import sha256_hex as _sha
+    from svattn.exact.records.fileformat import serialize as _serialize
+    from svattn.exact.records.fileformat import sha256_hex as _sha
 
     _, data, _ = saved
     hlen = _header_len(data)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from persist_helpers import live_state
 from svattn.exact import SVDDMemory, UnknownTokenError
-from svattn.exact.persist import StateFileError
+from svattn.exact.auditor.persist import StateFileError
 
 # documented: TypeError / ValueError (UnknownTokenError, KernelOverflowError and
 # StateFileError are ValueErrors)

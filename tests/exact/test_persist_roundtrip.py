@@ -7,7 +7,7 @@ import pytest
 
 from persist_helpers import assert_same_state, make_memory
 from svattn.exact import SVDDMemory
-from svattn.exact.persist import load, save
+from svattn.exact.auditor.persist import load, save
 
 
 @pytest.mark.parametrize(

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory, verify_deletion
-from svattn.exact.audit import AuditLogError
-from svattn.exact.recovery import recover
-from svattn.exact.verify import verify_log
+from svattn.exact.auditor.recovery import recover
+from svattn.exact.auditor.verify import verify_log
+from svattn.exact.records.audit import AuditLogError
 
 
 @pytest.fixture
@@ -118,7 +118,7 @@ def test_recovery_refuses_an_older_state_relabelled_with_a_later_head(tmp_path):
     # removal would then not be replayed and the token would come back
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.fileformat import parse_header, read_metadata, serialize
+    from svattn.exact.records.fileformat import parse_header, read_metadata, serialize
 
     log, old, new = tmp_path / "a.jsonl", tmp_path / "old.safetensors", tmp_path / "new.safetensors"
     mem = SVDDMemory(0.1, audit_log=log)
@@ -139,7 +139,7 @@ def test_recovery_refuses_an_older_state_relabelled_with_a_later_head(tmp_path):
 
 def test_recovery_waits_for_no_writer(crashed, tmp_path):
     state, log, tmp, _, _, _ = crashed
-    from svattn.exact.audit import lock_log
+    from svattn.exact.records.audit import lock_log
 
     fd = lock_log(log)  # another memory still writes the log
     try:

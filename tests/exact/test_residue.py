@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from svattn.exact import SVDDMemory, ingest, solver
-from svattn.exact.hashes import token_hash
+from svattn.exact import SVDDMemory
+from svattn.exact.core.hashes import token_hash
 from svattn.exact.memory import BACKENDS
+from svattn.exact.operations import ingest, solver
 
 
 def _needles(x: np.ndarray) -> list[bytes]:
@@ -140,7 +141,7 @@ def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which, 
     # the checkpoint copies every per-slot vector and the bordered inverse; after the
     # removal succeeds those copies are garbage holding the removed token's g, alpha
     # and error sum (functions of its key) and its row of the inverse
-    from svattn.exact import rollback
+    from svattn.exact.operations import rollback
 
     rng = np.random.default_rng(4)
     mem = SVDDMemory(0.03, backend=backend)
@@ -173,7 +174,7 @@ def test_the_reference_contraction_scrubs_its_permuted_copy_of_the_inverse(monke
     # contracting a margin token that is not last permutes the bordered inverse into a
     # copy (the removed token's row and column moved last), then downdates it: the
     # copy and the outer-product temporary hold that row and are freed zeroed
-    from svattn.exact import reference
+    from svattn.exact.backends import reference
 
     rng = np.random.default_rng(6)
     mem = SVDDMemory(0.03, backend="reference")
@@ -211,7 +212,7 @@ def test_a_failed_first_operation_scrubs_every_array_it_allocated(monkeypatch):
 def test_a_pickled_memory_leaves_its_kept_factor_behind(monkeypatch):
     import pickle
 
-    import svattn.exact.compiled as backend
+    import svattn.exact.backends.compiled as backend
 
     monkeypatch.setattr(backend, "FACTOR_KEPT_FROM", 4)
     rng = np.random.default_rng(8)

@@ -12,8 +12,8 @@ import tracemalloc
 
 import numpy as np
 
-from svattn.exact.kernels import gram_matrix
-from svattn.exact.solver import copy_groups
+from svattn.exact.core.kernels import gram_matrix
+from svattn.exact.operations.solver import copy_groups
 
 
 def _groups_by_matrix(K, diag):  # the former whole-matrix form: the reference

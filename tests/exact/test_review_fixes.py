@@ -7,10 +7,11 @@ import os
 import numpy as np
 import pytest
 
-from svattn.exact import OperationError, SVDDMemory, rollback
-from svattn.exact.certificate import commitment_key
-from svattn.exact.fileformat import SavedNotDurable, StateFileError
-from svattn.exact.verify import verify_deletion, verify_erasure, verify_log
+from svattn.exact import OperationError, SVDDMemory
+from svattn.exact.auditor.verify import verify_deletion, verify_erasure, verify_log
+from svattn.exact.operations import rollback
+from svattn.exact.records.certificate import commitment_key
+from svattn.exact.records.fileformat import SavedNotDurable, StateFileError
 
 TAG_KEY = b"review-fixes-tag-key-0123456789ab"
 
@@ -134,7 +135,7 @@ def test_a_directory_sync_failure_after_the_rename_keeps_the_save_record(tmp_pat
 
 
 def test_commitments_frame_the_key_and_value_lengths():
-    from svattn.exact.certificate import commit_token
+    from svattn.exact.records.certificate import commit_token
 
     a = commit_token(np.array([1.0, 2.0]), np.array([3.0]), b"k" * 32)[0]
     b = commit_token(np.array([1.0]), np.array([2.0, 3.0]), b"k" * 32)[0]

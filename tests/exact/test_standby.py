@@ -14,9 +14,9 @@ import pytest
 
 from exact_helpers import backend_of
 from svattn.exact import SVDDMemory
-from svattn.exact.compiled import checks
-from svattn.exact.kernels import kernel_matrix
-from svattn.exact.states import RESERVE
+from svattn.exact.backends.compiled import checks
+from svattn.exact.core.kernels import kernel_matrix
+from svattn.exact.core.kktsets import RESERVE
 
 
 def _standby_slots(mem: SVDDMemory) -> list[int]:

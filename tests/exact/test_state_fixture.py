@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory
-from svattn.exact.state import SCHEMA_VERSION
+from svattn.exact.core.state import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))
@@ -118,7 +118,7 @@ def test_a_format_2_file_with_a_per_operation_residual_loads(v2, tmp_path):
     itself then refused to load ("mistyped solver attribute"). It is not state: ignored."""
     from safetensors.numpy import load as st_load
 
-    from svattn.exact.fileformat import serialize
+    from svattn.exact.records.fileformat import serialize
 
     path, record = v2
     data = path.read_bytes()

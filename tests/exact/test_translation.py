@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory, verify_deletion
-from svattn.exact.kernels import (
+from svattn.exact.core.kernels import (
     biased_softmax_readout,
     decision_values,
     gram_matrix,

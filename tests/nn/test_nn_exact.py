@@ -7,7 +7,7 @@ import pytest
 import torch
 from nn_keys import random_keys
 
-from svattn.exact.kernels import kernel_matrix
+from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.oracle import solve_svdd
 from svattn.nn import sv_attention
 from svattn.nn.exact_fn import ExactAlpha

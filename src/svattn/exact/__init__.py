@@ -11,10 +11,10 @@ Examples
 True
 """
 
-from svattn.exact.certificate import DeletionCertificate, commit_token
-from svattn.exact.kernels import KERNELS, KernelOverflowError, default_gamma, kernel_matrix
+from svattn.exact.core.kernels import KERNELS, KernelOverflowError, default_gamma, kernel_matrix
+from svattn.exact.core.state import SlotState
 from svattn.exact.memory import MarginSystem, OperationError, SVDDMemory, UnknownTokenError
-from svattn.exact.state import SlotState
+from svattn.exact.records.certificate import DeletionCertificate, commit_token
 
 __all__ = [
     "KERNELS",
@@ -42,7 +42,7 @@ def __getattr__(name: str):
 
         return solve_svdd
     if name in ("verify_deletion", "DeletionVerification"):
-        from svattn.exact import verify
+        from svattn.exact.auditor import verify
 
         return getattr(verify, name)
     raise AttributeError(f"module 'svattn.exact' has no attribute {name!r}")

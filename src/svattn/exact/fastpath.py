@@ -4,13 +4,13 @@ Most tokens of a redundant stream land inside the description. Adding such a tok
 changes nothing but its own slot (``docs/design.md`` §2, *Adds*; §4.2 for why the
 operation then needs only a light checkpoint), so :func:`store_reserve` hands the
 whole decision and the slot's array writes to the backend's ``reserve_add`` (the
-compiled one is a single numba call, :mod:`svattn.exact.compiled.reserve`; the numpy
-reference is :func:`svattn.exact.reference.reserve_add`) and keeps here only what
+compiled one is a single numba call, :mod:`svattn.exact.backends.compiled.reserve`; the numpy
+reference is :func:`svattn.exact.backends.reference.reserve_add`) and keeps here only what
 Python must do: the id, and the token's three hashes — its set-hash summand
 (SHA-256), its row hash and its commitment — from the row's bytes converted once
 (:func:`token_digests`). A token outside the description, a standby refresh due,
 warm-up or a full slot table return None having changed nothing, and the general
-path (:func:`svattn.exact.ingest.add_rows`) takes the token.
+path (:func:`svattn.exact.operations.ingest.add_rows`) takes the token.
 """
 
 from __future__ import annotations
@@ -19,17 +19,18 @@ from types import ModuleType
 
 import numpy as np
 
-from svattn.exact.certificate import commit_digest
-from svattn.exact.hashes import row_hash_of_bytes, token_hash_of_bytes
-from svattn.exact.state import DIGEST_MOD, SlotState
+from svattn.exact.core.hashes import row_hash_of_bytes, token_hash_of_bytes
+from svattn.exact.core.state import DIGEST_MOD, SlotState
+from svattn.exact.records.certificate import commit_digest
 
 
 def token_digests(tid: int, x: np.ndarray, v: np.ndarray | None, commit_key: bytes | None
                   ) -> tuple[int, int, bytes]:
     """The token hash, row hash and commitment (32 bytes) of a new token: id ``tid``,
     float64 key ``x`` (d,) and value ``v`` (dv,) or None (values are the keys) — each
-    equal to its own function's (:func:`~svattn.exact.hashes.token_hash`,
-    :func:`~svattn.exact.hashes.row_hash`, :func:`~svattn.exact.certificate.commit_token`;
+    equal to its own function's (:func:`~svattn.exact.core.hashes.token_hash`,
+    :func:`~svattn.exact.core.hashes.row_hash`,
+    :func:`~svattn.exact.records.certificate.commit_token`;
     ``tests/exact/test_fastpath.py``), the key's and value's bytes converted once."""
     xb, xz = x.tobytes(), (x + 0.0).tobytes()  # as stored; -0.0 written as 0.0
     vb = vz = b""

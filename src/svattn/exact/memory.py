@@ -11,14 +11,15 @@ remove) while the margin coefficients and ``mu`` follow the KKT conditions;
 the inverse of the bordered matrix ``Q = [[0, 1^T], [1, 2 K_SS]]`` is kept by
 rank-one expansions and contractions.
 
-This module is the public face: input validation (:mod:`svattn.exact.validation`),
+This module is the public face: input validation (:mod:`svattn.exact.operations.validation`),
 the operations' orchestration, certificates, digests and the hooks of the audit
 log and the health monitor. The solver state is one
-:class:`~svattn.exact.state.SlotState`; the algorithm is :mod:`svattn.exact.solver`
-over one of two backends with the same function names, the numba-compiled
-:mod:`svattn.exact.compiled` (default) and the numpy :mod:`svattn.exact.reference`.
+:class:`~svattn.exact.core.state.SlotState`; the algorithm is
+:mod:`svattn.exact.operations.solver` over one of two backends with the same function
+names, the numba-compiled :mod:`svattn.exact.backends.compiled` (default) and the numpy
+:mod:`svattn.exact.backends.reference`.
 
-Conventions (see :mod:`svattn.exact.conventions`, ``docs/design.md`` §3): while
+Conventions (see :mod:`svattn.exact.core.conventions`, ``docs/design.md`` §3): while
 ``n·C < 1`` the memory is in *warm-up* with uniform ``alpha = 1/n``; at
 ``n = warmup_threshold(C)`` it solves the token set in batch and is incremental
 from then on. When the margin set is empty ``mu`` is the largest optimal value.
@@ -33,10 +34,20 @@ from pathlib import Path
 
 import numpy as np
 
-from svattn.exact import compiled, fastpath, fileformat, ingest, reference, solver
-from svattn.exact.audit import AuditFacts, AuditLog, AuditLogError
-from svattn.exact.cache import refactorize
-from svattn.exact.certificate import (
+from svattn.exact import fastpath
+from svattn.exact.backends import compiled, reference
+from svattn.exact.core.cache import refactorize
+from svattn.exact.core.errors import MarginSystem, OperationError, UnknownTokenError
+from svattn.exact.core.kernels import biased_softmax_readout, decision_values
+from svattn.exact.core.kktsets import RESERVE, SET_NAMES
+from svattn.exact.core.state import SchemaError, SlotState, check_parameters
+from svattn.exact.operations import ingest, solver
+from svattn.exact.operations.health import HealthMonitor, HealthReading, reading_first
+from svattn.exact.operations.rollback import atomic
+from svattn.exact.operations.validation import check_queries, check_rows, plain_row
+from svattn.exact.records import fileformat
+from svattn.exact.records.audit import AuditFacts, AuditLog, AuditLogError
+from svattn.exact.records.certificate import (
     KEYED,
     OPAQUE,
     DeletionCertificate,
@@ -44,17 +55,16 @@ from svattn.exact.certificate import (
     commit_tokens,
     commitment_key,
 )
-from svattn.exact.certificate import commitment_key_id as key_id
-from svattn.exact.fileformat import SavedNotDurable, StateFileError
-from svattn.exact.health import HealthMonitor, HealthReading, reading_first
-from svattn.exact.kernels import biased_softmax_readout, decision_values
-from svattn.exact.results import MarginSystem, OperationError, UnknownTokenError
-from svattn.exact.rollback import atomic
-from svattn.exact.signing import check_key_id, no_tag_reason, resolve_tag_key, sign, tag_hashes
-from svattn.exact.signing import signing_key as as_signing_key
-from svattn.exact.state import SchemaError, SlotState, check_parameters
-from svattn.exact.states import RESERVE, SET_NAMES
-from svattn.exact.validation import check_queries, check_rows, plain_row
+from svattn.exact.records.certificate import commitment_key_id as key_id
+from svattn.exact.records.fileformat import SavedNotDurable, StateFileError
+from svattn.exact.records.signing import (
+    check_key_id,
+    no_tag_reason,
+    resolve_tag_key,
+    sign,
+    tag_hashes,
+)
+from svattn.exact.records.signing import signing_key as as_signing_key
 from svattn.exact.view import MemoryView
 
 BACKENDS = {"compiled": compiled, "reference": reference}
@@ -80,7 +90,7 @@ class SVDDMemory:
         bordered inverse is refactorized, then the set re-solved.
     audit_log : path, optional
         Append-only, hash-chained log of every operation (see
-        :mod:`svattn.exact.audit`).
+        :mod:`svattn.exact.records.audit`).
     standby : int
         How many reserve tokens nearest the boundary keep a cached kernel
         column, refreshed after adds, so that a removal which brings one of
@@ -93,7 +103,7 @@ class SVDDMemory:
         for checking the compiled one).
     signing_key : Ed25519PrivateKey or path, optional
         The controller's key (a PEM file, ``svattn keygen``): every deletion
-        certificate is then signed (:mod:`svattn.exact.signing`). Never saved,
+        certificate is then signed (:mod:`svattn.exact.records.signing`). Never saved,
         logged or pickled with the memory.
 
     Examples
@@ -262,7 +272,8 @@ class SVDDMemory:
         return out.ids
 
     def _atomic(self, op: str, wiped=(), light: bool = False):
-        """The operation's body runs whole or not at all (:mod:`svattn.exact.rollback`)."""
+        """The operation's body runs whole or not at all
+        (:mod:`svattn.exact.operations.rollback`)."""
         return atomic(self._s, self._health, self._audit, op, wiped=wiped, light=light,
                       passthrough=(AuditLogError, OperationError, UnknownTokenError))
 
@@ -398,7 +409,7 @@ class SVDDMemory:
         """Save atomically to a safetensors file; return the file's SHA-256.
 
         The tensors are :meth:`SlotState.to_tensors`; the metadata adds the
-        digest, health, KKT residual and audit head (:mod:`svattn.exact.fileformat`).
+        digest, health, KKT residual and audit head (:mod:`svattn.exact.records.fileformat`).
         The previous file stays intact when anything fails or the process dies
         mid-save, and no temporary file is left behind.
         """
@@ -434,7 +445,7 @@ class SVDDMemory:
         path : path-like
         audit_log : path-like, optional
             Continue this audit log (it must end at the state being loaded; see
-            :meth:`svattn.exact.audit.AuditLog.resume`).
+            :meth:`svattn.exact.records.audit.AuditLog.resume`).
         signing_key : Ed25519PrivateKey or path, optional
             Sign the certificates of removals from now on (see the class). It (or
             ``tag_key``) must be the key of the state's tags: another raises ValueError.
@@ -483,7 +494,7 @@ class SVDDMemory:
                          cites: dict | None = None) -> None:
         """Start a new audit log for this memory (a new or empty file): a new chain whose
         ``open`` record carries ``cites`` (e.g. the state and the old log it continues,
-        :func:`svattn.exact.recovery.recover`).
+        :func:`svattn.exact.auditor.recovery.recover`).
 
         Raises
         ------

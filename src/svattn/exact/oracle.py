@@ -25,7 +25,7 @@ With ``g_i = 2 (K alpha)_i - K_ii + mu`` the KKT conditions are ``g = 0`` on S
 
 This module deliberately shares no code with the incremental solver
 (:mod:`svattn.exact.memory`); it depends only on numpy, scipy, clarabel and the
-shared conventions of :mod:`svattn.exact.conventions` (warm-up state and the
+shared conventions of :mod:`svattn.exact.core.conventions` (warm-up state and the
 choice of ``mu`` when the margin set is empty).
 """
 
@@ -39,7 +39,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 import scipy.sparse
 
-from svattn.exact.conventions import is_feasible, mu_for_empty_margin
+from svattn.exact.core.conventions import is_feasible, mu_for_empty_margin
 
 __all__ = ["solve_svdd", "kkt_residual", "partition", "svdd_objective"]
 
@@ -619,11 +619,11 @@ def solve_svdd(
         on the error set.
     mu : float
         Only with ``return_mu=True``. When the margin set is empty it follows
-        :func:`svattn.exact.conventions.mu_for_empty_margin`.
+        :func:`svattn.exact.core.conventions.mu_for_empty_margin`.
 
     Notes
     -----
-    Warm-up: when ``n·C < 1`` (see :func:`svattn.exact.conventions.is_feasible`)
+    Warm-up: when ``n·C < 1`` (see :func:`svattn.exact.core.conventions.is_feasible`)
     no feasible point exists and the convention state is returned: uniform
     ``alpha = 1/n`` and ``mu = 0``.
 
@@ -642,7 +642,7 @@ def solve_svdd(
     Examples
     --------
     >>> import numpy as np
-    >>> from svattn.exact.kernels import kernel_matrix
+    >>> from svattn.exact.core.kernels import kernel_matrix
     >>> x = np.array([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.1, 0.1]])
     >>> K = kernel_matrix(x, x, "rbf", 0.5)
     >>> alpha, mu = solve_svdd(K, 0.4, return_mu=True)

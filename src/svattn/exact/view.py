@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from svattn.exact import compiled, reference, solver
-from svattn.exact.signing import tag_hashes
-from svattn.exact.state import SlotState
+from svattn.exact.backends import compiled, reference
+from svattn.exact.core.state import SlotState
+from svattn.exact.operations import solver
+from svattn.exact.records.signing import tag_hashes
 
 
 class MemoryView:
@@ -173,7 +174,7 @@ class MemoryView:
 
     def mu_interval(self) -> tuple[float, float]:
         """The optimal values of ``mu``, ``(low, high)``: one point unless the margin set
-        is empty (see :func:`svattn.exact.solver.mu_interval`).
+        is empty (see :func:`svattn.exact.operations.solver.mu_interval`).
 
         Returns
         -------
@@ -212,7 +213,7 @@ class MemoryView:
     @property
     def has_kept_factor(self) -> bool:
         """True while a removal may start from a kept Cholesky factor of ``K_SS`` (see
-        :mod:`svattn.exact.compiled`)."""
+        :mod:`svattn.exact.backends.compiled`)."""
         return self._ss.pd_factor is not None
 
     @property

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from svattn.exact.kernels import biased_softmax_readout
+from svattn.exact.core.kernels import biased_softmax_readout
 from svattn.experiments._common import (
     NOT_REPRODUCED,
     NOT_RUN,

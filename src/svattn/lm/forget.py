@@ -15,7 +15,7 @@
   hash-chained forget log, whose entry for this forget holds the SHA-256 of the
   receipt's body (every field but ``state_digest`` and ``signature``);
 * with ``LMStream(signing_key=...)``, the controller's Ed25519 signature over every
-  other field (:mod:`svattn.exact.signing`).
+  other field (:mod:`svattn.exact.records.signing`).
 
 The receipt never holds the forgotten bytes, their hash, or any key, value or hidden
 state of the span (the certificates' commitments are the memories' own, see
@@ -28,7 +28,7 @@ memory's certificates are there and match their memory, its digest is the stream
 (or, after more feeds and forgets, the digest the log recorded for it: *checked
 later*), and re-streaming the text from scratch gives the same content digest,
 logits and readouts. Every field's check is declared in ``ModelErasureReceipt.CHECKS``
-(:mod:`svattn.exact.receipts`).
+(:mod:`svattn.exact.records.receipts`).
 """
 
 from __future__ import annotations
@@ -43,14 +43,22 @@ from typing import ClassVar
 import numpy as np
 
 from svattn.exact import DeletionCertificate
-from svattn.exact.certificate import (
+from svattn.exact.records.certificate import (
     certificate_dict_errors,
     finite_number,
     no_duplicate_keys,
     signer_errors,
 )
-from svattn.exact.receipts import FORM, RESTREAM, SIGNATURE, STATE, HasVerdict, Verdict, judge
-from svattn.exact.signing import load_public_key, signature_errors
+from svattn.exact.records.receipts import (
+    FORM,
+    RESTREAM,
+    SIGNATURE,
+    STATE,
+    HasVerdict,
+    Verdict,
+    judge,
+)
+from svattn.exact.records.signing import load_public_key, signature_errors
 
 __all__ = ["ModelErasureReceipt", "ForgetVerification", "verify_forget", "forget_entry_hash"]
 
@@ -124,7 +132,7 @@ class ModelErasureReceipt:
         the signature over every other field (:meth:`signed_bytes`).
     """
 
-    # What binds each field (svattn.exact.receipts). "state": the stream's forget log
+    # What binds each field (svattn.exact.records.receipts). "state": the stream's forget log
     # holds the SHA-256 of every field but state_digest and signature, and the stream's
     # digest covers the log; state_digest is the stream's digest (or, checked later, the
     # one its log entry fixes).
@@ -327,7 +335,7 @@ class ModelErasureReceipt:
 @dataclass
 class ForgetVerification(HasVerdict):
     """Outcome of :func:`verify_forget`: ``ok`` (nothing failed), every check's numbers
-    and the :class:`~svattn.exact.receipts.Verdict` on the receipt's fields (``status``
+    and the :class:`~svattn.exact.records.receipts.Verdict` on the receipt's fields (``status``
     is VERIFIED only when every field was checked and passed)."""
 
     ok: bool

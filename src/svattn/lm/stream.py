@@ -56,9 +56,9 @@ from safetensors.torch import save as st_save
 from torch import nn
 
 from svattn.exact import SVDDMemory
-from svattn.exact.fileformat import sha256_hex, write_atomic, zero_file
-from svattn.exact.signing import fingerprint, sign
-from svattn.exact.signing import signing_key as as_signing_key
+from svattn.exact.records.fileformat import sha256_hex, write_atomic, zero_file
+from svattn.exact.records.signing import fingerprint, sign
+from svattn.exact.records.signing import signing_key as as_signing_key
 from svattn.lm.forget import ModelErasureReceipt, chained_digest, forget_entry_hash
 from svattn.mixers import HybridSVAttention, SlidingWindowAttention, SoftmaxAttention
 from svattn.mixers.rope import apply_rotary
@@ -235,7 +235,7 @@ class LMStream:
         copies together hold about ``n² / (2·snapshot_every·L)`` tokens per head.
         Copies are not saved; a loaded stream makes new ones as it reads on.
     signing_key : Ed25519PrivateKey or path, optional
-        The controller's key (:mod:`svattn.exact.signing`): every
+        The controller's key (:mod:`svattn.exact.records.signing`): every
         :class:`~svattn.lm.forget.ModelErasureReceipt` is signed with it. Never saved.
 
     Examples
@@ -873,7 +873,7 @@ new manifest, naming the old files as ``superseded``, (5) overwrites and deletes
 Killed anywhere, the manifest names every file that may hold bytes of another state
 (the new ones as pending, or the old ones as superseded), and the next save or load
 overwrites and deletes them, with their temporary files (``.<name>.<8 characters>.tmp``,
-:func:`svattn.exact.fileformat.write_atomic`) and the manifest's. Nothing else in the
+:func:`svattn.exact.records.fileformat.write_atomic`) and the manifest's. Nothing else in the
 folder is touched. Load checks the manifest's checksum, that the held bytes' fed
 positions and the forgotten spans partition ``[0, n_fed)``, every file's SHA-256, and
 the digest.

@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from svattn.exact.conventions import warmup_threshold
+from svattn.exact.core.conventions import warmup_threshold
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.nn.attention import MODES, sv_attention_state
 from svattn.nn.batched import (

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from svattn.exact.kernels import check_kernel
+from svattn.exact.core.kernels import check_kernel
 from svattn.nn.batched import BatchedInfo, solve_batched
 from svattn.nn.common import (
     Partition,

@@ -11,8 +11,8 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.exact.conventions import is_feasible, warmup_threshold
-from svattn.exact.kernels import check_kernel, default_gamma
+from svattn.exact.core.conventions import is_feasible, warmup_threshold
+from svattn.exact.core.kernels import check_kernel, default_gamma
 
 __all__ = [
     "resolve_gamma",
@@ -78,7 +78,7 @@ def log_kernel(x: torch.Tensor, y: torch.Tensor, kernel: str, gamma: float) -> t
     """``log k(x_i, y_j)``: x ``(..., M, D)``, y ``(..., N, D)`` → ``(..., M, N)``.
 
     rbf uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0: one matmul for training batches; the
-    exact core computes distances from differences (:func:`svattn.exact.kernels.sq_distances`).
+    exact core computes distances from differences (:func:`svattn.exact.core.kernels.sq_distances`).
     """
     xy = x @ y.transpose(-1, -2)  # (..., M, N)
     if kernel == "exp":

@@ -79,7 +79,7 @@ def _via_memory(X: np.ndarray, C: float, kernel: str, gamma: float) -> MarginSta
 
 
 def _via_oracle(X: np.ndarray, C: float, kernel: str, gamma: float) -> MarginState:
-    from svattn.exact.kernels import kernel_matrix
+    from svattn.exact.core.kernels import kernel_matrix
     from svattn.exact.oracle import partition, solve_svdd
 
     K = kernel_matrix(X, X, kernel, gamma)

@@ -1,0 +1,184 @@
+"""The audit log's side of verification: a log against a certificate and a saved state.
+
+:func:`matches_the_log` checks that a hash-chained audit log records a deletion
+certificate exactly (:func:`svattn.exact.auditor.verify.verify_deletion` with ``log``);
+:func:`verify_log` re-checks a log's chain and, given a saved state, that the log ends
+at exactly that state (``docs/design.md`` §4).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from svattn.exact.memory import SVDDMemory
+from svattn.exact.records.audit import STATE_OPS, AuditReport, verify_chain
+from svattn.exact.records.certificate import KEYED, DeletionCertificate
+from svattn.exact.records.fileformat import StateFileError, parse_header, read_metadata
+
+
+def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[str],
+                    present: str) -> tuple[bool, int | None]:
+    """Whether the log's chain holds, records exactly this certificate (any edited field
+    shows as a difference), added the token with its commitment, and (keyed) never
+    added the record again after the removal (``rep``: :func:`verify_chain` of the log)."""
+    if not rep.ok:
+        reasons.append(f"the audit log does not verify: {rep.error}")
+        return False, None
+    recorded = [r["certificate"] for r in rep.records
+                if r["op"] == "remove" and r["certificate"].get("removed_id") == cert.removed_id]
+    if not recorded:
+        reasons.append(f"the audit log records no removal of token {cert.removed_id}")
+        return False, None
+    mine = asdict(cert)
+    diff = sorted(k for k in set(mine) | set(recorded[-1])
+                  if mine.get(k) != recorded[-1].get(k))
+    if diff:
+        reasons.append(f"the audit log recorded this removal with other {', '.join(diff)}")
+        return False, None
+    ok = True
+    at = max(r["seq"] for r in rep.records if r["op"] == "remove"
+             and r["certificate"].get("removed_id") == cert.removed_id)
+    later = None
+    if present != cert.state_digest:  # the memory moved on: check it is the log's end
+        later = at
+        if rep.records[at].get("digest") != cert.state_digest:
+            reasons.append(f"state_digest: the audit log's record {at} has another digest")
+            ok = False
+        if rep.final_digest != present:
+            reasons.append("state_digest differs from the memory's, and the memory is not "
+                           "the audit log's end (its final digest is another)")
+            ok = False
+    added = [(q, tok) for q, tok in added_tokens(rep.records)
+             if tok.get("id") == cert.removed_id]
+    # (an add record of a version-1 log carries its own salted commitment: not comparable)
+    if added and "salt" not in added[-1][1] and added[-1][1].get("commitment") != cert.commitment:
+        reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
+                       f"{added[-1][0]}) with another commitment")
+        ok = False
+    if cert.commitment_scheme == KEYED:  # equal data, equal commitment: re-entry shows
+        back = [(q, tok["id"]) for q, tok in added_tokens(rep.records[at + 1:])
+                if tok.get("commitment") == cert.commitment]
+        if back:
+            reasons.append(f"the erased record re-entered after its removal: record "
+                           f"{back[0][0]} adds it again as token {back[0][1]}")
+            ok = False
+    return ok, later
+
+
+def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None
+               ) -> AuditReport:
+    """Verify an audit log (and optionally that it ends at a saved state).
+
+    Parameters
+    ----------
+    path : path-like
+        The JSONL log.
+    state : path-like, optional
+        A state file saved by :meth:`SVDDMemory.save` with this log.
+
+    Returns
+    -------
+    AuditReport
+        ``ok`` False names the first broken record and what broke.
+
+    Examples
+    --------
+    >>> import os, tempfile
+    >>> import numpy as np
+    >>> log = os.path.join(tempfile.mkdtemp(), "audit.jsonl")
+    >>> mem = SVDDMemory(C=0.2, audit_log=log)
+    >>> ids = mem.extend(np.random.default_rng(0).normal(size=(30, 3)))
+    >>> cert = mem.remove(ids[4])
+    >>> report = verify_log(log)
+    >>> report.ok, report.n_records, [r["op"] for r in report.records]
+    (True, 3, ['open', 'extend', 'remove'])
+    """
+    rep = verify_chain(path)
+    if rep.ok and state is not None:
+        _check_state(rep, Path(state))
+    return rep
+
+
+def _check_state(rep: AuditReport, state: Path) -> None:
+    rep.state_checked = True
+    last = len(rep.records) - 1
+    try:
+        mem = SVDDMemory.load(state)
+    except (StateFileError, OSError) as exc:
+        rep.ok = False
+        rep.error = f"state {state} does not load: {exc}"
+        return
+    header = parse_header(state.read_bytes(), str(state))[0]
+    head = read_metadata(header, str(state)).get("audit_head")
+    if head is None:
+        rep.ok = False
+        rep.error = f"state {state} was saved without an audit log"
+        return
+    seq = int(head["seq"])
+    if seq > last or rep.hashes[seq] != head["sha256"]:
+        rep.ok = False
+        rep.broken_record = min(seq, last + 1)
+        what = ("lacks (records were removed from its end)" if seq > last
+                else "does not contain (that record differs)")
+        rep.error = (f"state {state} was saved at record {seq} (sha256 {head['sha256'][:12]}…), "
+                     f"which this log {what}")
+        return
+    later = [r for r in rep.records[seq + 1:] if r["op"] in STATE_OPS]
+    if later:
+        rep.ok = False
+        rep.broken_record = later[0]["seq"]
+        rep.error = (f"the log records {len(later)} operation(s) after state {state} was saved "
+                     f"(first: record {later[0]['seq']}, {later[0]['op']}): the state is stale")
+        return
+    sha = hashlib.sha256(state.read_bytes()).hexdigest()
+    if not any(r["op"] == "save" and r.get("file_sha256") == sha for r in rep.records[seq + 1:]):
+        rep.ok = False
+        rep.broken_record = last + 1
+        rep.error = (f"the log does not record saving this state (sha256 {sha[:12]}…) after "
+                     f"record {seq}: its last records were removed, or the file was not saved "
+                     "by this memory")
+        return
+    if rep.final_digest != mem.state_digest():
+        rep.ok = False
+        rep.broken_record = last
+        rep.error = (f"record {last}: final digest {rep.final_digest[:12]}… differs from the "
+                     f"state's {mem.state_digest()[:12]}…")
+        return
+    unbound = unbound_tokens(rep, mem)
+    if unbound:
+        rep.ok = False
+        rep.broken_record = last
+        rep.error = (f"state {state}: live tokens {unbound[:5]} carry another commitment or "
+                     "data-subject tag than the log's add records gave them (the digest does "
+                     "not cover them: an edited state)")
+
+
+def added_tokens(records: list[dict]) -> list[tuple[int, dict]]:
+    """``(seq, token entry)`` of every token the add / extend records among ``records``
+    added (a verified chain's records: the entries are objects with an id)."""
+    return [(r["seq"], tok) for r in records if r["op"] in ("add", "extend")
+            for tok in r.get("tokens", []) if isinstance(tok, dict)]
+
+
+def unbound_tokens(rep: AuditReport, mem: SVDDMemory) -> list[int]:
+    """Live ids whose stored commitment or tag hash differs from their add record (ids
+    the chain started from, and tokens of older formats, have none to compare)."""
+    added = {tok["id"]: tok for _, tok in added_tokens(rep.records)}
+    ss = mem.solver_state
+    bad = []
+    for s in ss.ordered_slots():
+        tok = added.get(int(ss.slot_id[s]))
+        if tok is None or "salt" in tok:
+            continue
+        tag = ss.tags[s].tobytes().hex()
+        logged_tag = tok.get("tag", "00" * len(ss.tags[s]))
+        if (ss.commit_keyed[s] != 2 and tok.get("commitment") != ss.commitments[s].tobytes().hex()
+                or tag != logged_tag):
+            bad.append(int(ss.slot_id[s]))
+    return bad
+
+
+__all__ = ["added_tokens", "matches_the_log", "unbound_tokens", "verify_log"]

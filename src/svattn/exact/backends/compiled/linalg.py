@@ -1,0 +1,314 @@
+"""Small dense linear algebra of the bordered system, compiled: margin solves with
+iterative refinement, the margin Gram gather, health measures, a Cholesky test and
+the kept factor's updates (a row deleted by Givens rotations, a row appended).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from svattn.exact.backends.compiled.codes import VEC
+from svattn.exact.backends.compiled.columns import contract, matvec_lead
+from svattn.exact.core.kktsets import ERROR
+
+
+@njit(cache=True)
+def contract_margin(Qinv, KC, XC, ac, soc, cos, p, nS, hi):
+    """:meth:`SVDDMemory._contract` compiled: returns ``(nS, Qinv)``."""
+    Qb = Qinv.copy()
+    nS = contract(Qb, KC, XC, ac, soc, cos, p, nS, hi)
+    if nS == 0:
+        return 0, np.zeros((0, 0))
+    return nS, Qb[: nS + 1, : nS + 1].copy()
+
+
+@njit(cache=True, fastmath=VEC)
+def solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
+    """``x = [mu, alpha_S]`` on the current partition (error tokens at C, every other
+    non-margin token at 0), with two steps of iterative refinement; returns the
+    number of error tokens. ``KSS[:nS, :nS]`` receives the margin Gram block
+    (gathered once from the cache's margin rows; the refinement reads it there).
+
+    The error tokens' share of the right-hand side is read from the (synced)
+    error-column sum ``esum`` at the margin rows; the numpy reference sums their
+    cached columns there instead.
+    """
+    gather_margin_gram_into(KC, soc, nS, KSS)
+    return solve_gathered(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS)
+
+
+@njit(cache=True, fastmath=VEC)
+def solve_gathered(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
+    """:func:`solve_partition` with ``KSS[:nS, :nS]`` holding the margin Gram block
+    already (kept up to date by :func:`kss_drop` and :func:`kss_append` between the
+    segments of one removal: the gather, the largest part of a segment's margin solve
+    at hundreds of margin tokens — its reads are scattered over the cache's rows —
+    is paid once per removal, not once per segment)."""
+    nE = 0
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            nE += 1
+    m = nS + 1
+    rhs = np.empty(m)
+    rhs[0] = 1.0 - C * nE
+    for i in range(nS):
+        si = soc[i]
+        rhs[i + 1] = diag[si] - 2.0 * C * esum[si]
+    matvec_lead(Qinv, rhs, m, x, 1.0)
+    refine(Qinv, KSS, rhs, x, nS)
+    return nE
+
+
+@njit(cache=True)
+def kss_drop(KSS, p, n):
+    """The margin Gram block of ``n`` tokens after :func:`columns.contract` of position
+    ``p``: the last token takes position ``p`` (its row and column swapped in), the
+    block is then ``n - 1`` square. The same values a gather would read (the cache's
+    columns are moved, never recomputed)."""
+    last = n - 1
+    if p != last:
+        for j in range(n):
+            t = KSS[p, j]
+            KSS[p, j] = KSS[last, j]
+            KSS[last, j] = t
+        for i in range(n):
+            t = KSS[i, p]
+            KSS[i, p] = KSS[i, last]
+            KSS[i, last] = t
+
+
+@njit(cache=True)
+def kss_append(KSS, KC, soc, n):
+    """The margin Gram block of ``n`` tokens after :func:`columns.expand` put one more
+    at position ``n``: its row and column read from the cache, as a gather would."""
+    s = soc[n]
+    for j in range(n + 1):
+        KSS[n, j] = KC[s, j]
+    for i in range(n):
+        KSS[i, n] = KC[soc[i], n]
+
+
+@njit(cache=True, fastmath=VEC)
+def refine(Qinv, K, rhs, x, n):
+    """Two steps of iterative refinement of ``x = Qinv rhs`` against
+    ``Q = [[0, 1^T], [1, 2 K]]`` (``K`` the Gram block of the ``n`` margin tokens)."""
+    m = n + 1
+    res = np.empty(m)
+    dx = np.empty(m)
+    for _ in range(2):
+        acc = 0.0
+        for j in range(n):
+            acc += x[j + 1]
+        res[0] = rhs[0] - acc
+        for i in range(n):
+            r = rhs[i + 1] - x[0]
+            for j in range(n):
+                r -= K[i, j] * (2.0 * x[j + 1])
+            res[i + 1] = r
+        matvec_lead(Qinv, res, m, dx, 1.0)
+        for i in range(m):
+            x[i] += dx[i]
+
+
+@njit(cache=True)
+def gather_margin_gram_into(KC, soc, nS, out):
+    """``out[:nS, :nS] = K_SS`` from the cache's margin rows (margin order). Column by
+    column: each read stays in one contiguous cache column (KC is F-ordered), where
+    row by row every read was a cache miss (3x slower at 16k rows, 300 columns)."""
+    for j in range(nS):
+        for i in range(nS):
+            out[i, j] = KC[soc[i], j]
+
+
+@njit(cache=True)
+def gather_margin_gram(KC, soc, nS):
+    """The margin Gram block ``K_SS`` as a dense array (rows and columns in margin order)."""
+    K = np.empty((nS, nS))
+    gather_margin_gram_into(KC, soc, nS, K)
+    return K
+
+
+@njit(cache=True)
+def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, KSS):
+    """alpha_S and mu on the current partition (:func:`solve_partition`, which
+    leaves ``K_SS`` in ``KSS``), then alpha of every cached column into ``ac``.
+
+    Returns ``(mu, n_at_bound)``: how many margin coefficients landed within
+    1e-13·C of 0 or C (the caller then moves them to that bound's set).
+    """
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            alpha[sl] = C
+    x = np.empty(nS + 1)
+    solve_partition(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS)
+    n_at_bound = 0
+    tol = 1e-13 * C
+    for i in range(nS):
+        a = x[i + 1]
+        alpha[soc[i]] = a
+        if min(abs(a - C), abs(a)) <= tol:
+            n_at_bound += 1
+    for col in range(chi):
+        sl = soc[col]
+        ac[col] = alpha[sl] if sl >= 0 else 0.0
+    return x[0], n_at_bound
+
+
+@njit(cache=True, fastmath=VEC)
+def bordered_health(Qinv, KSS, nS):
+    """``(cond1, inverse residual)`` of ``Qinv`` given the margin Gram block
+    ``KSS`` (see HealthMonitor.measure)."""
+    m = nS + 1
+    colmax = 0.0
+    for j in range(nS):
+        acc = 0.0
+        for i in range(nS):
+            acc += abs(KSS[i, j])
+        colmax = max(colmax, acc)
+    norm_q = max(float(nS), 1.0 + 2.0 * colmax)
+    norm_qinv = 0.0
+    for j in range(m):
+        acc = 0.0
+        for i in range(m):
+            acc += abs(Qinv[i, j])
+        norm_qinv = max(norm_qinv, acc)
+    v = np.empty(m)
+    vmax = 0.0
+    for i in range(m):
+        v[i] = math.cos(0.7 * i) + 0.5
+        vmax = max(vmax, abs(v[i]))
+    w = np.empty(m)
+    matvec_lead(Qinv, v, m, w, 1.0)
+    acc = 0.0
+    for j in range(nS):
+        acc += w[j + 1]
+    rmax = abs(acc - v[0])
+    for i in range(nS):
+        r = w[0] - v[i + 1]
+        for j in range(nS):
+            r += 2.0 * KSS[i, j] * w[j + 1]
+        rmax = max(rmax, abs(r))
+    return norm_q * norm_qinv, rmax / vmax
+
+
+# ------------------------------------------------ uniqueness and the kept factor
+@njit(cache=True, fastmath=VEC)
+def cholesky_into(K, n, shift, L):
+    """``L[:n, :n]`` = the lower Cholesky factor of the symmetric part of ``K[:n, :n]``
+    minus ``shift · I`` (:func:`positive_definite`'s loop, into a kept buffer whose
+    upper triangle is zero); False, ``L`` partly written, when there is none."""
+    for j in range(n):
+        s = K[j, j] - shift
+        for k in range(j):
+            s -= L[j, k] * L[j, k]
+        if not s > 0.0:  # also False on NaN
+            return False
+        ljj = math.sqrt(s)
+        L[j, j] = ljj
+        for i in range(j + 1, n):
+            a = 0.5 * (K[i, j] + K[j, i])
+            for k in range(j):
+                a -= L[i, k] * L[j, k]
+            L[i, j] = a / ljj
+    return True
+
+
+@njit(cache=True, fastmath=VEC)
+def positive_definite(K, rel_shift):
+    """True when the symmetric part of ``K`` minus ``rel_shift · trace(K) · I`` has a
+    Cholesky factor (``np.linalg.cholesky`` succeeding is the reference): the loop of
+    :func:`cholesky_into`, whose inner products vectorize (a rounding-level reordering,
+    as LAPACK's blocking is: 3x faster at 300 margin tokens, where this was the largest
+    part of a removal), into a temporary freed zeroed."""
+    n = K.shape[0]
+    tr = 0.0
+    for i in range(n):
+        tr += K[i, i]
+    L = np.zeros((n, n))
+    ok = cholesky_into(K, n, rel_shift * tr, L)
+    L.fill(0.0)  # a factor of kernel values: nothing of it outlives the test
+    return ok
+
+
+@njit(cache=True, fastmath=VEC)
+def chol_delete(L, p, n):
+    """Delete row and column ``p`` of the matrix ``L[:n, :n] L[:n, :n]ᵀ`` in its factor:
+    the rows below ``p`` move up one (each then has one entry right of the diagonal)
+    and Givens rotations of column pairs ``(k, k+1)``, which keep ``L Lᵀ``, clear those
+    entries (each rotation's rows are independent: it vectorizes, where rotations
+    applied row by row form one dependent chain and ran ~2x slower at 300 rows). The
+    factor of the smaller matrix is unique, so in exact arithmetic it holds nothing of
+    the deleted row (its rounding does, as the bordered inverse's downdate's does);
+    the freed last row and column are zeroed. Returns ``n - 1``."""
+    for i in range(p, n - 1):
+        for j in range(i + 2):
+            L[i, j] = L[i + 1, j]
+    for j in range(n):
+        L[n - 1, j] = 0.0
+    for k in range(p, n - 1):
+        a = L[k, k]
+        b = L[k, k + 1]
+        r = math.hypot(a, b)
+        c = a / r
+        s = b / r
+        for i in range(k, n - 1):
+            x = L[i, k]
+            y = L[i, k + 1]
+            L[i, k] = c * x + s * y
+            L[i, k + 1] = c * y - s * x
+        L[k, k + 1] = 0.0
+    for i in range(n):
+        L[i, n - 1] = 0.0
+    return n - 1
+
+
+@njit(cache=True, fastmath=VEC)
+def chol_append(L, n, b, d, shift):
+    """Append a row ``b`` (its diagonal entry ``d``, then shifted) to the matrix that
+    ``L[:n, :n]`` factors: one forward substitution; False, ``L`` unchanged, when the
+    grown matrix would not be positive definite."""
+    ell = np.empty(n)
+    acc = 0.0
+    for i in range(n):
+        v = b[i]
+        for k in range(i):
+            v -= L[i, k] * ell[k]
+        ell[i] = v / L[i, i]
+        acc += ell[i] * ell[i]
+    piv = d - shift - acc
+    ok = piv > 0.0
+    if ok:
+        for k in range(n):
+            L[n, k] = ell[k]
+        L[n, n] = math.sqrt(piv)
+    for k in range(n):  # a temporary of kernel-derived values: freed zeroed
+        ell[k] = 0.0
+    return ok
+
+
+@njit(cache=True)
+def chol_update(L, n, drops, fpos, news, K, shift):
+    """The kept factor of ``K``'s block at margin positions ``fpos[:n]`` (after deleting
+    factor rows ``drops``, in descending order) grown by the margin positions ``news``
+    in order, read from ``K`` (margin order, symmetric part). Returns the new size, or
+    -1 when an appended row would leave the matrix not positive definite (the factor
+    is then partly updated: the caller discards it)."""
+    for q in range(drops.shape[0]):
+        n = chol_delete(L, drops[q], n)
+    b = np.zeros(n + news.shape[0])
+    for t in range(news.shape[0]):
+        j = news[t]
+        for i in range(n):
+            b[i] = 0.5 * (K[fpos[i], j] + K[j, fpos[i]])
+        if not chol_append(L, n, b, K[j, j], shift):
+            n = -1
+            break
+        fpos[n] = j
+        n += 1
+    b.fill(0.0)  # kernel values: freed zeroed
+    return n

@@ -1,0 +1,501 @@
+"""The numpy reference backend of the exact solver: obviously-correct, one array call per step.
+
+Every function here has a namesake in :mod:`svattn.exact.backends.compiled` that takes the
+same :class:`~svattn.exact.core.state.SlotState` and leaves it in the same state, up to
+summation order (BLAS against loops): ``tests/exact/test_backends.py`` runs both
+side by side. A memory picks one at construction (``SVDDMemory(backend=...)``).
+The algorithm that calls them is :mod:`svattn.exact.operations.solver`; ``docs/design.md``
+§1-2 has the math.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from svattn.exact.core.cache import expand, free_col, mu_move, outside_description, swap_cols
+from svattn.exact.core.kernels import KernelOverflowError, kernel_diag, kernel_matrix, sq_distances
+from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
+from svattn.exact.core.outcome import RemovalOutcome
+from svattn.exact.core.state import NeedResolve, SlotState, scrub
+
+NAME = "reference"
+
+# per state: the sign that turns g into a KKT violation (margin handled apart)
+_KKT_SIGN = np.array([0.0, -1.0, 0.0, 1.0, 0.0])
+
+
+# ---------------------------------------------------------------- cache columns
+def alloc_col(ss: SlotState, slot: int) -> int:
+    """Cache the kernel column of ``slot`` over every used slot (outside the margin
+    block): in a hole, past the used columns, in place of a standby column, or in
+    a grown cache. Returns the column."""
+    holes = np.flatnonzero(ss.slot_of_col[ss.nS : ss.chi] < 0)
+    soc = ss.slot_of_col[ss.nS : ss.chi]
+    standby = np.flatnonzero((soc >= 0) & (ss.state[soc] == RESERVE))
+    if len(holes):
+        col = ss.nS + int(holes[0])
+    elif ss.chi < ss.ccap or not len(standby):
+        if ss.chi == ss.ccap:
+            ss.grow_cols()
+        col = ss.chi
+        ss.chi += 1
+    else:
+        col = ss.nS + int(standby[0])
+        ss.col_of_slot[ss.slot_of_col[col]] = -1
+    x = ss.X[slot]
+    hi = ss.hi
+    column = ss.KC[:hi, col]  # a contiguous view: fill it in place
+    if ss.is_rbf:  # from differences, never ‖x‖² + ‖y‖² − 2x·y (docs/design.md §1)
+        column[:] = sq_distances(ss.X[:hi], x[None, :])[:, 0]
+        column *= -ss.gamma_value
+    else:
+        column[:] = ss.X[:hi] @ x
+        column *= ss.gamma_value
+    np.exp(column, out=column)
+    column[slot] = ss.diag[slot]
+    ss.XC[col] = x
+    ss.slot_of_col[col] = slot
+    ss.col_of_slot[slot] = col
+    ss.ac[col] = ss.alpha[slot]
+    return col
+
+
+def nearest_reserve(ss: SlotState, m: int) -> np.ndarray:
+    """The ``m`` reserve slots with the smallest g, ascending (ties: lower slot first)."""
+    reserve = np.flatnonzero(ss.state[: ss.hi] == RESERVE)
+    return reserve[np.argsort(ss.g[reserve], kind="stable")[:m]]
+
+
+def refresh_standby(ss: SlotState) -> None:
+    """Cache the kernel columns of the ``standby`` reserve tokens nearest the
+    boundary (smallest g) and free those of other reserve tokens.
+
+    A removal brings reserve tokens into the margin set, and each needs its
+    kernel column: one pass over every key, the largest single cost of a
+    removal at n = 4k. The tokens that enter are almost always among the
+    nearest few (at 16, nine in ten of the entries in ``bench_exact``'s
+    redundant stream), so keeping their columns moves that pass from the
+    removal to the adds before it. Columns are exact kernel values like every
+    other cached column; a removed token's row is wiped from them as from the
+    rest, and eviction (:func:`alloc_col`) only ever drops a standby column.
+    """
+    ss.standby_stale = False
+    # g as the operations left it (accurate to rounding; a choice of columns
+    # needs no exact g). Hysteresis: the columns of the next k nearest stay
+    # (ranks near the k-th swap after most operations).
+    k = ss.standby
+    near = nearest_reserve(ss, 2 * k)
+    pick = near[:k]
+    ss.standby_theta = float(ss.g[pick[-1]]) if len(near) > k else math.inf
+    for col in range(ss.nS, ss.chi):
+        s = int(ss.slot_of_col[col])
+        if s >= 0 and ss.state[s] == RESERVE and s not in near:
+            free_col(ss, s)
+    for s in pick.tolist():
+        if ss.col_of_slot[s] < 0:
+            if ss.chi == ss.ccap and (ss.slot_of_col[ss.nS : ss.chi] >= 0).all():
+                ss.grow_cols()  # never evict a pick
+            alloc_col(ss, s)
+
+
+def wipe_slot_arrays(ss: SlotState, slot: int) -> int:
+    """Overwrite every array entry derived from ``slot``'s token (its column leaves the
+    error sum while it exists). Returns +1 when the sum was updated, -1 when it
+    must be rebuilt, 0 when the token was not in it."""
+    change = 0
+    if ss.esum_member[slot]:
+        col = int(ss.col_of_slot[slot])
+        if col >= 0 and ss.esum_valid:
+            ss.esum[: ss.hi] -= ss.KC[: ss.hi, col]
+            change = 1
+        else:
+            change = -1
+        ss.esum_member[slot] = False
+    free_col(ss, slot)
+    for a in (ss.X, ss.V, ss.KC, ss.xn2, ss.diag, ss.alpha, ss.g, ss.esum):
+        a[slot] = 0.0
+    ss.state[slot] = FREE
+    return change
+
+
+# ------------------------------------------------------------ bordered system
+def contract(ss: SlotState, p: int) -> None:
+    """Remove the margin token in column ``p`` from the margin set (keeps its column)."""
+    last = ss.nS - 1
+    if last == 0:
+        ss.nS = 0
+        ss.Qinv = np.zeros((0, 0))
+        return
+    Q = ss.Qinv
+    if p != last:  # move it to the end of the block, permuting Qinv alike
+        swap_cols(ss, p, last)
+        perm = np.arange(last + 2)
+        perm[[p + 1, last + 1]] = perm[[last + 1, p + 1]]
+        Q = Q[np.ix_(perm, perm)]  # a copy (the memory's own Qinv is the caller's)
+    piv = Q[last + 1, last + 1]
+    outer = np.outer(Q[: last + 1, last + 1], Q[last + 1, : last + 1])
+    outer /= piv
+    new = Q[: last + 1, : last + 1] - outer
+    scrub(outer)  # temporaries holding the leaving token's row: freed zeroed
+    if Q is not ss.Qinv:
+        scrub(Q)
+    ss.Qinv = new
+    ss.nS = last
+
+
+def solve_margin(ss: SlotState) -> int | None:
+    """Solve alpha_S, mu on the partition (error tokens at C). Returns how many margin
+    coefficients sit on a bound, or None when not counted (the caller checks)."""
+    nS = ss.nS
+    soc = ss.slot_of_col[nS : ss.chi]  # error tokens all have cached columns
+    E = soc[soc >= 0]
+    E = E[ss.state[E] == ERROR]
+    ss.alpha[E] = ss.C
+    if nS:
+        S = ss.slot_of_col[:nS]
+        rhs = np.empty(nS + 1)
+        rhs[0] = 1.0 - ss.C * len(E)
+        rhs[1:] = ss.diag[S]
+        if len(E):
+            e = np.zeros(ss.chi)
+            e[ss.col_of_slot[E]] = 2.0 * ss.C
+            rhs[1:] -= ss.KC[S, : ss.chi] @ e
+        KSS = ss.KC[S, :nS]
+        x = ss.Qinv @ rhs
+        for _ in range(2):  # iterative refinement
+            res = rhs.copy()
+            res[0] -= x[1:].sum()
+            res[1:] -= x[0] + 2.0 * (KSS @ x[1:])
+            x += ss.Qinv @ res
+        ss.mu = float(x[0])
+        ss.alpha[S] = x[1:]
+    ss.sync_ac()
+    return None
+
+
+def margin_gram(ss: SlotState) -> np.ndarray:
+    """``K_SS`` in margin order (a gather from the cache's margin rows)."""
+    return np.ascontiguousarray(ss.KC[ss.slot_of_col[: ss.nS], : ss.nS])
+
+
+def margin_health(ss: SlotState, KSS: np.ndarray) -> tuple[float, float]:
+    """``(cond1, inverse residual)`` of ``Qinv`` given ``K_SS``: the 1-norm condition
+    estimate ``‖Q‖₁ ‖Qinv‖₁`` and ``‖Q (Qinv v) − v‖∞ / ‖v‖∞`` for a fixed probe."""
+    nS, Qinv = ss.nS, ss.Qinv
+    norm_q = max(float(nS), 1.0 + 2.0 * float(np.abs(KSS).sum(axis=0).max()))
+    norm_qinv = float(np.abs(Qinv).sum(axis=0).max())
+    v = np.cos(0.7 * np.arange(nS + 1)) + 0.5
+    w = Qinv @ v
+    r = np.empty(nS + 1)
+    r[0] = w[1:].sum() - v[0]
+    r[1:] = w[0] + 2.0 * (KSS @ w[1:]) - v[1:]
+    return norm_q * norm_qinv, float(np.max(np.abs(r)) / np.max(np.abs(v)))
+
+
+# ------------------------------------------------------------------- checks
+def g_exact(ss: SlotState) -> np.ndarray:
+    """g over all used slots from every cached column (not the drive's running updates)."""
+    hi, chi = ss.hi, ss.chi
+    g = 2.0 * (ss.KC[:hi, :chi] @ ss.ac[:chi]) - ss.diag[:hi]
+    g += ss.mu
+    return g
+
+
+def kkt(ss: SlotState, g: np.ndarray) -> float:
+    """Largest violation of the KKT conditions and constraints given ``g`` (relative)."""
+    st = ss.state[: ss.hi]
+    a = ss.alpha[: ss.hi]  # free slots hold alpha = 0
+    viol = max(abs(float(a.sum()) - 1.0), -float(a.min(initial=0.0)),
+               float(a.max(initial=0.0)) - ss.C)
+    # signed violation per set: |g| on the margin, g on error, −g on reserve
+    sign = _KKT_SIGN[st]
+    gv = g * sign
+    gv[st == MARGIN] = np.abs(g[st == MARGIN])
+    # relative to the size of the terms that make up g_i (all kernel values
+    # are positive): K_ii + 2 (K alpha)_i + |mu| = 2 K_ii + g_i − mu + |mu|
+    d = ss.diag[: ss.hi]
+    size = np.maximum(2.0 * d + g - ss.mu + abs(ss.mu), 1.0)
+    return max(viol, float((gv / size).max(initial=0.0)))
+
+
+def tied_slots(ss: SlotState, g: np.ndarray, tie: float) -> np.ndarray:
+    """Error and reserve slots with ``|g| <= tie`` (tied with the margin)."""
+    st = ss.state[: ss.hi]
+    return np.flatnonzero((np.abs(g) <= tie) & ((st == ERROR) | (st == RESERVE)))
+
+
+def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
+    """True when ``sym(K) − rel_shift · trace · I`` has a Cholesky factor."""
+    K = 0.5 * (K + K.T)
+    shift = rel_shift * float(np.trace(K))
+    try:
+        np.linalg.cholesky(K - shift * np.eye(len(K)))
+    except np.linalg.LinAlgError:
+        return False
+    return True
+
+
+def count_states(ss: SlotState) -> tuple[int, int, int]:
+    """``(margin, error, reserve)`` set sizes."""
+    counts = np.bincount(ss.state[: ss.hi], minlength=DRIVEN + 1)
+    return int(counts[MARGIN]), int(counts[ERROR]), int(counts[RESERVE])
+
+
+def support_slots_by_id(ss: SlotState) -> np.ndarray:
+    """Support slots (alpha > 0; every live slot in warm-up) in id order."""
+    s = ss.support_slots()
+    return s[np.argsort(ss.slot_id[s], kind="stable")]
+
+
+def certificate_facts(ss: SlotState, g: np.ndarray, tie: float
+                      ) -> tuple[int, int, int, int, np.ndarray, np.ndarray]:
+    """``(margin, error, reserve, unique, ids, values)`` after an operation: set sizes;
+    uniqueness (1 / 0, or -1: the caller runs the full check); the support's ids in
+    id order and their alphas followed by mu (the digest's inputs)."""
+    nm, ne, nr = count_states(ss)
+    slots = support_slots_by_id(ss)
+    return nm, ne, nr, -1, ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu)
+
+
+# -------------------------------------------------------------------- drives
+def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None) -> int:
+    """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1), one
+    numpy array call per step (``seed`` is unused: the reference removes by events)."""
+    C = ss.C
+    s = float(direction)  # the direction, as a float
+    rate_tol = 1e-13
+    scale = ss.scale
+    gtol = 1e-13 * scale
+    events = zero_steps = 0
+    last_left = last_entered = -1
+    max_events = 20 * ss.n + 200
+    ss.g_valid = False
+    hi = ss.hi
+    a, g = ss.alpha, ss.g
+    # c's kernel column, contiguous for the whole drive
+    k_c = ss.KC[:hi, int(ss.col_of_slot[c])].copy()
+    sk2 = (2.0 * s) * k_c  # direction-signed, for rho below
+    try:
+        rho = np.empty(hi)
+        ratio = np.empty(hi)
+        bad = np.empty(hi, dtype=bool)
+        ratio_buf = np.empty(hi)
+        # +1 on error tokens (they enter the margin when g rises to 0), −1 on
+        # reserve tokens (when g falls to 0), 0 elsewhere; kept in step with events
+        st0 = ss.state[:hi]
+        sgn = (st0 == ERROR).astype(np.float64) - (st0 == RESERVE)
+        # one errstate for the loop: 0/0 and x/0 in the ratio tests are expected
+        with np.errstate(divide="ignore", invalid="ignore"):
+            while True:
+                events += 1
+                if events > max_events or zero_steps > 2 * ss.nS + 20:
+                    raise NeedResolve
+                nS = ss.nS
+                if nS == 0:
+                    done, who = mu_move(ss, c, direction, alloc_col)
+                    if done:
+                        return events
+                    sgn[who] = 0.0
+                    last_entered = who
+                    continue
+                S = ss.slot_of_col[:nS]
+                u = np.empty(nS + 1)
+                u[0] = 1.0
+                u[1:] = 2.0 * k_c[S]
+                beta = -(ss.Qinv @ u)
+                # rho_i = d g_i / dt for every token (0 on the margin), with t = |d alpha_c|:
+                # 2 (K_iS beta_S + k_ic) + beta_mu, times the direction
+                np.add(ss.KC[:hi, :nS] @ ((2.0 * s) * beta[1:]), sk2, out=rho)
+                rho += s * beta[0]
+                # --- candidate steps (t >= 0 is |d alpha_c|)
+                if direction > 0:
+                    best_t, kind, who = C - a[c], "c_error", -1
+                    if rho[c] > rate_tol * scale:
+                        t = max(-g[c], 0.0) / rho[c]
+                        if t <= best_t:
+                            best_t, kind = t, "c_margin"
+                else:
+                    best_t, kind, who = a[c], "c_out", -1
+                # a margin coefficient moving down reaches 0, one moving up reaches C
+                r = beta[1:] * s
+                aS = a[S]
+                down = r < 0
+                t_m = np.where(down, aS, C - aS)
+                np.maximum(t_m, 0.0, out=t_m)
+                absr = np.abs(r)
+                t_m /= absr
+                t_m[absr <= rate_tol] = np.inf
+                if last_entered >= 0:  # no zero-length exit for the token that just entered
+                    p = int(ss.col_of_slot[last_entered])
+                    if 0 <= p < nS and t_m[p] == 0.0:
+                        t_m[p] = np.inf
+                j = int(np.argmin(t_m))
+                if t_m[j] < best_t:
+                    best_t, who = float(t_m[j]), int(S[j])
+                    kind = "m_reserve" if down[j] else "m_error"
+                # an error token moves towards g = 0 when rho > 0, a reserve one when
+                # rho < 0; it gets there at t = −g/rho, i.e. the largest ratio g/rho <= 0
+                rho[S] = 0.0
+                np.divide(g[:hi], rho, out=ratio)
+                np.multiply(rho, sgn, out=ratio_buf)
+                np.less_equal(ratio_buf, gtol, out=bad)
+                ratio[bad] = -np.inf
+                if last_left >= 0 and ratio[last_left] >= 0.0:
+                    ratio[last_left] = -np.inf
+                i = int(np.argmax(ratio))
+                t_i = max(-float(ratio[i]), 0.0)
+                if t_i < best_t:
+                    best_t, kind, who = t_i, "enter", i
+                if not math.isfinite(best_t):
+                    raise NeedResolve
+                t = best_t
+                zero_steps = zero_steps + 1 if t == 0.0 else 0
+                # --- move everything linearly
+                a[c] += s * t
+                a[S] += r * t
+                ss.ac[:nS] = a[S]
+                ss.mu += beta[0] * s * t
+                rho *= t
+                g[:hi] += rho
+                last_left = last_entered = -1
+                # --- apply the event
+                if kind == "c_margin":
+                    g[c] = 0.0
+                    ss.state[c] = MARGIN
+                    ss.ac[ss.col_of_slot[c]] = a[c]
+                    expand(ss, c)
+                    return events
+                if kind == "c_error":
+                    a[c] = C
+                    ss.state[c] = ERROR
+                    return events
+                if kind == "c_out":
+                    a[c] = 0.0
+                    return events
+                if kind == "m_reserve":
+                    a[who] = 0.0
+                    contract(ss, int(ss.col_of_slot[who]))
+                    ss.state[who] = RESERVE
+                    sgn[who] = -1.0
+                    free_col(ss, who)
+                    last_left = who
+                elif kind == "m_error":
+                    a[who] = C
+                    contract(ss, int(ss.col_of_slot[who]))
+                    ss.state[who] = ERROR
+                    ss.ac[ss.col_of_slot[who]] = C
+                    sgn[who] = 1.0
+                    last_left = who
+                else:  # an error or reserve token reaches g = 0 and joins the margin
+                    g[who] = 0.0
+                    if ss.col_of_slot[who] < 0:  # a standby token has its column
+                        alloc_col(ss, who)
+                    ss.state[who] = MARGIN
+                    expand(ss, who)
+                    sgn[who] = 0.0
+                    last_entered = who
+    finally:  # a removed token's kernel column must not stay in freed memory
+        scrub(k_c)
+        scrub(sk2)
+
+
+def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> RemovalOutcome:
+    """The reference removes by events alone: contract a margin token, then hand the
+    whole removal to :func:`drive` (a ``"fallback"`` outcome with no seed)."""
+    if contract_first:
+        contract(ss, int(ss.col_of_slot[c]))
+    return RemovalOutcome("fallback")
+
+
+# ---------------------------------------------------------------- the streaming add
+def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int) -> bool:
+    """Score one key (value ``v``) against the cached columns; if it lands in the reserve
+    set with no standby refresh due, store it in the free ``slot`` as token ``tid``
+    (arrays only: the caller keeps the id map, hashes and counts) and return True;
+    otherwise write nothing and return False (the general add path takes it)."""
+    status, diag, row, g = _score_reserve(ss, x)
+    try:
+        if status != "stored":
+            return False
+        if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
+            return False
+        _store_reserve_row(ss, x, v, slot, tid, diag, row, g)
+        return True
+    finally:
+        if row is not None:
+            scrub(row)  # kernel values of the key: only the cache keeps them
+
+
+def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.ndarray,
+                  tids: np.ndarray) -> tuple[int, str, np.ndarray | None, float, float]:
+    """Store the rows of ``k`` (values ``v``) one after another as :func:`reserve_add`
+    does, without its standby test (an ``extend`` refreshes the standby columns once,
+    at its end), in ``slots`` as tokens ``tids``, until the first row that does not
+    land in the reserve set. A stored row changes nothing but its own slot, so each
+    row is scored against the same solution.
+
+    Returns ``(stored, status, row, g, kxx)``: the rows stored; ``"stored"`` when all
+    were, else the status of row ``stored``: ``"outside"`` (with its kernel row against
+    the cached columns, its g and k(x, x), which the drive that adds it stores) or
+    ``"overflow"`` (the general path raises the exp kernel's error)."""
+    for i in range(len(slots)):
+        status, diag, row, g = _score_reserve(ss, k[i])
+        if status != "stored":
+            return i, status, row, float(g[0]) if g is not None else 0.0, float(diag[0])
+        _store_reserve_row(ss, k[i], None if v is None else v[i], int(slots[i]), int(tids[i]),
+                           diag, row, g)
+        scrub(row)  # kernel values of the key: only the cache keeps them
+    return len(slots), "stored", None, 0.0, 0.0
+
+
+def store_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid: int,
+              diag: float, row: np.ndarray, g: float) -> None:
+    """Store a key already scored (``row``: its kernel row against the cached columns,
+    its g and k(x, x) ``diag``) in the free ``slot`` as reserve token ``tid``, arrays
+    only, as :func:`reserve_add` stores it (a driven add then drives it in)."""
+    _store_reserve_row(ss, x, v, slot, tid, np.array([diag]), row, np.array([g]))
+
+
+def _score_reserve(ss: SlotState, x: np.ndarray
+                   ) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """One key's kernel diagonal, kernel row against the cached columns and g, and
+    whether it lands in the reserve set (``"stored"``), ``"outside"`` the description,
+    or overflows the exp kernel (``"overflow"``: no row)."""
+    xs = x[None, :]
+    try:
+        diag = kernel_diag(xs, ss.kernel, ss.gamma_value)
+        row = kernel_matrix(xs, ss.XC[: ss.chi], ss.kernel, ss.gamma_value)[0]
+    except KernelOverflowError:
+        return "overflow", np.zeros(1), None, None
+    g = 2.0 * (row @ ss.ac[: ss.chi]) - diag + ss.mu
+    return ("outside" if outside_description(ss, diag, g)[0] else "stored"), diag, row, g
+
+
+def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int,
+                       tid: int, diag: np.ndarray, row: np.ndarray, g: np.ndarray) -> None:
+    """Write a scored key into the free ``slot`` as reserve token ``tid`` (arrays only),
+    with its error-column sum over the row (as ``solver.esum_rows``)."""
+    chi = ss.chi
+    esum = 0.0
+    if ss.esum_valid:
+        cols = ss.col_of_slot[np.flatnonzero(ss.esum_member[: ss.hi])]
+        if len(cols) and (cols.min() < 0 or cols.max() >= chi):
+            ss.esum_valid = False  # a member without a column here: rebuild on use
+        elif len(cols):
+            esum = float(row[cols].sum())
+    ss.X[slot] = x
+    if v is not None:
+        ss.V[slot] = v
+    ss.xn2[slot] = float(x @ x)
+    ss.diag[slot], ss.alpha[slot], ss.g[slot] = diag[0], 0.0, g[0]
+    ss.state[slot], ss.slot_id[slot], ss.esum[slot] = RESERVE, tid, esum
+    ss.KC[slot, :chi] = row
+
+
+__all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
+           "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
+           "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
+           "reserve_block", "solve_margin", "store_row",
+           "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

@@ -1,0 +1,138 @@
+"""Scratch of the margin solves kept beside the solver state: the margin Gram copy
+and the factor of the uniqueness test.
+
+Margin solves gather ``K_SS`` (the margin tokens' rows of their own cache columns) into
+one scratch buffer, ``SlotState.kss``, that the iterative refinement, the uniqueness
+test and the health check then read; it is valid while ``kss_for`` is the current
+bordered inverse and is zeroed after every operation (kernel values stay only in the
+cache, which removals scrub). Its rows are padded off multiples of 4 KiB
+(:func:`padded_square`).
+
+A large margin set keeps the Cholesky factor of its uniqueness test between operations
+(:class:`KeptFactor`, ``SlotState.pd_factor``): the test asks that ``K_SS`` minus
+``1e-10 · trace · I`` be positive definite, and a removal usually changes the margin
+set by a token or two, so the factor is updated (a row deleted by Givens rotations, a
+row appended by one forward substitution: O(|S|²)) instead of computed again (O(|S|³),
+~1 ms at 300 tokens). It is kept for twice the test's shift: positive definite with
+the larger shift implies it with the smaller, by a margin (1e-10 · trace) far above
+the rounding of kernel entries computed by two formulas (Weyl), so the factor of a
+matrix read earlier certifies the matrix now while the trace has not doubled.
+Deleting a token's row leaves the unique factor of the others, which in exact
+arithmetic holds nothing of it (its rounding does, as the bordered inverse's downdate's
+does); the factor is dropped (scrubbed) after any operation that leaves one of its tokens
+outside the margin set, so it only ever holds live margin tokens.
+
+(Keeping the Gram block itself between operations, for the next removal's first
+solve, was measured and taken out: 0.98–1.01× the removal at 16k once the buffer was
+padded, where its gather costs ~0.3 ms.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def padded_square(n: int) -> np.ndarray:
+    """Zeros for an n × n matrix, n rows of n + 8 columns (the first n used), so that
+    rows are not a multiple of 4 KiB apart: at n = 512 (the cache's column count at 16k
+    tokens) every row of a dense buffer maps to the same cache sets, and the column
+    reads of a factorization evict each other (a row deletion ran 1.7× slower).
+    C-ordered, unlike a view of its first n columns: compiled loops stay vectorized."""
+    return np.zeros((n, n + 8))
+
+
+def locate(ids: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of ``ids`` sits in ``among`` (distinct ids), by one sort of ``among``:
+    ``(found, position)``, the position meaningful where found (``np.isin`` took
+    ~140 µs at 300 ids, and the kept factor asks after every operation)."""
+    if not len(among):
+        return np.zeros(len(ids), dtype=bool), np.zeros(len(ids), dtype=np.int64)
+    order = np.argsort(among)
+    at = np.minimum(np.searchsorted(among[order], ids), len(among) - 1)
+    return among[order][at] == ids, order[at]
+
+
+@dataclass
+class KeptFactor:
+    """``L[:n, :n]``: the lower Cholesky factor of the symmetric part of the Gram block
+    of the margin tokens ``ids`` (in the factor's order) minus ``shift · I``; ``updates``
+    counts the rows deleted and appended since it was computed whole."""
+
+    L: np.ndarray
+    n: int
+    ids: np.ndarray
+    shift: float
+    updates: int = 0
+    seen: np.ndarray | None = None  # the margin ids (in order) it was last found within
+
+    def within(self, margin_ids: np.ndarray) -> bool:
+        """Whether every token of the factor is in the margin set ``margin_ids``: at once
+        when the margin is the one last seen (a reserve add leaves it as it was), else
+        by :func:`locate`."""
+        seen = self.seen
+        if seen is not None and len(seen) == len(margin_ids) and (seen == margin_ids).all():
+            return True
+        if not locate(self.ids, margin_ids)[0].all():
+            return False
+        self.seen = margin_ids.copy()
+        return True
+
+    def scrub(self, rows: int | None = None) -> None:
+        """Zero the factor's block, or its first ``rows`` rows and columns when an update
+        that failed wrote past ``n``."""
+        m = self.n if rows is None else max(self.n, rows)
+        self.L[:m, :m] = 0.0
+        self.n = 0
+
+
+class MarginGramScratch:
+    """The scratch's methods, mixed into :class:`~svattn.exact.core.state.SlotState` (which
+    holds the fields ``kss``, ``kss_for``, ``kss_ext`` and ``pd_factor``)."""
+
+    def gram_buffer(self) -> np.ndarray:
+        """Where margin solves write ``K_SS``: room for every cache column."""
+        if self.kss.shape[0] < self.ccap:
+            self._zero_margin_gram()
+            self.kss = padded_square(self.ccap)
+        return self.kss
+
+    def kept_margin_gram(self, written: int) -> None:
+        """A margin solve wrote ``K_SS`` (up to ``written`` rows/columns) for the current Qinv."""
+        self.kss_for = self.Qinv
+        self.kss_ext = max(self.kss_ext, written)
+
+    def margin_ids(self) -> np.ndarray:
+        """The margin tokens' ids in margin order."""
+        return self.slot_id[self.slot_of_col[: self.nS]]
+
+    def current_margin_gram(self) -> np.ndarray | None:
+        """The last margin solve's ``K_SS`` when it is still current, else None."""
+        if self.kss_for is self.Qinv and self.kss_ext >= self.nS:
+            return self.kss[: self.nS, : self.nS]
+        return None
+
+    def release_margin_gram(self) -> None:
+        """After an operation: zero the Gram copy (kernel values stay only in the cache,
+        which removals scrub); keep the uniqueness factor while every token of it is
+        in the margin set, else drop it (one of them may be removed later)."""
+        f = self.pd_factor
+        if f is not None and not f.within(self.margin_ids()):
+            self.drop_factor()
+        self._zero_margin_gram()
+
+    def drop_factor(self, rows: int | None = None) -> None:
+        """Scrub and forget the kept factor (``rows``: see :meth:`KeptFactor.scrub`)."""
+        if self.pd_factor is not None:
+            self.pd_factor.scrub(rows)
+            self.pd_factor = None
+
+    def _zero_margin_gram(self) -> None:
+        if self.kss_ext:
+            ext = self.kss_ext
+            self.kss[:ext, :ext] = 0.0
+        self.kss_for, self.kss_ext = None, 0
+
+
+__all__ = ["KeptFactor", "MarginGramScratch", "locate", "padded_square"]

@@ -1,0 +1,696 @@
+"""The solver state of the exact memory: every array and scalar it keeps, in one object.
+
+:class:`SlotState` is what the two backends (:mod:`svattn.exact.backends.reference`,
+:mod:`svattn.exact.backends.compiled`) and the shared algorithm
+(:mod:`svattn.exact.operations.solver`) operate on, and what a state file holds
+(:meth:`SlotState.to_tensors` / :meth:`SlotState.from_tensors` *are* the file schema;
+see ``docs/design.md`` §4).
+
+Storage is slot based. Slots ``[0, hi)`` have been used; a removed token's slot
+is wiped (zeros) and pushed on ``free_slots`` for reuse; ids are never reused.
+Kernel columns are cached for margin, error, driven and standby tokens only
+(the n×n Gram matrix is never built on the hot path): ``KC[:, col]`` is the
+column of slot ``slot_of_col[col]`` over every slot, stored column-major so that
+column moves and margin-block products are contiguous. Margin tokens occupy
+columns ``[0, nS)`` in the order of ``Qinv``'s rows ``1..nS``.
+
+Examples
+--------
+>>> st = SlotState.new(C=0.5, kernel="rbf", gamma=None, tol=1e-10, standby=0)
+>>> st.warmup_n, st.n, st.cap
+(2, 0, 0)
+>>> tensors, fields = st.to_tensors()
+>>> SlotState.from_tensors(tensors, fields).n
+0
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import hashlib
+import math
+import secrets
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from svattn.exact.core.conventions import warmup_threshold
+from svattn.exact.core.gram import KeptFactor, MarginGramScratch
+from svattn.exact.core.hashes import row_hash, token_hash
+from svattn.exact.core.kernels import check_kernel, default_gamma, kernel_matrix
+from svattn.exact.core.kktsets import ERROR, FREE, MARGIN, RESERVE
+
+DIGEST_MOD = 1 << 256  # the token set's multiset hash is a sum modulo this
+
+# The schema of SlotState.to_tensors: tensor name -> safetensors dtype.
+TENSOR_DTYPES = {
+    **{k: "F64" for k in ("keys", "values", "diag", "xn2", "alpha", "g", "kcache", "qinv",
+                          "esum")},
+    **{k: "I64" for k in ("ids", "slots", "col", "free_slots")},
+    "state": "I8", "esum_member": "I8", "tags": "U8", "commitments": "U8", "commit_keyed": "I8",
+}
+SCHEMA_VERSION = 4
+READS = (1, 2, 3, 4)  # schema versions from_tensors accepts
+_V2_TENSORS = {"esum", "esum_member"}  # absent from version 1 files
+_V3_TENSORS = {"tags"}  # absent from version 1-2 files
+# absent from version 1-3 files (whose tokens then get opaque commitments on load)
+_V4_TENSORS = {"commitments", "commit_keyed"}
+COMMIT_BYTES = 32  # a token's commitment (svattn.exact.records.certificate.commit_token)
+TAG_BYTES = 32  # a tag is kept as its HMAC-SHA256 under the controller's tag key
+
+# Version 1-2 files kept the solver's scalars under their attribute names
+# ("every scalar the class happened to hold"); version 3 names them. Old name
+# -> field of SlotState, or None for a per-operation value that is not state.
+_LEGACY_SCALARS = {
+    "standby": "standby", "_max_segments": "max_segments", "_max_jumps": "max_jumps",
+    "_ops_since_exact_g": "ops_since_exact_g", "_standby_stale": "standby_stale",
+    "_standby_theta": "standby_theta", "_n_segment_fallbacks": "n_segment_fallbacks",
+    "_n_block_passes": "n_block_passes", "_n_jumps": "n_jumps",
+    "_n_jump_fallbacks": "n_jump_fallbacks", "_compiled": "compiled",
+    "_kss_ext": None, "_kkt_after": None,
+}
+# what an operation found, once left on the state (svattn.exact.core.outcome returns it now);
+# dropped from a state pickled before that
+_RESULT_FIELDS = frozenset({"kkt_after", "facts_after", "health_after", "ingest_path"})
+# the solver scalars of a version 3 file, with their types
+_SOLVER_FIELDS = {
+    "standby": int, "max_segments": int, "max_jumps": int, "ops_since_exact_g": int,
+    "standby_stale": bool, "n_segment_fallbacks": int, "n_block_passes": int, "n_jumps": int,
+    "n_jump_fallbacks": int, "compiled": bool, "n_compacted": int,
+}
+
+
+class NeedResolve(Exception):
+    """Raised inside an operation: an incremental step met a degeneracy; the solver
+    re-solves the token set exactly (never escapes a public operation)."""
+
+
+class SchemaError(ValueError):
+    """Tensors and fields that do not describe a consistent solver state."""
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise SchemaError(msg)
+
+
+def _finite(x) -> bool:
+    """``math.isfinite``, False (not OverflowError) for an int no float holds (a file's
+    JSON may carry one)."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
+
+
+def check_parameters(C, kernel, gamma, tol, standby) -> None:
+    """Raise ``TypeError`` / ``ValueError`` naming the first invalid parameter of a memory."""
+    if isinstance(C, bool) or not isinstance(C, (int, float, np.floating, np.integer)):
+        raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
+    if not (_finite(C) and C > 0):
+        raise ValueError(f"C must be a finite number > 0, got {C!r:.40}")
+    check_kernel(kernel)
+    if gamma is not None and not (_finite(gamma) and gamma > 0):
+        raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r:.40}")
+    if not (_finite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0, got {tol!r:.40}")
+    if isinstance(standby, bool) or not isinstance(standby, (int, np.integer)) or standby < 0:
+        raise ValueError(f"standby must be an int >= 0, got {standby!r}")
+
+
+def scrub(a: np.ndarray) -> None:
+    """Zero a buffer that is about to be dropped, so freed memory keeps no key data."""
+    if a.dtype != object:
+        a.fill(0)
+
+
+@functools.lru_cache(maxsize=64)
+def _digest_head(C: float, kernel: str, gamma: float) -> str:
+    """The parameters' part of the state digest (formatted once per parameter set)."""
+    return f"svattn-svdd-v1|{C!r}|{kernel}|{gamma!r}|"
+
+
+def _f64(n: int = 0, *rest: int) -> np.ndarray:
+    return np.zeros((n, *rest))
+
+
+@dataclass(eq=False)
+class SlotState(MarginGramScratch):
+    """Every array and scalar of one exact memory's solver.
+
+    Parameters are fixed at construction (``C``, ``kernel``, ``gamma``, ``tol``,
+    ``standby``, ``max_segments``, ``max_jumps``, ``compiled``); the rest is
+    what the operations keep up to date. Array fields are indexed by slot
+    unless their comment says otherwise.
+    """
+
+    # ---- parameters
+    C: float
+    kernel: str
+    gamma: float | None  # None: default_gamma(kernel, dim) once dim is known
+    tol: float
+    standby: int  # reserve tokens nearest the boundary that keep a kernel column
+    warmup_n: int
+    max_segments: int = 1 << 30  # segments a removal takes before the event loop
+    max_jumps: int = 2  # active-set steps a removal may try (0: the path alone)
+    compiled: bool = True  # which backend the memory runs (recorded for continuation)
+    # ---- dimensions (None / True until the first token)
+    dim: int | None = None
+    vdim: int | None = None
+    value_is_key: bool = True
+    # ---- slots
+    cap: int = 0
+    X: np.ndarray = field(default_factory=_f64)  # keys (cap, d)
+    V: np.ndarray = field(default_factory=_f64)  # values (cap, dv); empty when value_is_key
+    diag: np.ndarray = field(default_factory=_f64)  # K_ii
+    xn2: np.ndarray = field(default_factory=_f64)  # ‖x‖²: the exp kernel's overflow bound
+    slot_id: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: free
+    alpha: np.ndarray = field(default_factory=_f64)
+    g: np.ndarray = field(default_factory=_f64)  # KKT gradient 2(K alpha)_i − K_ii + mu
+    state: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # states.py codes
+    col_of_slot: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # -1: none
+    token_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, object))
+    # 64-bit hash of each token's key and value bytes (-0.0 as 0.0), derived and never
+    # saved: live copies of a record are found by one array comparison (row_hash())
+    row_hash: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    # keyed hash of each token's data-subject tag (zeros: untagged); never the tag itself
+    tags: np.ndarray = field(default_factory=lambda: np.zeros((0, TAG_BYTES), np.uint8))
+    # each token's commitment as made at its add (the log's add record holds the same),
+    # and whether it is keyed (1: HMAC under the controller's key) or opaque (0)
+    commitments: np.ndarray = field(
+        default_factory=lambda: np.zeros((0, COMMIT_BYTES), np.uint8))
+    commit_keyed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int8))  # 2: legacy
+    commit_key_id: str | None = None  # the key keyed commitments are under (its public name)
+    free_slots: list[int] = field(default_factory=list)
+    hi: int = 0  # slots [0, hi) have been used
+    id_to_slot: dict[int, int] = field(default_factory=dict)
+    next_id: int = 0
+    n: int = 0
+    set_hash: int = 0  # sum of token_hash over live tokens mod DIGEST_MOD (multiset hash)
+    # ---- kernel cache (indexed by column unless noted)
+    ccap: int = 0
+    KC: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), order="F"))  # (cap, ccap)
+    XC: np.ndarray = field(default_factory=_f64)  # key of each column's token (ccap, d)
+    slot_of_col: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    ac: np.ndarray = field(default_factory=_f64)  # alpha per column (0 for free columns)
+    chi: int = 0  # columns [0, chi) have been used
+    # ---- the bordered system (docs/design.md §2)
+    nS: int = 0  # margin tokens = cache columns [0, nS)
+    Qinv: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    mu: float = 0.0
+    g_valid: bool = True  # g[:hi] is exact (recomputed from the cache)
+    ops_since_exact_g: int = 0
+    # ---- error-column sum: per slot, the sum of the error tokens' kernel values
+    esum: np.ndarray = field(default_factory=_f64)
+    esum_member: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))
+    esum_valid: bool = False
+    esum_updates: int = 0  # columns added/subtracted since the last rebuild
+    # ---- standby columns: chosen when standby_theta, the largest g among them, was taken
+    standby_stale: bool = True
+    standby_theta: float = math.inf
+    # ---- counters (reported by the audit log and benchmarks)
+    n_refactorizations: int = 0
+    n_resolves: int = 0
+    n_segment_fallbacks: int = 0  # removals the segment loop left to the event loop
+    n_block_passes: int = 0  # passes over the margin block by removals
+    n_jumps: int = 0  # removals finished by an active-set step
+    n_jump_fallbacks: int = 0  # removals whose steps did not converge
+    # tokens compact() dropped over the memory's life (-1: unknown, a state saved before
+    # svattn recorded it); removals are then exact relative to the kept tokens only
+    n_compacted: int = 0
+    # ---- scratch (never saved; svattn.exact.core.gram): K_SS as the last margin solve left it,
+    # valid while kss_for is the current Qinv, zeroed after every operation; and the
+    # uniqueness test's factor, kept while its tokens are all margin tokens
+    kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    kss_for: np.ndarray | None = None
+    kss_ext: int = 0  # rows and columns of kss that were written
+    pd_factor: KeptFactor | None = None
+
+    # ------------------------------------------------------------ construction
+    @classmethod
+    def new(cls, *, C: float, kernel: str, gamma: float | None, tol: float, standby: int,
+            compiled: bool = True) -> SlotState:
+        """An empty state with these parameters (validated by the caller)."""
+        return cls(C=float(C), kernel=kernel, gamma=None if gamma is None else float(gamma),
+                   tol=float(tol), standby=int(standby), warmup_n=warmup_threshold(float(C)),
+                   compiled=bool(compiled))
+
+    def alloc(self, cap: int, d: int, dv: int) -> None:
+        """Reset to empty arrays of ``cap`` slots, key dim ``d``, value dim ``dv``."""
+        self.cap = cap
+        self.X, self.V = np.zeros((cap, d)), np.zeros((cap, dv))
+        self.diag, self.xn2 = np.zeros(cap), np.zeros(cap)
+        self.slot_id = np.full(cap, -1, dtype=np.int64)
+        self.alpha, self.g = np.zeros(cap), np.zeros(cap)
+        self.state = np.zeros(cap, dtype=np.int8)
+        self.col_of_slot = np.full(cap, -1, dtype=np.int64)
+        self.token_hash = np.zeros(cap, dtype=object)
+        self.row_hash = np.zeros(cap, dtype=np.int64)
+        self.tags = np.zeros((cap, TAG_BYTES), dtype=np.uint8)
+        self.commitments = np.zeros((cap, COMMIT_BYTES), dtype=np.uint8)
+        self.commit_keyed = np.zeros(cap, dtype=np.int8)
+        self.free_slots, self.hi, self.id_to_slot = [], 0, {}
+        self.next_id = self.n = 0
+        self.ccap = self.chi = 0
+        self.KC = np.zeros((cap, 0), order="F")
+        self.XC = np.zeros((0, d))
+        self.slot_of_col = np.full(0, -1, dtype=np.int64)
+        self.ac = np.zeros(0)
+        self.nS, self.Qinv, self.mu = 0, np.zeros((0, 0)), 0.0
+        self.g_valid, self.ops_since_exact_g = True, 0
+        self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
+        self.esum_valid, self.esum_updates = False, 0
+        self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
+        self.pd_factor = None
+        self.set_hash = 0
+        self.standby_stale, self.standby_theta = True, math.inf
+
+    def grow_slots(self, need: int) -> None:
+        """Room for ``need`` slots (doubling); old buffers are scrubbed."""
+        if need <= self.cap:
+            return
+        cap = max(need, 2 * self.cap, 16)
+        extra = cap - self.cap
+
+        def pad(a: np.ndarray, fill) -> np.ndarray:
+            out = np.concatenate([a, np.full((extra,) + a.shape[1:], fill, dtype=a.dtype)])
+            scrub(a)  # the old buffer goes back to the allocator holding no data
+            return out
+
+        self.X, self.V = pad(self.X, 0.0), pad(self.V, 0.0)
+        self.diag, self.slot_id = pad(self.diag, 0.0), pad(self.slot_id, -1)
+        self.alpha, self.g = pad(self.alpha, 0.0), pad(self.g, 0.0)
+        self.state, self.col_of_slot = pad(self.state, FREE), pad(self.col_of_slot, -1)
+        self.token_hash, self.xn2 = pad(self.token_hash, 0), pad(self.xn2, 0.0)
+        self.row_hash = pad(self.row_hash, 0)
+        self.tags = pad(self.tags, 0)
+        self.commitments, self.commit_keyed = pad(self.commitments, 0), pad(self.commit_keyed, 0)
+        self.esum, self.esum_member = pad(self.esum, 0.0), pad(self.esum_member, False)
+        KC = np.zeros((cap, self.ccap), order="F")
+        KC[: self.cap] = self.KC
+        scrub(self.KC)
+        self.KC, self.cap = KC, cap
+
+    def grow_cols(self, need: int = 0) -> None:
+        """Double the kernel cache's columns (at least ``need`` then); old buffers are
+        scrubbed."""
+        ccap = max(2 * self.ccap, 8, need)
+        KC = np.zeros((self.cap, ccap), order="F")
+        KC[:, : self.ccap] = self.KC
+        XC = np.zeros((ccap, self.X.shape[1]))
+        XC[: self.ccap] = self.XC
+        soc = np.full(ccap, -1, dtype=np.int64)
+        soc[: self.ccap] = self.slot_of_col
+        ac = np.zeros(ccap)
+        ac[: self.ccap] = self.ac
+        for old in (self.KC, self.XC, self.ac):
+            scrub(old)
+        self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
+
+    def __getstate__(self) -> dict:
+        """Pickle and deepcopy without the kept uniqueness factor (scratch, rebuilt on use)."""
+        state = dict(vars(self))
+        state["pd_factor"] = None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle; what the last operation found, which a state pickled before
+        :mod:`svattn.exact.core.outcome` carried (:data:`_RESULT_FIELDS`), is dropped."""
+        vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
+
+    def copy(self) -> SlotState:
+        """An independent deep copy (arrays copied, Fortran order of the cache kept),
+        without the kept uniqueness factor (:meth:`__getstate__`)."""
+        return copy.deepcopy(self)
+
+    # ------------------------------------------------------------ read access
+    @property
+    def gamma_value(self) -> float:
+        """The kernel bandwidth in use (needs the key dimension)."""
+        assert self.dim is not None
+        return self.gamma if self.gamma is not None else default_gamma(self.kernel, self.dim)
+
+    @property
+    def is_rbf(self) -> bool:
+        return self.kernel == "rbf"
+
+    @property
+    def warm(self) -> bool:
+        """True while ``n·C < 1`` (warm-up convention: uniform alpha)."""
+        return self.n < self.warmup_n
+
+    @property
+    def scale(self) -> float:
+        """Largest kernel diagonal of the live tokens (>= 1): the unit of g."""
+        if self.kernel == "rbf":  # k(x, x) = 1 for every key
+            return 1.0
+        return max(1.0, float(self.diag[: self.hi].max(initial=0.0)))
+
+    @property
+    def error_sum_rebuild_due(self) -> bool:
+        return not self.esum_valid or self.esum_updates >= 32
+
+    def bind_commit_key(self, key_id: str | None) -> None:
+        """Refuse adds under another commitment key than the state's keyed commitments
+        use (re-entry of an erased record would then go unseen); record the first."""
+        if self.commit_key_id is not None and key_id != self.commit_key_id:
+            how = ("load it with that key (tag_key= or signing_key=)" if key_id is None
+                   else "it was loaded with another key")
+            raise ValueError(f"this memory's commitments are under the controller's key "
+                             f"{self.commit_key_id[:12]}…; {how} before adding")
+        self.commit_key_id = self.commit_key_id or key_id
+
+    def tagged_slots(self, tag_hash: bytes) -> np.ndarray:
+        """Live slots whose tag is ``tag_hash`` (in id order)."""
+        want = np.frombuffer(tag_hash, dtype=np.uint8)
+        live = self.ordered_slots()
+        return live[(self.tags[live] == want).all(axis=1)] if len(live) else live
+
+    def copies_outside(self, slots: np.ndarray) -> dict[int, list[int]]:
+        """For each of ``slots``, the ids of other live tokens, not among ``slots``, that
+        hold the same key and value (-0.0 is 0.0), in id order: candidates by the row
+        hash (a removal calls it: one array comparison), then their whole rows."""
+        hashes = self.row_hash[: self.hi]
+        out = {}
+        for s in slots:
+            cand = np.flatnonzero(hashes == self.row_hash[s])
+            if len(cand) == 1 and cand[0] == s:  # the usual case: no other row like it
+                out[int(self.slot_id[s])] = []
+                continue
+            cand = cand[self.state[cand] != FREE]
+            cand = cand[cand != s] if len(slots) == 1 else cand[~np.isin(cand, slots)]
+            same = cand[(self.X[cand] == self.X[s]).all(axis=1)
+                        & (self.V[cand] == self.V[s]).all(axis=1)]
+            out[int(self.slot_id[s])] = sorted(int(i) for i in self.slot_id[same])
+        return out
+
+    def live_slots(self) -> np.ndarray:
+        return np.flatnonzero(self.state[: self.hi] != FREE)
+
+    def ordered_slots(self) -> np.ndarray:
+        """Live slots in id (insertion) order."""
+        live = self.live_slots()
+        return live[np.argsort(self.slot_id[live], kind="stable")]
+
+    def slots_in(self, states: set[int]) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.state[: self.hi], list(states)))
+
+    def margin_slots(self) -> np.ndarray:
+        return self.slot_of_col[: self.nS]
+
+    def support_slots(self) -> np.ndarray:
+        """Slots with alpha > 0 (all live slots in warm-up), by a scan of every slot."""
+        if self.warm:
+            return self.live_slots()
+        return np.flatnonzero(self.alpha[: self.hi] > 0)
+
+    def cached_support_slots(self) -> np.ndarray:
+        """:meth:`support_slots`, the same array, read from the cache's columns in
+        O(|S ∪ E| + standby) instead of O(n): margin and error tokens always hold one
+        (``_restore_cache`` checks it on load), and nothing else has alpha > 0."""
+        if self.warm:
+            return self.live_slots()
+        soc = self.slot_of_col[: self.chi]
+        soc = soc[soc >= 0]
+        return np.sort(soc[self.alpha[soc] > 0])
+
+    def digest(self, ids: np.ndarray, values: np.ndarray) -> str:
+        """The state digest (``docs/design.md`` §4) given the support's ids (int64) in id
+        order and ``values``: their alphas, then mu. SHA-256 over the parameters, n, the
+        token set's multiset hash (O(1) per add and remove), the ids and the values."""
+        gamma = self.gamma_value if self.dim is not None else float("nan")
+        h = hashlib.sha256(f"{_digest_head(self.C, self.kernel, gamma)}{self.n}|".encode())
+        h.update(self.set_hash.to_bytes(32, "big"))
+        h.update(ids.tobytes())
+        h.update(values.tobytes())
+        return h.hexdigest()
+
+    def sync_ac(self) -> None:
+        """Copy alpha of every cached token into the per-column array."""
+        soc = self.slot_of_col[: self.chi]
+        self.ac[: self.chi] = np.where(soc >= 0, self.alpha[soc], 0.0)
+
+    # ------------------------------------------------------------ file schema
+    def to_tensors(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The state as tensors (live tokens only, in id order) and JSON-ready fields.
+
+        Tensors (see :data:`TENSOR_DTYPES`): ``ids``, ``slots`` (layout, for
+        bit-exact continuation), ``keys``, ``values`` (absent when values are the
+        keys), ``diag``, ``xn2``, ``alpha``, ``g``, ``state``, ``col`` (cache
+        column, −1: none), ``kcache`` (the cache on live rows), ``qinv``,
+        ``free_slots`` (slot numbers only), ``esum``, ``esum_member``. A removed
+        token's slot is never written. Per-operation scratch is not state.
+        """
+        slots = self.ordered_slots() if self.dim is not None else np.zeros(0, np.int64)
+        chi, nS = self.chi, self.nS
+        t: dict[str, np.ndarray] = {
+            "ids": self.slot_id[slots].astype(np.int64),
+            "slots": slots.astype(np.int64),
+            "keys": self.X[slots],
+            "diag": self.diag[slots],
+            "xn2": self.xn2[slots],
+            "alpha": self.alpha[slots],
+            "g": self.g[slots],
+            "state": self.state[slots].astype(np.int8),
+            "col": self.col_of_slot[slots].astype(np.int64),
+            "kcache": self.KC[np.ix_(slots, np.arange(chi))],
+            "qinv": self.Qinv.copy() if nS else np.zeros((0, 0)),
+            "free_slots": np.asarray(self.free_slots, dtype=np.int64),
+            "esum": self.esum[slots] if self.dim is not None else np.zeros(0),
+            "esum_member": (self.esum_member[slots] if self.dim is not None
+                            else np.zeros(0, bool)).astype(np.int8),
+            "tags": self.tags[slots] if self.dim is not None
+            else np.zeros((0, TAG_BYTES), np.uint8),
+            "commitments": self.commitments[slots] if self.dim is not None
+            else np.zeros((0, COMMIT_BYTES), np.uint8),
+            "commit_keyed": self.commit_keyed[slots] if self.dim is not None
+            else np.zeros(0, np.int8),
+        }
+        if self.dim is not None and not self.value_is_key:
+            t["values"] = self.V[slots]
+        t = {k: np.ascontiguousarray(v) for k, v in t.items()}
+        ids = [int(i) for i in t["ids"]]
+        st = t["state"]
+        fields: dict[str, Any] = {
+            "C": self.C, "kernel": self.kernel, "gamma": self.gamma,
+            "gamma_value": self.gamma_value if self.dim is not None else None,
+            "tol": self.tol, "dim": self.dim, "vdim": self.vdim,
+            "commit_key_id": self.commit_key_id,
+            "value_is_key": bool(self.value_is_key), "n": int(self.n), "ids": ids,
+            "next_id": int(self.next_id), "hi": int(self.hi), "cap": int(self.cap),
+            "ccap": int(self.ccap), "chi": int(chi), "nS": int(nS),
+            "margin_order": [int(self.slot_id[s]) for s in self.slot_of_col[:nS]],
+            "partition": {name: [i for i, s in zip(ids, st, strict=True) if s == code]
+                          for name, code in (("margin", MARGIN), ("error", ERROR),
+                                             ("reserve", RESERVE))},
+            "mu": float(self.mu), "mu_hex": float(self.mu).hex(),
+            "g_valid": bool(self.g_valid), "esum_valid": bool(self.esum_valid),
+            "esum_updates": int(self.esum_updates),
+            "n_refactorizations": int(self.n_refactorizations),
+            "n_resolves": int(self.n_resolves),
+            "solver": {
+                **{k: getattr(self, k) for k in _SOLVER_FIELDS},
+                # JSON has no inf: null stands for "no standby threshold yet"
+                "standby_theta": (float(self.standby_theta).hex()
+                                  if math.isfinite(self.standby_theta) else None),
+            },
+        }
+        return t, fields
+
+    @classmethod
+    def from_tensors(cls, t: dict[str, np.ndarray], fields: dict[str, Any], *,
+                     version: int = SCHEMA_VERSION) -> SlotState:
+        """Inverse of :meth:`to_tensors`, checking that the parts are consistent.
+
+        Reads schema versions 1-4 (version 1 has no error sum: it is rebuilt from
+        the cache on first use; versions 1-2 keep the solver's scalars under
+        their old attribute names in ``fields["scalars"]``).
+
+        Raises
+        ------
+        SchemaError
+            When the tensors or fields contradict each other (the message says how).
+        """
+        _check(version in READS, f"unsupported schema version {version!r}")
+        expected = (set(TENSOR_DTYPES) - ({"values"} if fields.get("value_is_key") else set())
+                    - (_V2_TENSORS if version == 1 else set())
+                    - (_V3_TENSORS if version < 3 else set())
+                    - (_V4_TENSORS if version < 4 else set()))
+        _check(set(t) == expected,
+               f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
+        try:  # a file's parameters pass the constructor's checks, or it is refused
+            check_parameters(fields["C"], fields["kernel"], fields["gamma"], fields["tol"], 16)
+        except (TypeError, ValueError) as exc:
+            raise SchemaError(f"invalid parameters: {exc}") from None
+        st = cls.new(C=fields["C"], kernel=fields["kernel"], gamma=fields["gamma"],
+                     tol=fields["tol"], standby=16)
+        n = int(fields["n"])
+        _check(len(t["ids"]) == n, f"{len(t['ids'])} ids for n = {n}")
+        st.n_refactorizations = int(fields["n_refactorizations"])
+        st.n_resolves = int(fields["n_resolves"])
+        if fields["dim"] is None:
+            _check(n == 0, "tokens without a key dimension")
+            st.next_id = int(fields["next_id"])
+        else:
+            st._restore_arrays(t, fields, version)
+        st._restore_solver_fields(fields, version)  # after alloc, which resets them
+        return st
+
+    def _restore_solver_fields(self, fields: dict[str, Any], version: int) -> None:
+        if version >= 3:
+            solver = fields["solver"]
+            _check(isinstance(solver, dict) and set(solver) == set(_SOLVER_FIELDS)
+                   | {"standby_theta"}, "the solver fields do not match the format")
+            theta = solver["standby_theta"]
+            named = {k: v for k, v in solver.items() if k != "standby_theta"}
+            self.standby_theta = math.inf if theta is None else float.fromhex(theta)
+        else:
+            named = {"n_compacted": -1}  # formats 1-2 did not record compaction
+            for k, v in fields.get("scalars", {}).items():
+                _check(k in _LEGACY_SCALARS, f"unknown or mistyped solver attribute {k!r}")
+                if _LEGACY_SCALARS[k] is None:
+                    continue  # per-operation scratch (version 2 saved it by accident)
+                if k == "_standby_theta":
+                    _check(type(v) is float, f"unknown or mistyped solver attribute {k!r}")
+                    self.standby_theta = v
+                    continue
+                named[_LEGACY_SCALARS[k]] = v
+        for k, v in named.items():
+            _check(type(v) is _SOLVER_FIELDS[k], f"unknown or mistyped solver attribute {k!r}")
+            setattr(self, k, v)
+        _check(self.standby >= 0 and self.max_segments >= 0 and self.max_jumps >= 0
+               and self.n_compacted >= -1, "negative solver settings")
+
+    def _restore_arrays(self, t: dict[str, np.ndarray], fields: dict[str, Any],
+                        version: int) -> None:
+        n = int(fields["n"])
+        d, dv = int(fields["dim"]), int(fields["vdim"])
+        vik = bool(fields["value_is_key"])
+        cap, ccap, chi, nS, hi = (int(fields[k]) for k in ("cap", "ccap", "chi", "nS", "hi"))
+        _check(0 <= n <= hi <= cap and 0 <= nS <= chi <= ccap, "inconsistent sizes")
+        self.dim, self.vdim, self.value_is_key = d, dv, vik
+        self.alloc(cap, d, 0 if vik else dv)
+        slots = t["slots"]
+        _check(t["keys"].shape == (n, d), f"keys have shape {t['keys'].shape}, expected {(n, d)}")
+        _check(len(np.unique(slots)) == n and (n == 0 or (slots.min() >= 0 and slots.max() < hi)),
+               "slot numbers are not distinct slots below hi")
+        free = [int(s) for s in t["free_slots"]]
+        _check(sorted(free + [int(s) for s in slots]) == list(range(hi)),
+               "live and free slots do not partition the used slots")
+        ids = t["ids"]
+        _check(n == 0 or (bool(np.all(np.diff(ids) > 0)) and ids[0] >= 0
+                          and ids[-1] < fields["next_id"]),
+               "ids are not increasing and below next_id")
+        self.hi, self.free_slots = hi, free
+        self.next_id, self.n = int(fields["next_id"]), n
+        self.X[slots], self.xn2[slots], self.diag[slots] = t["keys"], t["xn2"], t["diag"]
+        if not vik:
+            _check(t["values"].shape == (n, dv), "values have the wrong shape")
+            self.V[slots] = t["values"]
+        self.slot_id[slots] = ids
+        if "tags" in t:
+            _check(t["tags"].shape == (n, TAG_BYTES), "tags have the wrong shape")
+            self.tags[slots] = t["tags"]
+        if "commitments" in t:
+            _check(t["commitments"].shape == (n, COMMIT_BYTES)
+                   and t["commit_keyed"].shape == (n,), "commitments have the wrong shape")
+            _check(bool(np.isin(t["commit_keyed"], [0, 1, 2]).all()),
+                   "commit_keyed is not 0, 1 or 2")
+            self.commitments[slots] = t["commitments"]
+            self.commit_keyed[slots] = t["commit_keyed"]
+        else:  # an older file: its log's commitments were salted; these are opaque (legacy)
+            self.commitments[slots] = np.frombuffer(
+                secrets.token_bytes(COMMIT_BYTES * n), np.uint8).reshape(n, COMMIT_BYTES)
+            self.commit_keyed[slots] = 2
+        key_id = fields.get("commit_key_id")
+        _check(key_id is None or (isinstance(key_id, str) and len(key_id) == 32),
+               "commit_key_id is not a key name")
+        self.commit_key_id = key_id
+        self.alpha[slots], self.g[slots] = t["alpha"], t["g"]
+        states = t["state"]
+        _check(bool(np.isin(states, [RESERVE, MARGIN, ERROR]).all()) if n else True,
+               "unknown token states")
+        self.state[slots] = states
+        self.state[free] = FREE
+        col = t["col"]
+        self.col_of_slot[slots] = col
+        self._restore_cache(t, slots, col, states, ccap, chi, nS, d)
+        self.mu = float.fromhex(fields["mu_hex"])
+        _check(self.mu == fields["mu"], "mu and its hex form differ")
+        self.g_valid = bool(fields["g_valid"])
+        self.sync_ac()
+        if version >= 2:
+            self._restore_error_sum(t, fields, slots)
+        h = 0  # ids and token hashes (the digest's multiset hash)
+        for s, tid in zip(slots, ids, strict=True):
+            th = token_hash(int(tid), self.X[s], None if vik else self.V[s])
+            self.token_hash[s] = th
+            self.row_hash[s] = row_hash(self.X[s], self.V[s])
+            h = (h + th) % DIGEST_MOD
+            self.id_to_slot[int(tid)] = int(s)
+        self.set_hash = h
+        self._check_cache_is_kernel(t, slots)
+
+    def _restore_cache(self, t, slots, col, states, ccap, chi, nS, d) -> None:
+        self.ccap, self.chi, self.nS = ccap, chi, nS
+        self.KC = np.zeros((self.cap, ccap), order="F")
+        self.XC = np.zeros((ccap, d))
+        self.slot_of_col = np.full(ccap, -1, dtype=np.int64)
+        self.ac = np.zeros(ccap)
+        n = len(slots)
+        _check(t["kcache"].shape == (n, chi), "kernel cache has the wrong shape")
+        self.KC[np.ix_(slots, np.arange(chi))] = t["kcache"]
+        cached = np.flatnonzero(col >= 0)
+        cols = col[cached]
+        _check(len(np.unique(cols)) == len(cols) and bool(np.all(cols < chi)),
+               "cache columns are not distinct columns below chi")
+        self.slot_of_col[cols] = slots[cached]
+        self.XC[cols] = t["keys"][cached]
+        _check(np.array_equal(np.sort(col[states == MARGIN]), np.arange(nS)),
+               "margin tokens do not occupy cache columns 0..nS-1")
+        _check(bool(np.all(col[states == ERROR] >= nS)), "error tokens lack cache columns")
+        q = t["qinv"]
+        _check(q.shape == ((nS + 1, nS + 1) if nS else (0, 0)), "Qinv has the wrong shape")
+        self.Qinv = q.copy()
+
+    def _restore_error_sum(self, t, fields, slots) -> None:
+        """The error-column sum and its members, checked against the kernel cache."""
+        n = len(slots)
+        esum, member = t["esum"], t["esum_member"]
+        _check(esum.shape == (n,) and member.shape == (n,),
+               "error sum tensors have the wrong shape")
+        _check(bool(np.isin(member, [0, 1]).all()), "error sum members are not 0/1")
+        _check(bool(np.isfinite(esum).all()), "error sum is not finite")
+        self.esum[slots] = esum
+        self.esum_member[slots] = member.astype(bool)
+        self.esum_valid = bool(fields["esum_valid"])
+        self.esum_updates = int(fields["esum_updates"])
+        _check(self.esum_updates >= 0, "negative error sum update count")
+        cols = self.col_of_slot[slots[member == 1]]
+        if self.esum_valid and len(cols) and cols.min() >= 0:
+            # a forged sum would corrupt every later g: it must be the members' column sum
+            direct = self.KC[np.ix_(slots, cols)].sum(axis=1)
+            dev = float(np.max(np.abs(esum - direct), initial=0.0))
+            _check(dev <= 1e-9 * self.scale * len(cols),
+                   f"error sum deviates from its members' kernel columns by {dev:.2e}")
+        # (a member without a column makes the next use rebuild the sum from the cache)
+
+    def _check_cache_is_kernel(self, t, slots) -> None:
+        """The cache must be the kernel of the keys (a forged cache would corrupt later steps)."""
+        chi = self.chi
+        if not (chi and len(slots)):
+            return
+        live_cols = np.flatnonzero(self.slot_of_col[:chi] >= 0)
+        Kc = kernel_matrix(t["keys"], self.XC[live_cols], self.kernel, self.gamma_value)
+        pos = {int(s): i for i, s in enumerate(slots)}
+        for j, s in enumerate(self.slot_of_col[live_cols]):
+            Kc[pos[int(s)], j] = self.diag[s]
+        dev = float(np.max(np.abs(Kc - t["kcache"][:, live_cols]), initial=0.0))
+        _check(dev <= 1e-9 * self.scale,
+               f"kernel cache deviates from the keys' kernel by {dev:.2e}")
+
+
+__all__ = ["DIGEST_MOD", "READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "NeedResolve", "SchemaError",
+           "SlotState", "check_parameters", "scrub"]

@@ -1,0 +1,617 @@
+"""The exact solver's algorithm on a :class:`~svattn.exact.core.state.SlotState`, for either
+backend.
+
+Adds (:mod:`svattn.exact.operations.ingest` hands rows in) store every row that lands inside the
+description as a reserve token; a row outside is driven in by the backend's event
+loop (:func:`add_one`). Removals drive the token's coefficient to 0 (segment by
+segment where the backend can). Each operation ends exactly (:func:`finish_op`):
+polish on the partition, check the KKT residual, refactorize, and as the last
+resort re-solve the token set in batch (:func:`resolve`). ``docs/design.md`` §1-3
+has the math; ``be`` is :mod:`svattn.exact.backends.compiled` or
+:mod:`svattn.exact.backends.reference`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from svattn.exact.backends import reference
+from svattn.exact.backends.protocol import Backend  # compiled or reference, held to it by a test
+from svattn.exact.core.cache import free_col, outside_description, refactorize
+from svattn.exact.core.conventions import mu_for_empty_margin
+from svattn.exact.core.hashes import row_hash_of_bytes, token_hash_of_bytes
+from svattn.exact.core.kernels import gram_matrix, kernel_diag, kernel_matrix
+from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
+from svattn.exact.core.outcome import RemovalOutcome
+from svattn.exact.core.state import (
+    DIGEST_MOD,
+    NeedResolve,
+    SlotState,
+    scrub,
+)
+from svattn.exact.operations.batch import batch_solve
+
+
+def forget_slot(ss: SlotState, slot: int) -> None:
+    """The bookkeeping half of a wipe (the arrays are wiped already): the token
+    leaves the id map, the set hash and the count; its slot becomes free."""
+    ss.set_hash = (ss.set_hash - int(ss.token_hash[slot])) % DIGEST_MOD
+    ss.token_hash[slot] = 0
+    ss.row_hash[slot] = 0
+    ss.tags[slot] = 0  # the token's data subject goes with it
+    ss.commitments[slot], ss.commit_keyed[slot] = 0, 0
+    del ss.id_to_slot[int(ss.slot_id[slot])]
+    ss.slot_id[slot] = -1
+    ss.free_slots.append(slot)
+    ss.n -= 1
+
+
+def wipe_slot(ss: SlotState, be: Backend, slot: int) -> None:
+    """Forget a token: overwrite every array entry derived from it (its column
+    leaves the error sum while it exists), then its bookkeeping."""
+    change = be.wipe_slot_arrays(ss, slot)
+    if change > 0:
+        ss.esum_updates += 1
+    elif change < 0:
+        ss.esum_valid = False
+    forget_slot(ss, slot)
+
+
+def standby_upkeep(ss: SlotState, be: Backend, ids: list[int]) -> None:
+    """After an add: refresh the standby columns when the solution moved or a new
+    token lies nearer the boundary than the farthest standby token."""
+    if not ss.standby or ss.warm or ss.n == 0:
+        return
+    if not ss.standby_stale:
+        slots = np.fromiter((ss.id_to_slot[t] for t in ids), np.int64, len(ids))
+        new = slots[ss.state[slots] == RESERVE]
+        if not len(new) or ss.g[new].min() >= ss.standby_theta:
+            return
+    be.refresh_standby(ss)
+
+
+def next_slots(ss: SlotState, count: int) -> np.ndarray:
+    """The slots the next ``count`` stored rows take, in order (free slots last freed
+    first, then fresh ones, the slot table grown to hold them); taken only by
+    :func:`record_rows`."""
+    free = ss.free_slots
+    reuse = np.array(free[len(free) - min(count, len(free)):][::-1], dtype=np.int64)
+    ss.grow_slots(ss.hi + count - len(reuse))
+    return np.concatenate([reuse, np.arange(ss.hi, ss.hi + count - len(reuse),
+                                            dtype=np.int64)])
+
+
+def general_row(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None,
+                 diag: np.ndarray) -> list[int]:
+    """Add one row (1, d) by the numpy scoring: stored if inside, else driven in."""
+    rows, g = score_rows(ss, x, diag)
+    try:
+        if outside_description(ss, diag, g)[0]:
+            return [add_one(ss, be, x[0], None if v is None else v[0], float(diag[0]),
+                            row=rows[0], g_c=float(g[0]))]
+        return store(ss, x, v, diag, rows, g)
+    finally:
+        scrub(rows)  # kernel values of the key: only the cache keeps them
+
+
+def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
+    """The score of one validated row (1, d) when adding it changes nothing but its own
+    slot — it lands inside the description, in the reserve set, and no standby column
+    needs refreshing — else None. Reads the state only. The general path's statement of
+    the decision that :func:`svattn.exact.fastpath.store_reserve` takes in one backend
+    call (``tests/exact/test_fastpath.py`` holds them equal); storing the row with
+    :func:`store` is then the same add."""
+    if ss.dim is None or ss.n + 1 <= ss.warmup_n:
+        return None
+    diag = kernel_diag(k, ss.kernel, ss.gamma_value)
+    rows, g = score_rows(ss, k, diag)
+    if outside_description(ss, diag, g)[0]:
+        return None
+    if ss.standby and (ss.standby_stale or float(g[0]) < ss.standby_theta):
+        return None  # standby_upkeep would refresh the cached columns
+    return diag, rows, g
+
+
+def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel rows of new keys against the cached columns, and their g."""
+    chi = ss.chi
+    if chi == 0:
+        return np.zeros((len(xs), 0)), ss.mu - diag
+    rows = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)
+    g = 2.0 * (rows @ ss.ac[:chi]) - diag + ss.mu
+    return rows, g
+
+
+def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
+    """Store new tokens as reserve tokens with their kernel rows and g."""
+    slots = next_slots(ss, len(xs))
+    ss.X[slots] = xs
+    ss.xn2[slots] = np.einsum("ij,ij->i", xs, xs)
+    if vs is not None:
+        ss.V[slots] = vs
+    ss.diag[slots] = diag
+    ss.alpha[slots] = 0.0
+    ss.state[slots] = RESERVE
+    chi = rows.shape[1]
+    if chi:
+        ss.KC[slots, :chi] = rows
+    ss.g[slots] = g
+    esum_rows(ss, slots, rows)
+    tids = record_rows(ss, xs, vs, slots)
+    ss.slot_id[slots] = tids
+    return tids
+
+
+def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
+    """The bookkeeping of rows just written into ``slots`` (from :func:`next_slots`):
+    the slots are taken, the rows get the next ids, the id map, their token and row
+    hashes, the set hash and the count. Returns the ids."""
+    count = len(slots)
+    free = ss.free_slots
+    reuse = min(count, len(free))
+    # the slots must be the ones next_slots hands out (two tokens in one slot else):
+    # the free list's tail, reversed, then a range from hi (its ends checked)
+    fresh = count - reuse
+    if (free[len(free) - reuse:][::-1] != slots[:reuse].tolist()
+            or fresh and (slots[reuse] != ss.hi or slots[-1] != ss.hi + fresh - 1)):
+        raise RuntimeError("record_rows: slots other than next_slots' (an internal error)")
+    del free[len(free) - reuse:]
+    ss.hi += fresh
+    tids = list(range(ss.next_id, ss.next_id + count))
+    ss.next_id += count
+    ths, rhs = block_hashes(tids, xs, vs)
+    # one pass per array, not per token: the same writes, and the set-hash summands
+    # added at once (a sum of residues mod 2^256 is the residue of their sum)
+    ss.id_to_slot.update(zip(tids, slots.tolist(), strict=True))
+    ss.token_hash[slots] = np.array(ths, dtype=object)
+    ss.row_hash[slots] = rhs
+    ss.set_hash = (ss.set_hash + sum(ths)) % DIGEST_MOD
+    ss.n += count
+    return tids
+
+
+def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
+                 ) -> tuple[list[int], list[int]]:
+    """:func:`~svattn.exact.core.hashes.token_hash` and :func:`~svattn.exact.core.hashes.row_hash`
+    of each new row (``row_hash`` of the value row as stored: empty when values are
+    the keys), with the rows' bytes converted once for the block."""
+    x = np.ascontiguousarray(xs, dtype=np.float64)
+    xb, xz, w = x.tobytes(), (x + 0.0).tobytes(), 8 * x.shape[1]
+    vb = vz = b""
+    u = 0
+    if vs is not None:
+        v = np.ascontiguousarray(vs, dtype=np.float64)
+        vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
+    ths = [token_hash_of_bytes(tid, xb[r * w:(r + 1) * w], vb[r * u:(r + 1) * u])
+           for r, tid in enumerate(tids)]
+    rhs = [row_hash_of_bytes(xz[r * w:(r + 1) * w], vz[r * u:(r + 1) * u])
+           for r in range(len(tids))]
+    return ths, rhs
+
+
+def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
+    """The error sum on newly stored rows (their kernel rows over the cached columns)."""
+    ss.esum[slots] = 0.0
+    if not ss.esum_valid:
+        return
+    members = np.flatnonzero(ss.esum_member[: ss.hi])
+    cols = ss.col_of_slot[members]
+    if len(cols) and (cols.min() < 0 or cols.max() >= rows.shape[1]):
+        ss.esum_valid = False  # a member without a column here: rebuild on use
+        return
+    if len(cols):
+        ss.esum[slots] = rows[:, cols].sum(axis=1)
+
+
+def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, diag: float, *,
+             row: np.ndarray | None = None, g_c: float | None = None) -> int:
+    """Add a token in warm-up (no ``row``), or one that :func:`add_rows` scored
+    outside the description (``row``, ``g_c`` < 0): the solver drives it in."""
+    ss.standby_stale = True  # the solution moves
+    if row is not None:
+        slots = next_slots(ss, 1)
+        slot = int(slots[0])
+        be.store_row(ss, x, v, slot, ss.next_id, diag, row, g_c)
+        tid = record_rows(ss, x[None, :], None if v is None else v[None, :], slots)[0]
+        ss.state[slot] = DRIVEN
+        be.alloc_col(ss, slot)
+        try:
+            be.drive(ss, slot, +1)
+            finish_op(ss, be)
+        except NeedResolve:
+            resolve(ss, be)
+        return tid
+    tid = store(ss, x[None, :], None if v is None else v[None, :], np.array([diag]),
+                      np.zeros((1, 0)), np.zeros(1))[0]
+    if ss.n < ss.warmup_n:
+        set_uniform(ss)
+    else:
+        resolve(ss, be, fallback=False)
+    return tid
+
+
+def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
+    """Remove the token in ``slot`` exactly; return what the removal found: the events
+    taken (-1: re-solved), and the residual, certificate facts and health its own
+    final pass found when it could (:class:`~svattn.exact.core.outcome.RemovalOutcome`)."""
+    ss.standby_stale = True  # g moves: the nearest reserve tokens may change
+    st = int(ss.state[slot])
+    if ss.n - 1 < ss.warmup_n:
+        wipe_slot(ss, be, slot)
+        drop_solution(ss)
+        set_uniform(ss)
+        return RemovalOutcome("warm-up")
+    if st == RESERVE:
+        wipe_slot(ss, be, slot)
+        if not ss.nS:
+            canonical_mu(ss, be)
+        return RemovalOutcome("reserve")
+    ss.state[slot] = DRIVEN
+    try:
+        out = be.remove_by_segments(ss, slot, contract_first=st == MARGIN)
+        if out.status == "fallback":  # the event loop takes it from here (or from the start)
+            events = be.drive(ss, slot, -1, seed=out.seed)
+            wipe_slot(ss, be, slot)
+            return RemovalOutcome("fallback", events, kkt=finish_op(ss, be, exact_g=True))
+        # c's arrays are wiped (it left the error sum first: g stays exact)
+        forget_slot(ss, slot)
+        if out.status == "finish":  # the general finish: polish, refactorize, re-solve
+            return RemovalOutcome("finish", out.events, kkt=finish_op(ss, be, exact_g=True))
+        return out
+    except NeedResolve:
+        if ss.state[slot] != FREE:
+            wipe_slot(ss, be, slot)
+        resolve(ss, be)
+        return RemovalOutcome("resolved", -1)
+
+
+def unique_optimum(ss: SlotState, be: Backend) -> bool:
+    """True when the optimum is unique: K is positive definite on the margin set together
+    with every token tied at ``g = 0`` (duplicates break this)."""
+    if ss.n == 0 or ss.warm:
+        return True
+    g = fresh_g(ss, be)
+    tied = be.tied_slots(ss, g, 1e-9 * ss.scale)
+    nS = ss.nS
+    if len(tied) + nS <= 1:
+        return True
+    T = np.concatenate([ss.margin_slots(), tied])
+    if len(tied) and has_equal_rows(ss.X[T]):
+        # K_T has two equal rows, so it is singular: the Cholesky test below would say
+        # the same after O(|T|²·d) work (streams of byte-level keys hold many copies)
+        return False
+    if len(tied):
+        Kt = gram_matrix(ss.X[T], ss.kernel, ss.gamma_value)
+    else:  # the margin block of the cache is K_SS already
+        Kt = ss.KC[T, :nS]
+    # positive definite with smallest eigenvalue above 1e-10 · the largest (<= trace):
+    # K_T − 1e-10·trace·I has a Cholesky factor
+    return be.positive_definite(Kt, 1e-10)
+
+
+def has_equal_rows(rows: np.ndarray) -> bool:
+    """True when two rows are bitwise equal (one sort of the rows' bytes)."""
+    rows = np.ascontiguousarray(rows)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return len(np.unique(keys)) < len(keys)
+
+
+def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:
+    """g over used slots, recomputed from the cached columns unless the
+    last operation already did so (each operation ends with an exact g)."""
+    if not ss.g_valid:
+        ss.g[: ss.hi] = be.g_exact(ss)
+        ss.g_valid = True
+    return ss.g[: ss.hi]
+
+
+def set_sizes(ss: SlotState, be: Backend) -> dict[str, int]:
+    """Sizes of the margin, error and reserve sets (warm-up: all in margin)."""
+    if ss.warm:
+        return {"margin": ss.n, "error": 0, "reserve": 0}
+    nm, ne, nr = be.count_states(ss)
+    return {"margin": nm, "error": ne, "reserve": nr}
+
+
+def state_digest(ss: SlotState, be: Backend) -> str:
+    """The state's digest (:meth:`SlotState.digest` over the support in id order)."""
+    slots = be.support_slots_by_id(ss)
+    return ss.digest(ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu))
+
+
+def certificate_facts(ss: SlotState, be: Backend, outcome: RemovalOutcome
+                      ) -> tuple[dict[str, int], float, bool, str]:
+    """Set sizes, KKT residual, uniqueness and digest after the removal that returned
+    ``outcome``.
+
+    Equal to :func:`set_sizes`, the KKT residual on a fresh g, :func:`unique_optimum`
+    and :func:`state_digest`: the removal's own final pass found them when it could
+    (``outcome.facts``), else one backend pass over the slots, and the residual the
+    removal's own exact-g check already computed (``outcome.kkt``).
+    """
+    kkt, pre = outcome.kkt, outcome.facts
+    if pre is not None:  # the removal's own final pass found them
+        unique = pre.unique
+        return (pre.sizes, float(kkt), unique_optimum(ss, be) if unique < 0 else bool(unique),
+                ss.digest(pre.ids, pre.values))
+    if ss.n == 0 or ss.warm:
+        return set_sizes(ss, be), 0.0, unique_optimum(ss, be), state_digest(ss, be)
+    g = fresh_g(ss, be)
+    nm, ne, nr, unique, ids, values = be.certificate_facts(ss, g, 1e-9 * ss.scale)
+    if kkt is None:
+        kkt = be.kkt(ss, g)
+    return ({"margin": nm, "error": ne, "reserve": nr}, float(kkt),
+            unique_optimum(ss, be) if unique < 0 else bool(unique), ss.digest(ids, values))
+
+
+def polish(ss: SlotState, be: Backend, *, refresh_g: bool = True) -> None:
+    """Re-solve alpha_S and mu on the current partition with the kept inverse.
+
+    A margin coefficient that lands on a bound (within 1e-13·C: a tie of the
+    two conditions) is moved to that bound's set, so the partition is the
+    one read off alpha, and the system re-solved.
+    """
+    if solve_margin(ss, be, refresh_g) == 0:
+        return
+    for _ in range(ss.nS):
+        S = ss.slot_of_col[: ss.nS]
+        aS = ss.alpha[S]
+        at_bound = np.flatnonzero(np.minimum(np.abs(aS - ss.C), np.abs(aS)) <= 1e-13 * ss.C)
+        if len(at_bound) == 0:
+            break
+        for p in at_bound[::-1]:  # descending: contracting p only moves the last column
+            slot = int(S[p])
+            up = ss.alpha[slot] > 0.5 * ss.C
+            be.contract(ss, int(p))
+            ss.state[slot] = ERROR if up else RESERVE
+            ss.alpha[slot] = ss.C if up else 0.0
+            if not up:
+                free_col(ss, slot)
+        solve_margin(ss, be, refresh_g)
+
+
+def solve_margin(ss: SlotState, be: Backend, refresh_g: bool = True) -> int | None:
+    """Solve alpha_S, mu on the partition; return how many margin coefficients
+    sit on a bound (None when not counted: the caller checks)."""
+    at_bound = be.solve_margin(ss)
+    after_margin_solve(ss, be, refresh_g)
+    return at_bound
+
+
+def after_margin_solve(ss: SlotState, be: Backend, refresh_g: bool) -> None:
+    """After a margin solve: mu for an empty margin, or g refreshed (or marked stale)."""
+    if not ss.nS:
+        canonical_mu(ss, be)
+    elif refresh_g:
+        ss.g[: ss.hi] = be.g_exact(ss)
+        ss.g_valid = True
+    else:  # g keeps the drive's linear updates; the polish moved alpha by ~1e-16
+        ss.g_valid = False
+
+
+def canonical_mu(ss: SlotState, be: Backend) -> None:
+    """Empty margin set: the largest optimal mu (docs/design.md §3)."""
+    E = ss.slots_in({ERROR})
+    if len(E) == 0:
+        return
+    grad = 2.0 * (ss.KC[E, : ss.chi] @ ss.ac[: ss.chi]) - ss.diag[E]
+    ss.mu = mu_for_empty_margin(grad)
+    ss.g[: ss.hi] = be.g_exact(ss)
+    ss.g_valid = True
+
+
+def mu_interval(ss: SlotState) -> tuple[float, float]:
+    """The optimal values of ``mu``, ``(low, high)``.
+
+    One point, ``(mu, mu)``, while the margin set is non-empty (and in warm-up). With an
+    empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal: from
+    ``mu − min_R g`` (the reserve token nearest the boundary on it) up to ``ss.mu``, the
+    largest, which the memory keeps (:func:`canonical_mu`); ``low`` is ``-inf`` when no
+    token is in the reserve. libsvm takes the middle (its ``rho``), and so does the
+    offset of :class:`svattn.SVDD`. Reads the state only (g from the cached columns).
+    """
+    mu = float(ss.mu)
+    if ss.n == 0 or ss.warm or ss.nS:
+        return mu, mu
+    live = ss.live_slots()
+    reserve = live[ss.state[live] == RESERVE]
+    if not len(reserve):
+        return -np.inf, mu
+    return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
+
+
+def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | None:
+    """End an incremental step exactly: polish, check, refactorize, re-solve. Return
+    the KKT residual of the first check when it passed on an exact g (a removal's
+    certificate reports it), else None."""
+    # g is recomputed from the cached columns every 32 operations, on
+    # ``exact_g`` (a removal: its certificate reports the residual of the exact
+    # g) and before any decision below; in between the drive's own linear
+    # updates are accurate to rounding, which the KKT check on them would expose.
+    ss.ops_since_exact_g += 1
+    refresh = exact_g or ss.ops_since_exact_g >= 32
+    polish(ss, be, refresh_g=refresh)
+    if refresh:
+        ss.ops_since_exact_g = 0
+    kkt = be.kkt(ss, ss.g[: ss.hi])
+    if kkt <= 0.1 * ss.tol:
+        return kkt if ss.g_valid else None
+    fresh_g(ss, be)
+    ss.ops_since_exact_g = 0
+    if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
+        return None
+    refactorize(ss)
+    polish(ss, be)
+    if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
+        return None
+    resolve(ss, be)  # (no residual returned: the certificate computes it)
+
+
+def drop_solution(ss: SlotState) -> None:
+    """Forget the solution: no margin set, no inverse, no cached columns."""
+    ss.esum_valid = False
+    ss.nS = 0
+    ss.Qinv = np.zeros((0, 0))
+    for s in ss.slot_of_col[: ss.chi].tolist():  # standby columns too
+        if s >= 0:
+            free_col(ss, s)
+
+
+def set_uniform(ss: SlotState) -> None:
+    """The warm-up convention: alpha = 1/n on every live token, mu = 0."""
+    ss.esum_valid = False
+    live = ss.live_slots()
+    ss.alpha[: ss.hi] = 0.0
+    if len(live):
+        ss.alpha[live] = 1.0 / len(live)
+        ss.state[live] = RESERVE
+    ss.mu = 0.0
+    ss.g[: ss.hi] = 0.0
+    ss.g_valid = True
+
+
+def optimality_error(ss: SlotState, be: Backend) -> str | None:
+    """Why a (loaded) state is not the optimum of its own tokens, or None.
+
+    The KKT residual is recomputed from the keys' kernel cache and alpha (not from the
+    stored g). An honest state can sit a little above ``tol`` (the running g a memory
+    checks drifts from the exact one by rounding between exact checks) or far above it
+    where its tokens admit nothing better (near-copies); a forged alpha sits far above
+    what its tokens allow. So: above ``100·tol``, the tokens are re-solved in batch on a
+    copy, and the state is refused when its residual is over ten times the re-solve's.
+    """
+    if ss.n == 0 or ss.warm:
+        return None
+    # the full-cache g of the reference: the error-sum path would rebuild (modify) the sum
+    kkt = float(be.kkt(ss, reference.g_exact(ss)))
+    if kkt <= 100.0 * ss.tol:
+        return None
+    twin = ss.copy()
+    try:
+        resolve(twin, be, fallback=False, check=False)
+        best = float(be.kkt(twin, reference.g_exact(twin)))
+    finally:
+        for buf in (twin.X, twin.V, twin.KC, twin.XC):
+            scrub(buf)  # a full copy of the keys: nothing of it outlives the check
+    if kkt <= max(100.0 * ss.tol, 10.0 * best):
+        return None
+    return (f"alpha is not the optimum of its tokens: KKT residual {kkt:.2e} recomputed "
+            f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
+            f"file's alpha is wrong: forged or corrupted)")
+
+def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Keys the kernel cannot tell apart, ``K_ii + K_jj − 2K_ij ≤ 1e-13 (K_ii + K_jj)``
+    (each pair at its own scale: a huge exp-kernel diagonal elsewhere must not merge
+    ordinary keys): each token's group, and each group's first member. One row at a
+    time, so the temporaries are O(n), not n×n.
+
+    The diagonal is ``K``'s own, so every key is at distance exactly 0 from itself and
+    lands in a group. (The stored ``k(x, x)`` of an exp-kernel key is the compiled
+    scoring's, which can differ from the Gram matrix's in the last bits — ~1e-13
+    relative at ``gamma‖x‖²`` of a few hundred — and a key then missed its own group.)
+    """
+    diag = np.diagonal(K)
+    group = np.full(len(diag), -1)
+    reps: list[int] = []
+    for i in range(len(diag)):
+        if group[i] < 0:
+            pair = diag[i] + diag
+            same = pair - 2.0 * K[i] <= 1e-13 * pair
+            members = np.flatnonzero(same & (group < 0))
+            group[members] = len(reps)
+            reps.append(i)
+    return group, reps
+
+
+# The re-solve is every operation's last resort, so its residual is what the tokens
+# allow: rounding (~1e-16), or near-copies of keys, whose nearly singular margin system
+# leaves up to 1.9e-8 (benchmarks/resolve_residuals.py: 401 of 717 re-solves above a tol
+# of 1e-10; such states are kept, and their certificates do not claim exactness). A
+# residual above both tol and this bound is a wrong optimum (a box of C = 1e13 before it
+# was clamped to 1 gave 1.0): the operation raises and is undone.
+WRONG_OPTIMUM = 1e-6
+
+
+class WrongOptimum(ArithmeticError):
+    """A re-solve ended far from the optimum (see ``WRONG_OPTIMUM``); raised inside an
+    operation, whose rollback restores the state and reports it as ``OperationError``."""
+
+
+def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
+            polish_after: bool = True, check: bool = True) -> None:
+    """Exact batch solve of the live set; rebuild caches and the inverse.
+
+    Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
+    below 1e-13 of ``k(x,x) + k(y,y)``) are solved as one token with bound ``m·C``
+    and the weight is spread back in id order: the first members at C,
+    one remainder, the rest 0. Copies are interchangeable, so this is an
+    optimum, and it keeps the margin set free of copies (Q invertible).
+
+    ``check``: the KKT residual is recomputed from the cached columns, and above
+    ``max(tol, WRONG_OPTIMUM)`` :class:`WrongOptimum` is raised (inside an operation,
+    :func:`svattn.exact.operations.rollback.atomic` then restores the state).
+    """
+    ss.n_resolves += int(fallback)
+    drop_solution(ss)
+    live = ss.ordered_slots()
+    for s in live:
+        free_col(ss, int(s))
+    # Peak memory: the Gram matrix K (8·n² bytes) and, with merged copies, its block of
+    # representatives; every other temporary is a row, or the solve's margin system
+    # (batch.py: O(n·|S|) + O(|S|²)); K is freed before the cache columns of the
+    # support are filled (8·n·|S ∪ E| bytes, the state itself). The copy test goes one
+    # row at a time: its n×n distance and comparison matrices had the peak at ~32·n².
+    K = gram_matrix(ss.X[live], ss.kernel, ss.gamma_value)
+    diag = ss.diag[live]
+    group, reps = copy_groups(K)
+    reps_a = np.asarray(reps)
+    sizes = np.bincount(group, minlength=len(reps))
+    if len(reps) < len(live):
+        K = K[np.ix_(reps_a, reps_a)]  # (the full matrix is freed)
+    sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
+    del K  # freed before the support's cache columns are allocated
+    alpha = np.zeros(len(live))
+    for gi, w in enumerate(sol.alpha):
+        members = np.flatnonzero(group == gi)
+        for m in members:  # fill in id order
+            if w <= 1e-13 * ss.C:
+                break
+            take = ss.C if w >= ss.C * (1 - 1e-13) else w
+            alpha[m] = take
+            w -= take
+    ss.alpha[: ss.hi] = 0.0
+    ss.alpha[live] = alpha
+    ss.state[live] = RESERVE
+    margin = (alpha > 0) & (alpha < ss.C)
+    for s in live[margin]:  # margin first: they fill columns [0, nS)
+        ss.state[s] = MARGIN
+        be.alloc_col(ss, int(s))
+        ss.nS += 1
+    for s in live[alpha >= ss.C]:
+        ss.state[s] = ERROR
+        be.alloc_col(ss, int(s))
+    ss.mu = sol.mu
+    refactorize(ss, count=False)
+    ss.sync_ac()
+    if not ss.nS:
+        canonical_mu(ss, be)
+    ss.g[: ss.hi] = be.g_exact(ss)
+    ss.g_valid = True
+    if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+        try:
+            polish(ss, be)
+        except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
+            resolve(ss, be, fallback=False, polish_after=False, check=False)
+    if check and ss.n and not ss.warm:
+        kkt = float(be.kkt(ss, be.g_exact(ss)))
+        if not kkt <= max(ss.tol, WRONG_OPTIMUM):
+            raise WrongOptimum(
+                f"the batch re-solve of {ss.n} tokens ends with KKT residual {kkt:.2e}, "
+                f"above tol ({ss.tol:.0e}) and above what rounding or near-copies of keys "
+                f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
+
+
+__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "block_hashes",
+           "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
+           "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
+           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]

@@ -1,0 +1,147 @@
+"""Input validation of the exact memory: precise errors, nothing touched.
+
+Each check raises ``TypeError`` / ``ValueError`` naming the argument and what was
+expected, and reads the :class:`~svattn.exact.core.state.SlotState` only (dimensions,
+the stored norms for the exp kernel's overflow bound).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from svattn.exact.backends.compiled.reserve import sq_norm
+from svattn.exact.core.kernels import LOG_MAX, KernelOverflowError, default_gamma
+from svattn.exact.core.state import SlotState
+
+_MAX_NORM2 = 1e300  # ‖x‖² bound: x·y and ‖x − y‖² ≤ 2(‖x‖² + ‖y‖²) stay finite in float64
+
+
+def check_norms(x: np.ndarray, name: str) -> None:
+    """Refuse rows whose squared norm would overflow the kernel arithmetic."""
+    with np.errstate(over="ignore"):
+        big = float(np.max(np.einsum("ij,ij->i", x, x), initial=0.0))
+    if not big <= _MAX_NORM2:
+        raise ValueError(f"{name} are too large: ‖x‖² reaches {big:.3g}, above {_MAX_NORM2:.0e} "
+                         "(float64 kernel arithmetic would overflow); rescale the data")
+
+
+def is_numeric(x) -> bool:
+    try:
+        arr = np.asarray(x)
+    except Exception:
+        return False
+    return arr.dtype.kind in "biuf"
+
+
+def check_rows(ss: SlotState, keys, values, *, batch: bool) -> tuple[np.ndarray, np.ndarray | None]:
+    """Validate keys/values without touching state; return float64 2-D arrays."""
+    name_k, name_v = ("keys", "values") if batch else ("key", "value")
+    k = np.asarray(keys, dtype=np.float64) if is_numeric(keys) else None
+    if k is None:
+        raise TypeError(f"{name_k} must be an array of real numbers")
+    if batch:
+        if k.ndim != 2:
+            raise ValueError(f"keys must be 2-D (n, d), got shape {k.shape}")
+    else:
+        if k.ndim != 1:
+            raise ValueError(f"key must be 1-D (d,), got shape {k.shape}")
+        k = k[None, :]
+    d = k.shape[1]
+    if d == 0:
+        raise ValueError(f"{name_k} must have dimension d >= 1, got shape {k.shape}")
+    if ss.dim is not None and d != ss.dim:
+        raise ValueError(f"{name_k} must have dimension d={ss.dim}, got {d}")
+    if not np.isfinite(k).all():
+        raise ValueError(f"{name_k} must be finite (no NaN or inf)")
+    check_norms(k, name_k)
+    v = None
+    if values is not None:
+        v = np.asarray(values, dtype=np.float64) if is_numeric(values) else None
+        if v is None:
+            raise TypeError(f"{name_v} must be an array of real numbers")
+        if not batch:
+            if v.ndim != 1:
+                raise ValueError(f"value must be 1-D (dv,), got shape {v.shape}")
+            v = v[None, :]
+        elif v.ndim != 2:
+            raise ValueError(f"values must be 2-D (n, dv), got shape {v.shape}")
+        if v.shape[0] != k.shape[0]:
+            raise ValueError(
+                f"values must have one row per key: {v.shape[0]} values for {k.shape[0]} keys"
+            )
+        if ss.vdim is not None and (ss.value_is_key or v.shape[1] != ss.vdim):
+            if ss.value_is_key:
+                raise ValueError(
+                    "this memory stores keys as values (the first token came without a "
+                    "value); pass value=None"
+                )
+            raise ValueError(f"{name_v} must have dimension dv={ss.vdim}, got {v.shape[1]}")
+        if not np.isfinite(v).all():
+            raise ValueError(f"{name_v} must be finite (no NaN or inf)")
+    elif ss.vdim is not None and not ss.value_is_key:
+        raise ValueError(f"{name_v} is required: this memory stores values of dim {ss.vdim}")
+    if ss.kernel == "exp":
+        check_exp_overflow(ss, k)
+    return k, v
+
+def plain_row(ss: SlotState, key, value) -> tuple[np.ndarray, np.ndarray | None] | None:
+    """The common case of :func:`check_rows` for one row, in two operations: a float64
+    C-contiguous, writable key (and value) of the memory's dimensions, rbf kernel, whose ‖x‖²
+    (one compiled sum: NaN or inf fail it) is well below the bound. Returns the (1, d)
+    key and (1, dv) value, or None: then :func:`check_rows` decides (and names the error)."""
+    if not (ss.kernel == "rbf" and ss.dim is not None and _plain(key, ss.dim)):
+        return None
+    if value is None:
+        ok = ss.value_is_key
+    else:
+        ok = not ss.value_is_key and _plain(value, ss.vdim) and sq_norm(value) <= _FAST
+    if not (ok and sq_norm(key) <= _FAST):
+        return None
+    return key[None, :], None if value is None else value[None, :]
+
+
+_FAST = 0.5 * _MAX_NORM2  # clear of the bound (einsum and dot may round differently)
+
+
+def _plain(a, d) -> bool:
+    # (a read-only array would compile another signature of sq_norm at first use)
+    return (type(a) is np.ndarray and a.dtype == np.float64 and a.ndim == 1
+            and a.shape[0] == d and a.flags.c_contiguous and a.flags.writeable)
+
+
+def check_exp_overflow(ss: SlotState, k: np.ndarray) -> None:
+    gamma = ss.gamma if ss.gamma is not None else default_gamma("exp", k.shape[1])
+    stored = float(ss.xn2[: ss.hi].max(initial=0.0))  # free slots hold 0
+    top = max(float(np.einsum("ij,ij->i", k, k).max()), stored)
+    if gamma * top < LOG_MAX:
+        return  # Cauchy–Schwarz: no product x·y can overflow
+    live = ss.live_slots() if ss.dim is not None else np.zeros(0, dtype=np.int64)
+    others = np.concatenate([k, ss.X[live]]) if len(live) else k
+    logk = gamma * (k @ others.T)
+    if float(logk.max()) >= LOG_MAX:
+        raise KernelOverflowError(
+            f"exp kernel overflows float64 for this key: gamma·x·y reaches "
+            f"{float(logk.max()):.4g} (limit {LOG_MAX:.1f}); scale the keys or lower gamma"
+        )
+
+
+def check_queries(ss: SlotState, queries) -> tuple[np.ndarray, bool]:
+    if ss.n == 0:
+        raise ValueError("the memory is empty: add tokens before reading")
+    q = np.asarray(queries, dtype=np.float64) if is_numeric(queries) else None
+    if q is None:
+        raise TypeError("queries must be an array of real numbers")
+    single = q.ndim == 1
+    if single:
+        q = q[None, :]
+    if q.ndim != 2 or q.shape[1] != ss.dim:
+        raise ValueError(f"queries must have shape (m, {ss.dim}) or ({ss.dim},), "
+                         f"got {np.shape(queries)}")
+    if not np.isfinite(q).all():
+        raise ValueError("queries must be finite (no NaN or inf)")
+    check_norms(q, "queries")
+    return q, single
+
+
+__all__ = ["check_exp_overflow", "check_norms", "check_queries", "check_rows", "is_numeric",
+           "plain_row"]
