@@ -17,6 +17,7 @@ from svattn.exact import OperationError, SVDDMemory
 from svattn.exact import memory as memory_module
 from svattn.exact.backends import compiled, reference
 from svattn.exact.operations import solver
+from svattn.exact.records import schema
 from svattn.exact.records.audit import AuditLog, AuditLogError, verify_chain
 
 
@@ -57,7 +58,7 @@ def faults(monkeypatch):
 
 
 def snapshot(mem: SVDDMemory, log) -> tuple:
-    t, fields = mem.solver_state.to_tensors()
+    t, fields = schema.to_tensors(mem.solver_state)
     cache = t.pop("kcache")
     return (mem.state_digest(), mem.ids, {k: v.tobytes() for k, v in t.items()},
             {k: v for k, v in fields.items()}, cache, mem.health.to_dict(mem.solver_state.Qinv),

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory
-from svattn.exact.core.state import SCHEMA_VERSION
+from svattn.exact.records.schema import SCHEMA_VERSION
 
 DATA = Path(__file__).parent / "data"
 sys.path.insert(0, str(Path(__file__).parents[2] / "scripts"))

@@ -40,12 +40,12 @@ from svattn.exact.core.cache import refactorize
 from svattn.exact.core.errors import MarginSystem, OperationError, UnknownTokenError
 from svattn.exact.core.kernels import biased_softmax_readout, decision_values
 from svattn.exact.core.kktsets import RESERVE, SET_NAMES
-from svattn.exact.core.state import SchemaError, SlotState, check_parameters
+from svattn.exact.core.state import SlotState, check_parameters
 from svattn.exact.operations import ingest, solver
 from svattn.exact.operations.health import HealthMonitor, HealthReading, reading_first
 from svattn.exact.operations.rollback import atomic
 from svattn.exact.operations.validation import check_queries, check_rows, plain_row
-from svattn.exact.records import fileformat
+from svattn.exact.records import fileformat, schema
 from svattn.exact.records.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.records.certificate import (
     KEYED,
@@ -408,14 +408,14 @@ class SVDDMemory:
     def save(self, path: str | os.PathLike[str]) -> str:
         """Save atomically to a safetensors file; return the file's SHA-256.
 
-        The tensors are :meth:`SlotState.to_tensors`; the metadata adds the
+        The tensors are :func:`~svattn.exact.records.schema.to_tensors`; the metadata adds the
         digest, health, KKT residual and audit head (:mod:`svattn.exact.records.fileformat`).
         The previous file stays intact when anything fails or the process dies
         mid-save, and no temporary file is left behind.
         """
         self._audit_ready()
         ss = self._s
-        t, fields = ss.to_tensors()
+        t, fields = schema.to_tensors(ss)
         meta = {**fields, "kkt_residual": self._residual(), "state_digest": self.state_digest(),
                 "health": self._health.to_dict(ss.Qinv),
                 "audit_head": self._audit.head() if self._audit is not None else None}
@@ -466,8 +466,8 @@ class SVDDMemory:
         data = path.read_bytes()
         t, meta = fileformat.read_state(data, where)
         try:
-            ss = SlotState.from_tensors(t, meta, version=meta["format_version"])
-        except SchemaError as exc:
+            ss = schema.from_tensors(t, meta, version=meta["format_version"])
+        except schema.SchemaError as exc:
             raise StateFileError(f"{where}: {exc}") from None
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise StateFileError(f"{where}: inconsistent state ({type(exc).__name__}: {exc})"

@@ -2,9 +2,9 @@
 
 :class:`SlotState` is what the two backends (:mod:`svattn.exact.backends.reference`,
 :mod:`svattn.exact.backends.compiled`) and the shared algorithm
-(:mod:`svattn.exact.operations.solver`) operate on, and what a state file holds
-(:meth:`SlotState.to_tensors` / :meth:`SlotState.from_tensors` *are* the file schema;
-see ``docs/design.md`` §4).
+(:mod:`svattn.exact.operations.solver`) operate on, and what a state file holds (its
+schema, with the readers of older versions, is :mod:`svattn.exact.records.schema`;
+``docs/design.md`` §4).
 
 Storage is slot based. Slots ``[0, hi)`` have been used; a removed token's slot
 is wiped (zeros) and pushed on ``free_slots`` for reuse; ids are never reused.
@@ -19,9 +19,6 @@ Examples
 >>> st = SlotState.new(C=0.5, kernel="rbf", gamma=None, tol=1e-10, standby=0)
 >>> st.warmup_n, st.n, st.cap
 (2, 0, 0)
->>> tensors, fields = st.to_tensors()
->>> SlotState.from_tensors(tensors, fields).n
-0
 """
 
 from __future__ import annotations
@@ -30,70 +27,28 @@ import copy
 import functools
 import hashlib
 import math
-import secrets
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.gram import KeptFactor, MarginGramScratch
-from svattn.exact.core.hashes import row_hash, token_hash
-from svattn.exact.core.kernels import check_kernel, default_gamma, kernel_matrix
-from svattn.exact.core.kktsets import ERROR, FREE, MARGIN, RESERVE
+from svattn.exact.core.kernels import check_kernel, default_gamma
+from svattn.exact.core.kktsets import FREE
 
 DIGEST_MOD = 1 << 256  # the token set's multiset hash is a sum modulo this
 
-# The schema of SlotState.to_tensors: tensor name -> safetensors dtype.
-TENSOR_DTYPES = {
-    **{k: "F64" for k in ("keys", "values", "diag", "xn2", "alpha", "g", "kcache", "qinv",
-                          "esum")},
-    **{k: "I64" for k in ("ids", "slots", "col", "free_slots")},
-    "state": "I8", "esum_member": "I8", "tags": "U8", "commitments": "U8", "commit_keyed": "I8",
-}
-SCHEMA_VERSION = 4
-READS = (1, 2, 3, 4)  # schema versions from_tensors accepts
-_V2_TENSORS = {"esum", "esum_member"}  # absent from version 1 files
-_V3_TENSORS = {"tags"}  # absent from version 1-2 files
-# absent from version 1-3 files (whose tokens then get opaque commitments on load)
-_V4_TENSORS = {"commitments", "commit_keyed"}
 COMMIT_BYTES = 32  # a token's commitment (svattn.exact.records.certificate.commit_token)
 TAG_BYTES = 32  # a tag is kept as its HMAC-SHA256 under the controller's tag key
 
-# Version 1-2 files kept the solver's scalars under their attribute names
-# ("every scalar the class happened to hold"); version 3 names them. Old name
-# -> field of SlotState, or None for a per-operation value that is not state.
-_LEGACY_SCALARS = {
-    "standby": "standby", "_max_segments": "max_segments", "_max_jumps": "max_jumps",
-    "_ops_since_exact_g": "ops_since_exact_g", "_standby_stale": "standby_stale",
-    "_standby_theta": "standby_theta", "_n_segment_fallbacks": "n_segment_fallbacks",
-    "_n_block_passes": "n_block_passes", "_n_jumps": "n_jumps",
-    "_n_jump_fallbacks": "n_jump_fallbacks", "_compiled": "compiled",
-    "_kss_ext": None, "_kkt_after": None,
-}
 # what an operation found, once left on the state (svattn.exact.core.outcome returns it now);
 # dropped from a state pickled before that
 _RESULT_FIELDS = frozenset({"kkt_after", "facts_after", "health_after", "ingest_path"})
-# the solver scalars of a version 3 file, with their types
-_SOLVER_FIELDS = {
-    "standby": int, "max_segments": int, "max_jumps": int, "ops_since_exact_g": int,
-    "standby_stale": bool, "n_segment_fallbacks": int, "n_block_passes": int, "n_jumps": int,
-    "n_jump_fallbacks": int, "compiled": bool, "n_compacted": int,
-}
 
 
 class NeedResolve(Exception):
     """Raised inside an operation: an incremental step met a degeneracy; the solver
     re-solves the token set exactly (never escapes a public operation)."""
-
-
-class SchemaError(ValueError):
-    """Tensors and fields that do not describe a consistent solver state."""
-
-
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise SchemaError(msg)
 
 
 def _finite(x) -> bool:
@@ -432,265 +387,6 @@ class SlotState(MarginGramScratch):
         soc = self.slot_of_col[: self.chi]
         self.ac[: self.chi] = np.where(soc >= 0, self.alpha[soc], 0.0)
 
-    # ------------------------------------------------------------ file schema
-    def to_tensors(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """The state as tensors (live tokens only, in id order) and JSON-ready fields.
 
-        Tensors (see :data:`TENSOR_DTYPES`): ``ids``, ``slots`` (layout, for
-        bit-exact continuation), ``keys``, ``values`` (absent when values are the
-        keys), ``diag``, ``xn2``, ``alpha``, ``g``, ``state``, ``col`` (cache
-        column, −1: none), ``kcache`` (the cache on live rows), ``qinv``,
-        ``free_slots`` (slot numbers only), ``esum``, ``esum_member``. A removed
-        token's slot is never written. Per-operation scratch is not state.
-        """
-        slots = self.ordered_slots() if self.dim is not None else np.zeros(0, np.int64)
-        chi, nS = self.chi, self.nS
-        t: dict[str, np.ndarray] = {
-            "ids": self.slot_id[slots].astype(np.int64),
-            "slots": slots.astype(np.int64),
-            "keys": self.X[slots],
-            "diag": self.diag[slots],
-            "xn2": self.xn2[slots],
-            "alpha": self.alpha[slots],
-            "g": self.g[slots],
-            "state": self.state[slots].astype(np.int8),
-            "col": self.col_of_slot[slots].astype(np.int64),
-            "kcache": self.KC[np.ix_(slots, np.arange(chi))],
-            "qinv": self.Qinv.copy() if nS else np.zeros((0, 0)),
-            "free_slots": np.asarray(self.free_slots, dtype=np.int64),
-            "esum": self.esum[slots] if self.dim is not None else np.zeros(0),
-            "esum_member": (self.esum_member[slots] if self.dim is not None
-                            else np.zeros(0, bool)).astype(np.int8),
-            "tags": self.tags[slots] if self.dim is not None
-            else np.zeros((0, TAG_BYTES), np.uint8),
-            "commitments": self.commitments[slots] if self.dim is not None
-            else np.zeros((0, COMMIT_BYTES), np.uint8),
-            "commit_keyed": self.commit_keyed[slots] if self.dim is not None
-            else np.zeros(0, np.int8),
-        }
-        if self.dim is not None and not self.value_is_key:
-            t["values"] = self.V[slots]
-        t = {k: np.ascontiguousarray(v) for k, v in t.items()}
-        ids = [int(i) for i in t["ids"]]
-        st = t["state"]
-        fields: dict[str, Any] = {
-            "C": self.C, "kernel": self.kernel, "gamma": self.gamma,
-            "gamma_value": self.gamma_value if self.dim is not None else None,
-            "tol": self.tol, "dim": self.dim, "vdim": self.vdim,
-            "commit_key_id": self.commit_key_id,
-            "value_is_key": bool(self.value_is_key), "n": int(self.n), "ids": ids,
-            "next_id": int(self.next_id), "hi": int(self.hi), "cap": int(self.cap),
-            "ccap": int(self.ccap), "chi": int(chi), "nS": int(nS),
-            "margin_order": [int(self.slot_id[s]) for s in self.slot_of_col[:nS]],
-            "partition": {name: [i for i, s in zip(ids, st, strict=True) if s == code]
-                          for name, code in (("margin", MARGIN), ("error", ERROR),
-                                             ("reserve", RESERVE))},
-            "mu": float(self.mu), "mu_hex": float(self.mu).hex(),
-            "g_valid": bool(self.g_valid), "esum_valid": bool(self.esum_valid),
-            "esum_updates": int(self.esum_updates),
-            "n_refactorizations": int(self.n_refactorizations),
-            "n_resolves": int(self.n_resolves),
-            "solver": {
-                **{k: getattr(self, k) for k in _SOLVER_FIELDS},
-                # JSON has no inf: null stands for "no standby threshold yet"
-                "standby_theta": (float(self.standby_theta).hex()
-                                  if math.isfinite(self.standby_theta) else None),
-            },
-        }
-        return t, fields
-
-    @classmethod
-    def from_tensors(cls, t: dict[str, np.ndarray], fields: dict[str, Any], *,
-                     version: int = SCHEMA_VERSION) -> SlotState:
-        """Inverse of :meth:`to_tensors`, checking that the parts are consistent.
-
-        Reads schema versions 1-4 (version 1 has no error sum: it is rebuilt from
-        the cache on first use; versions 1-2 keep the solver's scalars under
-        their old attribute names in ``fields["scalars"]``).
-
-        Raises
-        ------
-        SchemaError
-            When the tensors or fields contradict each other (the message says how).
-        """
-        _check(version in READS, f"unsupported schema version {version!r}")
-        expected = (set(TENSOR_DTYPES) - ({"values"} if fields.get("value_is_key") else set())
-                    - (_V2_TENSORS if version == 1 else set())
-                    - (_V3_TENSORS if version < 3 else set())
-                    - (_V4_TENSORS if version < 4 else set()))
-        _check(set(t) == expected,
-               f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
-        try:  # a file's parameters pass the constructor's checks, or it is refused
-            check_parameters(fields["C"], fields["kernel"], fields["gamma"], fields["tol"], 16)
-        except (TypeError, ValueError) as exc:
-            raise SchemaError(f"invalid parameters: {exc}") from None
-        st = cls.new(C=fields["C"], kernel=fields["kernel"], gamma=fields["gamma"],
-                     tol=fields["tol"], standby=16)
-        n = int(fields["n"])
-        _check(len(t["ids"]) == n, f"{len(t['ids'])} ids for n = {n}")
-        st.n_refactorizations = int(fields["n_refactorizations"])
-        st.n_resolves = int(fields["n_resolves"])
-        if fields["dim"] is None:
-            _check(n == 0, "tokens without a key dimension")
-            st.next_id = int(fields["next_id"])
-        else:
-            st._restore_arrays(t, fields, version)
-        st._restore_solver_fields(fields, version)  # after alloc, which resets them
-        return st
-
-    def _restore_solver_fields(self, fields: dict[str, Any], version: int) -> None:
-        if version >= 3:
-            solver = fields["solver"]
-            _check(isinstance(solver, dict) and set(solver) == set(_SOLVER_FIELDS)
-                   | {"standby_theta"}, "the solver fields do not match the format")
-            theta = solver["standby_theta"]
-            named = {k: v for k, v in solver.items() if k != "standby_theta"}
-            self.standby_theta = math.inf if theta is None else float.fromhex(theta)
-        else:
-            named = {"n_compacted": -1}  # formats 1-2 did not record compaction
-            for k, v in fields.get("scalars", {}).items():
-                _check(k in _LEGACY_SCALARS, f"unknown or mistyped solver attribute {k!r}")
-                if _LEGACY_SCALARS[k] is None:
-                    continue  # per-operation scratch (version 2 saved it by accident)
-                if k == "_standby_theta":
-                    _check(type(v) is float, f"unknown or mistyped solver attribute {k!r}")
-                    self.standby_theta = v
-                    continue
-                named[_LEGACY_SCALARS[k]] = v
-        for k, v in named.items():
-            _check(type(v) is _SOLVER_FIELDS[k], f"unknown or mistyped solver attribute {k!r}")
-            setattr(self, k, v)
-        _check(self.standby >= 0 and self.max_segments >= 0 and self.max_jumps >= 0
-               and self.n_compacted >= -1, "negative solver settings")
-
-    def _restore_arrays(self, t: dict[str, np.ndarray], fields: dict[str, Any],
-                        version: int) -> None:
-        n = int(fields["n"])
-        d, dv = int(fields["dim"]), int(fields["vdim"])
-        vik = bool(fields["value_is_key"])
-        cap, ccap, chi, nS, hi = (int(fields[k]) for k in ("cap", "ccap", "chi", "nS", "hi"))
-        _check(0 <= n <= hi <= cap and 0 <= nS <= chi <= ccap, "inconsistent sizes")
-        self.dim, self.vdim, self.value_is_key = d, dv, vik
-        self.alloc(cap, d, 0 if vik else dv)
-        slots = t["slots"]
-        _check(t["keys"].shape == (n, d), f"keys have shape {t['keys'].shape}, expected {(n, d)}")
-        _check(len(np.unique(slots)) == n and (n == 0 or (slots.min() >= 0 and slots.max() < hi)),
-               "slot numbers are not distinct slots below hi")
-        free = [int(s) for s in t["free_slots"]]
-        _check(sorted(free + [int(s) for s in slots]) == list(range(hi)),
-               "live and free slots do not partition the used slots")
-        ids = t["ids"]
-        _check(n == 0 or (bool(np.all(np.diff(ids) > 0)) and ids[0] >= 0
-                          and ids[-1] < fields["next_id"]),
-               "ids are not increasing and below next_id")
-        self.hi, self.free_slots = hi, free
-        self.next_id, self.n = int(fields["next_id"]), n
-        self.X[slots], self.xn2[slots], self.diag[slots] = t["keys"], t["xn2"], t["diag"]
-        if not vik:
-            _check(t["values"].shape == (n, dv), "values have the wrong shape")
-            self.V[slots] = t["values"]
-        self.slot_id[slots] = ids
-        if "tags" in t:
-            _check(t["tags"].shape == (n, TAG_BYTES), "tags have the wrong shape")
-            self.tags[slots] = t["tags"]
-        if "commitments" in t:
-            _check(t["commitments"].shape == (n, COMMIT_BYTES)
-                   and t["commit_keyed"].shape == (n,), "commitments have the wrong shape")
-            _check(bool(np.isin(t["commit_keyed"], [0, 1, 2]).all()),
-                   "commit_keyed is not 0, 1 or 2")
-            self.commitments[slots] = t["commitments"]
-            self.commit_keyed[slots] = t["commit_keyed"]
-        else:  # an older file: its log's commitments were salted; these are opaque (legacy)
-            self.commitments[slots] = np.frombuffer(
-                secrets.token_bytes(COMMIT_BYTES * n), np.uint8).reshape(n, COMMIT_BYTES)
-            self.commit_keyed[slots] = 2
-        key_id = fields.get("commit_key_id")
-        _check(key_id is None or (isinstance(key_id, str) and len(key_id) == 32),
-               "commit_key_id is not a key name")
-        self.commit_key_id = key_id
-        self.alpha[slots], self.g[slots] = t["alpha"], t["g"]
-        states = t["state"]
-        _check(bool(np.isin(states, [RESERVE, MARGIN, ERROR]).all()) if n else True,
-               "unknown token states")
-        self.state[slots] = states
-        self.state[free] = FREE
-        col = t["col"]
-        self.col_of_slot[slots] = col
-        self._restore_cache(t, slots, col, states, ccap, chi, nS, d)
-        self.mu = float.fromhex(fields["mu_hex"])
-        _check(self.mu == fields["mu"], "mu and its hex form differ")
-        self.g_valid = bool(fields["g_valid"])
-        self.sync_ac()
-        if version >= 2:
-            self._restore_error_sum(t, fields, slots)
-        h = 0  # ids and token hashes (the digest's multiset hash)
-        for s, tid in zip(slots, ids, strict=True):
-            th = token_hash(int(tid), self.X[s], None if vik else self.V[s])
-            self.token_hash[s] = th
-            self.row_hash[s] = row_hash(self.X[s], self.V[s])
-            h = (h + th) % DIGEST_MOD
-            self.id_to_slot[int(tid)] = int(s)
-        self.set_hash = h
-        self._check_cache_is_kernel(t, slots)
-
-    def _restore_cache(self, t, slots, col, states, ccap, chi, nS, d) -> None:
-        self.ccap, self.chi, self.nS = ccap, chi, nS
-        self.KC = np.zeros((self.cap, ccap), order="F")
-        self.XC = np.zeros((ccap, d))
-        self.slot_of_col = np.full(ccap, -1, dtype=np.int64)
-        self.ac = np.zeros(ccap)
-        n = len(slots)
-        _check(t["kcache"].shape == (n, chi), "kernel cache has the wrong shape")
-        self.KC[np.ix_(slots, np.arange(chi))] = t["kcache"]
-        cached = np.flatnonzero(col >= 0)
-        cols = col[cached]
-        _check(len(np.unique(cols)) == len(cols) and bool(np.all(cols < chi)),
-               "cache columns are not distinct columns below chi")
-        self.slot_of_col[cols] = slots[cached]
-        self.XC[cols] = t["keys"][cached]
-        _check(np.array_equal(np.sort(col[states == MARGIN]), np.arange(nS)),
-               "margin tokens do not occupy cache columns 0..nS-1")
-        _check(bool(np.all(col[states == ERROR] >= nS)), "error tokens lack cache columns")
-        q = t["qinv"]
-        _check(q.shape == ((nS + 1, nS + 1) if nS else (0, 0)), "Qinv has the wrong shape")
-        self.Qinv = q.copy()
-
-    def _restore_error_sum(self, t, fields, slots) -> None:
-        """The error-column sum and its members, checked against the kernel cache."""
-        n = len(slots)
-        esum, member = t["esum"], t["esum_member"]
-        _check(esum.shape == (n,) and member.shape == (n,),
-               "error sum tensors have the wrong shape")
-        _check(bool(np.isin(member, [0, 1]).all()), "error sum members are not 0/1")
-        _check(bool(np.isfinite(esum).all()), "error sum is not finite")
-        self.esum[slots] = esum
-        self.esum_member[slots] = member.astype(bool)
-        self.esum_valid = bool(fields["esum_valid"])
-        self.esum_updates = int(fields["esum_updates"])
-        _check(self.esum_updates >= 0, "negative error sum update count")
-        cols = self.col_of_slot[slots[member == 1]]
-        if self.esum_valid and len(cols) and cols.min() >= 0:
-            # a forged sum would corrupt every later g: it must be the members' column sum
-            direct = self.KC[np.ix_(slots, cols)].sum(axis=1)
-            dev = float(np.max(np.abs(esum - direct), initial=0.0))
-            _check(dev <= 1e-9 * self.scale * len(cols),
-                   f"error sum deviates from its members' kernel columns by {dev:.2e}")
-        # (a member without a column makes the next use rebuild the sum from the cache)
-
-    def _check_cache_is_kernel(self, t, slots) -> None:
-        """The cache must be the kernel of the keys (a forged cache would corrupt later steps)."""
-        chi = self.chi
-        if not (chi and len(slots)):
-            return
-        live_cols = np.flatnonzero(self.slot_of_col[:chi] >= 0)
-        Kc = kernel_matrix(t["keys"], self.XC[live_cols], self.kernel, self.gamma_value)
-        pos = {int(s): i for i, s in enumerate(slots)}
-        for j, s in enumerate(self.slot_of_col[live_cols]):
-            Kc[pos[int(s)], j] = self.diag[s]
-        dev = float(np.max(np.abs(Kc - t["kcache"][:, live_cols]), initial=0.0))
-        _check(dev <= 1e-9 * self.scale,
-               f"kernel cache deviates from the keys' kernel by {dev:.2e}")
-
-
-__all__ = ["DIGEST_MOD", "READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "NeedResolve", "SchemaError",
-           "SlotState", "check_parameters", "scrub"]
+__all__ = ["COMMIT_BYTES", "DIGEST_MOD", "TAG_BYTES", "NeedResolve", "SlotState",
+           "check_parameters", "scrub"]

@@ -1,10 +1,10 @@
 """The state file's bytes: safetensors, canonical JSON metadata, checksums, atomic writes.
 
-File format (``format_version`` 3; versions 1-2 still load): one safetensors
-file. Its tensors are :meth:`SlotState.to_tensors` (the live tokens only, in id
+File format (``format_version`` 4; versions 1-3 still load): one safetensors
+file. Its tensors are :func:`~svattn.exact.records.schema.to_tensors`'s (the live tokens only, in id
 order: a removed token's slot is never written). The header's ``__metadata__``
 carries one string, ``svattn``: canonical JSON with the format name and
-version, the state's fields (:meth:`SlotState.to_tensors`), the digest, health,
+version, the state's fields (:func:`~svattn.exact.records.schema.to_tensors`), the digest, health,
 KKT residual and audit-log head the memory adds, a SHA-256 per tensor, and
 ``meta_sha256`` (SHA-256 of the canonical JSON of all other fields).
 :func:`read_state` re-checks the structure, the checksums and that the content
@@ -37,8 +37,8 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
-from svattn.exact.core.state import READS, SCHEMA_VERSION, TENSOR_DTYPES
 from svattn.exact.operations.solver import optimality_error
+from svattn.exact.records.schema import READS, SCHEMA_VERSION, TENSOR_DTYPES
 
 FORMAT_NAME = "svattn.SVDDMemory"
 FORMAT_VERSION = SCHEMA_VERSION
