@@ -152,6 +152,56 @@ def test_the_private_name_check_sees_a_violation(tmp_path):
     assert len(got) == 3, got
 
 
+def _layer_contracts() -> dict[str, set[str]]:
+    """Each container of a layer contract in pyproject.toml -> the names its layers list."""
+    import tomllib
+
+    config = tomllib.loads((SRC.parents[1] / "pyproject.toml").read_text())
+    out: dict[str, set[str]] = {}
+    for contract in config["tool"]["importlinter"]["contracts"]:
+        for container in contract.get("containers", []):
+            names = {n.strip().strip("()") for layer in contract["layers"]
+                     for n in layer.replace(":", "|").split("|")}
+            out.setdefault(container, set()).update(names)
+    return out
+
+
+def _unlayered(contracts: dict[str, set[str]]) -> list[str]:
+    """The modules and packages directly inside a contract's container that no layer
+    names (``svattn.exact.x`` for a file ``exact/x.py`` or a folder ``exact/x/``)."""
+    out = []
+    for container, names in sorted(contracts.items()):
+        folder = SRC.parent.joinpath(*container.split("."))
+        children = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"} | {
+            p.name for p in folder.iterdir() if (p / "__init__.py").is_file()}
+        out += [f"{container}.{c}" for c in sorted(children - names)]
+    return out
+
+
+def test_every_module_of_the_exact_core_has_a_layer():
+    # a new module of svattn.exact (or of one of its packages) takes a place in the layer
+    # contracts, and in docs/design.md's module map, before it is imported
+    contracts = _layer_contracts()
+    assert {"svattn.exact", "svattn.exact.core", "svattn.exact.backends",
+            "svattn.exact.backends.compiled", "svattn.exact.operations",
+            "svattn.exact.records", "svattn.exact.auditor"} <= set(contracts)
+    assert not (bad := _unlayered(contracts)), f"modules in no layer contract: {bad}"
+
+
+def test_the_layer_check_sees_a_module_without_a_layer():
+    probes = [SRC / "exact" / "_probe_not_a_module.py",
+              SRC / "exact" / "records" / "_probe_not_a_module.py"]
+    for fake in probes:
+        fake.write_text("")
+    try:
+        got = _unlayered(_layer_contracts())
+    finally:
+        for fake in probes:
+            fake.unlink()
+    assert got == ["svattn.exact._probe_not_a_module",
+                   "svattn.exact.records._probe_not_a_module"], got
+
+
 def test_modules_of_the_exact_core_are_small():
     big = {str(p.relative_to(SRC)): n for p in (SRC / "exact").rglob("*.py")
            if (n := len(p.read_text().splitlines())) > 700}

@@ -1,9 +1,10 @@
-"""The set-up's warm-up step runs every compiled operation without error."""
+"""The set-up's compiling step (python -m svattn.exact.compile_kernels) runs every compiled
+operation without error."""
 
 from svattn.exact import compile_kernels
 
 
-def test_warmup_runs_and_says_so(capsys):
+def test_compile_kernels_runs_and_says_so(capsys):
     assert compile_kernels.main() == 0
     out = capsys.readouterr().out
     assert "compiled kernels are ready" in out
@@ -11,7 +12,7 @@ def test_warmup_runs_and_says_so(capsys):
 
 def test_read_only_inputs_compile_no_other_signature():
     """Frozen (read-only) keys and values reach the kernels as the one array type the
-    warm-up compiled: a read-only array would otherwise compile another signature of
+    set-up compiled: a read-only array would otherwise compile another signature of
     each kernel it reaches at its first use, inside the caller's timings."""
     import numpy as np
     from numba.core.registry import CPUDispatcher
@@ -30,7 +31,7 @@ def test_read_only_inputs_compile_no_other_signature():
     rng = np.random.default_rng(0)
     x, v = rng.normal(size=(600, 6)), rng.normal(size=(600, 3))
     mem = SVDDMemory(0.05)
-    mem.extend(x[:300], v[:300])  # writable: the signatures the warm-up compiles
+    mem.extend(x[:300], v[:300])  # writable: the signatures the set-up compiles
     for r in range(300, 320):
         mem.add(x[r], v[r])
     before = signatures()

@@ -22,7 +22,7 @@ from svattn.exact.core.gram import padded_square
 from svattn.exact.memory import SVDDMemory
 
 
-def _warm_kept_factor(rng: np.random.Generator) -> None:
+def _compile_kept_factor(rng: np.random.Generator) -> None:
     """The kept uniqueness factor's kernels, which only margin sets of ~100 tokens and
     more reach (``compiled.FACTOR_KEPT_FROM``), called with the types a removal uses."""
     x = rng.normal(size=(8, 2))
@@ -36,11 +36,11 @@ def _warm_kept_factor(rng: np.random.Generator) -> None:
     linalg.positive_definite(np.ascontiguousarray(K[:6, :6]), 1e-10)
 
 
-def warm() -> float:
+def compile_all() -> float:
     """Run every operation of the compiled backend on tiny memories; return seconds."""
     t0 = time.perf_counter()
     rng = np.random.default_rng(0)
-    _warm_kept_factor(rng)
+    _compile_kept_factor(rng)
     with tempfile.TemporaryDirectory() as tmp:
         for kernel, scale in (("rbf", 1.0), ("exp", 0.3)):
             x = scale * rng.normal(size=(80, 3))
@@ -66,7 +66,7 @@ def warm() -> float:
 
 
 def main() -> int:
-    seconds = warm()
+    seconds = compile_all()
     print(f"svattn: the exact core's compiled kernels are ready ({seconds:.1f} s)")
     return 0
 
