@@ -38,7 +38,7 @@ import numpy as np
 from svattn.exact.conventions import warmup_threshold
 from svattn.exact.gram import KeptFactor, MarginGramScratch
 from svattn.exact.hashes import row_hash, token_hash
-from svattn.exact.kernels import check_kernel, default_gamma, kernel_matrix
+from svattn.exact.kernels import Kernel, check_kernel, default_gamma, get_kernel, kernel_matrix
 from svattn.exact.states import ERROR, FREE, MARGIN, RESERVE
 
 DIGEST_MOD = 1 << 256  # the token set's multiset hash is a sum modulo this
@@ -110,7 +110,7 @@ def check_parameters(C, kernel, gamma, tol, standby) -> None:
         raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
     if not (_finite(C) and C > 0):
         raise ValueError(f"C must be a finite number > 0, got {C!r:.40}")
-    check_kernel(kernel)
+    check_kernel(kernel, compiled=True)
     if gamma is not None and not (_finite(gamma) and gamma > 0):
         raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r:.40}")
     if not (_finite(tol) and tol > 0):
@@ -332,8 +332,14 @@ class SlotState(MarginGramScratch):
         return self.gamma if self.gamma is not None else default_gamma(self.kernel, self.dim)
 
     @property
+    def kernel_obj(self) -> Kernel:
+        """The :class:`~svattn.exact.kernels.Kernel` named by :attr:`kernel`."""
+        return get_kernel(self.kernel)
+
+    @property
     def is_rbf(self) -> bool:
-        return self.kernel == "rbf"
+        """The backends' kernel flag (:attr:`Kernel.compiled_flag`: True for rbf)."""
+        return self.kernel_obj.compiled_flag
 
     @property
     def warm(self) -> bool:
@@ -343,7 +349,7 @@ class SlotState(MarginGramScratch):
     @property
     def scale(self) -> float:
         """Largest kernel diagonal of the live tokens (>= 1): the unit of g."""
-        if self.kernel == "rbf":  # k(x, x) = 1 for every key
+        if self.kernel_obj.unit_diagonal:  # k(x, x) = 1 for every key
             return 1.0
         return max(1.0, float(self.diag[: self.hi].max(initial=0.0)))
 
