@@ -107,19 +107,13 @@ class Kernel:
         """``∂ log k(x_i, y_j) / ∂x_i``: x ``(..., M, D)``, y ``(..., N, D)`` →
         ``(..., M, N, D)`` (array-generic)."""
         s, c = self.dot_form(gamma)
-        g = s * y[..., None, :, :]
-        if c:
-            g = g - (2.0 * c) * x[..., :, None, :]
-        return g
+        return s * y[..., None, :, :] - (2.0 * c) * x[..., :, None, :]
 
     def dlog_dy(self, x: Any, y: Any, gamma: float) -> Any:
         """``∂ log k(x_i, y_j) / ∂y_j`` → ``(..., M, N, D)`` (array-generic; ``k`` is
         symmetric, so this is :meth:`dlog_dx` with the arguments' roles swapped)."""
         s, c = self.dot_form(gamma)
-        g = s * x[..., :, None, :]
-        if c:
-            g = g - (2.0 * c) * y[..., None, :, :]
-        return g
+        return s * x[..., :, None, :] - (2.0 * c) * y[..., None, :, :]
 
     # ------------------------------------------------------- numpy float64 core
     def log_kernel(self, x: np.ndarray, y: np.ndarray, gamma: float) -> np.ndarray:
