@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
-from kernel_helpers import TOY, registered
 
+from kernel_helpers import TOY, registered
 from svattn import SVDD
 from svattn.exact import SVDDMemory
 from svattn.exact.kernels import (

@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from kernel_helpers import TOY, registered
 
+from kernel_helpers import TOY, registered
 from svattn.exact.kernels import biased_softmax_readout, get_kernel, gram_matrix, log_kernel
 from svattn.exact.oracle import partition, solve_svdd
 from svattn.nn import sv_attention_state
