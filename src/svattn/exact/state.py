@@ -38,7 +38,7 @@ import numpy as np
 from svattn.exact.conventions import warmup_threshold
 from svattn.exact.gram import KeptFactor, MarginGramScratch
 from svattn.exact.hashes import row_hash, token_hash
-from svattn.exact.kernels import Kernel, check_kernel, default_gamma, get_kernel, kernel_matrix
+from svattn.exact.kernels import check_kernel, default_gamma, get_kernel, kernel_matrix
 from svattn.exact.states import ERROR, FREE, MARGIN, RESERVE
 
 DIGEST_MOD = 1 << 256  # the token set's multiset hash is a sum modulo this
@@ -332,14 +332,9 @@ class SlotState(MarginGramScratch):
         return self.gamma if self.gamma is not None else default_gamma(self.kernel, self.dim)
 
     @property
-    def kernel_obj(self) -> Kernel:
-        """The :class:`~svattn.exact.kernels.Kernel` named by :attr:`kernel`."""
-        return get_kernel(self.kernel)
-
-    @property
     def is_rbf(self) -> bool:
-        """The backends' kernel flag (:attr:`Kernel.compiled_flag`: True for rbf)."""
-        return self.kernel_obj.compiled_flag
+        """The backends' kernel flag, :attr:`Kernel.compiled_flag` (True for rbf)."""
+        return get_kernel(self.kernel).compiled_flag
 
     @property
     def warm(self) -> bool:
@@ -349,7 +344,7 @@ class SlotState(MarginGramScratch):
     @property
     def scale(self) -> float:
         """Largest kernel diagonal of the live tokens (>= 1): the unit of g."""
-        if self.kernel_obj.unit_diagonal:  # k(x, x) = 1 for every key
+        if get_kernel(self.kernel).unit_diagonal:  # k(x, x) = 1 for every key
             return 1.0
         return max(1.0, float(self.diag[: self.hi].max(initial=0.0)))
 
