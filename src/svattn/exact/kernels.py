@@ -247,11 +247,11 @@ def get_kernel(kernel: str | Kernel) -> Kernel:
     >>> get_kernel("rbf").dot_form(0.5)
     (1.0, 0.5)
     """
-    if isinstance(kernel, Kernel):
-        return kernel
     try:
-        return _REGISTRY[kernel]
+        return _REGISTRY[kernel]  # the hot case first: a name (per operation of the core)
     except (KeyError, TypeError):
+        if isinstance(kernel, Kernel):
+            return kernel
         raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}") from None
 
 
