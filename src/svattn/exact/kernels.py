@@ -66,7 +66,8 @@ class Kernel:
         no variant in the SV memory's backends (:class:`~svattn.exact.SVDDMemory`
         refuses the kernel; the oracle and the torch layers still take it).
     unit_diagonal : bool
-        ``k(x, x) = 1`` for every ``x`` (the diagonal is not stored or differentiated).
+        ``k(x, x) = 1`` for every ``x`` (the core's unit of g is 1; the torch layers'
+        diagonal is a constant, with no gradient).
     bounded : bool
         ``k <= 1`` everywhere, so ``log k`` never overflows (no overflow checks).
     """
