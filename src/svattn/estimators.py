@@ -81,7 +81,7 @@ from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.exact import DeletionCertificate, SVDDMemory
-from svattn.exact.core.kernels import KERNELS, LOG_MAX, KernelOverflowError
+from svattn.exact.core.kernels import get_kernel, kernel_names
 from svattn.exact.records.receipts import LOG, RESOLVE, SIGNATURE, STATE, HasVerdict, Verdict, judge
 
 
@@ -254,8 +254,8 @@ class SVDD(OutlierMixin, BaseEstimator):
         -------
         self
         """
-        if self.kernel not in KERNELS:
-            raise ValueError(f"kernel must be one of {sorted(KERNELS)}, got {self.kernel!r}")
+        if self.kernel not in kernel_names():
+            raise ValueError(f"kernel must be one of {sorted(kernel_names())}, got {self.kernel!r}")
         X = validate_data(self, X, dtype=np.float64, order="C", ensure_min_samples=1)
         C, gamma = self._box(X.shape[0]), self._gamma(X)
         memory = SVDDMemory(C, self.kernel, gamma, tol=self.tol, standby=self.standby)
@@ -378,17 +378,18 @@ class SVDD(OutlierMixin, BaseEstimator):
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, order="C", reset=False)
         S, coef, g = self.support_vectors_, self.dual_coef_[0], self.gamma_
+        kern = get_kernel(self.kernel)
         dots = np.einsum("ik,jk->ij", X, S)  # per entry, one fixed sum (no BLAS)
         xx = np.einsum("ij,ij->i", X, X)
-        if self.kernel == "rbf":
-            d2 = xx[:, None] + np.einsum("ij,ij->i", S, S)[None, :] - 2.0 * dots
-            K = np.exp(-g * np.maximum(d2, 0.0))
-            return np.einsum("ij,j->i", K, coef)
-        logk = g * dots
-        if float(logk.max(initial=0.0)) >= LOG_MAX or float((g * xx).max(initial=0.0)) >= LOG_MAX:
-            raise KernelOverflowError("exp kernel overflows float64 for these samples: "
-                                      "scale the data or lower gamma")
-        return np.einsum("ij,j->i", np.exp(logk), coef) - (np.exp(g * xx) - 1.0) / (2.0 * self.C_)
+        ss = np.einsum("ij,ij->i", S, S)
+        logk = kern.log_from_dots(dots, xx[:, None], ss[None, :], g)  # (n, |sv|)
+        if kern.unit_diagonal:
+            return np.einsum("ij,j->i", np.exp(logk), coef)
+        logd = kern.log_diag(xx, g)
+        for top in (logk.max(initial=0.0), logd.max(initial=0.0)):
+            kern.check_overflow(float(top), "log k for these samples",
+                                "scale the data or lower gamma")
+        return np.einsum("ij,j->i", np.exp(logk), coef) - (np.exp(logd) - 1.0) / (2.0 * self.C_)
 
     def decision_function(self, X) -> np.ndarray:
         """``score_samples(X) − offset_`` = ``f(x) / (2 C_)``, with the SVDD's

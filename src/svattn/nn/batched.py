@@ -68,6 +68,7 @@ from typing import NamedTuple
 
 import torch
 
+from svattn.exact.core.kernels import get_kernel
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
@@ -178,8 +179,9 @@ def scaled_kernel_matrix(
     """``exp(log k(x_i, x_j) − shift)`` per problem, zero on absent keys (no grad).
 
     x (P, n, D), valid (P, n), shift (P,) → (P, n, n). One ``baddbmm`` and one broadcast
-    add: ``s² x_i·x_j + h_i + h_j`` with, for rbf, ``s² = 2γ, h = −γ‖x‖² − shift/2`` and,
-    for exp, ``s² = γ, h = −shift/2``. An absent key gets ``x = 0, h = −3e4``. rbf is not
+    add: ``s x_i·x_j + h_i + h_j`` with the kernel's dot form ``(s, c)``
+    (:meth:`~svattn.exact.core.kernels.Kernel.dot_form`) and ``h = −c‖x‖² − shift/2``: for rbf
+    ``s = 2γ, c = γ``, for exp ``s = γ, c = 0``. An absent key gets ``x = 0, h = −3e4``. rbf is not
     clipped at 0: a rounding-level excess over 1 on the diagonal is harmless to the
     solver. :func:`svattn.nn.common.log_kernel` is the plain reference. (The product
     of keys augmented with ``[h, 1]`` and ``[1, h]``, which this replaced, has a width of
@@ -196,16 +198,16 @@ def scaled_kernel_matrix(
     it would leave every value as it is.
     """
     P, n, _ = x.shape
-    scale2 = 2.0 * gamma if kernel == "rbf" else gamma
+    scale, c = get_kernel(kernel).dot_form(gamma)
     # CPU, eager: with every key present the masking is the identity (same values)
     masked = not (host_reads(valid) and bool(valid.all()))
     h = -0.5 * shift.unsqueeze(-1).expand(P, n)
-    if kernel == "rbf":
-        h = h - gamma * (x * x).sum(-1)
+    if c:
+        h = h - c * (x * x).sum(-1)
     if masked:
         h = torch.where(valid, h, -3e4)
         x = torch.where(valid.unsqueeze(-1), x, 0.0)
-    K = torch.baddbmm(h.unsqueeze(-1), x, x.transpose(1, 2), alpha=scale2)  # s² x·x + h_i
+    K = torch.baddbmm(h.unsqueeze(-1), x, x.transpose(1, 2), alpha=scale)  # s x·x + h_i
     K = K.add_(h.unsqueeze(-2)).clamp_min_(exp_floor(K.dtype)).exp_()
     if not masked:
         return K

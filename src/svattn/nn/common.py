@@ -1,5 +1,9 @@
 """Shared helpers of :mod:`svattn.nn`: kernels in torch and input validation.
 
+The kernel formulas are the kernel objects' own (:class:`svattn.exact.core.kernels.Kernel`:
+their array-generic methods run on tensors here, with autograd), resolved from the
+kernel's name by :func:`~svattn.exact.core.kernels.get_kernel`.
+
 Layout everywhere in this package: ``[B, H, T, D]`` (batch, head, token, feature).
 """
 
@@ -12,7 +16,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.exact.core.conventions import is_feasible, warmup_threshold
-from svattn.exact.core.kernels import check_kernel, default_gamma
+from svattn.exact.core.kernels import check_kernel, default_gamma, get_kernel
 
 __all__ = [
     "resolve_gamma",
@@ -77,21 +81,22 @@ def resolve_gamma(kernel: str, gamma: float | None, dim: int) -> float:
 def log_kernel(x: torch.Tensor, y: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
     """``log k(x_i, y_j)``: x ``(..., M, D)``, y ``(..., N, D)`` → ``(..., M, N)``.
 
-    rbf uses ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0: one matmul for training batches; the
-    exact core computes distances from differences (:func:`svattn.exact.core.kernels.sq_distances`).
+    :meth:`~svattn.exact.core.kernels.Kernel.log_from_dots` on one matmul ``x·y`` and the
+    squared norms: for rbf ``‖x‖² + ‖y‖² − 2 x·y`` clipped at 0 (the exact core
+    computes distances from differences, :func:`svattn.exact.core.kernels.sq_distances`).
     """
     xy = x @ y.transpose(-1, -2)  # (..., M, N)
-    if kernel == "exp":
-        return gamma * xy
-    sq = (x * x).sum(-1, keepdim=True) + (y * y).sum(-1).unsqueeze(-2) - 2.0 * xy
-    return -gamma * sq.clamp_min(0.0)
+    xx = (x * x).sum(-1, keepdim=True)  # (..., M, 1)
+    yy = (y * y).sum(-1).unsqueeze(-2)  # (..., 1, N)
+    return get_kernel(kernel).log_from_dots(xy, xx, yy, gamma)
 
 
 def log_kernel_diag(x: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
-    """``log k(x_i, x_i)``: x ``(..., N, D)`` → ``(..., N)`` (0 for rbf)."""
-    if kernel == "rbf":
+    """``log k(x_i, x_i)``: x ``(..., N, D)`` → ``(..., N)`` (0 for a unit diagonal, rbf)."""
+    kern = get_kernel(kernel)
+    if kern.unit_diagonal:
         return x.new_zeros(x.shape[:-1])
-    return gamma * (x * x).sum(-1)
+    return kern.log_diag((x * x).sum(-1), gamma)
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:

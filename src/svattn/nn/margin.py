@@ -22,9 +22,16 @@ through ``2 K_SS`` and ``−2C K_SE 1``, which together are the rank-``(t+1)`` m
 and ``∂L/∂d_S = Σ_k λ_k``. Through ``K_ij = exp(log k(x_i, x_j) − shift)`` (shift
 constant), with ``W = G ⊙ K`` and ``W_s = W + Wᵀ``:
 
-* rbf, ``log k = −γ‖x_i − x_j‖²``: ``∂L/∂x_i = −2γ [(W_s 1)_i x_i − (W_s X)_i]`` (``d`` is
-  constant);
-* exp, ``log k = γ x_i·x_j``: ``∂L/∂x_i = γ (W_s X)_i + 2γ d_i (Σ_k λ_k)_i x_i``.
+    ∂L/∂x_i = s (W_s X)_i − 2c (W_s 1)_i x_i + 2e d_i (Σ_k λ_k)_i x_i
+
+for a kernel of the dot form ``log k(x, y) = s·x·y − c‖x‖² − c‖y‖²``
+(:meth:`~svattn.exact.core.kernels.Kernel.dot_form`: ``∂ log k(x_i, x_j)/∂x_i = s x_j − 2c x_i``)
+with ``log d_i = e‖x_i‖²``, ``e = s − 2c`` (:func:`key_gradient`):
+
+* rbf, ``log k = −γ‖x_i − x_j‖²`` (``s = 2γ, c = γ, e = 0``):
+  ``∂L/∂x_i = −2γ [(W_s 1)_i x_i − (W_s X)_i]`` (``d`` is constant);
+* exp, ``log k = γ x_i·x_j`` (``s = γ, c = 0, e = γ``):
+  ``∂L/∂x_i = γ (W_s X)_i + 2γ d_i (Σ_k λ_k)_i x_i``.
 
 ``W X = −2 Σ_k λ̃_k ⊙ K (a_k ⊙ X)`` and ``Wᵀ X = −2 Σ_k a_k ⊙ K (λ̃_k ⊙ X)``: the whole
 backward is ``t + 1`` triangular solves and **one** batched matmul of ``K`` with
@@ -40,6 +47,7 @@ from typing import NamedTuple
 
 import torch
 
+from svattn.exact.core.kernels import get_kernel
 from svattn.nn.common import flat_rows, gather_rows, host_reads, log_kernel, log_kernel_diag
 from svattn.nn.factor_cpu import BorderedCholesky, factor_bordered
 from svattn.nn.system_cpu import build_compact_system, kernel_weights
@@ -221,26 +229,52 @@ def _grad_keys(X, K, d, E, f: Factors, g_alpha, g_mu, C, kernel, gamma):
     Y = Y.view(P, m, 2, nz, D + 1)
     H = (Y[:, :, 0] * lam_w.unsqueeze(-1) + Y[:, :, 1] * a_w.unsqueeze(-1)).sum(2)
     WsX, Ws1 = -2.0 * H[..., :D], -2.0 * H[..., D:]
-    if kernel == "rbf":
-        g_x = -2.0 * gamma * (Ws1 * Xk - WsX)
-    else:
-        g_x = gamma * WsX + (2.0 * gamma) * (dk * lam_w.sum(-1)).unsqueeze(-1) * Xk
+    g_x = key_gradient(WsX, Ws1, Xk, dk, lam_w, kernel, gamma)
     if compact:
         g_x = X.new_zeros(P * n, D).index_copy_(  # padded slots hold distinct keys
             0, flat_rows(kidx, n), (g_x * kval.unsqueeze(-1).to(dt)).reshape(-1, D)).view(P, n, D)
     return g_x
 
 
+def key_gradient(WsX, Ws1, X, d, lam_w, kernel, gamma):
+    """``∂L/∂X = s·W_s X − 2c·(W_s 1) ⊙ X + 2e·(d ⊙ Σ_k λ̃_k) ⊙ X`` (module docstring)
+    from ``W_s X`` (P, m, D), ``W_s 1`` (P, m, 1), the keys ``X`` (P, m, D), the diagonal
+    ``d`` and the adjoints ``lam_w`` (P, m, t+1), for the kernel's dot form ``(s, c)``,
+    ``e = s − 2c``. A translation-invariant kernel (``s = 2c``: rbf) takes
+    ``−s·[(W_s 1) ⊙ X − W_s X]``; every product is the one the formula names, in its
+    order, so rbf and exp give their derivations' values bit for bit."""
+    kern = get_kernel(kernel)
+    s, c = kern.dot_form(gamma)
+    if c and s == 2.0 * c:  # log k = −c‖x − y‖²: e = 0
+        return -s * (Ws1 * X - WsX)
+    g_x = s * WsX
+    if c:
+        g_x = g_x - (2.0 * c) * Ws1 * X
+    e = kern.diag_scale(gamma)
+    if e:
+        g_x = g_x + (2.0 * e) * (d * lam_w.sum(-1)).unsqueeze(-1) * X
+    return g_x
+
+
 def _grad_from_weights(X, d, lam_w, W, X1, idx, kernel, gamma):
-    """∂L/∂X (P, n, D) from ``W_s`` and ``X1`` on the kept slots (:func:`kernel_weights`)."""
+    """∂L/∂X (P, n, D) from ``W_s`` and ``X1`` on the kept slots (:func:`kernel_weights`):
+    :func:`key_gradient` with fused updates (``addcmul``; rbf and exp bit for bit as
+    there)."""
     P, n, D = X.shape
     Y = torch.bmm(W, X1)  # (P, m, D + 1): [W_s X, W_s 1]
     Xk = X1[..., :D]
-    if kernel == "rbf":
-        g_x = torch.addcmul(Y[..., :D], Y[..., D:], Xk, value=-1.0).mul_(2.0 * gamma)
+    kern = get_kernel(kernel)
+    s, c = kern.dot_form(gamma)
+    if c and s == 2.0 * c:  # log k = −c‖x − y‖²: e = 0
+        g_x = torch.addcmul(Y[..., :D], Y[..., D:], Xk, value=-1.0).mul_(s)
     else:
-        dl = d * lam_w.sum(-1) if idx is None else (d * lam_w.sum(-1)).gather(-1, idx)
-        g_x = torch.addcmul(gamma * Y[..., :D], dl.unsqueeze(-1), Xk, value=2.0 * gamma)
+        g_x = s * Y[..., :D]
+        if c:
+            g_x = torch.addcmul(g_x, Y[..., D:], Xk, value=-2.0 * c)
+        e = kern.diag_scale(gamma)
+        if e:
+            dl = d * lam_w.sum(-1) if idx is None else (d * lam_w.sum(-1)).gather(-1, idx)
+            g_x = torch.addcmul(g_x, dl.unsqueeze(-1), Xk, value=2.0 * e)
     if idx is None:
         return g_x
     # padded slots hold distinct unkept keys, whose rows of W_s (hence of g_x) are zero

@@ -1,7 +1,8 @@
 """The SV readout for training on CPU: one autograd Function with explicit products.
 
-``o = softmax_j(s·q·x_j + b_j) · V`` with the per-key bias ``b = log alpha − gamma‖x‖²``
-(rbf, ``s = 2·gamma``) or ``b = log alpha`` (exp, ``s = gamma``), as
+``o = softmax_j(s·q·x_j + b_j) · V`` with the kernel's dot form ``(s, c)``
+(:meth:`~svattn.exact.core.kernels.Kernel.dot_form`) and the per-key bias
+``b = log alpha − c‖x‖²`` (rbf: ``s = 2·gamma, c = gamma``; exp: ``s = gamma, c = 0``), as
 :func:`svattn.nn.readout.readout_fused` computes it with
 ``scaled_dot_product_attention``. With a bias that needs a gradient, CPU attention runs
 its math path: the mask broadcast to ``(B, H, Tq, Tk)`` and added, a "safe" softmax
@@ -15,7 +16,7 @@ softmax, and writes the backward out:
   gradients scattered back (zero elsewhere: a key with ``alpha = 0`` has weight 0);
 * ``S = s·Q Xᵀ + b`` (one ``baddbmm``), ``P = softmax(S)``, ``O = P V``;
 * ``dV = Pᵀ dO``, ``dS = P ⊙ (dO Vᵀ − rowsum(dO ⊙ O))``, ``dQ = s·dS X``,
-  ``dX = s·dSᵀ Q`` (rbf: ``− 2·gamma·(Σ_i dS_ij)·x_j``), ``db_j = Σ_i dS_ij`` and
+  ``dX = s·dSᵀ Q − 2c·(Σ_i dS_ij)·x_j``, ``db_j = Σ_i dS_ij`` and
   ``d alpha = db / alpha`` where ``alpha > 0`` (0 elsewhere, as ``log_alpha``).
 
 :func:`svattn.nn.readout.sv_readout_reference` is the reference the tests compare values
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import torch
 
+from svattn.exact.core.kernels import get_kernel
 from svattn.nn.common import flat_rows, gather_rows, host_reads
 
 __all__ = ["COMPACT", "explicit_readout", "readout_bias"]
@@ -36,11 +38,14 @@ COMPACT = 0.75
 
 def readout_bias(log_a: torch.Tensor, k: torch.Tensor, kernel: str, gamma: float
                  ) -> tuple[torch.Tensor, float]:
-    """The readout's per-key bias and query scale from ``log alpha`` ``(B, H, Tk)``:
-    ``(log alpha − gamma‖x‖², 2·gamma)`` for rbf, ``(log alpha, gamma)`` for exp."""
-    if kernel == "rbf":
-        return log_a - gamma * (k * k).sum(-1), 2.0 * gamma
-    return log_a, gamma
+    """The readout's per-key bias and query scale from ``log alpha`` ``(B, H, Tk)`` and
+    the kernel's dot form ``(s, c)``: ``(log alpha − c‖x‖², s)`` (the query's own
+    ``−c‖q‖²`` is constant along each softmax row and cancels): rbf
+    ``(log alpha − gamma‖x‖², 2·gamma)``, exp ``(log alpha, gamma)``."""
+    s, c = get_kernel(kernel).dot_form(gamma)
+    if c:
+        return log_a - c * (k * k).sum(-1), s
+    return log_a, s
 
 
 class _ExplicitReadout(torch.autograd.Function):
@@ -80,8 +85,9 @@ class _ExplicitReadout(torch.autograd.Function):
         db = dS.sum(-2)  # (BH, Tk): the bias gradient
         dq = torch.bmm(dS, kf).mul_(scale)
         dk = torch.bmm(dS.mT, qf).mul_(scale)
-        if kernel == "rbf":  # b_j = log alpha_j − gamma‖x_j‖²
-            dk.addcmul_(db.unsqueeze(-1), kf, value=-2.0 * gamma)
+        c = get_kernel(kernel).dot_form(gamma)[1]
+        if c:  # b_j = log alpha_j − c‖x_j‖²
+            dk.addcmul_(db.unsqueeze(-1), kf, value=-2.0 * c)
         da = torch.where(alpha > 0, db / alpha, 0.0)
         Tq, D = qf.shape[1:]
         if flat is not None:  # back on every key (zero off the support)
@@ -121,8 +127,9 @@ def explicit_readout(
         Queries, keys and values of the memory (one floating dtype).
     alpha : Tensor ``[B, H, Tk]``
         Memory coefficients (``>= 0``; zero entries get no weight and no gradient).
-    kernel : {"rbf", "exp"}
-        Kernel of the readout.
+    kernel : str
+        Kernel of the readout (a registered name, :func:`~svattn.exact.core.kernels.get_kernel`;
+        one of the dot form).
     gamma : float
         Its bandwidth.
 

@@ -18,7 +18,12 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from svattn.exact.auditor.logcheck import added_tokens, matches_the_log, verify_log
-from svattn.exact.core.kernels import biased_softmax_readout, decision_values, gram_matrix
+from svattn.exact.core.kernels import (
+    biased_softmax_readout,
+    decision_values,
+    get_kernel,
+    gram_matrix,
+)
 from svattn.exact.memory import SVDDMemory
 from svattn.exact.oracle import partition as oracle_partition
 from svattn.exact.oracle import solve_svdd
@@ -278,7 +283,7 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
         spread = keys.std(axis=0) + 1e-12
         noise = rng.normal(size=(64, keys.shape[1])) * spread
         around = keys[rng.integers(0, len(keys), 64)] + noise
-        if memory.kernel == "exp":  # stay within the keys' norms: exp(gamma p·x) is finite
+        if not get_kernel(memory.kernel).bounded:  # within the keys' norms: k(p, x) finite
             top = float(np.einsum("ij,ij->i", keys, keys).max())
             around = around[np.einsum("ij,ij->i", around, around) <= top]
         probes = np.concatenate([keys, around])

@@ -1,13 +1,20 @@
 """Kernels of the SV memory (float64: numpy, and numba for the distances).
 
-Two kernels are supported (``docs/design.md`` §1):
+A kernel is an object that owns its formulas (:class:`Kernel`; ``docs/design.md`` §1);
+its name is the public spelling (constructor arguments, files, receipts keep the
+string, resolved by :func:`get_kernel`). Two are registered:
 
-========  =====================  =============
-name      k(x, y)                default gamma
-========  =====================  =============
-``rbf``   exp(-gamma·‖x − y‖²)   1 / d
-``exp``   exp(gamma · x·y)       1 / sqrt(d)
-========  =====================  =============
+========  =====================  =============  ===========================
+name      k(x, y)                default gamma  dot form ``(s, c)``
+========  =====================  =============  ===========================
+``rbf``   exp(-gamma·‖x − y‖²)   1 / d          ``(2·gamma, gamma)``
+``exp``   exp(gamma · x·y)       1 / sqrt(d)    ``(gamma, 0)``
+========  =====================  =============  ===========================
+
+Both are of the *dot form* ``log k(x, y) = s·x·y − c·‖x‖² − c·‖y‖²``, on which every
+vectorised formula is written once: the torch layers' kernel matrix (one
+``baddbmm``), their readout (scores ``s·q·x``, per-key bias ``−c‖x‖²``) and their
+closed-form gradients (``∂ log k(x, y)/∂x = s·y − 2c·x``).
 
 Every function here returns ``log k`` or ``k`` computed the same way, so the
 incremental solver, the oracle and the readout agree to the last bit on the
@@ -17,10 +24,12 @@ same inputs.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numba import njit
 
+#: The built-in kernels' names (:func:`kernel_names` also lists registered ones).
 KERNELS = ("rbf", "exp")
 
 # exp() of anything above this overflows float64.
@@ -31,19 +40,241 @@ class KernelOverflowError(ValueError):
     """Raised when a kernel value would overflow float64 (``exp`` kernel)."""
 
 
-def check_kernel(kernel: str) -> str:
-    """Return ``kernel`` if it is a supported kernel name, else raise ``ValueError``."""
-    if kernel not in KERNELS:
-        raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
+class Kernel:
+    """One kernel's formulas: the base of :class:`RBFKernel` and :class:`ExpKernel`.
+
+    A kernel of the dot form ``log k(x, y) = s·x·y − c‖x‖² − c‖y‖²`` (``s > 0``,
+    ``c >= 0``: positive definite, as ``exp(s·x·y)`` times a rank-one positive factor)
+    defines :attr:`name`, the flags, :meth:`default_gamma` and :meth:`dot_form`; every
+    other formula here follows from those and serves the exact core (numpy float64),
+    the oracle's Gram matrix and the torch layers (:mod:`svattn.nn`) alike. A
+    subclass overrides a formula only to compute the same values in another order
+    (:class:`RBFKernel`: distances from differences) or, for a kernel not of the dot
+    form, all of them (the torch layers' fast paths need the dot form).
+
+    The methods marked *array-generic* use only operators and methods that numpy
+    arrays and torch tensors share (``+ - * @``, ``.clip``, ``.sum``, indexing), so
+    :mod:`svattn.nn` runs them on tensors (with autograd) while this package never
+    imports torch. The others are the core's, numpy float64.
+
+    Attributes
+    ----------
+    name : str
+        The public spelling (files and receipts store it).
+    compiled_flag : bool or None
+        The argument the backends' kernels take for it (their ``is_rbf``); ``None``:
+        no variant in the SV memory's backends (:class:`~svattn.exact.SVDDMemory`
+        refuses the kernel; the oracle and the torch layers still take it).
+    unit_diagonal : bool
+        ``k(x, x) = 1`` for every ``x`` (the core's unit of g is 1; the torch layers'
+        diagonal is a constant, with no gradient).
+    bounded : bool
+        ``k <= 1`` everywhere, so ``log k`` never overflows (no overflow checks).
+    """
+
+    name: str = ""
+    compiled_flag: bool | None = None
+    unit_diagonal: bool = False
+    bounded: bool = False
+
+    def default_gamma(self, dim: int) -> float:
+        """Default bandwidth for keys of dimension ``dim`` (>= 1)."""
+        raise NotImplementedError
+
+    def dot_form(self, gamma: float) -> tuple[float, float]:
+        """``(s, c)`` with ``log k(x, y) = s·x·y − c‖x‖² − c‖y‖²`` at bandwidth ``gamma``."""
+        raise NotImplementedError(f"the {self.name!r} kernel is not of the dot form")
+
+    def diag_scale(self, gamma: float) -> float:
+        """``e`` with ``log k(x, x) = e‖x‖²`` (``e = s − 2c``; 0 for a unit diagonal)."""
+        s, c = self.dot_form(gamma)
+        return s - 2.0 * c
+
+    # ---------------------------------------------------------- array-generic
+    def log_from_dots(self, xy: Any, xx: Any, yy: Any, gamma: float) -> Any:
+        """``log k`` from dot products ``xy`` ``(..., M, N)`` and squared norms ``xx``
+        ``(..., M, 1)``, ``yy`` ``(..., 1, N)`` (array-generic)."""
+        s, c = self.dot_form(gamma)
+        out = s * xy
+        if c:
+            out = out - c * xx - c * yy
+        return out
+
+    def log_diag(self, xx: Any, gamma: float) -> Any:
+        """``log k(x, x)`` from the squared norms ``xx`` (array-generic)."""
+        return self.diag_scale(gamma) * xx
+
+    def dlog_dx(self, x: Any, y: Any, gamma: float) -> Any:
+        """``∂ log k(x_i, y_j) / ∂x_i``: x ``(..., M, D)``, y ``(..., N, D)`` →
+        ``(..., M, N, D)`` (array-generic)."""
+        s, c = self.dot_form(gamma)
+        return s * y[..., None, :, :] - (2.0 * c) * x[..., :, None, :]
+
+    def dlog_dy(self, x: Any, y: Any, gamma: float) -> Any:
+        """``∂ log k(x_i, y_j) / ∂y_j`` → ``(..., M, N, D)`` (array-generic; ``k`` is
+        symmetric, so this is :meth:`dlog_dx` with the arguments' roles swapped)."""
+        s, c = self.dot_form(gamma)
+        return s * x[..., :, None, :] - (2.0 * c) * y[..., None, :, :]
+
+    # ------------------------------------------------------- numpy float64 core
+    def log_kernel(self, x: np.ndarray, y: np.ndarray, gamma: float) -> np.ndarray:
+        """``log k(x_i, y_j)`` (m, n), float64: one product ``x yᵀ`` (dot form)."""
+        s, c = self.dot_form(gamma)
+        out = x @ y.T
+        out *= s
+        if c:
+            out -= (c * np.einsum("ij,ij->i", x, x))[:, None]
+            out -= (c * np.einsum("ij,ij->i", y, y))[None, :]
+        return out
+
+    def log_bound(self, top: float, gamma: float) -> float:
+        """An upper bound of ``log k(x, y)`` over keys with ``‖x‖², ‖y‖² <= top``
+        (dot form: ``s·x·y − c(‖x‖² + ‖y‖²) <= (s/2 − c)(‖x‖² + ‖y‖²)``)."""
+        return max(self.diag_scale(gamma), 0.0) * top
+
+    def check_overflow(self, top: float, what: str, fix: str = "scale the keys down or lower gamma"
+                       ) -> None:
+        """Raise :class:`KernelOverflowError` if ``top`` (the largest ``log k`` of
+        ``what``) would overflow ``exp`` in float64; nothing for a bounded kernel."""
+        if not self.bounded and top >= LOG_MAX:
+            raise KernelOverflowError(
+                f"{self.name} kernel overflows float64: {what} reaches {top:.4g} "
+                f"(limit {LOG_MAX:.1f}); {fix}"
+            )
+
+    def diag(self, x: np.ndarray, gamma: float) -> np.ndarray:
+        """``k(x_i, x_i)`` for each row (1 for a unit diagonal), overflow checked."""
+        if self.unit_diagonal:
+            return np.ones(x.shape[0])
+        logd = self.log_diag(np.einsum("ij,ij->i", x, x), gamma)
+        if logd.size:
+            self.check_overflow(float(logd.max()), "log k(x, x)")
+        return np.exp(logd)
+
+    def gram(self, x: np.ndarray, gamma: float) -> np.ndarray:
+        """Symmetric Gram matrix with the exact diagonal (:func:`gram_matrix`): the
+        product leaves ~1e-16 in ``K − Kᵀ`` and on the diagonal, so the diagonal is set
+        exactly and ``K`` symmetrised."""
+        K = kernel_matrix(x, x, self, gamma)
+        np.fill_diagonal(K, self.diag(x, gamma))
+        K += K.T
+        K *= 0.5
+        return K
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RBFKernel(Kernel):
+    """``k(x, y) = exp(−gamma‖x − y‖²)``: unit diagonal, bounded, default gamma ``1/d``.
+
+    The core's distances come from differences (:func:`sq_distances`), never from the
+    dot form's ``‖x‖² + ‖y‖² − 2x·y`` (cancellation); the torch layers' one-matmul form
+    clips that at 0 (:meth:`log_from_dots`).
+    """
+
+    name = "rbf"
+    compiled_flag = True
+    unit_diagonal = True
+    bounded = True
+
+    def default_gamma(self, dim: int) -> float:
+        return 1.0 / dim
+
+    def dot_form(self, gamma: float) -> tuple[float, float]:
+        return 2.0 * gamma, gamma
+
+    def log_from_dots(self, xy: Any, xx: Any, yy: Any, gamma: float) -> Any:
+        """``−gamma·max(‖x‖² + ‖y‖² − 2 x·y, 0)`` (array-generic)."""
+        sq = xx + yy - 2.0 * xy
+        return -gamma * sq.clip(min=0.0)
+
+    def log_kernel(self, x: np.ndarray, y: np.ndarray, gamma: float) -> np.ndarray:
+        """``−gamma‖x_i − y_j‖²`` with the distances from differences."""
+        sq = sq_distances(x, y)
+        sq *= -gamma
+        return sq
+
+    def gram(self, x: np.ndarray, gamma: float) -> np.ndarray:
+        """Each pair's distance once: ``K`` symmetric and ``K_ii = exp(0) = 1`` exactly."""
+        K = _sq_dist_pairs(np.ascontiguousarray(x, dtype=np.float64))
+        K *= -gamma
+        return np.exp(K, out=K)
+
+
+class ExpKernel(Kernel):
+    """``k(x, y) = exp(gamma x·y)``: default gamma ``1/sqrt(d)``; overflows float64
+    (:class:`KernelOverflowError`) rather than return inf."""
+
+    name = "exp"
+    compiled_flag = False
+
+    def default_gamma(self, dim: int) -> float:
+        return 1.0 / math.sqrt(dim)
+
+    def dot_form(self, gamma: float) -> tuple[float, float]:
+        return gamma, 0.0
+
+
+_REGISTRY: dict[str, Kernel] = {k.name: k for k in (RBFKernel(), ExpKernel())}
+
+
+def register_kernel(kernel: Kernel) -> Kernel:
+    """Make ``kernel`` known by its name to :func:`get_kernel` (and everything that
+    resolves a name through it); a registered name cannot be taken again."""
+    if not isinstance(kernel, Kernel) or not isinstance(kernel.name, str) or not kernel.name:
+        raise TypeError(f"kernel must be a Kernel with a name, got {kernel!r}")
+    if kernel.name in _REGISTRY:
+        raise ValueError(f"a kernel named {kernel.name!r} is already registered")
+    _REGISTRY[kernel.name] = kernel
     return kernel
 
 
-def default_gamma(kernel: str, dim: int) -> float:
+def kernel_names() -> tuple[str, ...]:
+    """The registered kernels' names (the built-in :data:`KERNELS` first)."""
+    return tuple(_REGISTRY)
+
+
+def get_kernel(kernel: str | Kernel) -> Kernel:
+    """The :class:`Kernel` named ``kernel`` (a :class:`Kernel` is returned as it is).
+
+    Raises
+    ------
+    ValueError
+        If no kernel of that name is registered.
+
+    Examples
+    --------
+    >>> get_kernel("rbf").dot_form(0.5)
+    (1.0, 0.5)
+    """
+    try:
+        return _REGISTRY[kernel]  # the hot case first: a name (per operation of the core)
+    except (KeyError, TypeError):
+        if isinstance(kernel, Kernel):
+            return kernel
+        raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}") from None
+
+
+def check_kernel(kernel: str, *, compiled: bool = False) -> str:
+    """Return ``kernel`` if it is a registered kernel name, else raise ``ValueError``;
+    with ``compiled``, also one the SV memory's backends have a variant of."""
+    if not isinstance(kernel, str):
+        raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}")
+    k = get_kernel(kernel)
+    if compiled and k.compiled_flag is None:
+        names = tuple(n for n, o in _REGISTRY.items() if o.compiled_flag is not None)
+        raise ValueError(f"kernel {kernel!r} has no variant in the SV memory's backends "
+                         f"(compiled_flag is None); the memory takes one of {names}")
+    return kernel
+
+
+def default_gamma(kernel: str | Kernel, dim: int) -> float:
     """Default bandwidth: ``1/d`` for ``rbf``, ``1/sqrt(d)`` for ``exp``."""
-    check_kernel(kernel)
+    k = get_kernel(kernel)
     if dim < 1:
         raise ValueError(f"dim must be >= 1, got {dim}")
-    return 1.0 / dim if kernel == "rbf" else 1.0 / math.sqrt(dim)
+    return k.default_gamma(dim)
 
 
 def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -158,21 +389,16 @@ def _sq_dist_pairs(x: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     return out
 
 
-def log_kernel(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
-    """``log k(x_i, y_j)`` for rows of ``x`` (m, d) and ``y`` (n, d) → (m, n).
-
-    The rbf squared distance comes from differences (:func:`sq_distances`).
-    """
-    if kernel == "rbf":
-        sq = sq_distances(x, y)
-        sq *= -gamma
-        return sq
-    out = x @ y.T
-    out *= gamma
-    return out
+def log_kernel(x: np.ndarray, y: np.ndarray, kernel: str | Kernel, gamma: float
+               ) -> np.ndarray:
+    """``log k(x_i, y_j)`` for rows of ``x`` (m, d) and ``y`` (n, d) → (m, n)
+    (:meth:`Kernel.log_kernel`; the rbf squared distance from differences,
+    :func:`sq_distances`)."""
+    return get_kernel(kernel).log_kernel(x, y, gamma)
 
 
-def kernel_matrix(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+def kernel_matrix(x: np.ndarray, y: np.ndarray, kernel: str | Kernel, gamma: float
+                  ) -> np.ndarray:
     """Kernel matrix ``k(x_i, y_j)`` (m, n) in float64.
 
     Raises
@@ -188,26 +414,16 @@ def kernel_matrix(x: np.ndarray, y: np.ndarray, kernel: str, gamma: float) -> np
     array([[1.    , 0.6065],
            [0.6065, 1.    ]])
     """
-    logk = log_kernel(x, y, kernel, gamma)
-    if kernel == "exp" and logk.size and float(logk.max()) >= LOG_MAX:
-        raise KernelOverflowError(
-            f"exp kernel overflows float64: gamma·x·y reaches {float(logk.max()):.4g} "
-            f"(limit {LOG_MAX:.1f}); scale the keys down or lower gamma"
-        )
+    k = get_kernel(kernel)
+    logk = k.log_kernel(x, y, gamma)
+    if not k.bounded and logk.size:
+        k.check_overflow(float(logk.max()), "log k(x, y)")
     return np.exp(logk, out=logk)
 
 
-def kernel_diag(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+def kernel_diag(x: np.ndarray, kernel: str | Kernel, gamma: float) -> np.ndarray:
     """``k(x_i, x_i)`` for each row: 1 for ``rbf``, ``exp(gamma‖x‖²)`` for ``exp``."""
-    if kernel == "rbf":
-        return np.ones(x.shape[0])
-    logd = gamma * np.einsum("ij,ij->i", x, x)
-    if logd.size and float(logd.max()) >= LOG_MAX:
-        raise KernelOverflowError(
-            f"exp kernel overflows float64: gamma·‖x‖² reaches {float(logd.max()):.4g} "
-            f"(limit {LOG_MAX:.1f}); scale the keys down or lower gamma"
-        )
-    return np.exp(logd)
+    return get_kernel(kernel).diag(x, gamma)
 
 
 def biased_softmax_readout(
@@ -215,7 +431,7 @@ def biased_softmax_readout(
     keys: np.ndarray,
     values: np.ndarray,
     alpha: np.ndarray,
-    kernel: str,
+    kernel: str | Kernel,
     gamma: float,
 ) -> np.ndarray:
     """``softmax_i(log alpha_i + log k(q, x_i)) · V`` over the tokens with alpha > 0.
@@ -239,7 +455,7 @@ def biased_softmax_readout(
     return w @ values[keep]
 
 
-def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
+def gram_matrix(x: np.ndarray, kernel: str | Kernel, gamma: float) -> np.ndarray:
     """Symmetric Gram matrix of the rows of ``x`` with the exact diagonal ``k(x, x)``.
 
     Every from-scratch solve (re-solves, the oracle's callers, verification)
@@ -255,15 +471,7 @@ def gram_matrix(x: np.ndarray, kernel: str, gamma: float) -> np.ndarray:
     >>> bool(np.all(np.diag(K) == 1.0)), bool(np.all(K == K.T))
     (True, True)
     """
-    if kernel == "rbf":
-        K = _sq_dist_pairs(np.ascontiguousarray(x, dtype=np.float64))
-        K *= -gamma
-        return np.exp(K, out=K)
-    K = kernel_matrix(x, x, kernel, gamma)
-    np.fill_diagonal(K, kernel_diag(x, kernel, gamma))
-    K += K.T
-    K *= 0.5
-    return K
+    return get_kernel(kernel).gram(x, gamma)
 
 
 def decision_values(
@@ -271,7 +479,7 @@ def decision_values(
     keys: np.ndarray,
     alpha: np.ndarray,
     mu: float,
-    kernel: str,
+    kernel: str | Kernel,
     gamma: float,
 ) -> np.ndarray:
     """``R² − ‖phi(q) − a‖² = 2 sum_i alpha_i k(q, x_i) − k(q, q) + mu`` per query row.

@@ -33,7 +33,7 @@ import numpy as np
 
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.gram import KeptFactor, MarginGramScratch
-from svattn.exact.core.kernels import check_kernel, default_gamma
+from svattn.exact.core.kernels import check_kernel, default_gamma, get_kernel
 from svattn.exact.core.kktsets import FREE
 
 DIGEST_MOD = 1 << 256  # the token set's multiset hash is a sum modulo this
@@ -66,7 +66,7 @@ def check_parameters(C, kernel, gamma, tol, standby) -> None:
         raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
     if not (_finite(C) and C > 0):
         raise ValueError(f"C must be a finite number > 0, got {C!r:.40}")
-    check_kernel(kernel)
+    check_kernel(kernel, compiled=True)
     if gamma is not None and not (_finite(gamma) and gamma > 0):
         raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r:.40}")
     if not (_finite(tol) and tol > 0):
@@ -289,7 +289,8 @@ class SlotState(MarginGramScratch):
 
     @property
     def is_rbf(self) -> bool:
-        return self.kernel == "rbf"
+        """The backends' kernel flag, :attr:`Kernel.compiled_flag` (True for rbf)."""
+        return get_kernel(self.kernel).compiled_flag
 
     @property
     def warm(self) -> bool:
@@ -299,7 +300,7 @@ class SlotState(MarginGramScratch):
     @property
     def scale(self) -> float:
         """Largest kernel diagonal of the live tokens (>= 1): the unit of g."""
-        if self.kernel == "rbf":  # k(x, x) = 1 for every key
+        if get_kernel(self.kernel).unit_diagonal:  # k(x, x) = 1 for every key
             return 1.0
         return max(1.0, float(self.diag[: self.hi].max(initial=0.0)))
 

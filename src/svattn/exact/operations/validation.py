@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends.compiled.reserve import sq_norm
-from svattn.exact.core.kernels import LOG_MAX, KernelOverflowError, default_gamma
+from svattn.exact.core.kernels import LOG_MAX, default_gamma, get_kernel
 from svattn.exact.core.state import SlotState
 
 _MAX_NORM2 = 1e300  # ‖x‖² bound: x·y and ‖x − y‖² ≤ 2(‖x‖² + ‖y‖²) stay finite in float64
@@ -80,16 +80,17 @@ def check_rows(ss: SlotState, keys, values, *, batch: bool) -> tuple[np.ndarray,
             raise ValueError(f"{name_v} must be finite (no NaN or inf)")
     elif ss.vdim is not None and not ss.value_is_key:
         raise ValueError(f"{name_v} is required: this memory stores values of dim {ss.vdim}")
-    if ss.kernel == "exp":
+    if not get_kernel(ss.kernel).bounded:
         check_exp_overflow(ss, k)
     return k, v
 
 def plain_row(ss: SlotState, key, value) -> tuple[np.ndarray, np.ndarray | None] | None:
     """The common case of :func:`check_rows` for one row, in two operations: a float64
-    C-contiguous, writable key (and value) of the memory's dimensions, rbf kernel, whose ‖x‖²
+    C-contiguous, writable key (and value) of the memory's dimensions, a bounded kernel
+    (rbf: no overflow check), whose ‖x‖²
     (one compiled sum: NaN or inf fail it) is well below the bound. Returns the (1, d)
     key and (1, dv) value, or None: then :func:`check_rows` decides (and names the error)."""
-    if not (ss.kernel == "rbf" and ss.dim is not None and _plain(key, ss.dim)):
+    if not (get_kernel(ss.kernel).bounded and ss.dim is not None and _plain(key, ss.dim)):
         return None
     if value is None:
         ok = ss.value_is_key
@@ -110,19 +111,21 @@ def _plain(a, d) -> bool:
 
 
 def check_exp_overflow(ss: SlotState, k: np.ndarray) -> None:
-    gamma = ss.gamma if ss.gamma is not None else default_gamma("exp", k.shape[1])
+    """Raise :class:`~svattn.exact.core.kernels.KernelOverflowError` if a kernel value of a
+    new key ``k`` against itself or a stored key would overflow (an unbounded kernel:
+    exp): first the kernel's bound from the largest ‖x‖² (:meth:`Kernel.log_bound`),
+    then, past it, the values themselves."""
+    kern = get_kernel(ss.kernel)
+    gamma = ss.gamma if ss.gamma is not None else default_gamma(kern, k.shape[1])
     stored = float(ss.xn2[: ss.hi].max(initial=0.0))  # free slots hold 0
     top = max(float(np.einsum("ij,ij->i", k, k).max()), stored)
-    if gamma * top < LOG_MAX:
+    if kern.log_bound(top, gamma) < LOG_MAX:
         return  # Cauchy–Schwarz: no product x·y can overflow
     live = ss.live_slots() if ss.dim is not None else np.zeros(0, dtype=np.int64)
     others = np.concatenate([k, ss.X[live]]) if len(live) else k
-    logk = gamma * (k @ others.T)
-    if float(logk.max()) >= LOG_MAX:
-        raise KernelOverflowError(
-            f"exp kernel overflows float64 for this key: gamma·x·y reaches "
-            f"{float(logk.max()):.4g} (limit {LOG_MAX:.1f}); scale the keys or lower gamma"
-        )
+    logk = kern.log_kernel(k, others, gamma)
+    kern.check_overflow(float(logk.max()), "log k(x, y) for this key",
+                        "scale the keys or lower gamma")
 
 
 def check_queries(ss: SlotState, queries) -> tuple[np.ndarray, bool]:
