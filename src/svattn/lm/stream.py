@@ -49,7 +49,6 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors import SafetensorError
 from safetensors.torch import load as st_load
 from safetensors.torch import save as st_save
@@ -60,9 +59,8 @@ from svattn.exact.fileformat import sha256_hex, write_atomic, zero_file
 from svattn.exact.signing import fingerprint, sign
 from svattn.exact.signing import signing_key as as_signing_key
 from svattn.lm.forget import ModelErasureReceipt, chained_digest, forget_entry_hash
-from svattn.mixers import HybridSVAttention, SlidingWindowAttention, SoftmaxAttention
-from svattn.mixers.rope import apply_rotary
-from svattn.nn.common import resolve_gamma
+from svattn.mixers.hybrid_state import MemoryReads
+from svattn.mixers.state import Rows
 
 __all__ = ["LMStream", "StreamBusyError", "StreamStateError", "exact_copy", "model_digest"]
 
@@ -90,130 +88,36 @@ def model_digest(model: nn.Module) -> str:
     return h.hexdigest()
 
 
-def _kind(mix: nn.Module) -> str:
-    if type(mix) is HybridSVAttention:
-        return "hybrid"
-    if type(mix) is SlidingWindowAttention:
-        return "sliding"
-    if type(mix) is SoftmaxAttention:
-        return "softmax"
-    raise ValueError(
-        f"LMStream streams the softmax, sliding and hybrid_sv mixers; this model's mixer "
-        f"{type(mix).__name__} (a recurrent state) is not streamed yet"
-    )
-
-
 def exact_copy(model: nn.Module, *, full_policy: bool = False) -> nn.Module:
-    """A float64, eval-mode copy of ``model`` with every hybrid layer in ``mode="exact"``.
+    """A float64, eval-mode copy of ``model`` whose forward computes what its streaming
+    step does: every mixer's :meth:`~svattn.mixers.SequenceMixer.stream_settings` applied
+    (the hybrid layers in ``mode="exact"``; with ``full_policy`` also ``policy="full"``,
+    same weights).
 
-    This is the reference the stream equals (``exact_copy(model)(x)``). With
-    ``full_policy`` the hybrid layers also switch to ``policy="full"`` (same weights).
+    This is the reference the stream equals (``exact_copy(model)(x)``).
 
     Raises
     ------
     ValueError
-        A hybrid layer with ``policy="support"`` and ``full_policy`` False, or a
-        recurrent mixer.
+        A mixer that does not stream with these settings (a hybrid layer with
+        ``policy="support"`` and ``full_policy`` False); the message names the layer.
     """
+    settings = []
     for i, block in enumerate(model.blocks):
-        mix = block.mix
-        if _kind(mix) == "hybrid" and mix.policy != "full" and not full_policy:
-            raise ValueError(
-                f"layer {i} of this model uses the hybrid policy {mix.policy!r}; LMStream "
-                "follows policy='full' (the memory keeps every earlier chunk, so forget can "
-                "rewind it by exact removals). Stream it with full_policy=True (the same "
-                "weights under policy='full'), or build the model with policy='full'"
-            )
+        try:
+            settings.append(block.mix.stream_settings(full_policy=full_policy))
+        except ValueError as exc:
+            raise ValueError(f"layer {i} of this model: {exc}") from None
     ref = copy.deepcopy(model).to(dtype=F64).eval()
     for p in ref.parameters():
         p.requires_grad_(False)
-    for block in ref.blocks:
-        if _kind(block.mix) == "hybrid":
-            block.mix.mode = "exact"
-            if full_policy:
-                block.mix.policy = "full"
+    for block, changes in zip(ref.blocks, settings, strict=True):
+        for name, value in changes.items():
+            setattr(block.mix, name, value)
     return ref
 
 
-class _Rows:
-    """Rows ``[n, *shape]`` (float64 or int) with amortised appends; truncation and
-    growth zero what they drop, so no removed row stays in the object."""
-
-    def __init__(self, shape: tuple[int, ...], dtype=F64) -> None:
-        self.buf = torch.zeros((0, *shape), dtype=dtype)
-        self.n = 0
-
-    def append(self, x: torch.Tensor) -> None:
-        need = self.n + x.shape[0]
-        if need > self.buf.shape[0]:
-            new = torch.zeros((max(need, 2 * self.buf.shape[0], 16), *self.buf.shape[1:]),
-                              dtype=self.buf.dtype)
-            new[: self.n] = self.buf[: self.n]
-            self.buf.zero_()
-            self.buf = new
-        self.buf[self.n : need] = x
-        self.n = need
-
-    def view(self) -> torch.Tensor:
-        return self.buf[: self.n]
-
-    def truncate(self, n: int) -> None:
-        self.buf[n : self.n] = 0
-        self.n = n
-
-    def __getstate__(self) -> dict:  # pickled without the spare capacity
-        return {"buf": self.buf[: self.n].clone(), "n": self.n}
-
-
-class _Layer:
-    """One block's stream state: KV cache and, for a hybrid, one memory per head."""
-
-    def __init__(self, mix: nn.Module) -> None:
-        self.kind = _kind(mix)
-        H, Dh = mix.n_heads, mix.head_dim
-        self.rope = bool(mix.rope)
-        self.k = _Rows((H, Dh))  # unrotated keys (the memory's; the cache's without rope)
-        self.v = _Rows((H, Dh))
-        self.kr = _Rows((H, Dh)) if self.rope else None  # rotated keys (local / softmax)
-        self.mems: list[SVDDMemory] = []
-        self.ids: list[list[int]] = [[] for _ in range(H)]  # ids[h][p]: token id of position p
-        self.absorbed = 0  # positions held by the memories (a multiple of the chunk)
-        self.chunk = getattr(mix, "chunk", 0)
-        self.every = 0  # positions between snapshots of the memories (0: none)
-        self.snaps: dict[int, list[SVDDMemory]] = {}  # boundary → copies holding positions < it
-        if self.kind == "hybrid":
-            gamma = resolve_gamma(mix.kernel, mix.gamma, Dh)
-            self.mems = [SVDDMemory(mix.C, mix.kernel, gamma) for _ in range(H)]
-
-    @property
-    def n(self) -> int:
-        return self.k.n
-
-    def truncate(self, n: int) -> None:
-        for rows in (self.k, self.v, self.kr):
-            if rows is not None:
-                rows.truncate(n)
-
-
-def _attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, t0: int, lo,
-            logw: torch.Tensor | None = None) -> torch.Tensor:
-    """Softmax attention of queries at positions ``t0 ..`` over cached keys ``[lo(t), t]``.
-
-    ``q`` ``[1, H, m, Dh]``, ``k, v`` ``[1, H, n, Dh]`` (``n >= t0 + m``); scale ``1/sqrt(Dh)``.
-    ``logw`` ``[n]`` (optional) shifts the logit of key ``j`` by ``logw[j]``.
-    """
-    m = q.shape[2]
-    t = torch.arange(t0, t0 + m)[:, None]
-    first = max(0, int(lo(t0)))
-    j = torch.arange(first, t0 + m)[None, :]
-    mask = (j <= t) & (j >= lo(t))  # (m, keys)
-    if logw is not None:
-        mask = torch.where(mask, logw[first : t0 + m][None, :], -math.inf).to(q.dtype)
-    return F.scaled_dot_product_attention(q, k[:, :, first : t0 + m], v[:, :, first : t0 + m],
-                                          attn_mask=mask)  # (1, H, m, Dh)
-
-
-class LMStream:
+class LMStream(MemoryReads):
     """Inference state of a :class:`~svattn.lm.model.CharLM`: feed, logits, generate, forget.
 
     Built by :meth:`CharLM.stream`. Positions given to :meth:`forget` are **fed
@@ -267,13 +171,13 @@ class LMStream:
         self._signing_key = None if signing_key is None else as_signing_key(signing_key)
         self.model = exact_copy(model, full_policy=full_policy)
         self.model_digest = model_digest(model)
-        self.layers = [_Layer(b.mix) for b in self.model.blocks]
+        self.layers = self.model.init_state()  # every layer's mixer state
         for st in self.layers:
             st.every = snapshot_every * st.chunk if st.mems else 0
         self._tokens = bytearray()  # the text held (the forgotten spans removed)
         self._origin: list[int] = []  # fed position of each held byte (increasing)
         self.n_fed = 0  # bytes ever fed
-        self._hidden = _Rows((self.model.cfg.n_embd,))  # final hidden state per position
+        self._hidden = Rows((self.model.cfg.n_embd,))  # final hidden state per position
         self.forgotten: list[tuple[int, int]] = []  # fed spans forgotten so far
         # one entry per forget, hash-chained: the span, the SHA-256 of its receipt's
         # body and the state part after it (digest covers the last entry's hash)
@@ -400,83 +304,15 @@ class LMStream:
 
     # ------------------------------------------------------------------ compute
     def _advance(self, data: bytes) -> torch.Tensor:
-        """Run ``data`` through every layer from position ``len(self)`` on."""
-        t0 = len(self)
+        """Run ``data`` through the model's own step from position ``len(self)`` on
+        (:meth:`CharLM.extend`; the hybrid layers read through this stream's
+        :class:`~svattn.mixers.hybrid_state.MemoryReads` hooks)."""
         idx = torch.tensor(list(data), dtype=torch.long)
-        m = self.model
         with torch.no_grad():
-            x = m.wte(idx)  # (m, D)
-            if m.wpe is not None:
-                x = x + m.wpe(torch.arange(t0, t0 + len(data)))
-            for block, st in zip(m.blocks, self.layers, strict=True):
-                x = x + self._mix(block.mix, st, block.ln_1(x), t0)
-                x = x + block.mlp(block.ln_2(x))
-            h = m.ln_f(x)
-        self._hidden.append(h)
-        self._tokens.extend(data)
-        return m.lm_head(h)
-
-    def _mix(self, mix: nn.Module, st: _Layer, h: torch.Tensor, t0: int) -> torch.Tensor:
-        q, k, v = mix.qkv_heads(h[None])  # (1, H, m, Dh)
-        st.k.append(k[0].transpose(0, 1))
-        st.v.append(v[0].transpose(0, 1))
-        qr = q
-        if st.rope:
-            qr = apply_rotary(q, offset=t0)
-            st.kr.append(apply_rotary(k, offset=t0)[0].transpose(0, 1))
-        keys = (st.kr if st.rope else st.k).view().permute(1, 0, 2)[None]  # (1, H, n, Dh)
-        vals = st.v.view().permute(1, 0, 2)[None]
-        if st.kind == "softmax":
-            o = _attend(qr, keys, vals, t0, lambda t: 0 * t)
-        elif st.kind == "sliding":
-            o = _attend(qr, keys, vals, t0, lambda t: t - mix.window + 1)
-        else:
-            o = self._hybrid(mix, st, q, qr, keys, vals, t0)
-        return mix.out(mix.merge_heads(o))[0]  # (m, D)
-
-    def _hybrid(self, mix, st: _Layer, q, qr, keys, vals, t0: int) -> torch.Tensor:
-        L, lb, end = mix.chunk, mix.lookback, t0 + q.shape[2]
-        g = torch.sigmoid(mix.gate).view(1, -1, 1, 1)  # (1, H, 1, 1)
-        logw = self.key_log_weights(keys.shape[2])
-        outs = []
-        for c in range(t0 // L, (end - 1) // L + 1):
-            s, e = max(t0, c * L), min(end, (c + 1) * L)
-            a, b = s - t0, e - t0
-            local = _attend(qr[:, :, a:b], keys, vals, s, lambda t, c=c: 0 * t + c * L - lb,
-                            logw)
-            if c == 0:
-                outs.append(local)
-                continue
-            self._absorb(st, c * L)
-            glob = torch.stack([
-                torch.from_numpy(self.memory_readout(st, hd, q[0, hd, a:b].numpy()))
-                for hd in range(len(st.mems))])[None]  # (1, H, m, Dh)
-            outs.append(g * glob + (1.0 - g) * local)
-        return torch.cat(outs, 2)
-
-    # Read hooks of the hybrid path: a subclass that reweighs what the stream holds
-    # (e.g. a decay baseline) overrides these two, not the chunk loop above.
-    def key_log_weights(self, n: int) -> torch.Tensor | None:
-        """Shifts of the local path's key logits, ``[n]`` over held positions (None: none)."""
-        return None
-
-    def memory_readout(self, layer: _Layer, head: int, queries: np.ndarray) -> np.ndarray:
-        """The global path's readout of ``head``'s memory in ``layer`` for ``queries``."""
-        return layer.mems[head].readout(queries)
-
-    @staticmethod
-    def _absorb(st: _Layer, upto: int) -> None:
-        """Add chunks to the memories until they hold positions ``< upto``; copy them
-        at every ``st.every``-th position (the snapshots :meth:`rewind` starts from)."""
-        while st.absorbed < upto:
-            lo, hi = st.absorbed, st.absorbed + st.chunk
-            K = st.k.view()[lo:hi].numpy()  # (L, H, Dh)
-            Vv = st.v.view()[lo:hi].numpy()
-            for hd, mem in enumerate(st.mems):
-                st.ids[hd].extend(mem.extend(K[:, hd], Vv[:, hd]))
-            st.absorbed = hi
-            if st.every and hi % st.every == 0:
-                st.snaps[hi] = [mem.copy() for mem in st.mems]
+            h = self.model.extend(self.layers, idx, reads=self)
+            self._hidden.append(h)
+            self._tokens.extend(data)
+            return self.model.lm_head(h)
 
     # ------------------------------------------------------------------ digest
     def content_digest(self) -> str:
@@ -545,12 +381,14 @@ class LMStream:
         a, b = self.locate(start, stop)
         n_before = len(self)
         t0 = time.perf_counter()
+        keep = self.rewind_point(a)  # a, or 0 where a recurrent layer cannot cut back
         try:  # past the checks, only a failure inside a memory can interrupt this
-            tail, origins = self.cut_text(a)
-            removed = self.rewind(a, resume=b < n_before)
+            tail, origins = self.cut_text(keep)
+            removed = self.rewind(keep, resume=b < n_before or keep < a)
             t1 = time.perf_counter()
-            span_len = b - a
-            self.replay(tail[span_len:], origins[span_len:])
+            cut = slice(a - keep, b - keep)  # the span, inside the tail
+            self.replay(tail[: cut.start] + tail[cut.stop :],
+                        origins[: cut.start] + origins[cut.stop :])
         except BaseException as exc:
             self._broken = f"a forget failed midway ({type(exc).__name__}: {exc})"
             raise
@@ -559,7 +397,7 @@ class LMStream:
         self.forgotten.sort()
         return self._bind_receipt(ModelErasureReceipt.issue(
             self, fed_span=(int(start), int(stop)), span=(a, b), n_before=n_before,
-            removed=removed, seconds={"rewind": t1 - t0, "replay": t2 - t1},
+            removed=removed, kept=keep, seconds={"rewind": t1 - t0, "replay": t2 - t1},
             signer=None if self._signing_key is None else fingerprint(
                 self._signing_key.public_key())))
 
@@ -597,50 +435,29 @@ class LMStream:
         return a, b
 
     def rewind(self, a: int, *, resume: bool = False) -> list[dict]:
-        """Cut the state back to the first ``a`` held positions; return, per hybrid layer
-        and head, the removed positions and certificates.
+        """Cut the state back to the first ``a`` held positions (a rewind point of every
+        layer, :meth:`rewind_point`); return, per hybrid layer and head, the removed
+        positions and certificates.
 
-        The memories lose, by exact decremental removal, every token of positions
-        ``>= ((a − 1) // L)·L``: what a fresh stream fed ``text[:a]`` holds. With
-        ``resume`` (more bytes follow at once) they keep ``(a // L)·L``: what the next
-        query, at position ``a``, reads (the same unless ``a`` ends a chunk, whose
-        tokens are then not removed and re-added). Caches are truncated to ``a``."""
+        Each layer's state cuts itself back (:meth:`svattn.mixers.state.MixerState.rewind`):
+        caches are truncated to ``a``; the hybrid memories lose, by exact decremental
+        removal, every token of positions ``>= ((a − 1) // L)·L``, what a fresh stream
+        fed ``text[:a]`` holds (with ``resume``, more bytes following at once, they keep
+        ``(a // L)·L``: what the next query, at position ``a``, reads)."""
+        if self.rewind_point(a) != a:
+            raise ValueError(f"position {a} is not a rewind point of every layer (the "
+                             f"furthest is {self.rewind_point(a)})")
         removed = []
-        for li, (block, st) in enumerate(zip(self.model.blocks, self.layers, strict=True)):
-            if st.kind == "hybrid":
-                L = block.mix.chunk
-                keep = (a // L) * L if resume else ((a - 1) // L) * L if a else 0
-                old = max(keep, st.absorbed)
-                start = self._restore(st, keep)  # the memories now hold positions < start
-                for hd, mem in enumerate(st.mems):
-                    ids = st.ids[hd][keep:]
-                    t0 = time.perf_counter()
-                    certs = mem.remove_many(reversed(ids)) if ids else []
-                    removed.append({"layer": li, "head": hd, "positions": (keep, start),
-                                    "released": (start, old), "certificates": certs[::-1],
-                                    "seconds": time.perf_counter() - t0})
-                    del st.ids[hd][keep:]
-                st.absorbed = min(st.absorbed, keep)
-            st.truncate(a)
+        for li, st in enumerate(self.layers):
+            removed += st.rewind(a, resume=resume, layer=li)
         self._hidden.truncate(a)
         return removed
 
-    @staticmethod
-    def _restore(st: _Layer, keep: int) -> int:
-        """Continue from the earliest snapshot at or after ``keep``, if it is earlier than
-        the memories' end: the memories (and later snapshots) are released, which holds
-        fewer tokens to remove. Snapshots after ``keep`` are dropped (they hold positions
-        that move). Returns the end of what the memories now hold."""
-        later = [b for b in st.snaps if keep <= b < st.absorbed]
-        if later:
-            b = min(later)
-            st.mems = [m.copy() for m in st.snaps[b]] if b == keep else st.snaps.pop(b)
-            for ids in st.ids:
-                del ids[b:]
-            st.absorbed = b
-        for b in [b for b in st.snaps if b > keep]:
-            del st.snaps[b]
-        return max(keep, st.absorbed)
+    def rewind_point(self, a: int) -> int:
+        """The furthest held position ``<= a`` every layer can be cut back to: ``a``,
+        or 0 for a recurrent layer (its fixed state holds no position apart), which
+        :meth:`forget` then replays from."""
+        return min(st.rewind_point(a) for st in self.layers)
 
     def replay(self, data: bytes, origins: list[int]) -> None:
         """Feed ``data`` again under its old fed positions (after :meth:`rewind`)."""
@@ -701,10 +518,8 @@ class LMStream:
             # 2. the new generation's files
             layers = []
             for li, st in enumerate(self.layers):
-                for name in ("k", "v", "kr"):
-                    rows = getattr(st, name)
-                    if rows is not None:
-                        arrays[f"{name}.{li}"] = rows.view().clone()
+                for name, t in st.arrays().items():
+                    arrays[f"{name}.{li}"] = t.clone()
                 mems = [{"file": fname, "sha256": mem.save(folder / fname)}
                         for fname, mem in zip(mnames[li], st.mems, strict=True)]
                 layers.append({"absorbed": st.absorbed, "ids": st.ids if st.mems else [],
@@ -805,13 +620,11 @@ class LMStream:
                 raise ValueError(f"{len(man['layers'])} layers listed, the model has "
                                  f"{len(s.layers)}")
             for li, (st, lay) in enumerate(zip(s.layers, man["layers"], strict=True)):
-                for name in ("k", "v", "kr"):
-                    rows = getattr(st, name)
-                    if rows is not None:
-                        rows.append(arr[f"{name}.{li}"])
-                        if rows.n != len(s._tokens):
-                            raise ValueError(f"layer {li}: {rows.n} cached rows of {name} for "
-                                             f"{len(s._tokens)} bytes held")
+                try:
+                    st.load_arrays({name: arr[f"{name}.{li}"] for name in st.arrays()},
+                                   len(s._tokens))
+                except ValueError as exc:
+                    raise ValueError(f"layer {li}: {exc}") from None
                 if st.mems:
                     if len(lay["memories"]) != len(st.mems):
                         raise ValueError(f"layer {li}: {len(lay['memories'])} memories "
