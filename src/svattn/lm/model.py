@@ -257,9 +257,11 @@ class CharLM(nn.Module):
         :meth:`init_state`); return their final hidden states ``[m, D]`` (after ``ln_f``).
 
         Rows ``n .. n + m − 1`` of :meth:`hidden` of the whole sequence (``n``: the
-        positions ``states`` hold), each block's mixer running its own incremental
-        form (:meth:`~svattn.mixers.SequenceMixer.extend`; ``reads`` goes to it).
-        Dropout is not applied (inference).
+        positions ``states`` hold) for a model whose mixers run their
+        ``stream_settings`` (:func:`svattn.lm.stream.exact_copy`: the hybrid's exact
+        mode), each block's mixer running its own incremental form
+        (:meth:`~svattn.mixers.SequenceMixer.extend`; ``reads`` goes to it). Dropout is
+        not applied (inference). :class:`~svattn.lm.stream.LMStream` is built on it.
         """
         if not isinstance(idx, torch.Tensor) or idx.dim() != 1:
             shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__

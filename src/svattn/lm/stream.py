@@ -5,29 +5,32 @@ next-token logits (:meth:`~LMStream.logits`), samples (:meth:`~LMStream.generate
 and forgets a span of what it read (:meth:`~LMStream.forget`, :mod:`svattn.lm.forget`).
 Everything runs in float64 on a private copy of the model (eval mode).
 
-State per layer, per position ``t`` of the text it holds (docs/streaming.md):
+The stream runs the model's own step (:meth:`CharLM.extend`): every layer's state is
+what its mixer's ``init_state`` returns and its ``extend`` grows
+(:mod:`svattn.mixers.base`; docs/streaming.md), so a mixer option or a new streaming
+mixer is written once, in the mixer:
 
 * ``softmax`` / ``sliding``: the KV cache (keys, rotated when ``rope``; values);
-* ``hybrid_sv``: the same cache for the local path (the current chunk and its
-  ``lookback`` keys are read from it) and, per head, one incremental
-  :class:`svattn.exact.SVDDMemory` for the global path. The memory follows the
-  ``"full"`` policy of :class:`~svattn.mixers.hybrid.HybridSVAttention`: when the
-  first query of chunk ``c`` arrives, the keys and values of chunk ``c − 1`` are
-  added to it, so chunk ``c`` reads the exact optimum over every key of chunks
-  ``0 .. c − 1`` (unrotated, as the batched forward solves it);
-* the final hidden state of every position (so :meth:`logits` after a forget at
-  the end needs no recomputation).
+* ``hybrid_sv``: the same cache for the local path and, per head, one incremental
+  :class:`svattn.exact.SVDDMemory` for the global path
+  (:class:`svattn.mixers.hybrid_state.HybridState`, ``"full"`` policy: chunk ``c``
+  reads the exact optimum over every key of chunks ``0 .. c − 1``);
+* ``deltanet`` / ``linear``: the recurrent state (it holds no position apart, so a
+  forget replays the text from the start).
 
-**Equivalence.** ``feed`` gives the logits of ``model(x)`` with every hybrid layer in
-``mode="exact"`` (float64) to rounding, however the input is split across calls
-(tests/lm/test_stream.py checks ≤ 1e-9).
+What is the stream's own: the text and the fed position of every held byte, the final
+hidden state of every position (so :meth:`logits` after a forget at the end needs no
+recomputation), rewind and replay, the digest and forget log, and persistence.
+
+**Equivalence.** ``feed`` gives the logits of ``model(x)`` with every mixer's
+``stream_settings`` applied (hybrid layers in ``mode="exact"``, float64) to rounding,
+however the input is split across calls (tests/lm/test_stream.py checks ≤ 1e-9).
 
 Models whose hybrid layers use ``policy="support"`` are refused unless
 ``full_policy=True``: the stream then runs the same weights under ``"full"`` (its
-memory keeps every earlier chunk, so ``forget`` can rewind it by exact removals;
-the ``"support"`` carry is not a function of the remaining text alone once a
-chunk was truncated to ``budget``). The recurrent mixers (``deltanet``,
-``linear``) are refused: their state is not streamed yet.
+memory keeps every earlier chunk, so ``forget`` can rewind it by exact removals; the
+``"support"`` carry is not a function of the remaining text alone once a chunk was
+truncated to ``budget``).
 """
 
 from __future__ import annotations

@@ -118,7 +118,8 @@ class SequenceMixer(nn.Module):
 
     def extend(self, state: MixerState, x: torch.Tensor, *, reads=None) -> torch.Tensor:
         """Read the next ``m`` positions ``x`` ``[m, D]`` of the sequence into ``state``;
-        return their outputs ``[m, D]`` (rows ``state.n ..`` of the full forward).
+        return their outputs ``[m, D]`` (rows ``state.n ..`` of the full forward), computed
+        without gradient (inference).
 
         ``reads``: an object whose methods replace how a mixer reads its state (the
         hybrid's ``key_log_weights`` and ``memory_readout``); None for the mixer's own.
@@ -130,7 +131,8 @@ class SequenceMixer(nn.Module):
         if not isinstance(state, MixerState):
             raise ValueError(f"state must be a MixerState from init_state, got "
                              f"{type(state).__name__}")
-        return self.mix_extend(state, x, reads)
+        with torch.no_grad():  # inference: the exact memories carry no gradient
+            return self.mix_extend(state, x, reads)
 
     def step(self, state: MixerState, x: torch.Tensor, *, reads=None) -> torch.Tensor:
         """One position: ``x`` ``[D]`` → ``[D]`` (:meth:`extend` of one row)."""
