@@ -113,6 +113,15 @@ def test_extend_refuses_bad_input_and_keeps_the_state(bad, words):
     assert state.n == 6 and state.absorbed == 4
 
 
+def test_step_refuses_anything_but_one_position():
+    mix = build("softmax")
+    state = mix.init_state()
+    for bad in (torch.zeros(15, dtype=torch.float64), torch.zeros(1, 16, dtype=torch.float64)):
+        with pytest.raises(ValueError, match=r"layout \[D\] with D = 16"):
+            mix.step(state, bad)
+    assert state.n == 0
+
+
 class _Reversed(SoftmaxAttention):
     """A subclass that changes ``mix`` without declaring an incremental form."""
 

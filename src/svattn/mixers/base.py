@@ -136,7 +136,7 @@ class SequenceMixer(nn.Module):
 
     def step(self, state: MixerState, x: torch.Tensor, *, reads=None) -> torch.Tensor:
         """One position: ``x`` ``[D]`` → ``[D]`` (:meth:`extend` of one row)."""
-        if not isinstance(x, torch.Tensor) or x.dim() != 1:
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.shape[0] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have layout [D] with D = {self.d_model}, got {shape}")
         return self.extend(state, x[None], reads=reads)[0]
