@@ -111,10 +111,17 @@ def test_support_policy_is_refused_unless_streamed_as_full():
     assert model.blocks[0].mix.policy == "support"  # the model itself is untouched
 
 
-def test_recurrent_mixers_are_refused_precisely():
-    cfg = CharLMConfig(n_layer=1, n_embd=16, n_head=2, mixer="deltanet")
-    with pytest.raises(ValueError, match="DeltaNetMixer.*not streamed yet"):
-        CharLM(cfg).stream()
+def test_a_mixer_that_does_not_stream_is_refused_precisely():
+    from svattn.mixers import SoftmaxAttention
+
+    class Reversed(SoftmaxAttention):  # changes mix, declares no incremental form
+        def mix(self, x):
+            return super().mix(x.flip(1)).flip(1)
+
+    model = CharLM(CharLMConfig(n_layer=2, n_embd=16, n_head=2))
+    model.blocks[1].mix = Reversed(16, 2)
+    with pytest.raises(ValueError, match="layer 1 of this model: mixer Reversed is not streamed"):
+        model.stream()
 
 
 # ---------------------------------------------------------------------- forget

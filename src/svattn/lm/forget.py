@@ -175,11 +175,15 @@ class ModelErasureReceipt:
 
     @classmethod
     def issue(cls, stream, *, fed_span, span, n_before: int, removed: list[dict],
-              seconds: dict | None = None, signer: str | None = None) -> ModelErasureReceipt:
+              seconds: dict | None = None, signer: str | None = None,
+              kept: int | None = None) -> ModelErasureReceipt:
         """Build the receipt's body from a stream after its forget (``removed``: what
-        :meth:`LMStream.rewind` returned); ``state_digest`` is left empty for the
-        stream to fill in once its forget log holds the body (:meth:`LMStream.forget`)."""
+        :meth:`LMStream.rewind` returned; ``kept``: the held positions it kept, the
+        span's start unless a recurrent layer rewound further); ``state_digest`` is left
+        empty for the stream to fill in once its forget log holds the body
+        (:meth:`LMStream.forget`)."""
         a, b = span
+        kept = a if kept is None else kept
         memories, rewound, released = [], {}, {}
         for r in removed:
             first, end = r["positions"]
@@ -203,7 +207,8 @@ class ModelErasureReceipt:
         return cls(
             model_digest=stream.model_digest, fed_span=list(fed_span), held_span=[a, b],
             n_forgotten=b - a, n_before=n_before, n_after=len(stream),
-            repair={"kept_prefix": a, "replayed": n_before - b, "rewound": rewound,
+            repair={"kept_prefix": kept, "replayed": n_before - b + a - kept,
+                    "rewound": rewound,
                     "released": released,
                     "seconds": dict(seconds or {})},
             memories=memories, state_digest="",
@@ -420,12 +425,13 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
         reasons.append(f"logits differ from the fresh stream's by {dev:.3g} > {tol:g}")
     rdev = kdev = 0.0
     for li, (st, fr) in enumerate(zip(stream.layers, fresh.layers, strict=True)):
-        for name in ("k", "v", "kr"):  # the caches: rows of positions out of every
-            # window (absorbed) do not move a logit, and could hold a forgotten key
-            rows, frows = getattr(st, name), getattr(fr, name)
-            if rows is not None and rows.n == frows.n and rows.n:
-                kdev = _worst(kdev, float((rows.view() - frows.view()).abs().max()))
-            elif rows is not None and rows.n != frows.n:
+        farrays = fr.arrays()
+        for name, rows in st.arrays().items():  # the caches: rows of positions out of
+            # every window (absorbed) do not move a logit, and could hold a forgotten key
+            frows = farrays[name]
+            if rows.shape == frows.shape and rows.numel():
+                kdev = _worst(kdev, float((rows - frows).abs().max()))
+            elif rows.shape != frows.shape:
                 kdev = math.inf
         for hd, (mem, fmem) in enumerate(zip(st.mems, fr.mems, strict=True)):
             if len(mem) != len(fmem):

@@ -239,6 +239,57 @@ class CharLM(nn.Module):
             x = block(x)
         return self.ln_f(x)  # (B, T, D)
 
+    # ------------------------------------------------------------ incremental inference
+    def init_state(self) -> list:
+        """The inference state of one sequence: every block's mixer state
+        (:meth:`svattn.mixers.SequenceMixer.init_state`), no position read yet.
+
+        Raises
+        ------
+        ValueError
+            A mixer that does not stream.
+        """
+        return [block.mix.init_state() for block in self.blocks]
+
+    @torch.no_grad()
+    def extend(self, states: list, idx: torch.Tensor, *, reads=None) -> torch.Tensor:
+        """Read the next tokens ``idx`` ``[m]`` of one sequence into ``states`` (from
+        :meth:`init_state`); return their final hidden states ``[m, D]`` (after ``ln_f``).
+
+        Rows ``n .. n + m − 1`` of :meth:`hidden` of the whole sequence (``n``: the
+        positions ``states`` hold) for a model whose mixers run their
+        ``stream_settings`` (:func:`svattn.lm.stream.exact_copy`: the hybrid's exact
+        mode), each block's mixer running its own incremental form
+        (:meth:`~svattn.mixers.SequenceMixer.extend`; ``reads`` goes to it). Dropout is
+        not applied (inference). :class:`~svattn.lm.stream.LMStream` is built on it.
+        """
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 1:
+            shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"idx must be a 1-D tensor of token ids [m], got {shape}")
+        if len(states) != len(self.blocks):
+            raise ValueError(f"states holds {len(states)} layers, the model has "
+                             f"{len(self.blocks)} (use init_state)")
+        t0 = states[0].n
+        if any(st.n != t0 for st in states):
+            raise ValueError(f"the layers' states hold {[st.n for st in states]} positions: "
+                             "not one sequence's")
+        if self.wpe is not None and t0 + len(idx) > self.cfg.block_size:
+            raise ValueError(f"position {t0 + len(idx) - 1} is past block_size = "
+                             f"{self.cfg.block_size} (learned positions)")
+        x = self.wte(idx)  # (m, D)
+        if self.wpe is not None:
+            x = x + self.wpe(torch.arange(t0, t0 + len(idx)))
+        for block, st in zip(self.blocks, states, strict=True):
+            x = x + block.mix.extend(st, block.ln_1(x), reads=reads)
+            x = x + block.mlp(block.ln_2(x))
+        return self.ln_f(x)  # (m, D)
+
+    @torch.no_grad()
+    def step(self, states: list, token: int, *, reads=None) -> torch.Tensor:
+        """Read one token into ``states``; return the next-token logits ``[V]``."""
+        idx = torch.tensor([token], dtype=torch.long)
+        return self.lm_head(self.extend(states, idx, reads=reads)[0])
+
     def forward(
         self, idx: torch.Tensor, targets: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor | None]:

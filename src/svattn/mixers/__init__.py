@@ -19,6 +19,11 @@ The hybrid SV mixer (docs/design.md §5) builds its memory with
 :func:`svattn.nn.attention.sv_attention_state`; :mod:`svattn.nn` does not
 import this package, so the import runs one way only (mixers → nn).
 
+Incremental inference: every mixer here streams (``init_state()``, then
+``extend(state, x [m, D])`` or ``step(state, x [D])``: the rows of its forward, one
+sequence at a time; :mod:`svattn.mixers.base`, states in :mod:`svattn.mixers.state`).
+:class:`svattn.lm.stream.LMStream` runs them through ``CharLM.extend``.
+
 Positions: ``softmax``, ``sliding`` and ``hybrid_sv`` take ``rope=True``
 (rotary positions, :mod:`svattn.mixers.rope`; the hybrid rotates its local
 path only). Without positions a sliding window cannot order the keys inside

@@ -7,12 +7,25 @@ length ``seq_len`` needs per layer at inference (a KV cache, or a fixed
 recurrent state), so memory-versus-accuracy plots compare like with like.
 
 Inside, heads use the one layout ``[B, H, T, Dh]``.
+
+**Incremental inference** (a mixer that declares ``streams = True``): ``init_state()``
+returns the inference state of one sequence (:mod:`svattn.mixers.state`: a KV cache,
+exact memories, a recurrent matrix), and ``extend(state, x [m, D]) -> [m, D]`` reads
+the next ``m`` positions of that sequence into it and returns their outputs: rows
+``n .. n + m − 1`` of ``forward`` on the whole sequence, however the sequence is split
+across calls (``step(state, x [D])`` is ``extend`` of one row). Blocks rather than
+single rows because a stream feeds text in pieces: one block runs each projection and
+softmax once for all its rows, as the batched forward does.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import torch
 from torch import nn
+
+from svattn.mixers.state import MixerState
 
 
 def check_heads(d_model: int, n_heads: int) -> int:
@@ -65,3 +78,68 @@ class SequenceMixer(nn.Module):
     def state_floats(self, seq_len: int) -> int:  # pragma: no cover - abstract
         """Floats of context state for one sequence of ``seq_len`` tokens, per layer."""
         raise NotImplementedError
+
+    # ------------------------------------------------------------ incremental inference
+    streams: ClassVar[bool] = False
+    """Declared by a mixer whose ``init_state`` / ``mix_extend`` compute its ``mix``."""
+
+    @classmethod
+    def can_stream(cls) -> bool:
+        """Whether this class streams: it declares ``streams = True`` in the class that
+        defines ``mix`` or in a subclass of it (a subclass that changes ``mix`` without
+        declaring it again does not inherit its parent's incremental form)."""
+
+        def owner(name: str) -> type:
+            return next(c for c in cls.__mro__ if name in vars(c))
+
+        return bool(cls.streams) and issubclass(owner("streams"), owner("mix"))
+
+    def _refuse_stream(self) -> None:
+        if not self.can_stream():
+            raise ValueError(f"mixer {type(self).__name__} is not streamed: it implements no "
+                             "incremental inference (init_state / extend)")
+
+    def stream_settings(self, *, full_policy: bool = False) -> dict:
+        """Attributes a streaming copy of this mixer takes (``setattr``) so that its
+        ``forward`` computes what ``extend`` does; ``{}`` for most mixers.
+
+        Raises
+        ------
+        ValueError
+            The mixer does not stream (or not with these settings).
+        """
+        self._refuse_stream()
+        return {}
+
+    def init_state(self) -> MixerState:
+        """A fresh inference state for one sequence (no position read yet)."""
+        self._refuse_stream()
+        raise NotImplementedError  # pragma: no cover - a streaming mixer overrides this
+
+    def extend(self, state: MixerState, x: torch.Tensor, *, reads=None) -> torch.Tensor:
+        """Read the next ``m`` positions ``x`` ``[m, D]`` of the sequence into ``state``;
+        return their outputs ``[m, D]`` (rows ``state.n ..`` of the full forward), computed
+        without gradient (inference).
+
+        ``reads``: an object whose methods replace how a mixer reads its state (the
+        hybrid's ``key_log_weights`` and ``memory_readout``); None for the mixer's own.
+        """
+        self._refuse_stream()
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[-1] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have layout [m, D] with D = {self.d_model}, got {shape}")
+        if not isinstance(state, MixerState):
+            raise ValueError(f"state must be a MixerState from init_state, got "
+                             f"{type(state).__name__}")
+        with torch.no_grad():  # inference: the exact memories carry no gradient
+            return self.mix_extend(state, x, reads)
+
+    def step(self, state: MixerState, x: torch.Tensor, *, reads=None) -> torch.Tensor:
+        """One position: ``x`` ``[D]`` → ``[D]`` (:meth:`extend` of one row)."""
+        if not isinstance(x, torch.Tensor) or x.dim() != 1 or x.shape[0] != self.d_model:
+            shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+            raise ValueError(f"x must have layout [D] with D = {self.d_model}, got {shape}")
+        return self.extend(state, x[None], reads=reads)[0]
+
+    def mix_extend(self, state: MixerState, x: torch.Tensor, reads) -> torch.Tensor:
+        raise NotImplementedError  # pragma: no cover - abstract

@@ -55,7 +55,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.exact.core.conventions import warmup_threshold
+from svattn.mixers.hybrid_state import HybridState, MemoryReads
 from svattn.mixers.softmax import SoftmaxAttention
+from svattn.mixers.state import attend_cached
 from svattn.nn.attention import MODES, sv_attention_state
 from svattn.nn.batched import (
     boundary_partition,
@@ -529,6 +531,64 @@ class HybridSVAttention(SoftmaxAttention):
             self._kept, self._truncated = 0, 0
             o = o + 0.0 * self.gate.sum()
         return self.out(self.merge_heads(o))
+
+    # ------------------------------------------------------------ incremental inference
+    streams = True
+    _OWN_READS = MemoryReads()
+
+    def stream_settings(self, *, full_policy: bool = False) -> dict:
+        """``mode="exact"`` (the memories are exact), and ``policy="full"`` with
+        ``full_policy``: the streaming state keeps every earlier chunk, so a rewind can
+        cut it by exact removals (the ``"support"`` carry is not a function of the
+        remaining text alone once a chunk was truncated to ``budget``).
+
+        Raises
+        ------
+        ValueError
+            ``policy="support"`` and ``full_policy`` False.
+        """
+        if self.policy != "full" and not full_policy:
+            raise ValueError(
+                f"this hybrid layer uses the policy {self.policy!r}; LMStream follows "
+                "policy='full' (the memory keeps every earlier chunk, so forget can rewind it "
+                "by exact removals). Stream it with full_policy=True (the same weights under "
+                "policy='full'), or build the model with policy='full'")
+        return {"mode": "exact", **({"policy": "full"} if full_policy else {})}
+
+    def init_state(self) -> HybridState:
+        """An empty :class:`~svattn.mixers.hybrid_state.HybridState` (policy ``"full"``)."""
+        if self.policy != "full":
+            raise ValueError(f"init_state streams policy='full' only, this layer's is "
+                             f"{self.policy!r} (stream_settings(full_policy=True) switches it)")
+        return HybridState(self)
+
+    def mix_extend(self, state: HybridState, x: torch.Tensor,
+                   reads: MemoryReads | None) -> torch.Tensor:
+        """Chunk by chunk: the local path over the cache, and from chunk 1 on the gate
+        with the memories' readout; chunk ``c``'s first query adds chunk ``c − 1`` to
+        the memories (:meth:`HybridState.absorb`), as the ``"full"`` policy solves it."""
+        reads = self._OWN_READS if reads is None else reads
+        t0 = state.n
+        q, k, v = self.qkv_heads(x[None])  # (1, H, m, Dh)
+        qr, keys, vals = state.append(q, k, v)
+        L, lb, end = self.chunk, self.lookback, t0 + q.shape[2]
+        g = torch.sigmoid(self.gate).view(1, -1, 1, 1)  # (1, H, 1, 1)
+        logw = reads.key_log_weights(keys.shape[2])
+        outs = []
+        for c in range(t0 // L, (end - 1) // L + 1):
+            s, e = max(t0, c * L), min(end, (c + 1) * L)
+            a, b = s - t0, e - t0
+            local = attend_cached(qr[:, :, a:b], keys, vals, s,
+                                  lambda t, c=c: 0 * t + c * L - lb, logw)
+            if c == 0:
+                outs.append(local)
+                continue
+            state.absorb(c * L)
+            glob = torch.stack([
+                torch.from_numpy(reads.memory_readout(state, hd, q[0, hd, a:b].numpy()))
+                for hd in range(len(state.mems))])[None].to(local.dtype)  # (1, H, m, Dh)
+            outs.append(g * glob + (1.0 - g) * local)
+        return self.out(self.merge_heads(torch.cat(outs, 2)))[0]  # (m, D)
 
     def state_floats(self, seq_len: int) -> int:
         """Floats of keys and values kept for one sequence of ``seq_len`` tokens, per layer.

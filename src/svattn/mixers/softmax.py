@@ -10,6 +10,7 @@ from torch import nn
 
 from svattn.mixers.base import SequenceMixer
 from svattn.mixers.rope import apply_rotary_qk
+from svattn.mixers.state import KVCache, attend_cached
 
 
 class SoftmaxAttention(SequenceMixer):
@@ -68,6 +69,24 @@ class SoftmaxAttention(SequenceMixer):
 
     def state_floats(self, seq_len: int) -> int:
         return 2 * seq_len * self.d_model
+
+    streams = True
+
+    def init_state(self) -> KVCache:
+        """An empty KV cache (:class:`~svattn.mixers.state.KVCache`) in the weights' dtype."""
+        self._refuse_stream()
+        return KVCache("softmax", self.n_heads, self.head_dim, self.rope,
+                       self.qkv.weight.dtype)
+
+    def first_key(self, t):
+        """The first position query ``t`` reads (causal: 0)."""
+        return 0 * t
+
+    def mix_extend(self, state: KVCache, x: torch.Tensor, reads) -> torch.Tensor:
+        t0 = state.n
+        qr, keys, vals = state.append(*self.qkv_heads(x[None]))  # (1, H, ·, Dh)
+        o = attend_cached(qr, keys, vals, t0, self.first_key)
+        return self.out(self.merge_heads(o))[0]  # (m, D)
 
 
 def sliding_window_attention(
@@ -136,3 +155,15 @@ class SlidingWindowAttention(SoftmaxAttention):
 
     def state_floats(self, seq_len: int) -> int:
         return 2 * min(self.window, seq_len) * self.d_model
+
+    streams = True
+
+    def init_state(self) -> KVCache:
+        """An empty KV cache. It keeps every position: a rewind may need any of them."""
+        state = super().init_state()
+        state.kind = "sliding"
+        return state
+
+    def first_key(self, t):
+        """The first position query ``t`` reads: ``t − W + 1``."""
+        return t - self.window + 1
