@@ -164,7 +164,7 @@ def count_states(ss: SlotState) -> tuple[int, int, int]:
 
 
 def support_slots_by_id(ss: SlotState) -> np.ndarray:
-    """:func:`svattn.exact.backends.reference.support_slots_by_id`, compiled (not in warm-up)."""
+    """:func:`svattn.exact.backends.reference.support_slots_by_id`, compiled (not in compile_kernels.compile_all)."""
     if ss.warm:
         return reference.support_slots_by_id(ss)
     return checks.support_slots_by_id(ss.alpha, ss.slot_id, ss.hi)
