@@ -22,9 +22,18 @@ arithmetic holds nothing of it (its rounding does, as the bordered inverse's dow
 does); the factor is dropped (scrubbed) after any operation that leaves one of its tokens
 outside the margin set, so it only ever holds live margin tokens.
 
-(Keeping the Gram block itself between operations, for the next removal's first
-solve, was measured and taken out: 0.98–1.01× the removal at 16k once the buffer was
-padded, where its gather costs ~0.3 ms.)
+The Gram copy itself is kept between operations too while it is current (``kss_for`` is
+the bordered inverse in use; its block then holds the live margin tokens only, in margin
+order, exactly the values a gather would read): after a removal or an add the next
+removal's first segment solves with it instead of gathering ``K_SS`` again. The gather's
+reads are scattered over the cache's rows, one cache miss each: 3 ms at 781 margin tokens
+and 4k tokens (issue #36's clustered stream), more than the removal's pass over the whole
+margin block (1.1 ms); at 16k tokens with ~300 margin tokens it was ~0.3 ms, when keeping
+the block was measured and first taken out (0.98–1.01×). Whatever lies outside the
+block, a removed margin token's row and column included (the removal's downdate moves
+them last), is zeroed after every operation (:meth:`MarginGramScratch.release_margin_gram`),
+and a copy that is not current is zeroed whole: kernel values of a token that left the
+margin set stay only in the cache, which removals scrub.
 """
 
 from __future__ import annotations
@@ -89,7 +98,7 @@ class KeptFactor:
 
 class MarginGramScratch:
     """The scratch's methods, mixed into :class:`~svattn.exact.state.SlotState` (which
-    holds the fields ``kss``, ``kss_for``, ``kss_ext`` and ``pd_factor``)."""
+    holds the fields ``kss``, ``kss_for``, ``kss_ext``, ``qwork`` and ``pd_factor``)."""
 
     def gram_buffer(self) -> np.ndarray:
         """Where margin solves write ``K_SS``: room for every cache column."""
@@ -97,6 +106,16 @@ class MarginGramScratch:
             self._zero_margin_gram()
             self.kss = padded_square(self.ccap)
         return self.kss
+
+    def bordered_buffer(self) -> np.ndarray:
+        """The removal's work copy of the bordered inverse: zeros with room for every
+        cache column, ``(ccap + 1)²`` (padded, :func:`padded_square`), kept between
+        operations (each use zeroes what it wrote: a fresh 8 MB array per removal at
+        1,000 columns cost its page faults, ~1 ms)."""
+        if self.qwork.shape[0] < self.ccap + 1:
+            self.qwork.fill(0.0)
+            self.qwork = padded_square(self.ccap + 1)
+        return self.qwork
 
     def kept_margin_gram(self, written: int) -> None:
         """A margin solve wrote ``K_SS`` (up to ``written`` rows/columns) for the current Qinv."""
@@ -114,12 +133,23 @@ class MarginGramScratch:
         return None
 
     def release_margin_gram(self) -> None:
-        """After an operation: zero the Gram copy (kernel values stay only in the cache,
-        which removals scrub); keep the uniqueness factor while every token of it is
-        in the margin set, else drop it (one of them may be removed later)."""
+        """After an operation: keep the Gram copy's block while it is current (the live
+        margin tokens' values, as a gather reads them), zeroing every entry outside it
+        (a removed margin token's row and column among them), else zero it whole; keep
+        the uniqueness factor while every token of it is in the margin set, else drop it
+        (one of them may be removed later)."""
         f = self.pd_factor
         if f is not None and not f.within(self.margin_ids()):
             self.drop_factor()
+        nS = self.nS
+        if self.kss_for is not None and self.kss_for is self.Qinv and nS \
+                and self.kss_ext >= nS:
+            ext = self.kss_ext
+            if ext > nS:
+                self.kss[nS:ext, :ext] = 0.0
+                self.kss[:nS, nS:ext] = 0.0
+            self.kss_ext = nS
+            return
         self._zero_margin_gram()
 
     def drop_factor(self, rows: int | None = None) -> None:

@@ -220,11 +220,13 @@ class SlotState(MarginGramScratch):
     # svattn recorded it); removals are then exact relative to the kept tokens only
     n_compacted: int = 0
     # ---- scratch (never saved; svattn.exact.gram): K_SS as the last margin solve left it,
-    # valid while kss_for is the current Qinv, zeroed after every operation; and the
+    # valid while kss_for is the current Qinv, kept between operations only while valid
+    # (its margin block; every entry outside it zeroed, all of it when not valid); and the
     # uniqueness test's factor, kept while its tokens are all margin tokens
     kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
+    qwork: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # zero between uses
     pd_factor: KeptFactor | None = None
 
     # ------------------------------------------------------------ construction
@@ -262,6 +264,7 @@ class SlotState(MarginGramScratch):
         self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
         self.esum_valid, self.esum_updates = False, 0
         self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
+        self.qwork = np.zeros((0, 0))
         self.pd_factor = None
         self.set_hash = 0
         self.standby_stale, self.standby_theta = True, math.inf
@@ -309,9 +312,12 @@ class SlotState(MarginGramScratch):
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
     def __getstate__(self) -> dict:
-        """Pickle and deepcopy without the kept uniqueness factor (scratch, rebuilt on use)."""
+        """Pickle and deepcopy without the scratch (the kept uniqueness factor and Gram
+        copy, rebuilt on use)."""
         state = dict(vars(self))
         state["pd_factor"] = None
+        state["kss"], state["kss_for"], state["kss_ext"] = np.zeros((0, 0)), None, 0
+        state["qwork"] = np.zeros((0, 0))
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -321,7 +327,7 @@ class SlotState(MarginGramScratch):
 
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),
-        without the kept uniqueness factor (:meth:`__getstate__`)."""
+        without the scratch (:meth:`__getstate__`)."""
         return copy.deepcopy(self)
 
     # ------------------------------------------------------------ read access

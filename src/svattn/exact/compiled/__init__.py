@@ -279,7 +279,8 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     sup_ids = np.empty(ss.ccap, dtype=np.int64)
     sup_values = np.empty(ss.ccap + 1)
     kss = ss.gram_buffer()
-    qb = np.empty((ss.ccap + 1, ss.ccap + 1))  # the compiled call zeroes what it used
+    kept = ss.current_margin_gram() is not None  # K_SS as the last operation left it
+    qb = ss.bordered_buffer()  # zeros; the compiled call zeroes what it used
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
@@ -288,9 +289,10 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb)
+            FACTOR_KEPT_FROM, qb, kept)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # the work copy of the inverse still held c's row and column
+        ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
     jumped = int(out[codes.SEG_JUMPED])

@@ -162,21 +162,28 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, K
 @njit(cache=True, fastmath=VEC)
 def bordered_health(Qinv, KSS, nS):
     """``(cond1, inverse residual)`` of ``Qinv`` given the margin Gram block
-    ``KSS`` (see HealthMonitor.measure)."""
+    ``KSS`` (see HealthMonitor.measure). The 1-norms' column sums are taken row by
+    row into one accumulator per column (each column's sum in row order, the order of
+    a column-by-column loop: the same bits), so both blocks are read along their rows:
+    column by column every read of the C-ordered blocks was a cache miss (2 ms of a
+    6 ms removal at 781 margin tokens, now 0.2-0.5 ms)."""
     m = nS + 1
+    sums = np.zeros(m)
+    for i in range(nS):
+        for j in range(nS):
+            sums[j] += abs(KSS[i, j])
     colmax = 0.0
     for j in range(nS):
-        acc = 0.0
-        for i in range(nS):
-            acc += abs(KSS[i, j])
-        colmax = max(colmax, acc)
+        colmax = max(colmax, sums[j])
     norm_q = max(float(nS), 1.0 + 2.0 * colmax)
+    for j in range(m):
+        sums[j] = 0.0
+    for i in range(m):
+        for j in range(m):
+            sums[j] += abs(Qinv[i, j])
     norm_qinv = 0.0
     for j in range(m):
-        acc = 0.0
-        for i in range(m):
-            acc += abs(Qinv[i, j])
-        norm_qinv = max(norm_qinv, acc)
+        norm_qinv = max(norm_qinv, sums[j])
     v = np.empty(m)
     vmax = 0.0
     for i in range(m):

@@ -49,7 +49,6 @@ from svattn.exact.compiled.columns import (
 )
 from svattn.exact.compiled.linalg import (
     bordered_health,
-    gather_margin_gram_into,
     kss_append,
     kss_drop,
     positive_definite,
@@ -323,8 +322,9 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member, nS, chi,
                  hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, KSS):
     """Apply a converged active-set step to the memory: margin exits and entries
-    through the helpers the path uses (in that order), then the step's alpha,
-    mu and exact g. Returns ``(status, nS, chi, mu)``."""
+    through the helpers the path uses (in that order), with the margin Gram block
+    ``KSS`` (current on entry) following them, then the step's alpha, mu and exact g.
+    Returns ``(status, nS, chi, mu)``."""
     n_leave = 0
     leavers = np.empty(nS, dtype=np.int64)
     for j in range(nS):
@@ -333,8 +333,10 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
             n_leave += 1
     for q in range(n_leave):
         who = leavers[q]
+        p, n_was = cos[who], nS
         nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
                                   tstate[who] == ERROR, nS, chi, hi, C, out)
+        kss_drop(KSS, p, n_was)  # (the moves a gather would read)
     for i in range(nT):
         who = tord[i]
         if state[who] == MARGIN:
@@ -343,6 +345,8 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
                                  member, who, nS, chi, hi, gamma, is_rbf, scale, out)
         if not ok:
             return NEED_RESOLVE, nS, chi, xt[0]
+        kss_append(KSS, KC, soc, nS)
+        out[SEG_GRAM] = max(out[SEG_GRAM], nS + 1)
         nS += 1
     for i in range(nT):
         alpha[tord[i]] = xt[i + 1]
@@ -353,8 +357,6 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
     for i in range(hi):
         g[i] = g_try[i]
     mu = xt[0]
-    gather_margin_gram_into(KC, soc, nS, KSS)  # the certificate's K_SS, in margin order
-    out[SEG_GRAM] = max(out[SEG_GRAM], nS)
     return DONE, nS, chi, mu
 
 
@@ -362,7 +364,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb):
+                    KSS, pd_defer, Qb, kss_in):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -388,6 +390,9 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
     ``Qb`` ((ccap + 1)², the caller's, which zeroes it if this call raises) is the
     work copy of the bordered inverse; its used block is zeroed before returning.
+    ``kss_in``: ``KSS`` holds the margin block already (the previous operation's,
+    :mod:`svattn.exact.gram`), followed through ``c``'s exit; else the first segment
+    gathers it.
     Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
@@ -405,14 +410,17 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     ccap = KC.shape[1]
     bordered_into(Qinv, nS, Qb)
     qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
+    kss_ok = kss_in and nS > 0  # KSS holds the current margin block (kept across events)
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
+        if kss_ok:
+            kss_drop(KSS, contract_col, nS)
         nS = contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
+        kss_ok = kss_ok and nS > 0
     x = np.empty(ccap + 1)
     out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE
-    kss_ok = False  # KSS holds the current margin block (kept across this call's events)
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
                 or not free_column_available(soc, state, nS, chi, ccap)):
