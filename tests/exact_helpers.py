@@ -50,3 +50,25 @@ def backend_of(mem: SVDDMemory):
     from svattn.exact.memory import BACKENDS
 
     return BACKENDS[mem.backend]
+
+
+def check_scratch_between_operations(ss) -> bool:
+    """The solver's scratch between operations (``svattn.exact.gram``): the Gram copy
+    holds, when kept, exactly the current margin block as a gather reads it and zeros
+    everywhere else (a removed or departed token's kernel values included); else it is
+    all zeros. The removal's work copy of the bordered inverse is all zeros. Returns
+    whether the Gram copy is kept."""
+    from svattn.exact.compiled import linalg
+
+    assert not ss.qwork.any()
+    if ss.kss_for is None:
+        assert not ss.kss.any()
+        return False
+    nS = ss.nS
+    assert ss.kss_for is ss.Qinv and nS and ss.kss_ext == nS
+    np.testing.assert_array_equal(ss.kss[:nS, :nS],
+                                  linalg.gather_margin_gram(ss.KC, ss.slot_of_col, nS))
+    rest = ss.kss.copy()
+    rest[:nS, :nS] = 0.0
+    assert not rest.any()
+    return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exact_helpers import check_scratch_between_operations
 from svattn.exact import SVDDMemory
 
 # per-slot arrays of the memory (compared on live slots only: free slots may
@@ -23,8 +24,8 @@ def live_state(mem: SVDDMemory) -> dict:
     else:
         live = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] != 0)
     out["live"] = live.tobytes()
-    # scratch of margin solves, sized on use: zero between operations
-    assert not mem.solver_state.kss.any() and mem.solver_state.kss_for is None
+    # scratch of margin solves, sized on use: the current margin block or zeros
+    check_scratch_between_operations(mem.solver_state)
     out["backend"] = mem.backend
     for name, val in vars(mem.solver_state).items():
         if name in _SKIP:
