@@ -56,11 +56,17 @@ def check_scratch_between_operations(ss) -> bool:
     """The solver's scratch between operations (``svattn.exact.gram``): the Gram copy
     holds, when kept, exactly the current margin block as a gather reads it and zeros
     everywhere else (a removed or departed token's kernel values included); else it is
-    all zeros. The removal's work copy of the bordered inverse is all zeros. Returns
-    whether the Gram copy is kept."""
+    all zeros. The removal's work copy of the bordered inverse likewise holds the
+    current inverse or nothing. Returns whether the Gram copy is kept."""
     from svattn.exact.compiled import linalg
 
-    assert not ss.qwork.any()
+    q = ss.qwork.copy()
+    if ss.qwork_for is not None:
+        m = ss.qwork_n
+        assert ss.qwork_for is ss.Qinv and m == ss.nS + 1
+        np.testing.assert_array_equal(q[:m, :m], ss.Qinv)
+        q[:m, :m] = 0.0
+    assert not q.any()
     if ss.kss_for is None:
         assert not ss.kss.any()
         return False

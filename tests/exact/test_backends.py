@@ -428,7 +428,7 @@ def test_margin_gram_copy_is_the_current_block_and_holds_only_margin_tokens_betw
     X = rng.normal(size=(250, 6))
     mem = SVDDMemory(0.02)
     mem.extend(X)
-    seen = {"copy": 0, "checks": 0, "kept": 0}
+    seen = {"copy": 0, "checks": 0, "kept": 0, "qkept": 0}
     check = mem.health.check
 
     def checking(qinv, measure, refactorize):
@@ -446,9 +446,13 @@ def test_margin_gram_copy_is_the_current_block_and_holds_only_margin_tokens_betw
         col = ss.col_of_slot[ss.id_to_slot[t]]
         k_t = ss.KC[ss.slot_of_col[: ss.nS], col].copy()
         k_t = k_t[(k_t != 0.0) & (k_t != 1.0)]
+        q_t = ss.Qinv[col + 1].copy() if col < ss.nS else np.zeros(0)  # its inverse row
         mem.remove(t)
         seen["kept"] += check_scratch_between_operations(mem.solver_state)
+        seen["qkept"] += mem.solver_state.qwork_for is not None
         assert not np.isin(k_t, mem.solver_state.kss).any()  # none of them stays
+        assert not np.isin(q_t[q_t != 0.0], mem.solver_state.qwork).any()
         mem.add(rng.normal(size=6))
         check_scratch_between_operations(mem.solver_state)
     assert seen["checks"] == 40 and seen["copy"] >= 20 and seen["kept"] >= 10
+    assert seen["qkept"] >= 10  # the next removal starts from the work copy it left

@@ -98,7 +98,8 @@ class KeptFactor:
 
 class MarginGramScratch:
     """The scratch's methods, mixed into :class:`~svattn.exact.state.SlotState` (which
-    holds the fields ``kss``, ``kss_for``, ``kss_ext``, ``qwork`` and ``pd_factor``)."""
+    holds the fields ``kss``, ``kss_for``, ``kss_ext``, ``qwork``, ``qwork_for``,
+    ``qwork_n`` and ``pd_factor``)."""
 
     def gram_buffer(self) -> np.ndarray:
         """Where margin solves write ``K_SS``: room for every cache column."""
@@ -107,15 +108,30 @@ class MarginGramScratch:
             self.kss = padded_square(self.ccap)
         return self.kss
 
-    def bordered_buffer(self) -> np.ndarray:
-        """The removal's work copy of the bordered inverse: zeros with room for every
-        cache column, ``(ccap + 1)²`` (padded, :func:`padded_square`), kept between
-        operations (each use zeroes what it wrote: a fresh 8 MB array per removal at
-        1,000 columns cost its page faults, ~1 ms)."""
+    def bordered_buffer(self) -> tuple[np.ndarray, bool]:
+        """The removal's work copy of the bordered inverse, room for every cache column,
+        ``(ccap + 1)²`` (padded, :func:`padded_square`), kept between operations (a
+        fresh 8 MB array per removal at 1,000 columns cost its page faults, ~1 ms), and
+        whether its leading block is a copy of the current inverse already (the last
+        removal's result: the removal's copy-in is then skipped). Zeros elsewhere."""
         if self.qwork.shape[0] < self.ccap + 1:
             self.qwork.fill(0.0)
             self.qwork = padded_square(self.ccap + 1)
-        return self.qwork
+            self.qwork_for, self.qwork_n = None, 0
+        current = (self.qwork_for is not None and self.qwork_for is self.Qinv
+                   and self.qwork_n == self.nS + 1)
+        return self.qwork, current
+
+    def kept_bordered_copy(self, nS: int) -> None:
+        """A removal left the leading ``(nS + 1)²`` block of its work copy equal to the
+        inverse it made (now ``Qinv``), zeros elsewhere (none at all when ``nS`` is 0)."""
+        self.qwork_for, self.qwork_n = (self.Qinv, nS + 1) if nS else (None, 0)
+
+    def _zero_bordered_copy(self) -> None:
+        if self.qwork_n:
+            m = self.qwork_n
+            self.qwork[:m, :m] = 0.0
+        self.qwork_for, self.qwork_n = None, 0
 
     def kept_margin_gram(self, written: int) -> None:
         """A margin solve wrote ``K_SS`` (up to ``written`` rows/columns) for the current Qinv."""
@@ -135,12 +151,16 @@ class MarginGramScratch:
     def release_margin_gram(self) -> None:
         """After an operation: keep the Gram copy's block while it is current (the live
         margin tokens' values, as a gather reads them), zeroing every entry outside it
-        (a removed margin token's row and column among them), else zero it whole; keep
+        (a removed margin token's row and column among them), else zero it whole; the
+        same for the removal's copy of the bordered inverse (the removal itself zeroes
+        what lies outside the inverse it made); keep
         the uniqueness factor while every token of it is in the margin set, else drop it
         (one of them may be removed later)."""
         f = self.pd_factor
         if f is not None and not f.within(self.margin_ids()):
             self.drop_factor()
+        if self.qwork_for is not None and self.qwork_for is not self.Qinv:
+            self._zero_bordered_copy()  # (a copy of an inverse that is gone)
         nS = self.nS
         if self.kss_for is not None and self.kss_for is self.Qinv and nS \
                 and self.kss_ext >= nS:

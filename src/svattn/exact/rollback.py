@@ -59,7 +59,8 @@ _ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash
 _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
 # (what an operation found is returned to its caller, svattn.exact.outcome: not state)
 _SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
-            "qwork": lambda: np.zeros((0, 0)), "pd_factor": lambda: None}
+            "qwork": lambda: np.zeros((0, 0)), "qwork_for": lambda: None,
+            "qwork_n": lambda: 0, "pd_factor": lambda: None}
 
 
 @dataclass

@@ -226,7 +226,11 @@ class SlotState(MarginGramScratch):
     kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
-    qwork: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))  # zero between uses
+    # the removal's work copy of the bordered inverse: zeros but, while qwork_for is the
+    # current Qinv, its leading qwork_n² block, a copy of it
+    qwork: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    qwork_for: np.ndarray | None = None
+    qwork_n: int = 0
     pd_factor: KeptFactor | None = None
 
     # ------------------------------------------------------------ construction
@@ -264,7 +268,7 @@ class SlotState(MarginGramScratch):
         self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
         self.esum_valid, self.esum_updates = False, 0
         self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
-        self.qwork = np.zeros((0, 0))
+        self.qwork, self.qwork_for, self.qwork_n = np.zeros((0, 0)), None, 0
         self.pd_factor = None
         self.set_hash = 0
         self.standby_stale, self.standby_theta = True, math.inf
@@ -317,7 +321,7 @@ class SlotState(MarginGramScratch):
         state = dict(vars(self))
         state["pd_factor"] = None
         state["kss"], state["kss_for"], state["kss_ext"] = np.zeros((0, 0)), None, 0
-        state["qwork"] = np.zeros((0, 0))
+        state["qwork"], state["qwork_for"], state["qwork_n"] = np.zeros((0, 0)), None, 0
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -280,7 +280,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     sup_values = np.empty(ss.ccap + 1)
     kss = ss.gram_buffer()
     kept = ss.current_margin_gram() is not None  # K_SS as the last operation left it
-    qb = ss.bordered_buffer()  # zeros; the compiled call zeroes what it used
+    qb, qb_kept = ss.bordered_buffer()  # the compiled call zeroes what it used outside
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
@@ -289,9 +289,10 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb, kept)
+            FACTOR_KEPT_FROM, qb, kept, qb_kept)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # the work copy of the inverse still held c's row and column
+        ss.qwork_for, ss.qwork_n = None, 0
         ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
@@ -299,6 +300,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     ss.n_jumps += jumped > 0
     ss.n_jump_fallbacks += jumped < 0
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
+    ss.kept_bordered_copy(ss.nS)  # (its block is Qinv's values, zeros elsewhere)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
     _error_sum_synced(ss, int(out[codes.SEG_SYNC]))
     ss.esum_updates += int(out[codes.SEG_ESUM_UPDATES])

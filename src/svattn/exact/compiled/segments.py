@@ -373,7 +373,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb, kss_in):
+                    KSS, pd_defer, Qb, kss_in, qb_in):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -401,7 +401,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     work copy of the bordered inverse; its used block is zeroed before returning.
     ``kss_in``: ``KSS`` holds the margin block already (the previous operation's,
     :mod:`svattn.exact.gram`), followed through ``c``'s exit; else the first segment
-    gathers it.
+    gathers it. ``qb_in``: ``Qb``'s leading block is ``Qinv`` already (the last
+    removal's result); on return it is the inverse returned, every other entry zero.
     Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
@@ -417,7 +418,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     converged one is applied (:func:`commit_jump`) and is the result.
     """
     ccap = KC.shape[1]
-    bordered_into(Qinv, nS, Qb)
+    if not qb_in:
+        bordered_into(Qinv, nS, Qb)
     qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
     kss_ok = kss_in and nS > 0  # KSS holds the current margin block (kept across events)
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
@@ -564,7 +566,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                               state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
                               sup_ids, sup_values, pd_defer)
     Qout = bordered_out(Qb, nS)
-    for i in range(qb_ext):  # the work copy held c's row and column: freed scrubbed
-        for j in range(qb_ext):
+    m = nS + 1 if nS else 0  # Qb keeps the inverse returned (the next removal's start)
+    for i in range(qb_ext):  # the rest held c's row and column: zeroed
+        for j in range(m if i < m else 0, qb_ext):
             Qb[i, j] = 0.0
     return status, nS, chi, mu, Qout
