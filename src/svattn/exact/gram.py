@@ -88,6 +88,23 @@ class KeptFactor:
         self.seen = margin_ids.copy()
         return True
 
+    def trim(self, margin_ids: np.ndarray, delete_row) -> bool:
+        """Delete the rows of the tokens not in ``margin_ids`` (``delete_row(L, p, n)``
+        returns ``n - 1``, the freed row and column zeroed) when they are at most
+        ``max(2, n // 32)`` (the update budget of
+        :func:`svattn.exact.compiled.margin_positive_definite`) and some token stays;
+        False, nothing changed, otherwise."""
+        found = locate(self.ids, margin_ids)[0]
+        gone = np.flatnonzero(~found)
+        if len(gone) > max(2, self.n // 32) or len(gone) >= self.n:
+            return False
+        for p in gone[::-1]:  # descending: a deletion moves only the rows below it
+            self.n = int(delete_row(self.L, int(p), self.n))
+        self.ids = self.ids[found]
+        self.updates += len(gone)
+        self.seen = None
+        return True
+
     def scrub(self, rows: int | None = None) -> None:
         """Zero the factor's block, or its first ``rows`` rows and columns when an update
         that failed wrote past ``n``."""
@@ -148,17 +165,24 @@ class MarginGramScratch:
             return self.kss[: self.nS, : self.nS]
         return None
 
-    def release_margin_gram(self) -> None:
+    def release_margin_gram(self, delete_row=None) -> None:
         """After an operation: keep the Gram copy's block while it is current (the live
         margin tokens' values, as a gather reads them), zeroing every entry outside it
         (a removed margin token's row and column among them), else zero it whole; the
         same for the removal's copy of the bordered inverse (the removal itself zeroes
-        what lies outside the inverse it made); keep
-        the uniqueness factor while every token of it is in the margin set, else drop it
-        (one of them may be removed later)."""
+        what lies outside the inverse it made); keep the uniqueness factor while every
+        token of it is in the margin set. Rows of tokens that left the margin set are
+        deleted (``delete_row(L, p, n)``, the compiled backend's
+        :func:`~svattn.exact.compiled.linalg.chol_delete`: O(|S|²) each, where dropping
+        the factor cost the next removal a whole O(|S|³) factorization, 16-37 ms at 781
+        margin tokens), a few at most; else the factor is dropped (one of them may be
+        removed later)."""
         f = self.pd_factor
-        if f is not None and not f.within(self.margin_ids()):
-            self.drop_factor()
+        if f is not None:
+            margin = self.margin_ids()
+            if not f.within(margin) and not (delete_row is not None
+                                             and f.trim(margin, delete_row)):
+                self.drop_factor()
         if self.qwork_for is not None and self.qwork_for is not self.Qinv:
             self._zero_bordered_copy()  # (a copy of an inverse that is gone)
         nS = self.nS
