@@ -19,8 +19,9 @@ the rounding of kernel entries computed by two formulas (Weyl), so the factor of
 matrix read earlier certifies the matrix now while the trace has not doubled.
 Deleting a token's row leaves the unique factor of the others, which in exact
 arithmetic holds nothing of it (its rounding does, as the bordered inverse's downdate's
-does); the factor is dropped (scrubbed) after any operation that leaves one of its tokens
-outside the margin set, so it only ever holds live margin tokens.
+does). After any operation that leaves some of its tokens outside the margin set, their
+rows are deleted the same way (a few; more, and the factor is dropped, scrubbed), so it
+only ever holds live margin tokens.
 
 The Gram copy itself is kept between operations too while it is current (``kss_for`` is
 the bordered inverse in use; its block then holds the live margin tokens only, in margin
