@@ -326,7 +326,9 @@ class SlotState(MarginGramScratch):
 
     def __setstate__(self, state: dict) -> None:
         """Unpickle; what the last operation found, which a state pickled before
-        :mod:`svattn.exact.outcome` carried (:data:`_RESULT_FIELDS`), is dropped."""
+        :mod:`svattn.exact.outcome` carried (:data:`_RESULT_FIELDS`), is dropped, and
+        scratch a state pickled before it existed lacks starts empty."""
+        vars(self).update({"qwork": np.zeros((0, 0)), "qwork_for": None, "qwork_n": 0})
         vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:
