@@ -119,6 +119,13 @@ class MarginGramScratch:
     holds the fields ``kss``, ``kss_for``, ``kss_ext``, ``qwork``, ``qwork_for``,
     ``qwork_n`` and ``pd_factor``)."""
 
+    @staticmethod
+    def empty_scratch() -> dict:
+        """The scratch fields, empty (a new state, a pickle, a state pickled before one
+        of them existed)."""
+        return {"kss": np.zeros((0, 0)), "kss_for": None, "kss_ext": 0,
+                "qwork": np.zeros((0, 0)), "qwork_for": None, "qwork_n": 0, "pd_factor": None}
+
     def gram_buffer(self) -> np.ndarray:
         """Where margin solves write ``K_SS``: room for every cache column."""
         if self.kss.shape[0] < self.ccap:
