@@ -14,9 +14,9 @@ kernel cache nor the O(n·d) keys):
 - the bordered inverse ``Qinv`` by reference only: no operation writes into a ``Qinv``
   array (each change makes a new one: the health monitor and the Gram copy know the
   inverse by identity), so the object the checkpoint holds is the old inverse as it
-  was (``tests/exact/test_atomic.py`` holds every operation to this); copying it was
-  two passes over |S|² floats per operation (~1.5 ms of a removal at 781 margin
-  tokens). An operation that succeeds scrubs the inverse it replaced, unless an
+  was (``tests/exact/test_atomic.py`` holds every operation to this); copying it and
+  scrubbing the copy were two passes over |S|² floats per operation (~1 ms of a
+  removal at 781 margin tokens). An operation that succeeds scrubs the inverse it replaced, unless an
   enclosing operation's checkpoint holds it (``erase`` and ``remove_many`` run
   removals inside one atomic call: the outermost scrubs it when it succeeds);
 - the keys, values, ids, hashes and tags only of the slots the operation may wipe

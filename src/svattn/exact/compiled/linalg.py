@@ -166,8 +166,8 @@ def bordered_health(Qinv, KSS, nS):
     the 1-norms' column sums go into one accumulator per column (each column's sum in
     row order, the order of a column-by-column loop: the same bits), beside the probe's
     products ``Qinv v`` and ``K_SS w``. Column by column, every read of the C-ordered
-    blocks was a cache miss, and four passes read them (2 ms of a 6 ms removal at 781
-    margin tokens; now two passes, 0.3 ms)."""
+    blocks was a cache miss, and four passes read them (2 ms at 781 margin tokens; now
+    two passes, 0.3 ms)."""
     m = nS + 1
     v = np.empty(m)
     vmax = 0.0
