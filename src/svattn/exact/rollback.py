@@ -17,8 +17,9 @@ kernel cache nor the O(n·d) keys):
   was (``tests/exact/test_atomic.py`` holds every operation to this); copying it and
   scrubbing the copy were two passes over |S|² floats per operation (~1 ms of a
   removal at 781 margin tokens). An operation that succeeds scrubs the inverse it
-  replaced, unless an enclosing operation's checkpoint holds it (``erase`` and ``remove_many`` run
-  removals inside one atomic call: the outermost scrubs it when it succeeds);
+  replaced, unless an enclosing operation's checkpoint holds it (``erase`` and
+  ``remove_many`` run removals inside one atomic call: the outermost scrubs it when it
+  succeeds);
 - the keys, values, ids, hashes and tags only of the slots the operation may wipe
   (named by the caller: the token a removal takes, the reserve set compaction drops);
   every other slot an operation writes was free before it, so the restore clears it;
