@@ -51,3 +51,31 @@ def backend_of(mem: SVDDMemory):
     from svattn.exact.memory import BACKENDS
 
     return BACKENDS[mem.backend]
+
+
+def check_scratch_between_operations(ss) -> bool:
+    """The solver's scratch between operations (``svattn.exact.core.gram``): the Gram copy
+    holds, when kept, exactly the current margin block as a gather reads it and zeros
+    everywhere else (a removed or departed token's kernel values included); else it is
+    all zeros. The removal's work copy of the bordered inverse likewise holds the
+    current inverse or nothing. Returns whether the Gram copy is kept."""
+    from svattn.exact.backends.compiled import linalg
+
+    q = ss.qwork.copy()
+    if ss.qwork_for is not None:
+        m = ss.qwork_n
+        assert ss.qwork_for is ss.Qinv and m == ss.nS + 1
+        np.testing.assert_array_equal(q[:m, :m], ss.Qinv)
+        q[:m, :m] = 0.0
+    assert not q.any()
+    if ss.kss_for is None:
+        assert not ss.kss.any()
+        return False
+    nS = ss.nS
+    assert ss.kss_for is ss.Qinv and nS and ss.kss_ext == nS
+    np.testing.assert_array_equal(ss.kss[:nS, :nS],
+                                  linalg.gather_margin_gram(ss.KC, ss.slot_of_col, nS))
+    rest = ss.kss.copy()
+    rest[:nS, :nS] = 0.0
+    assert not rest.any()
+    return True

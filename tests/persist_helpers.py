@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from exact_helpers import check_scratch_between_operations
 from svattn.exact import SVDDMemory
 
 # per-slot arrays of the memory (compared on live slots only: free slots may
@@ -12,7 +13,8 @@ _SLOT_ARRAYS = ("X", "V", "diag", "xn2", "slot_id", "alpha", "g", "state", "col_
                 "token_hash", "esum", "esum_member", "tags", "commit_keyed")
 # compared below (cache, inverse), per-operation scratch that no later step reads, or the
 # kept uniqueness factor, whose reuse changes no result (tests/exact/test_kept_factor.py)
-_SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "pd_factor"}
+_SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "kss_ext", "qwork", "qwork_for",
+         "qwork_n", "pd_factor"}
 
 
 def live_state(mem: SVDDMemory) -> dict:
@@ -23,8 +25,8 @@ def live_state(mem: SVDDMemory) -> dict:
     else:
         live = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] != 0)
     out["live"] = live.tobytes()
-    # scratch of margin solves, sized on use: zero between operations
-    assert not mem.solver_state.kss.any() and mem.solver_state.kss_for is None
+    # scratch of margin solves, sized on use: the current margin block or zeros
+    check_scratch_between_operations(mem.solver_state)
     out["backend"] = mem.backend
     for name, val in vars(mem.solver_state).items():
         if name in _SKIP:

@@ -203,3 +203,46 @@ def test_interrupt_passes_through_after_rollback(monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         mem.remove(ids[0])
     assert mem.state_digest() == before and len(mem) == 50
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_no_operation_writes_into_the_inverse_its_checkpoint_holds(monkeypatch, backend):
+    """The checkpoint keeps the bordered inverse by reference, not by a copy (issue #36:
+    two passes over |S|² floats per operation): sound only while every operation
+    makes a new inverse instead of writing into the old one. Every operation of a
+    mixed stream ends with the inverse it started from intact, bit for bit."""
+    from svattn.exact.operations import rollback
+
+    held = []
+    real_cp, real_scrub = rollback.checkpoint, rollback._scrub_after_success
+
+    def keep(ss, *a, **k):
+        cp = real_cp(ss, *a, **k)
+        held.append((cp.qinv_obj, cp.qinv_obj.copy()))
+        return cp
+
+    def check(ss, cp, **k):
+        obj, was = held.pop()  # (innermost first: erase and remove_many nest removals)
+        assert obj is cp.qinv_obj and np.array_equal(obj, was)
+        real_scrub(ss, cp, **k)
+
+    monkeypatch.setattr(rollback, "checkpoint", keep)
+    monkeypatch.setattr(rollback, "_scrub_after_success", check)
+    rng = np.random.default_rng(11)
+    mem = SVDDMemory(1 / 40, gamma=1.5, backend=backend)
+    mem.extend(rng.normal(size=(160, 3)))
+    assert mem.solver_state.nS >= 8
+    for step in range(40):
+        part = mem.partition()
+        kind = ("margin", "error", "reserve", "margin")[step % 4]
+        if part[kind]:
+            mem.remove(int(rng.choice(part[kind])))
+        mem.add(rng.normal(size=3) * (3.0 if step % 3 == 0 else 1.0))
+    old = mem.solver_state.Qinv
+    mem.remove_many(mem.partition()["margin"][:3])  # nested: the outermost scrubs it
+    assert mem.solver_state.Qinv is not old and not old.any()
+    mem.extend(rng.normal(size=(20, 3)))
+    mem.compact()
+    while len(mem) > 30:  # down through the warm-up threshold
+        mem.remove(mem.ids[0])
+    assert not held

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from exact_helpers import backend_of
+from exact_helpers import backend_of, check_scratch_between_operations
 from svattn.exact import SVDDMemory
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.kktsets import ERROR
@@ -418,18 +418,19 @@ def test_vectorized_column_exp_is_within_one_ulp_of_numpy():
         np.testing.assert_array_equal(KE[:, 0], np.exp(edge))
 
 
-def test_margin_gram_copy_is_the_current_block_and_is_zeroed_after_each_operation():
-    """Margin solves leave a copy of K_SS that the certificate's uniqueness check and
-    the health check read instead of gathering the cache's margin rows again: it
-    must equal the cache's block whenever it is used, and hold nothing (kernel
-    values of a removed token included) once the operation is over."""
+def test_margin_gram_copy_is_the_current_block_and_holds_only_margin_tokens_between_operations():
+    """Margin solves leave a copy of K_SS that the certificate's uniqueness check, the
+    health check and the next removal's first segment read instead of gathering the
+    cache's margin rows again: it must equal the cache's block whenever it is used, and
+    between operations hold the live margin block only, or nothing (kernel values of a
+    removed token never)."""
     from svattn.exact.backends.compiled import linalg
 
     rng = np.random.default_rng(21)
     X = rng.normal(size=(250, 6))
     mem = SVDDMemory(0.02)
     mem.extend(X)
-    seen = {"copy": 0, "checks": 0}
+    seen = {"copy": 0, "checks": 0, "kept": 0, "qkept": 0}
     check = mem.health.check
 
     def checking(qinv, measure, refactorize):
@@ -443,8 +444,17 @@ def test_margin_gram_copy_is_the_current_block_and_is_zeroed_after_each_operatio
 
     mem.health.check = checking
     for t in mem.partition()["margin"][:10] + mem.partition()["error"][:10]:
+        ss = mem.solver_state  # the removed token's kernel values with the margin's
+        col = ss.col_of_slot[ss.id_to_slot[t]]
+        k_t = ss.KC[ss.slot_of_col[: ss.nS], col].copy()
+        k_t = k_t[(k_t != 0.0) & (k_t != 1.0)]
+        q_t = ss.Qinv[col + 1].copy() if col < ss.nS else np.zeros(0)  # its inverse row
         mem.remove(t)
-        assert not mem.solver_state.kss.any() and mem.solver_state.kss_for is None
+        seen["kept"] += check_scratch_between_operations(mem.solver_state)
+        seen["qkept"] += mem.solver_state.qwork_for is not None
+        assert not np.isin(k_t, mem.solver_state.kss).any()  # none of them stays
+        assert not np.isin(q_t[q_t != 0.0], mem.solver_state.qwork).any()
         mem.add(rng.normal(size=6))
-        assert not mem.solver_state.kss.any()
-    assert seen["checks"] == 40 and seen["copy"] >= 20
+        check_scratch_between_operations(mem.solver_state)
+    assert seen["checks"] == 40 and seen["copy"] >= 20 and seen["kept"] >= 10
+    assert seen["qkept"] >= 10  # the next removal starts from the work copy it left

@@ -241,3 +241,39 @@ def test_a_reserve_removal_certifies_uniqueness_from_the_kept_factor(monkeypatch
     assert not backend.factor_covers_margin(ss)
     cert = mem.remove(reserve[4])
     assert cert.unique_optimum == ref.remove(reserve[4]).unique_optimum
+
+
+def test_a_token_leaving_the_margin_set_on_an_add_is_deleted_from_the_factor(monkeypatch):
+    """An add whose drive moves margin tokens out of the margin set deletes their rows
+    from the kept factor (O(|S|²) each) instead of dropping it, which cost the next
+    removal a whole factorization (issue #36: 16-37 ms at 781 margin tokens): the
+    factor then holds margin tokens only and is the Cholesky factor of their block."""
+    from svattn.exact.core.gram import KeptFactor
+
+    monkeypatch.setattr(backend, "FACTOR_KEPT_FROM", 4)
+    trims = []
+    real = KeptFactor.trim
+
+    def spy(self, margin, delete_row):
+        ok = real(self, margin, delete_row)
+        trims.append(ok)
+        return ok
+
+    monkeypatch.setattr(KeptFactor, "trim", spy)
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(1 / 60, gamma=2.0)
+    mem.extend(rng.normal(size=(300, 3)))
+    for step in range(80):
+        part = mem.partition()
+        mem.remove(int(rng.choice(part["margin"] if step % 2 else part["reserve"])))
+        mem.add(rng.normal(size=3) * (2.5 if step % 3 == 0 else 1.0))
+        ss = mem.solver_state
+        f = ss.pd_factor
+        if f is None:
+            continue
+        assert set(f.ids.tolist()) <= set(ss.margin_ids().tolist())
+        slots = np.array([ss.id_to_slot[int(t)] for t in f.ids])
+        block = ss.KC[slots][:, ss.col_of_slot[slots]]
+        np.testing.assert_allclose(f.L[: f.n, : f.n], _numpy_factor(block, f.shift), atol=1e-10)
+        assert not f.L[f.n:].any() and not f.L[:, f.n:].any()
+    assert sum(trims) >= 5  # rows were deleted on adds, not only whole factors dropped

@@ -130,3 +130,21 @@ def test_a_state_pickled_with_result_fields_loads_without_them():
 def _support(ss: SlotState) -> tuple[np.ndarray, np.ndarray]:
     slots = compiled.support_slots_by_id(ss)
     return ss.slot_id[slots], np.append(ss.alpha[slots], ss.mu)
+
+
+def test_a_state_pickled_before_the_removal_work_copy_existed_removes_alike():
+    """A state pickled before the removal's kept work copy of the bordered inverse
+    (issue #36) lacks its fields: unpickled, they start empty, and a removal gives the
+    certificate the memory itself gives."""
+    import copy
+
+    mem = SVDDMemory(0.05)
+    mem.extend(_stream(60))
+    old = {k: v for k, v in copy.deepcopy(vars(mem.solver_state)).items()
+           if k not in ("qwork", "qwork_for", "qwork_n")}
+    twin = mem.copy()
+    ss = SlotState.__new__(SlotState)
+    ss.__setstate__(old)
+    twin._s = ss
+    tid = mem.partition()["margin"][0]
+    assert twin.remove(tid).state_digest == mem.remove(tid).state_digest

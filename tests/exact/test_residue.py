@@ -138,9 +138,9 @@ def test_the_event_loop_scrubs_its_copy_of_the_removed_tokens_column(monkeypatch
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 @pytest.mark.parametrize("which", ["margin", "error"])
 def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which, backend):
-    # the checkpoint copies every per-slot vector and the bordered inverse; after the
-    # removal succeeds those copies are garbage holding the removed token's g, alpha
-    # and error sum (functions of its key) and its row of the inverse
+    # the checkpoint copies every per-slot vector and holds the bordered inverse; after
+    # the removal succeeds those copies are garbage holding the removed token's g, alpha
+    # and error sum (functions of its key), and the old inverse holds its row
     from svattn.exact.operations import rollback
 
     rng = np.random.default_rng(4)
@@ -166,7 +166,7 @@ def test_a_successful_removal_drops_its_checkpoint_scrubbed(monkeypatch, which, 
     (cp,) = seen
     for name, arr in cp.vectors.items():
         assert not arr[slot], f"the checkpoint's {name} still holds the removed token's entry"
-    assert not cp.qinv.any()
+    assert cp.qinv_obj is old_qinv  # held by reference (no copy): scrubbed below
     assert ss.Qinv is not old_qinv and not old_qinv.any()  # the replaced inverse too
 
 

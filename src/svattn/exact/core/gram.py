@@ -19,12 +19,22 @@ the rounding of kernel entries computed by two formulas (Weyl), so the factor of
 matrix read earlier certifies the matrix now while the trace has not doubled.
 Deleting a token's row leaves the unique factor of the others, which in exact
 arithmetic holds nothing of it (its rounding does, as the bordered inverse's downdate's
-does); the factor is dropped (scrubbed) after any operation that leaves one of its tokens
-outside the margin set, so it only ever holds live margin tokens.
+does). After any operation that leaves some of its tokens outside the margin set, their
+rows are deleted the same way (a few; more, and the factor is dropped, scrubbed), so it
+only ever holds live margin tokens.
 
-(Keeping the Gram block itself between operations, for the next removal's first
-solve, was measured and taken out: 0.98–1.01× the removal at 16k once the buffer was
-padded, where its gather costs ~0.3 ms.)
+The Gram copy itself is kept between operations too while it is current (``kss_for`` is
+the bordered inverse in use; its block then holds the live margin tokens only, in margin
+order, exactly the values a gather would read): after a removal or an add the next
+removal's first segment solves with it instead of gathering ``K_SS`` again. The gather's
+reads are scattered over the cache's rows, one cache miss each: 3 ms at 781 margin tokens
+and 4k tokens (issue #36's clustered stream), more than the removal's pass over the whole
+margin block (1.1 ms); at 16k tokens with ~300 margin tokens it was ~0.3 ms, when keeping
+the block was measured and first taken out (0.98–1.01×). Whatever lies outside the
+block, a removed margin token's row and column included (the removal's downdate moves
+them last), is zeroed after every operation (:meth:`MarginGramScratch.release_margin_gram`),
+and a copy that is not current is zeroed whole: kernel values of a token that left the
+margin set stay only in the cache, which removals scrub.
 """
 
 from __future__ import annotations
@@ -79,6 +89,23 @@ class KeptFactor:
         self.seen = margin_ids.copy()
         return True
 
+    def trim(self, margin_ids: np.ndarray, delete_row) -> bool:
+        """Delete the rows of the tokens not in ``margin_ids`` (``delete_row(L, p, n)``
+        returns ``n - 1``, the freed row and column zeroed) when they are at most
+        ``max(2, n // 32)`` (the update budget of
+        :func:`svattn.exact.backends.compiled.margin_positive_definite`) and some token stays;
+        False, nothing changed, otherwise."""
+        found = locate(self.ids, margin_ids)[0]
+        gone = np.flatnonzero(~found)
+        if len(gone) > max(2, self.n // 32) or len(gone) >= self.n:
+            return False
+        for p in gone[::-1]:  # descending: a deletion moves only the rows below it
+            self.n = int(delete_row(self.L, int(p), self.n))
+        self.ids = self.ids[found]
+        self.updates += len(gone)
+        self.seen = None
+        return True
+
     def scrub(self, rows: int | None = None) -> None:
         """Zero the factor's block, or its first ``rows`` rows and columns when an update
         that failed wrote past ``n``."""
@@ -89,7 +116,15 @@ class KeptFactor:
 
 class MarginGramScratch:
     """The scratch's methods, mixed into :class:`~svattn.exact.core.state.SlotState` (which
-    holds the fields ``kss``, ``kss_for``, ``kss_ext`` and ``pd_factor``)."""
+    holds the fields ``kss``, ``kss_for``, ``kss_ext``, ``qwork``, ``qwork_for``,
+    ``qwork_n`` and ``pd_factor``)."""
+
+    @staticmethod
+    def empty_scratch() -> dict:
+        """The scratch fields, empty (a new state, a pickle, a state pickled before one
+        of them existed)."""
+        return {"kss": np.zeros((0, 0)), "kss_for": None, "kss_ext": 0,
+                "qwork": np.zeros((0, 0)), "qwork_for": None, "qwork_n": 0, "pd_factor": None}
 
     def gram_buffer(self) -> np.ndarray:
         """Where margin solves write ``K_SS``: room for every cache column."""
@@ -97,6 +132,32 @@ class MarginGramScratch:
             self._zero_margin_gram()
             self.kss = padded_square(self.ccap)
         return self.kss
+
+    def bordered_buffer(self) -> tuple[np.ndarray, bool]:
+        """The removal's work copy of the bordered inverse, room for every cache column,
+        ``(ccap + 1)²`` (padded, :func:`padded_square`), kept between operations, and
+        whether its leading block is a copy of the current inverse already (the last
+        removal's result: the removal then skips its copy-in, and zeroes only what lies
+        outside the inverse it makes, where it copied and zeroed |S|² floats each time,
+        ~1.3 ms at 781 margin tokens). Zeros elsewhere."""
+        if self.qwork.shape[0] < self.ccap + 1:
+            self.qwork.fill(0.0)
+            self.qwork = padded_square(self.ccap + 1)
+            self.qwork_for, self.qwork_n = None, 0
+        current = (self.qwork_for is not None and self.qwork_for is self.Qinv
+                   and self.qwork_n == self.nS + 1)
+        return self.qwork, current
+
+    def kept_bordered_copy(self, nS: int) -> None:
+        """A removal left the leading ``(nS + 1)²`` block of its work copy equal to the
+        inverse it made (now ``Qinv``), zeros elsewhere (none at all when ``nS`` is 0)."""
+        self.qwork_for, self.qwork_n = (self.Qinv, nS + 1) if nS else (None, 0)
+
+    def _zero_bordered_copy(self) -> None:
+        if self.qwork_n:
+            m = self.qwork_n
+            self.qwork[:m, :m] = 0.0
+        self.qwork_for, self.qwork_n = None, 0
 
     def kept_margin_gram(self, written: int) -> None:
         """A margin solve wrote ``K_SS`` (up to ``written`` rows/columns) for the current Qinv."""
@@ -113,13 +174,35 @@ class MarginGramScratch:
             return self.kss[: self.nS, : self.nS]
         return None
 
-    def release_margin_gram(self) -> None:
-        """After an operation: zero the Gram copy (kernel values stay only in the cache,
-        which removals scrub); keep the uniqueness factor while every token of it is
-        in the margin set, else drop it (one of them may be removed later)."""
+    def release_margin_gram(self, delete_row=None) -> None:
+        """After an operation: keep the Gram copy's block while it is current (the live
+        margin tokens' values, as a gather reads them), zeroing every entry outside it
+        (a removed margin token's row and column among them), else zero it whole; the
+        same for the removal's copy of the bordered inverse (the removal itself zeroes
+        what lies outside the inverse it made); keep the uniqueness factor while every
+        token of it is in the margin set. Rows of tokens that left the margin set are
+        deleted (``delete_row(L, p, n)``, the compiled backend's
+        :func:`~svattn.exact.backends.compiled.linalg.chol_delete`: O(|S|²) each, where dropping
+        the factor cost the next removal a whole O(|S|³) factorization, 16-37 ms at 781
+        margin tokens), a few at most; else the factor is dropped (one of them may be
+        removed later)."""
         f = self.pd_factor
-        if f is not None and not f.within(self.margin_ids()):
-            self.drop_factor()
+        if f is not None:
+            margin = self.margin_ids()
+            if not f.within(margin) and not (delete_row is not None
+                                             and f.trim(margin, delete_row)):
+                self.drop_factor()
+        if self.qwork_for is not None and self.qwork_for is not self.Qinv:
+            self._zero_bordered_copy()  # (a copy of an inverse that is gone)
+        nS = self.nS
+        if self.kss_for is not None and self.kss_for is self.Qinv and nS \
+                and self.kss_ext >= nS:
+            ext = self.kss_ext
+            if ext > nS:
+                self.kss[nS:ext, :ext] = 0.0
+                self.kss[:nS, nS:ext] = 0.0
+            self.kss_ext = nS
+            return
         self._zero_margin_gram()
 
     def drop_factor(self, rows: int | None = None) -> None:

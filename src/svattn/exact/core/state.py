@@ -176,11 +176,15 @@ class SlotState(MarginGramScratch):
     # svattn recorded it); removals are then exact relative to the kept tokens only
     n_compacted: int = 0
     # ---- scratch (never saved; svattn.exact.core.gram): K_SS as the last margin solve left it,
-    # valid while kss_for is the current Qinv, zeroed after every operation; and the
+    # valid (and kept between operations) while kss_for is the current Qinv; and the
     # uniqueness test's factor, kept while its tokens are all margin tokens
     kss: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     kss_for: np.ndarray | None = None
     kss_ext: int = 0  # rows and columns of kss that were written
+    # the removal's work copy of the inverse (its qwork_n² block is Qinv while qwork_for is)
+    qwork: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    qwork_for: np.ndarray | None = None
+    qwork_n: int = 0
     pd_factor: KeptFactor | None = None
 
     # ------------------------------------------------------------ construction
@@ -217,8 +221,7 @@ class SlotState(MarginGramScratch):
         self.g_valid, self.ops_since_exact_g = True, 0
         self.esum, self.esum_member = np.zeros(cap), np.zeros(cap, dtype=np.bool_)
         self.esum_valid, self.esum_updates = False, 0
-        self.kss, self.kss_for, self.kss_ext = np.zeros((0, 0)), None, 0
-        self.pd_factor = None
+        vars(self).update(self.empty_scratch())
         self.set_hash = 0
         self.standby_stale, self.standby_theta = True, math.inf
 
@@ -265,19 +268,20 @@ class SlotState(MarginGramScratch):
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
     def __getstate__(self) -> dict:
-        """Pickle and deepcopy without the kept uniqueness factor (scratch, rebuilt on use)."""
-        state = dict(vars(self))
-        state["pd_factor"] = None
-        return state
+        """Pickle and deepcopy without the scratch (:mod:`svattn.exact.core.gram`: rebuilt
+        on use)."""
+        return {**vars(self), **self.empty_scratch()}
 
     def __setstate__(self, state: dict) -> None:
         """Unpickle; what the last operation found, which a state pickled before
-        :mod:`svattn.exact.core.outcome` carried (:data:`_RESULT_FIELDS`), is dropped."""
+        :mod:`svattn.exact.core.outcome` carried (:data:`_RESULT_FIELDS`), is dropped, and
+        scratch a state pickled before it existed lacks starts empty."""
+        vars(self).update(self.empty_scratch())
         vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:
         """An independent deep copy (arrays copied, Fortran order of the cache kept),
-        without the kept uniqueness factor (:meth:`__getstate__`)."""
+        without the scratch (:meth:`__getstate__`)."""
         return copy.deepcopy(self)
 
     # ------------------------------------------------------------ read access

@@ -9,8 +9,17 @@ the caller gets a documented error.
 What a checkpoint copies, and why it stays cheap (O(n) bytes, not the O(n·columns)
 kernel cache nor the O(n·d) keys):
 
-- the per-slot vectors (``alpha``, ``g``, ``state``, ...) and the small arrays of the
-  bordered system (``Qinv``, the per-column ``ac`` and ``slot_of_col``), whole;
+- the per-slot vectors (``alpha``, ``g``, ``state``, ...) and the per-column arrays
+  ``ac`` and ``slot_of_col``, whole;
+- the bordered inverse ``Qinv`` by reference only: no operation writes into a ``Qinv``
+  array (each change makes a new one: the health monitor and the Gram copy know the
+  inverse by identity), so the object the checkpoint holds is the old inverse as it
+  was (``tests/exact/test_atomic.py`` holds every operation to this); copying it and
+  scrubbing the copy were two passes over |S|² floats per operation (~1 ms of a
+  removal at 781 margin tokens). An operation that succeeds scrubs the inverse it
+  replaced, unless an enclosing operation's checkpoint holds it (``erase`` and
+  ``remove_many`` run removals inside one atomic call: the outermost scrubs it when it
+  succeeds);
 - the keys, values, ids, hashes and tags only of the slots the operation may wipe
   (named by the caller: the token a removal takes, the reserve set compaction drops);
   every other slot an operation writes was free before it, so the restore clears it;
@@ -28,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -50,7 +60,8 @@ _ROWS = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "token_hash
 _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
 # (what an operation found is returned to its caller, svattn.exact.core.outcome: not state)
 _SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
-            "pd_factor": lambda: None}
+            "qwork": lambda: np.zeros((0, 0)), "qwork_for": lambda: None,
+            "qwork_n": lambda: 0, "pd_factor": lambda: None}
 
 
 @dataclass
@@ -60,8 +71,7 @@ class Checkpoint:
     scalar_values: tuple  # every scalar field's value, in the order of _SCALARS
     vectors: dict[str, np.ndarray]
     rows: dict[str, tuple[np.ndarray, np.ndarray]]  # array -> (wiped slots, their entries)
-    qinv: np.ndarray
-    qinv_obj: np.ndarray  # the array itself: the health monitor knows it by identity
+    qinv_obj: np.ndarray  # the inverse itself (never written into; see the module docs)
     ac: np.ndarray
     slot_of_col: np.ndarray
     free_slots: list[int]
@@ -94,15 +104,14 @@ def checkpoint(ss: SlotState, wiped: Iterable[int] = (), *, light: bool = False)
     only those are kept, and the restore clears the filled slots."""
     scalars = _READ_SCALARS(vars(ss))
     if ss.dim is None:  # nothing allocated yet: the restore only resets the scalars
-        return Checkpoint(scalars, {}, {}, ss.Qinv, ss.Qinv, ss.ac, ss.slot_of_col, [])
+        return Checkpoint(scalars, {}, {}, ss.Qinv, ss.ac, ss.slot_of_col, [])
     if light:
-        return Checkpoint(scalars, {}, {}, ss.Qinv, ss.Qinv, ss.ac, ss.slot_of_col,
+        return Checkpoint(scalars, {}, {}, ss.Qinv, ss.ac, ss.slot_of_col,
                           list(ss.free_slots), light=True)
     slots = np.fromiter(wiped, np.int64)
     rows = {name: (slots, getattr(ss, name)[slots]) for name in _ROWS} if len(slots) else {}
     return Checkpoint(scalars, {name: getattr(ss, name).copy() for name in _VECTORS}, rows,
-                      ss.Qinv.copy(), ss.Qinv, ss.ac.copy(), ss.slot_of_col.copy(),
-                      list(ss.free_slots))
+                      ss.Qinv, ss.ac.copy(), ss.slot_of_col.copy(), list(ss.free_slots))
 
 
 def restore(ss: SlotState, cp: Checkpoint) -> None:
@@ -130,7 +139,6 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
     for name, arr in cp.vectors.items():
         setattr(ss, name, arr)
     old_slot_id = ss.slot_id
-    cp.qinv_obj[...] = cp.qinv  # back in the same array (an in-place update may have run)
     ss.Qinv, ss.ac, ss.slot_of_col = cp.qinv_obj, cp.ac, cp.slot_of_col
     ss.free_slots = list(cp.free_slots)
     live = np.flatnonzero(old_slot_id >= 0)
@@ -143,6 +151,7 @@ def _reset_scratch(ss: SlotState) -> None:
     """Scratch back to empty; the Gram copy (kernel values, perhaps of a token the
     failed operation added) and the kept factor scrubbed first."""
     scrub(ss.kss)
+    scrub(ss.qwork)
     ss.drop_factor()
     for name, make in _SCRATCH.items():
         setattr(ss, name, make())
@@ -219,6 +228,8 @@ def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
     cp = checkpoint(ss, wiped, light=light)
     monitor = dict(vars(health))
     mark = None if log is None else log.mark()
+    stack = _open_checkpoints()
+    stack.append(cp)
     try:
         yield
     except BaseException as exc:
@@ -238,25 +249,39 @@ def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
         raise OperationError(
             f"{op} failed ({type(exc).__name__}: {exc}); the memory is unchanged") from exc
     else:
-        _scrub_after_success(ss, cp)
+        stack.pop()  # (an enclosing operation may yet restore the old inverse: it scrubs it)
+        _scrub_after_success(ss, cp, keep_inverse=any(outer.qinv_obj is cp.qinv_obj
+                                                      for outer in stack))
     finally:
+        if stack and stack[-1] is cp:
+            stack.pop()
         for _, entries in cp.rows.values():  # the wiped tokens' data: scrubbed either way
             scrub(entries)
 
 
-def _scrub_after_success(ss: SlotState, cp: Checkpoint) -> None:
+_THREAD = threading.local()
+
+
+def _open_checkpoints() -> list[Checkpoint]:
+    """The checkpoints of the operations running in this thread, outermost first."""
+    stack = getattr(_THREAD, "checkpoints", None)
+    if stack is None:
+        stack = _THREAD.checkpoints = []
+    return stack
+
+
+def _scrub_after_success(ss: SlotState, cp: Checkpoint, *, keep_inverse: bool = False) -> None:
     """The checkpoint of an operation that succeeded is dropped: its copies of the
     wiped slots' per-slot values (g and the error sum of a removed token are functions
-    of its key) and of the bordered inverse (a removed margin token's row and column)
-    go back to the allocator zeroed, as does the inverse the operation replaced."""
+    of its key) go back to the allocator zeroed, as does the inverse the operation
+    replaced (a removed margin token's row and column) unless ``keep_inverse``."""
     if not cp.vectors:  # a light checkpoint copies nothing; an empty state had nothing
         return
     slots = next(iter(cp.rows.values()))[0] if cp.rows else None
     if slots is not None:
         for arr in cp.vectors.values():
             arr[slots] = 0
-    scrub(cp.qinv)
-    if cp.qinv_obj is not ss.Qinv:
+    if cp.qinv_obj is not ss.Qinv and not keep_inverse:
         scrub(cp.qinv_obj)
 
 

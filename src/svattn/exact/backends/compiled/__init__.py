@@ -164,7 +164,8 @@ def count_states(ss: SlotState) -> tuple[int, int, int]:
 
 
 def support_slots_by_id(ss: SlotState) -> np.ndarray:
-    """:func:`svattn.exact.backends.reference.support_slots_by_id`, compiled (not in compile_kernels.compile_all)."""
+    """:func:`svattn.exact.backends.reference.support_slots_by_id`, compiled (not among
+    the kernels :func:`svattn.exact.compile_kernels.compile_all` compiles)."""
     if ss.warm:
         return reference.support_slots_by_id(ss)
     return checks.support_slots_by_id(ss.alpha, ss.slot_id, ss.hi)
@@ -279,7 +280,8 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     sup_ids = np.empty(ss.ccap, dtype=np.int64)
     sup_values = np.empty(ss.ccap + 1)
     kss = ss.gram_buffer()
-    qb = np.empty((ss.ccap + 1, ss.ccap + 1))  # the compiled call zeroes what it used
+    kept = ss.current_margin_gram() is not None  # K_SS as the last operation left it
+    qb, qb_kept = ss.bordered_buffer()  # the compiled call zeroes what it used outside
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv = segments.remove_segments(
@@ -288,15 +290,18 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb)
+            FACTOR_KEPT_FROM, qb, kept, qb_kept)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # the work copy of the inverse still held c's row and column
+        ss.qwork_for, ss.qwork_n = None, 0
+        ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
     jumped = int(out[codes.SEG_JUMPED])
     ss.n_jumps += jumped > 0
     ss.n_jump_fallbacks += jumped < 0
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
+    ss.kept_bordered_copy(ss.nS)  # (its block is Qinv's values, zeros elsewhere)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
     _error_sum_synced(ss, int(out[codes.SEG_SYNC]))
     ss.esum_updates += int(out[codes.SEG_ESUM_UPDATES])

@@ -162,37 +162,46 @@ def solve_margin(KC, Qinv, soc, cos, state, diag, alpha, ac, esum, nS, chi, C, K
 @njit(cache=True, fastmath=VEC)
 def bordered_health(Qinv, KSS, nS):
     """``(cond1, inverse residual)`` of ``Qinv`` given the margin Gram block
-    ``KSS`` (see HealthMonitor.measure)."""
+    ``KSS`` (see HealthMonitor.measure), in one pass over each block along its rows:
+    the 1-norms' column sums go into one accumulator per column (each column's sum in
+    row order, the order of a column-by-column loop: the same bits), beside the probe's
+    products ``Qinv v`` and ``K_SS w``. Column by column, every read of the C-ordered
+    blocks was a cache miss, and four passes read them (2 ms at 781 margin tokens; now
+    two passes, 0.3 ms)."""
     m = nS + 1
-    colmax = 0.0
-    for j in range(nS):
-        acc = 0.0
-        for i in range(nS):
-            acc += abs(KSS[i, j])
-        colmax = max(colmax, acc)
-    norm_q = max(float(nS), 1.0 + 2.0 * colmax)
-    norm_qinv = 0.0
-    for j in range(m):
-        acc = 0.0
-        for i in range(m):
-            acc += abs(Qinv[i, j])
-        norm_qinv = max(norm_qinv, acc)
     v = np.empty(m)
     vmax = 0.0
     for i in range(m):
         v[i] = math.cos(0.7 * i) + 0.5
         vmax = max(vmax, abs(v[i]))
-    w = np.empty(m)
-    matvec_lead(Qinv, v, m, w, 1.0)
+    sums = np.zeros(m)
+    w = np.empty(m)  # Qinv v (matvec_lead's sums), beside Qinv's column sums
+    for i in range(m):
+        acc = 0.0
+        for j in range(m):
+            q = Qinv[i, j]
+            sums[j] += abs(q)
+            acc += q * v[j]
+        w[i] = acc
+    norm_qinv = 0.0
+    for j in range(m):
+        norm_qinv = max(norm_qinv, sums[j])
+        sums[j] = 0.0
     acc = 0.0
     for j in range(nS):
         acc += w[j + 1]
     rmax = abs(acc - v[0])
-    for i in range(nS):
+    for i in range(nS):  # Q w - v on the margin rows, beside K_SS's column sums
         r = w[0] - v[i + 1]
         for j in range(nS):
-            r += 2.0 * KSS[i, j] * w[j + 1]
+            k = KSS[i, j]
+            sums[j] += abs(k)
+            r += 2.0 * k * w[j + 1]
         rmax = max(rmax, abs(r))
+    colmax = 0.0
+    for j in range(nS):
+        colmax = max(colmax, sums[j])
+    norm_q = max(float(nS), 1.0 + 2.0 * colmax)
     return norm_q * norm_qinv, rmax / vmax
 
 

@@ -49,7 +49,6 @@ from svattn.exact.backends.compiled.columns import (
 )
 from svattn.exact.backends.compiled.linalg import (
     bordered_health,
-    gather_margin_gram_into,
     kss_append,
     kss_drop,
     positive_definite,
@@ -110,7 +109,10 @@ def t_expand(Qt, tord, KC, cos, diag, k, nT, scale):
 @njit(cache=True)
 def t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KTT):
     """``xt = [mu, alpha_T]`` on the tentative partition, with two steps of
-    iterative refinement against its Gram block (gathered into ``KTT``).
+    iterative refinement against its Gram block ``KTT[:nT, :nT]`` (kept by
+    :func:`try_jumps` through the steps' exits and entries: the values a gather
+    ``KC[tord[i], cos[tord[j]]]`` reads, without its scattered reads, 3 ms a step at
+    781 margin tokens).
 
     The error tokens' share of the right-hand side is the synced error sum
     plus the columns of tokens the tentative partition puts at C (``err_in``)
@@ -127,24 +129,21 @@ def t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE,
         for q in range(n_out):
             e -= KC[s, cos[err_out[q]]]
         rhs[i + 1] = diag[s] - 2.0 * C * e
-    for j in range(nT):  # column by column: the reads stay in one cache column
-        cj = cos[tord[j]]
-        for i in range(nT):
-            KTT[i, j] = KC[tord[i], cj]
     matvec_lead(Qt, rhs, m, xt, 1.0)
     refine(Qt, KTT, rhs, xt, nT)
 
 
 @njit(cache=True)
 def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi, C,
-               gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try):
+               gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try, KSS):
     """Active-set steps from the end point ``(x, g_end)`` of the current partition
     without ``c`` (see above). Returns ``(passes, nT, changes, chi)``: ``nT`` >= 1 when a step
     converged (tentative margin order ``tord[:nT]``, solution ``xt``, exact g
     ``g_try``, states ``tstate``), -1 when none did within ``max_jumps`` passes
     or one met a tie, a singular Q or a full cache. Only cache columns of
     entering reserve tokens are written to the memory (a column in a hole or
-    past ``chi``, never an eviction).
+    past ``chi``, never an eviction). ``KSS`` holds the current margin block: the
+    tentative Gram block starts as its copy.
     """
     ccap = KC.shape[1]
     room = tord.shape[0]
@@ -172,7 +171,10 @@ def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi
     leave = np.empty(room, dtype=np.int64)
     enter = np.empty(hi, dtype=np.int64)
     ac_try = np.empty(ccap)
-    KTT = np.empty((room, room))
+    KTT = np.empty((room, room))  # the tentative Gram block (tord's order)
+    for i in range(nS):
+        for j in range(nS):
+            KTT[i, j] = KSS[i, j]
     g_cur = g_end
     passes = 0
     changes = 0
@@ -214,6 +216,7 @@ def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi
             p = leave[q]
             s = tord[p]
             to_error = xt[p + 1] > C
+            kss_drop(KTT, p, nT)  # (t_contract's swap of p and the last position)
             nT = t_contract(Qt, tord, p, nT)
             if nT == 0:
                 return passes, -1, changes, chi
@@ -252,6 +255,11 @@ def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi
                                  hi, gamma, is_rbf)
             if not t_expand(Qt, tord, KC, cos, diag, s, nT, scale):
                 return passes, -1, changes, chi
+            cs = cos[s]
+            for j in range(nT + 1):
+                KTT[nT, j] = KC[s, cos[tord[j]]]
+            for i in range(nT):
+                KTT[i, nT] = KC[tord[i], cs]
             nT += 1
             tstate[s] = MARGIN
         t_solve(Qt, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt,
@@ -323,8 +331,9 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member, nS, chi,
                  hi, C, gamma, is_rbf, scale, c, tstate, tord, nT, xt, g_try, out, KSS):
     """Apply a converged active-set step to the memory: margin exits and entries
-    through the helpers the path uses (in that order), then the step's alpha,
-    mu and exact g. Returns ``(status, nS, chi, mu)``."""
+    through the helpers the path uses (in that order), with the margin Gram block
+    ``KSS`` (current on entry) following them, then the step's alpha, mu and exact g.
+    Returns ``(status, nS, chi, mu)``."""
     n_leave = 0
     leavers = np.empty(nS, dtype=np.int64)
     for j in range(nS):
@@ -333,8 +342,10 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
             n_leave += 1
     for q in range(n_leave):
         who = leavers[q]
+        p, n_was = cos[who], nS
         nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
                                   tstate[who] == ERROR, nS, chi, hi, C, out)
+        kss_drop(KSS, p, n_was)  # (the moves a gather would read)
     for i in range(nT):
         who = tord[i]
         if state[who] == MARGIN:
@@ -343,6 +354,8 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
                                  member, who, nS, chi, hi, gamma, is_rbf, scale, out)
         if not ok:
             return NEED_RESOLVE, nS, chi, xt[0]
+        kss_append(KSS, KC, soc, nS)
+        out[SEG_GRAM] = max(out[SEG_GRAM], nS + 1)
         nS += 1
     for i in range(nT):
         alpha[tord[i]] = xt[i + 1]
@@ -353,8 +366,6 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
     for i in range(hi):
         g[i] = g_try[i]
     mu = xt[0]
-    gather_margin_gram_into(KC, soc, nS, KSS)  # the certificate's K_SS, in margin order
-    out[SEG_GRAM] = max(out[SEG_GRAM], nS)
     return DONE, nS, chi, mu
 
 
@@ -362,7 +373,7 @@ def commit_jump(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qb, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb):
+                    KSS, pd_defer, Qb, kss_in, qb_in):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -388,6 +399,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
     ``Qb`` ((ccap + 1)², the caller's, which zeroes it if this call raises) is the
     work copy of the bordered inverse; its used block is zeroed before returning.
+    ``kss_in``: ``KSS`` holds the margin block already (the previous operation's,
+    :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the first segment
+    gathers it. ``qb_in``: ``Qb``'s leading block is ``Qinv`` already (the last
+    removal's result); on return it is the inverse returned, every other entry zero.
     Returns
     ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
@@ -403,16 +418,20 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     converged one is applied (:func:`commit_jump`) and is the result.
     """
     ccap = KC.shape[1]
-    bordered_into(Qinv, nS, Qb)
+    if not qb_in:
+        bordered_into(Qinv, nS, Qb)
     qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
+    kss_ok = kss_in and nS > 0  # KSS holds the current margin block (kept across events)
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
+        if kss_ok:
+            kss_drop(KSS, contract_col, nS)
         nS = contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
+        kss_ok = kss_ok and nS > 0
     x = np.empty(ccap + 1)
     out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE
-    kss_ok = False  # KSS holds the current margin block (kept across this call's events)
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
                 or not free_column_available(soc, state, nS, chi, ccap)):
@@ -488,7 +507,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             g_try = np.empty(hi)
             passes, nT, changes, chi = try_jumps(
                 KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi, C,
-                gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try)
+                gamma, is_rbf, scale, c, x, g_end, max_jumps, tstate, tord, Qt, xt, g_try, KSS)
             g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             if nT > 0:
@@ -547,7 +566,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                               state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
                               sup_ids, sup_values, pd_defer)
     Qout = bordered_out(Qb, nS)
-    for i in range(qb_ext):  # the work copy held c's row and column: freed scrubbed
-        for j in range(qb_ext):
+    m = nS + 1 if nS else 0  # Qb keeps the inverse returned (the next removal's start)
+    for i in range(qb_ext):  # the rest held c's row and column: zeroed
+        for j in range(m if i < m else 0, qb_ext):
             Qb[i, j] = 0.0
     return status, nS, chi, mu, Qout
