@@ -262,12 +262,20 @@ def get_kernel(kernel: str | Kernel) -> Kernel:
         raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}") from None
 
 
-def check_kernel(kernel: str, *, compiled: bool = False) -> str:
+def check_kernel(kernel: str, *, compiled: bool = False, dot_form: bool = False) -> str:
     """Return ``kernel`` if it is a registered kernel name, else raise ``ValueError``;
-    with ``compiled``, also one the SV memory's backends have a variant of."""
+    with ``compiled``, also one the SV memory's backends have a variant of; with
+    ``dot_form``, also one of the dot form (what the torch layers run)."""
     if not isinstance(kernel, str):
         raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}")
     k = get_kernel(kernel)
+    if dot_form:
+        try:
+            k.dot_form(1.0)
+        except NotImplementedError:
+            raise ValueError(
+                f"kernel {kernel!r} is not of the dot form (log k(x, y) = s·x·y − c‖x‖² − "
+                "c‖y‖², Kernel.dot_form), which the torch layers need") from None
     if compiled and not _has_variant(k):
         names = tuple(n for n, o in _REGISTRY.items() if _has_variant(o))
         why = ("compiled_flag is None" if k.compiled_flag is None else
