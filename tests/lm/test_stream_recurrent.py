@@ -136,6 +136,12 @@ def test_extend_refuses_tokens_outside_the_vocabulary_and_keeps_the_states(bad, 
         model.extend(states, bad)
     with pytest.raises(ValueError, match="token 300"):
         model.step(states, 300)
+    with pytest.raises(ValueError, match="token must be an int, got 1.0"):
+        model.step(states, 1.0)
+    assert [st.n for st in states] == [2, 2]
+    assert model.step(states, np.int64(3)).shape == (256,)  # a numpy integer is an int
+    states = model.init_state()
+    model.extend(states, torch.tensor([1, 2]))
     assert [st.n for st in states] == [2, 2]
 
 

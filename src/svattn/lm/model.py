@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -303,9 +304,9 @@ class CharLM(nn.Module):
     @torch.no_grad()
     def step(self, states: list, token: int, *, reads=None) -> torch.Tensor:
         """Read one token into ``states``; return the next-token logits ``[V]``."""
-        if isinstance(token, bool) or not isinstance(token, int):
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
             raise ValueError(f"token must be an int, got {token!r}")
-        idx = torch.tensor([token], dtype=torch.long)
+        idx = torch.tensor([int(token)], dtype=torch.long)
         return self.lm_head(self.extend(states, idx, reads=reads)[0])
 
     def forward(
