@@ -132,9 +132,10 @@ class SequenceMixer(nn.Module):
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have layout [m, D] with D = {self.d_model}, got {shape}")
-        want = next(self.parameters()).dtype
-        if x.dtype != want:
-            raise ValueError(f"x must have dtype {want} (the mixer's weights), got {x.dtype}")
+        weight = next(self.parameters(), None)
+        if weight is not None and x.dtype != weight.dtype:
+            raise ValueError(f"x must have dtype {weight.dtype} (the mixer's weights), got "
+                             f"{x.dtype}")
         if not isinstance(state, MixerState):
             raise ValueError(f"state must be a MixerState from init_state, got "
                              f"{type(state).__name__}")
