@@ -53,8 +53,7 @@ MOVED = {"state": "core.state", "states": "core.kktsets", "results": "core.error
              "batch", "health", "ingest", "rollback", "solver", "validation")},
          **{m: f"records.{m}" for m in (
              "audit", "certificate", "fileformat", "receipts", "signing")},
-         **{m: f"auditor.{m}" for m in ("logcheck", "persist", "recovery", "verify")},
-         "warmup": "compile_kernels"}
+         **{m: f"auditor.{m}" for m in ("logcheck", "persist", "recovery", "verify")}}
 
 
 class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -74,6 +73,9 @@ class _MovedModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module) -> None:
         pass
+
+    def get_code(self, fullname):  # ``python -m`` an old name: "No code object available"
+        return None
 
 
 if not any(isinstance(f, _MovedModules) for f in sys.meta_path):
