@@ -188,6 +188,14 @@ def test_every_module_of_the_exact_core_has_a_layer():
     assert not (bad := _unlayered(contracts)), f"modules in no layer contract: {bad}"
 
 
+def test_every_module_of_the_model_and_the_mixers_has_a_layer():
+    # issue #38 split the stream (stream, stream_folder) and the mixers' inference state
+    # (state, hybrid_state) into modules: their order is declared like the exact core's
+    contracts = _layer_contracts()
+    assert {"svattn.lm", "svattn.mixers"} <= set(contracts)
+    assert not (bad := _unlayered(contracts)), f"modules in no layer contract: {bad}"
+
+
 def test_the_layer_check_sees_a_module_without_a_layer():
     probes = [SRC / "exact" / "_probe_not_a_module.py",
               SRC / "exact" / "records" / "_probe_not_a_module.py"]

@@ -93,3 +93,27 @@ def test_documented_torch_spec_reaches_pip_as_words():
 
     assert f"pip install -q {spec}\n" in dry_run(f"TORCH_SPEC={spec}")
     assert re.search(r"pip install -q 'torch(==2\.13\.0|>=2\.1)'\n", dry_run())
+
+
+def test_dotted_names_in_the_docs_resolve():
+    """Every ``svattn.<module>[.<name>]`` the README and docs/*.md quote in backticks
+    imports and has that attribute (a module moved by a refactor leaves no stale name)."""
+    import importlib
+
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    stale = []
+    for page in pages:
+        for name in sorted(set(re.findall(r"`(svattn(?:\.[A-Za-z_]\w*)+)", page.read_text()))):
+            parts = name.split(".")
+            for i in range(len(parts), 0, -1):
+                try:
+                    obj = importlib.import_module(".".join(parts[:i]))
+                except ImportError:
+                    continue
+                for attr in parts[i:]:
+                    obj = getattr(obj, attr, None)
+                if obj is None:
+                    stale.append(f"{page.relative_to(root)}: {name}")
+                break
+    assert stale == []

@@ -183,3 +183,38 @@ def test_a_third_kernel_stops_at_the_memory_backends():
                 SVDDMemory(0.1, kernel=TOY.name, backend=backend)
         with pytest.raises(ValueError, match="no variant in the SV memory's backends"):
             SVDD(C=0.1, kernel=TOY.name).fit(_keys(7))
+
+
+class _DampedExp(ExpKernel):
+    """exp's class with other formulas: it inherits ``compiled_flag`` False, the flag of
+    exp's compiled variant, which computes exp's formulas, not these."""
+
+    name = "damped-exp-subclass"
+
+    def dot_form(self, gamma: float) -> tuple[float, float]:
+        return gamma, 0.25 * gamma
+
+
+class _ScaledRBF(RBFKernel):
+    """rbf's class (``compiled_flag`` True) with another bandwidth convention."""
+
+    name = "scaled-rbf-subclass"
+
+    def log_kernel(self, x, y, gamma):
+        return super().log_kernel(x, y, 2.0 * gamma)
+
+
+@pytest.mark.parametrize("kernel", [_DampedExp(), _ScaledRBF()], ids=lambda k: k.name)
+def test_a_subclass_of_a_builtin_does_not_borrow_its_compiled_variant(kernel):
+    """A registered kernel whose ``compiled_flag`` it merely inherits (a subclass of rbf
+    or exp with its own formulas) is refused by the memory's backends with its name,
+    not run with the formulas of the built-in kernel that the flag selects."""
+    with registered(kernel):
+        assert check_kernel(kernel.name) == kernel.name  # the oracle and torch take it
+        with pytest.raises(ValueError, match=f"kernel '{kernel.name}' has no variant"):
+            check_kernel(kernel.name, compiled=True)
+        for backend in ("compiled", "reference"):
+            with pytest.raises(ValueError, match="no variant in the SV memory's backends"):
+                SVDDMemory(0.1, kernel=kernel.name, gamma=0.4, backend=backend)
+        with pytest.raises(ValueError, match="no variant in the SV memory's backends"):
+            SVDD(C=0.1, kernel=kernel.name).fit(_keys(7))

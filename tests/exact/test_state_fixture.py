@@ -142,3 +142,31 @@ def test_a_format_2_memory_does_not_know_its_compaction_history(v2):
     assert mem.solver_state.n_compacted == -1
     cert = mem.remove(mem.partition()["margin"][0])
     assert cert.compacted == -1  # unknown: the certificate does not claim "never compacted"
+
+
+def test_pickles_of_the_flat_layout_load_and_continue():
+    """A memory and a fitted ``svattn.SVDD`` pickled by svattn at 0c63920 (the flat
+    layout: they name ``svattn.exact.state.SlotState``; ``scripts/make_pickle_fixture.py``)
+    unpickle with today's code and continue bit for bit as that code did."""
+    import pickle
+
+    fx = pickle.loads((DATA / "pickles_0c63920.pkl").read_bytes())
+    y = np.random.default_rng(1).normal(size=(5, 3))
+    for backend, blob in fx["memories"].items():
+        assert b"svattn.exact.state" in blob  # the module this layout moved
+        mem = pickle.loads(blob)
+        assert mem.backend == backend
+        mem.extend(y, y)
+        assert mem.remove(7).state_digest == fx["after"][backend]
+    est = pickle.loads(fx["svdd"])
+    assert est.decision_function(y).tolist() == fx["svdd_decision"]
+
+
+def test_a_module_of_the_flat_layout_is_the_moved_module_itself():
+    import importlib
+
+    from svattn.exact import MOVED
+
+    for old, new in MOVED.items():  # one object: its classes are today's, never a copy
+        assert importlib.import_module(f"svattn.exact.{old}") is importlib.import_module(
+            f"svattn.exact.{new}"), old

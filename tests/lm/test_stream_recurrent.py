@@ -121,3 +121,48 @@ def test_a_recurrent_stream_saves_and_loads(mixer, tmp_path):
     more = text_of(7, seed=3)
     assert torch.equal(t.feed(more), s.feed(more))
     assert torch.equal(t.layers[1].S, s.layers[1].S)
+
+
+@pytest.mark.parametrize("bad, words", [
+    (torch.tensor([1, 256]), r"idx: token 256 at offset 1 is outside .* vocabulary of 256"),
+    (torch.tensor([-1]), r"idx: token -1 at offset 0 is outside"),
+    (torch.tensor([1.0, 2.0]), r"idx must be a 1-D tensor of token ids .*integer"),
+])
+def test_extend_refuses_tokens_outside_the_vocabulary_and_keeps_the_states(bad, words):
+    model = exact_copy(make("softmax"))
+    states = model.init_state()
+    model.extend(states, torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=words):
+        model.extend(states, bad)
+    with pytest.raises(ValueError, match="token 300"):
+        model.step(states, 300)
+    with pytest.raises(ValueError, match="token must be an int, got 1.0"):
+        model.step(states, 1.0)
+    assert [st.n for st in states] == [2, 2]
+    assert model.step(states, np.int64(3)).shape == (256,)  # a numpy integer is an int
+    states = model.init_state()
+    model.extend(states, torch.tensor([1, 2]))
+    assert [st.n for st in states] == [2, 2]
+
+
+def test_a_model_extend_that_fails_midway_leaves_every_layer_refusing_work():
+    """Layer 0 read the positions, layer 1 failed: no layer goes on alone."""
+    model = exact_copy(make("hybrid_sv"))
+    states = model.init_state()
+
+    class Failing:
+        def key_log_weights(self, n):
+            return None
+
+        def memory_readout(self, layer, head, queries):
+            if layer is states[1]:
+                raise RuntimeError("interrupted")
+            return layer.mems[head].readout(queries)
+
+    with pytest.raises(RuntimeError, match="interrupted"):
+        model.extend(states, torch.tensor(list(text_of(40))), reads=Failing())
+    for st in states:
+        with pytest.raises(RuntimeError, match="state is unusable"):
+            st.check_usable()
+    with pytest.raises(RuntimeError, match="state is unusable"):
+        model.extend(states, torch.tensor([1]))

@@ -145,3 +145,43 @@ def test_the_support_policy_streams_only_under_its_full_settings():
     with pytest.raises(ValueError, match="policy='full' only"):
         mix.init_state()
     assert mix.stream_settings(full_policy=True) == {"mode": "exact", "policy": "full"}
+
+
+class _FailingReads:
+    """A ``reads`` hook (the stream's way in) whose memory readout fails: an extend
+    interrupted after the state took the positions in (as a KeyboardInterrupt would)."""
+
+    def key_log_weights(self, n):
+        return None
+
+    def memory_readout(self, layer, head, queries):
+        raise RuntimeError("interrupted")
+
+
+def test_an_extend_that_fails_midway_leaves_a_state_that_refuses_work():
+    """The cache took the positions and a memory may have absorbed a chunk before the
+    failure: the state is not the one before, so it refuses every later extend and
+    rewind (as LMStream does) instead of going on with positions whose outputs were
+    never returned."""
+    mix = build("hybrid_sv")
+    x = torch.randn(12, 16, dtype=torch.float64, generator=torch.Generator().manual_seed(4))
+    state = mix.init_state()
+    mix.extend(state, x[:4])
+    with pytest.raises(RuntimeError, match="interrupted"):
+        mix.extend(state, x[4:8], reads=_FailingReads())
+    for again in (lambda: mix.extend(state, x[4:8]), lambda: mix.step(state, x[4]),
+                  lambda: state.rewind(0)):
+        with pytest.raises(RuntimeError, match="state is unusable: an extend failed midway "
+                                               r"\(RuntimeError: interrupted\)"):
+            again()
+
+
+@pytest.mark.parametrize("case", ["softmax", "hybrid_sv", "deltanet"])
+def test_extend_refuses_rows_of_another_dtype_and_keeps_the_state(case):
+    mix = build(case)  # float64
+    state = mix.init_state()
+    mix.extend(state, torch.randn(5, 16, dtype=torch.float64))
+    with pytest.raises(ValueError, match="x must have dtype torch.float64.*got torch.float32"):
+        mix.extend(state, torch.randn(3, 16))
+    assert state.n == 5
+    assert mix.extend(state, torch.randn(3, 16, dtype=torch.float64)).shape == (3, 16)

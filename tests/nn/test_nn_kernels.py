@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from kernel_helpers import TOY, registered
-from svattn.exact.core.kernels import biased_softmax_readout, get_kernel, gram_matrix, log_kernel
+from svattn.exact.core.kernels import (
+    Kernel,
+    biased_softmax_readout,
+    get_kernel,
+    gram_matrix,
+    log_kernel,
+)
 from svattn.exact.oracle import partition, solve_svdd
 from svattn.nn import sv_attention_state
 from svattn.nn.batched import kernel_problem, scaled_kernel_matrix, solve_partition
@@ -176,3 +182,37 @@ def test_a_third_kernel_trains_on_the_batched_path_like_the_oracle():
                               torch.zeros(H, dtype=torch.float64), TOY.name, g)
     torch.testing.assert_close(sk, torch.from_numpy(np.stack(
         [gram_matrix(k[0, h].numpy(), TOY.name, g) for h in range(H)])), rtol=1e-12, atol=0)
+
+
+class _L1Kernel(Kernel):
+    """``k(x, y) = exp(−gamma‖x − y‖₁)``: a kernel not of the dot form (the core's
+    formulas only), which the torch layers' fast paths cannot run."""
+
+    name = "l1-not-dot-form"
+
+    def default_gamma(self, dim: int) -> float:
+        return 1.0 / dim
+
+    def log_kernel(self, x, y, gamma):
+        return -gamma * np.abs(x[:, None, :] - y[None, :, :]).sum(-1)
+
+
+def test_the_torch_layers_refuse_a_kernel_not_of_the_dot_form_when_built():
+    """Refused with its name where the parameters are checked (the layers' constructors,
+    the functions' first lines), not as a NotImplementedError inside a forward; an
+    unknown name is refused by the hybrid mixer's constructor too."""
+    from svattn.mixers import HybridSVAttention
+    from svattn.nn import SVAttention, sv_attention
+
+    q = torch.randn(1, 1, 6, 3, dtype=torch.float64)
+    alpha = torch.full((1, 1, 6), 1 / 6, dtype=torch.float64)
+    with registered(_L1Kernel()) as l1:
+        builds = [lambda: SVAttention(8, 2, C=0.5, kernel=l1.name),
+                  lambda: HybridSVAttention(8, 2, chunk=4, C=0.5, kernel=l1.name),
+                  lambda: sv_attention(q, q, q, C=0.5, kernel=l1.name),
+                  lambda: sv_readout(q, q, q, alpha, kernel=l1.name)]
+        for build in builds:
+            with pytest.raises(ValueError, match=f"kernel '{l1.name}' is not of the dot form"):
+                build()
+    with pytest.raises(ValueError, match=r"kernel must be one of \('rbf', 'exp'"):
+        HybridSVAttention(8, 2, chunk=4, C=0.5, kernel="foo")

@@ -8,6 +8,10 @@
 * :mod:`svattn.lm.train` — training of the language model (bf16 autocast, checkpoints
   with resume, DDP under ``torchrun``, ``--set`` overrides) and bits-per-character
   evaluation.
+* :mod:`svattn.lm.stream` — :class:`~svattn.lm.stream.LMStream` (``CharLM.stream()``):
+  feed, generate and forget on the model's own step (``CharLM.extend``); its folder
+  format, lock and load checks in :mod:`svattn.lm.stream_folder`, its receipts and
+  their verification in :mod:`svattn.lm.forget`.
 """
 
 from svattn.lm.configs import PRESETS, matched_sliding, mixer_config, preset

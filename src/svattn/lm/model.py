@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import numbers
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -263,9 +264,17 @@ class CharLM(nn.Module):
         (:meth:`~svattn.mixers.SequenceMixer.extend`; ``reads`` goes to it). Dropout is
         not applied (inference). :class:`~svattn.lm.stream.LMStream` is built on it.
         """
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 1:
-            shape = tuple(idx.shape) if isinstance(idx, torch.Tensor) else type(idx).__name__
-            raise ValueError(f"idx must be a 1-D tensor of token ids [m], got {shape}")
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 1 or idx.is_floating_point() \
+                or idx.is_complex() or idx.dtype == torch.bool:
+            what = (f"shape {tuple(idx.shape)} and dtype {idx.dtype}"
+                    if isinstance(idx, torch.Tensor) else type(idx).__name__)
+            raise ValueError(f"idx must be a 1-D tensor of token ids [m] (integer), got {what}")
+        V = self.cfg.vocab_size
+        out = ((idx < 0) | (idx >= V)).nonzero()
+        if len(out):
+            i = int(out[0, 0])
+            raise ValueError(f"idx: token {int(idx[i])} at offset {i} is outside this model's "
+                             f"vocabulary of {V} tokens (0..{V - 1})")
         if len(states) != len(self.blocks):
             raise ValueError(f"states holds {len(states)} layers, the model has "
                              f"{len(self.blocks)} (use init_state)")
@@ -276,18 +285,28 @@ class CharLM(nn.Module):
         if self.wpe is not None and t0 + len(idx) > self.cfg.block_size:
             raise ValueError(f"position {t0 + len(idx) - 1} is past block_size = "
                              f"{self.cfg.block_size} (learned positions)")
+        for st in states:
+            st.check_usable()
         x = self.wte(idx)  # (m, D)
         if self.wpe is not None:
             x = x + self.wpe(torch.arange(t0, t0 + len(idx)))
-        for block, st in zip(self.blocks, states, strict=True):
-            x = x + block.mix.extend(st, block.ln_1(x), reads=reads)
-            x = x + block.mlp(block.ln_2(x))
+        try:
+            for block, st in zip(self.blocks, states, strict=True):
+                x = x + block.mix.extend(st, block.ln_1(x), reads=reads)
+                x = x + block.mlp(block.ln_2(x))
+        except BaseException as exc:  # the layers before it read the positions: none goes on
+            for st in states:
+                st.broken = st.broken or (f"the model's extend failed midway "
+                                          f"({type(exc).__name__}: {exc})")
+            raise
         return self.ln_f(x)  # (m, D)
 
     @torch.no_grad()
     def step(self, states: list, token: int, *, reads=None) -> torch.Tensor:
         """Read one token into ``states``; return the next-token logits ``[V]``."""
-        idx = torch.tensor([token], dtype=torch.long)
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral):
+            raise ValueError(f"token must be an int, got {token!r}")
+        idx = torch.tensor([int(token)], dtype=torch.long)
         return self.lm_head(self.extend(states, idx, reads=reads)[0])
 
     def forward(

@@ -123,16 +123,29 @@ class SequenceMixer(nn.Module):
 
         ``reads``: an object whose methods replace how a mixer reads its state (the
         hybrid's ``key_log_weights`` and ``memory_readout``); None for the mixer's own.
+
+        Bad input is refused before the state changes. A failure after that (inside an
+        exact memory, a ``reads`` hook, an interrupt) leaves the state part-changed: it
+        is marked (``state.broken``) and refuses every later extend and rewind.
         """
         self._refuse_stream()
         if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[-1] != self.d_model:
             shape = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
             raise ValueError(f"x must have layout [m, D] with D = {self.d_model}, got {shape}")
+        weight = next(self.parameters(), None)
+        if weight is not None and x.dtype != weight.dtype:
+            raise ValueError(f"x must have dtype {weight.dtype} (the mixer's weights), got "
+                             f"{x.dtype}")
         if not isinstance(state, MixerState):
             raise ValueError(f"state must be a MixerState from init_state, got "
                              f"{type(state).__name__}")
-        with torch.no_grad():  # inference: the exact memories carry no gradient
-            return self.mix_extend(state, x, reads)
+        state.check_usable()
+        try:
+            with torch.no_grad():  # inference: the exact memories carry no gradient
+                return self.mix_extend(state, x, reads)
+        except BaseException as exc:
+            state.broken = f"an extend failed midway ({type(exc).__name__}: {exc})"
+            raise
 
     def step(self, state: MixerState, x: torch.Tensor, *, reads=None) -> torch.Tensor:
         """One position: ``x`` ``[D]`` → ``[D]`` (:meth:`extend` of one row)."""

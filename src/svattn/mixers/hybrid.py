@@ -55,6 +55,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from svattn.exact.core.conventions import warmup_threshold
+from svattn.exact.core.kernels import check_kernel
 from svattn.mixers.hybrid_state import HybridState, MemoryReads
 from svattn.mixers.softmax import SoftmaxAttention
 from svattn.mixers.state import attend_cached
@@ -304,6 +305,7 @@ class HybridSVAttention(SoftmaxAttention):
                 f"C = {C} is infeasible for chunk = {chunk}: the first boundary memory holds "
                 f"chunk keys and needs chunk·C >= 1, i.e. C >= {1.0 / chunk:.6g}"
             )
+        check_kernel(kernel, dot_form=True)
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if mode not in MODES:

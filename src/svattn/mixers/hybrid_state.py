@@ -74,6 +74,7 @@ class HybridState(KVCache):
         ``resume`` (more positions follow at once) they keep ``(a // L)·L``: what the
         next query, at position ``a``, reads (the same unless ``a`` ends a chunk, whose
         tokens are then not removed and re-added). The cache is truncated to ``a``."""
+        self.check_usable()
         L = self.chunk
         keep = (a // L) * L if resume else ((a - 1) // L) * L if a else 0
         old = max(keep, self.absorbed)

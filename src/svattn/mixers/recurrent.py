@@ -55,6 +55,7 @@ class RecurrentState(MixerState):
         return a if a == self.count else 0
 
     def rewind(self, a: int, *, resume: bool = False, layer: int = 0) -> list[dict]:
+        self.check_usable()
         if a != self.rewind_point(a):
             raise ValueError(f"a recurrent state cuts back to position 0 or keeps its "
                              f"{self.count} positions, not {a} (rewind_point)")

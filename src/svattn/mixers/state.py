@@ -70,6 +70,9 @@ class MixerState:
         chunk they grow by, the positions between snapshots of them (0: none) and the
         snapshots by boundary. Empty (or 0) here; :class:`~svattn.mixers.hybrid.HybridState`
         fills them.
+    broken : str or None
+        Why the state refuses work (:meth:`check_usable`): an extend that failed after it
+        began to change the state (``SequenceMixer.extend``); None while usable.
     """
 
     kind = ""
@@ -81,6 +84,13 @@ class MixerState:
         self.chunk = 0
         self.every = 0
         self.snaps: dict[int, list] = {}
+        self.broken: str | None = None
+
+    def check_usable(self) -> None:
+        """Raise ``RuntimeError`` if an interrupted extend left this state part-changed."""
+        if self.broken is not None:
+            raise RuntimeError(f"this {self.kind} state is unusable: {self.broken}; start "
+                               "from a fresh init_state")
 
     @property
     def n(self) -> int:  # pragma: no cover - abstract
@@ -165,6 +175,7 @@ class KVCache(MixerState):
                 rows.truncate(n)
 
     def rewind(self, a: int, *, resume: bool = False, layer: int = 0) -> list[dict]:
+        self.check_usable()
         self.truncate(a)
         return []
 

@@ -75,7 +75,7 @@ def check_params(C: object, kernel: object, mode: object, gamma: object) -> floa
     ValueError: kernel must be one of ('rbf', 'exp'), got 'foo'
     """
     C = _check_C(C)
-    check_kernel(kernel)
+    check_kernel(kernel, dot_form=True)
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if gamma is not None and (isinstance(gamma, bool) or not isinstance(gamma, (int, float))

@@ -69,7 +69,7 @@ def no_host_reads() -> Iterator[None]:
 
 def resolve_gamma(kernel: str, gamma: float | None, dim: int) -> float:
     """``gamma`` if given (must be > 0), else the kernel's default for head dim ``dim``."""
-    check_kernel(kernel)
+    check_kernel(kernel, dot_form=True)
     if gamma is None:
         return default_gamma(kernel, dim)
     gamma = float(gamma)

@@ -64,7 +64,9 @@ class Kernel:
     compiled_flag : bool or None
         The argument the backends' kernels take for it (their ``is_rbf``); ``None``:
         no variant in the SV memory's backends (:class:`~svattn.exact.SVDDMemory`
-        refuses the kernel; the oracle and the torch layers still take it).
+        refuses the kernel; the oracle and the torch layers still take it). A flag
+        selects formulas written for one class (True: :class:`RBFKernel`, False:
+        :class:`ExpKernel`); a subclass that inherits it is refused there too.
     unit_diagonal : bool
         ``k(x, x) = 1`` for every ``x`` (the core's unit of g is 1; the torch layers'
         diagonal is a constant, with no gradient).
@@ -218,6 +220,10 @@ class ExpKernel(Kernel):
 
 _REGISTRY: dict[str, Kernel] = {k.name: k for k in (RBFKernel(), ExpKernel())}
 
+# The class whose formulas each compiled variant computes: a flag is honoured for that
+# class only (a subclass inherits the flag, not the variant, once it changes a formula).
+_VARIANT_OF_FLAG: dict[bool, type] = {True: RBFKernel, False: ExpKernel}
+
 
 def register_kernel(kernel: Kernel) -> Kernel:
     """Make ``kernel`` known by its name to :func:`get_kernel` (and everything that
@@ -256,17 +262,35 @@ def get_kernel(kernel: str | Kernel) -> Kernel:
         raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}") from None
 
 
-def check_kernel(kernel: str, *, compiled: bool = False) -> str:
+def check_kernel(kernel: str, *, compiled: bool = False, dot_form: bool = False) -> str:
     """Return ``kernel`` if it is a registered kernel name, else raise ``ValueError``;
-    with ``compiled``, also one the SV memory's backends have a variant of."""
+    with ``compiled``, also one the SV memory's backends have a variant of; with
+    ``dot_form``, also one of the dot form (what the torch layers run)."""
     if not isinstance(kernel, str):
         raise ValueError(f"kernel must be one of {kernel_names()}, got {kernel!r}")
     k = get_kernel(kernel)
-    if compiled and k.compiled_flag is None:
-        names = tuple(n for n, o in _REGISTRY.items() if o.compiled_flag is not None)
+    if dot_form:
+        try:
+            k.dot_form(1.0)
+        except NotImplementedError:
+            raise ValueError(
+                f"kernel {kernel!r} is not of the dot form (log k(x, y) = s·x·y − c‖x‖² − "
+                "c‖y‖², Kernel.dot_form), which the torch layers need") from None
+    if compiled and not _has_variant(k):
+        names = tuple(n for n, o in _REGISTRY.items() if _has_variant(o))
+        why = ("compiled_flag is None" if k.compiled_flag is None else
+               f"its compiled_flag {k.compiled_flag!r} selects the variant of "
+               f"{_VARIANT_OF_FLAG.get(k.compiled_flag, Kernel).__name__}, which computes "
+               "that class's formulas")
         raise ValueError(f"kernel {kernel!r} has no variant in the SV memory's backends "
-                         f"(compiled_flag is None); the memory takes one of {names}")
+                         f"({why}); the memory takes one of {names}")
     return kernel
+
+
+def _has_variant(k: Kernel) -> bool:
+    """Whether the backends compute ``k``'s own formulas: its flag names a variant and
+    ``k`` is of the class that variant was written for."""
+    return k.compiled_flag is not None and type(k) is _VARIANT_OF_FLAG.get(k.compiled_flag)
 
 
 def default_gamma(kernel: str | Kernel, dim: int) -> float:

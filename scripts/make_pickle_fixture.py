@@ -1,0 +1,37 @@
+"""Pickles of a memory (both backends) and a fitted ``svattn.SVDD``, with what the
+code that pickled them computed next (a test fixture).
+
+Run it with the svattn whose pickles the fixture should freeze::
+
+    PYTHONPATH=<that checkout>/src python scripts/make_pickle_fixture.py \
+        tests/exact/data/pickles_0c63920.pkl
+
+``tests/exact/test_state_fixture.py`` unpickles them with today's code (the fixture
+was written at commit 0c63920, before issue #38 moved the modules the pickles name).
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+
+import numpy as np
+
+from svattn import SVDD
+from svattn.exact import SVDDMemory
+
+x = np.random.default_rng(0).normal(size=(30, 3))
+y = np.random.default_rng(1).normal(size=(5, 3))
+out = {"memories": {}, "after": {}}
+for be in ("compiled", "reference"):
+    m = SVDDMemory(0.2, "rbf", 0.5, backend=be)
+    m.extend(x, x)
+    m.remove(3)
+    out["memories"][be] = pickle.dumps(m)
+    m.extend(y, y)
+    out["after"][be] = m.remove(7).state_digest
+e = SVDD(nu=0.3).fit(x)
+out["svdd"] = pickle.dumps(e)
+out["svdd_decision"] = e.decision_function(y).tolist()
+with open(sys.argv[1], "wb") as fh:
+    pickle.dump(out, fh)
