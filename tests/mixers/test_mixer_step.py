@@ -185,3 +185,21 @@ def test_extend_refuses_rows_of_another_dtype_and_keeps_the_state(case):
         mix.extend(state, torch.randn(3, 16))
     assert state.n == 5
     assert mix.extend(state, torch.randn(3, 16, dtype=torch.float64)).shape == (3, 16)
+
+
+@pytest.mark.parametrize("case", ["deltanet", "linear"])
+def test_a_recurrent_state_is_updated_in_place_so_no_earlier_state_is_left_behind(case):
+    """The recurrent state after a span holds that span's contribution: each extend
+    writes the new state into the same tensors (a rewind zeroes them), so no earlier
+    state is left in a tensor the state let go of."""
+    mix = build(case)
+    state = mix.init_state()
+    held = [t.data_ptr() for t in state.arrays().values()]
+    torch.manual_seed(1)
+    for m in (3, 5, 1):
+        mix.extend(state, torch.randn(m, 16, dtype=torch.float64))
+        assert [t.data_ptr() for t in state.arrays().values()] == held
+    assert all(t.abs().sum() > 0 for t in state.arrays().values())
+    state.rewind(0)
+    assert [t.data_ptr() for t in state.arrays().values()] == held
+    assert all(t.abs().sum() == 0 for t in state.arrays().values())

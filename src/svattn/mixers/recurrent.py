@@ -126,7 +126,8 @@ class DeltaNetMixer(SequenceMixer):
         beta = torch.sigmoid(self.beta(x)).transpose(1, 2)  # (1, H, m)
         o, s = naive_recurrent_delta_rule(q, k, v, beta, initial_state=state.S[None],
                                           output_final_state=True)
-        state.S, state.count = s[0], state.count + x.shape[1]
+        state.S.copy_(s[0])  # in place: no earlier state stays in a released tensor
+        state.count += x.shape[1]
         return self.out(self.merge_heads(o))[0]  # (m, D)
 
 
@@ -183,5 +184,7 @@ class LinearAttentionMixer(SequenceMixer):
         o, (s, z) = naive_recurrent_linear_attn(
             q, k, v, initial_state=state.S[None], initial_normalizer=state.z[None],
             output_final_state=True)
-        state.S, state.z, state.count = s[0], z[0], state.count + x.shape[0]
+        state.S.copy_(s[0])  # in place: no earlier state stays in a released tensor
+        state.z.copy_(z[0])
+        state.count += x.shape[0]
         return self.out(self.merge_heads(o))[0]  # (m, D)
