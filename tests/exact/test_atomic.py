@@ -246,3 +246,55 @@ def test_no_operation_writes_into_the_inverse_its_checkpoint_holds(monkeypatch, 
     while len(mem) > 30:  # down through the warm-up threshold
         mem.remove(mem.ids[0])
     assert not held
+
+
+@pytest.mark.parametrize("op", ["remove_many", "erase", "add"])
+def test_faults_where_the_scratch_is_kept_leave_the_memory_unchanged(faults, monkeypatch, op):
+    """The sweep above runs below the kept factor's threshold (96 margin tokens); here
+    the Gram copy, the removal's work copy of the inverse and the kept factor are all
+    live when the operation starts, and their own methods fail too (#36 review)."""
+    from exact_helpers import check_scratch_between_operations
+    from svattn.exact.backends.compiled import linalg
+    from svattn.exact.core import gram
+
+    for name in ("release_margin_gram", "bordered_buffer", "kept_bordered_copy",
+                 "kept_margin_gram", "gram_buffer"):
+        monkeypatch.setattr(gram.MarginGramScratch, name,
+                            faults.wrap(getattr(gram.MarginGramScratch, name)))
+    monkeypatch.setattr(gram.KeptFactor, "trim", faults.wrap(gram.KeptFactor.trim))
+    monkeypatch.setattr(linalg, "chol_delete", faults.wrap(linalg.chol_delete))
+    rng = np.random.default_rng(5)
+    centers = rng.normal(size=(8, 3)) * 2
+    x = centers[rng.integers(0, 8, 620)] + rng.normal(size=(620, 3)) * 0.5
+    mem = SVDDMemory(1 / 18, "rbf", 1.0, tag_key=b"k" * 32)
+    mem.extend(x[:600], tags=[f"s{i % 50}" for i in range(600)])
+    for t in mem.partition()["margin"][:2]:
+        mem.remove(t)
+    ss = mem.solver_state
+    assert ss.nS >= 96 and ss.pd_factor is not None
+    assert ss.kss_for is ss.Qinv and ss.qwork_for is ss.Qinv
+
+    def run():
+        if op == "remove_many":
+            return mem.remove_many(mem.partition()["margin"][5:8] + mem.partition()["error"][:1])
+        if op == "erase":
+            return mem.erase("s7")
+        return mem.add(x[610] * 1.5)
+
+    k = 0
+    while True:
+        k += 1
+        before = snapshot(mem, None)
+        faults.calls, faults.fail_at = 0, k
+        try:
+            run()
+        except (OperationError, Injected):
+            pass
+        else:
+            break  # k passed the operation's last call: it succeeded
+        finally:
+            faults.fail_at = -1
+        assert_same(before, snapshot(mem, None))
+        check_scratch_between_operations(ss)
+    assert k > 5 and mem.kkt_residual() <= mem.tol
+    check_scratch_between_operations(ss)

@@ -277,3 +277,37 @@ def test_a_temporary_file_a_live_save_is_writing_is_left_alone(tmp_path):
     SVDDMemory.load(path)  # the lock is gone: now it is a leftover
     assert not live.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]  # no lock file
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_a_removed_tokens_kernel_row_is_zeroed_past_the_columns_in_use(backend):
+    # a row is scored against every column below chi, holes included (k(x, 0) there:
+    # a function of the key's norm); when chi later shrinks below such a hole, the
+    # removal's wipe must still zero it (found by the #36 review's residue scan:
+    # the compiled wipe zeroed columns below chi only)
+    from svattn.exact.core.kktsets import FREE
+
+    rng = np.random.default_rng(1)
+    centers = rng.normal(size=(6, 4)) * 3
+    X = centers[rng.integers(0, 6, 700)] + rng.normal(size=(700, 4)) * 0.5
+    mem = SVDDMemory(1 / 35, "rbf", 0.3, backend=backend)
+    mem.extend(X[:500])
+    ss = mem.solver_state
+    j, seen_hole = 500, 0
+    for step in range(16):
+        part = mem.partition()
+        m = part["margin"]
+        t = int(m[step % len(m)]) if step % 3 != 2 else int(rng.choice(mem.ids))
+        mem.remove_many([t] + [x for x in m[:3] if x != t])
+        free = np.flatnonzero(ss.state[: ss.hi] == FREE)
+        unowned = np.flatnonzero(ss.slot_of_col < 0)  # (an owned column is a live key's)
+        assert not ss.KC[np.ix_(free, unowned)].any(), f"a removed token's row survives ({step})"
+        mem.add(X[j])
+        j += 1
+        if step % 7 == 0:
+            mem.extend(X[j : j + 3])
+            j += 3
+        if step % 11 == 5:
+            mem.compact()
+        seen_hole += bool((ss.slot_of_col[: ss.chi] < 0).any())
+    assert seen_hole  # the stream does score rows against holes

@@ -237,8 +237,8 @@ def wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, memb
         X[slot, j] = 0.0
     for j in range(V.shape[1]):
         V[slot, j] = 0.0
-    for j in range(chi):  # columns past chi are free, and freed columns are zeroed
-        KC[slot, j] = 0.0
+    for j in range(KC.shape[1]):  # the whole row: a row is scored against holes below
+        KC[slot, j] = 0.0  # chi too (k(x, 0) there), which chi may since have dropped
     xn2[slot] = 0.0
     diag[slot] = 0.0
     alpha[slot] = 0.0

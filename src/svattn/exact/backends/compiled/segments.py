@@ -322,6 +322,8 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
     cond, res = bordered_health(Qb, KSS, nS)
     facts[FACT_COND] = cond
     facts[FACT_INV_RES] = res
+    # (c's whole kernel row zeroed, past chi too: numba caches this caller with the
+    # callee inlined, so a change to the wipe needs a change here to be recompiled)
     chi, _ = wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, c, chi, hi, True)
     return chi
