@@ -268,6 +268,54 @@ def _by_weight_notes(records: list[dict], label: str) -> list[str]:
     return out
 
 
+def _mqar_by_weight(records: list[dict], label: str) -> list[str]:
+    """MQAR hybrids read by weight: per (T, layer), the alpha mass the memory of the last
+    boundary puts on the key and value tokens against their share of the prefix (means
+    over cells and heads), and how many cells hold a role of negative mass.
+
+    The inspection reads the training solver's alpha (its iteration budget, float32),
+    not the exact optimum's: where a role's mass is negative some alpha left the box, and
+    the mass is then no measure of selection; the note says so.
+
+    Examples
+    --------
+    >>> lay = {"layer": 0, "gate": [0.5], "boundary": 8, "support_per_head": [4.0],
+    ...        "prefix_by_role": {"key": 2, "value": 2, "filler": 4},
+    ...        "alpha_by_role": {"key": [0.3], "value": [0.5], "filler": [0.2]}}
+    >>> rec = {"id": "c", "run": {"task": "mqar", "mixer": "hybrid_sv", "seq_len": 16,
+    ...        "seed": 0}, "accuracy": 0.5, "memory": [lay]}
+    >>> note = _mqar_by_weight([rec], "Grid")[0]
+    >>> "keys + values hold 0.800 of the alpha mass against 0.500" in note
+    True
+    >>> note.endswith("cells with a role of negative mass: 0 of 1.")
+    True
+    """
+    groups: dict[tuple[int, int], list[tuple[float, float, bool]]] = {}
+    for rec in records:
+        run = rec["run"]
+        if run["mixer"] != "hybrid_sv" or run["task"] != "mqar":
+            continue
+        for x in cell_measures(rec)["layers"]:
+            mass, share = x["mass_by_role"], x["share_by_role"]
+            kv = mass.get("key", 0.0) + mass.get("value", 0.0)
+            kv_share = share.get("key", 0.0) + share.get("value", 0.0)
+            negative = any(v < 0 for v in mass.values())
+            groups.setdefault((run["seq_len"], x["layer"]), []).append((kv, kv_share, negative))
+    if not groups:
+        return []
+    parts = [f"T = {T} layer {layer}: keys + values hold {np.mean([g[0] for g in rows]):.3f} "
+             f"of the alpha mass against {np.mean([g[1] for g in rows]):.3f} of the prefix "
+             f"({len(rows)} cells)" for (T, layer), rows in sorted(groups.items())]
+    neg = sum(g[2] for rows in groups.values() for g in rows)
+    total = sum(len(rows) for rows in groups.values())
+    return [f"{label}, MQAR by weight (the training solver's alpha at the last boundary): "
+            + "; ".join(parts) + f"; cells with a role of negative mass: {neg} of {total}."
+            + ("" if not neg else " Negative mass means some alpha left the box [0, C]: "
+               "the training solver's answer, not the exact optimum (which has none); there "
+               "the mass by role is no measure of selection, and an exact re-solve of those "
+               "memories would be one.")]
+
+
 def _selection_section(ctx: Context, sel: dict) -> tuple[list[Claim], str, list[str], str]:
     """The box grid (trained selective copy, C in {1/4, 1/8, 1/16}): per C the accuracy,
     support by count and by distinct key, the alpha mass on the data tokens against their
@@ -791,6 +839,7 @@ def run(ctx: Context) -> ExperimentResult:
     bar = claims[0]
     if bar.verdict != REPRODUCED and mq:
         notes.append("The MQAR bar is not met: " + bar.ours + ". " + _diagnosis(cells, kept))
+    notes.extend(_mqar_by_weight(records, "Grid"))
     if any(b is None or a < b for a, b in partial.values()):
         notes.append(f"Partial grid ({grid_text}): the collector reports whatever cells "
                      "exist; the verdicts cover those cells only.")
@@ -806,6 +855,7 @@ def run(ctx: Context) -> ExperimentResult:
         long_tables.append(long_table)
         notes.extend(long_notes)
         notes.extend(_by_weight_notes(long["records"], "Trained longer"))
+        notes.extend(_mqar_by_weight(long["records"], "Trained longer"))
         full = load_full_policy_results(ctx)
         if full is not None:
             full_table, full_notes = _full_policy_section(full, long)
