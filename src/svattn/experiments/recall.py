@@ -271,7 +271,7 @@ def _by_weight_notes(records: list[dict], label: str) -> list[str]:
 def _mqar_by_weight(records: list[dict], label: str) -> list[str]:
     """MQAR hybrids read by weight: per (T, layer), the alpha mass the memory of the last
     boundary puts on the key and value tokens against their share of the prefix (means
-    over cells and heads), and how many cells hold a role of negative mass.
+    over cells and heads), and in how many of a cell's layers a role's mass is negative.
 
     The inspection reads the training solver's alpha (its iteration budget, float32),
     not the exact optimum's: where a role's mass is negative some alpha left the box, and
@@ -287,7 +287,7 @@ def _mqar_by_weight(records: list[dict], label: str) -> list[str]:
     >>> note = _mqar_by_weight([rec], "Grid")[0]
     >>> "keys + values hold 0.800 of the alpha mass against 0.500" in note
     True
-    >>> note.endswith("cells with a role of negative mass: 0 of 1.")
+    >>> note.endswith("layers (cell × layer) with a role of negative mass: 0 of 1.")
     True
     """
     groups: dict[tuple[int, int], list[tuple[float, float, bool]]] = {}
@@ -309,7 +309,7 @@ def _mqar_by_weight(records: list[dict], label: str) -> list[str]:
     neg = sum(g[2] for rows in groups.values() for g in rows)
     total = sum(len(rows) for rows in groups.values())
     return [f"{label}, MQAR by weight (the training solver's alpha at the last boundary): "
-            + "; ".join(parts) + f"; cells with a role of negative mass: {neg} of {total}."
+            + "; ".join(parts) + f"; layers (cell × layer) with a role of negative mass: {neg} of {total}."
             + ("" if not neg else " Negative mass means some alpha left the box [0, C]: "
                "the training solver's answer, not the exact optimum (which has none); there "
                "the mass by role is no measure of selection, and an exact re-solve of those "
