@@ -309,7 +309,8 @@ def _mqar_by_weight(records: list[dict], label: str) -> list[str]:
     neg = sum(g[2] for rows in groups.values() for g in rows)
     total = sum(len(rows) for rows in groups.values())
     return [f"{label}, MQAR by weight (the training solver's alpha at the last boundary): "
-            + "; ".join(parts) + f"; layers (cell × layer) with a role of negative mass: {neg} of {total}."
+            + "; ".join(parts)
+            + f"; layers (cell × layer) with a role of negative mass: {neg} of {total}."
             + ("" if not neg else " Negative mass means some alpha left the box [0, C]: "
                "the training solver's answer, not the exact optimum (which has none); there "
                "the mass by role is no measure of selection, and an exact re-solve of those "
