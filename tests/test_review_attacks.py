@@ -528,14 +528,20 @@ def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
 # whole text). Readouts, logits, the content digest and every count are unchanged, so
 # verify_forget said VERIFIED over memories holding the forgotten span's key and value;
 # it now compares every token's key and value with the fresh stream's
-def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
+def _forgot_beside_whole():
+    """A stream of a text with a distinctive span [10, 14) and the same text streamed
+    with the span forgotten, with the forget's receipt: (whole, forgotten, receipt)."""
     model = tiny_model()
     text = text_of(10) + bytes(range(120, 124)) + text_of(26, seed=2)
     whole = model.stream()
     whole.feed(text)
     s = model.stream()
     s.feed(text)
-    receipt = s.forget(10, 14)
+    return whole, s, s.forget(10, 14)
+
+
+def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
+    whole, s, receipt = _forgot_beside_whole()
     assert verify_forget(s, receipt).status == "VERIFIED"
     for li in range(2):
         src = whole.layers[li].mems[0].solver_state
@@ -556,13 +562,7 @@ def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
 # arrays file) held the span; it now compares every cached row with the fresh stream's
 @pytest.mark.parametrize("name", ["k", "v", "kr"])
 def test_cached_rows_holding_a_forgotten_key_fail(name):
-    model = tiny_model()
-    text = text_of(10) + bytes(range(120, 124)) + text_of(26, seed=2)
-    whole = model.stream()
-    whole.feed(text)
-    s = model.stream()
-    s.feed(text)
-    receipt = s.forget(10, 14)
+    whole, s, receipt = _forgot_beside_whole()
     for li in range(2):
         getattr(s.layers[li], name).buf[0] = getattr(whole.layers[li], name).buf[11]
     v = verify_forget(s, receipt)
