@@ -14,7 +14,6 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends.protocol import Backend
-from svattn.exact.core.cache import refactorize
 from svattn.exact.core.kernels import kernel_diag
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.outcome import AddOutcome
@@ -22,13 +21,13 @@ from svattn.exact.core.state import NeedResolve, SlotState, scrub
 from svattn.exact.operations.batch import BatchSolution, KernelColumns, libsvm_solve
 from svattn.exact.operations.solver import (
     add_one,
-    canonical_mu,
     drop_solution,
     general_row,
     next_slots,
     polish,
     record_rows,
     resolve,
+    settle_solution,
     store,
 )
 
@@ -161,16 +160,8 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
         for s in live[order]:
             be.alloc_col(ss, int(s))
     ss.nS = len(margin)
-    ss.mu = sol.mu
-    if sol.Qinv is not None and np.array_equal(margin, sol.margin):
-        ss.Qinv = sol.Qinv
-    else:
-        refactorize(ss, count=False)
-    ss.sync_ac()
-    if not ss.nS:
-        canonical_mu(ss, be)
-    ss.g[: ss.hi] = be.g_exact(ss)
-    ss.g_valid = True
+    same = sol.Qinv is not None and np.array_equal(margin, sol.margin)
+    settle_solution(ss, be, sol.mu, sol.Qinv if same else None)
     ss.ops_since_exact_g = 0
     if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
         polish(ss, be)

@@ -590,13 +590,7 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
     for s in live[alpha >= ss.C]:
         ss.state[s] = ERROR
         be.alloc_col(ss, int(s))
-    ss.mu = sol.mu
-    refactorize(ss, count=False)
-    ss.sync_ac()
-    if not ss.nS:
-        canonical_mu(ss, be)
-    ss.g[: ss.hi] = be.g_exact(ss)
-    ss.g_valid = True
+    settle_solution(ss, be, sol.mu)
     if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
         try:
             polish(ss, be)
@@ -611,7 +605,25 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
                 f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
 
 
+def settle_solution(ss: SlotState, be: Backend, mu: float,
+                    Qinv: np.ndarray | None = None) -> None:
+    """After a whole solution's partition and cache columns are placed (a re-solve, a
+    batch install): its ``mu``, the bordered inverse (``Qinv`` when given, one on this
+    margin set; else refactorized), the cached alphas, the canonical ``mu`` of an empty
+    margin set, and an exact ``g``."""
+    ss.mu = mu
+    if Qinv is not None:
+        ss.Qinv = Qinv
+    else:
+        refactorize(ss, count=False)
+    ss.sync_ac()
+    if not ss.nS:
+        canonical_mu(ss, be)
+    ss.g[: ss.hi] = be.g_exact(ss)
+    ss.g_valid = True
+
+
 __all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "block_hashes",
            "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
            "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
-           "set_sizes", "standby_upkeep", "state_digest", "store", "wipe_slot"]
+           "set_sizes", "settle_solution", "standby_upkeep", "state_digest", "store", "wipe_slot"]
