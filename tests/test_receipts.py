@@ -360,9 +360,9 @@ def test_a_manifest_stripped_of_its_forget_log_is_refused(tmp_path):
     for edit in ({"forget_log": None}, {"forget_log": []}, {"forget_log": ["x"]}):
         bad = {**man, **edit}
         bad.pop("manifest_sha256", None)
-        from svattn.lm.stream import _manifest_sum
+        from svattn.lm.stream_folder import manifest_sum
 
-        bad["manifest_sha256"] = _manifest_sum(bad)
+        bad["manifest_sha256"] = manifest_sum(bad)
         man_path.write_text(json.dumps(bad))
         with pytest.raises(StreamStateError):
             LMStream.load(tmp_path / "st", tiny_model())

@@ -22,7 +22,8 @@ from svattn.exact.auditor.persist import save
 from svattn.exact.records.certificate import ErasureReceipt
 from svattn.lm import CharLM, CharLMConfig
 from svattn.lm.forget import ModelErasureReceipt, verify_forget
-from svattn.lm.stream import LMStream, StreamStateError, _write_manifest
+from svattn.lm.stream import LMStream, StreamStateError
+from svattn.lm.stream_folder import write_manifest
 from svattn.lm.train import RECALL_CELL, load_checkpoint_model
 
 HUGE = 10**400  # a JSON int no float holds
@@ -184,7 +185,7 @@ def test_a_manifest_without_its_digest_is_refused(forgot, tmp_path):
     shutil.copytree(folder, copy)
     man = json.loads((copy / "stream.json").read_text())
     man.pop("digest")
-    _write_manifest(copy, man)
+    write_manifest(copy, man)
     with pytest.raises(StreamStateError, match="digest"):
         LMStream.load(copy, model)
 
@@ -348,7 +349,7 @@ def test_an_edited_forget_log_entry_with_recomputed_sums_fails(forgot, tmp_path)
     man["forget_log"][-1]["fed_span"] = [10, 13]
     man["digest"] = chained_digest(man["forget_log"][-1]["state"],
                                    forget_entry_hash(man["forget_log"][-1]))
-    _write_manifest(copy, man)
+    write_manifest(copy, man)
     loaded = LMStream.load(copy, model)
     assert verify_forget(loaded, receipt).status == "FAILED"
 
@@ -396,7 +397,7 @@ def test_a_folder_holding_a_byte_outside_the_vocabulary_is_refused(forgot, tmp_p
     honest = LMStream.load(folder, model)
     honest._tokens[3] = 200
     man["digest"] = honest.digest()  # what the crafted state digests to
-    _write_manifest(copy, man)
+    write_manifest(copy, man)
     with pytest.raises(StreamStateError, match="vocabulary"):
         LMStream.load(copy, model)
 
@@ -413,7 +414,7 @@ def _swap_memory(folder: Path, copy: Path, stream: LMStream, fake: SVDDMemory) -
     fake.save(copy / entry["file"])
     entry["sha256"] = hashlib.sha256((copy / entry["file"]).read_bytes()).hexdigest()
     man["digest"] = stream.digest()  # the content digest counts tokens, not their data
-    _write_manifest(copy, man)
+    write_manifest(copy, man)
 
 
 def _fake_memory(mem: SVDDMemory, *, C: float, d: int) -> SVDDMemory:
@@ -592,7 +593,7 @@ def test_a_manifest_naming_files_elsewhere_is_refused(forgot, tmp_path, name):
     shutil.copytree(folder, copy)
     man = json.loads((copy / "stream.json").read_text())
     man["arrays"]["file"] = name
-    _write_manifest(copy, man)
+    write_manifest(copy, man)
     with pytest.raises(StreamStateError):
         LMStream.load(copy, model)
 
@@ -691,6 +692,6 @@ def test_a_manifest_with_an_edited_model_config_is_refused(forgot, tmp_path, edi
     shutil.copytree(folder, copy)
     man = json.loads((copy / "stream.json").read_text())
     man["model_config"][edit[0]] = edit[1]
-    _write_manifest(copy, man)
+    write_manifest(copy, man)
     with pytest.raises(StreamStateError, match="model_config"):
         LMStream.load(copy, model)

@@ -313,21 +313,21 @@ def test_an_edited_manifest_is_refused(saved, tmp_path, edit):
 
 def test_an_edited_manifest_with_its_checksum_recomputed_is_still_refused(saved, tmp_path):
     """The checksum is not a signature: the fed positions must still add up."""
-    from svattn.lm.stream import _manifest_sum
+    from svattn.lm.stream_folder import manifest_sum
 
     base, s, *_ = saved
     folder = tmp_path / "st"
     s.save(folder)
     man = json.loads((folder / "stream.json").read_text())
     man["n_fed"] += 3
-    man["manifest_sha256"] = _manifest_sum(man)
+    man["manifest_sha256"] = manifest_sum(man)
     (folder / "stream.json").write_text(json.dumps(man))
     with pytest.raises(StreamStateError, match="n_fed"):
         LMStream.load(folder, MODEL)
 
 
 def test_a_manifest_naming_files_outside_the_folder_is_refused(saved, tmp_path):
-    from svattn.lm.stream import _manifest_sum
+    from svattn.lm.stream_folder import manifest_sum
 
     base, s, *_ = saved
     folder = tmp_path / "st"
@@ -336,7 +336,7 @@ def test_a_manifest_naming_files_outside_the_folder_is_refused(saved, tmp_path):
     victim.write_bytes(b"keep me")
     man = json.loads((folder / "stream.json").read_text())
     man["superseded"] = ["../victim.safetensors"]
-    man["manifest_sha256"] = _manifest_sum(man)
+    man["manifest_sha256"] = manifest_sum(man)
     (folder / "stream.json").write_text(json.dumps(man))
     with pytest.raises(StreamStateError, match="superseded"):
         LMStream.load(folder, MODEL)

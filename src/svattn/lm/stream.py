@@ -70,7 +70,6 @@ from svattn.lm.stream_folder import (
     check_origin,
     files_of,
     load_memory,
-    manifest_sum,
     read_checked,
     read_manifest,
     recover,
@@ -678,8 +677,3 @@ class LMStream(MemoryReads):
             raise StreamStateError(f"{folder}: the loaded state's digest differs from the "
                                    "manifest's")
         return s
-
-
-# the folder's helpers under their earlier names (tests and tools import them from here)
-_manifest_sum = manifest_sum
-_write_manifest = write_manifest
