@@ -346,21 +346,11 @@ def _sq_dist(x: np.ndarray, y: np.ndarray) -> np.ndarray:  # pragma: no cover - 
 _WIDE = 32
 
 
-@njit(cache=True)
-def _sq_dist_wide(x: np.ndarray, yT: np.ndarray) -> np.ndarray:  # pragma: no cover
+def _sq_dist_wide(x: np.ndarray, yT: np.ndarray) -> np.ndarray:
     """:func:`_sq_dist` of ``x`` (m, d) and ``y`` given transposed (d, n), accumulated
     over k for all columns at once (the same additions per entry, in the same order)."""
-    m, d, n = x.shape[0], yT.shape[0], yT.shape[1]
-    out = np.empty((m, n))
-    acc = np.empty(n)
-    for i in range(m):
-        acc[:] = 0.0
-        for k in range(d):
-            xik = x[i, k]
-            for j in range(n):
-                t = xik - yT[k, j]
-                acc[j] += t * t
-        out[i, :] = acc
+    out = np.empty((x.shape[0], yT.shape[1]))
+    _sq_dist_wide_into(x, yT, out)
     return out
 
 
@@ -385,7 +375,7 @@ def sq_distances_t(x: np.ndarray, yT: np.ndarray, out: np.ndarray | None = None
 
 @njit(cache=True)
 def _sq_dist_wide_into(x: np.ndarray, yT: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover
-    """:func:`_sq_dist_wide` written into ``out`` (the same additions, in order)."""
+    """:func:`_sq_dist_wide` written into ``out`` (m, n)."""
     m, d, n = x.shape[0], yT.shape[0], yT.shape[1]
     for i in range(m):
         row = out[i]
