@@ -291,3 +291,51 @@ def test_a_numerical_failure_of_the_finish_takes_the_incremental_path(small_bloc
     assert mem.ingest_path == "incremental"
     monkeypatch.undo()
     assert_same_optimum(mem, incremental(1 / 20, 0.5, X))
+
+
+def test_permute_rows_is_the_fancy_index():
+    rng = np.random.default_rng(7)
+    for m, na in [(9, 9), (12, 5), (40, 31), (1, 1), (6, 0)]:
+        rows = rng.normal(size=(m + 3, 11))
+        pos = rng.permutation(m)[:na]
+        want = rows.copy()
+        want[:na] = rows[pos]
+        want[na:m] = 0.0
+        ingest.permute_rows(rows, pos, m)
+        assert np.array_equal(rows, want)
+
+
+def test_the_finish_columns_become_the_cache_as_a_copy_would_write_them(small_blocks,
+                                                                         monkeypatch):
+    """A fit hands the finish's kernel-column buffer to the memory (no second n×|S|
+    array): the cache, its column arrays and every later operation are those of the
+    path that copies the columns into a cache of its own."""
+    X = clustered(500, seed=8)
+    C = 1 / (0.08 * 500)
+    taken = SVDDMemory(C, "rbf", 0.4)
+    seen = []
+    real = ingest.adopt_columns
+    monkeypatch.setattr(ingest, "adopt_columns",
+                        lambda *a: seen.append(real(*a)) or seen[-1])
+    taken.extend(X)
+    assert seen == [True] and taken.ingest_path == "libsvm+exact"
+    monkeypatch.setattr(ingest, "adopt_columns", lambda *a: False)
+    copied = SVDDMemory(C, "rbf", 0.4)
+    copied.extend(X)
+    a, b = taken._s, copied._s
+    assert a.KC.flags.f_contiguous and a.KC.shape[0] == a.cap
+    assert a.chi == b.chi and a.nS == b.nS
+    w = min(a.ccap, b.ccap)
+    assert np.array_equal(a.KC[:, :w], b.KC[:, :w])
+    assert not a.KC[:, a.chi:].any() and not b.KC[:, b.chi:].any()
+    for name in ("XC", "slot_of_col", "ac"):
+        assert np.array_equal(getattr(a, name)[: a.chi], getattr(b, name)[: b.chi]), name
+    assert np.array_equal(a.col_of_slot, b.col_of_slot)
+    assert np.array_equal(a.Qinv, b.Qinv) and np.array_equal(a.g, b.g)
+    for t in taken.support_ids()[:4]:
+        taken.remove(t)
+        copied.remove(t)
+    taken.add(X[3] + 0.02)
+    copied.add(X[3] + 0.02)
+    assert taken.state_digest() == copied.state_digest()
+    assert np.array_equal(taken.alpha, copied.alpha)

@@ -267,6 +267,24 @@ class SlotState(MarginGramScratch):
             scrub(old)
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
+    def adopt_cols(self, KC: np.ndarray) -> None:
+        """Make ``KC`` the kernel cache where it holds no column (``chi = 0``): a Fortran-
+        ordered ``(cap, ccap)`` buffer whose leading columns the caller fills (the rest
+        zero), taken as it is — no second cache-sized array and no copy. The column
+        arrays follow its width; the old buffers are scrubbed."""
+        if self.chi:
+            raise RuntimeError("adopt_cols: the kernel cache holds columns (an internal error)")
+        if KC.ndim != 2 or KC.shape[0] != self.cap or not KC.flags.f_contiguous:
+            raise ValueError(f"adopt_cols: a Fortran-ordered ({self.cap}, ccap) buffer "
+                             f"expected, got shape {KC.shape}")
+        ccap = KC.shape[1]
+        for old in (self.KC, self.XC, self.ac):
+            scrub(old)
+        self.KC, self.ccap = KC, ccap
+        self.XC = np.zeros((ccap, self.X.shape[1]))
+        self.slot_of_col = np.full(ccap, -1, dtype=np.int64)
+        self.ac = np.zeros(ccap)
+
     def __getstate__(self) -> dict:
         """Pickle and deepcopy without the scratch (:mod:`svattn.exact.core.gram`: rebuilt
         on use)."""

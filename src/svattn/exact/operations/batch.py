@@ -266,6 +266,12 @@ class KernelColumns:
             self.m += len(new)
         return self.pos[idx]
 
+    def release(self) -> None:
+        """Hand the kept rows over (the caller owns them now): this holds none after."""
+        self.rows = np.zeros((1, len(self.X)))
+        self.pos.fill(-1)
+        self.m = 0
+
     def scrub(self) -> None:
         """Zero the kept columns and the transposed keys (rows past ``m`` were never
         written)."""
@@ -346,7 +352,7 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             alpha = np.zeros(n)
             alpha[E] = C
             alpha[S] = np.clip(aS, 0.0, C)
-            Qinv = bordered_inverse(Q)  # the memory keeps it
+            Qinv = bordered_inverse(Q, factor=solve.factor)  # the memory keeps it
             return BatchSolution(alpha, mu, S, E, np.flatnonzero(state == 0), Qinv)
         state[low] = 0
         state[high] = 2
@@ -380,19 +386,26 @@ def _margin_solver(Q: np.ndarray, *, check_finite: bool = False):
         out[1:] = u - mu * w
         return out
 
-    return solve
+    solve.factor = c[0]  # lower: A's Cholesky factor (the upper triangle is A's), for
+    return solve  # bordered_inverse
 
 
-def bordered_inverse(Q: np.ndarray) -> np.ndarray:
+def bordered_inverse(Q: np.ndarray, factor: np.ndarray | None = None) -> np.ndarray:
     """``Q⁻¹`` of ``Q = [[0, 1ᵀ], [1, A]]`` (``A`` positive definite) from ``A⁻¹`` by a
     Cholesky factor (``potrf`` + ``potri``: half the work of a general inverse):
     ``[[−1/s, wᵀ/s], [w/s, A⁻¹ − w wᵀ/s]]`` with ``w = A⁻¹ 1``, ``s = 1ᵀw``.
-    A general inverse where ``A`` has no Cholesky factor."""
+    ``factor``: ``A``'s lower Cholesky factor already computed (``potrf``'s, as
+    :func:`_margin_solver` keeps it; its upper triangle is not read): the same result
+    without a second factorization. A general inverse where ``A`` has no Cholesky
+    factor."""
     from scipy.linalg import lapack
 
     A = Q[1:, 1:]
     m = len(A)
-    L, info = lapack.dpotrf(A, lower=1, clean=1)
+    if factor is not None:
+        L, info = factor, 0
+    else:
+        L, info = lapack.dpotrf(A, lower=1, clean=1)
     if info == 0:
         Ai, info = lapack.dpotri(L, lower=1)
     if info != 0:
