@@ -305,29 +305,25 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     state = np.where(alpha0 >= C, 2, np.where(alpha0 <= 0.0, 0, 1)).astype(np.int8)
     seen: set[bytes] = set()
     diag = np.ones(n)
+    S = Q = factor = None  # the last solve's margin order, system and A's Cholesky factor
     for _ in range(max_iter):
         key = state.tobytes()
         if key in seen:
             return None
         seen.add(key)
-        S = np.flatnonzero(state == 1)
         E = np.flatnonzero(state == 2)
+        S, Q, factor = _margin_system(cols, state, S, Q, factor)
         if len(S) == 0:
             return None
         pS, pE = cols.ensure(S), cols.ensure(E)
         m = len(S)
-        Q = np.empty((m + 1, m + 1))
-        Q[0, 0] = 0.0
-        Q[0, 1:] = 1.0
-        Q[1:, 0] = 1.0
-        Q[1:, 1:] = cols.rows[np.ix_(pS, S)]
-        Q[1:, 1:] *= 2.0
         rhs = np.empty(m + 1)
         rhs[0] = 1.0 - C * len(E)
         rhs[1:] = diag[S] - 2.0 * C * cols.rows[np.ix_(pE, S)].sum(axis=0)
-        solve = _margin_solver(Q, check_finite=False)
+        solve = _margin_solver(Q, check_finite=False, factor=factor)
         if solve is None:
             return None
+        factor = solve.factor
         x = solve(rhs)
         for _ in range(2):  # iterative refinement
             x += solve(rhs - Q @ x)
@@ -352,7 +348,7 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             alpha = np.zeros(n)
             alpha[E] = C
             alpha[S] = np.clip(aS, 0.0, C)
-            Qinv = bordered_inverse(Q, factor=solve.factor)  # the memory keeps it
+            Qinv = bordered_inverse(Q, factor=factor)  # the memory keeps it
             return BatchSolution(alpha, mu, S, E, np.flatnonzero(state == 0), Qinv)
         state[low] = 0
         state[high] = 2
@@ -361,18 +357,78 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     return None
 
 
-def _margin_solver(Q: np.ndarray, *, check_finite: bool = False):
+# at most this share of new margin tokens is appended to the last factor (a block
+# row: m²k flops), more is a new factorization (m³/3)
+APPEND_SHARE = 0.25
+
+
+def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
+                   Q: np.ndarray | None, factor: np.ndarray | None):
+    """The margin order, bordered system ``Q = [[0, 1ᵀ], [1, 2 K_SS]]`` and (when it
+    could be kept) the lower Cholesky factor of ``2 K_SS`` for the margin set of
+    ``state``. Where the last solve's margin set (``S``, ``Q``, ``factor``) only
+    grew, by at most :data:`APPEND_SHARE` of it, the new tokens are appended in
+    index order: ``Q`` gets their rows and the factor a block row (``L21 = A21
+    L11⁻ᵀ``, ``L22`` the factor of ``A22 − L21 L21ᵀ``), no new factorization of the
+    whole; else the set in index order with no factor (the solver computes one)."""
+    from scipy.linalg import cholesky, solve_triangular
+
+    now = np.flatnonzero(state == 1)
+    if S is not None and factor is not None and len(S):
+        kept = state[S] == 1
+        new = np.setdiff1d(now, S, assume_unique=True)
+        if kept.all() and 0 < len(new) <= APPEND_SHARE * len(S):
+            m0, k = len(S), len(new)
+            S2 = np.concatenate([S, new])
+            Q2 = np.empty((m0 + k + 1, m0 + k + 1))
+            Q2[: m0 + 1, : m0 + 1] = Q
+            Q2[0, m0 + 1:] = 1.0
+            Q2[m0 + 1:, 0] = 1.0
+            block = cols.rows[np.ix_(cols.ensure(new), S2)]  # K[new, S2] (symmetric)
+            block *= 2.0
+            Q2[m0 + 1:, 1:] = block
+            Q2[1: m0 + 1, m0 + 1:] = block[:, :m0].T
+            try:
+                L21t = solve_triangular(factor[:m0, :m0], block[:, :m0].T, lower=True,
+                                        check_finite=False)
+                L22 = cholesky(block[:, m0:] - L21t.T @ L21t, lower=True,
+                               check_finite=False)
+            except np.linalg.LinAlgError:
+                return S2, Q2, None  # the solver's own factorization decides
+            L = np.zeros((m0 + k, m0 + k), order="F")
+            L[:m0, :m0] = np.tril(factor[:m0, :m0])
+            L[m0:, :m0] = L21t.T
+            L[m0:, m0:] = L22
+            return S2, Q2, L
+    pS = cols.ensure(now)
+    m = len(now)
+    Q2 = np.empty((m + 1, m + 1))
+    Q2[0, 0] = 0.0
+    Q2[0, 1:] = 1.0
+    Q2[1:, 0] = 1.0
+    Q2[1:, 1:] = cols.rows[np.ix_(pS, now)]
+    Q2[1:, 1:] *= 2.0
+    return now, Q2, None
+
+
+def _margin_solver(Q: np.ndarray, *, check_finite: bool = False,
+                   factor: np.ndarray | None = None):
     """A solver of the bordered system ``Q = [[0, 1ᵀ], [1, A]]`` with ``A = 2 K_SS``
     positive definite, by one Cholesky factor of ``A`` (a third of an LU's work) and
     the Schur complement of the border: ``x = [mu, a]`` with ``A a + mu 1 = r_S`` and
-    ``1ᵀa = r_0``. None when ``A`` has no Cholesky factor (not positive definite)."""
+    ``1ᵀa = r_0``. ``factor``: ``A``'s lower factor already computed (its upper
+    triangle is not read). None when ``A`` has no Cholesky factor (not positive
+    definite)."""
     from scipy.linalg import cho_factor, cho_solve
 
     A = Q[1:, 1:]
-    try:
-        c = cho_factor(A, lower=True, check_finite=check_finite)
-    except np.linalg.LinAlgError:
-        return None
+    if factor is not None:
+        c = (factor, True)
+    else:
+        try:
+            c = cho_factor(A, lower=True, check_finite=check_finite)
+        except np.linalg.LinAlgError:
+            return None
     w = cho_solve(c, np.ones(len(A)), check_finite=check_finite)
     sw = float(w.sum())
     if not sw > 0:
@@ -410,16 +466,25 @@ def bordered_inverse(Q: np.ndarray, factor: np.ndarray | None = None) -> np.ndar
         Ai, info = lapack.dpotri(L, lower=1)
     if info != 0:
         return np.linalg.inv(Q)
-    Ai = np.tril(Ai)
-    Ai += np.tril(Ai, -1).T
-    w = Ai.sum(axis=1)
-    s = float(w.sum())
     out = np.empty((m + 1, m + 1))
+    B = out[1:, 1:]
+    bs = 64  # A⁻¹ from its lower triangle and w wᵀ/s off it, a block of rows at a time
+    for j0 in range(0, m, bs):  # (no m×m temporary: each is a fresh array's first writes)
+        j1 = min(m, j0 + bs)
+        B[j0:j1, :j0] = Ai[j0:j1, :j0]
+        B[j0:j1, j1:] = Ai[j1:, j0:j1].T
+        D = Ai[j0:j1, j0:j1]
+        B[j0:j1, j0:j1] = np.tril(D) + np.tril(D, -1).T
+    Ai.fill(0.0)
+    w = B.sum(axis=1)
+    s = float(w.sum())
+    ws = w / s
     out[0, 0] = -1.0 / s
-    out[0, 1:] = w / s
-    out[1:, 0] = w / s
-    out[1:, 1:] = Ai
-    out[1:, 1:] -= np.outer(w, w / s)
+    out[0, 1:] = ws
+    out[1:, 0] = ws
+    for j0 in range(0, m, bs):
+        j1 = min(m, j0 + bs)
+        B[j0:j1] -= np.outer(w[j0:j1], ws)
     return out
 
 

@@ -147,6 +147,8 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     ss.alpha[live] = alpha
     ss.state[live] = RESERVE
     margin = np.flatnonzero((alpha > 0) & (alpha < ss.C))
+    if sol.Qinv is not None and np.array_equal(np.sort(sol.margin), margin):
+        margin = np.asarray(sol.margin)  # the order of the inverse's rows
     error = np.flatnonzero(alpha >= ss.C)
     ss.state[live[margin]] = MARGIN
     ss.state[live[error]] = ERROR
