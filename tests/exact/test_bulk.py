@@ -342,37 +342,48 @@ def test_the_finish_columns_become_the_cache_as_a_copy_would_write_them(small_bl
     assert np.array_equal(taken.alpha, copied.alpha)
 
 
-def test_a_grown_margin_set_appends_to_the_last_factor():
-    """The finish's next margin system where the set only grew: the new tokens
-    appended, the system the one assembled afresh in that order, and the appended
-    factor a Cholesky factor of it; a set that lost a token, or grew by more than
-    the share, is assembled afresh in index order with no factor."""
+def test_a_changed_margin_set_keeps_the_last_factor():
+    """The finish's next margin system where the set changed a little: the tokens
+    that left deleted, the new ones appended (in index order), the system the one
+    assembled afresh in that order, and the kept factor a Cholesky factor of it; a
+    set that changed by more than the share is assembled afresh in index order with
+    no factor."""
     from scipy.linalg import cholesky
 
     X = clustered(120, seed=15)
+    K = kernel_matrix(X, X, "rbf", 0.5)
+    np.fill_diagonal(K, 1.0)
     cols = KernelColumns(X, 0.5)
     state = np.zeros(120, dtype=np.int8)
     state[np.arange(0, 120, 3)] = 1  # 40 margin tokens
     S, Q, factor = _margin_system(cols, state, None, None, None)
     assert np.array_equal(S, np.arange(0, 120, 3)) and factor is None
     factor = cholesky(Q[1:, 1:], lower=True)
+    r = np.random.default_rng(2).normal(size=50)
+
+    def check(S2, Q2, L):
+        m = len(S2)
+        assert np.array_equal(Q2[1:, 1:], 2.0 * K[np.ix_(S2, S2)])
+        assert np.array_equal(Q2[0, 1:], np.ones(m)) and Q2[0, 0] == 0.0
+        T = np.tril(L)
+        assert np.abs(T @ T.T - Q2[1:, 1:]).max() <= 1e-12
+        assert np.abs(T - cholesky(Q2[1:, 1:], lower=True)).max() <= 1e-10
+        # the solver and the inverse on the kept factor
+        assert np.abs(Q2 @ _margin_solver(Q2, factor=L)(r[: m + 1]) - r[: m + 1]).max() <= 1e-9
+        assert np.abs(bordered_inverse(Q2, factor=L) @ Q2 - np.eye(m + 1)).max() <= 1e-8
+
     state[[4, 50, 7]] = 1  # three more: appended in index order
     S2, Q2, L = _margin_system(cols, state, S, Q, factor)
     assert np.array_equal(S2, np.concatenate([S, [4, 7, 50]]))
-    K = kernel_matrix(X, X, "rbf", 0.5)
-    np.fill_diagonal(K, 1.0)
-    assert np.array_equal(Q2[1:, 1:], 2.0 * K[np.ix_(S2, S2)])
-    assert np.array_equal(Q2[0, 1:], np.ones(43)) and Q2[0, 0] == 0.0
-    assert np.array_equal(L, np.tril(L))
-    assert np.abs(L @ L.T - Q2[1:, 1:]).max() <= 1e-12
-    assert np.abs(L - cholesky(Q2[1:, 1:], lower=True)).max() <= 1e-10
-    # the solver on the appended factor solves the system
-    r = np.random.default_rng(2).normal(size=44)
-    assert np.abs(Q2 @ _margin_solver(Q2, factor=L)(r) - r).max() <= 1e-9
-    state[0] = 0  # a token left: afresh
-    S3, Q3, L3 = _margin_system(cols, state, S2, Q2, L)
-    assert L3 is None and np.array_equal(S3, np.flatnonzero(state == 1))
-    state[0] = 1
-    state[1:40:3] = 1  # 13 more than 43 tokens' quarter: afresh
-    S4, _, L4 = _margin_system(cols, state, S2, Q2, L)
-    assert L4 is None and np.array_equal(S4, np.flatnonzero(state == 1))
+    check(S2, Q2, L)
+    state[[0, 51]] = 0  # two left: deleted (its order kept)
+    S3, Q3, L3 = _margin_system(cols, state, S2, Q2, L.copy())
+    assert np.array_equal(S3, [s for s in S2 if s not in (0, 51)])
+    check(S3, Q3, L3)
+    state[[9, 10, 11]] = [0, 1, 1]  # one left, two came: both
+    S4, Q4, L4 = _margin_system(cols, state, S3, Q3, L3.copy())
+    assert np.array_equal(S4, np.concatenate([[s for s in S3 if s != 9], [10, 11]]))
+    check(S4, Q4, L4)
+    state[1:60:3] = 1  # 17 more than 42 tokens' quarter: afresh
+    S5, _, L5 = _margin_system(cols, state, S4, Q4, L4)
+    assert L5 is None and np.array_equal(S5, np.flatnonzero(state == 1))

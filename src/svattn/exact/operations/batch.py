@@ -357,27 +357,44 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     return None
 
 
-# at most this share of new margin tokens is appended to the last factor (a block
-# row: m²k flops), more is a new factorization (m³/3)
+# at most this share of the last margin set may change for its factor to be kept: a
+# token that left is deleted from it (Givens rotations, m² flops), a new one appended
+# (a block row, m²k); more is a new factorization (m³/3)
 APPEND_SHARE = 0.25
 
 
 def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
                    Q: np.ndarray | None, factor: np.ndarray | None):
     """The margin order, bordered system ``Q = [[0, 1ᵀ], [1, 2 K_SS]]`` and (when it
-    could be kept) the lower Cholesky factor of ``2 K_SS`` for the margin set of
-    ``state``. Where the last solve's margin set (``S``, ``Q``, ``factor``) only
-    grew, by at most :data:`APPEND_SHARE` of it, the new tokens are appended in
-    index order: ``Q`` gets their rows and the factor a block row (``L21 = A21
-    L11⁻ᵀ``, ``L22`` the factor of ``A22 − L21 L21ᵀ``), no new factorization of the
-    whole; else the set in index order with no factor (the solver computes one)."""
+    could be kept) a lower Cholesky factor of ``2 K_SS`` for the margin set of
+    ``state``. Where the last solve's margin set (``S``, ``Q``, ``factor``) changed
+    by at most :data:`APPEND_SHARE` of it, its factor is kept: the tokens that left
+    are deleted from ``Q`` and from the factor (the compiled core's Givens delete),
+    the new ones appended in index order (``Q`` gets their rows, the factor a block
+    row: ``L21 = A21 L11⁻ᵀ``, ``L22`` the factor of ``A22 − L21 L21ᵀ``); else the set
+    in index order with no factor (the solver computes one). A factor is lower
+    triangular where read (its other triangle is not) and contiguous either way."""
     from scipy.linalg import cholesky, solve_triangular
+
+    from svattn.exact.backends.compiled.linalg import chol_delete
 
     now = np.flatnonzero(state == 1)
     if S is not None and factor is not None and len(S):
         kept = state[S] == 1
+        gone = np.flatnonzero(~kept)
         new = np.setdiff1d(now, S, assume_unique=True)
-        if kept.all() and 0 < len(new) <= APPEND_SHARE * len(S):
+        if 0 < len(gone) + len(new) <= APPEND_SHARE * len(S) and len(gone) < len(S):
+            if len(gone):
+                L = factor if factor.flags.c_contiguous else np.ascontiguousarray(factor)
+                n = len(S)
+                for p in gone[::-1].tolist():
+                    n = chol_delete(L, p, n)
+                factor = np.ascontiguousarray(L[:n, :n])
+                L.fill(0.0)  # kernel-derived values: the dropped buffer holds none
+                keep = np.concatenate([[0], 1 + np.flatnonzero(kept)])
+                S, Q = S[kept], Q[np.ix_(keep, keep)]
+            if len(new) == 0:
+                return S, Q, factor
             m0, k = len(S), len(new)
             S2 = np.concatenate([S, new])
             Q2 = np.empty((m0 + k + 1, m0 + k + 1))
@@ -389,14 +406,14 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
             Q2[m0 + 1:, 1:] = block
             Q2[1: m0 + 1, m0 + 1:] = block[:, :m0].T
             try:
-                L21t = solve_triangular(factor[:m0, :m0], block[:, :m0].T, lower=True,
+                L21t = solve_triangular(factor, block[:, :m0].T, lower=True,
                                         check_finite=False)
                 L22 = cholesky(block[:, m0:] - L21t.T @ L21t, lower=True,
                                check_finite=False)
             except np.linalg.LinAlgError:
                 return S2, Q2, None  # the solver's own factorization decides
             L = np.zeros((m0 + k, m0 + k), order="F")
-            L[:m0, :m0] = np.tril(factor[:m0, :m0])
+            L[:m0, :m0] = factor  # (its upper triangle, if any, is not read)
             L[m0:, :m0] = L21t.T
             L[m0:, m0:] = L22
             return S2, Q2, L
@@ -406,9 +423,22 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
     Q2[0, 0] = 0.0
     Q2[0, 1:] = 1.0
     Q2[1:, 0] = 1.0
-    Q2[1:, 1:] = cols.rows[np.ix_(pS, now)]
+    if m and pS[-1] - pS[0] == m - 1 and (np.diff(pS) == 1).all():  # rows in order (the
+        Q2[1:, 1:] = np.take(cols.rows[pS[0]: pS[-1] + 1], now, axis=1)  # first): ~2x faster
+    else:
+        Q2[1:, 1:] = cols.rows[np.ix_(pS, now)]
     Q2[1:, 1:] *= 2.0
     return now, Q2, None
+
+
+def _lapack_factor(L: np.ndarray) -> tuple[np.ndarray, bool]:
+    """A lower factor as LAPACK takes it without a copy: ``(L, True)`` in Fortran
+    order, ``(Lᵀ, False)`` (the upper factor, Fortran-ordered) in C order."""
+    if L.flags.f_contiguous:
+        return L, True
+    if L.flags.c_contiguous:
+        return L.T, False
+    return np.asfortranarray(L), True
 
 
 def _margin_solver(Q: np.ndarray, *, check_finite: bool = False,
@@ -423,7 +453,7 @@ def _margin_solver(Q: np.ndarray, *, check_finite: bool = False,
 
     A = Q[1:, 1:]
     if factor is not None:
-        c = (factor, True)
+        c = _lapack_factor(factor)
     else:
         try:
             c = cho_factor(A, lower=True, check_finite=check_finite)
@@ -442,8 +472,8 @@ def _margin_solver(Q: np.ndarray, *, check_finite: bool = False,
         out[1:] = u - mu * w
         return out
 
-    solve.factor = c[0]  # lower: A's Cholesky factor (the upper triangle is A's), for
-    return solve  # bordered_inverse
+    solve.factor = c[0] if c[1] else c[0].T  # lower (where read), for bordered_inverse
+    return solve
 
 
 def bordered_inverse(Q: np.ndarray, factor: np.ndarray | None = None) -> np.ndarray:
@@ -458,14 +488,17 @@ def bordered_inverse(Q: np.ndarray, factor: np.ndarray | None = None) -> np.ndar
 
     A = Q[1:, 1:]
     m = len(A)
+    lower = True
     if factor is not None:
-        L, info = factor, 0
+        (L, lower), info = _lapack_factor(factor), 0
     else:
         L, info = lapack.dpotrf(A, lower=1, clean=1)
     if info == 0:
-        Ai, info = lapack.dpotri(L, lower=1)
+        Ai, info = lapack.dpotri(L, lower=int(lower))
     if info != 0:
         return np.linalg.inv(Q)
+    if not lower:
+        Ai = Ai.T  # (the lower triangle valid, as below reads it)
     out = np.empty((m + 1, m + 1))
     B = out[1:, 1:]
     bs = 64  # A⁻¹ from its lower triangle and w wᵀ/s off it, a block of rows at a time
