@@ -13,6 +13,8 @@ spell of a shared machine falls on both sides:
 * ``partial_fit`` of one row (the put-backs, timed) against a refit on n + 1 rows
   (the same refits: n ± 1 rows cost the same);
 * ``decision_function`` of 2,000 probe rows, against ``OneClassSVM``'s;
+* memory: the solver state's bytes per token (its numpy buffers: keys, the support's
+  kernel columns, the bordered inverse; ``view.state_nbytes``);
 * exactness: after the forgets, the largest deviation of the decision function from
   a fresh ``SVDD(C=model.C_, gamma=model.gamma_).fit`` of the rows held, and of α.
 
@@ -101,7 +103,9 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
          "decision_2000_ms": 1e3 * dec_s, "ocsvm_decision_2000_ms": 1e3 * oc_dec_s,
          "fits": fits, "forgets": forgets, "refits": len(refit_s),
          "max_decision_dev_vs_fresh_fit": dev, "max_alpha_dev_vs_fresh_fit": alpha_dev,
-         "fresh_fit_path": fresh.fit_path_}
+         "fresh_fit_path": fresh.fit_path_,
+         # the solver state's numpy buffers (keys, kernel cache of the support, inverse)
+         "state_bytes_per_token": model.memory_.view.state_nbytes / len(model.memory_)}
     return r
 
 
@@ -134,8 +138,7 @@ def plot(rows: list[dict], path: Path) -> None:
         ax.set_title(title)
         ax.legend(fontsize=7)
         ax.grid(True, which="both", alpha=0.3)
-    fig.suptitle("d = 8, ν = 0.05, 20 clusters + 2 % uniform outliers (shared, loaded machine)",
-                 fontsize=9)
+    fig.suptitle("d = 8, ν = 0.05, 20 clusters + 2 % uniform outliers, one thread", fontsize=9)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
@@ -179,15 +182,15 @@ def main(argv: list[str] | None = None) -> int:
                     write_record(args.json, __file__, argv, {"rows": rows, "complete": False})
     print(f"\nd = 8, ν = {args.nu}, one BLAS thread; ratios from this run")
     print("| n | γ | margin | SVDD.fit ÷ OneClassSVM.fit | refit ÷ forget | refit ÷ "
-          "partial_fit | decision ms (OCSVM) | dev vs fresh fit |")
-    print("|---|---|---|---|---|---|---|---|")
+          "partial_fit | decision ms (OCSVM) | dev vs fresh fit | state B/token |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['n']} | {r['gamma']} | {r['margin']} | {r['fit_ratio']:.2f} "
               f"({r['svdd_fit_s']:.2f} / {r['ocsvm_fit_s']:.2f} s) | "
               f"{r['refit_over_forget']:.0f}× ({r['forget_median_ms']:.1f} ms) | "
               f"{r['refit_over_partial_fit']:.0f}× ({r['partial_fit_one_row_median_ms']:.1f} ms)"
               f" | {r['decision_2000_ms']:.1f} ({r['ocsvm_decision_2000_ms']:.1f}) | "
-              f"{r['max_decision_dev_vs_fresh_fit']:.1e} |")
+              f"{r['max_decision_dev_vs_fresh_fit']:.1e} | {r['state_bytes_per_token']:.0f} |")
     if args.json:
         write_record(args.json, __file__, argv, {"rows": rows, "complete": True})
     if args.plot:

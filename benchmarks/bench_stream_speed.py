@@ -156,6 +156,9 @@ def warm_up() -> None:
     floor_time(mem, rng.normal(size=D))
     removal_floor(mem)
     mem.readout(rng.normal(size=(2, D)))
+    # the batch path of a large block (libsvm's first import and use, the finish): an
+    # extend of n keys takes it, and no first use may fall inside its figure
+    SVDDMemory(0.01, gamma=1 / (10 * D)).extend(rng.normal(size=(1200, D)))
 
 
 def memory_before_adds(X: np.ndarray, n: int, adds: int, C: float, gamma: float
