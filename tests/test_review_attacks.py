@@ -133,6 +133,32 @@ def test_a_state_file_with_a_huge_int_parameter_is_refused(certificate, tmp_path
     assert "Traceback" not in capsys.readouterr().err
 
 
+# a state file's saved KKT residual may differ from the one recomputed on load by
+# rounding only (another numpy or BLAS sums the terms in another order): a claim off by
+# more — a hidden violation — is refused
+@pytest.mark.parametrize(("shift", "loads"), [(0.0, True), (5e-17, True), (-5e-17, True),
+                                              (1e-13, False), (-1e-9, False), (1e-3, False)])
+def test_a_saved_kkt_residual_off_by_more_than_rounding_is_refused(certificate, tmp_path,
+                                                                   shift, loads):
+    from safetensors.numpy import safe_open
+
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.fileformat import serialize
+
+    mem, _ = certificate
+    save(mem, tmp_path / "m.svdd")
+    with safe_open(str(tmp_path / "m.svdd"), "numpy") as fh:
+        meta = json.loads(fh.metadata()["svattn"])
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    meta["kkt_residual"] += shift
+    (tmp_path / "x.svdd").write_bytes(serialize(tensors, meta))
+    if loads:
+        assert load(tmp_path / "x.svdd").state_digest() == mem.state_digest()
+    else:
+        with pytest.raises(ValueError, match="recomputed on load differs"):
+            load(tmp_path / "x.svdd")
+
+
 # attack: the same huge int given to the constructors
 def test_huge_int_parameters_are_refused_by_the_constructors():
     from svattn import SVDD

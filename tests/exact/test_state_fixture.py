@@ -147,7 +147,10 @@ def test_a_format_2_memory_does_not_know_its_compaction_history(v2):
 def test_pickles_of_the_flat_layout_load_and_continue():
     """A memory and a fitted ``svattn.SVDD`` pickled by svattn at 0c63920 (the flat
     layout: they name ``svattn.exact.state.SlotState``; ``scripts/make_pickle_fixture.py``)
-    unpickle with today's code and continue bit for bit as that code did."""
+    unpickle with today's code and continue as that code did: the compiled backend bit
+    for bit, the reference backend and the estimator's scores to rounding (their numpy
+    products sum in the order of the installed numpy and BLAS: under another install the
+    same code's continuation differed in the last bits)."""
     import pickle
 
     fx = pickle.loads((DATA / "pickles_0c63920.pkl").read_bytes())
@@ -157,9 +160,16 @@ def test_pickles_of_the_flat_layout_load_and_continue():
         mem = pickle.loads(blob)
         assert mem.backend == backend
         mem.extend(y, y)
-        assert mem.remove(7).state_digest == fx["after"][backend]
+        digest = mem.remove(7).state_digest
+        want = fx["after_values"][backend]
+        assert mem.ids == want["ids"] and mem.partition() == want["partition"]
+        assert np.abs(mem.alpha - np.array(want["alpha"])).max() <= ROUNDING
+        assert abs(mem.mu - want["mu"]) <= ROUNDING
+        if backend == "compiled":
+            assert digest == fx["after"][backend]
     est = pickle.loads(fx["svdd"])
-    assert est.decision_function(y).tolist() == fx["svdd_decision"]
+    got = est.decision_function(y)
+    assert np.abs(got - np.array(fx["svdd_decision"])).max() <= ROUNDING * np.abs(got).max()
 
 
 def test_a_module_of_the_flat_layout_is_the_moved_module_itself():
