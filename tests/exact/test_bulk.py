@@ -17,9 +17,10 @@ import pytest
 from exact_helpers import gram, retrain, snapshot
 from svattn import SVDD
 from svattn.exact import SVDDMemory
+from svattn.exact.core import cache
 from svattn.exact.core.errors import OperationError
 from svattn.exact.core.kernels import kernel_matrix
-from svattn.exact.operations import ingest
+from svattn.exact.operations import ingest, solver
 from svattn.exact.operations.batch import (
     KernelColumns,
     _margin_solver,
@@ -302,7 +303,7 @@ def test_permute_rows_is_the_fancy_index():
         want = rows.copy()
         want[:na] = rows[pos]
         want[na:m] = 0.0
-        ingest.permute_rows(rows, pos, m)
+        cache.permute_rows(rows, pos, m)
         assert np.array_equal(rows, want)
 
 
@@ -315,12 +316,11 @@ def test_the_finish_columns_become_the_cache_as_a_copy_would_write_them(small_bl
     C = 1 / (0.08 * 500)
     taken = SVDDMemory(C, "rbf", 0.4)
     seen = []
-    real = ingest.adopt_columns
-    monkeypatch.setattr(ingest, "adopt_columns",
-                        lambda *a: seen.append(real(*a)) or seen[-1])
+    real = solver.adopt_rows
+    monkeypatch.setattr(solver, "adopt_rows", lambda *a: seen.append(real(*a)) or seen[-1])
     taken.extend(X)
     assert seen == [True] and taken.ingest_path == "libsvm+exact"
-    monkeypatch.setattr(ingest, "adopt_columns", lambda *a: False)
+    monkeypatch.setattr(solver, "adopt_rows", lambda *a: False)
     copied = SVDDMemory(C, "rbf", 0.4)
     copied.extend(X)
     a, b = taken._s, copied._s
@@ -387,3 +387,52 @@ def test_a_changed_margin_set_keeps_the_last_factor():
     state[1:60:3] = 1  # 17 more than 42 tokens' quarter: afresh
     S5, _, L5 = _margin_system(cols, state, S4, Q4, L4)
     assert L5 is None and np.array_equal(S5, np.flatnonzero(state == 1))
+
+
+def test_a_resolve_of_many_rbf_tokens_goes_by_columns_and_equals_the_gram_solve(monkeypatch):
+    """A re-solve (an operation's last resort) of at least RESOLVE_BY_COLUMNS_FROM rbf
+    tokens takes the batch path (O(n·|S ∪ E|), no n×n Gram matrix) and reaches the
+    optimum the Gram solve reaches; with a copy in the support it cannot certify and
+    the Gram solve, which merges copies, takes over."""
+    monkeypatch.setattr(solver, "RESOLVE_BY_COLUMNS_FROM", 200)
+    X = clustered(320, seed=21)
+    C = 1 / (0.1 * 320)
+
+    def built(columns: bool) -> SVDDMemory:
+        mem = SVDDMemory(C, "rbf", 0.4)
+        mem.extend(X)
+        support = mem.support_ids()[:3]
+        for t in support + [t for t in (5, 6, 8, 9) if t not in support][:2]:
+            mem.remove(t)  # (holes in the slot table)
+        taken = []
+        real = solver.resolve_by_columns
+        monkeypatch.setattr(solver, "resolve_by_columns",
+                            (lambda ss, be: taken.append(real(ss, be)) or taken[-1])
+                            if columns else (lambda ss, be: False))
+        solver.resolve(mem.solver_state, mem._be)
+        monkeypatch.setattr(solver, "resolve_by_columns", real)
+        assert taken == ([True] if columns else [])
+        return mem
+
+    fast, slow = built(True), built(False)
+    assert_same_optimum(fast, slow)
+    alpha, mu = retrain(fast)
+    assert np.abs(fast.alpha - alpha).max() <= 1e-12 and abs(fast.mu - mu) <= 1e-12
+    for mem in (fast, slow):  # and the memories go on alike
+        mem.remove(mem.support_ids()[0])
+        mem.add(X[7] + 0.05)
+    assert_same_optimum(fast, slow)
+    # a copy in the support: the columns path declines, the Gram solve merges it
+    mem = SVDDMemory(C, "rbf", 0.4)
+    mem.extend(X)
+    first = mem.ids.index(mem.support_ids()[0])
+    mem.add(mem.keys[first].copy())
+    ss = mem.solver_state
+    assert solver.resolve_by_columns(ss, mem._be) is False
+    solver.resolve(ss, mem._be)
+    assert mem.kkt_residual() <= mem.tol
+    alpha, _ = retrain(mem)  # (the oracle splits the copies' weight, the memory fills
+    got = mem.alpha  # the first: the same optimum)
+    pair = [first, len(got) - 1]
+    assert abs(got[pair].sum() - alpha[pair].sum()) <= 1e-9
+    assert np.abs(np.delete(got - alpha, pair)).max() <= 1e-9

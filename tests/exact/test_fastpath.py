@@ -16,6 +16,7 @@ import pytest
 
 from svattn.exact import SVDDMemory, fastpath
 from svattn.exact.backends import compiled, reference
+from svattn.exact.core import hashes
 from svattn.exact.core.kernels import LOG_MAX
 from svattn.exact.operations import solver
 from svattn.exact.operations.validation import check_rows, plain_row
@@ -180,7 +181,7 @@ def test_block_hashes_and_commitments_equal_the_per_token_functions():
     vs = rng.normal(size=(5, 2))
     tids = [7, 8, 9, 10, 2**40]
     for v in (None, vs):
-        ths, rhs = solver.block_hashes(tids, xs, v)
+        ths, rhs = hashes.block_hashes(tids, xs, v)
         for r, t in enumerate(tids):
             assert ths[r] == token_hash(t, xs[r], None if v is None else v[r])
             assert rhs[r] == row_hash(xs[r], np.zeros(0) if v is None else v[r])

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import OperationError, SVDDMemory, UnknownTokenError
+from svattn.exact.core import kernels
 from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.core.state import NeedResolve
 from svattn.exact.operations import solver
@@ -191,6 +192,6 @@ def test_copy_groups_put_every_key_in_its_own_group():
     # stored one of a large exp-kernel key does) must not leave a key without a group
     x = _exp_keys_with_one_copy(1, 500.0, 700.0)
     K = gram_matrix(x, "exp", 1.0)
-    group, reps = solver.copy_groups(K)
+    group, reps = kernels.copy_groups(K)
     assert (group >= 0).all() and len(reps) == 39
     assert group[39] == group[int(np.flatnonzero((x == x[39]).all(axis=1))[0])]

@@ -326,8 +326,7 @@ def test_a_huge_exp_kernel_diagonal_does_not_hide_an_outside_row():
 def test_the_equal_rows_shortcut_agrees_with_the_gram_test():
     """``has_equal_rows`` is only a shortcut: on sets with and without bitwise copies,
     the Cholesky test of the Gram matrix gives the same answer (singular with copies)."""
-    from svattn.exact.core.kernels import gram_matrix
-    from svattn.exact.operations.solver import has_equal_rows
+    from svattn.exact.core.kernels import gram_matrix, has_equal_rows
 
     rng = np.random.default_rng(5)
     for copies in (0, 1, 3):

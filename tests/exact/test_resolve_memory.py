@@ -1,6 +1,6 @@
 """The batch re-solve holds one Gram matrix, not four (``solver.resolve``).
 
-Its pairwise copy test (``solver.copy_groups``) went over n×n distance and
+Its pairwise copy test (``svattn.exact.core.kernels.copy_groups``) went over n×n distance and
 comparison matrices, three float64 temporaries the size of K (the warm-up
 threshold solve peaked at ~32·n² bytes); it now goes one row at a time. numpy's
 allocations are traced by tracemalloc.
@@ -12,8 +12,7 @@ import tracemalloc
 
 import numpy as np
 
-from svattn.exact.core.kernels import gram_matrix
-from svattn.exact.operations.solver import copy_groups
+from svattn.exact.core.kernels import copy_groups, gram_matrix
 
 
 def _groups_by_matrix(K, diag):  # the former whole-matrix form: the reference

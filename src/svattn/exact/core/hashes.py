@@ -40,4 +40,23 @@ def token_hash_of_bytes(tid: int, xb: bytes, vb: bytes) -> int:
     return int.from_bytes(h.digest(), "big")
 
 
-__all__ = ["row_hash", "row_hash_of_bytes", "token_hash", "token_hash_of_bytes"]
+def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
+                 ) -> tuple[list[int], list[int]]:
+    """:func:`token_hash` and :func:`row_hash`
+    of each new row (``row_hash`` of the value row as stored: empty when values are
+    the keys), with the rows' bytes converted once for the block."""
+    x = np.ascontiguousarray(xs, dtype=np.float64)
+    xb, xz, w = x.tobytes(), (x + 0.0).tobytes(), 8 * x.shape[1]
+    vb = vz = b""
+    u = 0
+    if vs is not None:
+        v = np.ascontiguousarray(vs, dtype=np.float64)
+        vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
+    ths = [token_hash_of_bytes(tid, xb[r * w:(r + 1) * w], vb[r * u:(r + 1) * u])
+           for r, tid in enumerate(tids)]
+    rhs = [row_hash_of_bytes(xz[r * w:(r + 1) * w], vz[r * u:(r + 1) * u])
+           for r in range(len(tids))]
+    return ths, rhs
+
+
+__all__ = ["block_hashes", "row_hash", "row_hash_of_bytes", "token_hash", "token_hash_of_bytes"]

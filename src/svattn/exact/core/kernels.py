@@ -509,3 +509,34 @@ def decision_values(
     keep = alpha > 0
     Kq = kernel_matrix(queries, keys[keep], kernel, gamma)
     return 2.0 * (Kq @ alpha[keep]) - kernel_diag(queries, kernel, gamma) + mu
+
+
+def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:
+    """Keys the kernel cannot tell apart, ``K_ii + K_jj − 2K_ij ≤ 1e-13 (K_ii + K_jj)``
+    (each pair at its own scale: a huge exp-kernel diagonal elsewhere must not merge
+    ordinary keys): each token's group, and each group's first member. One row at a
+    time, so the temporaries are O(n), not n×n.
+
+    The diagonal is ``K``'s own, so every key is at distance exactly 0 from itself and
+    lands in a group. (The stored ``k(x, x)`` of an exp-kernel key is the compiled
+    scoring's, which can differ from the Gram matrix's in the last bits — ~1e-13
+    relative at ``gamma‖x‖²`` of a few hundred — and a key then missed its own group.)
+    """
+    diag = np.diagonal(K)
+    group = np.full(len(diag), -1)
+    reps: list[int] = []
+    for i in range(len(diag)):
+        if group[i] < 0:
+            pair = diag[i] + diag
+            same = pair - 2.0 * K[i] <= 1e-13 * pair
+            members = np.flatnonzero(same & (group < 0))
+            group[members] = len(reps)
+            reps.append(i)
+    return group, reps
+
+
+def has_equal_rows(rows: np.ndarray) -> bool:
+    """True when two rows are bitwise equal (one sort of the rows' bytes)."""
+    rows = np.ascontiguousarray(rows)
+    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+    return len(np.unique(keys)) < len(keys)

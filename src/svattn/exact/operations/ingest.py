@@ -15,24 +15,21 @@ import numpy as np
 
 from svattn.exact.backends.protocol import Backend
 from svattn.exact.core.kernels import kernel_diag
-from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.outcome import AddOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
-from svattn.exact.operations.batch import BatchSolution, KernelColumns, libsvm_solve
+from svattn.exact.operations.batch import libsvm_solve
 from svattn.exact.operations.solver import (
     add_one,
     drop_solution,
     general_row,
+    install_solution,
     next_slots,
-    polish,
     record_rows,
     resolve,
-    settle_solution,
     store,
 )
 
-__all__ = ["BATCH_MIN_ROWS", "add_block", "add_rows", "batch_eligible", "install_solution",
-           "write_columns"]
+__all__ = ["BATCH_MIN_ROWS", "add_block", "add_rows", "batch_eligible"]
 
 
 def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> AddOutcome:
@@ -131,122 +128,3 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
         cols.scrub()
     ss.standby_stale = True
     return ids
-
-
-def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSolution,
-                     cols: KernelColumns | None = None) -> None:
-    """Make ``sol`` (alpha over ``live``, in that order) the memory's solution: columns
-    for the margin tokens first (in ``sol.margin``'s order, the rows of ``sol.Qinv``)
-    and the error tokens — copied from ``cols`` (the finish's kernel columns over
-    ``live``) when given, else computed —, mu, the bordered inverse (``sol.Qinv`` when
-    it is the one on this margin set, else refactorized), an exact g, and a polish
-    when its KKT residual is above ``0.1·tol``. The support must hold no copies."""
-    drop_solution(ss)
-    alpha = sol.alpha
-    ss.alpha[: ss.hi] = 0.0
-    ss.alpha[live] = alpha
-    ss.state[live] = RESERVE
-    margin = np.flatnonzero((alpha > 0) & (alpha < ss.C))
-    if sol.Qinv is not None and np.array_equal(np.sort(sol.margin), margin):
-        margin = np.asarray(sol.margin)  # the order of the inverse's rows
-    error = np.flatnonzero(alpha >= ss.C)
-    ss.state[live[margin]] = MARGIN
-    ss.state[live[error]] = ERROR
-    order = np.concatenate([margin, error])  # margin first: they fill columns [0, nS)
-    need = len(order) + ss.standby
-    adopted = cols is not None and ss.chi == 0 and adopt_columns(ss, live, live[order], cols,
-                                                                  order)
-    if not adopted:  # (adopted: the finish's buffer is the cache now, its columns in place)
-        if ss.ccap < need:  # one allocation, not a doubling per column
-            ss.grow_cols(need + need // 4)
-        if cols is not None and ss.chi == 0:
-            write_columns(ss, live, live[order], cols.rows, cols.pos[order])
-        else:
-            for s in live[order]:
-                be.alloc_col(ss, int(s))
-    ss.nS = len(margin)
-    same = sol.Qinv is not None and np.array_equal(margin, sol.margin)
-    settle_solution(ss, be, sol.mu, sol.Qinv if same else None)
-    ss.ops_since_exact_g = 0
-    if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
-        polish(ss, be)
-        if be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
-            raise NeedResolve
-
-
-def adopt_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, cols: KernelColumns,
-                   order: np.ndarray) -> bool:
-    """Make the finish's kernel columns the memory's (empty) cache where their buffer
-    has its shape: every slot live in order (``live`` is ``0..hi-1``, the slot table
-    no wider) and room for the columns needed. Its rows (``cols.rows[pos[j]] =
-    K[:, slots[j]]``, C order: the Fortran-ordered cache transposed) are permuted in
-    place into ``slots``' order and the rest zeroed; ``cols`` then holds none. A
-    fit then keeps one n×|S| array, not two, and copies none (a second array's first
-    writes were ~20 % of a 4k fit). The values are :func:`write_columns`' exactly.
-    Returns False, changing nothing, where the shapes do not allow it."""
-    na, hi = len(slots), ss.hi
-    rows = cols.rows
-    if (rows.shape != (rows.shape[0], ss.cap) or ss.cap != hi or len(live) != hi
-            or not np.array_equal(live, np.arange(hi))
-            or rows.shape[0] < na + ss.standby or not rows.flags.c_contiguous):
-        return False
-    permute_rows(rows, cols.pos[order], cols.m)
-    cols.release()
-    ss.adopt_cols(rows.T)
-    write_columns(ss, live, slots, None, None)
-    return True
-
-
-def permute_rows(rows: np.ndarray, pos: np.ndarray, m: int) -> None:
-    """``rows[j] <- rows[pos[j]]`` for ``j < len(pos)`` (distinct positions below
-    ``m``) in place, one row of scratch (scrubbed); rows ``len(pos)..m-1`` zeroed."""
-    na = len(pos)
-    src = np.empty(m, dtype=np.int64)  # target j takes the row at src[j]
-    src[:na] = pos
-    taken = np.zeros(m, dtype=bool)
-    taken[pos] = True
-    src[na:] = np.flatnonzero(~taken)
-    done = src == np.arange(m)
-    tmp = np.empty(rows.shape[1])
-    try:
-        for start in np.flatnonzero(~done).tolist():
-            if done[start]:
-                continue
-            tmp[:] = rows[start]
-            j = start
-            while True:  # one cycle of the permutation
-                done[j] = True
-                s = int(src[j])
-                if s == start:
-                    rows[j] = tmp
-                    break
-                rows[j] = rows[s]
-                j = s
-    finally:
-        tmp.fill(0.0)
-    rows[na:m] = 0.0
-
-
-def write_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.ndarray,
-                  pos: np.ndarray) -> None:
-    """Fill the empty kernel cache (``chi = 0``) with the columns of ``slots``, in order,
-    from ``rows`` (``rows[pos[j], i] = k(x_live[i], x_slots[j])``): what
-    :func:`svattn.exact.backends.reference.alloc_col` computes for each, written at once (one
-    column at a time: no temporary copy of the block)."""
-    na, hi = len(slots), ss.hi
-    KC = ss.KC
-    dense = len(live) == hi and np.array_equal(live, np.arange(hi))
-    if rows is not None:  # (None: the columns are in place, :func:`adopt_columns`)
-        if not dense:
-            KC[:hi, :na] = 0.0
-        for j in range(na):
-            if dense:
-                KC[:hi, j] = rows[pos[j]]
-            else:
-                KC[live, j] = rows[pos[j]]
-    KC[slots, np.arange(na)] = ss.diag[slots]
-    np.take(ss.X, slots, axis=0, out=ss.XC[:na])  # (no temporary key copy)
-    ss.slot_of_col[:na] = slots
-    ss.col_of_slot[slots] = np.arange(na)
-    ss.ac[:na] = ss.alpha[slots]
-    ss.chi = na

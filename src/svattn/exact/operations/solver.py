@@ -17,10 +17,22 @@ import numpy as np
 
 from svattn.exact.backends import reference
 from svattn.exact.backends.protocol import Backend  # compiled or reference, held to it by a test
-from svattn.exact.core.cache import free_col, outside_description, refactorize
+from svattn.exact.core.cache import (
+    adopt_rows,
+    free_col,
+    outside_description,
+    refactorize,
+    write_columns,
+)
 from svattn.exact.core.conventions import mu_for_empty_margin
-from svattn.exact.core.hashes import row_hash_of_bytes, token_hash_of_bytes
-from svattn.exact.core.kernels import gram_matrix, kernel_diag, kernel_matrix
+from svattn.exact.core.hashes import block_hashes
+from svattn.exact.core.kernels import (
+    copy_groups,
+    gram_matrix,
+    has_equal_rows,
+    kernel_diag,
+    kernel_matrix,
+)
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
 from svattn.exact.core.state import (
@@ -29,7 +41,12 @@ from svattn.exact.core.state import (
     SlotState,
     scrub,
 )
-from svattn.exact.operations.batch import batch_solve
+from svattn.exact.operations.batch import (
+    BatchSolution,
+    KernelColumns,
+    batch_solve,
+    libsvm_solve,
+)
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -170,25 +187,6 @@ def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
     return tids
 
 
-def block_hashes(tids: list[int], xs: np.ndarray, vs: np.ndarray | None
-                 ) -> tuple[list[int], list[int]]:
-    """:func:`~svattn.exact.core.hashes.token_hash` and :func:`~svattn.exact.core.hashes.row_hash`
-    of each new row (``row_hash`` of the value row as stored: empty when values are
-    the keys), with the rows' bytes converted once for the block."""
-    x = np.ascontiguousarray(xs, dtype=np.float64)
-    xb, xz, w = x.tobytes(), (x + 0.0).tobytes(), 8 * x.shape[1]
-    vb = vz = b""
-    u = 0
-    if vs is not None:
-        v = np.ascontiguousarray(vs, dtype=np.float64)
-        vb, vz, u = v.tobytes(), (v + 0.0).tobytes(), 8 * v.shape[1]
-    ths = [token_hash_of_bytes(tid, xb[r * w:(r + 1) * w], vb[r * u:(r + 1) * u])
-           for r, tid in enumerate(tids)]
-    rhs = [row_hash_of_bytes(xz[r * w:(r + 1) * w], vz[r * u:(r + 1) * u])
-           for r in range(len(tids))]
-    return ths, rhs
-
-
 def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
     """The error sum on newly stored rows (their kernel rows over the cached columns)."""
     ss.esum[slots] = 0.0
@@ -287,13 +285,6 @@ def unique_optimum(ss: SlotState, be: Backend) -> bool:
     # positive definite with smallest eigenvalue above 1e-10 · the largest (<= trace):
     # K_T − 1e-10·trace·I has a Cholesky factor
     return be.positive_definite(Kt, 1e-10)
-
-
-def has_equal_rows(rows: np.ndarray) -> bool:
-    """True when two rows are bitwise equal (one sort of the rows' bytes)."""
-    rows = np.ascontiguousarray(rows)
-    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-    return len(np.unique(keys)) < len(keys)
 
 
 def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:
@@ -499,30 +490,6 @@ def optimality_error(ss: SlotState, be: Backend) -> str | None:
             f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
             f"file's alpha is wrong: forged or corrupted)")
 
-def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:
-    """Keys the kernel cannot tell apart, ``K_ii + K_jj − 2K_ij ≤ 1e-13 (K_ii + K_jj)``
-    (each pair at its own scale: a huge exp-kernel diagonal elsewhere must not merge
-    ordinary keys): each token's group, and each group's first member. One row at a
-    time, so the temporaries are O(n), not n×n.
-
-    The diagonal is ``K``'s own, so every key is at distance exactly 0 from itself and
-    lands in a group. (The stored ``k(x, x)`` of an exp-kernel key is the compiled
-    scoring's, which can differ from the Gram matrix's in the last bits — ~1e-13
-    relative at ``gamma‖x‖²`` of a few hundred — and a key then missed its own group.)
-    """
-    diag = np.diagonal(K)
-    group = np.full(len(diag), -1)
-    reps: list[int] = []
-    for i in range(len(diag)):
-        if group[i] < 0:
-            pair = diag[i] + diag
-            same = pair - 2.0 * K[i] <= 1e-13 * pair
-            members = np.flatnonzero(same & (group < 0))
-            group[members] = len(reps)
-            reps.append(i)
-    return group, reps
-
-
 # The re-solve is every operation's last resort, so its residual is what the tokens
 # allow: rounding (~1e-16), or near-copies of keys, whose nearly singular margin system
 # leaves up to 1.9e-8 (benchmarks/resolve_residuals.py: 401 of 717 re-solves above a tol
@@ -537,21 +504,72 @@ class WrongOptimum(ArithmeticError):
     operation, whose rollback restores the state and reports it as ``OperationError``."""
 
 
+# From this many live tokens a re-solve of rbf keys goes the batch path of a large block
+# (libsvm, then the exact finish on the support's kernel columns): O(n·|S ∪ E|) memory,
+# where the Gram solve holds n² (128 MB and 0.6 s at n = 4,000; 8 GB at 32,000).
+RESOLVE_BY_COLUMNS_FROM = 512
+
+
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             polish_after: bool = True, check: bool = True) -> None:
     """Exact batch solve of the live set; rebuild caches and the inverse.
 
-    Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
-    below 1e-13 of ``k(x,x) + k(y,y)``) are solved as one token with bound ``m·C``
-    and the weight is spread back in id order: the first members at C,
-    one remainder, the rest 0. Copies are interchangeable, so this is an
-    optimum, and it keeps the margin set free of copies (Q invertible).
+    With the rbf kernel and at least :data:`RESOLVE_BY_COLUMNS_FROM` live tokens, the
+    batch path of a large block first (:func:`resolve_by_columns`); the Gram solve
+    (:func:`resolve_by_gram`) where that cannot certify its optimum (copies in the
+    support, a cycle, a polish that fails) and for every other memory.
 
     ``check``: the KKT residual is recomputed from the cached columns, and above
     ``max(tol, WRONG_OPTIMUM)`` :class:`WrongOptimum` is raised (inside an operation,
     :func:`svattn.exact.operations.rollback.atomic` then restores the state).
     """
     ss.n_resolves += int(fallback)
+    if not (ss.is_rbf and not ss.warm and ss.n >= RESOLVE_BY_COLUMNS_FROM
+            and resolve_by_columns(ss, be)):
+        resolve_by_gram(ss, be, polish_after=polish_after)
+    if check and ss.n and not ss.warm:
+        kkt = float(be.kkt(ss, be.g_exact(ss)))
+        if not kkt <= max(ss.tol, WRONG_OPTIMUM):
+            raise WrongOptimum(
+                f"the batch re-solve of {ss.n} tokens ends with KKT residual {kkt:.2e}, "
+                f"above tol ({ss.tol:.0e}) and above what rounding or near-copies of keys "
+                f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
+
+
+def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
+    """Re-solve the live rbf tokens by libsvm's warm start and the exact finish on the
+    support's kernel columns (:func:`svattn.exact.operations.batch.libsvm_solve`, as a
+    large block is added), installed with the inverse the finish built. False where
+    the finish cannot certify a unique optimum or the install's polish fails: the
+    caller then solves by the Gram matrix (which starts from scratch)."""
+    live = ss.ordered_slots()
+    X = np.empty((len(live), ss.X.shape[1]))  # scrubbed below
+    np.take(ss.X, live, axis=0, out=X)  # (no temporary key copy)
+    try:
+        sol, cols = libsvm_solve(X, ss.C, ss.gamma_value, tol=0.01 * ss.tol)
+    finally:
+        scrub(X)
+    try:
+        if sol is None:
+            return False
+        try:
+            install_solution(ss, be, live, sol, cols)
+        except NeedResolve:
+            return False
+        return True
+    finally:
+        cols.scrub()
+
+
+def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) -> None:
+    """The re-solve by the Gram matrix of the live set.
+
+    Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
+    below 1e-13 of ``k(x,x) + k(y,y)``) are solved as one token with bound ``m·C``
+    and the weight is spread back in id order: the first members at C,
+    one remainder, the rest 0. Copies are interchangeable, so this is an
+    optimum, and it keeps the margin set free of copies (Q invertible).
+    """
     drop_solution(ss)
     live = ss.ordered_slots()
     for s in live:
@@ -595,14 +613,7 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
         try:
             polish(ss, be)
         except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
-            resolve(ss, be, fallback=False, polish_after=False, check=False)
-    if check and ss.n and not ss.warm:
-        kkt = float(be.kkt(ss, be.g_exact(ss)))
-        if not kkt <= max(ss.tol, WRONG_OPTIMUM):
-            raise WrongOptimum(
-                f"the batch re-solve of {ss.n} tokens ends with KKT residual {kkt:.2e}, "
-                f"above tol ({ss.tol:.0e}) and above what rounding or near-copies of keys "
-                f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
+            resolve_by_gram(ss, be, polish_after=False)
 
 
 def settle_solution(ss: SlotState, be: Backend, mu: float,
@@ -623,7 +634,52 @@ def settle_solution(ss: SlotState, be: Backend, mu: float,
     ss.g_valid = True
 
 
-__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "block_hashes",
-           "certificate_facts", "copy_groups", "fresh_g", "mu_interval", "next_slots",
+def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSolution,
+                     cols: KernelColumns | None = None) -> None:
+    """Make ``sol`` (alpha over ``live``, in that order) the memory's solution: columns
+    for the margin tokens first (in ``sol.margin``'s order, the rows of ``sol.Qinv``)
+    and the error tokens — copied from ``cols`` (the finish's kernel columns over
+    ``live``) when given, else computed —, mu, the bordered inverse (``sol.Qinv`` when
+    it is the one on this margin set, else refactorized), an exact g, and a polish
+    when its KKT residual is above ``0.1·tol``. The support must hold no copies."""
+    drop_solution(ss)
+    alpha = sol.alpha
+    ss.alpha[: ss.hi] = 0.0
+    ss.alpha[live] = alpha
+    ss.state[live] = RESERVE
+    margin = np.flatnonzero((alpha > 0) & (alpha < ss.C))
+    if sol.Qinv is not None and np.array_equal(np.sort(sol.margin), margin):
+        margin = np.asarray(sol.margin)  # the order of the inverse's rows
+    error = np.flatnonzero(alpha >= ss.C)
+    ss.state[live[margin]] = MARGIN
+    ss.state[live[error]] = ERROR
+    order = np.concatenate([margin, error])  # margin first: they fill columns [0, nS)
+    need = len(order) + ss.standby
+    adopted = cols is not None and ss.chi == 0 and adopt_rows(ss, live, live[order], cols.rows,
+                                                              cols.pos[order], cols.m)
+    if adopted:
+        cols.release()  # the cache owns the buffer now
+    else:  # (adopted: the finish's buffer is the cache now, its columns in place)
+        if ss.ccap < need:  # one allocation, not a doubling per column
+            ss.grow_cols(need + need // 4)
+        if cols is not None and ss.chi == 0:
+            write_columns(ss, live, live[order], cols.rows, cols.pos[order])
+        else:
+            for s in live[order]:
+                be.alloc_col(ss, int(s))
+    ss.nS = len(margin)
+    same = sol.Qinv is not None and np.array_equal(margin, sol.margin)
+    settle_solution(ss, be, sol.mu, sol.Qinv if same else None)
+    ss.ops_since_exact_g = 0
+    if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+        polish(ss, be)
+        if be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+            raise NeedResolve
+
+
+__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one",
+           "certificate_facts", "fresh_g", "install_solution", "mu_interval",
+           "next_slots",
            "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
+           "resolve_by_columns", "resolve_by_gram",
            "set_sizes", "settle_solution", "standby_upkeep", "state_digest", "store", "wipe_slot"]
