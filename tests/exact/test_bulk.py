@@ -20,7 +20,7 @@ from svattn.exact import SVDDMemory
 from svattn.exact.core import cache
 from svattn.exact.core.errors import OperationError
 from svattn.exact.core.kernels import kernel_matrix
-from svattn.exact.operations import ingest, solver
+from svattn.exact.operations import batch, ingest, solver
 from svattn.exact.operations.batch import (
     KernelColumns,
     _margin_solver,
@@ -436,3 +436,32 @@ def test_a_resolve_of_many_rbf_tokens_goes_by_columns_and_equals_the_gram_solve(
     pair = [first, len(got) - 1]
     assert abs(got[pair].sum() - alpha[pair].sum()) <= 1e-9
     assert np.abs(np.delete(got - alpha, pair)).max() <= 1e-9
+
+
+def test_an_appended_margin_token_whose_row_grows_the_column_buffer(small_blocks,
+                                                                    monkeypatch):
+    """The finish appends a token to its kept factor when the kept column rows are full:
+    its row is computed into a grown buffer and read from that one (an IndexError, the
+    extend failing, where the old, smaller buffer was read); the fit is the optimum."""
+    X = clustered(300, seed=12)
+    C, gamma = 1 / (0.05 * 300), 0.5
+    alpha0 = libsvm_warm_start(X, C, gamma)
+    exact = column_finish(KernelColumns(X, gamma, capacity=300), C, alpha0, tol=1e-12)
+    assert exact is not None and len(exact.margin) >= 8
+    start = exact.alpha.copy()
+    start[exact.margin[0]] = 0.0  # one margin token starts in the reserve set
+    full = len(exact.margin) + len(exact.error) - 1  # every kept row taken at the first solve
+    sol = column_finish(KernelColumns(X, gamma, capacity=full), C, start, tol=1e-12)
+    assert sol is not None
+    assert np.abs(sol.alpha - exact.alpha).max() <= 1e-12
+    assert np.array_equal(np.sort(sol.margin), np.sort(exact.margin))
+    # the same through a public extend (the warm start and the first buffer as above)
+    real = batch.KernelColumns
+    monkeypatch.setattr(batch, "libsvm_warm_start", lambda *a, **k: start.copy())
+    monkeypatch.setattr(batch, "KernelColumns",
+                        lambda X, g, capacity=64: real(X, g, capacity=full))
+    mem = SVDDMemory(C, "rbf", gamma)
+    mem.extend(X)
+    assert mem.ingest_path == "libsvm+exact"
+    monkeypatch.undo()
+    assert_same_optimum(mem, incremental(C, gamma, X))

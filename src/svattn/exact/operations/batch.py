@@ -401,7 +401,8 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
             Q2[: m0 + 1, : m0 + 1] = Q
             Q2[0, m0 + 1:] = 1.0
             Q2[m0 + 1:, 0] = 1.0
-            block = cols.rows[np.ix_(cols.ensure(new), S2)]  # K[new, S2] (symmetric)
+            pN = cols.ensure(new)  # (first: it may grow cols.rows, a new array)
+            block = cols.rows[np.ix_(pN, S2)]  # K[new, S2] (symmetric)
             block *= 2.0
             Q2[m0 + 1:, 1:] = block
             Q2[1: m0 + 1, m0 + 1:] = block[:, :m0].T
