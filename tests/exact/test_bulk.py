@@ -465,3 +465,32 @@ def test_an_appended_margin_token_whose_row_grows_the_column_buffer(small_blocks
     assert mem.ingest_path == "libsvm+exact"
     monkeypatch.undo()
     assert_same_optimum(mem, incremental(C, gamma, X))
+
+
+def test_a_failure_as_the_cache_is_adopted_leaves_no_kernel_values(small_blocks,
+                                                                    monkeypatch):
+    """The finish's column buffer is handed over only once the memory holds it: a
+    failure as the cache takes it leaves the buffer with the finish (which scrubs it),
+    not dropped unscrubbed between the two; the memory is unchanged and goes on."""
+    from svattn.exact.core.state import SlotState
+
+    X = clustered(300, seed=9)
+    mem = SVDDMemory(1 / 30, "rbf", 0.5)
+    mem.extend(X[:20])
+    before = snapshot(mem)
+    held = []
+
+    def boom(self, KC):
+        held.append(KC)
+        raise RuntimeError("injected")
+
+    monkeypatch.setattr(SlotState, "adopt_cols", boom)
+    with pytest.raises(OperationError):
+        mem.extend(X[20:])
+    assert len(held) == 1 and held[0].size and not held[0].any()
+    assert snapshot(mem) == before
+    monkeypatch.undo()
+    monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
+    mem.extend(X[20:])
+    assert mem.ingest_path == "libsvm+exact"
+    assert_same_optimum(mem, incremental(1 / 30, 0.5, X))
