@@ -494,3 +494,43 @@ def test_a_failure_as_the_cache_is_adopted_leaves_no_kernel_values(small_blocks,
     mem.extend(X[20:])
     assert mem.ingest_path == "libsvm+exact"
     assert_same_optimum(mem, incremental(1 / 30, 0.5, X))
+
+
+def test_the_finish_leaves_its_systems_and_factors_zeroed(monkeypatch):
+    """Every margin system and Cholesky factor the finish built or kept (kernel values:
+    ``2 K_SS``, and the unread triangle of a LAPACK factor holds it verbatim) goes back
+    zeroed: the ones its next step replaced (appended to, deleted from — an F-ordered
+    factor copied for the delete as well as the copy), and the last ones; the optimum
+    is the oracle's."""
+    from svattn.exact.oracle import solve_svdd
+
+    X = clustered(400, seed=0)
+    C, gamma = 1 / (0.05 * 400), 0.5
+    held, kinds = [], set()
+    real_system, real_solver = batch._margin_system, batch._margin_solver
+
+    def system(cols, state, S, Q, factor):
+        out = real_system(cols, state, S, Q, factor)
+        if factor is not None and out[2] is not None:
+            if len(np.setdiff1d(S, out[0])):
+                kinds.add("delete")
+            if len(np.setdiff1d(out[0], S)):
+                kinds.add("append")
+        held.extend(a for a in (Q, factor, out[1], out[2]) if a is not None)
+        return out
+
+    def solver(Q, **kw):
+        solve = real_solver(Q, **kw)
+        held.append(solve.factor)
+        return solve
+
+    monkeypatch.setattr(batch, "_margin_system", system)
+    monkeypatch.setattr(batch, "_margin_solver", solver)
+    alpha0 = libsvm_warm_start(X, C, gamma, tol=0.1)  # a rough start: several steps
+    sol = column_finish(KernelColumns(X, gamma, capacity=400), C, alpha0, tol=1e-12)
+    assert sol is not None and kinds == {"append", "delete"}
+    assert held and not any(a.any() for a in held)
+    K = kernel_matrix(X, X, "rbf", gamma)
+    np.fill_diagonal(K, 1.0)
+    alpha, mu = solve_svdd(K, C, return_mu=True)
+    assert np.abs(sol.alpha - alpha).max() <= 1e-12 and abs(sol.mu - mu) <= 1e-12

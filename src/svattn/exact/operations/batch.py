@@ -306,55 +306,69 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     seen: set[bytes] = set()
     diag = np.ones(n)
     S = Q = factor = None  # the last solve's margin order, system and A's Cholesky factor
-    for _ in range(max_iter):
-        key = state.tobytes()
-        if key in seen:
-            return None
-        seen.add(key)
-        E = np.flatnonzero(state == 2)
-        S, Q, factor = _margin_system(cols, state, S, Q, factor)
-        if len(S) == 0:
-            return None
-        pS, pE = cols.ensure(S), cols.ensure(E)
-        m = len(S)
-        rhs = np.empty(m + 1)
-        rhs[0] = 1.0 - C * len(E)
-        rhs[1:] = diag[S] - 2.0 * C * cols.rows[np.ix_(pE, S)].sum(axis=0)
-        solve = _margin_solver(Q, check_finite=False, factor=factor)
-        if solve is None:
-            return None
-        factor = solve.factor
-        x = solve(rhs)
-        for _ in range(2):  # iterative refinement
-            x += solve(rhs - Q @ x)
-        aS, mu = x[1:], float(x[0])
-        a_rows = np.zeros(cols.m)  # alpha by kept row
-        a_rows[pS] = aS
-        a_rows[pE] = C
-        g = 2.0 * (a_rows @ cols.rows[: cols.m]) - diag + mu
-        size = np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
-        low = S[aS < -edge]
-        high = S[aS > C + edge]
-        R = np.flatnonzero(state == 0)
-        r_bad = R[-g[R] / size[R] > tol]
-        e_bad = E[g[E] / size[E] > tol]
-        if not (len(low) or len(high) or len(r_bad) or len(e_bad)):
-            A = np.concatenate([S, E])
-            # a copy: K_ii + K_jj − 2 K_ij <= 1e-13 (K_ii + K_jj), rbf: K_ij >= 1 − 1e-13
-            # (each kept row holds its own token's 1: one entry per row when no copy)
-            copies = np.count_nonzero(cols.rows[: cols.m] >= 1.0 - 1e-13, axis=1)
-            if (copies[cols.pos[A]] != 1).any():
+    try:  # the systems and factors hold kernel values: each goes back zeroed
+        for _ in range(max_iter):
+            key = state.tobytes()
+            if key in seen:
                 return None
-            alpha = np.zeros(n)
-            alpha[E] = C
-            alpha[S] = np.clip(aS, 0.0, C)
-            Qinv = bordered_inverse(Q, factor=factor)  # the memory keeps it
-            return BatchSolution(alpha, mu, S, E, np.flatnonzero(state == 0), Qinv)
-        state[low] = 0
-        state[high] = 2
-        state[r_bad] = 1
-        state[e_bad] = 1
-    return None
+            seen.add(key)
+            E = np.flatnonzero(state == 2)
+            S, Q2, factor2 = _margin_system(cols, state, S, Q, factor)
+            _scrub_dropped(Q, Q2)
+            _scrub_dropped(factor, factor2)
+            Q, factor = Q2, factor2
+            if len(S) == 0:
+                return None
+            pS, pE = cols.ensure(S), cols.ensure(E)
+            m = len(S)
+            rhs = np.empty(m + 1)
+            rhs[0] = 1.0 - C * len(E)
+            rhs[1:] = diag[S] - 2.0 * C * cols.rows[np.ix_(pE, S)].sum(axis=0)
+            solve = _margin_solver(Q, check_finite=False, factor=factor)
+            if solve is None:
+                return None
+            factor = solve.factor
+            x = solve(rhs)
+            for _ in range(2):  # iterative refinement
+                x += solve(rhs - Q @ x)
+            aS, mu = x[1:], float(x[0])
+            a_rows = np.zeros(cols.m)  # alpha by kept row
+            a_rows[pS] = aS
+            a_rows[pE] = C
+            g = 2.0 * (a_rows @ cols.rows[: cols.m]) - diag + mu
+            size = np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
+            low = S[aS < -edge]
+            high = S[aS > C + edge]
+            R = np.flatnonzero(state == 0)
+            r_bad = R[-g[R] / size[R] > tol]
+            e_bad = E[g[E] / size[E] > tol]
+            if not (len(low) or len(high) or len(r_bad) or len(e_bad)):
+                A = np.concatenate([S, E])
+                # a copy: K_ii + K_jj − 2 K_ij <= 1e-13 (K_ii + K_jj), rbf: K_ij >= 1 − 1e-13
+                # (each kept row holds its own token's 1: one entry per row when no copy)
+                copies = np.count_nonzero(cols.rows[: cols.m] >= 1.0 - 1e-13, axis=1)
+                if (copies[cols.pos[A]] != 1).any():
+                    return None
+                alpha = np.zeros(n)
+                alpha[E] = C
+                alpha[S] = np.clip(aS, 0.0, C)
+                Qinv = bordered_inverse(Q, factor=factor)  # the memory keeps it
+                return BatchSolution(alpha, mu, S, E, np.flatnonzero(state == 0), Qinv)
+            state[low] = 0
+            state[high] = 2
+            state[r_bad] = 1
+            state[e_bad] = 1
+        return None
+    finally:
+        for a in (Q, factor):
+            if a is not None:
+                a.fill(0.0)
+
+
+def _scrub_dropped(old: np.ndarray | None, new: np.ndarray | None) -> None:
+    """Zero ``old`` (kernel-derived) where ``new``, which replaces it, is not held in it."""
+    if old is not None and (new is None or not np.may_share_memory(old, new)):
+        old.fill(0.0)
 
 
 # at most this share of the last margin set may change for its factor to be kept: a
@@ -390,7 +404,8 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
                 for p in gone[::-1].tolist():
                     n = chol_delete(L, p, n)
                 factor = np.ascontiguousarray(L[:n, :n])
-                L.fill(0.0)  # kernel-derived values: the dropped buffer holds none
+                L.fill(0.0)  # kernel-derived values: the dropped buffer holds none (a
+                # copied F-ordered factor: its caller, column_finish, zeroes that one)
                 keep = np.concatenate([[0], 1 + np.flatnonzero(kept)])
                 S, Q = S[kept], Q[np.ix_(keep, keep)]
             if len(new) == 0:
@@ -406,17 +421,23 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
             block *= 2.0
             Q2[m0 + 1:, 1:] = block
             Q2[1: m0 + 1, m0 + 1:] = block[:, :m0].T
+            L21t = P = Z = L22 = None
             try:
                 L21t = solve_triangular(factor, block[:, :m0].T, lower=True,
                                         check_finite=False)
-                L22 = cholesky(block[:, m0:] - L21t.T @ L21t, lower=True,
-                               check_finite=False)
+                P = L21t.T @ L21t
+                Z = block[:, m0:] - P
+                L22 = cholesky(Z, lower=True, check_finite=False)
+                L = np.zeros((m0 + k, m0 + k), order="F")
+                L[:m0, :m0] = factor  # (its upper triangle, if any, is not read)
+                L[m0:, :m0] = L21t.T
+                L[m0:, m0:] = L22
             except np.linalg.LinAlgError:
                 return S2, Q2, None  # the solver's own factorization decides
-            L = np.zeros((m0 + k, m0 + k), order="F")
-            L[:m0, :m0] = factor  # (its upper triangle, if any, is not read)
-            L[m0:, :m0] = L21t.T
-            L[m0:, m0:] = L22
+            finally:  # kernel-derived temporaries: freed zeroed
+                for a in (block, L21t, P, Z, L22):
+                    if a is not None:
+                        a.fill(0.0)
             return S2, Q2, L
     pS = cols.ensure(now)
     m = len(now)
@@ -463,6 +484,8 @@ def _margin_solver(Q: np.ndarray, *, check_finite: bool = False,
     w = cho_solve(c, np.ones(len(A)), check_finite=check_finite)
     sw = float(w.sum())
     if not sw > 0:
+        if factor is None:  # (a factor it was given is its caller's to zero)
+            c[0].fill(0.0)
         return None
 
     def solve(r: np.ndarray) -> np.ndarray:
