@@ -104,6 +104,9 @@ def test_forget_equals_a_fresh_fit_without_the_rows(kernel, gamma):
     assert model.nu_ == pytest.approx(1.0 / (C * 243))
     assert set(model.support_) == {int(keep[i]) for i in fresh.support_}  # original indices
     assert receipt.summary().startswith("forgot 7 samples exactly (7 certificates")
+    assert receipt.state_digest == model.memory_.state_digest()
+    one = model.forget(indices=[int(model.support_[0])])  # one sample: one checkpoint
+    assert one.state_digest == model.memory_.state_digest() == one.certificates[0].state_digest
 
 
 def test_forget_by_rows_removes_every_copy_and_unfit_is_the_same_method():

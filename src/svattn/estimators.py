@@ -310,9 +310,9 @@ class SVDD(OutlierMixin, BaseEstimator):
             ids = self._checked_indices(indices, self.memory_.view)
         certs = self.memory_.remove_many(ids)
         self._refresh()
+        # the last certificate's digest is the state's after it (each removal's own)
         return ForgetReceipt(indices=tuple(ids), certificates=tuple(certs),
-                             state_digest=self.memory_.state_digest(),
-                             n_samples=len(self.memory_))
+                             state_digest=certs[-1].state_digest, n_samples=len(self.memory_))
 
     unfit = forget
 

@@ -353,6 +353,8 @@ class SVDDMemory:
             if t in seen:
                 raise ValueError(f"token_ids lists id {t} twice")
             seen.add(t)
+        if len(ids) == 1:  # one removal is atomic itself (no second checkpoint around it)
+            return [self.remove(ids[0])]
         with self._atomic("remove_many", wiped=[self._s.id_to_slot[t] for t in ids]):
             return [self.remove(t) for t in ids]
 

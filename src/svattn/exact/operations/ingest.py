@@ -6,7 +6,8 @@ description are stored as reserve tokens, a run of them in one backend call
 (:func:`svattn.exact.operations.solver.add_one`). With the rbf kernel a block much larger than the
 memory is solved in batch instead (:func:`add_block`): libsvm's solution warm-starts an
 exact float64 finish (:func:`svattn.exact.operations.batch.libsvm_solve`), and the memory takes
-that optimum with the bordered inverse the finish built (:func:`install_solution`).
+that optimum with the bordered inverse the finish built
+(:func:`svattn.exact.operations.solver.install_solution`).
 """
 
 from __future__ import annotations
