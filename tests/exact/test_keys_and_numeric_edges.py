@@ -187,6 +187,25 @@ def test_exp_copy_at_large_norms_extends():
     assert not failed, failed
 
 
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_an_empty_margin_set_between_diagonals_orders_apart_keeps_the_reserve_inside(
+        backend):
+    """Two exp-kernel keys with k(x, x) ~ 1e15 take the whole weight (both at C) beside
+    three ordinary keys (k(x, x) ~ 1-3): the largest mu with every error token's g <= 0
+    left a reserve token at g = -0.17 (KKT 3.7e-2, the extend refused as a wrong
+    optimum); the error side's rounding is larger than that whole g, so the mu that keeps
+    the reserve inside is optimal, as the oracle finds it (a property test's draw)."""
+    base = np.random.default_rng(1318).normal(size=(3, 2)) * 0.5
+    far = np.array([[0.0, 7.0], [7.0, 0.0]])
+    mem = SVDDMemory(0.5, "exp", backend=backend)
+    mem.extend(base)
+    mem.extend(far)
+    assert mem.kkt_residual() <= mem.tol
+    alpha, mu = solve_svdd(gram_matrix(np.vstack([base, far]), "exp", mem.solver_state.gamma_value),
+                           0.5, return_mu=True)
+    assert np.abs(mem.alpha - alpha).max() <= 1e-12 and abs(mem.mu - mu) <= 1e-12
+
+
 def test_copy_groups_put_every_key_in_its_own_group():
     # a diagonal other than the Gram matrix's own (differing by ~1e-13 relative, as the
     # stored one of a large exp-kernel key does) must not leave a key without a group

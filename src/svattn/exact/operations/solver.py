@@ -381,7 +381,14 @@ def after_margin_solve(ss: SlotState, be: Backend, refresh_g: bool) -> None:
 
 
 def canonical_mu(ss: SlotState, be: Backend) -> None:
-    """Empty margin set: the largest optimal mu (docs/design.md §3)."""
+    """Empty margin set: the largest optimal mu (docs/design.md §3).
+
+    Where no mu fits both sides exactly — the largest leaves a reserve token below the
+    boundary, beyond tol in the KKT measure, which keys whose ``k(x, x)`` differ by many
+    orders of magnitude allow (exp kernel: an error token's rounding at 1e15 is larger
+    than a reserve token's whole g at 1) — the smallest mu that keeps every reserve
+    token inside is taken when its residual is smaller: the optimum then has a margin
+    token at alpha = 0, as the oracle finds it."""
     E = ss.slots_in({ERROR})
     if len(E) == 0:
         return
@@ -389,6 +396,18 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
     ss.mu = mu_for_empty_margin(grad)
     ss.g[: ss.hi] = be.g_exact(ss)
     ss.g_valid = True
+    kkt = float(be.kkt(ss, ss.g[: ss.hi]))
+    if not kkt > ss.tol:
+        return
+    live = ss.live_slots()
+    reserve = live[ss.state[live] == RESERVE]
+    if not len(reserve):
+        return
+    high, g_high = ss.mu, ss.g[: ss.hi].copy()
+    ss.mu = high - float(g_high[reserve].min())
+    ss.g[: ss.hi] = be.g_exact(ss)
+    if not float(be.kkt(ss, ss.g[: ss.hi])) < kkt:
+        ss.mu, ss.g[: ss.hi] = high, g_high
 
 
 def mu_interval(ss: SlotState) -> tuple[float, float]:
