@@ -137,6 +137,10 @@ def test_bad_forget_requests_change_nothing():
     model.forget(indices=[5])
     with pytest.raises(ValueError, match="not held"):
         model.forget(indices=[5])
+    from sklearn.exceptions import NotFittedError
+
+    with pytest.raises(NotFittedError, match="not fitted yet"):
+        SVDD(nu=0.2).forget(indices=[0])
 
 
 def test_partial_fit_equals_fit_on_every_row_with_the_same_problem():

@@ -298,8 +298,11 @@ class SVDD(OutlierMixin, BaseEstimator):
         ValueError
             Neither or both of ``X`` and ``indices``; a row that matches no held
             sample; an index never given or already forgotten; a repeated index.
+        NotFittedError
+            Before ``fit``.
         """
-        check_is_fitted(self)
+        if "memory_" not in vars(self):  # (check_is_fitted's tag lookup was a tenth of a
+            check_is_fitted(self, "memory_")  # small-support forget: only when unfitted)
         if (X is None) == (indices is None):
             raise ValueError("forget takes the rows X or their sample indices, exactly one")
         if X is not None:
