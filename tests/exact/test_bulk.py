@@ -534,3 +534,46 @@ def test_the_finish_leaves_its_systems_and_factors_zeroed(monkeypatch):
     np.fill_diagonal(K, 1.0)
     alpha, mu = solve_svdd(K, C, return_mu=True)
     assert np.abs(sol.alpha - alpha).max() <= 1e-12 and abs(sol.mu - mu) <= 1e-12
+
+
+@pytest.mark.parametrize("exc", [MemoryError("exhausted"), KeyboardInterrupt()])
+@pytest.mark.parametrize("op", ["remove", "extend"])
+def test_an_unhandled_error_in_the_finish_scrubs_its_columns(monkeypatch, small_blocks, exc,
+                                                             op):
+    """An error the finish does not turn into "cannot certify" (memory exhausted, an
+    interrupt) inside libsvm_solve — a re-solve by columns, a large block's add —
+    undoes the operation, and the columns it had computed (the keys transposed, the
+    kernel rows) go back zeroed: nobody else holds them to scrub."""
+    from svattn.exact.core.state import NeedResolve
+
+    monkeypatch.setattr(solver, "RESOLVE_BY_COLUMNS_FROM", 200)
+    X = clustered(300, seed=5)
+    mem = SVDDMemory(1 / (0.1 * 300), "rbf", 0.4)
+    mem.extend(X[:100])
+    if op == "remove":
+        mem.extend(X[100:])
+    made = []
+    real_init = KernelColumns.__init__
+
+    def init(self, *a, **k):
+        real_init(self, *a, **k)
+        made.append(self)
+
+    def fail(cols, *a, **k):
+        cols.ensure(np.arange(5))  # some kernel rows computed, then the failure
+        raise exc
+
+    def need(*a, **k):
+        raise NeedResolve
+
+    monkeypatch.setattr(KernelColumns, "__init__", init)
+    monkeypatch.setattr(batch, "_margin_system", fail)
+    monkeypatch.setattr(mem._be, "remove_by_segments", need)
+    before = snapshot(mem)
+    with pytest.raises((OperationError, KeyboardInterrupt)):
+        if op == "remove":
+            mem.remove(mem.support_ids()[0])
+        else:
+            mem.extend(X[100:])
+    assert snapshot(mem) == before
+    assert made and all(not c.rows.any() and not c.XT.any() for c in made)

@@ -549,7 +549,8 @@ def libsvm_solve(X: np.ndarray, C: float, gamma: float, *, tol: float,
                  libsvm_tol: float = 1e-2) -> tuple[BatchSolution | None, KernelColumns]:
     """The exact rbf SVDD optimum of ``X`` by :func:`libsvm_warm_start` and
     :func:`column_finish` (None: the caller solves it its own way), and the columns
-    it computed (the caller scrubs them).
+    it computed (the caller scrubs them; on an error this does not answer with None —
+    memory exhausted, an interrupt — they are scrubbed here, and the error raised).
 
     libsvm stops at ``libsvm_tol`` (its default is 1e-3): on issue #36's stream at
     n = 4k-8k, 1e-2 took ~20 % less of libsvm's time and the finish the same two
@@ -568,3 +569,6 @@ def libsvm_solve(X: np.ndarray, C: float, gamma: float, *, tol: float,
         return column_finish(cols, C, alpha0, tol=tol), cols
     except failures:
         return None, cols
+    except BaseException:  # (memory exhausted, an interrupt): the caller never gets cols
+        cols.scrub()
+        raise
