@@ -577,3 +577,13 @@ def test_an_unhandled_error_in_the_finish_scrubs_its_columns(monkeypatch, small_
             mem.extend(X[100:])
     assert snapshot(mem) == before
     assert made and all(not c.rows.any() and not c.XT.any() for c in made)
+
+
+def test_kernel_columns_that_cannot_allocate_scrub_the_transposed_keys():
+    """The column buffer is a batch solve's largest allocation: where memory runs out
+    there, the keys' transposed copy made just before goes back zeroed."""
+    X = clustered(50, seed=2)
+    cols = KernelColumns.__new__(KernelColumns)
+    with pytest.raises(MemoryError):
+        cols.__init__(X, 0.4, capacity=1 << 50)
+    assert cols.XT.shape == (X.shape[1], 50) and not cols.XT.any()

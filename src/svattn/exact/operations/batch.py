@@ -238,8 +238,12 @@ class KernelColumns:
     def __init__(self, X: np.ndarray, gamma: float, capacity: int = 64) -> None:
         self.X, self.gamma = X, gamma
         self.XT = np.ascontiguousarray(X.T)  # the keys transposed, kept: scrubbed at the end
-        self.pos = np.full(len(X), -1, dtype=np.int64)
-        self.rows = np.zeros((max(capacity, 1), len(X)))
+        try:  # (the largest allocation of a batch solve: memory may run out here)
+            self.pos = np.full(len(X), -1, dtype=np.int64)
+            self.rows = np.zeros((max(capacity, 1), len(X)))
+        except BaseException:
+            self.XT.fill(0.0)  # no one else holds it to scrub
+            raise
         self.m = 0
 
     def ensure(self, idx: np.ndarray) -> np.ndarray:
