@@ -18,7 +18,6 @@ from svattn.exact.backends.protocol import Backend
 from svattn.exact.core.kernels import kernel_diag
 from svattn.exact.core.outcome import AddOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
-from svattn.exact.operations.batch import libsvm_solve
 from svattn.exact.operations.solver import (
     add_one,
     drop_solution,
@@ -27,6 +26,7 @@ from svattn.exact.operations.solver import (
     next_slots,
     record_rows,
     resolve,
+    solve_by_columns,
     store,
 )
 
@@ -106,14 +106,7 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
     with the state untouched when the finish cannot certify a unique optimum
     (copies in the support, a cycle): the caller then adds the rows one by one.
     """
-    live_old = ss.ordered_slots()
-    X = np.empty((len(live_old) + k.shape[0], k.shape[1]))  # scrubbed below
-    np.take(ss.X, live_old, axis=0, out=X[: len(live_old)])  # (no temporary key copy)
-    X[len(live_old):] = k
-    try:
-        sol, cols = libsvm_solve(X, ss.C, ss.gamma_value, tol=0.01 * ss.tol)
-    finally:
-        scrub(X)
+    sol, cols = solve_by_columns(ss, ss.ordered_slots(), k)
     try:
         if sol is None:
             return None

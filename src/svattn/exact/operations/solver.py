@@ -562,12 +562,7 @@ def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
     the finish cannot certify a unique optimum or the install's polish fails: the
     caller then solves by the Gram matrix (which starts from scratch)."""
     live = ss.ordered_slots()
-    X = np.empty((len(live), ss.X.shape[1]))  # scrubbed below
-    np.take(ss.X, live, axis=0, out=X)  # (no temporary key copy)
-    try:
-        sol, cols = libsvm_solve(X, ss.C, ss.gamma_value, tol=0.01 * ss.tol)
-    finally:
-        scrub(X)
+    sol, cols = solve_by_columns(ss, live)
     try:
         if sol is None:
             return False
@@ -578,6 +573,22 @@ def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
         return True
     finally:
         cols.scrub()
+
+
+def solve_by_columns(ss: SlotState, live: np.ndarray, rows: np.ndarray | None = None
+                     ) -> tuple[BatchSolution | None, KernelColumns]:
+    """:func:`svattn.exact.operations.batch.libsvm_solve` of the keys of ``live`` (then
+    ``rows``, keys not stored yet), through one copy of them that is scrubbed after;
+    the caller scrubs the columns it gets back."""
+    m = len(live) + (0 if rows is None else len(rows))
+    X = np.empty((m, ss.X.shape[1]))  # scrubbed below
+    np.take(ss.X, live, axis=0, out=X[: len(live)])  # (no temporary key copy)
+    if rows is not None:
+        X[len(live):] = rows
+    try:
+        return libsvm_solve(X, ss.C, ss.gamma_value, tol=0.01 * ss.tol)
+    finally:
+        scrub(X)
 
 
 def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) -> None:
@@ -700,5 +711,5 @@ __all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one",
            "certificate_facts", "fresh_g", "install_solution", "mu_interval",
            "next_slots",
            "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
-           "resolve_by_columns", "resolve_by_gram",
+           "resolve_by_columns", "resolve_by_gram", "solve_by_columns",
            "set_sizes", "settle_solution", "standby_upkeep", "state_digest", "store", "wipe_slot"]
