@@ -480,35 +480,6 @@ def set_uniform(ss: SlotState) -> None:
     ss.g_valid = True
 
 
-def optimality_error(ss: SlotState, be: Backend) -> str | None:
-    """Why a (loaded) state is not the optimum of its own tokens, or None.
-
-    The KKT residual is recomputed from the keys' kernel cache and alpha (not from the
-    stored g). An honest state can sit a little above ``tol`` (the running g a memory
-    checks drifts from the exact one by rounding between exact checks) or far above it
-    where its tokens admit nothing better (near-copies); a forged alpha sits far above
-    what its tokens allow. So: above ``100·tol``, the tokens are re-solved in batch on a
-    copy, and the state is refused when its residual is over ten times the re-solve's.
-    """
-    if ss.n == 0 or ss.warm:
-        return None
-    # the full-cache g of the reference: the error-sum path would rebuild (modify) the sum
-    kkt = float(be.kkt(ss, reference.g_exact(ss)))
-    if kkt <= 100.0 * ss.tol:
-        return None
-    twin = ss.copy()
-    try:
-        resolve(twin, be, fallback=False, check=False)
-        best = float(be.kkt(twin, reference.g_exact(twin)))
-    finally:
-        for buf in (twin.X, twin.V, twin.KC, twin.XC):
-            scrub(buf)  # a full copy of the keys: nothing of it outlives the check
-    if kkt <= max(100.0 * ss.tol, 10.0 * best):
-        return None
-    return (f"alpha is not the optimum of its tokens: KKT residual {kkt:.2e} recomputed "
-            f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
-            f"file's alpha is wrong: forged or corrupted)")
-
 # The re-solve is every operation's last resort, so its residual is what the tokens
 # allow: rounding (~1e-16), or near-copies of keys, whose nearly singular margin system
 # leaves up to 1.9e-8 (benchmarks/resolve_residuals.py: 401 of 717 re-solves above a tol
@@ -710,6 +681,6 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
 __all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one",
            "certificate_facts", "fresh_g", "install_solution", "mu_interval",
            "next_slots",
-           "optimality_error", "record_rows", "remove_slot", "reserve_score", "resolve",
+           "record_rows", "remove_slot", "reserve_score", "resolve",
            "resolve_by_columns", "resolve_by_gram", "solve_by_columns",
            "set_sizes", "settle_solution", "standby_upkeep", "state_digest", "store", "wipe_slot"]

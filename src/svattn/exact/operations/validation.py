@@ -2,16 +2,20 @@
 
 Each check raises ``TypeError`` / ``ValueError`` naming the argument and what was
 expected, and reads the :class:`~svattn.exact.core.state.SlotState` only (dimensions,
-the stored norms for the exp kernel's overflow bound).
+the stored norms for the exp kernel's overflow bound). A loaded state is input too:
+:func:`optimality_error` says why its alpha is not the optimum of its tokens.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from svattn.exact.backends import reference
 from svattn.exact.backends.compiled.reserve import sq_norm
+from svattn.exact.backends.protocol import Backend
 from svattn.exact.core.kernels import LOG_MAX, default_gamma, get_kernel
-from svattn.exact.core.state import SlotState
+from svattn.exact.core.state import SlotState, scrub
+from svattn.exact.operations.solver import resolve
 
 _MAX_NORM2 = 1e300  # ‖x‖² bound: x·y and ‖x − y‖² ≤ 2(‖x‖² + ‖y‖²) stay finite in float64
 
@@ -146,5 +150,35 @@ def check_queries(ss: SlotState, queries) -> tuple[np.ndarray, bool]:
     return q, single
 
 
+def optimality_error(ss: SlotState, be: Backend) -> str | None:
+    """Why a (loaded) state is not the optimum of its own tokens, or None.
+
+    The KKT residual is recomputed from the keys' kernel cache and alpha (not from the
+    stored g). An honest state can sit a little above ``tol`` (the running g a memory
+    checks drifts from the exact one by rounding between exact checks) or far above it
+    where its tokens admit nothing better (near-copies); a forged alpha sits far above
+    what its tokens allow. So: above ``100·tol``, the tokens are re-solved in batch on a
+    copy, and the state is refused when its residual is over ten times the re-solve's.
+    """
+    if ss.n == 0 or ss.warm:
+        return None
+    # the full-cache g of the reference: the error-sum path would rebuild (modify) the sum
+    kkt = float(be.kkt(ss, reference.g_exact(ss)))
+    if kkt <= 100.0 * ss.tol:
+        return None
+    twin = ss.copy()
+    try:
+        resolve(twin, be, fallback=False, check=False)
+        best = float(be.kkt(twin, reference.g_exact(twin)))
+    finally:
+        for buf in (twin.X, twin.V, twin.KC, twin.XC):
+            scrub(buf)  # a full copy of the keys: nothing of it outlives the check
+    if kkt <= max(100.0 * ss.tol, 10.0 * best):
+        return None
+    return (f"alpha is not the optimum of its tokens: KKT residual {kkt:.2e} recomputed "
+            f"from the data, while a re-solve of the same tokens reaches {best:.1e} (the "
+            f"file's alpha is wrong: forged or corrupted)")
+
+
 __all__ = ["check_exp_overflow", "check_norms", "check_queries", "check_rows", "is_numeric",
-           "plain_row"]
+           "optimality_error", "plain_row"]

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
-from svattn.exact.operations.solver import optimality_error
+from svattn.exact.operations.validation import optimality_error
 from svattn.exact.records.schema import READS, SCHEMA_VERSION, TENSOR_DTYPES
 
 FORMAT_NAME = "svattn.SVDDMemory"
