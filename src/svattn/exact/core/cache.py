@@ -161,7 +161,7 @@ def adopt_rows(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.ndar
         return False
     permute_rows(rows, pos, m)
     ss.adopt_cols(rows.T)
-    write_columns(ss, live, slots, None, None)
+    index_columns(ss, slots)
     return True
 
 
@@ -204,15 +204,22 @@ def write_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.n
     na, hi = len(slots), ss.hi
     KC = ss.KC
     dense = len(live) == hi and np.array_equal(live, np.arange(hi))
-    if rows is not None:  # (None: the columns are in place, :func:`adopt_rows`)
-        if not dense:
-            KC[:hi, :na] = 0.0
-        for j in range(na):
-            if dense:
-                KC[:hi, j] = rows[pos[j]]
-            else:
-                KC[live, j] = rows[pos[j]]
-    KC[slots, np.arange(na)] = ss.diag[slots]
+    if not dense:
+        KC[:hi, :na] = 0.0
+    for j in range(na):
+        if dense:
+            KC[:hi, j] = rows[pos[j]]
+        else:
+            KC[live, j] = rows[pos[j]]
+    index_columns(ss, slots)
+
+
+def index_columns(ss: SlotState, slots: np.ndarray) -> None:
+    """The cache's first ``len(slots)`` columns, their kernel values in place, become
+    ``slots``' columns: each token's own entry (its diagonal), the cached keys and
+    alphas and both maps between slots and columns."""
+    na = len(slots)
+    ss.KC[slots, np.arange(na)] = ss.diag[slots]
     np.take(ss.X, slots, axis=0, out=ss.XC[:na])  # (no temporary key copy)
     ss.slot_of_col[:na] = slots
     ss.col_of_slot[slots] = np.arange(na)
@@ -220,5 +227,5 @@ def write_columns(ss: SlotState, live: np.ndarray, slots: np.ndarray, rows: np.n
     ss.chi = na
 
 
-__all__ = ["adopt_rows", "expand", "free_col", "mu_move", "permute_rows", "refactorize",
-           "swap_cols", "write_columns"]
+__all__ = ["adopt_rows", "expand", "free_col", "index_columns", "mu_move", "permute_rows",
+           "refactorize", "swap_cols", "write_columns"]

@@ -496,7 +496,7 @@ class WrongOptimum(ArithmeticError):
 
 # From this many live tokens a re-solve of rbf keys goes the batch path of a large block
 # (libsvm, then the exact finish on the support's kernel columns): O(n·|S ∪ E|) memory,
-# where the Gram solve holds n² (128 MB and 0.6 s at n = 4,000; 8 GB at 32,000).
+# where the Gram solve holds n² (128 MB and 0.3-0.7 s at n = 4,000; 8 GB at 32,000).
 RESOLVE_BY_COLUMNS_FROM = 512
 
 
@@ -537,11 +537,10 @@ def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
     try:
         if sol is None:
             return False
-        try:
-            install_solution(ss, be, live, sol, cols)
-        except NeedResolve:
-            return False
+        install_solution(ss, be, live, sol, cols)
         return True
+    except NeedResolve:  # (the install's polish)
+        return False
     finally:
         cols.scrub()
 
@@ -649,18 +648,18 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     ss.alpha[live] = alpha
     ss.state[live] = RESERVE
     margin = np.flatnonzero((alpha > 0) & (alpha < ss.C))
-    if sol.Qinv is not None and np.array_equal(np.sort(sol.margin), margin):
-        margin = np.asarray(sol.margin)  # the order of the inverse's rows
+    same = sol.Qinv is not None and np.array_equal(np.sort(sol.margin), margin)
+    if same:  # the inverse is on this margin set: its columns in the order of its rows
+        margin = np.asarray(sol.margin)
     error = np.flatnonzero(alpha >= ss.C)
     ss.state[live[margin]] = MARGIN
     ss.state[live[error]] = ERROR
     order = np.concatenate([margin, error])  # margin first: they fill columns [0, nS)
-    need = len(order) + ss.standby
-    adopted = cols is not None and ss.chi == 0 and adopt_rows(ss, live, live[order], cols.rows,
-                                                              cols.pos[order], cols.m)
-    if adopted:
-        cols.release()  # the cache owns the buffer now
-    else:  # (adopted: the finish's buffer is the cache now, its columns in place)
+    if cols is not None and ss.chi == 0 and adopt_rows(ss, live, live[order], cols.rows,
+                                                       cols.pos[order], cols.m):
+        cols.release()  # the finish's buffer is the cache now, its columns in place
+    else:
+        need = len(order) + ss.standby
         if ss.ccap < need:  # one allocation, not a doubling per column
             ss.grow_cols(need + need // 4)
         if cols is not None and ss.chi == 0:
@@ -669,7 +668,6 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
             for s in live[order]:
                 be.alloc_col(ss, int(s))
     ss.nS = len(margin)
-    same = sol.Qinv is not None and np.array_equal(margin, sol.margin)
     settle_solution(ss, be, sol.mu, sol.Qinv if same else None)
     ss.ops_since_exact_g = 0
     if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
@@ -678,9 +676,8 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
             raise NeedResolve
 
 
-__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one",
-           "certificate_facts", "fresh_g", "install_solution", "mu_interval",
-           "next_slots",
-           "record_rows", "remove_slot", "reserve_score", "resolve",
-           "resolve_by_columns", "resolve_by_gram", "solve_by_columns",
-           "set_sizes", "settle_solution", "standby_upkeep", "state_digest", "store", "wipe_slot"]
+__all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "certificate_facts",
+           "fresh_g", "install_solution", "mu_interval", "next_slots", "record_rows",
+           "remove_slot", "reserve_score", "resolve", "resolve_by_columns", "resolve_by_gram",
+           "set_sizes", "settle_solution", "solve_by_columns", "standby_upkeep",
+           "state_digest", "store", "wipe_slot"]
