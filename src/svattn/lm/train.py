@@ -902,9 +902,18 @@ def train(
     if log is not None:
         log.close()
     if distributed:
+        import time
+
         import torch.distributed as dist
 
         dist.barrier()
+        # A Gloo worker thread drops a finished collective's tensors (a Python decref: it
+        # takes the GIL) just after the collective completes, and the process group's
+        # destructor joins those threads holding the GIL: freed before they are done, the
+        # two deadlock (two-process runs hung there, 2 of 8 full test runs; see pytorch
+        # issue 56297). A pause releases the GIL so that they finish first.
+        time.sleep(0.05)
+        del ddp_model  # the reducer's hold on the group, dropped while the threads are idle
         if owns_group:
             dist.destroy_process_group()
     return TrainResult(
