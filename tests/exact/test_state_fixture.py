@@ -147,10 +147,12 @@ def test_a_format_2_memory_does_not_know_its_compaction_history(v2):
 def test_pickles_of_the_flat_layout_load_and_continue():
     """A memory and a fitted ``svattn.SVDD`` pickled by svattn at 0c63920 (the flat
     layout: they name ``svattn.exact.state.SlotState``; ``scripts/make_pickle_fixture.py``)
-    unpickle with today's code and continue as that code did: the compiled backend bit
-    for bit, the reference backend and the estimator's scores to rounding (their numpy
-    products sum in the order of the installed numpy and BLAS: under another install the
-    same code's continuation differed in the last bits)."""
+    unpickle with today's code and continue as that code did: the same ids and
+    partition, α, μ and the estimator's scores to rounding. Not by digest: the
+    continuation's last bits depend on the installed numpy, BLAS and numba/LLVM (the
+    compiled backend's digest, equal under the install that wrote the fixture, differed
+    under numba 0.68.1 / llvmlite 0.50.0 with α within 3.7e-16 and μ equal); a save and load
+    under one install continues bit for bit (``tests/exact/test_persist_roundtrip.py``)."""
     import pickle
 
     fx = pickle.loads((DATA / "pickles_0c63920.pkl").read_bytes())
@@ -165,8 +167,7 @@ def test_pickles_of_the_flat_layout_load_and_continue():
         assert mem.ids == want["ids"] and mem.partition() == want["partition"]
         assert np.abs(mem.alpha - np.array(want["alpha"])).max() <= ROUNDING
         assert abs(mem.mu - want["mu"]) <= ROUNDING
-        if backend == "compiled":
-            assert digest == fx["after"][backend]
+        assert len(digest) == 64 and digest == mem.state_digest()
     est = pickle.loads(fx["svdd"])
     got = est.decision_function(y)
     assert np.abs(got - np.array(fx["svdd_decision"])).max() <= ROUNDING * np.abs(got).max()
