@@ -68,8 +68,11 @@ def test_the_exp_kernel_and_a_warm_memory_round_trip():
     assert again.warm and again.state_digest() == warm.state_digest()
 
 
-def test_a_pickle_is_its_rows_and_the_bordered_inverse_not_the_cache(grown):
-    mem, _ = grown
+def test_a_pickle_is_its_rows_and_the_bordered_inverse_not_the_cache():
+    mem = SVDDMemory(C=1 / 60, gamma=0.5)
+    mem.extend(_clustered(1200, seed=2))
+    for t in mem.partition()["margin"][:3]:
+        mem.remove(t)
     ss = mem.solver_state
     blob = pickle.dumps(mem)
     rows = 8 * ss.n * ss.dim  # the keys' bytes
@@ -99,7 +102,24 @@ def test_an_altered_pickle_is_refused(grown, field):
     slot = int(mem.solver_state.slot_of_col[0])
     state["_s"][field][slot] += 1e-3
     blank = SVDDMemory.__new__(SVDDMemory)
-    with pytest.raises(StateFileError, match="state digest"):
+    # (an altered key also moves the patch's entries off the keys' kernel: either refuses)
+    with pytest.raises(StateFileError, match="state digest|patch moves an entry"):
+        blank.__setstate__(state)
+
+
+def test_a_forged_cache_patch_is_refused(grown):
+    mem, _ = grown
+    state = mem.__getstate__()
+    patch = state["_s"]["cache_recipe"]["patch_values"]
+    assert len(patch)  # (rows added after the fit: entries neither routine reproduces)
+    patch[0] += 1e-6
+    blank = SVDDMemory.__new__(SVDDMemory)
+    with pytest.raises(StateFileError, match="patch moves an entry"):
+        blank.__setstate__(state)
+    state = mem.__getstate__()
+    live = state["_s"]["cache_recipe"]["patch_slots"]
+    live[0] = mem.solver_state.hi  # past the used slots
+    with pytest.raises(StateFileError, match="outside the used slots"):
         blank.__setstate__(state)
 
 

@@ -4,20 +4,12 @@ A fitted memory's kernel cache is an n×|S ∪ E| block (most of a pickle: 340 M
 20k-row model's 360 MB), and every entry of it is a kernel value of two keys the state
 holds. :func:`pack` leaves it out, with the two per-token hashes (also functions of the
 keys) and the slot arrays' padding past ``hi``; it keeps the keys, values, ids, tags,
-commitments, alpha, g, the partition, mu, the error sum and the bordered inverse (kept
-by rank-one updates: a refactorization would round differently). :func:`unpack`
-rebuilds the rest; :class:`~svattn.exact.memory.SVDDMemory` then checks the state's
-digest and the KKT residual on the rebuilt cache against the pickled ones.
-
-The rebuilt cache is the pickled one bit for bit, so an unpickled memory continues as
-the original would. Its columns were computed by two routines that round differently
-(the batch fit's rows, ``np.exp`` over a row of distances; the compiled backend's
-columns, :func:`svattn.exact.backends.compiled.columns.kernel_column`), and a column
-may hold entries of both (rows added after it was computed); so the pickle records,
-per column, which routine reproduces most of it, and the entries neither reproduces
-(slot, value): none after a 20k-row fit and its forgets
-(``benchmarks/bench_pickle.py``); a row added one at a time afterwards is computed by a
-third routine, and about 40 % of its entries in the fit's columns join the patch.
+commitments, alpha, g, the partition, mu, the error sum, the bordered inverse (kept by
+rank-one updates: a refactorization would round differently) and the cache's recipe
+(:mod:`svattn.exact.records.kcache`). :func:`unpack` rebuilds the rest, the cache bit
+for bit, so an unpickled memory continues as the original would;
+:class:`~svattn.exact.memory.SVDDMemory` then checks the state's digest and the KKT
+residual on the rebuilt cache against the pickled ones (:func:`check`).
 """
 
 from __future__ import annotations
@@ -25,11 +17,10 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends import reference
-from svattn.exact.backends.compiled import columns
 from svattn.exact.core.hashes import block_hashes
-from svattn.exact.core.kernels import kernel_matrix, sq_distances_t
 from svattn.exact.core.kktsets import FREE
 from svattn.exact.core.state import DIGEST_MOD, SlotState
+from svattn.exact.records import kcache
 from svattn.exact.records.fileformat import KKT_ROUNDING, StateFileError
 
 # what the keys give again (rebuilt by unpack)
@@ -38,8 +29,6 @@ DERIVED = frozenset({"KC", "token_hash", "row_hash"})
 SLOT_FILL = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "alpha": 0.0,
              "g": 0.0, "state": FREE, "col_of_slot": -1, "tags": 0, "commitments": 0,
              "commit_keyed": 0, "esum": 0.0, "esum_member": False}
-ROWS, COLUMN = 0, 1  # the routine a column is rebuilt with
-_BLOCK = 64  # columns rebuilt at once (a (64, hi) buffer)
 
 
 def pack(ss: SlotState) -> dict:
@@ -50,7 +39,7 @@ def pack(ss: SlotState) -> dict:
         del state[name]
     for name in SLOT_FILL:
         state[name] = state[name][: ss.hi].copy()
-    state["cache_recipe"] = _recipe(ss)
+    state["cache_recipe"] = kcache.recipe(ss)
     return state
 
 
@@ -67,18 +56,13 @@ def unpack(state: dict) -> SlotState:
         setattr(ss, name, np.concatenate(
             [a, np.full((ss.cap - len(a),) + a.shape[1:], fill, dtype=a.dtype)]))
     _rehash(ss)
-    ss.KC = np.zeros((ss.cap, ss.ccap), order="F")
-    kinds = recipe["kinds"]
-    for c, block in _blocks(ss):
-        for j, col in enumerate(c):
-            if kinds[col] == ROWS:
-                ss.KC[: ss.hi, col] = block[j]
-            else:
-                _compiled_column(ss, col)
-        block.fill(0.0)
-    ss.KC[recipe["patch_slots"], recipe["patch_cols"]] = recipe["patch_values"]
-    free = np.flatnonzero(ss.state[: ss.hi] == FREE)
-    ss.KC[free] = 0.0
+    wrong = kcache.check_recipe(ss, recipe)
+    if wrong is not None:
+        raise StateFileError(f"unpickled memory: {wrong}")
+    moved = kcache.rebuild(ss, recipe)
+    if not moved <= kcache.PATCH_ROUNDING:
+        raise StateFileError(f"unpickled memory: the kernel cache's patch moves an entry "
+                             f"by {moved:.2e} from the keys' kernel")
     return ss
 
 
@@ -126,75 +110,4 @@ def _rehash(ss: SlotState) -> None:
     ss.set_hash = sum(ths) % DIGEST_MOD
 
 
-def _blocks(ss: SlotState):
-    """The cached columns ``c`` (``_BLOCK`` at a time) and their kernel values over the
-    slots ``[0, hi)`` as rows, ``block[j] = K[:hi, c[j]]``: rbf as the batch fit computes
-    them (:class:`svattn.exact.operations.batch.KernelColumns`: distances from
-    differences, ``np.exp`` over each row), each token's own entry its diagonal."""
-    if ss.dim is None or not ss.chi:
-        return
-    hi, gamma = ss.hi, ss.gamma_value
-    cols = np.flatnonzero(ss.slot_of_col[: ss.chi] >= 0)
-    XT = np.ascontiguousarray(ss.X[:hi].T)
-    try:
-        for start in range(0, len(cols), _BLOCK):
-            c = cols[start: start + _BLOCK]
-            own = ss.slot_of_col[c]
-            keys = ss.X[own]
-            if ss.is_rbf:
-                block = sq_distances_t(keys, XT)
-                block *= -gamma
-                np.exp(block, out=block)
-            else:
-                block = kernel_matrix(keys, ss.X[:hi], ss.kernel, gamma)
-            keys.fill(0.0)
-            block[np.arange(len(c)), own] = ss.diag[own]
-            yield c, block
-    finally:
-        XT.fill(0.0)  # a copy of the keys: freed holding none
-
-
-def _compiled_column(ss: SlotState, col: int) -> None:
-    columns.kernel_column(ss.KC, ss.X, ss.diag, int(ss.slot_of_col[col]), col, ss.hi,
-                          ss.gamma_value, ss.is_rbf)
-
-
-def _recipe(ss: SlotState) -> dict:
-    """Per column (below ``chi``) the routine that reproduces most of its live entries,
-    and the live entries it does not reproduce."""
-    kinds = np.zeros(ss.chi, dtype=np.int8)
-    slots, cols, values = [], [], []
-    live = ss.state[: ss.hi] != FREE
-    scratch = np.zeros((ss.cap, 1), order="F")
-    try:
-        for c, block in _blocks(ss):
-            for j, col in enumerate(c):
-                have = ss.KC[: ss.hi, col]
-                wrong = live & (block[j] != have)
-                if wrong.any():
-                    _compiled_into(ss, scratch, col)
-                    other = live & (scratch[: ss.hi, 0] != have)
-                    if np.count_nonzero(other) < np.count_nonzero(wrong):
-                        kinds[col], wrong = COLUMN, other
-                    at = np.flatnonzero(wrong)
-                    slots.append(at)
-                    cols.append(np.full(len(at), col, dtype=np.int64))
-                    values.append(have[at])
-            block.fill(0.0)
-    finally:
-        scratch.fill(0.0)
-    return {"kinds": kinds, "patch_slots": _cat(slots, np.int32),
-            "patch_cols": _cat(cols, np.int32), "patch_values": _cat(values, np.float64)}
-
-
-def _cat(parts: list[np.ndarray], dtype) -> np.ndarray:
-    return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)
-
-
-def _compiled_into(ss: SlotState, out: np.ndarray, col: int) -> None:
-    columns.kernel_column(out, ss.X, ss.diag, int(ss.slot_of_col[col]), 0, ss.hi,
-                          ss.gamma_value, ss.is_rbf)
-
-
-__all__ = ["COLUMN", "DERIVED", "ROWS", "SLOT_FILL", "cache_residual", "check", "facts",
-           "pack", "unpack"]
+__all__ = ["DERIVED", "SLOT_FILL", "cache_residual", "check", "facts", "pack", "unpack"]
