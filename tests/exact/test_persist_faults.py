@@ -331,7 +331,6 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     from safetensors.numpy import load as st_load
 
     from svattn.exact.records.fileformat import serialize as _serialize
-
     from svattn.exact.records.fileformat import sha256_hex as _sha
     from svattn.exact.records.schema import RECIPE_TENSORS
 
