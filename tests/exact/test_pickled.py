@@ -107,18 +107,32 @@ def test_an_altered_pickle_is_refused(grown, field):
         blank.__setstate__(state)
 
 
+def test_rows_added_after_the_fit_are_rebuilt_by_their_scoring_routine(grown):
+    """The rows added one at a time after the fit hold entries of a third routine (the
+    streaming add's scoring): the recipe marks them by a bit per column, not a patch."""
+    mem, _ = grown
+    rec = mem.__getstate__()["_s"]["cache_recipe"]
+    assert len(rec["scored_slots"]) >= 10
+    assert len(rec["patch_values"]) <= mem.solver_state.chi  # (a few at most)
+
+
 def test_a_forged_cache_patch_is_refused(grown):
     mem, _ = grown
     state = mem.__getstate__()
-    patch = state["_s"]["cache_recipe"]["patch_values"]
-    assert len(patch)  # (rows added after the fit: entries neither routine reproduces)
-    patch[0] += 1e-6
+    rec = state["_s"]["cache_recipe"]
+    ss = mem.solver_state
+    slot = int(ss.slot_of_col[0])
+    rec["patch_slots"] = np.r_[rec["patch_slots"], slot].astype(np.int32)
+    rec["patch_cols"] = np.r_[rec["patch_cols"], 1].astype(np.int32)
+    rec["patch_values"] = np.r_[rec["patch_values"], ss.KC[slot, 1] + 1e-6]
     blank = SVDDMemory.__new__(SVDDMemory)
     with pytest.raises(StateFileError, match="patch moves an entry"):
         blank.__setstate__(state)
     state = mem.__getstate__()
-    live = state["_s"]["cache_recipe"]["patch_slots"]
-    live[0] = mem.solver_state.hi  # past the used slots
+    rec = state["_s"]["cache_recipe"]
+    rec["patch_slots"] = np.r_[rec["patch_slots"], ss.hi].astype(np.int32)  # past the slots
+    rec["patch_cols"] = np.r_[rec["patch_cols"], 0].astype(np.int32)
+    rec["patch_values"] = np.r_[rec["patch_values"], 0.5]
     with pytest.raises(StateFileError, match="outside the used slots"):
         blank.__setstate__(state)
 

@@ -46,8 +46,8 @@ TENSOR_DTYPES = {
                           "esum")},
     **{k: "I64" for k in ("ids", "slots", "col", "free_slots")},
     "state": "I8", "esum_member": "I8", "tags": "U8", "commitments": "U8", "commit_keyed": "I8",
-    "kcache_kinds": "I8", "kcache_patch_slots": "I32", "kcache_patch_cols": "I32",
-    "kcache_patch": "F64",
+    "kcache_kinds": "I8", "kcache_scored_slots": "I32", "kcache_scored_bits": "U8",
+    "kcache_patch_slots": "I32", "kcache_patch_cols": "I32", "kcache_patch": "F64",
 }
 SCHEMA_VERSION = 5
 READS = (1, 2, 3, 4, 5)  # schema versions from_tensors accepts
@@ -57,7 +57,8 @@ _V3_TENSORS = {"tags"}  # absent from version 1-2 files
 _V4_TENSORS = {"commitments", "commit_keyed"}
 # version 5 holds the kernel cache's recipe (these, :mod:`svattn.exact.records.kcache`)
 # in place of its values (``kcache``, versions 1-4)
-RECIPE_TENSORS = {"kcache_kinds": "kinds", "kcache_patch_slots": "patch_slots",
+RECIPE_TENSORS = {"kcache_kinds": "kinds", "kcache_scored_slots": "scored_slots",
+                  "kcache_scored_bits": "scored_bits", "kcache_patch_slots": "patch_slots",
                   "kcache_patch_cols": "patch_cols", "kcache_patch": "patch_values"}
 
 # Version 1-2 files kept the solver's scalars under their attribute names
