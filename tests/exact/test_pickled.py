@@ -138,12 +138,11 @@ def test_a_forged_cache_patch_is_refused(grown):
 
 
 def test_a_pickle_with_its_cache_still_loads(grown):
-    """A memory pickled before the cache was left out (its state's own dict, cache
-    included, and no check record) loads as it was."""
+    """A memory pickled before the cache was left out (its state whole, the cache
+    included) loads as it was."""
     mem, _ = grown
     state = mem.__getstate__()
     state["_s"] = mem.solver_state.copy()
-    del state["_pickled"]
     old = SVDDMemory.__new__(SVDDMemory)
     old.__setstate__(state)
     assert old.state_digest() == mem.state_digest()

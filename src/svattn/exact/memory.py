@@ -147,31 +147,24 @@ class SVDDMemory:
 
     def __getstate__(self) -> dict:
         # pickle and deepcopy: the backend is a module (restored from the state's flag),
-        # the health monitor holds a weak reference (kept as its dict), the log's
-        # descriptor is this memory's alone, and the keys are the controller's secrets.
-        # The solver state leaves its kernel cache out (records.pickled); the
-        # digest and the KKT residual on the cache travel to check its rebuild
+        # the health monitor holds a weak reference (kept as its dict), the log's descriptor
+        # is this memory's alone, the keys are the controller's secrets; no cache (pickled)
         state = {k: v for k, v in vars(self).items() if k not in (
             "_be", "_health", "_audit", "_signing_key", "_tag_key", "_commit_key")}
         state["_health"] = self._health.to_dict(self._s.Qinv)
-        state["_s"] = pickled.pack(self._s)
-        state["_pickled"] = pickled.facts(self._s, self._be, self.state_digest())
+        state["_s"] = pickled.pack(self._s, self.state_digest())
         return state
 
     def __setstate__(self, state: dict) -> None:
         state = dict(state)
         health = state.pop("_health")
-        saved = state.pop("_pickled", None)  # (absent from a memory pickled with its cache)
-        if saved is not None:
-            state["_s"] = pickled.unpack(state["_s"])
+        state["_s"] = pickled.unpack(state["_s"])  # (rebuilt and checked)
         vars(self).update(state)
         self._be = compiled if self._s.compiled else reference
         self._health = HealthMonitor()
         self._health.restore(health, self._s.Qinv)
         self._audit = None
         self._signing_key = self._tag_key = self._commit_key = None
-        if saved is not None:
-            pickled.check(self._s, self._be, saved, self.state_digest())
 
     _ingest_path = "incremental"  # the last add's AddOutcome.path (until one: the default)
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")

@@ -8,18 +8,19 @@ commitments, alpha, g, the partition, mu, the error sum, the bordered inverse (k
 rank-one updates: a refactorization would round differently) and the cache's recipe
 (:mod:`svattn.exact.records.kcache`). :func:`unpack` rebuilds the rest, the cache bit
 for bit, so an unpickled memory continues as the original would;
-:class:`~svattn.exact.memory.SVDDMemory` then checks the state's digest and the KKT
-residual on the rebuilt cache against the pickled ones (:func:`check`).
+:func:`unpack` then checks the state's digest and the KKT residual on the rebuilt cache
+against the pickled ones (:func:`check`).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from svattn.exact.backends import reference
+from svattn.exact.backends import compiled, reference
 from svattn.exact.core.hashes import block_hashes
 from svattn.exact.core.kktsets import FREE
 from svattn.exact.core.state import DIGEST_MOD, SlotState
+from svattn.exact.operations import solver
 from svattn.exact.records import kcache
 from svattn.exact.records.fileformat import KKT_ROUNDING, StateFileError
 
@@ -31,24 +32,37 @@ SLOT_FILL = {"X": 0.0, "V": 0.0, "diag": 0.0, "xn2": 0.0, "slot_id": -1, "alpha"
              "commit_keyed": 0, "esum": 0.0, "esum_member": False}
 
 
-def pack(ss: SlotState) -> dict:
-    """The pickled form of ``ss`` (a dict of its fields without the derived ones, and
-    the recipe of its kernel cache)."""
+def pack(ss: SlotState, digest: str) -> dict:
+    """The pickled form of ``ss`` (its state digest ``digest``): a dict of its fields
+    without the derived ones, the recipe of its kernel cache, and what :func:`unpack`
+    checks the rebuilt state against (the digest, and the KKT residual with g from the
+    cache)."""
     state = ss.__getstate__()  # (without the scratch)
     for name in DERIVED:
         del state[name]
     for name in SLOT_FILL:
         state[name] = state[name][: ss.hi].copy()
     state["cache_recipe"] = kcache.recipe(ss)
+    state["checks"] = {"state_digest": digest, "kkt_residual": cache_residual(ss)}
     return state
 
 
-def unpack(state: dict) -> SlotState:
+def unpack(state: dict | SlotState) -> SlotState:
     """The solver state :func:`pack` gave ``state``: slot arrays padded back to ``cap``,
-    token and row hashes (and the set hash) from the ids, keys and values, and the
-    kernel cache rebuilt from its recipe. The caller checks its digest."""
+    token and row hashes (and the set hash) from the ids, keys and values, the kernel
+    cache rebuilt from its recipe, then checked (:func:`check`). A state pickled with
+    its cache (by svattn before the cache was left out) is returned as it is.
+
+    Raises
+    ------
+    StateFileError
+        The recipe does not fit the state, its patch moves an entry off the keys'
+        kernel, or the rebuilt state's digest or KKT residual is not the pickled one.
+    """
+    if isinstance(state, SlotState):
+        return state
     state = dict(state)
-    recipe = state.pop("cache_recipe")
+    recipe, saved = state.pop("cache_recipe"), state.pop("checks")
     ss = SlotState.__new__(SlotState)
     ss.__setstate__({**state, "KC": np.zeros((0, 0), order="F")})
     for name, fill in SLOT_FILL.items():
@@ -63,40 +77,38 @@ def unpack(state: dict) -> SlotState:
     if not moved <= kcache.PATCH_ROUNDING:
         raise StateFileError(f"unpickled memory: the kernel cache's patch moves an entry "
                              f"by {moved:.2e} from the keys' kernel")
+    check(ss, saved)
     return ss
 
 
-def facts(ss: SlotState, be, digest: str) -> dict:
-    """What an unpickled state is checked against (:func:`check`): its digest and the
-    KKT residual with g from its kernel cache."""
-    return {"state_digest": digest, "kkt_residual": cache_residual(ss, be)}
-
-
-def check(ss: SlotState, be, saved: dict, digest: str) -> None:
+def check(ss: SlotState, saved: dict) -> None:
     """An unpickled state must be the one pickled: its digest recomputed from the keys,
-    ids, alpha and mu (``digest``) the pickled one, and the KKT residual on the rebuilt
-    cache within rounding of the pickled (:data:`KKT_ROUNDING`: another BLAS sums in
-    another order).
+    ids, alpha and mu the pickled one, and the KKT residual on the rebuilt cache within
+    rounding of the pickled (:data:`KKT_ROUNDING`: another BLAS sums in another order).
 
     Raises
     ------
     StateFileError
         Naming which differs.
     """
-    if digest != saved["state_digest"]:
+    if solver.state_digest(ss, _backend(ss)) != saved["state_digest"]:
         raise StateFileError("unpickled memory: the state digest recomputed from its keys, "
                              "ids and coefficients differs from the pickled one")
-    got, want = cache_residual(ss, be), saved["kkt_residual"]
+    got, want = cache_residual(ss), saved["kkt_residual"]
     if not abs(got - want) <= KKT_ROUNDING:
         raise StateFileError(f"unpickled memory: KKT residual {got:.3e} on the rebuilt "
                              f"kernel cache differs from the pickled {want:.3e}")
 
 
-def cache_residual(ss: SlotState, be) -> float:
+def _backend(ss: SlotState):
+    return compiled if ss.compiled else reference
+
+
+def cache_residual(ss: SlotState) -> float:
     """The KKT residual with g from the kernel cache's columns (pure; 0 in warm-up)."""
     if ss.n == 0 or ss.warm:
         return 0.0
-    return float(be.kkt(ss, reference.g_exact(ss)))
+    return float(_backend(ss).kkt(ss, reference.g_exact(ss)))
 
 
 def _rehash(ss: SlotState) -> None:
@@ -110,4 +122,4 @@ def _rehash(ss: SlotState) -> None:
     ss.set_hash = sum(ths) % DIGEST_MOD
 
 
-__all__ = ["DERIVED", "SLOT_FILL", "cache_residual", "check", "facts", "pack", "unpack"]
+__all__ = ["DERIVED", "SLOT_FILL", "cache_residual", "check", "pack", "unpack"]
