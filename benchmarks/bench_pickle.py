@@ -3,8 +3,8 @@ and what an unpickled model does.
 
 One fit of ``--n`` rows of :func:`streams.clustered_outliers` (d = 8, ν = 0.05,
 γ = 0.1: about 1,100 margin vectors at 20k rows), then: the pickle's bytes; the
-kernel cache's bytes (what a model's pickle held besides before the cache was left
-out: 359 MB in all at 20k rows); the rows' bytes; the bar (4× the rows plus the
+kernel cache's bytes (8·n·|S ∪ E|: what a model's pickle held besides before the cache
+was left out); the rows' bytes; the bar (4× the rows plus the
 bordered inverse's 8·(|S|+1)² bytes); ``OneClassSVM``'s pickle; the times to pickle
 and unpickle (the cache rebuilt, digest and KKT residual checked); the kernel cache
 recipe's patch (entries no rebuild routine reproduces) and rows rebuilt by the
@@ -14,7 +14,9 @@ the cache's recipe too, and its load rebuilds and checks the cache); what refact
 the bordered inverse would cost instead of keeping it (the margin block's kernel and
 one inverse: time, largest deviation); and
 ``--forgets`` forgets of support vectors on the model and on its unpickled twin,
-compared bit for bit (state digests, α, μ).
+compared bit for bit (state digests, α, μ); then ``--adds`` rows added one at a time
+(``partial_fit``), the recipe again (patch, scored rows, bytes) and one more forget on
+the model and on a twin unpickled after the adds.
 
 Usage::
 
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--n", type=int, default=20000)
     p.add_argument("--forgets", type=int, default=5)
+    p.add_argument("--adds", type=int, default=20)
     p.add_argument("--json", type=Path)
     add_conditions(p)
     args = p.parse_args(argv)
@@ -83,6 +86,14 @@ def main(argv: list[str] | None = None) -> int:
         same.append(bool(a.state_digest == b.state_digest
                          and np.array_equal(mem.alpha, twin.memory_.alpha)
                          and mem.mu == twin.memory_.mu))
+    extra = clustered_outliers(args.n + args.adds, 8, seed=0)[args.n:]
+    for row in extra:  # rows added one at a time after the fit: the streaming add's scoring
+        model.partial_fit(row[None, :])
+    again = pickle.loads(pickle.dumps(model))
+    after = mem.__getstate__()["_s"]["cache_recipe"]
+    victim = int(model.support_[0])
+    added_same = (model.forget(indices=[victim]).state_digest
+                  == again.forget(indices=[victim]).state_digest)
     nS, chi = len(system.margin), len(recipe["kinds"])
     body = {
         "n": args.n, "d": 8, "nu": 0.05, "gamma": 0.1, "conditions": args.conditions,
@@ -101,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
         "refactorize_s": t4 - t3,
         "refactorize_max_deviation": float(np.abs(Qinv - system.Qinv).max()),
         "forgets_bit_for_bit": same,
+        "adds": args.adds,
+        "after_adds_patch_entries": len(after["patch_values"]),
+        "after_adds_scored_rows": len(after["scored_slots"]),
+        "after_adds_pickle_bytes": len(pickle.dumps(model)),
+        "after_adds_forget_bit_for_bit": bool(added_same),
     }
     for k, v in body.items():
         print(f"{k:28s} {v}")
