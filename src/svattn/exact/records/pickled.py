@@ -2,14 +2,14 @@
 
 A fitted memory's kernel cache is an n×|S ∪ E| block (272 MB of a 20k-row model whose
 pickle without it is 14.5 MB, ``benchmarks/bench_pickle.py``), and every entry of it is
-a kernel value of two keys the state holds. :func:`pack` leaves it out, with the two per-token hashes (also functions of the
-keys) and the slot arrays' padding past ``hi``; it keeps the keys, values, ids, tags,
-commitments, alpha, g, the partition, mu, the error sum, the bordered inverse (kept by
-rank-one updates: a refactorization would round differently) and the cache's recipe
-(:mod:`svattn.exact.records.kcache`). :func:`unpack` rebuilds the rest, the cache bit
-for bit, so an unpickled memory continues as the original would;
-:func:`unpack` then checks the state's digest and the KKT residual on the rebuilt cache
-against the pickled ones (:func:`check`).
+a kernel value of two keys the state holds. :func:`pack` leaves it out, with the two
+per-token hashes (also functions of the keys) and the slot arrays' padding past
+``hi``; it keeps the keys, values, ids, tags, commitments, alpha, g, the partition, mu,
+the error sum, the bordered inverse (kept by rank-one updates: a refactorization would
+round differently) and the cache's recipe (:mod:`svattn.exact.records.kcache`).
+:func:`unpack` rebuilds the rest, the cache bit for bit, so an unpickled memory
+continues as the original would, and checks the state's digest and the KKT residual
+on the rebuilt cache against the pickled ones (:func:`check`).
 """
 
 from __future__ import annotations
