@@ -44,7 +44,11 @@ def live_state(mem: SVDDMemory) -> dict:
         else:
             out[name] = val
     chi = mem.solver_state.chi
-    out["KC"] = np.ascontiguousarray(mem.solver_state.KC[np.ix_(live, np.arange(chi))]).tobytes()
+    # the cache's columns in use: a freed column (a hole below chi, slot_of_col -1) holds
+    # no state (rows scored after it was freed hold k(x, 0) there, never read: its alpha
+    # is 0 and a column allocated in it is written whole), and a file does not keep it
+    used = np.flatnonzero(mem.solver_state.slot_of_col[:chi] >= 0)
+    out["KC"] = np.ascontiguousarray(mem.solver_state.KC[np.ix_(live, used)]).tobytes()
     out["XC"] = mem.solver_state.XC[:chi].tobytes()
     out["slot_of_col"] = mem.solver_state.slot_of_col[:chi].tobytes()
     out["ac"] = mem.solver_state.ac[:chi].tobytes()

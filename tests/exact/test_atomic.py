@@ -58,8 +58,11 @@ def faults(monkeypatch):
 
 
 def snapshot(mem: SVDDMemory, log) -> tuple:
-    t, fields = schema.to_tensors(mem.solver_state)
-    cache = t.pop("kcache")
+    ss = mem.solver_state
+    t, fields = schema.to_tensors(ss)
+    for name in schema.RECIPE_TENSORS:  # (the cache's recipe: the cache itself compared)
+        del t[name]
+    cache = ss.KC[np.ix_(ss.ordered_slots(), np.arange(ss.chi))].copy()
     return (mem.state_digest(), mem.ids, {k: v.tobytes() for k, v in t.items()},
             {k: v for k, v in fields.items()}, cache, mem.health.to_dict(mem.solver_state.Qinv),
             None if log is None else log.read_bytes())

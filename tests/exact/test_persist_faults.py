@@ -231,9 +231,9 @@ def _rewrite_meta(data: bytes, **changes) -> bytes:
 def test_wrong_version_is_refused(saved, tmp_path):
     _, data, _ = saved
     bad = tmp_path / "bad.safetensors"
-    bad.write_bytes(_rewrite_meta(data, format_version=5))
-    with pytest.raises(StateVersionError, match="unsupported format version 5 .this svattn "
-                                                "reads versions 1, 2, 3, 4"):
+    bad.write_bytes(_rewrite_meta(data, format_version=6))
+    with pytest.raises(StateVersionError, match="unsupported format version 6 .this svattn "
+                                                "reads versions 1, 2, 3, 4, 5"):
         load(bad)
     bad.write_bytes(_rewrite_meta(data, format="other"))
     with pytest.raises(StateVersionError, match="not an svattn state file"):
@@ -331,15 +331,22 @@ def test_version_1_file_loads_and_rebuilds_the_error_sum(saved, tmp_path):
     from safetensors.numpy import load as st_load
 
     from svattn.exact.records.fileformat import serialize as _serialize
+    from svattn.exact.records.fileformat import sha256_hex as _sha
+    from svattn.exact.records.schema import RECIPE_TENSORS
 
-    _, data, digest = saved
+    path, data, digest = saved
     hlen = _header_len(data)
     meta = json.loads(json.loads(data[8 : 8 + hlen])["__metadata__"]["svattn"])
     tensors = {k: v for k, v in st_load(data).items()
-               if k not in ("esum", "esum_member", "tags", "commitments", "commit_keyed")}
+               if k not in ("esum", "esum_member", "tags", "commitments", "commit_keyed",
+                            *RECIPE_TENSORS)}
+    ss = load(path).solver_state  # a format 1 file holds the cache's values
+    tensors["kcache"] = np.ascontiguousarray(ss.KC[np.ix_(ss.ordered_slots(),
+                                                          np.arange(ss.chi))])
     meta = {k: v for k, v in meta.items() if k not in ("esum_valid", "esum_updates")}
     meta["format_version"] = 1
     meta["tensor_sha256"] = {k: v for k, v in meta["tensor_sha256"].items() if k in tensors}
+    meta["tensor_sha256"]["kcache"] = _sha(tensors["kcache"].tobytes())
     old = tmp_path / "v1.safetensors"
     old.write_bytes(_serialize(tensors, meta))
     got = load(old)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from svattn.exact.backends.compiled import linalg
+from svattn.exact.backends.compiled import columns, linalg
 from svattn.exact.core.gram import padded_square
 from svattn.exact.memory import SVDDMemory
 
@@ -36,6 +36,16 @@ def _compile_kept_factor(rng: np.random.Generator) -> None:
     linalg.positive_definite(np.ascontiguousarray(K[:6, :6]), 1e-10)
     # the batch finish's delete from its factor (operations.batch._margin_system)
     linalg.chol_delete(np.ascontiguousarray(np.linalg.cholesky(K[:6, :6] + np.eye(6))), 2, 6)
+
+
+def _compile_cache_rebuild(rng: np.random.Generator) -> None:
+    """The compiled column routine a pickle's or a state file's cache rebuild calls
+    (:mod:`svattn.exact.records.kcache`), which only a column the batch routine does not
+    reproduce reaches, with the types it passes: the Fortran-ordered cache, the keys."""
+    x = rng.normal(size=(6, 3))
+    for is_rbf in (True, False):  # (a one-column scratch is typed C-ordered by numba)
+        for cache in (np.zeros((6, 2), order="F"), np.zeros((6, 1))):
+            columns.kernel_column(cache, x, np.ones(6), 1, 0, 6, 0.5, is_rbf)
 
 
 def compile_all() -> float:
@@ -64,6 +74,7 @@ def compile_all() -> float:
             SVDDMemory.load(path).compact()
     # the batch path of a large rbf block (libsvm warm start, ingest.add_block)
     SVDDMemory(C=1 / 60, kernel="rbf").extend(rng.normal(size=(600, 3)))
+    _compile_cache_rebuild(rng)
     return time.perf_counter() - t0
 
 

@@ -45,7 +45,7 @@ from svattn.exact.operations import ingest, solver
 from svattn.exact.operations.health import HealthMonitor, HealthReading, reading_first
 from svattn.exact.operations.rollback import atomic
 from svattn.exact.operations.validation import check_queries, check_rows, plain_row
-from svattn.exact.records import fileformat, schema
+from svattn.exact.records import fileformat, pickled, schema
 from svattn.exact.records.audit import AuditFacts, AuditLog, AuditLogError
 from svattn.exact.records.certificate import (
     KEYED,
@@ -147,16 +147,18 @@ class SVDDMemory:
 
     def __getstate__(self) -> dict:
         # pickle and deepcopy: the backend is a module (restored from the state's flag),
-        # the health monitor holds a weak reference (kept as its dict), the log's
-        # descriptor is this memory's alone, and the keys are the controller's secrets
+        # the health monitor holds a weak reference (kept as its dict), the log's descriptor
+        # is this memory's alone, the keys are the controller's secrets; no cache (pickled)
         state = {k: v for k, v in vars(self).items() if k not in (
             "_be", "_health", "_audit", "_signing_key", "_tag_key", "_commit_key")}
         state["_health"] = self._health.to_dict(self._s.Qinv)
+        state["_s"] = pickled.pack(self._s, self.state_digest())
         return state
 
     def __setstate__(self, state: dict) -> None:
         state = dict(state)
         health = state.pop("_health")
+        state["_s"] = pickled.unpack(state["_s"])  # (rebuilt and checked)
         vars(self).update(state)
         self._be = compiled if self._s.compiled else reference
         self._health = HealthMonitor()

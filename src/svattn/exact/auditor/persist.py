@@ -1,8 +1,9 @@
 """Saving and loading an :class:`~svattn.exact.memory.SVDDMemory` (atomic, verified).
 
 :func:`save` writes one safetensors file whose tensors are the solver state's
-(:func:`svattn.exact.records.schema.to_tensors`: the file schema, version 4;
-versions 1-3 still load) and whose metadata carries the state's fields, its
+(:func:`svattn.exact.records.schema.to_tensors`: the file schema, version 5, which
+holds the kernel cache's recipe, not its values, and :func:`load` rebuilds it from the
+keys; versions 1-4 still load) and whose metadata carries the state's fields, its
 digest, health, KKT residual, the audit-log head and checksums
 (:mod:`svattn.exact.records.fileformat`). :func:`load` re-checks all of it, recomputes
 the digest and the KKT residual from the loaded arrays, and requires the file

@@ -8,7 +8,12 @@ inverse), :mod:`~svattn.exact.core.kernels` and :mod:`~svattn.exact.core.gram`
 (the kernel formulas and the margin Gram's kept factor),
 :mod:`~svattn.exact.core.hashes` (token and row hashes of the state digest),
 :mod:`~svattn.exact.core.conventions` (the warm-up n·C < 1 and the empty-margin mu),
-:mod:`~svattn.exact.core.outcome` (what an operation found, returned) and
-:mod:`~svattn.exact.core.errors` (the errors a public operation raises).
+:mod:`~svattn.exact.core.outcome` (what an operation found, returned),
+:mod:`~svattn.exact.core.errors` (the errors a public operation raises) and
+:mod:`~svattn.exact.core.compiling` (the notice when numba must compile a kernel).
 Nothing here imports another layer of :mod:`svattn.exact` (``docs/design.md`` §6).
 """
+
+from svattn.exact.core.compiling import install as _announce_compiles
+
+_announce_compiles()  # a compile of any kernel of svattn's says so on stderr (compiling.py)

@@ -1,6 +1,6 @@
 """The state file's bytes: safetensors, canonical JSON metadata, checksums, atomic writes.
 
-File format (``format_version`` 4; versions 1-3 still load): one safetensors
+File format (``format_version`` 5; versions 1-4 still load): one safetensors
 file. Its tensors are :func:`~svattn.exact.records.schema.to_tensors`'s (the live tokens only, in id
 order: a removed token's slot is never written). The header's ``__metadata__``
 carries one string, ``svattn``: canonical JSON with the format name and

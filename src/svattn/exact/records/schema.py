@@ -6,7 +6,9 @@ tensors and JSON-ready fields, and back, with the readers of every older version
 checksums, atomic writes). Version :data:`SCHEMA_VERSION` is written; every version in
 :data:`READS` is read: 1 (no error sum, rebuilt on first use), 1-2 (the solver's scalars
 under their old attribute names, :data:`_LEGACY_SCALARS`), 1-3 (no commitments: the
-tokens get opaque ones on load). :func:`from_tensors` checks that the parts are
+tokens get opaque ones on load), 1-4 (the kernel cache's values, ``kcache``, where
+version 5 holds its recipe and rebuilds it from the keys bit for bit,
+:mod:`svattn.exact.records.kcache`). :func:`from_tensors` checks that the parts are
 consistent, down to the kernel cache being the kernel of the keys.
 
 Examples
@@ -36,6 +38,7 @@ from svattn.exact.core.state import (
     SlotState,
     check_parameters,
 )
+from svattn.exact.records import kcache
 
 # The schema of to_tensors: tensor name -> safetensors dtype.
 TENSOR_DTYPES = {
@@ -43,13 +46,20 @@ TENSOR_DTYPES = {
                           "esum")},
     **{k: "I64" for k in ("ids", "slots", "col", "free_slots")},
     "state": "I8", "esum_member": "I8", "tags": "U8", "commitments": "U8", "commit_keyed": "I8",
+    "kcache_kinds": "I8", "kcache_scored_slots": "I32", "kcache_scored_bits": "U8",
+    "kcache_patch_slots": "I32", "kcache_patch_cols": "I32", "kcache_patch": "F64",
 }
-SCHEMA_VERSION = 4
-READS = (1, 2, 3, 4)  # schema versions from_tensors accepts
+SCHEMA_VERSION = 5
+READS = (1, 2, 3, 4, 5)  # schema versions from_tensors accepts
 _V2_TENSORS = {"esum", "esum_member"}  # absent from version 1 files
 _V3_TENSORS = {"tags"}  # absent from version 1-2 files
 # absent from version 1-3 files (whose tokens then get opaque commitments on load)
 _V4_TENSORS = {"commitments", "commit_keyed"}
+# version 5 holds the kernel cache's recipe (these, :mod:`svattn.exact.records.kcache`)
+# in place of its values (``kcache``, versions 1-4)
+RECIPE_TENSORS = {"kcache_kinds": "kinds", "kcache_scored_slots": "scored_slots",
+                  "kcache_scored_bits": "scored_bits", "kcache_patch_slots": "patch_slots",
+                  "kcache_patch_cols": "patch_cols", "kcache_patch": "patch_values"}
 
 # Version 1-2 files kept the solver's scalars under their attribute names
 # ("every scalar the class happened to hold"); version 3 names them. Old name
@@ -85,9 +95,11 @@ def to_tensors(ss: SlotState) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     Tensors (see :data:`TENSOR_DTYPES`): ``ids``, ``slots`` (layout, for
     bit-exact continuation), ``keys``, ``values`` (absent when values are the
     keys), ``diag``, ``xn2``, ``alpha``, ``g``, ``state``, ``col`` (cache
-    column, −1: none), ``kcache`` (the cache on live rows), ``qinv``,
-    ``free_slots`` (slot numbers only), ``esum``, ``esum_member``. A removed
-    token's slot is never written. Per-operation scratch is not state.
+    column, −1: none), the kernel cache's recipe (:data:`RECIPE_TENSORS`: which
+    routine rebuilds each column, and a patch of (slot, column, value) for the live
+    entries neither reproduces), ``qinv``, ``free_slots`` (slot numbers only),
+    ``esum``, ``esum_member``, ``tags``, ``commitments``, ``commit_keyed``. A
+    removed token's slot is never written. Per-operation scratch is not state.
     """
     slots = ss.ordered_slots() if ss.dim is not None else np.zeros(0, np.int64)
     chi, nS = ss.chi, ss.nS
@@ -101,7 +113,6 @@ def to_tensors(ss: SlotState) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         "g": ss.g[slots],
         "state": ss.state[slots].astype(np.int8),
         "col": ss.col_of_slot[slots].astype(np.int64),
-        "kcache": ss.KC[np.ix_(slots, np.arange(chi))],
         "qinv": ss.Qinv.copy() if nS else np.zeros((0, 0)),
         "free_slots": np.asarray(ss.free_slots, dtype=np.int64),
         "esum": ss.esum[slots] if ss.dim is not None else np.zeros(0),
@@ -116,6 +127,8 @@ def to_tensors(ss: SlotState) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     }
     if ss.dim is not None and not ss.value_is_key:
         t["values"] = ss.V[slots]
+    rec = kcache.recipe(ss)
+    t.update({name: rec[part] for name, part in RECIPE_TENSORS.items()})
     t = {k: np.ascontiguousarray(v) for k, v in t.items()}
     ids = [int(i) for i in t["ids"]]
     st = t["state"]
@@ -150,9 +163,10 @@ def from_tensors(t: dict[str, np.ndarray], fields: dict[str, Any], *,
                  version: int = SCHEMA_VERSION) -> SlotState:
     """Inverse of :meth:`to_tensors`, checking that the parts are consistent.
 
-    Reads schema versions 1-4 (version 1 has no error sum: it is rebuilt from
+    Reads schema versions 1-5 (version 1 has no error sum: it is rebuilt from
     the cache on first use; versions 1-2 keep the solver's scalars under
-    their old attribute names in ``fields["scalars"]``).
+    their old attribute names in ``fields["scalars"]``; versions 1-4 hold the
+    kernel cache's values, version 5 its recipe).
 
     Raises
     ------
@@ -163,7 +177,8 @@ def from_tensors(t: dict[str, np.ndarray], fields: dict[str, Any], *,
     expected = (set(TENSOR_DTYPES) - ({"values"} if fields.get("value_is_key") else set())
                 - (_V2_TENSORS if version == 1 else set())
                 - (_V3_TENSORS if version < 3 else set())
-                - (_V4_TENSORS if version < 4 else set()))
+                - (_V4_TENSORS if version < 4 else set())
+                - (set(RECIPE_TENSORS) if version < 5 else {"kcache"}))
     _check(set(t) == expected,
            f"tensor set {sorted(t)} does not match the format ({sorted(expected)})")
     try:  # a file's parameters pass the constructor's checks, or it is refused
@@ -265,6 +280,8 @@ def _restore_arrays(ss: SlotState, t: dict[str, np.ndarray], fields: dict[str, A
     col = t["col"]
     ss.col_of_slot[slots] = col
     _restore_cache(ss, t, slots, col, states, ccap, chi, nS, d)
+    if "kcache" not in t:  # version 5: the cache from the keys, by its recipe
+        _rebuild_cache(ss, t)
     ss.mu = float.fromhex(fields["mu_hex"])
     _check(ss.mu == fields["mu"], "mu and its hex form differ")
     ss.g_valid = bool(fields["g_valid"])
@@ -279,7 +296,17 @@ def _restore_arrays(ss: SlotState, t: dict[str, np.ndarray], fields: dict[str, A
         h = (h + th) % DIGEST_MOD
         ss.id_to_slot[int(tid)] = int(s)
     ss.set_hash = h
-    _check_cache_is_kernel(ss, t, slots)
+    if "kcache" in t:  # (a rebuilt cache is the keys' kernel by construction)
+        _check_cache_is_kernel(ss, t, slots)
+
+
+def _rebuild_cache(ss: SlotState, t: dict[str, np.ndarray]) -> None:
+    rec = {part: t[name] for name, part in RECIPE_TENSORS.items()}
+    wrong = kcache.check_recipe(ss, rec)
+    _check(wrong is None, str(wrong))
+    moved = kcache.rebuild(ss, rec)
+    _check(moved <= kcache.PATCH_ROUNDING,
+           f"the kernel cache's patch moves an entry by {moved:.2e} from the keys' kernel")
 
 
 def _restore_cache(ss: SlotState, t, slots, col, states, ccap, chi, nS, d) -> None:
@@ -289,8 +316,9 @@ def _restore_cache(ss: SlotState, t, slots, col, states, ccap, chi, nS, d) -> No
     ss.slot_of_col = np.full(ccap, -1, dtype=np.int64)
     ss.ac = np.zeros(ccap)
     n = len(slots)
-    _check(t["kcache"].shape == (n, chi), "kernel cache has the wrong shape")
-    ss.KC[np.ix_(slots, np.arange(chi))] = t["kcache"]
+    if "kcache" in t:
+        _check(t["kcache"].shape == (n, chi), "kernel cache has the wrong shape")
+        ss.KC[np.ix_(slots, np.arange(chi))] = t["kcache"]
     cached = np.flatnonzero(col >= 0)
     cols = col[cached]
     _check(len(np.unique(cols)) == len(cols) and bool(np.all(cols < chi)),
@@ -343,5 +371,5 @@ def _check_cache_is_kernel(ss: SlotState, t, slots) -> None:
            f"kernel cache deviates from the keys' kernel by {dev:.2e}")
 
 
-__all__ = ["READS", "SCHEMA_VERSION", "TENSOR_DTYPES", "SchemaError", "from_tensors",
-           "to_tensors"]
+__all__ = ["READS", "RECIPE_TENSORS", "SCHEMA_VERSION", "TENSOR_DTYPES", "SchemaError",
+           "from_tensors", "to_tensors"]

@@ -355,3 +355,18 @@ def bordered_out(Qb, nS):
         for j in range(nS + 1):
             out[i, j] = Qb[i, j]
     return out
+
+
+@njit(cache=True)
+def kernel_column(KC, X, diag, slot, col, hi, gamma, is_rbf):
+    """Write ``slot``'s kernel column into column ``col`` over slots ``[0, hi)``, as
+    :func:`alloc_col` computes it (an unpickled state's cache rebuilt with the same
+    rounding, :mod:`svattn.exact.records.pickled`)."""
+    if is_rbf:
+        for i in range(hi):
+            KC[i, col] = -gamma * row_sqdist(X, i, X, slot)
+    else:
+        for i in range(hi):
+            KC[i, col] = gamma * row_dot(X, i, X, slot)
+    exp_column(KC, col, hi)
+    KC[slot, col] = diag[slot]
