@@ -280,7 +280,7 @@ def check_optimality(keys: np.ndarray, alpha: np.ndarray, mu: float, C: float, k
         The problem (``C`` sane: :func:`parameter_errors` empty).
     warm : bool
         The state says it is in warm-up (``n·C < 1``): then the retrain's state is the
-        convention, ``alpha = 1/n`` exactly and ``mu = 0``.
+        convention, ``alpha = 1/n`` (to rounding) and ``mu = 0``.
     tol : float
         Bound on the KKT residual (§1 scale).
     progress : callable, optional
@@ -335,7 +335,7 @@ def check_optimality(keys: np.ndarray, alpha: np.ndarray, mu: float, C: float, k
             reasons.append(f"the state is in warm-up, but n·C = {n * C:.6g} >= 1 "
                            f"(within {FEASIBILITY_SLACK:g}): a retrain solves the problem")
         off = float(np.max(np.abs(alpha - 1.0 / n)))
-        if not off <= tol / n:
+        if not off <= 4 * np.finfo(np.float64).eps / n:  # set exactly, as 1.0 / n
             reasons.append(f"alpha: in warm-up every token carries 1/{n}; the state is "
                            f"{off:.2e} from it")
         if mu != 0.0:

@@ -640,5 +640,6 @@ def _commitment_mismatches(memory: SVDDMemory, recommitted: dict[int, str]) -> l
             if ss.commit_keyed[s] == 1 and c != ss.commitments[s].tobytes().hex()]
 
 
-__all__ = ["DeletionVerification", "ErasureVerification", "verify_deletion", "verify_erasure",
+__all__ = ["ORACLE_MAX_TOKENS", "DeletionVerification", "ErasureVerification", "verify_deletion",
+           "verify_erasure",
            "verify_log"]
