@@ -75,8 +75,9 @@ def run(args: argparse.Namespace) -> dict:
     n, d = keys.shape
     C = args.C if args.C is not None else 1.0 / (0.5 * n)
     gamma = 1.0 / (d * float(keys.var())) if args.gamma == "scale" else float(args.gamma)
-    with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch) if args.keep is None else args.keep
+        tmp.mkdir(parents=True, exist_ok=True)
         key_path, pub_path = write_keypair(tmp / "controller")
         log, state, receipt_path = tmp / "audit.jsonl", tmp / "m.safetensors", tmp / "r.json"
         t0 = time.perf_counter()
@@ -146,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--d", type=int, default=8, help="synthetic dimension")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--keep", type=Path, default=None,
+                   help="keep the state, receipt, log and keys in this folder")
     add_conditions(p)
     args = p.parse_args(argv)
     body = run(args)

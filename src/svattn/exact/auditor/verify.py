@@ -18,7 +18,13 @@ import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from svattn.exact.auditor.crosscheck import ORACLE_MAX_TOKENS, oracle_comparison, refuse_oracle
-from svattn.exact.auditor.logcheck import added_tokens, matches_the_log, verify_log
+from svattn.exact.auditor.logcheck import (
+    LogIndex,
+    added_tokens,
+    index_log,
+    matches_the_log,
+    verify_log,
+)
 from svattn.exact.auditor.optimality import (
     OptimalityReport,
     Progress,
@@ -258,7 +264,8 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
                     probes: np.ndarray | None = None, tol: float = 1e-8, seed: int = 0,
                     public_key=None, commit_key: bytes | None = None,
                     report: AuditReport | None = None, oracle: bool = False,
-                    progress: Progress | None = None) -> DeletionVerification:
+                    progress: Progress | None = None, index: LogIndex | None = None
+                    ) -> DeletionVerification:
     """:func:`verify_deletion` with the log already read and its chain checked
     (``report``: :func:`verify_chain` of it, or None without a log)."""
     if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
@@ -276,7 +283,8 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
     params_ok = not reasons
     logged, at_record = None, None
     if report is not None:
-        logged, at_record = matches_the_log(cert, report, reasons, memory.state_digest())
+        logged, at_record = matches_the_log(cert, report, reasons, memory.state_digest(),
+                                            index)
     signed = None
     if public_key is not None:
         bad_signature = signature_errors(cert, public_key)
@@ -483,13 +491,14 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
         if receipt.n_after != len(memory):
             reasons.append(f"n_after: the receipt says {receipt.n_after}, the memory holds "
                            f"{len(memory)}")
+    index = index_log(rep) if rep is not None and rep.ok else None
     removals = []
     for k, c in enumerate(certs):
         last = k == len(certs) - 1
         if last or rep is not None:  # the state right after it, or the chain
             v = _check_deletion(memory, c, retrain and last, tol=tol, seed=seed,
                                 public_key=public_key, report=rep, oracle=oracle,
-                                progress=progress)
+                                progress=progress, index=index)
             skip = ("live tokens",) if log is None else ("live tokens", "the audit log does not")
             reasons += [f"certificates[{k}]: {r}" for r in v.reasons if not r.startswith(skip)]
         else:  # an earlier removal, without the chain: what the present state allows
