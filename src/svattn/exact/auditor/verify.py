@@ -314,7 +314,10 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
         reasons += list(proof.reasons)
         reasons += _label_mismatches(memory)
     else:  # the state's own account: compared, but binds nothing (its caches)
-        kkt, unique = memory.kkt_residual(), memory.unique_optimum()
+        kkt = memory.kkt_residual()
+        # checked later, what the removal left is the chain's word (the present state's
+        # uniqueness is the last removal's business: its Cholesky test is not repeated)
+        unique = memory.unique_optimum() if now else cert.unique_optimum
         if not kkt <= tol:
             reasons.append(f"KKT residual {kkt:.2e} above {tol:.0e}")
     reasons += cert.consistency_errors()
