@@ -8,7 +8,9 @@ the receipt is checked the way an auditor does: ``svattn verify-erasure STATE RE
 the state's load included), and ``verify_erasure`` in this process (its time and the
 peak of what it allocates, by ``tracemalloc``). The check is the optimality proof from
 the keys (``svattn.exact.auditor.optimality``), not the dense oracle. ``--case
-synthetic`` does the same on ``--n`` rows of a Gaussian mixture.
+synthetic`` does the same on ``--n`` rows of a Gaussian mixture. ``--case oracle``
+compares, on ``--n`` synthetic rows, one removal's default check with the dense oracle
+cross-check (``verify_deletion(..., oracle=True)``): time and ``tracemalloc`` peak of each.
 
 The memory follows ``svattn.SVDD``'s defaults: ``C = 1/(nu·n)`` with ``nu = 0.5`` (half
 the rows carry weight), rbf, ``gamma = "scale"`` (``1/(d·var)``) or a number.
@@ -16,11 +18,13 @@ the rows carry weight), rbf, ``gamma = "scale"`` (``1/(d·var)``) or a number.
 Usage (single-threaded BLAS, as recorded)::
 
     OMP_NUM_THREADS=1 python benchmarks/bench_verify.py --case mimic --gamma scale \\
-        --json results/trust/verify_mimic_scale.json
+        --json results/verify_cost/mimic_scale.json
     OMP_NUM_THREADS=1 python benchmarks/bench_verify.py --case mimic --gamma 1 \\
-        --json results/trust/verify_mimic_gamma1.json
+        --json results/verify_cost/mimic_gamma1.json
     OMP_NUM_THREADS=1 python benchmarks/bench_verify.py --case synthetic --n 128000 \\
-        --C 0.002 --json results/trust/verify_synthetic_128k.json
+        --C 0.002 --json results/verify_cost/synthetic_128k.json
+    OMP_NUM_THREADS=1 python benchmarks/bench_verify.py --case oracle --n 4000 --C 0.01 \\
+        --json results/verify_cost/oracle_4k.json
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import numpy as np
 
 from svattn.data.icu import load_mimic3_vitals
 from svattn.exact import SVDDMemory
-from svattn.exact.auditor.verify import verify_erasure
+from svattn.exact.auditor.verify import verify_deletion, verify_erasure
 from svattn.exact.records.signing import write_keypair
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -67,7 +71,52 @@ def synthetic_rows(n: int, d: int, seed: int) -> tuple[np.ndarray, list[str], st
     return x, [f"subject-{i // 64}" for i in range(n)], f"gaussian mixture n={n} d={d}"
 
 
+def _traced(fn) -> tuple[object, float, float]:
+    """``fn()``, its wall time and the peak of what it allocated (tracemalloc)."""
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    out = fn()
+    seconds = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return out, seconds, peak
+
+
+def oracle_against_default(args: argparse.Namespace) -> dict:
+    """One removal from ``--n`` synthetic rows: the default check and the oracle's."""
+    keys, _, source = synthetic_rows(args.n, args.d, args.seed)
+    C = args.C if args.C is not None else 1.0 / (0.5 * args.n)
+    gamma = 1.0 / (args.d * float(keys.var())) if args.gamma == "scale" else float(args.gamma)
+    mem = SVDDMemory(C=C, gamma=gamma)
+    ids = mem.extend(keys)
+    cert = mem.remove(mem.partition()["margin"][0] if mem.partition()["margin"] else ids[0])
+    # the process's peak RSS (KiB) before and after each: the oracle's solver (Clarabel,
+    # Rust) allocates outside tracemalloc's view
+    rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    default, d_s, d_peak = _traced(lambda: verify_deletion(mem, cert))
+    rss1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    oracle, o_s, o_peak = _traced(lambda: verify_deletion(mem, cert, oracle=True))
+    rss2 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {
+        "data": source, "n_rows": len(mem), "C": C, "gamma": gamma,
+        "support": len(mem.support_ids()),
+        "default": {"status": default.status, "seconds": round(d_s, 3),
+                    "tracemalloc_peak_MiB": round(d_peak / 2**20, 1),
+                    "peak_rss_growth_MiB": round((rss1 - rss0) / 1024, 1),
+                    "proof": default.optimality.summary()},
+        "oracle": {"status": oracle.status, "seconds": round(o_s, 2),
+                   "tracemalloc_peak_MiB": round(o_peak / 2**20, 1),
+                   "peak_rss_growth_MiB": round((rss2 - rss1) / 1024, 1),
+                   "max_alpha_dev": oracle.max_alpha_dev,
+                   "decision_dev": oracle.decision_dev},
+        "machine": {"cores": os.cpu_count(), "OMP_NUM_THREADS":
+                    os.environ.get("OMP_NUM_THREADS"), "conditions": args.conditions},
+    }
+
+
 def run(args: argparse.Namespace) -> dict:
+    if args.case == "oracle":
+        return oracle_against_default(args)
     if args.case == "mimic":
         keys, tags, source = mimic_rows()
     else:
@@ -140,7 +189,7 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--case", choices=["mimic", "synthetic"], default="mimic")
+    p.add_argument("--case", choices=["mimic", "synthetic", "oracle"], default="mimic")
     p.add_argument("--gamma", default="scale", help='"scale" (1/(d·var)) or a number')
     p.add_argument("--C", type=float, default=None, help="default: 1/(0.5·n)")
     p.add_argument("--n", type=int, default=128_000, help="synthetic rows")

@@ -257,6 +257,7 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
     from svattn.exact.auditor.persist import load
+    from svattn.exact.auditor.progress import StderrProgress
     from svattn.exact.auditor.verify import verify_deletion
     from svattn.exact.records.certificate import DeletionCertificate
     from svattn.exact.records.signing import read_commit_key
@@ -278,7 +279,7 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     commit_key = None if args.commit_key is None else read_commit_key(args.commit_key)
     v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log,
                         public_key=args.public_key, commit_key=commit_key, oracle=args.oracle,
-                        oracle_force=args.oracle_force, progress=_StderrProgress())
+                        oracle_force=args.oracle_force, progress=StderrProgress())
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"certificate: removal of token {cert.removed_id}, issued {cert.issued_at}")
     print(f"digest matches:      {v.digest_matches}")
@@ -324,37 +325,6 @@ def _check_state_parameters(path: Path) -> None:
         raise ValueError(f"STATE: malformed state {path}: {bad[0]}")
 
 
-class _StderrProgress:
-    """Progress of a verifier's checks on stderr, once a check has run 2 s (then at most
-    once a second): ``checking KKT: 40 % (5,200 of 13,000 tokens)``."""
-
-    _UNITS = {"KKT": "tokens", "uniqueness": "margin and tied tokens", "oracle": "tokens"}
-
-    def __init__(self, after: float = 2.0) -> None:
-        import time
-
-        self._clock = time.perf_counter
-        self._after, self._stage, self._t0, self._last = after, None, 0.0, 0.0
-
-    def __call__(self, stage: str, done: int, total: int) -> None:
-        now = self._clock()
-        if stage != self._stage:
-            self._stage, self._t0, self._last = stage, now, 0.0
-            if stage == "oracle" and done == 0:  # one solve: say so before it starts
-                print(f"checking oracle: re-solving {total:,} tokens from scratch (dense "
-                      "QP) ...", file=sys.stderr, flush=True)
-            elif stage == "uniqueness" and done == 0 and total >= 3000:  # one factorisation
-                print(f"checking uniqueness: a Cholesky factor of K on {total:,} margin and "
-                      "tied tokens ...", file=sys.stderr, flush=True)
-            return
-        if now - self._t0 < self._after or (now - self._last < 1.0 and done < total):
-            return
-        self._last = now
-        pct = 100 * done // max(total, 1)
-        print(f"checking {stage}: {pct} % ({done:,} of {total:,} "
-              f"{self._UNITS.get(stage, 'items')})", file=sys.stderr, flush=True)
-
-
 def _print_verdict(verdict) -> None:
     """The fields a verifier checked, the ones that failed and the ones nothing that ran
     checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed)."""
@@ -378,6 +348,7 @@ def _verify_erasure_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _verify_erasure_run(args: argparse.Namespace) -> int:
     from svattn.exact.auditor.persist import load
+    from svattn.exact.auditor.progress import StderrProgress
     from svattn.exact.auditor.verify import verify_erasure
     from svattn.exact.records.certificate import ErasureReceipt
 
@@ -396,10 +367,13 @@ def _verify_erasure_run(args: argparse.Namespace) -> int:
     receipt = ErasureReceipt.from_json(text)
     v = verify_erasure(memory, receipt, retrain=True, tol=args.tol, seed=args.seed,
                        log=args.log, public_key=args.public_key, oracle=args.oracle,
-                       oracle_force=args.oracle_force, progress=_StderrProgress())
+                       oracle_force=args.oracle_force, progress=StderrProgress())
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"receipt: erasure of {len(receipt.erased_ids)} tokens of subject "
           f"{receipt.tag_hash[:16]}…, issued {receipt.issued_at}")
+    proof = None if v.last_removal is None else v.last_removal.optimality
+    if proof is not None:
+        print(f"optimality: {'proven' if proof.ok else 'NOT proven'}: {proof.summary()}")
     _print_verdict(v.verdict)
     print(v.summary())
     return v.exit_status

@@ -268,10 +268,10 @@ def test_progress_reaches_every_token():
 
 
 def test_the_cli_prints_progress_after_two_seconds(capsys):
-    from svattn.cli import _StderrProgress
+    from svattn.exact.auditor.progress import StderrProgress
 
     clock = iter([0.0, 0.5, 2.5, 2.6, 4.0])
-    p = _StderrProgress()
+    p = StderrProgress()
     p._clock = lambda: next(clock)
     for done in (0, 100, 5200, 5300, 13000):
         p("KKT", done, 13000)
