@@ -31,6 +31,7 @@ from svattn.exact.auditor.optimality import (
     check_optimality,
     parameter_errors,
 )
+from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.memory import SVDDMemory
 from svattn.exact.records.audit import AuditReport, verify_chain
 from svattn.exact.records.certificate import (
@@ -368,17 +369,16 @@ def _label_mismatches(memory: SVDDMemory) -> list[str]:
     says: reserve at 0, error at C, margin between (warm-up: every token margin)."""
     if memory.warm or len(memory) == 0:
         return []
-    alpha, C = memory.alpha, memory.C
-    pos = {t: i for i, t in enumerate(memory.ids)}
-    wrong = []
-    for name, ids in memory.partition().items():
-        a = alpha[[pos[t] for t in ids]]
-        fits = {"reserve": a == 0, "error": a == C, "margin": (a > 0) & (a < C)}[name]
-        wrong += [t for t, f in zip(ids, fits, strict=True) if not f]
-    if not wrong:
+    ss = memory.solver_state
+    slots = ss.ordered_slots()
+    a, code, C = ss.alpha[slots], ss.state[slots], memory.C
+    fits = np.where(code == RESERVE, a == 0,
+                    np.where(code == ERROR, a == C, (code == MARGIN) & (a > 0) & (a < C)))
+    wrong = ss.slot_id[slots[~fits]]
+    if not len(wrong):
         return []
-    return [f"partition_after: the state labels tokens {sorted(wrong)[:5]} with a set their "
-            "alpha is not in (reserve: 0, error: C, margin: between)"]
+    return [f"partition_after: the state labels tokens {sorted(wrong.tolist())[:5]} with a "
+            "set their alpha is not in (reserve: 0, error: C, margin: between)"]
 
 
 # failures of the re-solve, charged to the claim it checks
@@ -587,7 +587,12 @@ def _state_mismatches(memory: SVDDMemory, cert: DeletionCertificate, kkt: float,
     if cert.compacted != ss.n_compacted:
         out.append(f"compacted: the certificate says {cert.compacted}, the memory has "
                    f"dropped {ss.n_compacted} tokens by compaction")
-    sizes = {k: len(v) for k, v in memory.partition().items()}
+    if memory.warm:
+        sizes = {"margin": len(memory), "error": 0, "reserve": 0}
+    else:
+        code = ss.state[ss.live_slots()]
+        sizes = {"margin": int((code == MARGIN).sum()), "error": int((code == ERROR).sum()),
+                 "reserve": int((code == RESERVE).sum())}
     if cert.partition_after != sizes:
         out.append(f"partition_after: the certificate says {cert.partition_after}, the "
                    f"memory holds {sizes}")
