@@ -267,6 +267,17 @@ def test_progress_reaches_every_token():
     assert [d for _, d, _ in kkt] == sorted(d for _, d, _ in kkt)
 
 
+def test_an_erasure_reports_progress_over_its_certificates():
+    mem = SVDDMemory(0.05, tag_key=b"k" * 32)
+    mem.extend(np.random.default_rng(3).normal(size=(80, 3)), tags=["a", "b"] * 40)
+    receipt = mem.erase("a")
+    calls = []
+    assert verify_erasure(mem, receipt, progress=lambda *c: calls.append(c)).ok
+    certs = [c for c in calls if c[0] == "certificates"]
+    assert certs[-1] == ("certificates", 40, 40) and len(certs) == 40
+    assert any(c[0] == "KKT" for c in calls)
+
+
 def test_the_cli_prints_progress_after_two_seconds(capsys):
     from svattn.exact.auditor.progress import StderrProgress
 

@@ -33,7 +33,8 @@ class StderrProgress:
         Where to print (default: ``sys.stderr`` at the time of printing).
     """
 
-    _UNITS = {"KKT": "tokens", "uniqueness": "margin and tied tokens", "oracle": "tokens"}
+    _UNITS = {"KKT": "tokens", "uniqueness": "margin and tied tokens", "oracle": "tokens",
+              "certificates": "certificates"}
 
     def __init__(self, after: float = 2.0, stream: TextIO | None = None) -> None:
         self._clock = time.perf_counter

@@ -515,6 +515,8 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
                 unique_optimum=c.unique_optimum, tolerance=tol, reasons=tuple(errs),
                 verdict=judge(c, {SIGNATURE} if public_key is not None else (), errs))
         removals.append(v)
+        if progress is not None:
+            progress("certificates", k + 1, len(certs))
     for c, v in zip(certs, removals, strict=True):  # copies may stay only as others' data
         copies = v.copies if v.retrained or v.issued_at_record is not None or v.copies else \
             _live_copies(memory, c)
