@@ -311,18 +311,31 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
 
 
 def _check_state_parameters(path: Path) -> None:
-    """A usage error when the state file names a C no memory holds (read from its
-    metadata before loading: a crafted C = 1e-300 would otherwise stall the load)."""
-    from svattn.exact.auditor.optimality import parameter_errors
-    from svattn.exact.records.fileformat import StateFileError, parse_header, read_metadata
+    """A usage error when the state file names a C no memory holds, read from its
+    metadata before loading (a crafted C = 1e-300 would otherwise stall the load); any
+    other defect of the file is left to the load, which names it. A large file's load
+    (it re-checks everything) is announced on stderr."""
+    import json
+    import struct
 
+    from svattn.exact.auditor.optimality import parameter_errors
+    from svattn.exact.records.fileformat import StateFileError, read_metadata
+
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        size = len(head) == 8 and struct.unpack("<Q", head)[0]
+        blob = fh.read(size) if 0 < size <= 1 << 26 else b""
     try:
-        meta = read_metadata(parse_header(path.read_bytes(), str(path))[0], str(path))
-    except StateFileError as exc:
-        raise ValueError(f"STATE: {exc}") from None
+        meta = read_metadata(json.loads(blob), str(path))
+    except (StateFileError, ValueError, TypeError, AttributeError, RecursionError):
+        return  # the load names what is wrong with it
     bad = parameter_errors(meta.get("C"), 0, True)  # the range; n·C is checked once loaded
     if bad:
         raise ValueError(f"STATE: malformed state {path}: {bad[0]}")
+    mb = path.stat().st_size / 2**20
+    if mb >= 64:
+        print(f"loading {path} ({mb:,.0f} MiB: every part re-checked, its kernel cache "
+              "against the keys) ...", file=sys.stderr, flush=True)
 
 
 def _print_verdict(verdict) -> None:

@@ -2,10 +2,11 @@
 independent oracle (:func:`svattn.exact.oracle.solve_svdd`, Clarabel then an exact
 polish) and compared with the memory.
 
-It holds the n×n problem (the Gram matrix and Clarabel's copy of it: about 100·n²
-bytes, 1.55 GB and ~1 min at n = 4,000), so :func:`refuse_oracle` refuses it above
-:data:`ORACLE_MAX_TOKENS` tokens unless forced. The default check of a deletion is
-the optimality proof (:mod:`svattn.exact.auditor.optimality`), which needs no solver.
+It holds the n×n problem (the Gram matrix and Clarabel's copy of it: up to about 100·n²
+bytes; 1.2 GB and 60 s measured at n = 4,000, ``results/verify_cost/oracle_4k.json``), so
+:func:`refuse_oracle` refuses it above :data:`ORACLE_MAX_TOKENS` tokens unless forced.
+The default check of a deletion is the optimality proof
+(:mod:`svattn.exact.auditor.optimality`), which needs no solver.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from svattn.exact.oracle import solve_svdd
 ORACLE_MAX_TOKENS = 5000
 """Above this many tokens the dense oracle cross-check is refused unless forced."""
 ORACLE_BYTES_PER_ENTRY = 100
-"""The oracle's peak memory per entry of the n×n matrix (1.55 GB measured at n = 4,000)."""
+"""A bound on the oracle's peak memory per entry of the n×n matrix (1.2 GB measured at
+n = 4,000: 75 bytes per entry)."""
 
 
 def refuse_oracle(n: int, force: bool) -> None:

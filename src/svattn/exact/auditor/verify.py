@@ -206,7 +206,7 @@ def verify_deletion(
         Also re-solve the remaining tokens with the independent dense oracle
         (:func:`svattn.exact.oracle.solve_svdd`, the ``re-solve`` check) and compare
         partition, alpha, decision function and readout: a cross-check that holds the
-        n×n problem (about 100·n² bytes: 1.5 GB and a minute at n = 4,000).
+        n×n problem (up to about 100·n² bytes: 1.2 GB and 60 s measured at n = 4,000).
     oracle_force : bool
         Run the oracle above :data:`ORACLE_MAX_TOKENS` tokens (refused otherwise).
     progress : callable, optional
