@@ -131,7 +131,25 @@ def _demo_run(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------- audit verify
 
 
+_EXIT_CODES = """exit status:
+  0  VERIFIED: every field and claim was checked, and nothing failed
+  1  FAILED: a check failed (the output names it)
+  2  malformed input: a missing or unreadable file, a malformed receipt or state
+     (one line on stderr)
+  3  UNCHECKED: nothing failed, but something could not be checked (the output names
+     it, and what would check it: --log, --public-key, STATE)"""
+
+
+def _exit_codes(parser: argparse.ArgumentParser, note: str = "") -> None:
+    """List a verifying command's exit statuses in its ``--help``."""
+    parser.epilog = _EXIT_CODES + (f"\n\n{note}" if note else "")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+
+
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
+    _exit_codes(parser, "Without STATE the chain is checked, but records cut from the log's "
+                "end cannot be detected (exit 3): only a state saved after them anchors the "
+                "end.")
     parser.add_argument("action", choices=["verify"], help="verify: check a log (and a state)")
     parser.add_argument("log", type=Path, metavar="LOG", help="the JSONL audit log")
     parser.add_argument(
@@ -186,6 +204,12 @@ def _audit_run(args: argparse.Namespace) -> int:
     if args.state is not None:
         _check_state_file(args.state)
     report = verify_log(args.log, args.state)
+    if report.ok and args.state is None:  # the chain holds, but nothing anchors its end
+        print(f"UNCHECKED: {report.summary().removeprefix('OK: ')}; but not the log's end: "
+              "records cut from the end of a log leave a shorter chain that still "
+              "verifies, and only a state saved after them can tell (give STATE, the "
+              "memory's last saved state)")
+        return 3
     print(report.summary())
     return 0 if report.ok else 1
 
@@ -207,6 +231,17 @@ def _state_receipt_arguments(parser: argparse.ArgumentParser, receipt: str, what
     parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
                         help="the controller's Ed25519 public key (svattn keygen): the "
                              f"{signed}")
+    parser.add_argument("--oracle", action="store_true",
+                        help="also re-solve the remaining tokens with the dense independent "
+                             "QP oracle and compare (a cross-check: it holds the n×n "
+                             "problem, ~100·n² bytes; refused above "
+                             "5,000 tokens without --oracle-force)")
+    parser.add_argument("--oracle-force", action="store_true",
+                        help="run --oracle above 5,000 tokens anyway")
+    _exit_codes(parser, "The default check proves the state is the optimum of the "
+                "remaining tokens from their keys (the KKT conditions and the uniqueness "
+                "test, recomputed without the memory's caches: O(n·|S|·d) time, bounded "
+                "memory); see docs/trust.md for its cost.")
 
 
 def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
@@ -222,6 +257,7 @@ def _verify_deletion_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _verify_deletion_run(args: argparse.Namespace) -> int:
     from svattn.exact.auditor.persist import load
+    from svattn.exact.auditor.progress import StderrProgress
     from svattn.exact.auditor.verify import verify_deletion
     from svattn.exact.records.certificate import DeletionCertificate
     from svattn.exact.records.signing import read_commit_key
@@ -233,6 +269,7 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
             _check_file(p, what)
     if args.log is not None:
         _check_audit_log(args.log)
+    _check_state_parameters(args.state)
     memory = load(args.state)
     try:
         text = args.certificate.read_text()
@@ -240,18 +277,20 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
         raise ValueError(f"certificate {args.certificate} is not a text (JSON) file") from None
     cert = DeletionCertificate.from_json(text)
     commit_key = None if args.commit_key is None else read_commit_key(args.commit_key)
-    # re-solving from scratch takes seconds at a few thousand tokens: say what is running
-    print(f"verifying: re-solving the {len(memory)} tokens of {args.state} from scratch "
-          "(independent QP oracle) ...", file=sys.stderr, flush=True)
     v = verify_deletion(memory, cert, retrain=True, tol=args.tol, seed=args.seed, log=args.log,
-                        public_key=args.public_key, commit_key=commit_key)
+                        public_key=args.public_key, commit_key=commit_key, oracle=args.oracle,
+                        oracle_force=args.oracle_force, progress=StderrProgress())
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"certificate: removal of token {cert.removed_id}, issued {cert.issued_at}")
     print(f"digest matches:      {v.digest_matches}")
     print(f"token absent:        {v.removed_absent}")
     print(f"parameters match:    {v.parameters_match}")
-    print(f"KKT residual:        {v.kkt_residual:.3e}")
+    print(f"KKT residual:        {v.kkt_residual:.3e}"
+          + (" (recomputed from the keys)" if v.optimality is not None else ""))
     print(f"unique optimum:      {v.unique_optimum}")
+    if v.optimality is not None:
+        print(f"optimality:          {'proven' if v.optimality.ok else 'NOT proven'}: "
+              f"{v.optimality.summary()}")
     print(f"live copies:         {list(v.copies) if v.copies else 'none'}")
     if v.logged is not None:
         print(f"in the audit log:    {v.logged}")
@@ -269,6 +308,34 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
     _print_verdict(v.verdict)
     print(v.summary())
     return v.exit_status
+
+
+def _check_state_parameters(path: Path) -> None:
+    """A usage error when the state file names a C no memory holds, read from its
+    metadata before loading (a crafted C = 1e-300 would otherwise stall the load); any
+    other defect of the file is left to the load, which names it. A large file's load
+    (it re-checks everything) is announced on stderr."""
+    import json
+    import struct
+
+    from svattn.exact.auditor.optimality import parameter_errors
+    from svattn.exact.records.fileformat import StateFileError, read_metadata
+
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        size = len(head) == 8 and struct.unpack("<Q", head)[0]
+        blob = fh.read(size) if 0 < size <= 1 << 26 else b""
+    try:
+        meta = read_metadata(json.loads(blob), str(path))
+    except (StateFileError, ValueError, TypeError, AttributeError, RecursionError):
+        return  # the load names what is wrong with it
+    bad = parameter_errors(meta.get("C"), 0, True)  # the range; n·C is checked once loaded
+    if bad:
+        raise ValueError(f"STATE: malformed state {path}: {bad[0]}")
+    mb = path.stat().st_size / 2**20
+    if mb >= 64:
+        print(f"loading {path} ({mb:,.0f} MiB: every part re-checked, its kernel cache "
+              "against the keys) ...", file=sys.stderr, flush=True)
 
 
 def _print_verdict(verdict) -> None:
@@ -294,6 +361,7 @@ def _verify_erasure_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _verify_erasure_run(args: argparse.Namespace) -> int:
     from svattn.exact.auditor.persist import load
+    from svattn.exact.auditor.progress import StderrProgress
     from svattn.exact.auditor.verify import verify_erasure
     from svattn.exact.records.certificate import ErasureReceipt
 
@@ -303,19 +371,22 @@ def _verify_erasure_run(args: argparse.Namespace) -> int:
             _check_file(p, what)
     if args.log is not None:
         _check_audit_log(args.log)
+    _check_state_parameters(args.state)
     memory = load(args.state)
     try:
         text = args.receipt.read_text()
     except UnicodeDecodeError:
         raise ValueError(f"RECEIPT: {args.receipt} is not a text (JSON) file") from None
     receipt = ErasureReceipt.from_json(text)
-    print(f"verifying: re-solving the {len(memory)} tokens of {args.state} from scratch "
-          "(independent QP oracle) ...", file=sys.stderr, flush=True)
     v = verify_erasure(memory, receipt, retrain=True, tol=args.tol, seed=args.seed,
-                       log=args.log, public_key=args.public_key)
+                       log=args.log, public_key=args.public_key, oracle=args.oracle,
+                       oracle_force=args.oracle_force, progress=StderrProgress())
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"receipt: erasure of {len(receipt.erased_ids)} tokens of subject "
           f"{receipt.tag_hash[:16]}…, issued {receipt.issued_at}")
+    proof = None if v.last_removal is None else v.last_removal.optimality
+    if proof is not None:
+        print(f"optimality: {'proven' if proof.ok else 'NOT proven'}: {proof.summary()}")
     _print_verdict(v.verdict)
     print(v.summary())
     return v.exit_status

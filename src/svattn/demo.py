@@ -236,7 +236,7 @@ def run_demo(
     say(f"verify   retraining from scratch on the {len(memory)} remaining tokens "
         "(independent QP oracle) ...")
     start = time.perf_counter()
-    final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed,
+    final = verify_deletion(memory, certificates[-1], retrain=True, seed=seed, oracle=True,
                             public_key=key.public_key())
     say(f"         {final.summary()} ({time.perf_counter() - start:.2f} s)")
     ok = final.complete and not bad

@@ -287,6 +287,13 @@ def test_cli_audit_verify(logged, capsys):
     assert main(["audit", "verify", str(log), str(state)]) == 0
     assert "OK" in capsys.readouterr().out
     lines = _lines(log)
+    # a log cut at its end still chains: without the state its end is unchecked (exit 3)
+    _write(log, lines[:-3])
+    assert main(["audit", "verify", str(log)]) == 3
+    out = capsys.readouterr().out
+    assert out.startswith("UNCHECKED") and "OK" not in out and "give STATE" in out
+    assert main(["audit", "verify", str(log), str(state)]) == 1  # the state tells
+    assert "BROKEN" in capsys.readouterr().out
     _write(log, lines[:3] + lines[4:])
     assert main(["audit", "verify", str(log)]) == 1
     assert "BROKEN at record 3" in capsys.readouterr().out
@@ -299,6 +306,11 @@ def test_cli_verify_deletion(logged, tmp_path, capsys):
     cert_path.write_text(certs[-1].to_json())
     assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 0
     out = capsys.readouterr().out
+    assert "optimality:          proven" in out and "VERIFIED" in out
+    assert "partition equal" not in out  # the dense oracle only on request
+    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log),
+                 "--oracle"]) == 0
+    out = capsys.readouterr().out
     assert "partition equal:     True" in out and "VERIFIED" in out
     # without the log the commitment (and the other unsigned fields) are the controller's
     # word: exit 3, and the verdict names them with what would check them
@@ -309,7 +321,11 @@ def test_cli_verify_deletion(logged, tmp_path, capsys):
     # a certificate of an earlier removal does not match the saved state's digest
     cert_path.write_text(certs[0].to_json())
     assert main(["verify-deletion", str(state), str(cert_path)]) == 1
-    assert "FAILED" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "FAILED" in out and "give its audit log" in out and "--log" in out  # what to do
+    # with the log it is checked later, against the chain: every field, exit 0
+    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 0
+    assert "VERIFIED later" in capsys.readouterr().out
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(state.read_bytes()[:100])
     assert main(["verify-deletion", str(bad), str(cert_path)]) == 2

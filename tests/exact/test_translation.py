@@ -83,8 +83,9 @@ def test_honest_removals_verify_at_every_shift(case, backend):
     for which in ("margin", "error", "reserve"):
         pool = mem.partition()[which]
         cert = mem.remove(pool[len(pool) // 2])
-        report = verify_deletion(mem, cert)
+        report = verify_deletion(mem, cert, oracle=True)
         assert report.ok, (which, report.reasons)
+        assert report.optimality.ok and report.optimality.unique  # proven from the keys
         assert report.retrained and report.unique_optimum
         assert report.max_alpha_dev <= ALPHA_TOL
     alpha_o = solve_svdd(gram_from_differences(mem.keys, 1.0 / 8), C)

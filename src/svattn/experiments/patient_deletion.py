@@ -132,7 +132,7 @@ def delete_patient(memory: SVDDMemory, owner: dict[int, int], patient: int,
         ok &= verify_deletion(mem, cert, retrain=False).ok
         certificates.append(cert.to_json())
     final = verify_deletion(mem, DeletionCertificate.from_json(certificates[-1]), retrain=True,
-                            seed=seed)
+                            seed=seed, oracle=True)
     gamma = float(json.loads(certificates[-1])["gamma"])
     ref = retrain_state(mem.keys, mem.values, mem.ids, mem.C, mem.kernel, gamma)
     return PatientDeletion(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from svattn.exact.memory import SVDDMemory
@@ -19,16 +19,47 @@ from svattn.exact.records.certificate import KEYED, DeletionCertificate
 from svattn.exact.records.fileformat import StateFileError, parse_header, read_metadata
 
 
+@dataclass(frozen=True)
+class LogIndex:
+    """A verified chain's removals and adds by token id, and its keyed adds by
+    commitment, read once (an erasure checks one certificate per token against it)."""
+
+    removals: dict[int, list[dict]]
+    """removed id -> its remove records, in order"""
+    adds: dict[int, list[tuple[int, dict]]]
+    """token id -> ``(seq, token entry)`` of the add / extend records that added it"""
+    by_commitment: dict[str, list[tuple[int, int]]]
+    """commitment -> ``(seq, id)`` of every token added with it"""
+
+
+def index_log(rep: AuditReport) -> LogIndex:
+    """The :class:`LogIndex` of a verified chain ``rep`` (one pass over its records)."""
+    removals: dict[int, list[dict]] = {}
+    for r in rep.records:
+        if r["op"] == "remove":
+            removals.setdefault(r["certificate"].get("removed_id"), []).append(r)
+    adds: dict[int, list[tuple[int, dict]]] = {}
+    by_commitment: dict[str, list[tuple[int, int]]] = {}
+    for q, tok in added_tokens(rep.records):
+        adds.setdefault(tok.get("id"), []).append((q, tok))
+        c = tok.get("commitment")
+        if isinstance(c, str):
+            by_commitment.setdefault(c, []).append((q, tok.get("id")))
+    return LogIndex(removals, adds, by_commitment)
+
+
 def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[str],
-                    present: str) -> tuple[bool, int | None]:
+                    present: str, index: LogIndex | None = None) -> tuple[bool, int | None]:
     """Whether the log's chain holds, records exactly this certificate (any edited field
     shows as a difference), added the token with its commitment, and (keyed) never
-    added the record again after the removal (``rep``: :func:`verify_chain` of the log)."""
+    added the record again after the removal (``rep``: :func:`verify_chain` of the log;
+    ``index``: its :func:`index_log`, read once by a caller that checks many)."""
     if not rep.ok:
         reasons.append(f"the audit log does not verify: {rep.error}")
         return False, None
-    recorded = [r["certificate"] for r in rep.records
-                if r["op"] == "remove" and r["certificate"].get("removed_id") == cert.removed_id]
+    index = index_log(rep) if index is None else index
+    removals = index.removals.get(cert.removed_id, [])
+    recorded = [r["certificate"] for r in removals]
     if not recorded:
         reasons.append(f"the audit log records no removal of token {cert.removed_id}")
         return False, None
@@ -39,8 +70,7 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
         reasons.append(f"the audit log recorded this removal with other {', '.join(diff)}")
         return False, None
     ok = True
-    at = max(r["seq"] for r in rep.records if r["op"] == "remove"
-             and r["certificate"].get("removed_id") == cert.removed_id)
+    at = max(r["seq"] for r in removals)
     later = None
     if present != cert.state_digest:  # the memory moved on: check it is the log's end
         later = at
@@ -51,16 +81,14 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
             reasons.append("state_digest differs from the memory's, and the memory is not "
                            "the audit log's end (its final digest is another)")
             ok = False
-    added = [(q, tok) for q, tok in added_tokens(rep.records)
-             if tok.get("id") == cert.removed_id]
+    added = index.adds.get(cert.removed_id, [])
     # (an add record of a version-1 log carries its own salted commitment: not comparable)
     if added and "salt" not in added[-1][1] and added[-1][1].get("commitment") != cert.commitment:
         reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
                        f"{added[-1][0]}) with another commitment")
         ok = False
     if cert.commitment_scheme == KEYED:  # equal data, equal commitment: re-entry shows
-        back = [(q, tok["id"]) for q, tok in added_tokens(rep.records[at + 1:])
-                if tok.get("commitment") == cert.commitment]
+        back = [(q, t) for q, t in index.by_commitment.get(cert.commitment, []) if q > at]
         if back:
             reasons.append(f"the erased record re-entered after its removal: record "
                            f"{back[0][0]} adds it again as token {back[0][1]}")
@@ -181,4 +209,5 @@ def unbound_tokens(rep: AuditReport, mem: SVDDMemory) -> list[int]:
     return bad
 
 
-__all__ = ["added_tokens", "matches_the_log", "unbound_tokens", "verify_log"]
+__all__ = ["LogIndex", "added_tokens", "index_log", "matches_the_log", "unbound_tokens",
+           "verify_log"]

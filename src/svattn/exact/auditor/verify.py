@@ -17,16 +17,22 @@ from pathlib import Path
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from svattn.exact.auditor.logcheck import added_tokens, matches_the_log, verify_log
-from svattn.exact.core.kernels import (
-    biased_softmax_readout,
-    decision_values,
-    get_kernel,
-    gram_matrix,
+from svattn.exact.auditor.crosscheck import ORACLE_MAX_TOKENS, oracle_comparison, refuse_oracle
+from svattn.exact.auditor.logcheck import (
+    LogIndex,
+    added_tokens,
+    index_log,
+    matches_the_log,
+    verify_log,
 )
+from svattn.exact.auditor.optimality import (
+    OptimalityReport,
+    Progress,
+    check_optimality,
+    parameter_errors,
+)
+from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.memory import SVDDMemory
-from svattn.exact.oracle import partition as oracle_partition
-from svattn.exact.oracle import solve_svdd
 from svattn.exact.records.audit import AuditReport, verify_chain
 from svattn.exact.records.certificate import (
     KEYED,
@@ -34,7 +40,16 @@ from svattn.exact.records.certificate import (
     ErasureReceipt,
     commit_token,
 )
-from svattn.exact.records.receipts import LOG, RESOLVE, SIGNATURE, STATE, HasVerdict, Verdict, judge
+from svattn.exact.records.receipts import (
+    LOG,
+    OPTIMALITY,
+    RESOLVE,
+    SIGNATURE,
+    STATE,
+    HasVerdict,
+    Verdict,
+    judge,
+)
 from svattn.exact.records.signing import load_public_key, signature_errors
 
 
@@ -46,11 +61,15 @@ class DeletionVerification(HasVerdict):
     the memory's, the digest matches, the id was issued and is gone, every
     recomputable field (sizes after, KKT residual, uniqueness) agrees, no live
     token holds the erased key and value, the log (when given) records exactly
-    this certificate, and (with retraining) the memory agrees with a
-    from-scratch solve: identical partition and alpha, decision function and
-    readout within tolerance when the optimum is unique; the decision function
-    (which is unique even when alpha is not) when it is not. ``reasons`` names
-    every failed check, by field where one is to blame.
+    this certificate, and (with ``retrain``) the state is proven the optimum of the
+    remaining tokens from their keys (``optimality``: the
+    :class:`~svattn.exact.auditor.optimality.OptimalityReport`); with the oracle
+    (``retrained``) the memory also agrees with a from-scratch solve: identical
+    partition and alpha, decision function and readout within tolerance when the
+    optimum is unique; the decision function (which is unique even when alpha is
+    not) when it is not. ``kkt_residual`` is the proof's (recomputed from the keys)
+    when it ran, else the memory's own. ``reasons`` names every failed check, by
+    field where one is to blame.
 
     ``ok`` says only that nothing failed. ``verdict`` (:mod:`svattn.exact.records.receipts`) says
     which fields were checked and which no check that ran binds: ``status`` is
@@ -81,6 +100,7 @@ class DeletionVerification(HasVerdict):
     issued_at_record: int | None = None
     reasons: tuple[str, ...] = ()
     verdict: Verdict | None = None
+    optimality: OptimalityReport | None = None
 
     def summary(self) -> str:
         """One line for people."""
@@ -92,6 +112,9 @@ class DeletionVerification(HasVerdict):
         else:
             parts = [f"{verdict}: digest {'ok' if self.digest_matches else 'MISMATCH'}",
                      f"KKT {self.kkt_residual:.1e}"]
+        if self.optimality is not None:
+            parts.append(f"optimality proven from the keys ({self.optimality.summary()})"
+                         if self.optimality.ok else "optimality NOT proven")
         if self.retrained:
             parts += [
                 f"partition {'equal' if self.partition_equal else 'DIFFERS'}",
@@ -133,8 +156,12 @@ def verify_deletion(
     log: str | os.PathLike[str] | None = None,
     public_key=None,
     commit_key: bytes | None = None,
+    oracle: bool = False,
+    oracle_force: bool = False,
+    progress: Progress | None = None,
 ) -> DeletionVerification:
-    """Check a deletion certificate against a memory, re-solving from scratch.
+    """Check a deletion certificate against a memory: that the state is the optimum a
+    retrain of the remaining tokens finds, proven from their keys.
 
     Parameters
     ----------
@@ -143,15 +170,22 @@ def verify_deletion(
         (*checked later*: see below).
     certificate : DeletionCertificate
     retrain : bool
-        Re-solve the remaining tokens with :func:`svattn.exact.oracle.solve_svdd`
-        (independent of the incremental solver) and compare.
+        Prove that the state is the retrain's optimum (the ``optimality`` check,
+        :func:`svattn.exact.auditor.optimality.check_optimality`): from the keys alone,
+        every token's ``g`` from the support's kernel columns (one blocked pass,
+        O(n·|S|·d) time, bounded memory; never the memory's caches), feasibility, the
+        KKT residual ``<= tol`` and the uniqueness test (a Cholesky factor of ``K`` on
+        the margin and tied tokens). For this convex QP a feasible KKT point is an
+        optimum: a complete proof, no solver needed. False: only what the state's own
+        account and the records allow.
     probes : array, shape (m, d), optional
-        Query points; default: the remaining keys plus 64 points around them.
+        With ``oracle``: query points; default: the remaining keys plus 64 points
+        around them.
     tol : float
-        Tolerance on |Δalpha|, the decision-function deviation (units of the
-        largest K_ii) and the readout deviation (units of the largest |value|,
-        at least 1: a readout is a convex combination of the values, so its
-        rounding is relative to them; keys stored as values at 1e8 round at 1e-8).
+        Bound on the KKT residual (``docs/design.md`` §1 scale); with ``oracle``, also
+        the tolerance on |Δalpha|, the decision-function deviation (units of the
+        largest K_ii) and the readout deviation (units of the largest |value|, at least
+        1: a readout is a convex combination of the values).
     log : path-like, optional
         The memory's audit log: its chain must verify, record exactly this
         certificate, and have recorded the same commitment when the token was added;
@@ -168,20 +202,38 @@ def verify_deletion(
         whose stored commitments were forged. Without it, copies are found from the
         commitments the state stores (keyed ones repeat for equal data) and from the
         certificate's own ``live_copies``.
+    oracle : bool
+        Also re-solve the remaining tokens with the independent dense oracle
+        (:func:`svattn.exact.oracle.solve_svdd`, the ``re-solve`` check) and compare
+        partition, alpha, decision function and readout: a cross-check that holds the
+        n×n problem (up to about 100·n² bytes: 1.2 GB and 60 s measured at n = 4,000).
+    oracle_force : bool
+        Run the oracle above :data:`ORACLE_MAX_TOKENS` tokens (refused otherwise).
+    progress : callable, optional
+        ``progress(stage, done, total)`` as the checks advance (the command line prints
+        it on stderr when a check runs over 2 s).
+
+    Raises
+    ------
+    ValueError
+        The state's C cannot describe a memory (C <= 0, C > 1, C below 2**-53, or a
+        solved state with n·C < 1): malformed input; or ``oracle`` above
+        :data:`ORACLE_MAX_TOKENS` tokens without ``oracle_force``.
 
     Checked later (``log`` given and the memory has moved on): the chain must record
     this certificate at a record whose digest is the certificate's, and end at the
     memory's present digest; the removed token must still be gone, no live token may
     hold its data, and a keyed record must never have been added again. What the
     removal left (its sizes, KKT residual, uniqueness) is then attested by the chain,
-    where the memory recorded it, and the retrain checks the present state.
+    where the memory recorded it, and the optimality proof checks the present state.
 
     Right after the removal, every field the state can confirm is recomputed and a
     mismatch is named:
     the parameters (C, kernel, gamma), the digest, that ``removed_id`` was issued
-    and is gone, the sizes after, the KKT residual, uniqueness; and no live token
-    may hold the erased key and value (a copy under another id). Retraining is
-    skipped when the parameters differ (it would compare other problems).
+    and is gone, the sizes after, the KKT residual and uniqueness (from the keys, with
+    ``retrain``); and no live token may hold the erased key and value (a copy under
+    another id). The proof is skipped when the parameters differ (it would prove
+    another problem).
 
     Examples
     --------
@@ -192,15 +244,29 @@ def verify_deletion(
     >>> verify_deletion(mem, mem.remove(ids[3])).ok
     True
     """
+    refuse_malformed_state(memory)
+    if retrain and oracle:
+        refuse_oracle(len(memory), oracle_force)
     report = None if log is None else verify_chain(Path(log))
     return _check_deletion(memory, certificate, retrain, probes=probes, tol=tol, seed=seed,
-                           public_key=public_key, commit_key=commit_key, report=report)
+                           public_key=public_key, commit_key=commit_key, report=report,
+                           oracle=oracle, progress=progress)
+
+
+def refuse_malformed_state(memory: SVDDMemory) -> None:
+    """Raise ``ValueError`` when the memory's C cannot describe a state any memory builds
+    (:func:`svattn.exact.auditor.optimality.parameter_errors`)."""
+    bad = parameter_errors(memory.C, len(memory), memory.warm)
+    if bad:
+        raise ValueError(f"malformed state: {bad[0]}")
 
 
 def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool, *,
                     probes: np.ndarray | None = None, tol: float = 1e-8, seed: int = 0,
                     public_key=None, commit_key: bytes | None = None,
-                    report: AuditReport | None = None) -> DeletionVerification:
+                    report: AuditReport | None = None, oracle: bool = False,
+                    progress: Progress | None = None, index: LogIndex | None = None
+                    ) -> DeletionVerification:
     """:func:`verify_deletion` with the log already read and its chain checked
     (``report``: :func:`verify_chain` of it, or None without a log)."""
     if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
@@ -218,7 +284,8 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
     params_ok = not reasons
     logged, at_record = None, None
     if report is not None:
-        logged, at_record = matches_the_log(cert, report, reasons, memory.state_digest())
+        logged, at_record = matches_the_log(cert, report, reasons, memory.state_digest(),
+                                            index)
     signed = None
     if public_key is not None:
         bad_signature = signature_errors(cert, public_key)
@@ -227,7 +294,10 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
     now = at_record is None  # False: checked later, against the chain
     digest_ok = memory.state_digest() == cert.state_digest if now else bool(logged)
     if not digest_ok and now:
-        reasons.append("state_digest differs from the memory's")
+        reasons.append("state_digest differs from the memory's: the certificate describes "
+                       "another state" + ("" if report is not None else
+                       " (if the memory has changed since this removal, give its audit log, "
+                       "log= / --log, to check the certificate against the chain)"))
     ss = memory.solver_state
     absent = cert.removed_id not in ss.id_to_slot
     if not absent:
@@ -235,11 +305,23 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
     elif cert.removed_id >= ss.next_id:
         reasons.append(f"removed_id: token {cert.removed_id} was never added (the memory "
                        f"has issued ids 0..{ss.next_id - 1})")
-    kkt = memory.kkt_residual()
-    if not kkt <= tol:
-        reasons.append(f"KKT residual {kkt:.2e} above {tol:.0e}")
+    proof = None
+    if retrain and params_ok:  # the proof, from the keys (not the memory's caches)
+        ran.add(OPTIMALITY)
+        proof = check_optimality(memory.keys, memory.alpha, memory.mu, memory.C,
+                                 memory.kernel, memory.gamma_value, warm=memory.warm,
+                                 tol=tol, progress=progress)
+        kkt, unique = proof.kkt_residual, proof.unique
+        reasons += list(proof.reasons)
+        reasons += _label_mismatches(memory)
+    else:  # the state's own account: compared, but binds nothing (its caches)
+        kkt = memory.kkt_residual()
+        # checked later, what the removal left is the chain's word (the present state's
+        # uniqueness is the last removal's business: its Cholesky test is not repeated)
+        unique = memory.unique_optimum() if now else cert.unique_optimum
+        if not kkt <= tol:
+            reasons.append(f"KKT residual {kkt:.2e} above {tol:.0e}")
     reasons += cert.consistency_errors()
-    unique = memory.unique_optimum()
     claim = unique and kkt <= memory.tol  # what the memory certifies (see remove)
     if now:
         reasons += _state_mismatches(memory, cert, kkt, unique, claim)
@@ -259,66 +341,53 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
     if copies:
         reasons.append(f"live tokens {list(copies)} hold the same key and value as the erased "
                        "record: the data is still in the memory")
-    if not retrain or len(memory) == 0 or not params_ok:
+    common = dict(digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
+                  unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
+                  copies=copies, logged=logged, signed=signed, compacted=ss.n_compacted,
+                  signature_present=cert.signature is not None, issued_at_record=at_record,
+                  optimality=proof)
+    if not (retrain and oracle) or len(memory) == 0 or not params_ok:
         return DeletionVerification(
-            ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
-            retrained=False, unique_optimum=unique, tolerance=tol, parameters_match=params_ok,
-            copies=copies, logged=logged, signed=signed, compacted=ss.n_compacted,
-            signature_present=cert.signature is not None, issued_at_record=at_record,
-            reasons=tuple(reasons), verdict=judge(cert, ran, reasons),
-        )
-    keys, values, alpha = memory.keys, memory.values, memory.alpha
-    gamma = memory.gamma_value  # the certificate's gamma equals it (checked above)
-    K = gram_matrix(keys, memory.kernel, gamma)
-    alpha_r, mu_r = solve_svdd(K, memory.C, return_mu=True)
-    ids = memory.ids
-    part_r = oracle_partition(alpha_r, memory.C)
-    part_m = memory.partition()
-    partition_equal = all(
-        sorted(ids[i] for i in part_r[name]) == sorted(part_m[name])
-        for name in ("margin", "error", "reserve")
-    ) if not memory.warm else True
-    if probes is None:
-        rng = np.random.default_rng(seed)
-        spread = keys.std(axis=0) + 1e-12
-        noise = rng.normal(size=(64, keys.shape[1])) * spread
-        around = keys[rng.integers(0, len(keys), 64)] + noise
-        if not get_kernel(memory.kernel).bounded:  # within the keys' norms: k(p, x) finite
-            top = float(np.einsum("ij,ij->i", keys, keys).max())
-            around = around[np.einsum("ij,ij->i", around, around) <= top]
-        probes = np.concatenate([keys, around])
-    probes = np.asarray(probes, dtype=np.float64)
-    dec_r = decision_values(probes, keys, alpha_r, mu_r, memory.kernel, gamma)
-    scale = max(1.0, float(np.diag(K).max()))
-    decision_dev = float(np.max(np.abs(memory.decision_function(probes) - dec_r))) / scale
-    read_r = biased_softmax_readout(probes, keys, values, alpha_r, memory.kernel, gamma)
-    vscale = max(1.0, float(np.max(np.abs(values))))
-    readout_dev = float(np.max(np.abs(memory.readout(probes) - read_r))) / vscale
-    alpha_dev = float(np.max(np.abs(alpha - alpha_r)))
-    if not decision_dev <= tol:
-        reasons.append(f"decision function differs from retrain by {decision_dev:.2e}")
-    if unique:
-        if not partition_equal:
-            reasons.append("partition differs from retrain")
-        if not alpha_dev <= tol:
-            reasons.append(f"alpha differs from retrain by {alpha_dev:.2e}")
-        if not readout_dev <= tol:
-            reasons.append(f"readout differs from retrain by {readout_dev:.2e}")
+            ok=not reasons, retrained=False, reasons=tuple(reasons), **common,
+            verdict=judge(cert, ran, reasons, blame=_CLAIMED))
+    if progress is not None:
+        progress("oracle", 0, len(memory))
+    cross = oracle_comparison(memory, probes=probes, tol=tol, seed=seed, unique=unique)
+    if progress is not None:
+        progress("oracle", len(memory), len(memory))
+    reasons += list(cross.reasons)
     return DeletionVerification(
-        ok=not reasons, digest_matches=digest_ok, removed_absent=absent, kkt_residual=kkt,
-        retrained=True, unique_optimum=unique, partition_equal=partition_equal,
-        max_alpha_dev=alpha_dev, decision_dev=decision_dev, readout_dev=readout_dev,
-        n_probes=len(probes), tolerance=tol, parameters_match=True, copies=copies,
-        logged=logged, signed=signed, compacted=ss.n_compacted,
-        signature_present=cert.signature is not None, issued_at_record=at_record,
-        reasons=tuple(reasons), verdict=judge(cert, ran | {RESOLVE}, reasons, blame=_CLAIMED),
+        ok=not reasons, retrained=True, partition_equal=cross.partition_equal,
+        max_alpha_dev=cross.max_alpha_dev, decision_dev=cross.decision_dev,
+        readout_dev=cross.readout_dev, n_probes=cross.n_probes, reasons=tuple(reasons),
+        **common, verdict=judge(cert, ran | {RESOLVE}, reasons, blame=_CLAIMED),
     )
+
+
+def _label_mismatches(memory: SVDDMemory) -> list[str]:
+    """Live tokens whose set label (the state's partition) is not the one their alpha
+    says: reserve at 0, error at C, margin between (warm-up: every token margin)."""
+    if memory.warm or len(memory) == 0:
+        return []
+    ss = memory.solver_state
+    slots = ss.ordered_slots()
+    a, code, C = ss.alpha[slots], ss.state[slots], memory.C
+    fits = np.where(code == RESERVE, a == 0,
+                    np.where(code == ERROR, a == C, (code == MARGIN) & (a > 0) & (a < C)))
+    wrong = ss.slot_id[slots[~fits]]
+    if not len(wrong):
+        return []
+    return [f"partition_after: the state labels tokens {sorted(wrong.tolist())[:5]} with a "
+            "set their alpha is not in (reserve: 0, error: C, margin: between)"]
 
 
 # failures of the re-solve, charged to the claim it checks
 _EXACT = "exact optimum of the remaining tokens"
 _CLAIMED = {"decision function differs": _EXACT, "partition differs": _EXACT,
-            "alpha differs": _EXACT, "readout differs": _EXACT}
+            "alpha differs": _EXACT, "readout differs": _EXACT,
+            # the optimality proof's failures (svattn.exact.auditor.optimality)
+            "KKT residual": _EXACT, "alpha": _EXACT, "mu:": _EXACT,
+            "the state is in warm-up": _EXACT}
 
 
 @dataclass(frozen=True)
@@ -352,7 +421,9 @@ class ErasureVerification(HasVerdict):
 
 def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = True, *,
                    tol: float = 1e-8, public_key=None, seed: int = 0,
-                   log: str | os.PathLike[str] | None = None) -> ErasureVerification:
+                   log: str | os.PathLike[str] | None = None, oracle: bool = False,
+                   oracle_force: bool = False, progress: Progress | None = None
+                   ) -> ErasureVerification:
     """Check an :class:`ErasureReceipt` against the memory right after the erasure (or,
     with ``log``, any later state of it that is the log's end).
 
@@ -365,6 +436,11 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     token holding an erased record's key and value must be one the receipt lists as
     another subject's copy; the digest and size are the memory's.
 
+    ``retrain``, ``oracle``, ``oracle_force`` and ``progress`` are
+    :func:`verify_deletion`'s, for the last certificate: the optimality proof of the
+    remaining tokens from their keys, and optionally the dense oracle's cross-check.
+    A malformed state's C raises ``ValueError`` (as :func:`verify_deletion`).
+
     With ``public_key`` the receipt's signature and each certificate's must verify.
     With ``log`` the chain must verify; the receipt must equal the log's ``erase``
     record of these ids (tag hash, erased ids, signer, signature and, in logs that keep
@@ -372,6 +448,9 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     be the record's; and no live token may be one the log's add records gave the
     subject's tag (a state whose stored tags were edited).
     """
+    refuse_malformed_state(memory)
+    if retrain and oracle:
+        refuse_oracle(len(memory), oracle_force)
     reasons = list(receipt.field_errors())
     if reasons:
         return ErasureVerification(ok=False, erased=0, last_removal=None,
@@ -415,12 +494,14 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
         if receipt.n_after != len(memory):
             reasons.append(f"n_after: the receipt says {receipt.n_after}, the memory holds "
                            f"{len(memory)}")
+    index = index_log(rep) if rep is not None and rep.ok else None
     removals = []
     for k, c in enumerate(certs):
         last = k == len(certs) - 1
         if last or rep is not None:  # the state right after it, or the chain
             v = _check_deletion(memory, c, retrain and last, tol=tol, seed=seed,
-                                public_key=public_key, report=rep)
+                                public_key=public_key, report=rep, oracle=oracle,
+                                progress=progress, index=index)
             skip = ("live tokens",) if log is None else ("live tokens", "the audit log does not")
             reasons += [f"certificates[{k}]: {r}" for r in v.reasons if not r.startswith(skip)]
         else:  # an earlier removal, without the chain: what the present state allows
@@ -434,6 +515,8 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
                 unique_optimum=c.unique_optimum, tolerance=tol, reasons=tuple(errs),
                 verdict=judge(c, {SIGNATURE} if public_key is not None else (), errs))
         removals.append(v)
+        if progress is not None:
+            progress("certificates", k + 1, len(certs))
     for c, v in zip(certs, removals, strict=True):  # copies may stay only as others' data
         copies = v.copies if v.retrained or v.issued_at_record is not None or v.copies else \
             _live_copies(memory, c)
@@ -441,7 +524,9 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
         if extra:
             reasons.append(f"live tokens {extra} hold the data of erased token "
                            f"{c.removed_id} and are not another subject's copies")
-    if retrain and certs:
+    if retrain and certs and removals[-1].optimality is not None:
+        ran.add(OPTIMALITY)
+    if retrain and certs and removals[-1].retrained:
         ran.add(RESOLVE)
     if later:
         partial = {**partial, "state_digest": {STATE}, "n_after": {STATE}}
@@ -504,7 +589,12 @@ def _state_mismatches(memory: SVDDMemory, cert: DeletionCertificate, kkt: float,
     if cert.compacted != ss.n_compacted:
         out.append(f"compacted: the certificate says {cert.compacted}, the memory has "
                    f"dropped {ss.n_compacted} tokens by compaction")
-    sizes = {k: len(v) for k, v in memory.partition().items()}
+    if memory.warm:
+        sizes = {"margin": len(memory), "error": 0, "reserve": 0}
+    else:
+        code = ss.state[ss.live_slots()]
+        sizes = {"margin": int((code == MARGIN).sum()), "error": int((code == ERROR).sum()),
+                 "reserve": int((code == RESERVE).sum())}
     if cert.partition_after != sizes:
         out.append(f"partition_after: the certificate says {cert.partition_after}, the "
                    f"memory holds {sizes}")
@@ -569,5 +659,6 @@ def _commitment_mismatches(memory: SVDDMemory, recommitted: dict[int, str]) -> l
             if ss.commit_keyed[s] == 1 and c != ss.commitments[s].tobytes().hex()]
 
 
-__all__ = ["DeletionVerification", "ErasureVerification", "verify_deletion", "verify_erasure",
+__all__ = ["ORACLE_MAX_TOKENS", "DeletionVerification", "ErasureVerification", "verify_deletion",
+           "verify_erasure",
            "verify_log"]

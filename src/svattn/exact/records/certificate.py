@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from svattn.exact.records.receipts import FORM, LOG, RESOLVE, SIGNATURE, STATE
+from svattn.exact.records.receipts import FORM, LOG, OPTIMALITY, RESOLVE, SIGNATURE, STATE
 
 CERTIFICATE_VERSION = 2  # 2: commitments without a salt beside them (keyed or opaque)
 KEYED, OPAQUE = "hmac-sha256", "opaque"  # the two commitment schemes (commit_token)
@@ -169,6 +169,8 @@ class DeletionCertificate:
     # what checks each"). "state" only where the state right after the removal pins the
     # field: an id the memory issued and removed, a commitment, a copy list, sizes before,
     # an event count or a time are its own word, bound only by the log or the signature.
+    # The KKT residual and uniqueness are recomputed from the keys ("optimality"), not
+    # read from the memory's own account of them.
     CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
         "removed_id": (LOG, SIGNATURE),
         "commitment": (LOG, SIGNATURE),
@@ -176,9 +178,9 @@ class DeletionCertificate:
         "live_copies": (LOG, SIGNATURE),
         "partition_before": (LOG, SIGNATURE),
         "partition_after": (STATE, LOG, SIGNATURE),
-        "kkt_residual_after": (STATE, LOG, SIGNATURE),
+        "kkt_residual_after": (OPTIMALITY, LOG, SIGNATURE),
         "n_events": (LOG, SIGNATURE),
-        "unique_optimum": (STATE, LOG, SIGNATURE),
+        "unique_optimum": (OPTIMALITY, LOG, SIGNATURE),
         "state_digest": (STATE, LOG, SIGNATURE),
         "C": (STATE, LOG, SIGNATURE),
         "kernel": (STATE, LOG, SIGNATURE),
@@ -190,7 +192,7 @@ class DeletionCertificate:
         "signature": (LOG, SIGNATURE),
     }
     CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "exact optimum of the remaining tokens": (RESOLVE,)}
+        "exact optimum of the remaining tokens": (OPTIMALITY, RESOLVE)}
 
     removed_id: int
     commitment: str
@@ -377,7 +379,7 @@ class ErasureReceipt:
         "signature": (LOG, SIGNATURE),
     }
     CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "exact optimum of the remaining tokens": (RESOLVE,)}
+        "exact optimum of the remaining tokens": (OPTIMALITY, RESOLVE)}
 
     tag_hash: str
     erased_ids: list[int]

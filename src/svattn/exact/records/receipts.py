@@ -12,6 +12,10 @@ field: which checks catch any edit of it to another well-formed value. The check
 * ``log``: the memory's hash-chained audit log (``--log``);
 * ``signature``: the controller's Ed25519 signature, checked with its public key
   (``--public-key``);
+* ``optimality``: the optimality proof of the remaining tokens, from their keys: the
+  KKT conditions and the uniqueness test recomputed without the memory's caches
+  (:mod:`svattn.exact.auditor.optimality`; a convex QP's feasible KKT point is its
+  optimum);
 * ``re-solve``: a from-scratch solve of the remaining tokens (the independent oracle);
 * ``re-stream``: a fresh stream of the remaining text;
 * ``form``: parsing (types, ranges, version): always run.
@@ -33,14 +37,15 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-STATE, LOG, SIGNATURE, RESOLVE, RESTREAM, FORM = (
-    "state", "log", "signature", "re-solve", "re-stream", "form")
-CHECK_NAMES = (STATE, LOG, SIGNATURE, RESOLVE, RESTREAM, FORM)
+STATE, LOG, SIGNATURE, OPTIMALITY, RESOLVE, RESTREAM, FORM = (
+    "state", "log", "signature", "optimality", "re-solve", "re-stream", "form")
+CHECK_NAMES = (STATE, LOG, SIGNATURE, OPTIMALITY, RESOLVE, RESTREAM, FORM)
 WHAT_RUNS = {  # what a caller gives for a check to run
     STATE: "the state the receipt describes",
     LOG: "the audit log (--log / log=)",
     SIGNATURE: "the controller's public key (--public-key / public_key=)",
-    RESOLVE: "a re-solve from scratch (retrain=True)",
+    OPTIMALITY: "the optimality proof from the keys (retrain=True, the default)",
+    RESOLVE: "a dense re-solve from scratch (oracle=True / --oracle)",
     RESTREAM: "a re-stream from scratch",
     FORM: "parsing",
 }

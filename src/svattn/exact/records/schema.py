@@ -318,7 +318,8 @@ def _restore_cache(ss: SlotState, t, slots, col, states, ccap, chi, nS, d) -> No
     n = len(slots)
     if "kcache" in t:
         _check(t["kcache"].shape == (n, chi), "kernel cache has the wrong shape")
-        ss.KC[np.ix_(slots, np.arange(chi))] = t["kcache"]
+        for lo, hi in _column_blocks(chi, ss.cap):  # (one n×chi gather would copy it whole)
+            ss.KC[slots, lo:hi] = t["kcache"][:, lo:hi]
     cached = np.flatnonzero(col >= 0)
     cols = col[cached]
     _check(len(np.unique(cols)) == len(cols) and bool(np.all(cols < chi)),
@@ -349,7 +350,9 @@ def _restore_error_sum(ss: SlotState, t, fields, slots) -> None:
     cols = ss.col_of_slot[slots[member == 1]]
     if ss.esum_valid and len(cols) and cols.min() >= 0:
         # a forged sum would corrupt every later g: it must be the members' column sum
-        direct = ss.KC[np.ix_(slots, cols)].sum(axis=1)
+        direct = np.zeros(n)
+        for lo, hi in _column_blocks(len(cols), ss.cap):  # (the cache is column-major)
+            direct += ss.KC[:, cols[lo:hi]][slots].sum(axis=1)
         dev = float(np.max(np.abs(esum - direct), initial=0.0))
         _check(dev <= 1e-9 * ss.scale * len(cols),
                f"error sum deviates from its members' kernel columns by {dev:.2e}")
@@ -362,13 +365,31 @@ def _check_cache_is_kernel(ss: SlotState, t, slots) -> None:
     if not (chi and len(slots)):
         return
     live_cols = np.flatnonzero(ss.slot_of_col[:chi] >= 0)
-    Kc = kernel_matrix(t["keys"], ss.XC[live_cols], ss.kernel, ss.gamma_value)
     pos = {int(s): i for i, s in enumerate(slots)}
-    for j, s in enumerate(ss.slot_of_col[live_cols]):
-        Kc[pos[int(s)], j] = ss.diag[s]
-    dev = float(np.max(np.abs(Kc - t["kcache"][:, live_cols]), initial=0.0))
+    own = np.array([pos[int(s)] for s in ss.slot_of_col[live_cols]], dtype=np.int64)
+    xc, dev = ss.XC[live_cols], 0.0
+    rows = max(1, _BLOCK_ENTRIES // len(live_cols))  # a block of rows at a time
+    for lo in range(0, len(slots), rows):
+        hi = min(len(slots), lo + rows)
+        Kc = kernel_matrix(t["keys"][lo:hi], xc, ss.kernel, ss.gamma_value)
+        here = np.flatnonzero((own >= lo) & (own < hi))  # a column's own token: k(x, x)
+        Kc[own[here] - lo, here] = ss.diag[ss.slot_of_col[live_cols[here]]]
+        Kc -= t["kcache"][lo:hi][:, live_cols]
+        dev = max(dev, float(np.max(np.abs(Kc), initial=0.0)))
     _check(dev <= 1e-9 * ss.scale,
            f"kernel cache deviates from the keys' kernel by {dev:.2e}")
+
+
+# The cache's checks on load take it a block at a time: about this many entries each
+# (32 MB of float64), not n×chi copies of the whole cache.
+_BLOCK_ENTRIES = 1 << 22
+
+
+def _column_blocks(ncols: int, nrows: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` spans of ``ncols`` columns, ~:data:`_BLOCK_ENTRIES` entries of
+    ``nrows`` rows each."""
+    step = max(1, _BLOCK_ENTRIES // max(1, nrows))
+    return [(lo, min(ncols, lo + step)) for lo in range(0, ncols, step)]
 
 
 __all__ = ["READS", "RECIPE_TENSORS", "SCHEMA_VERSION", "TENSOR_DTYPES", "SchemaError",
