@@ -467,7 +467,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         return self._issued(ForgetReceipt(
             ids=tuple(removed), positions=tuple(tokens), subject=None,
             certificates=tuple(certs), erasure=None, state_digest=certs[-1].state_digest,
-            n_samples=len(memory), refit_with=self.refit_recipe()))
+            n_samples=len(memory), refit_with=self._recipe()))
 
     unfit = forget
 
@@ -489,7 +489,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         return self._issued(ForgetReceipt(
             ids=tuple(removed), positions=tuple(erasure.erased_ids), subject=subject,
             certificates=(), erasure=erasure, state_digest=erasure.state_digest,
-            n_samples=len(memory), refit_with=self.refit_recipe()))
+            n_samples=len(memory), refit_with=self._recipe()))
 
     def _issued(self, receipt: ForgetReceipt) -> ForgetReceipt:
         key = vars(self).get("_signing_key")
@@ -500,6 +500,9 @@ class SVDD(OutlierMixin, BaseEstimator):
         ``SVDD(**model.refit_recipe()).fit(rows)`` (``C`` is ``C_``, not ``nu``: the
         box ``nu`` sets moves with n)."""
         check_is_fitted(self, "memory_")
+        return self._recipe()
+
+    def _recipe(self) -> dict:
         return {"C": float(self.C_), "gamma": float(self.gamma_), "kernel": self.memory_.kernel}
 
     def _matching_tokens(self, X: np.ndarray, held: list[int]) -> list[int]:
