@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from estimator_helpers import features, max_gap, shuffled_wine
 
+from estimator_helpers import features, max_gap, shuffled_wine
 from svattn import SVDD
 from svattn.exact.records.signing import generate_key
 

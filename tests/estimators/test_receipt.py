@@ -8,9 +8,9 @@ import pickle
 
 import numpy as np
 import pytest
-from estimator_helpers import features, max_gap, shuffled_wine
 from sklearn.base import clone
 
+from estimator_helpers import features, max_gap, shuffled_wine
 from svattn import SVDD
 from svattn.estimators import ForgetReceipt, verify_forget_receipt
 from svattn.exact.auditor.verify import verify_log

@@ -6,8 +6,8 @@ import json
 
 import numpy as np
 import pytest
-from estimator_helpers import features, max_gap, shuffled_wine
 
+from estimator_helpers import features, max_gap, shuffled_wine
 from svattn import SVDD
 from svattn.cli import main
 from svattn.estimators import verify_forget_receipt
@@ -90,6 +90,10 @@ def test_save_and_load_keep_the_model_and_continue_its_log(deployed, tmp_path):
                  str(log_copy), "--public-key", str(pub)]) == 0
     assert verify_forget_receipt(SVDD.load(copy), receipt, log=log_copy,
                                  public_key=pub).status == "VERIFIED"
+    # the first receipt, checked later: against the chain, which ends at the model now
+    first = ["verify-forget-receipt", str(copy), str(where / "receipt.json")]
+    assert main([*first, "--log", str(log_copy), "--public-key", str(pub)]) == 0
+    assert main(first) == 1  # without the log, a later model is not the receipt's state
 
 
 def test_load_refuses_a_folder_that_does_not_hold_together(deployed, tmp_path):

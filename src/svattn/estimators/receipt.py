@@ -93,15 +93,16 @@ class ForgetReceipt:
     # What binds each field (svattn.exact.records.receipts). The audit log is the core
     # memory's: it records each removal's certificate and a subject's erasure receipt
     # (tag hash, never the subject), not the ids a user gave; those, the subject in clear
-    # and the time are the controller's word, bound by its signature.
+    # and the time are the controller's word, bound by its signature. The digest and size
+    # after are the last removal's (checked equal), which the log records.
     CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
         "ids": (SIGNATURE,),
         "positions": (LOG, SIGNATURE),
         "subject": (SIGNATURE,),
         "certificates": (LOG, SIGNATURE),
         "erasure": (LOG, SIGNATURE),
-        "state_digest": (STATE, SIGNATURE),
-        "n_samples": (STATE, SIGNATURE),
+        "state_digest": (STATE, LOG, SIGNATURE),
+        "n_samples": (STATE, LOG, SIGNATURE),
         "refit_with": (STATE, SIGNATURE),
         "issued_at": (SIGNATURE,),
         "version": (FORM,),
@@ -318,7 +319,8 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
                           ) -> ForgetReceiptVerification:
     """Check :meth:`SVDD.forget <svattn.estimators.SVDD.forget>`'s receipt against the
     model right after the forget (as it was saved then, :meth:`SVDD.save
-    <svattn.estimators.SVDD.save>`).
+    <svattn.estimators.SVDD.save>`) or, with its audit log, any later state of it that
+    ends the log (*checked later*, as the core's verifiers do).
 
     Parameters
     ----------
@@ -340,8 +342,9 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
     What is checked: the receipt's form; the certificates (or the erasure receipt) by
     the core's verifiers against the model's memory (the last removal in full, each
     earlier one against the log or, without it, as far as the present state allows);
-    that the positions are the ones they removed, in order; that no id is held; the
-    digest, size and refit recipe against the model; the signature. The ids, the
+    that the positions are the ones they removed, in order; the digest and size as the
+    last removal left them and, right after the forget, as the model's (and no id held);
+    the refit recipe against the model; the signature. The ids, the
     subject in clear and the time are the controller's word: only the signature binds
     them, so without ``public_key`` the verdict is at best UNCHECKED.
 
@@ -385,25 +388,41 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
         reasons.append("positions: they are not the positions the "
                        f"{'erasure' if receipt.erasure is not None else 'certificates'} "
                        "removed, in order")
-    held = set(model.ids_.tolist())
-    back = [i for i in receipt.ids if i in held]
-    if back:
-        reasons.append(f"ids: {back[:5]!r} are held by the model")
+    if receipt.erasure is not None:
+        last_digest, last_n = receipt.erasure.state_digest, receipt.erasure.n_after
+    else:
+        final = receipt.certificates[-1]
+        last_digest, last_n = final.state_digest, sum(final.partition_after.values())
+    if receipt.state_digest != last_digest:
+        reasons.append("state_digest: not the digest the last removal left")
+    if receipt.n_samples != last_n:
+        reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the last removal "
+                       f"left {last_n}")
+    now = receipt.state_digest == mem.state_digest()
+    if now:  # the model right after the forget
+        if receipt.n_samples != len(mem):
+            reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the model holds "
+                           f"{len(mem)}")
+        held = set(model.ids_.tolist())
+        back = [i for i in receipt.ids if i in held]
+        if back:
+            reasons.append(f"ids: {back[:5]!r} are held by the model")
+    elif log is None:
+        reasons.append("state_digest differs from the model's (a later model: give its "
+                       "audit log to check the receipt against the chain)")
     if public_key is not None:
         reasons += signature_errors(receipt, public_key)
-    if receipt.state_digest != mem.state_digest():
-        reasons.append("state_digest differs from the model's")
-    if receipt.n_samples != len(mem):
-        reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the model holds "
-                       f"{len(mem)}")
-    recipe = {"C": model.C_, "gamma": model.gamma_, "kernel": model.kernel}
+    recipe = {"C": model.C_, "gamma": model.gamma_, "kernel": mem.kernel}
     if receipt.refit_with != recipe:
         reasons.append(f"refit_with: the receipt says {receipt.refit_with}, the model's is "
                        f"{recipe}")
     ran = {STATE} | ({LOG} if log is not None else set()) | (
         {SIGNATURE} if public_key is not None else set()) | ({RESOLVE} if retrain else set())
+    # checked later: the chain (the core's verifiers) binds the digest and size, not the
+    # state, which has moved on
+    partial = {} if now else {"state_digest": {STATE}, "n_samples": {STATE}}
     return ForgetReceiptVerification(ok=not reasons, reasons=tuple(reasons),
-                                     verdict=judge(receipt, ran, reasons))
+                                     verdict=judge(receipt, ran, reasons, partial=partial))
 
 
 __all__ = ["FORGET_RECEIPT_VERSION", "ForgetReceipt", "ForgetReceiptVerification",
