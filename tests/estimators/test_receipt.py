@@ -127,6 +127,15 @@ def test_clone_and_refit_never_write_into_the_same_log(tmp_path):
     with pytest.raises(TypeError, match="astype"):  # a fit that fails leaves no log
         SVDD(nu=0.3, audit_log=fresh, signing_key=generate_key()).fit(X, subjects=[1] * 50)
     assert not fresh.exists()
+    huge = X * 100  # the exp kernel overflows inside the core's extend, after the log opened
+    with pytest.raises(ValueError, match="overflows"):
+        SVDD(kernel="exp", gamma=1.0, audit_log=fresh).fit(huge)
+    assert not fresh.exists()
+    empty = tmp_path / "empty.jsonl"
+    empty.touch()
+    with pytest.raises(ValueError, match="overflows"):  # an empty file given: empty again
+        SVDD(kernel="exp", gamma=1.0, audit_log=empty).fit(huge)
+    assert empty.stat().st_size == 0
 
 
 def test_a_pickle_never_holds_the_private_key(tmp_path):
@@ -135,6 +144,7 @@ def test_a_pickle_never_holds_the_private_key(tmp_path):
     model = SVDD(nu=0.3, signing_key=key).fit(X)
     assert model.forget(ids=[3]).signature is not None
     data = pickle.dumps(model)
+    assert model.signing_key is key and model.forget(ids=[5]).signature is not None  # kept
     from cryptography.hazmat.primitives import serialization
 
     raw = key.private_bytes(serialization.Encoding.Raw, serialization.PrivateFormat.Raw,

@@ -124,3 +124,18 @@ def test_string_ids_survive_save_and_load(tmp_path):
     again.forget(ids=["r4"])
     with pytest.raises(ValueError, match="addressed by id"):
         again.forget(indices=[5])
+
+
+def test_a_model_pickled_before_rows_had_ids_reads_as_positions():
+    X = np.random.default_rng(6).normal(size=(50, 2))
+    model = SVDD(nu=0.3).fit(X)
+    model.forget(indices=[3])
+    state = model.__getstate__()
+    for name in ("_ledger", "_support"):  # what such a pickle lacks, and what it held
+        del state[name]
+    state["support_"] = np.array([999])
+    old = SVDD.__new__(SVDD)
+    old.__setstate__(state)
+    assert np.array_equal(old.support_, model.support_)
+    assert list(old.ids_) == [i for i in range(50) if i != 3]
+    assert old.forget(indices=[4]).ids == (4,)

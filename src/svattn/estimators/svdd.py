@@ -354,6 +354,8 @@ class SVDD(OutlierMixin, BaseEstimator):
             memory.close_audit_log()
             if created:  # the chain this fit started: nothing of it stays
                 log.unlink(missing_ok=True)
+            elif log is not None:  # an empty file given: empty again
+                os.truncate(log, 0)
             raise
         ledger.add(tokens, row_ids)
         ledger.positional = positional
@@ -627,12 +629,24 @@ class SVDD(OutlierMixin, BaseEstimator):
     def __getstate__(self) -> dict:
         # the controller's private key never enters a pickle (a path to it may); the
         # memory drops its own keys and log (SVDDMemory.__getstate__)
-        state = super().__getstate__()
+        state = dict(super().__getstate__())  # (object.__getstate__ is the live __dict__)
         state.pop("_signing_key", None)
         if state.get("signing_key") is not None and not isinstance(
                 state["signing_key"], (str, os.PathLike)):
             state["signing_key"] = None
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        if "memory_" in vars(self) and "_ledger" not in vars(self):
+            # a model pickled before rows had ids: its ids are its positions, and its
+            # support attributes (stored then) are derived now
+            ledger = RowLedger()
+            ledger.add(self.memory_.ids, self.memory_.ids)
+            for name in ("support_", "support_vectors_", "dual_coef_", "offset_",
+                         "n_support_", "n_samples_", "nu_"):
+                vars(self).pop(name, None)
+            self._ledger, self._support = ledger, {}
 
     def save(self, path: str | os.PathLike[str]) -> str:
         """Save the fitted model to the folder ``path``; return its state file's SHA-256.
