@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,9 +22,14 @@ from svattn.estimators import ForgetReceipt
 from svattn.exact import verify_deletion
 from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.oracle import solve_svdd
+from svattn.exact.records.signing import write_keypair
+
+_KEYS = tempfile.TemporaryDirectory()  # a controller's key for the keyed estimator's checks
+_KEY, _ = write_keypair(Path(_KEYS.name) / "controller")
 
 
-@parametrize_with_checks([SVDD(), SVDD(C=0.2, gamma="auto"), SVDD(nu=0.1, standby=0)])
+@parametrize_with_checks([SVDD(), SVDD(C=0.2, gamma="auto"), SVDD(nu=0.1, standby=0),
+                          SVDD(nu=0.2, signing_key=str(_KEY))])
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
 
