@@ -64,6 +64,54 @@ def frame_labels(X) -> list | None:
     return list(index)
 
 
+def subject_tags(subjects, n: int, key) -> list[str | None] | None:
+    """``subjects=`` checked: one non-empty str (or None) per row, and the controller's
+    ``key`` (None: the model holds none) to keep them under. Nothing changes here."""
+    if subjects is None:
+        return None
+    if isinstance(subjects, (str, bytes)) or np.ndim(subjects) != 1:
+        raise ValueError(f"subjects must be a 1-D sequence of one subject per row, got "
+                         f"{subjects!r:.60}")
+    tags = list(subjects)
+    if len(tags) != n:
+        raise ValueError(f"subjects must give one subject per row of X: {n} rows, "
+                         f"{len(tags)} subjects")
+    bad = [t for t in tags if not (t is None or (isinstance(t, str) and t))]
+    if bad:
+        raise TypeError(f"subjects: each must be a non-empty str, or None for a row of no "
+                        f"subject; got {bad[0]!r} ({type(bad[0]).__name__}): convert "
+                        "them, e.g. subjects=df.patient_id.astype(str)")
+    if key is None and any(t is not None for t in tags):
+        raise ValueError("subjects are kept only as hashes keyed by the controller's key, "
+                         "and this model holds none: give SVDD(signing_key=...) (svattn "
+                         "keygen writes one; a pickled model holds no key: "
+                         "SVDD.load(MODEL, signing_key=...))")
+    return [None if t is None else str(t) for t in tags]
+
+
+def matching_tokens(X: np.ndarray, held: list[int], keys: np.ndarray) -> list[int]:
+    """The tokens (``held``, aligned with their ``keys``) equal to a row of ``X``: every
+    copy of each; ``ValueError`` naming a row that matches none."""
+    # rows by their bytes with -0.0 written as 0.0 (+ 0.0), as the core's
+    # commitments and copy lists take them: equal values, one record
+    keys = keys + 0.0
+    by_row: dict[bytes, list[int]] = {}
+    for tid, row in zip(held, keys, strict=True):
+        by_row.setdefault(row.tobytes(), []).append(tid)
+    tokens: list[int] = []
+    asked: set[bytes] = set()
+    for r, row in enumerate(np.ascontiguousarray(X) + 0.0):
+        data = row.tobytes()
+        if data in asked:
+            continue  # a repeated row: its samples are already listed
+        found = by_row.pop(data, None)
+        if found is None:
+            raise ValueError(f"X row {r} matches no sample the model holds")
+        asked.add(data)
+        tokens += found
+    return tokens
+
+
 class RowLedger:
     """The ids of a model's rows: row id <-> the core's token id, for the rows held.
 
@@ -186,4 +234,5 @@ class RowLedger:
         return ledger
 
 
-__all__ = ["RowId", "RowLedger", "frame_labels", "id_list", "row_id"]
+__all__ = ["RowId", "RowLedger", "frame_labels", "id_list", "matching_tokens", "row_id",
+           "subject_tags"]

@@ -83,7 +83,6 @@ forgot ... samples exactly (ids ...; ... certificates, all KKT <= 1e-10; unsigne
 
 from __future__ import annotations
 
-import json
 import math
 import numbers
 import os
@@ -94,17 +93,19 @@ import numpy as np
 from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
+from svattn.estimators import saved
 from svattn.estimators.receipt import ForgetReceipt
-from svattn.estimators.rows import RowLedger, frame_labels, id_list
+from svattn.estimators.rows import (
+    RowLedger,
+    frame_labels,
+    id_list,
+    matching_tokens,
+    subject_tags,
+)
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kernels import get_kernel, kernel_names
-from svattn.exact.records.certificate import no_duplicate_keys
-from svattn.exact.records.fileformat import sha256_hex
 from svattn.exact.records.signing import sign
 from svattn.exact.records.signing import signing_key as as_signing_key
-
-MODEL_FORMAT, MODEL_VERSION = "svattn.SVDD", 1
-STATE_FILE, MODEL_FILE = "memory.safetensors", "estimator.json"
 
 
 def _finite(x) -> bool:
@@ -291,30 +292,6 @@ class SVDD(OutlierMixin, BaseEstimator):
                 "saved model's log)")
         return path
 
-    @staticmethod
-    def _subject_tags(subjects, n: int, key) -> list[str | None] | None:
-        """``subjects=`` checked: one non-empty str (or None) per row, and a key."""
-        if subjects is None:
-            return None
-        if isinstance(subjects, (str, bytes)) or np.ndim(subjects) != 1:
-            raise ValueError(f"subjects must be a 1-D sequence of one subject per row, got "
-                             f"{subjects!r:.60}")
-        tags = list(subjects)
-        if len(tags) != n:
-            raise ValueError(f"subjects must give one subject per row of X: {n} rows, "
-                             f"{len(tags)} subjects")
-        bad = [t for t in tags if not (t is None or (isinstance(t, str) and t))]
-        if bad:
-            raise TypeError(f"subjects: each must be a non-empty str, or None for a row of no "
-                            f"subject; got {bad[0]!r} ({type(bad[0]).__name__}): convert "
-                            "them, e.g. subjects=df.patient_id.astype(str)")
-        if key is None and any(t is not None for t in tags):
-            raise ValueError("subjects are kept only as hashes keyed by the controller's key, "
-                             "and this model holds none: give SVDD(signing_key=...) (svattn "
-                             "keygen writes one; a pickled model holds no key: "
-                             "SVDD.load(MODEL, signing_key=...))")
-        return [None if t is None else str(t) for t in tags]
-
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None, *, ids=None, subjects=None) -> SVDD:
         """Fit on ``X`` (n_samples, n_features) from scratch; ``y`` is ignored.
@@ -343,7 +320,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         ledger = RowLedger()
         row_ids, positional = ledger.new_ids(ids, labels, 0, len(X), lambda t: False)
         key = self._key()
-        tags = self._subject_tags(subjects, len(X), key)
+        tags = subject_tags(subjects, len(X), key)
         log = self._new_log()
         created = log is not None and not log.exists()
         memory = SVDDMemory(C, self.kernel, gamma, tol=self.tol, standby=self.standby,
@@ -388,7 +365,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         view = memory.view
         start = view.next_id
         row_ids, positional = ledger.new_ids(ids, labels, start, len(X), view.holds)
-        tags = self._subject_tags(subjects, len(X), vars(self).get("_signing_key"))
+        tags = subject_tags(subjects, len(X), vars(self).get("_signing_key"))
         tokens = list(range(start, start + len(X)))  # the core's next ids, in order
         ledger.add(tokens, row_ids)  # (a name of a token not held is never read as held)
         try:
@@ -451,7 +428,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         if X is not None:
             X = validate_data(self, X, dtype=np.float64, order="C", reset=False,
                               ensure_min_samples=1)
-            tokens = self._matching_tokens(X, memory.ids)
+            tokens = matching_tokens(X, memory.ids, memory.keys)
         elif indices is not None:
             if not ledger.positional:
                 raise ValueError(
@@ -506,26 +483,6 @@ class SVDD(OutlierMixin, BaseEstimator):
 
     def _recipe(self) -> dict:
         return {"C": float(self.C_), "gamma": float(self.gamma_), "kernel": self.memory_.kernel}
-
-    def _matching_tokens(self, X: np.ndarray, held: list[int]) -> list[int]:
-        # rows by their bytes with -0.0 written as 0.0 (+ 0.0), as the core's
-        # commitments and copy lists take them: equal values, one record
-        keys = self.memory_.keys + 0.0
-        by_row: dict[bytes, list[int]] = {}
-        for tid, row in zip(held, keys, strict=True):
-            by_row.setdefault(row.tobytes(), []).append(tid)
-        tokens: list[int] = []
-        asked: set[bytes] = set()
-        for r, row in enumerate(np.ascontiguousarray(X) + 0.0):
-            data = row.tobytes()
-            if data in asked:
-                continue  # a repeated row: its samples are already listed
-            found = by_row.pop(data, None)
-            if found is None:
-                raise ValueError(f"X row {r} matches no sample the model holds")
-            asked.add(data)
-            tokens += found
-        return tokens
 
     def _checked_indices(self, indices) -> list[int]:
         arr = np.asarray(indices)
@@ -660,15 +617,11 @@ class SVDD(OutlierMixin, BaseEstimator):
         it (:meth:`load`, ``svattn verify-forget-receipt``) without running code from it.
         """
         check_is_fitted(self, "memory_")
-        folder = Path(path)
-        if folder.exists() and not folder.is_dir():
-            raise ValueError(f"{folder} is a file; save takes a folder")
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = saved.model_folder(path)
         memory = self.memory_
-        digest = memory.save(folder / STATE_FILE)
+        digest = memory.save(folder / saved.STATE_FILE)
         names = vars(self).get("feature_names_in_")
-        meta = {
-            "format": MODEL_FORMAT, "version": MODEL_VERSION,
+        saved.write_model_file(folder, {
             "params": {k: v for k, v in self.get_params().items()
                        if k not in ("signing_key", "audit_log")},
             "C_": self.C_, "gamma_": self.gamma_, "fit_path_": self.fit_path_,
@@ -676,17 +629,7 @@ class SVDD(OutlierMixin, BaseEstimator):
             "feature_names_in_": None if names is None else [str(n) for n in names],
             "rows": self._ledger.to_dict(memory.ids),
             "state_digest": memory.state_digest(), "state_sha256": digest,
-        }
-        text = json.dumps(meta, sort_keys=True, allow_nan=False, default=_json_number)
-        tmp = folder / f".{MODEL_FILE}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as fh:
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, folder / MODEL_FILE)
-        finally:
-            tmp.unlink(missing_ok=True)
+        })
         return digest
 
     @classmethod
@@ -712,33 +655,17 @@ class SVDD(OutlierMixin, BaseEstimator):
         ValueError
             A malformed or inconsistent model (``StateFileError`` for the state file).
         """
-        folder = Path(path)
-        meta_path, state_path = folder / MODEL_FILE, folder / STATE_FILE
-        if not folder.is_dir():
-            raise FileNotFoundError(f"no such model folder: {folder}")
-        for p in (meta_path, state_path):
-            if not p.is_file():
-                raise FileNotFoundError(f"{folder} is not a saved SVDD: no {p.name} in it")
-        where = str(meta_path)
-        try:
-            meta = json.loads(meta_path.read_text(encoding="utf-8"),
-                              object_pairs_hook=no_duplicate_keys)
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            raise ValueError(f"{where}: not a model file ({exc})") from None
-        _check_meta(meta, where)
+        meta, where, state_path = saved.read_model_file(path)
         try:
             model = cls(**meta["params"], signing_key=signing_key, audit_log=audit_log)
         except TypeError as exc:
             raise ValueError(f"{where}: params: {exc}") from None
         key = model._key()
-        if sha256_hex(state_path.read_bytes()) != meta["state_sha256"]:
-            raise ValueError(f"{where}: {STATE_FILE} is not the state file this model was "
-                             "saved with (its SHA-256 differs: replaced, or a save was "
-                             "interrupted between the two files; save again)")
+        saved.check_state_file(meta, state_path, where)
         memory = SVDDMemory.load(state_path, audit_log=audit_log, signing_key=key)
         try:
             ledger = RowLedger.from_dict(meta["rows"], memory.ids, where)
-            _check_against_memory(meta, memory, where)
+            saved.check_against_memory(meta, memory, where)
         except BaseException:
             memory.close_audit_log()
             raise
@@ -752,62 +679,4 @@ class SVDD(OutlierMixin, BaseEstimator):
         return model
 
 
-def _json_number(value):
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
-    raise TypeError(f"cannot save a parameter of type {type(value).__name__}")
-
-
-_META_KEYS = {"format", "version", "params", "C_", "gamma_", "fit_path_", "n_features_in_",
-              "feature_names_in_", "rows", "state_digest", "state_sha256"}
-
-
-def _check_meta(meta, where: str) -> None:
-    """``estimator.json``'s form (each field named)."""
-    if not isinstance(meta, dict) or meta.get("format") != MODEL_FORMAT:
-        raise ValueError(f"{where}: not an svattn SVDD model file (format "
-                         f"{MODEL_FORMAT!r} expected)")
-    if meta.get("version") != MODEL_VERSION:
-        raise ValueError(f"{where}: model file version {meta.get('version')!r} is not "
-                         f"supported (expected {MODEL_VERSION})")
-    missing, unknown = sorted(_META_KEYS - set(meta)), sorted(set(meta) - _META_KEYS)
-    if missing or unknown:
-        raise ValueError(f"{where}: missing fields {missing}, unknown fields {unknown}")
-    if not isinstance(meta["params"], dict):
-        raise ValueError(f"{where}: params must be an object")
-    for name in ("C_", "gamma_"):
-        v = meta[name]
-        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and _finite(v) and v > 0):
-            raise ValueError(f"{where}: {name} must be a number > 0, got {v!r}")
-    if meta["fit_path_"] not in ("incremental", "libsvm+exact"):
-        raise ValueError(f"{where}: fit_path_ must be 'incremental' or 'libsvm+exact'")
-    n = meta["n_features_in_"]
-    if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
-        raise ValueError(f"{where}: n_features_in_ must be an int >= 1")
-    names = meta["feature_names_in_"]
-    if names is not None and not (isinstance(names, list) and len(names) == n
-                                  and all(isinstance(s, str) for s in names)):
-        raise ValueError(f"{where}: feature_names_in_ must be null or {n} strings")
-    for name in ("state_digest", "state_sha256"):
-        v = meta[name]
-        if not (isinstance(v, str) and len(v) == 64 and set(v) <= set("0123456789abcdef")):
-            raise ValueError(f"{where}: {name} must be 64 lowercase hex digits")
-
-
-def _check_against_memory(meta, memory: SVDDMemory, where: str) -> None:
-    """``estimator.json`` describes the memory loaded beside it."""
-    if meta["state_digest"] != memory.state_digest():
-        raise ValueError(f"{where}: state_digest is not the state file's")
-    if memory.kernel != meta["params"].get("kernel", "rbf"):
-        raise ValueError(f"{where}: params.kernel is not the state file's kernel")
-    if memory.C != min(float(meta["C_"]), 1.0):
-        raise ValueError(f"{where}: C_ is not the state file's C ({memory.C!r})")
-    if memory.dim is not None and memory.gamma_value != meta["gamma_"]:
-        raise ValueError(f"{where}: gamma_ is not the state file's gamma")
-    if memory.dim is not None and memory.dim != meta["n_features_in_"]:
-        raise ValueError(f"{where}: n_features_in_ is not the state file's dimension")
-
-
-__all__ = ["MODEL_FILE", "SVDD", "STATE_FILE", "SupportAttributes", "support_attributes"]
+__all__ = ["SVDD", "SupportAttributes", "support_attributes"]
