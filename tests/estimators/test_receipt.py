@@ -55,13 +55,25 @@ def test_a_receipt_is_signed_and_verifies_with_the_log_and_key(signed_model):
 
 def test_the_log_is_the_memorys_and_never_holds_the_subject_or_the_labels(signed_model):
     model, X, by_ids, by_subject, log, _ = signed_model
-    assert verify_log(log).ok
+    report = verify_log(log)
+    assert report.ok
     text = log.read_text()
     assert "patient-11" not in text and by_subject.erasure.tag_hash in text
-    records = [json.loads(line) for line in text.splitlines()]
+    records = report.records
     assert {r["op"] for r in records} >= {"open", "extend", "remove", "erase"}
     removed = [r["certificate"]["removed_id"] for r in records if r["op"] == "remove"]
     assert removed[:6] == list(by_ids.positions)  # positions, never the labels
+
+
+def test_the_log_never_holds_the_ids_a_user_gave(tmp_path):
+    X = np.random.default_rng(7).normal(size=(30, 2))
+    log = tmp_path / "audit.jsonl"
+    model = SVDD(nu=0.3, audit_log=log, signing_key=generate_key())
+    model.fit(X, ids=[f"mrn-{i:04d}" for i in range(30)], subjects=["ana"] * 3 + [None] * 27)
+    model.forget(ids=["mrn-0011"])
+    model.forget(subject="ana")
+    text = log.read_text()
+    assert verify_log(log).ok and "mrn-" not in text and "ana" not in text
 
 
 def test_the_recipe_is_what_an_auditor_refits_with(signed_model):
