@@ -575,8 +575,9 @@ def _verify_forget_run(args: argparse.Namespace) -> int:
 
 def _verify_forget_receipt_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", type=Path, metavar="MODEL",
-                        help="the model folder SVDD.save wrote right after the forget (it "
-                             "holds the remaining rows: personal data)")
+                        help="the model folder SVDD.save wrote right after the forget, or "
+                             "with --log any later save (it holds the remaining rows: "
+                             "personal data)")
     parser.add_argument("receipt", type=Path, metavar="RECEIPT",
                         help="the forget receipt (JSON, ForgetReceipt.to_json)")
     parser.add_argument("--tol", type=_positive_float, default=1e-8,
