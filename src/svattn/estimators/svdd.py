@@ -86,6 +86,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -340,6 +341,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         self.memory_, self.C_, self.gamma_ = memory, C, gamma
         self._ledger, self._signing_key, self._support = ledger, key, {}
         self.fit_path_ = memory.ingest_path
+        vars(self).pop("_detached", None)  # a fresh fit holds what its parameters give
         if old is not None:
             old.close_audit_log()  # its chain ends with this model's previous fit
         self._support_attributes()  # computed with the fit (predict changes nothing)
@@ -378,6 +380,7 @@ class SVDD(OutlierMixin, BaseEstimator):
             raise
         ledger.positional = positional
         self.fit_path_ = memory.ingest_path
+        self._warn_detached("these rows are not in the original's audit log")
         return self
 
     # --------------------------------------------------------------- forget
@@ -472,7 +475,18 @@ class SVDD(OutlierMixin, BaseEstimator):
 
     def _issued(self, receipt: ForgetReceipt) -> ForgetReceipt:
         key = vars(self).get("_signing_key")
+        self._warn_detached("this receipt is unsigned and the removal unlogged")
         return receipt if key is None else sign(receipt, key)
+
+    def _warn_detached(self, consequence: str) -> None:
+        """Warn when this model is a pickled (or copied) one whose key or log stayed with
+        the original: a copy never holds them, and its changes are not the original's."""
+        lost = sorted(set(vars(self).get("_detached", ())))
+        if lost:
+            warnings.warn(f"this model is a pickled or copied SVDD, and a copy holds no "
+                          f"{' and no '.join(lost)}: {consequence} (SVDD.save and "
+                          "SVDD.load(folder, signing_key=..., audit_log=...) carry a model "
+                          "on with them)", UserWarning, stacklevel=3)
 
     def refit_recipe(self) -> dict:
         """The parameters of the fresh fit this model equals on the rows it holds:
@@ -587,6 +601,11 @@ class SVDD(OutlierMixin, BaseEstimator):
         # the controller's private key never enters a pickle (a path to it may); the
         # memory drops its own keys and log (SVDDMemory.__getstate__)
         state = dict(super().__getstate__())  # (object.__getstate__ is the live __dict__)
+        if "memory_" in state:  # what the copy will not have, said when it forgets
+            state["_detached"] = tuple(what for what, held in (
+                ("signing key", state.get("_signing_key") is not None),
+                ("audit log", self.audit_log is not None)) if held) + tuple(
+                vars(self).get("_detached", ()))
         state.pop("_signing_key", None)
         if state.get("signing_key") is not None and not isinstance(
                 state["signing_key"], (str, os.PathLike)):
