@@ -158,3 +158,14 @@ def test_partial_fit_with_a_frame_uses_its_labels(wine):
     assert list(model.ids_) == list(X.index)
     model.forget(ids=X.index[[5, 150]])
     assert model.n_samples_ == 176
+
+
+def test_an_index_of_timestamps_is_refused_with_what_to_do():
+    X = pd.DataFrame(np.random.default_rng(3).normal(size=(20, 2)),
+                     index=pd.date_range("2024-01-01", periods=20, freq="h"))
+    model = SVDD(nu=0.3)
+    with pytest.raises(TypeError, match=r"ints or strs.*ids=X.index.astype\(str\)"):
+        model.fit(X)
+    assert not hasattr(model, "memory_")
+    model.fit(X, ids=X.index.astype(str))
+    assert model.forget(ids=[str(X.index[4])]).ids == (str(X.index[4]),)
