@@ -7,7 +7,8 @@ compiled removal (``remove_segments``: the segment loop, its margin solves, pass
 the margin block, the certificate's final pass), the uniqueness test's kept factor
 (``margin_positive_definite``, its row updates ``chol_update`` and whole factorizations
 ``cholesky_into``), the checkpoint and its scrub, the health and audit hook
-(``_after_op``), the scratch release and the estimator's own attribute refresh. Medians
+(``_after_op``), the scratch release and the estimator's support attributes (computed on
+the first read after a forget, not inside it: ``support_attributes``). Medians
 and means over the support and the non-support forgets, in CPU milliseconds
 (``time.process_time``: a loaded machine's other processes add no time, though they
 still share the memory bandwidth these memory-bound passes need).
@@ -31,7 +32,8 @@ from threadpoolctl import threadpool_limits
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import call_timing  # noqa: E402
 from streams import clustered_outliers  # noqa: E402
-from svattn import SVDD, estimators  # noqa: E402
+from svattn import SVDD  # noqa: E402
+from svattn.estimators import svdd  # noqa: E402
 from svattn.exact import memory  # noqa: E402
 from svattn.exact.backends import compiled  # noqa: E402
 from svattn.exact.backends.compiled import linalg, segments  # noqa: E402
@@ -44,7 +46,7 @@ PARTS = [(memory.SVDDMemory, "remove"), (compiled, "remove_by_segments"),
          (rollback, "checkpoint"), (rollback, "_scrub_after_success"),
          (memory.SVDDMemory, "_after_op"), (gram.MarginGramScratch, "release_margin_gram"),
          (solver, "certificate_facts"), (compiled, "g_exact"), (compiled, "drive"),
-         (solver, "finish_op"), (estimators.SVDD, "_refresh"),
+         (solver, "finish_op"), (svdd, "support_attributes"),
          (memory.SVDDMemory, "state_digest")]
 
 

@@ -101,10 +101,17 @@ def four_types(mem, cert, log, key, tmp: Path) -> dict:
     out["ModelErasureReceipt"] = field_matrix(
         mreceipt, lambda r, **kw: verify_forget(stream, r, **kw),
         {"state": {}, "public_key": {"public_key": public}})
-    model = SVDD(nu=0.2).fit(np.random.default_rng(2).normal(size=(40, 3)))
-    freceipt = model.forget(indices=[3, 11])
-    out["ForgetReceipt"] = field_matrix(
-        freceipt, lambda r: verify_forget_receipt(model, r, retrain=False), {"state": {}})
+    for kind in ("ids", "subject"):  # the estimator's two forgets, each the model's last
+        flog = tmp / f"estimator-{kind}.jsonl"
+        model = SVDD(nu=0.2, signing_key=key, audit_log=flog).fit(
+            np.random.default_rng(2).normal(size=(40, 3)),
+            ids=[f"row-{i}" for i in range(40)], subjects=["a"] * 4 + ["b"] * 36)
+        freceipt = model.forget(ids=["row-30", "row-11"]) if kind == "ids" else \
+            model.forget(subject="a")
+        fboth = {k: {**v, "log": flog} if "log" in v else v for k, v in both.items()}
+        out[f"ForgetReceipt ({kind})"] = field_matrix(
+            freceipt, lambda r, m=model, **kw: verify_forget_receipt(m, r, retrain=False, **kw),
+            fboth)
     return out
 
 

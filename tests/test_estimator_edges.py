@@ -40,12 +40,12 @@ def test_forget_by_rows_treats_minus_zero_as_zero():
     X[9] = [0.0, 1.0]  # a copy of sample 7 (the commitments treat them as one record)
     model = SVDD(nu=0.3).fit(X)
     receipt = model.forget(np.array([[0.0, 1.0]]))
-    assert sorted(receipt.indices) == [7, 9]
+    assert sorted(receipt.ids) == [7, 9]
     model = SVDD(nu=0.3).fit(X)
     receipt = model.forget(np.array([[0.0, -0.0], [-0.0, 1.0]])[1:])
-    assert sorted(receipt.indices) == [7, 9]
+    assert sorted(receipt.ids) == [7, 9]
     held = SVDD(nu=0.3).fit(X[:8])  # only [-0.0, 1.0]
-    assert held.forget(np.array([[0.0, 1.0]])).indices == (7,)
+    assert held.forget(np.array([[0.0, 1.0]])).ids == (7,)
     assert held.n_samples_ == 7
 
 

@@ -13,18 +13,24 @@ from sklearn.model_selection import GridSearchCV
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.svm import OneClassSVM
-from sklearn.utils.estimator_checks import parametrize_with_checks
+from sklearn.utils.estimator_checks import check_estimator, parametrize_with_checks
 
 from svattn import SVDD
 from svattn.estimators import ForgetReceipt
 from svattn.exact import verify_deletion
 from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.oracle import solve_svdd
+from svattn.exact.records.signing import write_keypair
 
 
 @parametrize_with_checks([SVDD(), SVDD(C=0.2, gamma="auto"), SVDD(nu=0.1, standby=0)])
 def test_scikit_learn_estimator_checks(estimator, check):
     check(estimator)
+
+
+def test_scikit_learn_estimator_checks_with_the_controllers_key(tmp_path):
+    key, _ = write_keypair(tmp_path / "controller")  # (a path: tmp ids would differ per run)
+    check_estimator(SVDD(nu=0.2, signing_key=str(key)))
 
 
 def _blobs(n: int, d: int, seed: int) -> np.ndarray:
@@ -92,7 +98,7 @@ def test_forget_equals_a_fresh_fit_without_the_rows(kernel, gamma):
     support = list(model.support_[:3])
     gone = support + [int(i) for i in np.setdiff1d(np.arange(250), model.support_)[:4]]
     receipt = model.forget(indices=gone)
-    assert isinstance(receipt, ForgetReceipt) and receipt.indices == tuple(gone)
+    assert isinstance(receipt, ForgetReceipt) and receipt.ids == receipt.positions == tuple(gone)
     assert len(receipt.certificates) == len(gone) and receipt.n_samples == 243
     assert verify_deletion(model.memory_, receipt.certificates[-1]).ok
     keep = np.setdiff1d(np.arange(250), gone)
@@ -103,7 +109,7 @@ def test_forget_equals_a_fresh_fit_without_the_rows(kernel, gamma):
     assert model.C_ == C and model.gamma_ == g  # fixed while forgetting
     assert model.nu_ == pytest.approx(1.0 / (C * 243))
     assert set(model.support_) == {int(keep[i]) for i in fresh.support_}  # original indices
-    assert receipt.summary().startswith("forgot 7 samples exactly (7 certificates")
+    assert receipt.summary().startswith("forgot 7 samples exactly (ids")
     assert receipt.state_digest == model.memory_.state_digest()
     one = model.forget(indices=[int(model.support_[0])])  # one sample: one checkpoint
     assert one.state_digest == model.memory_.state_digest() == one.certificates[0].state_digest
@@ -114,7 +120,7 @@ def test_forget_by_rows_removes_every_copy_and_unfit_is_the_same_method():
     X[50] = X[10]  # a copy of sample 10
     model = SVDD(nu=0.3).fit(X)
     receipt = model.unfit(X[[10, 20, 10]])  # a repeated row asks once
-    assert sorted(receipt.indices) == [10, 20, 50] and model.n_samples_ == 117
+    assert sorted(receipt.ids) == [10, 20, 50] and model.n_samples_ == 117
     assert SVDD.unfit is SVDD.forget
 
 
@@ -125,6 +131,7 @@ def test_bad_forget_requests_change_nothing():
     for kwargs, words in [
         ({}, "exactly one"),
         ({"X": X[:2], "indices": [0]}, "exactly one"),
+        ({"ids": [0], "indices": [0]}, "exactly one"),
         ({"X": X[:1] + 1e-9}, "matches no sample"),
         ({"indices": [3, 3]}, "twice"),
         ({"indices": [5, 100]}, "not held"),
@@ -195,6 +202,6 @@ def test_not_fitted_pickle_clone_pipeline_gridsearch_and_dataframes():
     assert list(named.feature_names_in_) == ["heart_rate", "spo2", "temp"]
     np.testing.assert_array_equal(named.decision_function(frame), model.decision_function(X))
     receipt = named.forget(frame.iloc[[3, 4]])
-    assert receipt.indices == (3, 4)
+    assert receipt.ids == (3, 4)
     with pytest.warns(UserWarning, match="feature names"):
         named.predict(X)  # fitted with names, called without

@@ -104,10 +104,20 @@ def test_an_unsigned_model_receipt_is_verified_by_its_stream_alone():
 
 
 @pytest.fixture(scope="module")
-def estimator():
+def estimator(tmp_path_factory):
+    """Two signed, logged models, one after a forget by ids, one after a subject's."""
+    key = generate_key()
     X = np.random.default_rng(2).normal(size=(40, 3))
-    model = SVDD(nu=0.2).fit(X)
-    return model, model.forget(indices=[3, 11])
+    out = {}
+    for kind in ("ids", "subject"):
+        log = tmp_path_factory.mktemp("est") / "audit.jsonl"
+        model = SVDD(nu=0.2, signing_key=key, audit_log=log).fit(
+            X, ids=[f"row-{i}" for i in range(40)], subjects=["a"] * 4 + ["b"] * 36)
+        receipt = model.forget(ids=["row-30", "row-11"]) if kind == "ids" else \
+            model.forget(subject="a")
+        out[kind] = (model, receipt, log)
+    plain = SVDD(nu=0.2).fit(X)
+    return out, key, plain, plain.forget(indices=[3, 11])
 
 
 # ------------------------------------------------------------------ declarations
@@ -184,15 +194,31 @@ def test_tamper_model_erasure_receipt(model_erasure, setting):
                               setting)
 
 
-def test_tamper_estimator_forget_receipt(estimator):
-    model, receipt = estimator
+def test_tamper_unsigned_estimator_forget_receipt(estimator):
+    *_, model, receipt = estimator
     honest = verify_forget_receipt(model, receipt, retrain=False)
     assert honest.ok and honest.status == "UNCHECKED"  # no log, no signature: honest about it
-    assert {"indices", "certificates"} <= dict(honest.verdict.unchecked).keys()
+    assert {"ids", "positions", "certificates"} <= dict(honest.verdict.unchecked).keys()
     for name, value in _cases(receipt):
         forged = dataclasses.replace(receipt, **{name: value})
         assert_never_verified(verify_forget_receipt(model, forged, retrain=False).verdict,
                               name, "state")
+
+
+@pytest.mark.parametrize("kind", ["ids", "subject"])
+@pytest.mark.parametrize("setting", ["state", "log", "key", "log+key"])
+def test_tamper_estimator_forget_receipt(estimator, kind, setting):
+    models, key, *_ = estimator
+    model, receipt, log = models[kind]
+    kw = {"log": log if "log" in setting else None,
+          "public_key": key.public_key() if "key" in setting else None}
+    honest = verify_forget_receipt(model, receipt, **kw)
+    assert honest.ok, honest.reasons
+    assert (honest.status == "VERIFIED") == ("key" in setting), honest.summary()
+    for name, value in _cases(receipt):
+        forged = dataclasses.replace(receipt, **{name: value})
+        assert_never_verified(verify_forget_receipt(model, forged, retrain=False, **kw).verdict,
+                              name, setting)
 
 
 # ------------------------------------------------------------------ defects 1-4

@@ -641,6 +641,62 @@ def _verify_forget_run(args: argparse.Namespace) -> int:
     return report.exit_status
 
 
+# ------------------------------------------------------- verify-forget-receipt
+
+
+def _verify_forget_receipt_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", type=Path, metavar="MODEL",
+                        help="the model folder SVDD.save wrote right after the forget, or "
+                             "with --log any later save (it holds the remaining rows: "
+                             "personal data)")
+    parser.add_argument("receipt", type=Path, metavar="RECEIPT",
+                        help="the forget receipt (JSON, ForgetReceipt.to_json)")
+    parser.add_argument("--tol", type=_positive_float, default=1e-8,
+                        help="tolerance of the re-solve comparison (default: 1e-8)")
+    parser.add_argument("--log", type=Path, metavar="LOG", default=None,
+                        help="the model's audit log (SVDD(audit_log=...)): it must record "
+                             "every removal (or the subject's erasure) the receipt carries")
+    parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
+                        help="the controller's Ed25519 public key (svattn keygen): the "
+                             "receipt and every record in it must carry its valid signature")
+    parser.epilog = ("exit status: 0 every field checked and passed; 3 nothing failed but "
+                     "some field could not be checked (each named, with what would check "
+                     "it); 1 a check failed; 2 malformed input")
+
+
+def _verify_forget_receipt_run(args: argparse.Namespace) -> int:
+    from svattn.estimators import ForgetReceipt, verify_forget_receipt
+    from svattn.estimators.svdd import SVDD
+
+    _check_file(args.receipt, "RECEIPT")
+    for p, what in ((args.log, "--log"), (args.public_key, "--public-key")):
+        if p is not None:
+            _check_file(p, what)
+    if args.log is not None:
+        _check_audit_log(args.log)
+    if not args.model.is_dir():
+        raise FileNotFoundError(f"MODEL: no such model folder: {args.model}")
+    try:
+        receipt = ForgetReceipt.from_json(args.receipt.read_text())
+    except UnicodeDecodeError:
+        raise ValueError(f"RECEIPT: {args.receipt} is not a text (JSON) file") from None
+    try:
+        model = SVDD.load(args.model)
+    except (ValueError, FileNotFoundError) as exc:
+        raise ValueError(f"MODEL: {exc}") from None
+    print(f"verifying: re-solving the {model.n_samples_} rows of {args.model} from scratch "
+          "(independent QP oracle) ...", file=sys.stderr, flush=True)
+    v = verify_forget_receipt(model, receipt, tol=args.tol, log=args.log,
+                              public_key=args.public_key)
+    who = f" of subject {receipt.subject!r}" if receipt.subject is not None else ""
+    print(f"model: {args.model} ({model.n_samples_} rows, refit with C={model.C_!r}, "
+          f"gamma={model.gamma_!r})")
+    print(f"receipt: forget of {len(receipt.ids)} rows{who}, issued {receipt.issued_at}")
+    _print_verdict(v.verdict)
+    print(v.summary())
+    return v.exit_status
+
+
 # ------------------------------------------------------------------ train/eval
 
 
@@ -971,7 +1027,8 @@ def _recall_run(args: argparse.Namespace) -> int:
 
 # Commands that run the exact core, whose numba kernels compile on their first call.
 _EXACT_COMMANDS = frozenset({"demo", "audit", "verify-deletion", "verify-erasure", "recover",
-                             "reproduce", "generate", "verify-forget"})
+                             "reproduce", "generate", "verify-forget",
+                             "verify-forget-receipt"})
 _COMPILED = Path(svattn.__file__).parent / "exact" / "backends" / "compiled"
 
 
@@ -1062,6 +1119,14 @@ COMMANDS: list[Command] = [
         "from scratch",
         _verify_forget_arguments,
         _verify_forget_run,
+    ),
+    Command(
+        "verify-forget-receipt",
+        "check an svattn.SVDD forget receipt against the model saved after it (every "
+        "removal through the exact core's verifiers; with --log and --public-key, every "
+        "field)",
+        _verify_forget_receipt_arguments,
+        _verify_forget_receipt_run,
     ),
     Command(
         "convert-checkpoint",

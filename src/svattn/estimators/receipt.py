@@ -1,0 +1,429 @@
+"""What :meth:`SVDD.forget <svattn.estimators.SVDD.forget>` hands out, and its check.
+
+A :class:`ForgetReceipt` says which rows went (their ids as the user gave them, and
+their positions, the exact core's token ids), the data subject when the forget was a
+subject's, the core's records of the removal (one :class:`~svattn.exact.DeletionCertificate`
+per row, or for a subject the core's one
+:class:`~svattn.exact.records.certificate.ErasureReceipt`), the model's digest and size
+after, and the recipe of the fresh fit the model now equals: ``SVDD(C=C, gamma=gamma,
+kernel=kernel)`` on the remaining rows (an auditor's ``SVDD(nu=...)`` refit differs:
+``C_ = 1/(nu n)`` moves with n). It is JSON (:meth:`ForgetReceipt.to_json`,
+:meth:`ForgetReceipt.from_json`) and, when the model holds the controller's key,
+signed (:mod:`svattn.exact.records.signing`).
+
+:func:`verify_forget_receipt` checks one against the model right after the forget,
+through the core's verifiers (:func:`~svattn.exact.auditor.verify.verify_deletion`,
+:func:`~svattn.exact.auditor.verify.verify_erasure`), with the model's audit log and
+the controller's public key where given.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, ClassVar
+
+from svattn.exact import DeletionCertificate
+from svattn.exact.auditor.verify import verify_deletion, verify_erasure
+from svattn.exact.core.kernels import kernel_names
+from svattn.exact.records.certificate import (
+    ErasureReceipt,
+    certificate_dict_errors,
+    finite_number,
+    no_duplicate_keys,
+    signer_errors,
+)
+from svattn.exact.records.receipts import (
+    FORM,
+    LOG,
+    OPTIMALITY,
+    SIGNATURE,
+    STATE,
+    HasVerdict,
+    Verdict,
+    judge,
+)
+from svattn.exact.records.signing import load_public_key, signature_errors
+
+FORGET_RECEIPT_VERSION = 2  # 2: ids, positions, subject, erasure, refit_with, signed
+_HEX = frozenset("0123456789abcdef")
+_SIGNED_PREFIX = b"svattn-estimator-forget-receipt-v2|"
+
+
+def _now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+
+
+@dataclass(frozen=True)
+class ForgetReceipt:
+    """What :meth:`SVDD.forget <svattn.estimators.SVDD.forget>` did.
+
+    Attributes
+    ----------
+    ids : tuple of int or str
+        The ids of the rows removed (index labels, ``ids=``, or positions), in the
+        order removed.
+    positions : tuple of int
+        Their positions (running sample indices: the core's token ids), aligned.
+    subject : str or None
+        The data subject whose rows these were (``forget(subject=...)``), else None.
+        In clear: the receipt is the subject's; the audit log keeps only a keyed hash.
+    certificates : tuple of DeletionCertificate
+        One exact-removal certificate per row (empty for a subject's forget, whose
+        certificates the erasure receipt carries).
+    erasure : ErasureReceipt or None
+        For a subject's forget, the core's one receipt of it (its keyed tag hash, the
+        positions erased, every certificate, copies of the data other subjects hold).
+    state_digest : str
+        The model's state digest after the forget.
+    n_samples : int
+        Rows the model holds afterwards.
+    refit_with : dict
+        ``{"C": C_, "gamma": gamma_, "kernel": kernel}``: the model equals
+        ``SVDD(C=C, gamma=gamma, kernel=kernel).fit(remaining rows)``.
+    issued_at : str
+        UTC time of issue (ISO 8601).
+    version : int
+    signer, signature : str or None
+        The controller's Ed25519 key fingerprint and signature over every other field,
+        when the model holds its key (``SVDD(signing_key=...)``).
+    """
+
+    # What binds each field (svattn.exact.records.receipts). The audit log is the core
+    # memory's: it records each removal's certificate and a subject's erasure receipt
+    # (tag hash, never the subject), not the ids a user gave; those, the subject in clear
+    # and the time are the controller's word, bound by its signature. The digest and size
+    # after are the last removal's (checked equal), which the log records.
+    CHECKS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "ids": (SIGNATURE,),
+        "positions": (LOG, SIGNATURE),
+        "subject": (SIGNATURE,),
+        "certificates": (LOG, SIGNATURE),
+        "erasure": (LOG, SIGNATURE),
+        "state_digest": (STATE, LOG, SIGNATURE),
+        "n_samples": (STATE, LOG, SIGNATURE),
+        "refit_with": (STATE, SIGNATURE),
+        "issued_at": (SIGNATURE,),
+        "version": (FORM,),
+        "signer": (SIGNATURE,),
+        "signature": (SIGNATURE,),
+    }
+    CLAIMS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "exact optimum of the remaining tokens": (OPTIMALITY,)}
+
+    ids: tuple
+    positions: tuple[int, ...]
+    subject: str | None
+    certificates: tuple[DeletionCertificate, ...]
+    erasure: ErasureReceipt | None
+    state_digest: str
+    n_samples: int
+    refit_with: dict[str, Any]
+    issued_at: str = field(default_factory=_now_iso)
+    version: int = FORGET_RECEIPT_VERSION
+    signer: str | None = None
+    signature: str | None = None
+
+    # ------------------------------------------------------------ reading
+    def deletion_certificates(self) -> list[DeletionCertificate]:
+        """Every removal's certificate, in order (a subject's: its erasure receipt's)."""
+        if self.erasure is not None:
+            return self.erasure.deletion_certificates()
+        return list(self.certificates)
+
+    def summary(self) -> str:
+        """One line for people."""
+        certs = self.deletion_certificates()
+        worst = max((c.kkt_residual_after for c in certs), default=0.0)
+        bound = "<= 1e-10" if worst <= 1e-10 else f"max {worst:.1e}"
+        who = f" of subject {self.subject!r}" if self.subject is not None else ""
+        shown = ", ".join(map(repr, self.ids[:5])) + (", …" if len(self.ids) > 5 else "")
+        signed = "signed" if self.signature is not None else "unsigned"
+        return (f"forgot {len(self.ids)} samples{who} exactly (ids {shown}; {len(certs)} "
+                f"certificates, all KKT {bound}; {signed}); state digest "
+                f"{self.state_digest[:16]}…, {self.n_samples} samples left; refit with "
+                f"C={self.refit_with['C']!r}, gamma={self.refit_with['gamma']!r}")
+
+    # ------------------------------------------------------------ JSON
+    def to_dict(self) -> dict[str, Any]:
+        """Every field as JSON-ready data (tuples as lists, records as objects)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+    def to_json(self) -> str:
+        """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
+        return json.dumps(self.to_dict(), sort_keys=True, allow_nan=False)
+
+    def signed_bytes(self) -> bytes:
+        """What a signature covers: the canonical JSON of every field but ``signature``."""
+        body = {k: v for k, v in self.to_dict().items() if k != "signature"}
+        return _SIGNED_PREFIX + json.dumps(body, sort_keys=True, separators=(",", ":"),
+                                           ensure_ascii=True, allow_nan=False).encode()
+
+    @classmethod
+    def from_json(cls, text: str) -> ForgetReceipt:
+        """Parse a receipt written by :meth:`to_json`.
+
+        Raises
+        ------
+        ValueError
+            Not JSON, not an object, a field missing or unknown, a field of the wrong
+            form (each named).
+        """
+        try:
+            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"forget receipt is not valid JSON: {exc}") from None
+        except ValueError as exc:
+            raise ValueError(f"forget receipt: {exc}") from None
+        except RecursionError:
+            raise ValueError("forget receipt: JSON nested too deeply") from None
+        if not isinstance(data, dict):
+            raise ValueError("forget receipt JSON must be an object")
+        names = {f.name for f in fields(cls)}
+        optional = {"issued_at", "signer", "signature"}
+        missing, unknown = sorted(names - set(data) - optional), sorted(set(data) - names)
+        if missing or unknown:
+            raise ValueError(f"forget receipt: missing fields {missing}, unknown fields "
+                             f"{unknown}")
+        errs = []
+        if not isinstance(data["ids"], list):
+            errs.append("ids must be a list of ids (ints or strs)")
+        if not isinstance(data["positions"], list):
+            errs.append("positions must be a list of ints")
+        certs = data["certificates"]
+        if not isinstance(certs, list):
+            errs.append("certificates must be a list of certificate objects")
+        else:
+            for k, c in enumerate(certs):
+                errs += [f"certificates[{k}]: {e}" for e in certificate_dict_errors(c)]
+        erasure = data["erasure"]
+        if erasure is not None:
+            if not isinstance(erasure, dict):
+                errs.append("erasure must be an erasure receipt object or null")
+            else:
+                try:
+                    erasure = ErasureReceipt.from_json(json.dumps(erasure))
+                except ValueError as exc:
+                    errs.append(f"erasure: {exc}")
+        if errs:
+            raise ValueError("forget receipt: " + "; ".join(errs))
+        receipt = cls(**{**data, "ids": tuple(data["ids"]),
+                         "positions": tuple(data["positions"]),
+                         "certificates": tuple(DeletionCertificate(**c) for c in certs),
+                         "erasure": erasure})
+        errs = receipt.field_errors()
+        if errs:
+            raise ValueError("forget receipt: " + "; ".join(errs))
+        return receipt
+
+    def field_errors(self) -> list[str]:
+        """Fields of the wrong type or form, each named (empty list when well-formed)."""
+        errs = []
+
+        def integer(v) -> bool:
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        if not (isinstance(self.ids, tuple) and self.ids
+                and all(integer(i) or isinstance(i, str) for i in self.ids)):
+            errs.append("ids must be a non-empty list of ids (ints or strs)")
+        elif len(set(self.ids)) != len(self.ids):
+            errs.append("ids lists a row twice")
+        if not (isinstance(self.positions, tuple)
+                and all(integer(t) and t >= 0 for t in self.positions)):
+            errs.append("positions must be a list of ints >= 0")
+        elif isinstance(self.ids, tuple) and len(self.positions) != len(self.ids):
+            errs.append(f"positions must give one position per id ({len(self.ids)} ids, "
+                        f"{len(self.positions)} positions)")
+        if not (self.subject is None or (isinstance(self.subject, str) and self.subject)):
+            errs.append("subject must be a non-empty string or null")
+        if not (isinstance(self.certificates, tuple)
+                and all(isinstance(c, DeletionCertificate) for c in self.certificates)):
+            errs.append("certificates must be a list of deletion certificates")
+        else:
+            for k, c in enumerate(self.certificates):
+                errs += [f"certificates[{k}]: {e}" for e in c.field_errors()]
+        if self.erasure is not None and not isinstance(self.erasure, ErasureReceipt):
+            errs.append("erasure must be an erasure receipt or null")
+        elif self.erasure is not None:
+            errs += [f"erasure: {e}" for e in self.erasure.field_errors()]
+        if (self.erasure is None) != (self.subject is None):
+            errs.append("subject: a subject's forget carries its erasure receipt, and only it")
+        elif isinstance(self.certificates, tuple) and bool(self.certificates) == (
+                self.erasure is not None):
+            errs.append("certificates: exactly one of certificates (a forget by id) and "
+                        "erasure (a subject's forget) must be given")
+        if not (isinstance(self.state_digest, str) and len(self.state_digest) == 64
+                and set(self.state_digest) <= _HEX):
+            errs.append("state_digest must be 64 lowercase hex digits")
+        if not (integer(self.n_samples) and self.n_samples >= 0):
+            errs.append(f"n_samples must be an int >= 0, got {self.n_samples!r}")
+        errs += _refit_errors(self.refit_with)
+        if not isinstance(self.issued_at, str):
+            errs.append(f"issued_at must be an ISO 8601 string, got {self.issued_at!r}")
+        if self.version != FORGET_RECEIPT_VERSION:
+            errs.append(f"version must be {FORGET_RECEIPT_VERSION}, got {self.version!r}")
+        errs += signer_errors(self.signer, self.signature)
+        return errs
+
+
+def _refit_errors(recipe) -> list[str]:
+    if not (isinstance(recipe, dict) and set(recipe) == {"C", "gamma", "kernel"}):
+        return ["refit_with must map exactly C, gamma and kernel"]
+    errs = []
+    for name in ("C", "gamma"):
+        v = recipe[name]
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
+                and v > 0):
+            errs.append(f"refit_with: {name} must be a number > 0, got {v!r}")
+    if recipe["kernel"] not in kernel_names():
+        errs.append(f"refit_with: kernel must be one of {sorted(kernel_names())}, got "
+                    f"{recipe['kernel']!r}")
+    return errs
+
+
+def _plain(value):
+    """A field's value as JSON-ready data."""
+    if isinstance(value, (DeletionCertificate, ErasureReceipt)):
+        return asdict(value)
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+# ---------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class ForgetReceiptVerification(HasVerdict):
+    """Result of :func:`verify_forget_receipt`: ``ok`` (nothing failed), the failures,
+    and the :class:`~svattn.exact.records.receipts.Verdict` on the receipt's fields
+    (``status``: VERIFIED only when every field was checked and passed)."""
+
+    ok: bool
+    reasons: tuple[str, ...]
+    verdict: Verdict
+
+    def summary(self) -> str:
+        """One line for people."""
+        out = self.verdict.headline()
+        if self.reasons:
+            out += ": " + "; ".join(self.reasons)
+        return out
+
+
+def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True,
+                          tol: float = 1e-8, log=None, public_key=None
+                          ) -> ForgetReceiptVerification:
+    """Check :meth:`SVDD.forget <svattn.estimators.SVDD.forget>`'s receipt against the
+    model right after the forget (as it was saved then, :meth:`SVDD.save
+    <svattn.estimators.SVDD.save>`) or, with its audit log, any later state of it that
+    ends the log (*checked later*, as the core's verifiers do).
+
+    Parameters
+    ----------
+    model : SVDD
+        The fitted model.
+    receipt : ForgetReceipt
+    retrain : bool
+        Check the last removal against the core's independent re-solve of the rows
+        that remain (:func:`~svattn.exact.auditor.verify.verify_deletion`).
+    tol : float
+        Tolerance of that comparison.
+    log : path-like, optional
+        The model's audit log (``SVDD(audit_log=...)``): it must record every removal
+        (or the subject's erasure) exactly as the receipt carries it, and end at the model.
+    public_key : Ed25519PublicKey or path, optional
+        The controller's public key: the receipt, every certificate and the erasure
+        receipt must carry its valid signatures.
+
+    What is checked: the receipt's form; the certificates (or the erasure receipt) by
+    the core's verifiers against the model's memory (the last removal in full, each
+    earlier one against the log or, without it, as far as the present state allows);
+    that the positions are the ones they removed, in order; the digest and size as the
+    last removal left them and, right after the forget, as the model's (and no id held);
+    the refit recipe against the model; the signature. The ids, the
+    subject in clear and the time are the controller's word: only the signature binds
+    them, so without ``public_key`` the verdict is at best UNCHECKED.
+
+    Returns
+    -------
+    ForgetReceiptVerification
+    """
+    if public_key is not None and not hasattr(public_key, "verify"):
+        public_key = load_public_key(public_key)
+    errs = receipt.field_errors() if isinstance(receipt, ForgetReceipt) else [
+        "receipt: not a ForgetReceipt"]
+    if errs:
+        return ForgetReceiptVerification(ok=False, reasons=tuple(errs),
+                                         verdict=judge(receipt, (), errs))
+    mem = model.memory_
+    reasons: list[str] = []
+    if receipt.erasure is not None:
+        v = verify_erasure(mem, receipt.erasure, retrain, tol=tol, public_key=public_key,
+                           log=log)
+        reasons += [f"erasure: {r}" for r in v.reasons]
+        removed = list(receipt.erasure.erased_ids)
+    else:
+        certs = receipt.certificates
+        for k, c in enumerate(certs):
+            last = k == len(certs) - 1
+            if last or log is not None:
+                v = verify_deletion(mem, c, retrain and last, tol=tol, log=log,
+                                    public_key=public_key)
+                reasons += [f"certificates[{k}]: {r}" for r in v.reasons]
+            else:  # an earlier removal without the log: what the present state allows
+                errs = c.consistency_errors()
+                if (c.C, c.kernel, c.gamma) != (mem.C, mem.kernel, mem.gamma_value):
+                    errs.append("C, kernel, gamma: not the model's")
+                if mem.view.holds(c.removed_id):
+                    errs.append(f"removed_id: token {c.removed_id} is still held")
+                if public_key is not None:
+                    errs += signature_errors(c, public_key)
+                reasons += [f"certificates[{k}]: {e}" for e in errs]
+        removed = [c.removed_id for c in certs]
+    if list(receipt.positions) != removed:
+        reasons.append("positions: they are not the positions the "
+                       f"{'erasure' if receipt.erasure is not None else 'certificates'} "
+                       "removed, in order")
+    if receipt.erasure is not None:
+        last_digest, last_n = receipt.erasure.state_digest, receipt.erasure.n_after
+    else:
+        final = receipt.certificates[-1]
+        last_digest, last_n = final.state_digest, sum(final.partition_after.values())
+    if receipt.state_digest != last_digest:
+        reasons.append("state_digest: not the digest the last removal left")
+    if receipt.n_samples != last_n:
+        reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the last removal "
+                       f"left {last_n}")
+    now = receipt.state_digest == mem.state_digest()
+    if now:  # the model right after the forget
+        if receipt.n_samples != len(mem):
+            reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the model holds "
+                           f"{len(mem)}")
+        held = set(model.ids_.tolist())
+        back = [i for i in receipt.ids if i in held]
+        if back:
+            reasons.append(f"ids: {back[:5]!r} are held by the model")
+    elif log is None:
+        reasons.append("state_digest differs from the model's (a later model: give its "
+                       "audit log to check the receipt against the chain)")
+    if public_key is not None:
+        reasons += signature_errors(receipt, public_key)
+    recipe = {"C": model.C_, "gamma": model.gamma_, "kernel": mem.kernel}
+    if receipt.refit_with != recipe:
+        reasons.append(f"refit_with: the receipt says {receipt.refit_with}, the model's is "
+                       f"{recipe}")
+    ran = {STATE} | ({LOG} if log is not None else set()) | (
+        {SIGNATURE} if public_key is not None else set()) | ({OPTIMALITY} if retrain else set())
+    # checked later: the chain (the core's verifiers) binds the digest and size, not the
+    # state, which has moved on
+    partial = {} if now else {"state_digest": {STATE}, "n_samples": {STATE}}
+    return ForgetReceiptVerification(ok=not reasons, reasons=tuple(reasons),
+                                     verdict=judge(receipt, ran, reasons, partial=partial))
+
+
+__all__ = ["FORGET_RECEIPT_VERSION", "ForgetReceipt", "ForgetReceiptVerification",
+           "verify_forget_receipt"]
