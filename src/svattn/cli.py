@@ -862,13 +862,14 @@ def _train_run(args: argparse.Namespace) -> int:
 
     from svattn.experiments.runner import command_line
     from svattn.lm.records import append_records, read_records, run_record
-    from svattn.lm.train import TrainConfig, apply_overrides, train
+    from svattn.lm.train import TrainConfig, apply_overrides, check_run, train
 
     if args.record is not None:
         read_records(args.record)  # a bad results file fails now, not after training
     raw = _read_config(args.config)
     items = list(args.overrides) + ([f"data={json.dumps(args.data)}"] if args.data else [])
     cfg = TrainConfig.from_dict(apply_overrides(raw, items))
+    check_run(cfg, resume=args.resume)  # bad input refused before the config is printed
     command = command_line(args._argv)
     rank0 = int(os.environ.get("RANK", "0")) == 0
     if rank0:

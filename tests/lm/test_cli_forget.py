@@ -210,3 +210,20 @@ def test_a_save_into_a_read_only_folder_says_so(ckpt, tmp_path, monkeypatch):
     with pytest.raises(PermissionError, match="must be writable") as info:
         s.save(tmp_path / "st")
     assert "symlink" not in str(info.value) and "Read-only file system" in str(info.value)
+
+
+@pytest.mark.parametrize("argv", [
+    ["verify-forget", "nope.pt", "st", "r.json"],
+    ["forget", "nope.pt", "st", "--text", "x", "--receipt", "r.json"],
+])
+def test_missing_paths_are_refused_before_the_heavy_imports(argv, tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys; from svattn.cli import main; rc = main(sys.argv[1:]); "
+            "print(rc, 'torch' in sys.modules)")
+    res = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True,
+                         cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                             sys.path)}, timeout=120)
+    assert res.stdout.split() == ["2", "False"], (res.stdout, res.stderr)
+    assert "CHECKPOINT: no such file" in res.stderr
