@@ -21,7 +21,8 @@ import numpy as np
 
 from svattn.lm.forget import ModelErasureReceipt
 
-__all__ = ["ForgetResult", "ForgottenSpan", "choose", "fed_runs", "occurrences"]
+__all__ = ["ForgetResult", "ForgottenSpan", "as_needle", "choose", "fed_runs", "occurrences",
+           "span_ints", "text_sha256"]
 
 
 @dataclass(frozen=True)
@@ -111,6 +112,14 @@ def fed_runs(origin: list[int], a: int, b: int) -> list[tuple[tuple[int, int],
     cuts = [0, *(np.flatnonzero(np.diff(o) != 1) + 1).tolist(), b - a]
     return [((a + i, a + j), (int(o[i]), int(o[j - 1]) + 1))
             for i, j in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def span_ints(start, stop) -> tuple[int, int]:
+    """``start`` and ``stop`` as ints; ``ValueError`` naming the one that is not."""
+    for name, val in (("start", start), ("stop", stop)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
+            raise ValueError(f"{name} must be an int, got {val!r}")
+    return int(start), int(stop)
 
 
 def occurrences(text: bytes, needle: bytes) -> list[int]:

@@ -65,6 +65,7 @@ from svattn.lm.spans import (
     as_needle,
     choose,
     fed_runs,
+    span_ints,
     text_sha256,
 )
 from svattn.lm.stream_folder import (
@@ -345,14 +346,11 @@ class LMStream(MemoryReads):
         as the caller sees them now. Afterwards the stream is the stream of
         :attr:`text` without them (docs/streaming.md).
 
-        Where the span crosses the place of an earlier forget, its bytes were not fed
-        in one run: each run is forgotten with its own receipt (right to left, so each
-        receipt's ``held_span`` is the run's place in the text at the call).
-
-        Nothing before the span is recomputed. Every hybrid memory loses the tokens of
-        positions from the chunk holding ``start − 1`` on by exact decremental removal
-        (:meth:`rewind`), the caches are cut at ``start``, and the bytes after the span
-        are fed again (:meth:`replay`) under their old fed positions.
+        A span across the place of an earlier forget was not fed in one run: each run
+        is forgotten with its own receipt, right to left. Nothing before a run is
+        recomputed: every hybrid memory loses the tokens from the chunk holding its
+        start − 1 on by exact removals (:meth:`rewind`), the caches are cut, and the
+        bytes after it are fed again (:meth:`replay`) under their old fed positions.
 
         Returns
         -------
@@ -368,13 +366,11 @@ class LMStream(MemoryReads):
             Not ints, or an empty or out-of-range span (state unchanged).
         """
         self._check_usable()
-        for name, val in (("start", start), ("stop", stop)):
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-                raise ValueError(f"{name} must be an int, got {val!r}")
-        if not 0 <= int(start) < int(stop) <= len(self):
+        start, stop = span_ints(start, stop)
+        if not 0 <= start < stop <= len(self):
             raise ValueError(f"span [{start}, {stop}) must be non-empty and inside the held "
                              f"text [0, {len(self)}) (positions in stream.text)")
-        return self._forget_runs(fed_runs(self._origin, int(start), int(stop)))
+        return self._forget_runs(fed_runs(self._origin, start, stop))
 
     def forget_text(self, needle, *, occurrence=None) -> ForgetResult:
         """Delete an exact byte string found in :attr:`text` (a ``str`` is UTF-8).
@@ -397,16 +393,10 @@ class LMStream(MemoryReads):
                                   for run in fed_runs(self._origin, a, a + len(needle))])
 
     def forget_fed(self, start: int, stop: int) -> ForgetResult:
-        """Delete fed positions ``[start, stop)`` (the index of a byte among every byte
-        ever fed, generated ones included: they do not move when an earlier span is
-        forgotten; ``stream.origin`` maps held positions to them). As :meth:`forget`
-        otherwise.
-
-        Raises
-        ------
-        ValueError
-            Not ints, empty, out of ``[0, n_fed)``, or (partly) forgotten already.
-        """
+        """Delete fed positions ``[start, stop)`` (a byte's index among every byte ever
+        fed: earlier forgets do not move them; ``origin`` maps held positions to them),
+        as :meth:`forget` does. ``ValueError``: not ints, empty, out of ``[0, n_fed)``
+        or (partly) forgotten already (state unchanged)."""
         self._check_usable()
         a, b = self.locate(start, stop)
         return self._forget_runs([((a, b), (int(start), int(stop)))])
@@ -462,10 +452,7 @@ class LMStream(MemoryReads):
         ValueError
             Not ints, empty, out of range, or (partly) forgotten already.
         """
-        for name, val in (("start", start), ("stop", stop)):
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-                raise ValueError(f"{name} must be an int, got {val!r}")
-        start, stop = int(start), int(stop)
+        start, stop = span_ints(start, stop)
         if not 0 <= start < stop <= self.n_fed:
             raise ValueError(f"span [{start}, {stop}) must be non-empty and inside the fed "
                              f"positions [0, {self.n_fed})")
