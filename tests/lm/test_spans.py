@@ -67,6 +67,8 @@ def test_two_forget_texts_remove_exactly_those_bytes_and_verify(model):
     first = s.forget_text(b"Jane Doe")
     second = s.forget_text("HIV positive")  # a str is its UTF-8 bytes
     assert (first.removed, second.removed) == (b"Jane Doe", b"HIV positive")
+    assert second.describe().splitlines()[0] == ("forgot held [21, 33) (fed [29, 41)): "
+                                                 "b'HIV positive'")
     assert second.spans[0].fed_span == (29, 41) and second.spans[0].held_span == (21, 33)
     assert_is_fresh_stream_of(s, model, RECORD.replace(b"Jane Doe", b"").replace(
         b"HIV positive", b""))
