@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.repeats):
         s = copy.deepcopy(base)
         t0 = time.perf_counter()
-        receipt = s.forget(start, start + args.span)
+        receipt = s.forget(start, start + args.span).receipt
         forget_s.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
         vkw = {} if public is None else {"public_key": public}

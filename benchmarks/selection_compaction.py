@@ -101,7 +101,7 @@ def measure_sequence(model, seq: list[int], roles: list[int]) -> dict:
             s = model.stream(full_policy=True)
             s.feed(bytes(seq))
             t0 = time.perf_counter()
-            receipt = s.forget(p, p + 1)
+            receipt = s.forget(p, p + 1).receipt
             total = time.perf_counter() - t0
             forgets[name] = {"position": p, "seconds": total,
                              "parts": receipt.repair.get("seconds", {}),

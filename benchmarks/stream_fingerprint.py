@@ -95,12 +95,12 @@ def run(name: str, snapshot_every: int) -> dict:
         logits.append(s.feed(text[a:b]))
     stages["fed"] = snapshot(s) | {"feed_logits": sha(torch.cat(logits)),
                                    "digest": s.digest()}
-    receipts = [receipt_shape(s.forget(37, 52))]
+    receipts = [receipt_shape(s.forget_fed(37, 52).receipt)]
     stages["forget_mid"] = snapshot(s)
-    receipts.append(receipt_shape(s.forget(110, 120)))
+    receipts.append(receipt_shape(s.forget_fed(110, 120).receipt))
     stages["forget_end"] = snapshot(s)
     s.feed(text[:20])
-    receipts.append(receipt_shape(s.forget(3, 9)))  # rewinds over a replayed stretch
+    receipts.append(receipt_shape(s.forget_fed(3, 9).receipt))  # rewinds over a replayed stretch
     stages["forget_early"] = snapshot(s)
     gen = s.generate(5, temperature=0.7, seed=3)
     stages["generated"] = snapshot(s) | {"bytes": gen.hex()}

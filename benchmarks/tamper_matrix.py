@@ -97,7 +97,7 @@ def four_types(mem, cert, log, key, tmp: Path) -> dict:
                        mixer_options={"chunk": 8, "C": 0.25, "policy": "full"})
     stream = CharLM(cfg).stream(signing_key=key)
     stream.feed(b"the cat sat on the mat, the dog sat on the log")
-    mreceipt = stream.forget(10, 17)
+    mreceipt = stream.forget(10, 17).receipt
     out["ModelErasureReceipt"] = field_matrix(
         mreceipt, lambda r, **kw: verify_forget(stream, r, **kw),
         {"state": {}, "public_key": {"public_key": public}})

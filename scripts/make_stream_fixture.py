@@ -66,9 +66,9 @@ def build_stream(model: CharLM):
     text = text_of(70, 1)
     for a, b in ((0, 9), (9, 40), (40, 70)):
         s.feed(text[a:b])
-    s.forget(20, 33)
+    s.forget_fed(20, 33)
     s.feed(text_of(12, 2))
-    receipt = s.forget(50, 53)
+    receipt = s.forget_fed(50, 53).receipt
     return s, receipt
 
 
@@ -81,7 +81,7 @@ def continue_stream(s) -> dict:
     """A fixed continuation: feed 10 bytes, forget a span that the feed follows."""
     fed = s.feed(text_of(10, 3))
     out = {"feed_logits": fed.tolist(), "after_feed": s.digest()}
-    s.forget(5, 9)
+    s.forget_fed(5, 9)
     out.update(after_forget_content=s.content_digest(), after_forget_state=s.state_part(),
                all_logits_sha256=sha(s.all_logits()), last_logits=s.logits().tolist(),
                n_held=len(s))

@@ -67,9 +67,9 @@ def _stream_files(tmp: Path) -> None:
     s, other = model.stream(full_policy=True), model.stream(full_policy=True)
     s.feed(b"the cat sat on the mat, the dog sat on the log")
     other.feed(s.text)
-    receipt = json.loads(s.forget(4, 8).to_json())
+    receipt = json.loads(s.forget(4, 8).receipt.to_json())
     (tmp / "receipt.json").write_text(json.dumps(receipt))
-    (tmp / "receipt_other.json").write_text(other.forget(4, 9).to_json())
+    (tmp / "receipt_other.json").write_text(other.forget(4, 9).receipt.to_json())
     s.save(tmp / "stream")
     # malformed receipts (issue #35): each must be refused in one line, exit 2
     cert = receipt["memories"][0]["span_certificates"][0]

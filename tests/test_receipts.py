@@ -87,14 +87,14 @@ def model_erasure():
     model = tiny_model()
     s = model.stream(signing_key=key)
     s.feed(TEXT)
-    receipt = s.forget(10, 17)
+    receipt = s.forget(10, 17).receipt
     return s, receipt, key
 
 
 def test_an_unsigned_model_receipt_is_verified_by_its_stream_alone():
     s = tiny_model().stream()
     s.feed(TEXT[:26])  # shorter: each verification re-streams the text
-    receipt = s.forget(10, 14)
+    receipt = s.forget(10, 14).receipt
     assert receipt.signer is None and receipt.certificates()
     rep = verify_forget(s, receipt)
     assert rep.status == "VERIFIED" and rep.exit_status == 0, rep.summary()
@@ -335,7 +335,7 @@ def test_a_model_receipt_is_checked_later_through_the_forget_log(model_erasure, 
     s, receipt, key = model_erasure
     later = tiny_model().stream()
     later.feed(TEXT)
-    first = later.forget(10, 17)
+    first = later.forget(10, 17).receipt
     later.save(tmp_path / "st")
     later.feed(b" and more")
     later.forget(2, 4)  # an earlier span, after the first forget

@@ -54,7 +54,7 @@ def forgot(tmp_path_factory):
     model = tiny_model()
     s = model.stream()
     s.feed(text_of(40))
-    receipt = s.forget(10, 14)
+    receipt = s.forget(10, 14).receipt
     folder = tmp_path_factory.mktemp("st") / "stream"
     s.save(folder)
     return model, folder, receipt
@@ -334,7 +334,7 @@ def test_a_forged_later_stream_holding_the_span_is_not_verified(forgot, tmp_path
     text = text_of(40)
     real = model.stream()
     real.feed(text)
-    receipt = real.forget(10, 14)
+    receipt = real.forget(10, 14).receipt
     forged = model.stream()
     forged.feed(text)
     forged.n_fed = 44
@@ -357,7 +357,7 @@ def test_a_receipt_of_another_stream_with_the_same_key_fails(forgot):
     for _ in range(2):
         s = model.stream(signing_key=key)
         s.feed(text_of(40))
-        streams.append((s, s.forget(10, 14)))
+        streams.append((s, s.forget(10, 14).receipt))
     (a, ra), (b, rb) = streams
     assert verify_forget(a, ra, public_key=key.public_key()).status == "VERIFIED"
     assert verify_forget(b, ra, public_key=key.public_key()).status == "FAILED"
@@ -543,7 +543,7 @@ def test_a_loaded_signing_stream_keeps_signing(forgot, tmp_path):
     with pytest.raises(ValueError):
         LMStream.load(tmp_path / "st", model, signing_key=generate_key())
     t = LMStream.load(tmp_path / "st", model, signing_key=key)
-    receipt = t.forget(20, 22)
+    receipt = t.forget(20, 22).receipt
     assert verify_forget(t, receipt, public_key=key.public_key()).status == "VERIFIED"
     t.save(tmp_path / "st")  # the fingerprint is kept across saves
     assert LMStream.load(tmp_path / "st", model, signing_key=key)._signing_key is not None
@@ -564,7 +564,7 @@ def _forgot_beside_whole():
     whole.feed(text)
     s = model.stream()
     s.feed(text)
-    return whole, s, s.forget(10, 14)
+    return whole, s, s.forget(10, 14).receipt
 
 
 def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
@@ -602,7 +602,7 @@ def test_a_nan_planted_in_a_cached_row_fails():
     model = tiny_model()
     s = model.stream()
     s.feed(text_of(40))
-    receipt = s.forget(10, 14)
+    receipt = s.forget(10, 14).receipt
     s.layers[1].k.buf[0, 0, 0] = float("nan")
     v = verify_forget(s, receipt)
     assert v.status == "FAILED", v.summary()

@@ -68,6 +68,22 @@ def test_the_exp_kernel_and_a_warm_memory_round_trip():
     assert again.warm and again.state_digest() == warm.state_digest()
 
 
+def test_a_memory_that_holds_nothing_round_trips_and_copies():
+    """A memory before its first key (no key rows at all) and one emptied by removals
+    unpickle and deep-copy (a stream copies its layers' memories so)."""
+    import copy
+
+    for mem in (SVDDMemory(C=0.2), SVDDMemory(C=0.2, backend="reference")):
+        twin = copy.deepcopy(mem)
+        assert len(twin) == 0 and twin.state_digest() == mem.state_digest()
+    emptied = SVDDMemory(C=0.5)
+    for tid in emptied.extend(np.random.default_rng(4).normal(size=(3, 2))):
+        emptied.remove(tid)
+    twin = pickle.loads(pickle.dumps(emptied))
+    assert len(twin) == 0 and twin.state_digest() == emptied.state_digest()
+    assert twin.extend(np.ones((2, 2))) == emptied.extend(np.ones((2, 2)))
+
+
 def test_a_pickle_is_its_rows_and_the_bordered_inverse_not_the_cache():
     mem = SVDDMemory(C=1 / 60, gamma=0.5)
     mem.extend(_clustered(1200, seed=2))

@@ -97,7 +97,7 @@ def test_decay_changes_later_reads_only(model, tokens) -> None:
 def test_receipt_verifies_and_a_tampered_one_does_not(model, tokens) -> None:
     s = model.stream()
     s.feed(tokens[:20])
-    receipt = s.forget(2, 4)
+    receipt = s.forget(2, 4).receipt
     assert verify_forget(s, receipt).ok
     assert mf.span_held(s, 2, 4) == {"bytes": 0, "cache_rows": 0, "memory_tokens": 0}
     bad = verify_forget(s, mf.tampered(receipt))

@@ -123,3 +123,18 @@ def test_a_hybrid_whose_chunk_is_the_window_warns(tmp_path):
                       hybrid={"chunk": 32, "C": 1 / 16, "budget": 16})  # block_size 32
     with pytest.warns(UserWarning, match=r"chunk \(32\) >= block_size \(32\).*causal softmax"):
         train(cfg)
+
+
+def test_train_refuses_bad_input_before_printing_its_config(tmp_path, capsys):
+    path = _tiny_file(tmp_path)
+    for extra, words in [(["--set", f"data={json.dumps(str(tmp_path / 'nope'))}"],
+                          "enwik8 file not found"),
+                         (["--set", 'model_overrides={"n_head": 5}'], "n_head")]:
+        assert main(["train", str(path), *extra]) == 2
+        out, err = capsys.readouterr()
+        assert words in err and "config (" not in out, (out, err)
+    assert main(["train", str(path)]) == 0
+    capsys.readouterr()
+    assert main(["train", str(path)]) == 2  # out_dir holds a checkpoint, no --resume
+    out, err = capsys.readouterr()
+    assert "already holds a checkpoint" in err and "config (" not in out

@@ -151,7 +151,9 @@ def test_forget_equals_a_fresh_stream_of_the_text_without_the_span(span, every):
     text = text_of(70)
     s = fresh_of(model, text, every)
     a, b = span
-    receipt = s.forget(a, b)
+    result = s.forget(a, b)
+    receipt = result.receipt
+    assert result.removed == text[a:b] and result.spans[0].fed_span == (a, b)
     f = fresh_of(model, text[:a] + text[b:])
     assert_same_stream(s, f)
     if len(f):  # and the exact forward of the remaining text, every boundary re-solved
@@ -181,14 +183,14 @@ def test_forget_equals_a_fresh_stream_for_every_mixer(name):
 def test_forget_rewinds_only_from_the_chunk_of_the_span():
     model = make("hybrid")  # chunk 8
     s = fresh_of(model, text_of(70), snapshot_every=0)
-    r = s.forget(20, 33)  # chunk of position 19 starts at 16: the memories keep [0, 16)
+    r = s.forget_fed(20, 33).receipt  # chunk of position 19 starts at 16: the memories keep [0, 16)
     assert r.repair["rewound"] == {"0": [16, 64], "1": [16, 64]}
     n_span = sum(len(m["span_certificates"]) for m in r.memories)
     assert n_span == 2 * 2 * 13  # 13 span tokens held, in 2 layers × 2 heads
     assert all(m["rewound"] == 48 - 13 and m["released"] == 0 for m in r.memories)
-    r = s.forget(40, 45)  # held position 27: its chunk [24, 32) is rewound
+    r = s.forget_fed(40, 45).receipt  # held position 27: its chunk [24, 32) is rewound
     assert r.repair["rewound"] == {"0": [24, 56], "1": [24, 56]}
-    r = s.forget(16, 20)  # held 16 ends a chunk and bytes follow: [0, 16) stays
+    r = s.forget_fed(16, 20).receipt  # held 16 ends a chunk and bytes follow: [0, 16) stays
     assert r.repair["rewound"] == {"0": [16, 48], "1": [16, 48]}
     assert r.repair["kept_prefix"] == 16
     text = text_of(70)
@@ -199,11 +201,12 @@ def test_snapshots_bound_the_rewind_and_release_the_rest():
     model = make("hybrid")  # chunk 8; snapshots every 2 chunks: at 16, 32, 48, 64
     s = fresh_of(model, text_of(70), snapshot_every=2)
     assert sorted(s.layers[0].snaps) == [16, 32, 48, 64]
-    r = s.forget(20, 33)  # rewind to 16: the snapshot at 16 is the memory from now on
+    r = s.forget_fed(20, 33).receipt  # rewind to 16: the snapshot at 16 is the memory from now on
     assert r.repair["rewound"] == {"0": [16, 16], "1": [16, 16]}
     assert r.repair["released"] == {"0": [16, 64], "1": [16, 64]}
     assert all(m["span_certificates"] == [] and m["span_released"] == 13 for m in r.memories)
-    r = s.forget(40, 45)  # held 27: from the snapshot at 32 (made by the replay), remove 24..31
+    # held 27: from the snapshot at 32 (made by the replay), remove 24..31
+    r = s.forget_fed(40, 45).receipt
     assert r.repair["rewound"] == {"0": [24, 32], "1": [24, 32]}
     assert [len(m["span_certificates"]) for m in r.memories] == [5, 5, 5, 5]
     text = text_of(70)
@@ -222,29 +225,30 @@ def test_repeated_forgets_use_fed_positions_and_refuse_forgetting_twice():
     model = make()
     text = text_of(70)
     s = fresh_of(model, text)
-    s.forget(40, 50)
-    s.forget(10, 20)  # fed positions: the first forget does not shift them
+    s.forget_fed(40, 50)
+    s.forget_fed(10, 20)  # fed positions: the first forget does not shift them
     assert_same_stream(s, fresh_of(model, text[:10] + text[20:40] + text[50:]))
     before = (s.digest(), s.all_logits().clone(), s.origin)
     for start, stop in [(45, 46), (5, 12), (19, 41)]:
         with pytest.raises(ValueError, match="forgetting twice"):
-            s.forget(start, stop)
+            s.forget_fed(start, stop)
     assert (s.digest(), s.origin) == (before[0], before[2])
     assert torch.equal(s.all_logits(), before[1])
-    s.forget(20, 40)  # between the forgotten spans: now one gap
+    s.forget_fed(20, 40)  # between the forgotten spans: now one gap
     assert_same_stream(s, fresh_of(model, text[:10] + text[50:]))
     assert s.forgotten == [(10, 20), (20, 40), (40, 50)]
 
 
+@pytest.mark.parametrize("fed", [False, True], ids=["held", "fed"])
 @pytest.mark.parametrize("start, stop, words", [
-    (5, 5, "non-empty"), (7, 3, "non-empty"), (-1, 3, "inside the fed positions"),
+    (5, 5, "non-empty"), (7, 3, "non-empty"), (-1, 3, "inside the (fed positions|held text)"),
     (10, 71, r"\[0, 70\)"), (1.0, 3, "start must be an int"), (0, True, "stop must be an int"),
 ])
-def test_bad_spans_raise_and_leave_the_state_unchanged(start, stop, words):
+def test_bad_spans_raise_and_leave_the_state_unchanged(start, stop, words, fed):
     s = fresh_of(make(), text_of(70))
     before = (s.digest(), s.all_logits().clone(), pickle.dumps([s.layers[1].mems[0].ids]))
     with pytest.raises(ValueError, match=words):
-        s.forget(start, stop)
+        (s.forget_fed if fed else s.forget)(start, stop)
     assert s.digest() == before[0] and torch.equal(s.all_logits(), before[1])
     assert pickle.dumps([s.layers[1].mems[0].ids]) == before[2]
 
@@ -296,7 +300,7 @@ def test_no_byte_of_the_forgotten_span_remains_in_the_stream_or_its_saved_state(
     assert SECRET in blob and SECRET in saved
     assert sum(r in blob for r in rows) > len(rows) // 2
     assert any(r in saved for r in rows)
-    receipt = s.forget(a, b)
+    receipt = s.forget(a, b).receipt
     s.save(tmp_path / "before")  # the same folder: the earlier save's files must go
     s.save(tmp_path / "after")
     blob = pickle.dumps(s) + receipt.to_json().encode()
@@ -311,7 +315,7 @@ def test_no_byte_of_the_forgotten_span_remains_in_the_stream_or_its_saved_state(
 def test_receipt_verifies_and_a_changed_stream_or_receipt_does_not(tmp_path):
     model = make()
     s = fresh_of(model, text_of(70), snapshot_every=0)
-    receipt = s.forget(20, 33)
+    receipt = s.forget(20, 33).receipt
     again = ModelErasureReceipt.from_json(receipt.to_json())
     assert again == receipt and len(again.certificates()) == 52
     rep = verify_forget(s, again)
@@ -323,7 +327,7 @@ def test_receipt_verifies_and_a_changed_stream_or_receipt_does_not(tmp_path):
     loaded.feed(b"x")  # the stream moved on: checked later, through its forget log
     rep = verify_forget(loaded, receipt)
     assert rep.ok and rep.later and rep.logged_at == 0, rep.summary()
-    loaded.forget(40, 45)
+    loaded.forget_fed(40, 45)
     rep = verify_forget(loaded, receipt)
     assert rep.ok and rep.later and rep.logged_at == 0, rep.summary()
     forged = ModelErasureReceipt.from_json(receipt.to_json().replace(

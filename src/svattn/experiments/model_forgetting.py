@@ -146,6 +146,8 @@ class DecayedStream(LMStream):
     def forget(self, start: int, stop: int):  # pragma: no cover - not this baseline's
         raise NotImplementedError("DecayedStream decays; use LMStream.forget to forget")
 
+    forget_fed = forget_text = forget  # its weights are keyed by held position
+
     def key_log_weights(self, n: int) -> torch.Tensor:
         """``log factor`` at each decayed held position (``-inf`` for 0), else 0."""
         logw = torch.zeros(n, dtype=torch.float64)
@@ -243,7 +245,7 @@ def forget_one(model, x: torch.Tensor, y: torch.Tensor, j: int, *, num_pairs: in
 
     s = model.stream(full_policy=True)
     s.feed(xs[:cut])
-    receipt = s.forget(*span)
+    receipt = s.forget(*span).receipt
     ver = verify_forget(s, receipt, tol=TOL)
     s.feed(xs[cut:])
     s_l = s.all_logits()

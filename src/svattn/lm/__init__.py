@@ -10,8 +10,10 @@
   evaluation.
 * :mod:`svattn.lm.stream` — :class:`~svattn.lm.stream.LMStream` (``CharLM.stream()``):
   feed, generate and forget on the model's own step (``CharLM.extend``); its folder
-  format, lock and load checks in :mod:`svattn.lm.stream_folder`, its receipts and
-  their verification in :mod:`svattn.lm.forget`.
+  format, lock and load checks in :mod:`svattn.lm.stream_folder`, what a forget names
+  and returns (:class:`~svattn.lm.spans.ForgetResult`) in :mod:`svattn.lm.spans`, its
+  receipts and their verification in :mod:`svattn.lm.forget`, the float64 model it
+  runs in :mod:`svattn.lm.exact_model`.
 """
 
 from svattn.lm.configs import PRESETS, matched_sliding, mixer_config, preset

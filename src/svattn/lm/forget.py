@@ -359,8 +359,12 @@ class ForgetVerification(HasVerdict):
         where = ("" if self.logged_at is None else
                  f"  the receipt is entry {self.logged_at} of the stream's forget log"
                  + (" (checked later: the stream moved on since)" if self.later else ""))
-        lines = [f"{self.status}: the stream equals a fresh stream of its {self.n_positions} "
-                 "bytes" if self.ok else f"{self.status}: see below",
+        same = f"the stream equals a fresh stream of its {self.n_positions} bytes"
+        head = {"VERIFIED": f"VERIFIED: {same}",  # the equality is checked whenever ok
+                "UNCHECKED": f"UNCHECKED: nothing failed and {same} (checked), but fields "
+                             "below were not checked"}.get(self.status, f"{self.status}: "
+                                                                         "see below")
+        lines = [head,
                  f"  digest matches the receipt and the fresh stream: {self.digest_matches}",
                  f"  max |logit - fresh logit| over every position: {self.max_logit_deviation:.3g}",
                  f"  max |memory readout - fresh readout|: {self.max_readout_deviation:.3g}",

@@ -2,7 +2,9 @@
 
 A stream reads bytes with :meth:`LMStream.feed` (any number of calls), gives the
 next-token logits (:meth:`~LMStream.logits`), samples (:meth:`~LMStream.generate`),
-and forgets a span of what it read (:meth:`~LMStream.forget`, :mod:`svattn.lm.forget`).
+and forgets bytes of what it holds, named by their place in :attr:`~LMStream.text` or by
+their content (:meth:`~LMStream.forget`, :meth:`~LMStream.forget_text`,
+:mod:`svattn.lm.spans`; receipts in :mod:`svattn.lm.forget`).
 Everything runs in float64 on a private copy of the model (eval mode).
 
 The stream runs the model's own step (:meth:`CharLM.extend`): every layer's state is
@@ -36,7 +38,6 @@ truncated to ``budget``).
 from __future__ import annotations
 
 import bisect
-import copy
 import dataclasses
 import hashlib
 import json
@@ -56,7 +57,17 @@ from torch import nn
 from svattn.exact.records.fileformat import sha256_hex, write_atomic
 from svattn.exact.records.signing import fingerprint, sign
 from svattn.exact.records.signing import signing_key as as_signing_key
+from svattn.lm.exact_model import exact_copy, model_digest
 from svattn.lm.forget import ModelErasureReceipt, chained_digest, forget_entry_hash
+from svattn.lm.spans import (
+    ForgetResult,
+    ForgottenSpan,
+    as_needle,
+    choose,
+    fed_runs,
+    span_ints,
+    text_sha256,
+)
 from svattn.lm.stream_folder import (
     FILE_NAME,
     FORMAT,
@@ -65,6 +76,7 @@ from svattn.lm.stream_folder import (
     VERSION,
     FolderLock,
     StreamBusyError,
+    StreamIntegrityError,
     StreamStateError,
     check_fed,
     check_origin,
@@ -80,61 +92,21 @@ from svattn.lm.stream_folder import (
 from svattn.mixers.hybrid_state import MemoryReads
 from svattn.mixers.state import Rows
 
-__all__ = ["LMStream", "StreamBusyError", "StreamStateError", "exact_copy", "model_digest"]
+__all__ = ["ForgetResult", "LMStream", "StreamBusyError", "StreamIntegrityError",
+           "StreamStateError", "exact_copy", "model_digest"]
 
 F64 = torch.float64
-
-
-def model_digest(model: nn.Module) -> str:
-    """SHA-256 of a model's configuration and parameters (as float64 bytes).
-
-    Two models with the same digest compute the same stream; :meth:`LMStream.load`
-    and ``svattn verify-forget`` refuse a stream whose model has another digest.
-    """
-    h = hashlib.sha256()
-    h.update(json.dumps(model.cfg.to_dict(), sort_keys=True).encode())
-    for name, t in model.state_dict().items():
-        h.update(name.encode())
-        h.update(t.detach().to("cpu", F64).contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-def exact_copy(model: nn.Module, *, full_policy: bool = False) -> nn.Module:
-    """A float64, eval-mode copy of ``model`` whose forward computes what its streaming
-    step does: every mixer's :meth:`~svattn.mixers.SequenceMixer.stream_settings` applied
-    (the hybrid layers in ``mode="exact"``; with ``full_policy`` also ``policy="full"``,
-    same weights).
-
-    This is the reference the stream equals (``exact_copy(model)(x)``).
-
-    Raises
-    ------
-    ValueError
-        A mixer that does not stream with these settings (a hybrid layer with
-        ``policy="support"`` and ``full_policy`` False); the message names the layer.
-    """
-    settings = []
-    for i, block in enumerate(model.blocks):
-        try:
-            settings.append(block.mix.stream_settings(full_policy=full_policy))
-        except ValueError as exc:
-            raise ValueError(f"layer {i} of this model: {exc}") from None
-    ref = copy.deepcopy(model).to(dtype=F64).eval()
-    for p in ref.parameters():
-        p.requires_grad_(False)
-    for block, changes in zip(ref.blocks, settings, strict=True):
-        for name, value in changes.items():
-            setattr(block.mix, name, value)
-    return ref
 
 
 class LMStream(MemoryReads):
     """Inference state of a :class:`~svattn.lm.model.CharLM`: feed, logits, generate, forget.
 
-    Built by :meth:`CharLM.stream`. Positions given to :meth:`forget` are **fed
-    positions**: the index of a byte among every byte ever fed (generated ones
-    included), so they do not move when an earlier span is forgotten, and a span
-    forgotten before is recognised.
+    Built by :meth:`CharLM.stream`. :meth:`forget` takes positions in :attr:`text` as
+    it is now (the *held* text), :meth:`forget_text` an exact byte string found there;
+    :meth:`forget_fed` takes *fed* positions (the index of a byte among every byte ever
+    fed, generated ones included: they do not move when an earlier span is forgotten).
+    Each returns a :class:`~svattn.lm.spans.ForgetResult`: the removed bytes and the
+    receipts.
 
     Parameters
     ----------
@@ -165,9 +137,11 @@ class LMStream(MemoryReads):
     torch.Size([12, 256])
     >>> s.text
     b'hello, world'
-    >>> receipt = s.forget(5, 7)
-    >>> s.text, receipt.n_forgotten
-    (b'helloworld', 2)
+    >>> r = s.forget(5, 7)
+    >>> r.removed, s.text, r.receipt.n_forgotten
+    (b', ', b'helloworld', 2)
+    >>> s.forget_text(b"wor").spans[0].fed_span  # held [5, 8) was fed at [7, 10)
+    (7, 10)
     """
 
     def __init__(self, model: nn.Module, *, full_policy: bool = False,
@@ -367,30 +341,78 @@ class LMStream(MemoryReads):
         return chained_digest(self.state_part(), head)
 
     # ------------------------------------------------------------------ forget
-    def forget(self, start: int, stop: int) -> ModelErasureReceipt:
-        """Delete fed positions ``[start, stop)``: afterwards the stream is the stream of
-        :attr:`text` without that span (docs/streaming.md).
+    def forget(self, start: int, stop: int) -> ForgetResult:
+        """Delete held positions ``[start, stop)``: the bytes ``self.text[start:stop]``
+        as the caller sees them now. Afterwards the stream is the stream of
+        :attr:`text` without them (docs/streaming.md).
 
-        Nothing before the span is recomputed. Every hybrid memory loses the tokens of
-        positions from the chunk holding ``start − 1`` on by exact decremental removal
-        (:meth:`rewind`), the caches are cut at ``start``, and the bytes after the span
-        are fed again (:meth:`replay`) under their old fed positions.
+        A span across the place of an earlier forget was not fed in one run: each run
+        is forgotten with its own receipt, right to left. Nothing before a run is
+        recomputed: every hybrid memory loses the tokens from the chunk holding its
+        start − 1 on by exact removals (:meth:`rewind`), the caches are cut, and the
+        bytes after it are fed again (:meth:`replay`) under their old fed positions.
 
         Returns
         -------
-        ModelErasureReceipt
-            The memories' deletion certificates for the span's tokens, the repair
-            record and :meth:`digest` afterwards (:mod:`svattn.lm.forget`).
+        ForgetResult
+            The removed bytes (for the caller; no receipt holds them), held and fed
+            spans, one :class:`~svattn.lm.forget.ModelErasureReceipt` per run (the
+            memories' deletion certificates, the repair record and :meth:`digest`
+            afterwards) and the remaining text's SHA-256 (:mod:`svattn.lm.spans`).
 
         Raises
         ------
         ValueError
-            Not ints, an empty or out-of-range span, or one forgotten already
-            (state unchanged).
+            Not ints, or an empty or out-of-range span (state unchanged).
         """
         self._check_usable()
+        start, stop = span_ints(start, stop)
+        if not 0 <= start < stop <= len(self):
+            raise ValueError(f"span [{start}, {stop}) must be non-empty and inside the held "
+                             f"text [0, {len(self)}) (positions in stream.text)")
+        return self._forget_runs(fed_runs(self._origin, start, stop))
+
+    def forget_text(self, needle, *, occurrence=None) -> ForgetResult:
+        """Delete an exact byte string found in :attr:`text` (a ``str`` is UTF-8).
+
+        ``occurrence``: None (it must occur exactly once), ``"all"``, or ``n`` (the n-th,
+        from 0; occurrences counted left to right, not overlapping). Each occurrence is
+        forgotten as :meth:`forget` forgets its span.
+
+        Raises
+        ------
+        ValueError
+            ``needle`` empty or absent, ambiguous (several occurrences and no
+            ``occurrence``: the message gives the count and offsets), or ``occurrence``
+            out of range (state unchanged).
+        """
+        self._check_usable()
+        needle = as_needle(needle)
+        offsets = choose(self.text, needle, occurrence)
+        return self._forget_runs([run for a in offsets
+                                  for run in fed_runs(self._origin, a, a + len(needle))])
+
+    def forget_fed(self, start: int, stop: int) -> ForgetResult:
+        """Delete fed positions ``[start, stop)`` (a byte's index among every byte ever
+        fed: earlier forgets do not move them; ``origin`` maps held positions to them),
+        as :meth:`forget` does. ``ValueError``: not ints, empty, out of ``[0, n_fed)``
+        or (partly) forgotten already (state unchanged)."""
+        self._check_usable()
         a, b = self.locate(start, stop)
-        n_before = len(self)
+        return self._forget_runs([((a, b), (int(start), int(stop)))])
+
+    def _forget_runs(self, runs: list[tuple[tuple[int, int], tuple[int, int]]]
+                     ) -> ForgetResult:
+        """Forget each ``(held, fed)`` run, checked by the caller, right to left."""
+        done = []
+        for held, fed in sorted(runs, reverse=True):
+            removed = bytes(self._tokens[held[0]: held[1]])
+            done.append(ForgottenSpan(held, fed, removed, self._forget_run(held, fed)))
+        return ForgetResult(tuple(reversed(done)), text_sha256(self.text))
+
+    def _forget_run(self, span: tuple[int, int], fed: tuple[int, int]) -> ModelErasureReceipt:
+        """Forget held ``span`` (fed positions ``fed``, one run); return its receipt."""
+        (a, b), n_before = span, len(self)
         t0 = time.perf_counter()
         keep = self.rewind_point(a)  # a, or 0 where a recurrent layer cannot cut back
         try:  # past the checks, only a failure inside a memory can interrupt this
@@ -404,10 +426,10 @@ class LMStream(MemoryReads):
             self._broken = f"a forget failed midway ({type(exc).__name__}: {exc})"
             raise
         t2 = time.perf_counter()
-        self.forgotten.append((int(start), int(stop)))
+        self.forgotten.append(fed)
         self.forgotten.sort()
         return self._bind_receipt(ModelErasureReceipt.issue(
-            self, fed_span=(int(start), int(stop)), span=(a, b), n_before=n_before,
+            self, fed_span=fed, span=(a, b), n_before=n_before,
             removed=removed, kept=keep, seconds={"rewind": t1 - t0, "replay": t2 - t1},
             signer=None if self._signing_key is None else fingerprint(
                 self._signing_key.public_key())))
@@ -430,10 +452,7 @@ class LMStream(MemoryReads):
         ValueError
             Not ints, empty, out of range, or (partly) forgotten already.
         """
-        for name, val in (("start", start), ("stop", stop)):
-            if isinstance(val, bool) or not isinstance(val, (int, np.integer)):
-                raise ValueError(f"{name} must be an int, got {val!r}")
-        start, stop = int(start), int(stop)
+        start, stop = span_ints(start, stop)
         if not 0 <= start < stop <= self.n_fed:
             raise ValueError(f"span [{start}, {stop}) must be non-empty and inside the fed "
                              f"positions [0, {self.n_fed})")
@@ -657,23 +676,24 @@ class LMStream(MemoryReads):
                         raise ValueError(f"layer {li}: absorbed {st.absorbed!r} is not a "
                                          "whole number of chunks of the positions held")
                     if any(mem.ids != ids for mem, ids in zip(st.mems, st.ids, strict=True)):
-                        raise StreamStateError(f"{folder}: layer {li}: the memories' tokens "
-                                               "are not the positions the manifest lists")
+                        raise StreamIntegrityError(f"{folder}: layer {li}: the memories' "
+                                                   "tokens are not the positions the manifest "
+                                                   "lists")
             if s._hidden.n != len(s._tokens):
                 raise ValueError(f"{s._hidden.n} hidden states for {len(s._tokens)} bytes held")
         except (KeyError, TypeError, ValueError, RuntimeError, SafetensorError) as exc:
             if isinstance(exc, StreamStateError):
                 raise
-            raise StreamStateError(f"{folder}: inconsistent stream state "
+            raise StreamIntegrityError(f"{folder}: inconsistent stream state "
                                    f"({type(exc).__name__}: {exc})") from None
         s.n_fed = n_fed
         s.forgotten = forgotten
         log = man.get("forget_log")
         if not isinstance(log, list) or not all(isinstance(e, dict) for e in log):
-            raise StreamStateError(f"{folder}: the manifest's forget_log is not a list of "
-                                   "records")
+            raise StreamIntegrityError(f"{folder}: the manifest's forget_log is not a list "
+                                       "of records")
         s.forget_log = [dict(e) for e in log]
         if s.digest() != man.get("digest"):
-            raise StreamStateError(f"{folder}: the loaded state's digest differs from the "
-                                   "manifest's")
+            raise StreamIntegrityError(f"{folder}: the loaded state's digest differs from "
+                                       "the manifest's")
         return s

@@ -7,6 +7,7 @@ the exact memories' state files).
 from __future__ import annotations
 
 import bisect
+import errno
 import fcntl
 import itertools
 import json
@@ -26,6 +27,13 @@ MANIFEST = "stream.json"
 
 class StreamStateError(ValueError):
     """A saved stream that cannot be loaded: missing, corrupted, or another model's."""
+
+
+class StreamIntegrityError(StreamStateError):
+    """A saved stream whose files do not hold together: a checksum or SHA-256 that
+    differs, a listed file missing, a state inconsistent with its manifest or digest.
+    Unlike a folder that is no stream at all (no manifest, not JSON, another format), this
+    is what an edit or a corruption leaves: a verifier reports it as a failed check."""
 
 
 FOLDER = """The folder of :meth:`LMStream.save` (format version 2).
@@ -78,12 +86,14 @@ class FolderLock:
             self.fd = os.open(self.folder / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         except OSError as exc:
             if self.wait == 0.0:  # a save: it would fail on the first write anyway
-                if isinstance(exc, PermissionError):
-                    raise
-                raise StreamStateError(  # e.g. a symlink planted as the lock (ELOOP)
-                    f"{self.folder / LOCK}: cannot open the folder's writer lock "
-                    f"({exc.strerror or exc}); it must be a regular file, not a symlink"
-                ) from None
+                if exc.errno == errno.ELOOP:  # a symlink planted as the lock
+                    raise StreamStateError(
+                        f"{self.folder / LOCK}: cannot open the folder's writer lock: it is "
+                        "a symlink; it must be a regular file") from None
+                raise PermissionError(
+                    f"{self.folder}: cannot save a stream here: the folder's writer lock "
+                    f"{LOCK} cannot be opened for writing ({exc.strerror or exc}); the "
+                    "folder must be writable") from None
             try:  # a read-only folder: flock works on a read-only descriptor
                 self.fd = os.open(self.folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW)
             except OSError:
@@ -138,20 +148,20 @@ def read_manifest(folder: Path) -> dict:
         raise StreamStateError(f"{where}: not an {FORMAT} version {VERSION} manifest "
                                f"(format, version: {got}){hint}")
     if man.get("manifest_sha256") != manifest_sum(man):
-        raise StreamStateError(f"{where}: the manifest's checksum differs from its content "
-                               "(edited or corrupted)")
+        raise StreamIntegrityError(f"{where}: the manifest's checksum differs from its "
+                                   "content (edited or corrupted)")
     if "arrays" in man:
         try:
             files_of(man)
         except (KeyError, TypeError) as exc:
-            raise StreamStateError(f"{where}: the files of the state are not listed "
-                                   f"({type(exc).__name__}: {exc})") from None
+            raise StreamIntegrityError(f"{where}: the files of the state are not listed "
+                                       f"({type(exc).__name__}: {exc})") from None
     for key in ("pending", "superseded"):
         names = man.get(key)
         if not isinstance(names, list) or not all(isinstance(n, str) and FILE_NAME.fullmatch(n)
                                                   for n in names):
-            raise StreamStateError(f"{where}: {key!r} must list files of a stream save, got "
-                                   f"{names!r}")
+            raise StreamIntegrityError(f"{where}: {key!r} must list files of a stream save, "
+                                       f"got {names!r}")
     return man
 
 
@@ -161,7 +171,7 @@ def files_of(man: dict) -> list[str]:
                                        for m in lay["memories"]]
     for n in names:
         if not isinstance(n, str) or not FILE_NAME.fullmatch(n):
-            raise StreamStateError(f"{MANIFEST}: {n!r} is not a file name of a stream save")
+            raise StreamIntegrityError(f"{MANIFEST}: {n!r} is not a file name of a stream save")
     return names
 
 
@@ -285,15 +295,15 @@ def check_origin(origin: list[int], n_fed: int, forgotten: list[tuple[int, int]]
 def read_checked(folder: Path, entry: dict) -> bytes:
     name = entry["file"]
     if not isinstance(name, str) or not FILE_NAME.fullmatch(name):
-        raise StreamStateError(f"{folder / MANIFEST}: {name!r} is not a file name of a "
-                               "stream save")
+        raise StreamIntegrityError(f"{folder / MANIFEST}: {name!r} is not a file name of "
+                                   "a stream save")
     path = folder / name
     if not path.is_file():
-        raise StreamStateError(f"{path}: missing (the manifest lists it)")
+        raise StreamIntegrityError(f"{path}: missing (the manifest lists it)")
     data = path.read_bytes()
     if sha256_hex(data) != entry["sha256"]:
-        raise StreamStateError(f"{path}: SHA-256 differs from the manifest's (corrupted or "
-                               "replaced)")
+        raise StreamIntegrityError(f"{path}: SHA-256 differs from the manifest's (corrupted "
+                                   "or replaced)")
     return data
 
 
@@ -301,5 +311,5 @@ def load_memory(folder: Path, entry: dict) -> SVDDMemory:
     read_checked(folder, entry)
     try:
         return SVDDMemory.load(folder / entry["file"])
-    except ValueError as exc:
-        raise StreamStateError(str(exc)) from None
+    except ValueError as exc:  # its SHA-256 matched the manifest's: a consistent edit
+        raise StreamIntegrityError(str(exc)) from None

@@ -65,6 +65,7 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "apply_overrides",
+    "check_run",
     "train",
     "evaluate_bpc",
     "load_checkpoint_model",
@@ -690,6 +691,31 @@ def load_checkpoint_for_eval(path: str | os.PathLike, data: str | os.PathLike | 
     return model, cfg, ckpt, load_enwik8(data if data is not None else slice_path())
 
 
+def check_run(cfg: TrainConfig, *, resume: bool = False) -> Path:
+    """What :func:`train` checks of a run before it starts, without starting it: the
+    config, the model it builds, the data file, and that ``out_dir`` holds no checkpoint
+    unless ``resume``. Returns the data file's path.
+
+    Raises
+    ------
+    ValueError, FileNotFoundError
+        As :func:`train` does.
+    """
+    cfg.validate()
+    cfg.check_model()
+    if (Path(cfg.out_dir) / CKPT).exists() and not resume:
+        raise ValueError(
+            f"out_dir: {cfg.out_dir} already holds a checkpoint ({CKPT}); pass --resume "
+            "(resume=True) to continue it, or choose another out_dir (--set out_dir=DIR)")
+    data_path = cfg.data if cfg.data is not None else slice_path()
+    if not Path(data_path).is_file():
+        raise FileNotFoundError(
+            f"data: enwik8 file not found: {data_path} (relative paths are read from the "
+            f"current folder, {Path.cwd()}; run from the repository root, or give the file "
+            "with --set data=PATH; data=null trains on the shipped 200 kB slice)")
+    return Path(data_path)
+
+
 def train(
     cfg: TrainConfig,
     *,
@@ -727,7 +753,7 @@ def train(
     FileNotFoundError
         If the data file does not exist.
     """
-    cfg.validate()
+    data_path = check_run(cfg, resume=resume)
     mcfg = cfg.check_model()
     if cfg.mixer == "hybrid_sv" and mcfg.mixer_options["chunk"] >= mcfg.block_size:
         import warnings
@@ -740,18 +766,8 @@ def train(
     distributed = world > 1
     device = _device(cfg, local_rank)
     ckpt_path = Path(cfg.out_dir) / CKPT
-    if ckpt_path.exists() and not resume:
-        raise ValueError(
-            f"out_dir: {cfg.out_dir} already holds a checkpoint ({CKPT}); pass --resume "
-            "(resume=True) to continue it, or choose another out_dir (--set out_dir=DIR)")
     if cfg.batch_size % world:
         raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by WORLD_SIZE ({world})")
-    data_path = cfg.data if cfg.data is not None else slice_path()
-    if not Path(data_path).is_file():
-        raise FileNotFoundError(
-            f"data: enwik8 file not found: {data_path} (relative paths are read from the "
-            f"current folder, {Path.cwd()}; run from the repository root, or give the file "
-            "with --set data=PATH; data=null trains on the shipped 200 kB slice)")
     owns_group = False
     if distributed:
         import torch.distributed as dist

@@ -114,7 +114,9 @@ def cache_residual(ss: SlotState) -> float:
 def _rehash(ss: SlotState) -> None:
     live = ss.live_slots()
     ids = [int(i) for i in ss.slot_id[live]]
-    ths, rhs = block_hashes(ids, ss.X[live], None if ss.value_is_key else ss.V[live])
+    # (a memory that holds nothing may have no key rows at all: nothing to hash)
+    ths, rhs = block_hashes(ids, ss.X[live], None if ss.value_is_key else ss.V[live]) \
+        if ids else ([], [])
     ss.token_hash = np.zeros(ss.cap, dtype=object)
     ss.row_hash = np.zeros(ss.cap, dtype=np.int64)
     ss.token_hash[live] = ths
