@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -311,3 +315,57 @@ def test_a_removed_tokens_kernel_row_is_zeroed_past_the_columns_in_use(backend):
             mem.compact()
         seen_hole += bool((ss.slot_of_col[: ss.chi] < 0).any())
     assert seen_hole  # the stream does score rows against holes
+
+
+def _copies_in_process_memory(needle: bytes) -> int:
+    """How many times ``needle`` occurs in this process's writable heap and anonymous
+    memory (live and freed blocks alike), not counting the needle's own bytes."""
+    own = id(needle) + sys.getsizeof(b"") - 1  # where CPython keeps a bytes object's data
+    hits = 0
+    with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
+        for line in maps:
+            parts = line.split()
+            if "rw" not in parts[1] or (len(parts) > 5 and parts[5] != "[heap]"):
+                continue  # read-only, or a file's or the stack's mapping
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            try:
+                mem.seek(lo)
+                blob = mem.read(hi - lo)
+            except (OSError, ValueError, OverflowError):
+                continue
+            at = blob.find(needle)
+            while at >= 0:
+                hits += lo + at != own
+                at = blob.find(needle, at + 1)
+    return hits
+
+
+@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
+                    reason="needs Linux's /proc/self/mem to read the process's memory")
+@pytest.mark.parametrize("rows", [1, 5, 20])
+@pytest.mark.parametrize("how", ["remove", "remove with values", "erase"])
+def test_an_extended_then_removed_row_leaves_no_copy_in_freed_memory(rows, how):
+    # an extend's commitments and hashes converted the rows to float64 copies and bytes
+    # objects that were freed unzeroed: after the removal the row's bytes were still in
+    # the process's freed memory (1 to 5 copies), against "nothing erased survives"
+
+    rng = np.random.default_rng([rows, len(how)])  # a fresh row for every case
+    values = how == "remove with values"
+    mem = SVDDMemory(0.1, tag_key=b"k" * 32 if how == "erase" else None)
+    mem.extend(rng.normal(size=(50, 4)), rng.normal(size=(50, 3)) if values else None)
+    X = rng.normal(size=(rows, 4))
+    V = rng.normal(size=(rows, 3)) if values else None
+    j = min(3, rows - 1)
+    row = X[j].copy()
+    needle = row.tobytes()
+    ids = mem.extend(X, V, tags=[f"s{i}" for i in range(rows)] if how == "erase" else None)
+    X.fill(0)  # the caller's own copy goes
+    del X
+    assert _copies_in_process_memory(needle) >= 2  # the stored key and `row`: not vacuous
+    if how == "erase":
+        mem.erase(f"s{j}")
+    else:
+        mem.remove(ids[j])
+    gc.collect()
+    row.fill(0)
+    assert _copies_in_process_memory(needle) == 0
