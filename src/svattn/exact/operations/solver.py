@@ -13,8 +13,6 @@ has the math; ``be`` is :mod:`svattn.exact.backends.compiled` or
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from svattn.exact.backends import reference
@@ -29,12 +27,15 @@ from svattn.exact.core.cache import (
 from svattn.exact.core.conventions import mu_for_empty_margin
 from svattn.exact.core.hashes import block_hashes
 from svattn.exact.core.kernels import (
+    WIDE_DIAGONAL,
     copy_groups,
+    diagonal_log_span,
     get_kernel,
     gram_matrix,
     has_equal_rows,
     kernel_diag,
     kernel_matrix,
+    wide_diagonal_advice,
 )
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
@@ -442,7 +443,7 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     # g) and before any decision below; in between the drive's own linear
     # updates are accurate to rounding, which the KKT check on them would expose.
     ss.ops_since_exact_g += 1
-    refresh = exact_g or ss.ops_since_exact_g >= 32 or wide_diagonal(ss)
+    refresh = exact_g or ss.ops_since_exact_g >= 32 or diagonal_span(ss) > WIDE_DIAGONAL
     polish(ss, be, refresh_g=refresh)
     if refresh:
         ss.ops_since_exact_g = 0
@@ -460,40 +461,13 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     resolve(ss, be)  # (no residual returned: the certificate computes it)
 
 
-# Kernel diagonals k(x, x) spanning more than this factor in log (ln 2**52, float64's
-# relative precision; exp-kernel keys with gamma·‖x‖² from 0 to 40, or 500 to 700) put
-# the g of the smallest keys below the rounding of the largest: the drive's running
-# updates of g then accepted wrong optima (KKT residual 1.0 on a fresh g; 24 of 1,500
-# random exp-kernel draws above the span), so every operation there checks a fresh g.
-WIDE_DIAGONAL = math.log(2.0**52)
-
-
-def diagonal_log_span(ss: SlotState) -> float:
-    """``max log k(x, x) − min log k(x, x)`` over the live tokens (0 for a unit
-    diagonal; inf if a diagonal underflowed to 0)."""
+def diagonal_span(ss: SlotState) -> float:
+    """The live tokens' :func:`~svattn.exact.core.kernels.diagonal_log_span` (0 for a
+    unit diagonal); beyond :data:`~svattn.exact.core.kernels.WIDE_DIAGONAL` every
+    operation ends on a fresh g (:func:`finish_op`)."""
     if get_kernel(ss.kernel).unit_diagonal or ss.n < 2:
         return 0.0
-    d = ss.diag[ss.live_slots()]
-    low = float(d.min())
-    return math.inf if low <= 0 else math.log(float(d.max())) - math.log(low)
-
-
-def wide_diagonal(ss: SlotState) -> bool:
-    """Whether the live tokens' kernel diagonals span more than :data:`WIDE_DIAGONAL`."""
-    return diagonal_log_span(ss) > WIDE_DIAGONAL
-
-
-def wide_diagonal_advice(ss: SlotState) -> str:
-    """Why a state of keys whose diagonals span beyond :data:`WIDE_DIAGONAL` may have
-    no exact float64 optimum, and what to do ('' when they do not)."""
-    span = diagonal_log_span(ss)
-    if not span > WIDE_DIAGONAL:
-        return ""
-    return (f"; the keys' kernel diagonals k(x, x) span a factor e^{span:.0f}, beyond "
-            f"float64's precision (e^{WIDE_DIAGONAL:.0f}): the smallest keys' conditions "
-            f"are below the rounding of the largest. Lower gamma or scale the keys down "
-            f"(e.g. normalise them) so that gamma·‖x‖² varies by less than "
-            f"{WIDE_DIAGONAL:.0f}")
+    return diagonal_log_span(ss.diag[ss.live_slots()])
 
 
 def drop_solution(ss: SlotState) -> None:
@@ -563,7 +537,7 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
                 f"the batch re-solve of {ss.n} tokens ends with KKT residual {kkt:.2e}, "
                 f"above tol ({ss.tol:.0e}) and above what rounding or near-copies of keys "
                 f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return"
-                f"{wide_diagonal_advice(ss)}")
+                f"{wide_diagonal_advice(diagonal_span(ss))}")
 
 
 def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
