@@ -13,7 +13,8 @@ is shown with a short excerpt of the sentence (or table row) around it. A folder
 ``results/`` is one entry (its own README, if any, describes its files). The command is a
 record's ``"command"`` field; a list of records gives each entry's command; a file that is
 not a JSON record (a figure, a checkpoint, a log) takes the command of any record whose
-command names its path. Files no document cites are listed in a section of their own.
+command names its path. A folder's JSON records are each listed by name with their own
+command. Files no document cites are listed in a section of their own.
 """
 
 from __future__ import annotations
@@ -155,6 +156,23 @@ def commands(root: Path, unit: Path, every_command: list[str]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+def _record_lines(folder: Path, name: str) -> list[str]:
+    """One line per JSON record inside ``folder``, naming it and the command it
+    records (a folder's records are each indexed, not only counted)."""
+    records = [p for p in _files(folder) if p.suffix == ".json"]
+    if not records:
+        return []
+    out = [f"- records ({len(records)}):"]
+    for path in records:
+        rel = path.relative_to(folder).as_posix()
+        cmds = record_commands(_load_json(path))
+        said = ("no command recorded" + (f" (see [`{name}README.md`]({name}README.md))"
+                                          if (folder / "README.md").is_file() else "")
+                if not cmds else "; ".join(_code(c) for c in cmds))
+        out.append(f"  - [`{rel}`]({name}{rel}): {said}")
+    return out
+
+
 def render(root: Path = ROOT) -> str:
     """The text of results/README.md for the tree at ``root``."""
     every_command: list[str] = []
@@ -196,6 +214,7 @@ def render(root: Path = ROOT) -> str:
                 if readme.is_file():
                     what += f"; described in [`{name}README.md`]({name}README.md)"
                 out += [f"- folder: {what}"]
+                out += _record_lines(unit, name)
             for doc, text in cites:
                 up = "../" + doc
                 out.append(f"- cited by [`{doc}`]({up}): {text}")

@@ -37,6 +37,27 @@ def test_index_lists_every_entry_under_results():
         assert f"### [`{name}`]({name})" in text, f"results/{name} is not in the index"
 
 
+def test_index_names_every_record_inside_a_folder():
+    # a folder was one entry with a file count: results/bench_rbf_distances/'s 8 records
+    # went unnamed in the index
+    text = (ROOT / "results" / "README.md").read_text()
+    for folder in (p for p in (ROOT / "results").iterdir() if p.is_dir()):
+        for record in sorted(folder.rglob("*.json")):
+            rel = record.relative_to(folder).as_posix()
+            link = f"[`{rel}`]({folder.name}/{rel})"
+            assert link in text, f"results/{folder.name}/{rel} is not named in the index"
+
+
+def test_a_folders_records_are_listed_with_their_commands(tmp_path):
+    root = _tree(tmp_path, "`results/sub/` holds more.\n")
+    (root / "results" / "sub" / "e.json").write_text(json.dumps({"x": 3}))
+    (root / "results" / "sub" / "README.md").write_text("How e.json was made.\n")
+    text = _tool().render(root)
+    assert "- records (2):\n  - [`d.json`](sub/d.json): `make d`\n" in text
+    assert ("  - [`e.json`](sub/e.json): no command recorded (see "
+            "[`sub/README.md`](sub/README.md))") in text
+
+
 def _tree(tmp_path: Path, readme: str) -> Path:
     (tmp_path / "results" / "sub").mkdir(parents=True)
     (tmp_path / "docs").mkdir()

@@ -23,3 +23,8 @@ def __getattr__(name: str):
 
         return SVDD
     raise AttributeError(f"module 'svattn' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # the lazily imported names too (dir() and tab completion list SVDD)
+    return sorted(set(globals()) | set(__all__))

@@ -17,6 +17,7 @@ from svattn.exact.core.kernels import (
     KERNELS,
     LOG_MAX,
     ExpKernel,
+    Kernel,
     KernelOverflowError,
     RBFKernel,
     _sq_dist_pairs,
@@ -138,6 +139,68 @@ def test_unknown_names_and_bad_registrations_are_refused():
     with pytest.raises(TypeError, match="must be a Kernel"):
         register_kernel("rbf")
     assert kernel_names() == KERNELS  # nothing left behind
+
+
+class _DotForm(ExpKernel):
+    """``log k = s·x·y − c‖x‖² − c‖y‖²`` with ``(s, c) = (a·gamma, b·gamma)``."""
+
+    def __init__(self, name, a, b):
+        self.name, self.a, self.b = name, a, b
+
+    def dot_form(self, gamma):
+        return self.a * gamma, self.b * gamma
+
+
+class _Anti(Kernel):
+    """``k = exp(+gamma‖x − y‖²)``: not of the dot form, not positive definite."""
+
+    name = "anti-rbf"
+
+    def default_gamma(self, dim):
+        return 1.0 / dim
+
+    def log_kernel(self, x, y, gamma):
+        return gamma * sq_distances(x, y)
+
+
+class _Lopsided(_Anti):
+    """``log k = −gamma‖x − y‖² + gamma·x_0``: not symmetric."""
+
+    name = "lopsided"
+
+    def log_kernel(self, x, y, gamma):
+        return -gamma * sq_distances(x, y) + gamma * x[:, :1]
+
+
+@pytest.mark.parametrize(("kernel", "why"), [
+    (_DotForm("flipped-exp", -1.0, 0.0), r"dot form has s = -0\.01 < 0"),
+    (_DotForm("rank-one", 0.0, 1.0), r"dot form has s = 0 = 0"),
+    (_Anti(), r"Gram matrix has the eigenvalue -[0-9.e+]+ < 0"),
+    (_Lopsided(), r"is not symmetric"),
+], ids=["dot-form-s-negative", "dot-form-s-zero", "not-dot-form", "not-symmetric"])
+def test_a_kernel_that_is_not_positive_definite_is_refused_at_registration(kernel, why):
+    # register_kernel took any Kernel, and sv_attention then ran a non-PD kernel
+    import torch
+
+    from svattn.nn import sv_attention
+
+    with pytest.raises(ValueError, match=f"kernel '{kernel.name}' is not positive definite: "
+                                         f".*{why}"):
+        register_kernel(kernel)
+    assert kernel_names() == KERNELS  # nothing registered
+    q = torch.randn(1, 1, 5, 2, dtype=torch.float64)
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        sv_attention(q, q, q, C=0.5, kernel=kernel.name)
+
+
+@pytest.mark.parametrize("kernel", [_DotForm("wide-damped", 1.0, -3.0), TOY],
+                         ids=["dot-form-c-negative", "damped-exp"])
+def test_a_positive_definite_kernel_is_registered(kernel):
+    # s > 0 is the whole condition of the dot form: c of either sign keeps it PD
+    with registered(kernel):
+        assert kernel.name in kernel_names()
+        x = _keys(9, n=25, d=3)
+        assert np.linalg.eigvalsh(gram_matrix(x, kernel.name, 0.3))[0] > 0
 
 
 def test_a_third_kernel_reaches_the_oracle():

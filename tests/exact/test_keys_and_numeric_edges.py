@@ -8,21 +8,27 @@
   ends with a wrong optimum raises and leaves the memory as it was.
 - 11: exp kernel, large ``gamma‖x‖²``, one exact copy among the keys: the copy
   grouping of a re-solve measures each key's distance to itself with one diagonal
-  (the Gram matrix's), so no key misses its own group.
+  (the Gram matrix's), so no key misses its own group. Keys whose kernel diagonals
+  span beyond float64's precision (``gamma‖x‖²`` from 500 to 700) reach the optimum
+  (every operation checks a fresh g there) or are refused with that reason.
 """
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
+from exact_helpers import snapshot
 from svattn.exact import OperationError, SVDDMemory, UnknownTokenError
 from svattn.exact.core import kernels
 from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.core.state import NeedResolve
 from svattn.exact.operations import solver
 from svattn.exact.operations.batch import BatchSolution
-from svattn.exact.oracle import solve_svdd
+from svattn.exact.oracle import kkt_residual as oracle_kkt
+from svattn.exact.oracle import solve_svdd, svdd_objective
 from svattn.exact.records.signing import generate_key
 
 # --------------------------------------------------------------- 9: another key
@@ -185,6 +191,64 @@ def test_exp_copy_at_large_norms_extends():
             continue
         assert len(mem) == 40 and mem.kkt_residual() <= 1e-9
     assert not failed, failed
+
+
+def _wide_exp_keys(seed: int, n: int, d: int) -> np.ndarray:
+    """n exp-kernel keys (gamma = 1) with ‖x‖² uniform in [500, 700], the last a copy."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x *= np.sqrt(rng.uniform(500.0, 700.0, size=n))[:, None]
+    x[-1] = x[rng.integers(0, n - 1)]
+    return x
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+@pytest.mark.parametrize(("n", "d", "seed"), [(6, 3, 1), (6, 3, 26), (15, 4, 7), (15, 4, 22)])
+def test_exp_keys_whose_diagonals_span_beyond_float64_reach_the_optimum(n, d, seed, backend):
+    # k(x, x) from e^500 to e^700: the smallest keys' g lies below the rounding of the
+    # largest, and the drive's running g accepted a wrong optimum (a fresh g's KKT
+    # residual 1.0; 17 of 120 such draws), which every later operation then refused
+    x = _wide_exp_keys(seed, n, d)
+    mem = SVDDMemory(C=1.0, kernel="exp", gamma=1.0, backend=backend)
+    mem.extend(x)
+    assert mem.kkt_residual() <= 1e-9
+    K = gram_matrix(x, "exp", 1.0)
+    # the KKT conditions recomputed from scratch on the Gram matrix: optimality of
+    # this convex QP, checked independently of the memory's cached columns
+    assert oracle_kkt(K, mem.alpha, mem.mu, 1.0) <= 1e-9
+    try:  # and, where the independent QP converges, its objective
+        oracle = solve_svdd(K, 1.0)
+    except RuntimeError:  # its active-set polish cycles on some draws
+        oracle = None
+    if oracle is not None:
+        top = float(np.abs(K).max())
+        assert abs(svdd_objective(K, mem.alpha) - svdd_objective(K, oracle)) <= 1e-12 * top
+    mem.remove(mem.support_ids()[0])  # and the stream goes on
+    mem.add(x[0] * 0.5)
+    assert mem.kkt_residual() <= 1e-9
+
+
+def test_wide_exp_keys_without_an_exact_optimum_are_refused_with_the_reason():
+    # a draw whose batch re-solve cannot reach tol (KKT 4.7e-6 at 8 tokens): refused,
+    # naming the diagonals' span and what to do, the memory unchanged and usable
+    rng = np.random.default_rng(209)
+    n, d = int(rng.integers(3, 30)), int(rng.integers(1, 8))
+    C = float(rng.choice([0.2, 0.3, 0.5, 1.0]))
+    x = rng.normal(size=(n, d))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x *= np.sqrt(rng.uniform(500.0, 700.0, size=n))[:, None]
+    mem = SVDDMemory(C=C, kernel="exp", gamma=1.0)
+    mem.extend(x[:5])
+    before = snapshot(mem)
+    try:
+        mem.extend(x[5:])
+    except OperationError as exc:
+        assert re.search(r"diagonals k\(x, x\) span a factor e\^\d+, beyond float64's "
+                         r"precision.*Lower gamma or scale the keys down", str(exc)), exc
+        assert snapshot(mem) == before
+        mem.extend(x[5:7])
+    assert mem.kkt_residual() <= 1e-9
 
 
 @pytest.mark.parametrize("backend", ["compiled", "reference"])

@@ -49,6 +49,31 @@ def test_bad_input_raises_and_leaves_state(mem, call, exc, match):
     assert mem.kkt_residual() <= 1e-10
 
 
+class _OutOfMemoryRows(list):
+    """Valid rows whose conversion to an array runs out of memory (as a conversion of
+    rows too large for the process would)."""
+
+    def __array__(self, dtype=None, copy=None):
+        raise MemoryError("the rows do not fit")
+
+
+@pytest.mark.parametrize(("call", "rows"), [
+    (lambda m, r: m.extend(r), [[0.1, 0.2, 0.3], [0.0, 1.0, 0.5]]),
+    (lambda m, r: m.add(r), [0.1, 0.2, 0.3]),
+    (lambda m, r: m.extend(np.zeros((1, 3)), r), [[0.1, 0.2, 0.3]]),
+    (lambda m, r: m.readout(r), [[0.1, 0.2, 0.3]]),
+], ids=["extend", "add", "values", "readout"])
+def test_running_out_of_memory_on_valid_rows_is_not_called_a_type_error(call, rows):
+    # is_numeric caught every exception of the conversion, so valid keys that did not
+    # fit were refused as "not an array of real numbers" (a TypeError about the data)
+    m = SVDDMemory(0.1)
+    m.extend(np.random.default_rng(0).normal(size=(40, 3)), np.zeros((40, 3)))
+    before = snapshot(m)
+    with pytest.raises(MemoryError, match="do not fit"):
+        call(m, _OutOfMemoryRows(rows))
+    assert snapshot(m) == before
+
+
 def test_unknown_token_error_is_both_key_and_value_error(mem):
     with pytest.raises(KeyError):
         mem.remove(12345)

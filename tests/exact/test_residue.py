@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+import os
+import sys
+
 import numpy as np
 import pytest
 
@@ -311,3 +315,111 @@ def test_a_removed_tokens_kernel_row_is_zeroed_past_the_columns_in_use(backend):
             mem.compact()
         seen_hole += bool((ss.slot_of_col[: ss.chi] < 0).any())
     assert seen_hole  # the stream does score rows against holes
+
+
+def _copies_in_process_memory(needle: bytes) -> int:
+    """How many times ``needle`` occurs in this process's writable heap and anonymous
+    memory (live and freed blocks alike), not counting the needle's own bytes.
+
+    The scan reads through one anonymous mapping made after the list of mappings is
+    taken (so it is not scanned itself), zeroed and unmapped at the end: reading into
+    ``bytes`` objects would leave copies of the heap, needle included, in freed memory
+    that a later scan would count.
+    """
+    import mmap
+
+    own = id(needle) + sys.getsizeof(b"") - 1  # where CPython keeps a bytes object's data
+    with open("/proc/self/maps") as fh:
+        maps = fh.read().splitlines()
+    step, hits = 1 << 22, 0
+    buf = mmap.mmap(-1, step + len(needle))
+    try:
+        with open("/proc/self/mem", "rb", 0) as mem:
+            for line in maps:
+                parts = line.split()
+                if "rw" not in parts[1] or (len(parts) > 5 and parts[5] != "[heap]"):
+                    continue  # read-only, or a file's or the stack's mapping
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                for start in range(lo, hi, step):
+                    size = min(step + len(needle) - 1, hi - start)
+                    try:
+                        mem.seek(start)
+                        got = mem.readinto(memoryview(buf)[:size])
+                    except (OSError, ValueError, OverflowError):
+                        break
+                    at = buf.find(needle, 0, got or 0)
+                    while at >= 0:  # a match in the overlap is counted by its chunk only
+                        hits += start + at != own and at < step
+                        at = buf.find(needle, at + 1, got)
+    finally:
+        buf[:] = bytes(len(buf))
+        buf.close()
+    return hits
+
+
+@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
+                    reason="needs Linux's /proc/self/mem to read the process's memory")
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "keys+values"])
+@pytest.mark.parametrize("hashing", ["commit_tokens", "block_hashes", "token_digests",
+                                     "commit_token", "token_hash", "row_hash"])
+def test_hashing_new_rows_leaves_no_copy_of_them_in_freed_memory(hashing, values):
+    # an extend's commitments (commit_tokens) and hashes converted the rows to float64
+    # copies and bytes objects freed unzeroed: after the token's removal its row was
+    # still in the process's freed memory (1 to 5 copies after extend then remove).
+    # Each function runs alone between two reads of the heap, so nothing else can
+    # have left or overwritten a copy.
+    from svattn.exact import fastpath
+    from svattn.exact.core import hashes
+    from svattn.exact.records import certificate
+
+    rng = np.random.default_rng([len(hashing), int(values)])
+    X = rng.normal(size=(6, 4))
+    V = rng.normal(size=(6, 3)) if values else None
+    needle = X[3].tobytes()
+    key = b"k" * 32
+    calls = {
+        "commit_tokens": lambda: certificate.commit_tokens(X, V, key),
+        "block_hashes": lambda: hashes.block_hashes(list(range(6)), X, V),
+        "token_digests": lambda: fastpath.token_digests(3, X[3], None if V is None else V[3],
+                                                        key),
+        "commit_token": lambda: certificate.commit_token(X[3], None if V is None else V[3],
+                                                         None),
+        "token_hash": lambda: hashes.token_hash(3, X[3].tolist(), None),
+        "row_hash": lambda: hashes.row_hash(X[3], X[3] if V is None else V[3]),
+    }
+    before = _copies_in_process_memory(needle)
+    assert before >= 1  # X itself: the scan is not vacuous
+    calls[hashing]()
+    gc.collect()
+    assert _copies_in_process_memory(needle) == before
+
+
+@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
+                    reason="needs Linux's /proc/self/mem to read the process's memory")
+@pytest.mark.parametrize("rows", [1, 5, 20])
+@pytest.mark.parametrize("how", ["remove", "remove with values", "erase"])
+def test_an_extended_then_removed_row_leaves_no_copy_in_freed_memory(rows, how):
+    # an extend's commitments and hashes converted the rows to float64 copies and bytes
+    # objects that were freed unzeroed: after the removal the row's bytes were still in
+    # the process's freed memory (1 to 5 copies), against "nothing erased survives"
+
+    rng = np.random.default_rng([rows, len(how)])  # a fresh row for every case
+    values = how == "remove with values"
+    mem = SVDDMemory(0.1, tag_key=b"k" * 32 if how == "erase" else None)
+    mem.extend(rng.normal(size=(50, 4)), rng.normal(size=(50, 3)) if values else None)
+    X = rng.normal(size=(rows, 4))
+    V = rng.normal(size=(rows, 3)) if values else None
+    j = min(3, rows - 1)
+    row = X[j].copy()
+    needle = row.tobytes()
+    ids = mem.extend(X, V, tags=[f"s{i}" for i in range(rows)] if how == "erase" else None)
+    X.fill(0)  # the caller's own copy goes
+    del X
+    assert _copies_in_process_memory(needle) >= 2  # the stored key and `row`: not vacuous
+    if how == "erase":
+        mem.erase(f"s{j}")
+    else:
+        mem.remove(ids[j])
+    gc.collect()
+    row.fill(0)
+    assert _copies_in_process_memory(needle) == 0

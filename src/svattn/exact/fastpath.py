@@ -19,7 +19,12 @@ from types import ModuleType
 
 import numpy as np
 
-from svattn.exact.core.hashes import row_hash_of_bytes, token_hash_of_bytes
+from svattn.exact.core.hashes import (
+    float64_zeroed,
+    row_hash_of_bytes,
+    scrub_copies,
+    token_hash_of_bytes,
+)
 from svattn.exact.core.state import DIGEST_MOD, SlotState
 from svattn.exact.records.certificate import commit_digest
 
@@ -31,13 +36,15 @@ def token_digests(tid: int, x: np.ndarray, v: np.ndarray | None, commit_key: byt
     equal to its own function's (:func:`~svattn.exact.core.hashes.token_hash`,
     :func:`~svattn.exact.core.hashes.row_hash`,
     :func:`~svattn.exact.records.certificate.commit_token`;
-    ``tests/exact/test_fastpath.py``), the key's and value's bytes converted once."""
-    xb, xz = x.tobytes(), (x + 0.0).tobytes()  # as stored; -0.0 written as 0.0
-    vb = vz = b""
-    if v is not None:
-        vb, vz = v.tobytes(), (v + 0.0).tobytes()
-    return (token_hash_of_bytes(tid, xb, vb), row_hash_of_bytes(xz, vz),
-            commit_digest(xz, vz, commit_key))
+    ``tests/exact/test_fastpath.py``), the key and value converted once (the copy
+    zeroed after)."""
+    xz = float64_zeroed(x)  # -0.0 written as 0.0; x itself is hashed as stored, in place
+    vz = b"" if v is None else float64_zeroed(v)
+    try:
+        return (token_hash_of_bytes(tid, x, b"" if v is None else v),
+                row_hash_of_bytes(xz, vz), commit_digest(xz, vz, commit_key))
+    finally:
+        scrub_copies(xz, vz)
 
 
 def store_reserve(ss: SlotState, be: ModuleType, k: np.ndarray, v: np.ndarray | None,

@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.kernels import check_kernel
 from svattn.nn.batched import BatchedInfo, solve_batched
 from svattn.nn.common import (
@@ -45,6 +46,7 @@ def _check_C(C: object) -> float:
     C = float(C)
     if not (math.isfinite(C) and C > 0):
         raise ValueError(f"C must be a finite number > 0, got {C!r}")
+    warmup_threshold(C)  # refuses a C too small for any memory to reach its optimum
     return C
 
 

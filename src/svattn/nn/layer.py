@@ -1,6 +1,8 @@
 """``SVAttention``: a multi-head SV-Attention layer (projections, heads, memory, readout).
 
-Inputs ``[B, T, d_model]``; internally ``[B, H, T, D]`` with ``D = d_model / n_heads``.
+Inputs ``[B, T, d_model]`` (``batch_first=False``: ``[T, B, d_model]``, as
+:class:`torch.nn.MultiheadAttention` takes them); internally ``[B, H, T, D]`` with
+``D = d_model / n_heads``.
 """
 
 from __future__ import annotations
@@ -40,12 +42,18 @@ class SVAttention(nn.Module):
         ridge 1e-3); ignored in exact mode.
     bias : bool
         Biases in the projections.
+    batch_first : bool
+        Inputs and output are ``[B, T, d_model]`` (the default); False:
+        ``[T, B, d_model]`` (sequence first), as :class:`torch.nn.MultiheadAttention`
+        with ``batch_first=False``. alpha and the partition are ``[B, H, Tk]`` either way.
+    device, dtype : optional
+        Factory arguments of the projections' parameters, as torch modules take them.
 
     Raises
     ------
     ValueError
         At construction, naming the parameter: shapes, ``C`` (a finite number
-        > 0), ``kernel``, ``mode``, ``gamma``.
+        > 0), ``kernel``, ``mode``, ``gamma``, ``batch_first``.
 
     Notes
     -----
@@ -64,6 +72,11 @@ class SVAttention(nn.Module):
     torch.Size([3, 10, 16])
     >>> layer.tokens_kept() <= 10
     True
+    >>> out, alpha = layer(x, return_alpha=True)  # as sv_attention: (out, alpha)
+    >>> alpha.shape, layer.last_partition_.margin.shape
+    (torch.Size([3, 2, 10]), torch.Size([3, 2, 10]))
+    >>> SVAttention(16, 2, C=0.2, dtype=torch.float64).q_proj.weight.dtype
+    torch.float64
     """
 
     def __init__(
@@ -77,6 +90,9 @@ class SVAttention(nn.Module):
         gamma: float | None = None,
         solver: SolverOptions | None = None,
         bias: bool = False,
+        batch_first: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__()
         if d_model < 1 or n_heads < 1 or d_model % n_heads:
@@ -84,13 +100,17 @@ class SVAttention(nn.Module):
                 f"d_model ({d_model}) must be a positive multiple of n_heads ({n_heads})"
             )
         C = check_params(C, kernel, mode, gamma)  # here, not first at forward
+        if not isinstance(batch_first, bool):
+            raise ValueError(f"batch_first must be a bool, got {batch_first!r}")
+        self.batch_first = batch_first
+        factory = {"device": device, "dtype": dtype}
         self.d_model, self.n_heads, self.head_dim = d_model, n_heads, d_model // n_heads
         self.C, self.kernel, self.mode, self.gamma = C, kernel, mode, gamma
         self.solver = resolve_solver(solver)
-        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.k_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.v_proj = nn.Linear(d_model, d_model, bias=bias)
-        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.k_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.v_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias, **factory)
         self.last_partition_: Partition | None = None
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
@@ -105,21 +125,28 @@ class SVAttention(nn.Module):
         key_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
         return_alpha: bool = False,
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor, Partition]:
-        """Attend from ``x`` ``[B, Tq, d_model]`` to ``context`` ``[B, Tk, d_model]``.
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Attend from ``x`` ``[B, Tq, d_model]`` to ``context`` ``[B, Tk, d_model]``
+        (``[Tq, B, d_model]`` and ``[Tk, B, d_model]`` with ``batch_first=False``).
 
-        Returns the output ``[B, Tq, d_model]``, and with ``return_alpha`` also
-        alpha ``[B, H, Tk]`` and the :class:`Partition` (bool ``[B, H, Tk]`` each).
+        Returns the output (``x``'s layout), and with ``return_alpha`` the pair
+        ``(out, alpha)``, alpha ``[B, H, Tk]`` — as :func:`~svattn.nn.sv_attention` and
+        :class:`torch.nn.MultiheadAttention` (output, weights). The :class:`Partition`
+        of the call is :attr:`last_partition_` (bool ``[B, H, Tk]`` each).
         ``key_mask`` (bool, broadcastable to ``[B, H, Tk]``) marks present keys;
         ``key_padding_mask`` (``[B, Tk]``, True = ignore: torch's convention) marks
         absent ones. Give at most one.
         """
         ctx = x if context is None else context
+        layout = "[B, T" if self.batch_first else "[T, B"
         for name, t in (("x", x), ("context", ctx)):
             if t.dim() != 3 or t.shape[-1] != self.d_model:
                 raise ValueError(
-                    f"{name} must be [B, T, d_model={self.d_model}], got {tuple(t.shape)}"
+                    f"{name} must be {layout}, d_model={self.d_model}] (batch_first="
+                    f"{self.batch_first}), got {tuple(t.shape)}"
                 )
+        if not self.batch_first:  # (T, B, E) -> (B, T, E)
+            x, ctx = x.transpose(0, 1), ctx.transpose(0, 1)
         if ctx.shape[0] != x.shape[0]:
             raise ValueError(f"x and context batch sizes differ: {x.shape[0]} vs {ctx.shape[0]}")
         q = self._heads(self.q_proj(x))  # (B, H, Tq, D)
@@ -132,13 +159,15 @@ class SVAttention(nn.Module):
         self.last_partition_ = Partition(*(s.detach() for s in part))
         B, _, Tq, _ = o.shape
         out = self.out_proj(o.transpose(1, 2).reshape(B, Tq, self.d_model))  # (B, Tq, d_model)
-        return (out, alpha, part) if return_alpha else out
+        if not self.batch_first:
+            out = out.transpose(0, 1)  # (Tq, B, d_model)
+        return (out, alpha) if return_alpha else out
 
     def extra_repr(self) -> str:
         """The memory's parameters, shown by ``repr`` above the projections."""
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, C={self.C:g}, "
                 f"kernel={self.kernel!r}, gamma={self.gamma!r}, mode={self.mode!r}, "
-                f"solver={self.solver!r}")
+                f"solver={self.solver!r}" + ("" if self.batch_first else ", batch_first=False"))
 
     def tokens_kept(self) -> int:
         """Tokens kept (margin ∪ error) by the largest (batch, head) memory of the last call."""

@@ -66,6 +66,7 @@ def check_parameters(C, kernel, gamma, tol, standby) -> None:
         raise TypeError(f"C must be a positive real number, got {type(C).__name__}")
     if not (_finite(C) and C > 0):
         raise ValueError(f"C must be a finite number > 0, got {C!r:.40}")
+    warmup_threshold(float(C))  # refuses a C too small for any memory to reach its optimum
     check_kernel(kernel, compiled=True)
     if gamma is not None and not (_finite(gamma) and gamma > 0):
         raise ValueError(f"gamma must be None or a finite number > 0, got {gamma!r:.40}")

@@ -27,11 +27,15 @@ from svattn.exact.core.cache import (
 from svattn.exact.core.conventions import mu_for_empty_margin
 from svattn.exact.core.hashes import block_hashes
 from svattn.exact.core.kernels import (
+    WIDE_DIAGONAL,
     copy_groups,
+    diagonal_log_span,
+    get_kernel,
     gram_matrix,
     has_equal_rows,
     kernel_diag,
     kernel_matrix,
+    wide_diagonal_advice,
 )
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
@@ -439,7 +443,7 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     # g) and before any decision below; in between the drive's own linear
     # updates are accurate to rounding, which the KKT check on them would expose.
     ss.ops_since_exact_g += 1
-    refresh = exact_g or ss.ops_since_exact_g >= 32
+    refresh = exact_g or ss.ops_since_exact_g >= 32 or diagonal_span(ss) > WIDE_DIAGONAL
     polish(ss, be, refresh_g=refresh)
     if refresh:
         ss.ops_since_exact_g = 0
@@ -455,6 +459,15 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
         return None
     resolve(ss, be)  # (no residual returned: the certificate computes it)
+
+
+def diagonal_span(ss: SlotState) -> float:
+    """The live tokens' :func:`~svattn.exact.core.kernels.diagonal_log_span` (0 for a
+    unit diagonal); beyond :data:`~svattn.exact.core.kernels.WIDE_DIAGONAL` every
+    operation ends on a fresh g (:func:`finish_op`)."""
+    if get_kernel(ss.kernel).unit_diagonal or ss.n < 2:
+        return 0.0
+    return diagonal_log_span(ss.diag[ss.live_slots()])
 
 
 def drop_solution(ss: SlotState) -> None:
@@ -523,7 +536,8 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
             raise WrongOptimum(
                 f"the batch re-solve of {ss.n} tokens ends with KKT residual {kkt:.2e}, "
                 f"above tol ({ss.tol:.0e}) and above what rounding or near-copies of keys "
-                f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return")
+                f"leave ({WRONG_OPTIMUM:.0e}): no exact state to return"
+                f"{wide_diagonal_advice(diagonal_span(ss))}")
 
 
 def resolve_by_columns(ss: SlotState, be: Backend) -> bool:

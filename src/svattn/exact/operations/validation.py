@@ -30,8 +30,16 @@ def check_norms(x: np.ndarray, name: str) -> None:
 
 
 def is_numeric(x) -> bool:
+    """Whether ``x`` converts to an array of real numbers (bool, int or float).
+
+    A conversion that fails because ``x`` is not such an array (ragged, or an object
+    whose ``__array__`` refuses) answers False; running out of memory is not an
+    answer about ``x``, so a ``MemoryError`` propagates.
+    """
     try:
         arr = np.asarray(x)
+    except MemoryError:
+        raise
     except Exception:
         return False
     return arr.dtype.kind in "biuf"

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from svattn.exact.core.hashes import float64_zeroed, scrub_copies
 from svattn.exact.records.receipts import FORM, LOG, OPTIMALITY, RESOLVE, SIGNATURE, STATE
 
 CERTIFICATE_VERSION = 2  # 2: commitments without a salt beside them (keyed or opaque)
@@ -52,41 +53,50 @@ def commit_token(key: np.ndarray, value: np.ndarray | None, commit_key: bytes | 
     >>> commit_token(np.zeros(2), None, None)[1]
     'opaque'
     """
-    k = _float64_bytes(key)
-    v = b"" if value is None else _float64_bytes(value)
-    return commit_digest(k, v, commit_key).hex(), OPAQUE if commit_key is None else KEYED
+    k = float64_zeroed(key)
+    v = b"" if value is None else float64_zeroed(value)
+    try:
+        return commit_digest(k, v, commit_key).hex(), OPAQUE if commit_key is None else KEYED
+    finally:
+        scrub_copies(k, v)
 
 
-def commit_digest(kz: bytes, vz: bytes, commit_key: bytes | None) -> bytes:
+def commit_digest(kz, vz, commit_key: bytes | None, *, nonce: bytes | None = None) -> bytes:
     """:func:`commit_token`'s commitment, as its 32 bytes, of a token's key and value
-    given as float64 bytes in C order with -0.0 written as 0.0 (b"" for no value)."""
+    given as float64 bytes in C order with -0.0 written as 0.0 (b"" for no value), or as
+    C-contiguous float64 arrays hashed in place (no copy of the data is made). Without
+    a ``commit_key``, under ``nonce`` (16 random bytes; drawn here when None)."""
     # the lengths first: a key and value split elsewhere must not commit alike
-    body = b"".join([_COMMIT_LABEL, len(kz).to_bytes(8, "big"), len(vz).to_bytes(8, "big"),
-                     kz, vz])
+    head = b"".join([_COMMIT_LABEL, memoryview(kz).nbytes.to_bytes(8, "big"),
+                     memoryview(vz).nbytes.to_bytes(8, "big")])
     if commit_key is None:
-        return hashlib.sha256(secrets.token_bytes(16) + body).digest()
-    return hmac.new(commit_key, body, hashlib.sha256).digest()
+        h = hashlib.sha256((secrets.token_bytes(16) if nonce is None else nonce) + head)
+    else:
+        h = hmac.new(commit_key, head, hashlib.sha256)
+    h.update(kz)
+    h.update(vz)
+    return h.digest()
 
 
 def commit_tokens(keys: np.ndarray, values: np.ndarray | None, commit_key: bytes | None
                   ) -> list[str]:
     """:func:`commit_token` of each row of ``keys`` (n, d) and ``values`` (n, dv) (hex),
-    with the rows' bytes converted once and, without a key, the nonces drawn at once
-    (each still random, independent and never stored): an extend's commitments in
-    one pass. ``tests/exact/test_fastpath.py`` holds it equal to :func:`commit_token`."""
-    k = np.ascontiguousarray(keys, dtype=np.float64) + 0.0
-    kb, wk = k.tobytes(), 8 * k.shape[1]
-    vb, wv = b"", 0
-    if values is not None:
-        v = np.ascontiguousarray(values, dtype=np.float64) + 0.0
-        vb, wv = v.tobytes(), 8 * v.shape[1]
-    head = b"".join([_COMMIT_LABEL, wk.to_bytes(8, "big"), wv.to_bytes(8, "big")])
-    bodies = [head + kb[r * wk:(r + 1) * wk] + vb[r * wv:(r + 1) * wv] for r in range(len(k))]
-    if commit_key is not None:
-        return [hmac.new(commit_key, b, hashlib.sha256).hexdigest() for b in bodies]
-    nonces = secrets.token_bytes(16 * len(bodies))
-    return [hashlib.sha256(nonces[16 * r:16 * (r + 1)] + b).hexdigest()
-            for r, b in enumerate(bodies)]
+    with the rows converted once (each hashed in place, the copies zeroed after) and,
+    without a key, the nonces drawn at once (each still random, independent and never
+    stored): an extend's commitments in one pass. ``tests/exact/test_fastpath.py`` holds
+    it equal to :func:`commit_token`."""
+    k = float64_zeroed(keys)
+    v = None if values is None else float64_zeroed(values)
+    try:
+        if commit_key is None:
+            nonces = secrets.token_bytes(16 * len(k))
+            return [commit_digest(k[r], b"" if v is None else v[r], None,
+                                  nonce=nonces[16 * r:16 * (r + 1)]).hex()
+                    for r in range(len(k))]
+        return [commit_digest(k[r], b"" if v is None else v[r], commit_key).hex()
+                for r in range(len(k))]
+    finally:
+        scrub_copies(k, v)
 
 
 def commitment_key_id(commit_key: bytes | None) -> str | None:
@@ -103,12 +113,6 @@ def commitment_key(tag_key: bytes | None) -> bytes | None:
     if tag_key is None:
         return None
     return hmac.new(tag_key, b"svattn commitment key v1", hashlib.sha256).digest()
-
-
-def _float64_bytes(x) -> bytes:
-    """C-order float64 bytes of ``x`` with -0.0 written as 0.0 (equal values, equal
-    bytes: a copy that differs only in the sign of a zero is a copy)."""
-    return (np.asarray(x, dtype=np.float64) + 0.0).tobytes()
 
 
 def _now_iso() -> str:
