@@ -92,3 +92,21 @@ def test_a_format_4_file_with_the_caches_values_still_loads(saved, tmp_path):
     got = SVDDMemory.load(old)
     assert got.state_digest() == mem.state_digest()
     assert np.array_equal(_used_cache(got), _used_cache(mem))
+
+
+@pytest.mark.parametrize("d", [1, 3])
+def test_saving_and_pickling_one_dimensional_keys_leaves_the_keys(tmp_path, d):
+    """Rebuilding the cache scrubs its transposed copy of the keys; at d = 1 the
+    transpose of the key rows is already contiguous, so the copy must be made on purpose
+    (a view was zeroed: the save wiped the memory's keys, its load refused the digest)."""
+    import pickle
+
+    X = np.random.default_rng(0).normal(size=(40, d))
+    mem = SVDDMemory(C=0.1)
+    mem.extend(X)
+    keys = mem.keys.copy()
+    mem.save(tmp_path / "s.safetensors")
+    assert np.array_equal(mem.keys, keys)
+    assert np.array_equal(SVDDMemory.load(tmp_path / "s.safetensors").keys, keys)
+    twin = pickle.loads(pickle.dumps(mem))
+    assert np.array_equal(mem.keys, keys) and np.array_equal(twin.keys, keys)

@@ -237,7 +237,7 @@ class KernelColumns:
 
     def __init__(self, X: np.ndarray, gamma: float, capacity: int = 64) -> None:
         self.X, self.gamma = X, gamma
-        self.XT = np.ascontiguousarray(X.T)  # the keys transposed, kept: scrubbed at the end
+        self.XT = np.array(X.T, order="C")  # the keys transposed (a copy, also at d = 1): scrubbed
         try:  # (the largest allocation of a batch solve: memory may run out here)
             self.pos = np.full(len(X), -1, dtype=np.int64)
             self.rows = np.zeros((max(capacity, 1), len(X)))

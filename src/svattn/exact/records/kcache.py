@@ -179,7 +179,7 @@ def _blocks(ss: SlotState):
         return
     hi, gamma = ss.hi, ss.gamma_value
     cols = np.flatnonzero(ss.slot_of_col[: ss.chi] >= 0)
-    XT = np.ascontiguousarray(ss.X[:hi].T)
+    XT = np.array(ss.X[:hi].T, order="C")  # a copy, even where the transpose is contiguous (d = 1)
     try:
         for start in range(0, len(cols), _BLOCK):
             c = cols[start: start + _BLOCK]
