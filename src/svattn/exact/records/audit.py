@@ -66,9 +66,13 @@ from typing import Any
 import numpy as np
 
 from svattn.exact.records.certificate import DeletionCertificate
+from svattn.exact.records.merkle import MerkleTree, leaf_hash
+from svattn.exact.records.note import NoteSigner, TlogError
+from svattn.exact.records.tlog import CheckpointWriter, log_origin, read_checkpoint_unverified
 
 LOG_FORMAT = "svattn.audit"
-LOG_VERSION = 1
+LOG_VERSION = 2  # 2: a checkpoint beside the log; an erase names its ingest records
+LOG_VERSIONS = (1, 2)  # what the verifier reads
 GENESIS = "0" * 64
 STATE_OPS = {"add", "extend", "remove", "compact"}
 _EVENT_OPS = {"refactorize", "resolve", "ill_conditioned"}
@@ -137,9 +141,12 @@ class AuditFacts:
 
 
 class AuditLog:
-    """Appends hash-chained records for one memory (create with :meth:`create`)."""
+    """Appends hash-chained records for one memory (create with :meth:`create`), and
+    after each append rewrites the log's checkpoint (``LOG.checkpoint``: the RFC 6962
+    tree of its lines, signed with the controller's key when there is one)."""
 
-    def __init__(self, path: Path, fd: int, seq: int, prev: str) -> None:
+    def __init__(self, path: Path, fd: int, seq: int, prev: str,
+                 signer: NoteSigner | None = None) -> None:
         self.path = path
         self._fd = fd
         self._seq = seq  # seq of the next record
@@ -147,14 +154,17 @@ class AuditLog:
         self._pending: list[dict[str, Any]] = []
         self._failed: BaseException | None = None
         self._last_counts = (0, 0, 0)
+        self._checkpoint = CheckpointWriter(path, signer)
+        self._ingest: dict[int, tuple[int, str | None]] = {}  # id -> (its add record, tag)
 
     # -------------------------------------------------------------- opening
     @classmethod
-    def create(cls, path: str | os.PathLike[str], params: dict[str, Any], facts: AuditFacts
-               ) -> AuditLog:
+    def create(cls, path: str | os.PathLike[str], params: dict[str, Any], facts: AuditFacts,
+               signer: NoteSigner | None = None) -> AuditLog:
         """Start a new log for a new memory (the file must not exist or be empty).
 
-        ``params`` (C, kernel, gamma, tol) go into the ``open`` record."""
+        ``params`` (C, kernel, gamma, tol) go into the ``open`` record; ``signer`` signs
+        the checkpoints (none: they are written unsigned)."""
         path = Path(path)
         if path.is_dir():
             raise ValueError(f"audit_log {path} is a directory; give a file path")
@@ -167,15 +177,19 @@ class AuditLog:
         if os.fstat(fd).st_size > 0:  # another writer got there between the check and the lock
             os.close(fd)
             raise ValueError(f"audit log {path} already has records (written just now)")
-        log = cls(path, fd, 0, GENESIS)
+        log = cls(path, fd, 0, GENESIS, signer)
         log._last_counts = facts.counts
+        cont = params.get("continues")
+        for tid in cont["live_ids"] if isinstance(cont, dict) else ():
+            log._ingest[int(tid)] = (0, cont.get("tags", {}).get(str(tid)))
         _fsync_dir(path)
         log._append(facts, "open", {"format": LOG_FORMAT, "version": LOG_VERSION, **params})
         return log
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str], facts: AuditFacts, *,
-               state_path: Path, state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
+               state_path: Path, state_sha256: str, head: dict[str, Any] | None,
+               signer: NoteSigner | None = None) -> AuditLog:
         """Continue the log of a memory just loaded from ``state_path``.
 
         The log must verify, and it must end at the loaded state: if it records
@@ -185,14 +199,15 @@ class AuditLog:
         path = Path(path)
         fd = _open_locked(path, os.O_WRONLY | os.O_APPEND)  # before reading: no writer between
         try:
-            return cls._resume_locked(path, fd, facts, state_path, state_sha256, head)
+            return cls._resume_locked(path, fd, facts, state_path, state_sha256, head, signer)
         except BaseException:
             os.close(fd)
             raise
 
     @classmethod
     def _resume_locked(cls, path: Path, fd: int, facts: AuditFacts, state_path: Path,
-                       state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
+                       state_sha256: str, head: dict[str, Any] | None,
+                       signer: NoteSigner | None) -> AuditLog:
         report = verify_chain(path)
         if not report.ok:
             raise AuditLogError(f"audit log {path} does not verify: {report.error}")
@@ -217,14 +232,26 @@ class AuditLog:
         if recs[-1]["digest"] != facts.digest:
             raise AuditLogError(f"the last record of {path} does not carry the digest of "
                                 f"state {state_path}")
-        log = cls(path, fd, len(recs), report.hashes[-1])
+        problem = checkpoint_mismatch(head.get("checkpoint"), report)
+        if problem is not None:
+            raise AuditLogError(f"state {state_path}: the checkpoint it records {problem}")
+        log = cls(path, fd, len(recs), report.hashes[-1], signer)
         log._last_counts = facts.counts
+        for entry in report.entries:
+            log._checkpoint.add(entry)
+        log._ingest = dict(report.ingested)
         log._append(facts, "load", {"file_sha256": state_sha256, "path": state_path.name})
         return log
 
     def head(self) -> dict[str, Any]:
-        """``{"seq", "sha256"}`` of the last record written."""
-        return {"seq": self._seq - 1, "sha256": self._prev}
+        """``{"seq", "sha256", "checkpoint"}`` of the last record written (the checkpoint:
+        the signed note, or the bare body when unsigned, of the log up to it)."""
+        return {"seq": self._seq - 1, "sha256": self._prev, "checkpoint": self._checkpoint.text()}
+
+    @property
+    def checkpoint_file(self) -> Path:
+        """``LOG.checkpoint``: the log's latest checkpoint."""
+        return self._checkpoint.file
 
     def close(self) -> None:
         """Close the descriptor (the memory can no longer log)."""
@@ -243,24 +270,29 @@ class AuditLog:
         """Where the log stands (for :meth:`rollback`): the file size and the chain's head."""
         size = os.fstat(self._fd).st_size if self._fd >= 0 else -1
         return (size, self._seq, self._prev, self._last_counts, list(self._pending),
-                self._failed)
+                self._failed, self._checkpoint.mark())
 
     def rollback(self, mark: tuple) -> None:
         """Undo every record written since ``mark`` (an operation that failed is not in
         the log): truncate the file back, restore the chain's head. If the truncation
         itself fails the log stays failed (the memory then refuses further operations)."""
-        size, seq, prev, counts, pending, failed = mark
+        size, seq, prev, counts, pending, failed, tree = mark
         if size < 0 or self._fd < 0:
             return
         try:
             if os.fstat(self._fd).st_size != size:
                 os.ftruncate(self._fd, size)
                 os.fsync(self._fd)
+            if self._checkpoint.tree.size != tree[0].size:
+                self._checkpoint.restore(tree)
+                self._checkpoint.write()
         except OSError as exc:
             self._failed = exc
             return
         self._seq, self._prev, self._last_counts = seq, prev, counts
         self._pending, self._failed = pending, failed
+        if any(at >= seq for at, _ in self._ingest.values()):
+            self._ingest = {t: v for t, v in self._ingest.items() if v[0] < seq}
 
     def ready(self) -> None:
         """Raise :class:`AuditLogError` if a previous write failed (called before ops)."""
@@ -318,6 +350,7 @@ class AuditLog:
             tags = info.get("tags") or [None] * len(ids)
             toks = []
             for r, tid in enumerate(ids):
+                self._ingest[int(tid)] = (self._seq, None if tags[r] is None else tags[r].hex())
                 # the commitment the memory keeps (and a removal's certificate repeats):
                 # keyed or opaque, never with a salt that would let it be opened
                 tok = {"id": int(tid), "commitment": commits[r]}
@@ -332,7 +365,12 @@ class AuditLog:
             return {"dropped": [int(i) for i in info["dropped"]]}
         if op == "erase":  # the request: its removals are the records before it
             r = info["receipt"]
+            foreign = [t for t in r.erased_ids if self._ingest.get(t, (0, None))[1] != r.tag_hash]
+            if foreign:
+                raise AuditLogError(f"erase of ids {foreign[:5]} that this log never ingested "
+                                    f"under subject {r.tag_hash[:12]}…: refused")
             return {"erasure": {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
+                                "ingested_at": [self._ingest[t][0] for t in r.erased_ids],
                                 "signer": r.signer, "signature": r.signature,
                                 "receipt_sha256": r.sha256()}}
         raise ValueError(f"unknown audit operation {op!r}")
@@ -357,6 +395,9 @@ class AuditLog:
                     raise OSError("short write")
                 view = view[k:]
             os.fsync(self._fd)
+            for line in lines:
+                self._checkpoint.add(line[:-1])
+            self._checkpoint.write()
         except BaseException as exc:
             self._failed = exc
             raise AuditLogError(f"writing audit log {self.path} failed: {exc}") from exc
@@ -418,6 +459,15 @@ class AuditReport:
         Whether a state file was compared.
     records, hashes : list
         The parsed records and the SHA-256 of each line.
+    entries, leaves : list of bytes
+        Each record's exact bytes (its line without the newline: what the log's Merkle
+        tree hashes) and its RFC 6962 leaf hash.
+    ingested : dict
+        Each id the log ingested: ``(index of the record that added it, its subject's
+        tag hash or None)`` (the ``open`` record, index 0, for a chain that continues a
+        state).
+    version : int
+        The log's format version (its ``open`` record's).
     """
 
     ok: bool = True
@@ -430,6 +480,10 @@ class AuditReport:
     torn_tail: bool = False
     records: list[dict[str, Any]] = field(default_factory=list, repr=False)
     hashes: list[str] = field(default_factory=list, repr=False)
+    entries: list[bytes] = field(default_factory=list, repr=False)
+    leaves: list[bytes] = field(default_factory=list, repr=False)
+    ingested: dict[int, tuple[int, str | None]] = field(default_factory=dict, repr=False)
+    version: int = LOG_VERSION
 
     def summary(self) -> str:
         """One line for people."""
@@ -524,13 +578,17 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False)
             return _fail(rep, i, f"unknown operation {op!r}")
         if (i == 0) != (op == "open"):
             return _fail(rep, i, "a log starts with exactly one 'open' record")
-        if op == "open" and (rec.get("format") != LOG_FORMAT or rec.get("version") != LOG_VERSION):
-            return _fail(rep, i, f"unsupported log format {rec.get('format')!r} version "
-                                 f"{rec.get('version')!r} (expected {LOG_FORMAT} {LOG_VERSION})")
+        if op == "open":
+            if rec.get("format") != LOG_FORMAT or rec.get("version") not in LOG_VERSIONS:
+                return _fail(rep, i, f"unsupported log format {rec.get('format')!r} version "
+                                     f"{rec.get('version')!r} (expected {LOG_FORMAT} "
+                                     f"{' or '.join(map(str, LOG_VERSIONS))})")
+            rep.version = rec["version"]
         # bookkeeping: which ids are live (a record of the wrong shape, re-hashed so
         # that the chain holds, is reported by its index, never raised)
         try:
-            error, next_id, certified = _bookkeep(rec, op, live, next_id, rep.records)
+            error, next_id, certified = _bookkeep(rec, op, live, next_id, rep.records,
+                                                  rep.ingested, rep.version)
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
             error = f"malformed record ({type(exc).__name__}: {exc})"
         if error is not None:
@@ -538,6 +596,8 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False)
         rep.n_certificates += certified
         rep.records.append(rec)
         rep.hashes.append(_sha(raw))
+        rep.entries.append(raw)
+        rep.leaves.append(leaf_hash(raw))
         prev = rep.hashes[-1]
     if not lines:
         return _fail(rep, 0, "the log is empty (no 'open' record)")
@@ -546,8 +606,10 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False)
 
 
 def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
-              earlier: list[dict[str, Any]]) -> tuple[str | None, int, int]:
-    """Apply one record to the live ids: ``(error or None, next id, certificates)``."""
+              earlier: list[dict[str, Any]], ingested: dict[int, tuple[int, str | None]],
+              version: int) -> tuple[str | None, int, int]:
+    """Apply one record to the live ids (and ``ingested``, each id's add record and
+    subject): ``(error or None, next id, certificates)``."""
     certified = 0
     if op == "open" and "continues" in rec:  # a chain that starts from a saved state
         cont = rec["continues"] if isinstance(rec["continues"], dict) else {}
@@ -557,7 +619,11 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
                 and isinstance(nid, int) and all(0 <= t < nid for t in ids)
                 and len(set(ids)) == len(ids)):
             return "continues must list the live ids and the next id of its state", next_id, 0
+        tags = cont.get("tags", {})
+        if not isinstance(tags, dict):
+            return "continues' tags must map ids to subjects' tag hashes", next_id, 0
         live.update(ids)
+        ingested.update({t: (0, tags.get(str(t))) for t in ids})
         next_id = nid
     elif op in ("add", "extend"):
         tokens = rec.get("tokens", [])
@@ -573,6 +639,7 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
             if not (isinstance(tok.get("commitment"), str) and len(tok["commitment"]) == 64):
                 return f"token {tid} lacks a SHA-256 commitment", next_id, 0
             live.add(tid)
+            ingested[tid] = (rec["seq"], tok.get("tag"))
             next_id = tid + 1
     elif op == "remove":
         fields = rec.get("certificate")
@@ -600,6 +667,9 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
         back = [t for t in ids if t in live or t >= next_id]
         if back:
             return f"erases ids {back[:5]} that are live or were never issued", next_id, 0
+        error = _erase_bound_to_ingest(er, ids, ingested, version)
+        if error is not None:
+            return error, next_id, 0
     elif op == "compact":
         dropped = rec.get("dropped", [])
         if not isinstance(dropped, list) or not all(isinstance(t, int) for t in dropped):
@@ -624,6 +694,52 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
     return None, next_id, certified
 
 
-__all__ = ["STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError", "AuditReport", "canonical",
+def _erase_bound_to_ingest(er: dict[str, Any], ids: list[int],
+                           ingested: dict[int, tuple[int, str | None]], version: int
+                           ) -> str | None:
+    """Why an erase record is not bound to what the log ingested (None: it is): every
+    erased id was added under the erasure's subject, at the record the erase names
+    (version 2; a version-1 erase names none, and an add without a tag is not compared)."""
+    tag = er.get("tag_hash")
+    if version >= 2:
+        at = er.get("ingested_at")
+        if not (isinstance(at, list) and len(at) == len(ids)):
+            return "erasure must name, per erased id, the record that ingested it"
+        wrong = [t for t, a in zip(ids, at, strict=True) if ingested.get(t, (None,))[0] != a]
+        if wrong:
+            return (f"erasure names ingest records that did not add ids {wrong[:5]} (a "
+                    "fabricated erase)")
+        foreign = [t for t in ids if ingested[t][1] != tag]
+    else:
+        foreign = [t for t in ids if t not in ingested
+                   or ingested[t][1] is not None and ingested[t][1] != tag]
+    if foreign:
+        return (f"erases ids {foreign[:5]} that were never ingested under subject "
+                f"{str(tag)[:12]}… (a fabricated erase)")
+    return None
+
+
+def checkpoint_mismatch(text: str | None, rep: AuditReport) -> str | None:
+    """Why a checkpoint (a signed note or a bare body; its signature NOT checked here) is
+    not a checkpoint of the log ``rep`` read (None: it is, or ``text`` is None)."""
+    if text is None:
+        return None
+    try:
+        cp = read_checkpoint_unverified(text)
+    except TlogError as exc:
+        return f"does not parse ({exc})"
+    if cp.size > len(rep.leaves):
+        return (f"covers {cp.size} entries, and the log holds {len(rep.leaves)} (entries "
+                "were removed from its end)")
+    if rep.entries and cp.origin != log_origin(rep.entries[0]):
+        return f"is of another log ({cp.origin}, and this log is {log_origin(rep.entries[0])})"
+    if MerkleTree(rep.leaves[:cp.size]).root() != cp.root:
+        return (f"has another root than the log's first {cp.size} entries (the log was "
+                "edited or rewritten)")
+    return None
+
+
+__all__ = ["LOG_VERSION", "LOG_VERSIONS", "STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError",
+           "AuditReport", "canonical", "checkpoint_mismatch",
            "lock_log",
            "record_hash", "verify_chain"]

@@ -46,12 +46,19 @@ svattn.exact.records.note.TlogError: inclusion failed: ...
 
 from __future__ import annotations
 
+import hashlib
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from svattn.exact.records.merkle import (
     HASH_SIZE,
+    CompactRange,
     leaf_hash,
     root_from_inclusion,
     verify_consistency,
@@ -71,6 +78,9 @@ from svattn.exact.records.note import (
 )
 
 PROOF_HEADER = "c2sp.org/tlog-proof@v1"
+ORIGIN_PREFIX = "svattn.audit/"  # + the first 32 hex digits of SHA-256(the open entry)
+KEY_NAME_PREFIX = "svattn.controller/"  # + the first 16 hex digits of the key's fingerprint
+CHECKPOINT_SUFFIX = ".checkpoint"  # LOG.checkpoint, beside the log
 _DECIMAL = re.compile(r"0|[1-9][0-9]{0,18}")
 
 
@@ -284,6 +294,94 @@ def verify_consistency_between(old: str | bytes, new: str | bytes, proof: Sequen
     return cp_old, cp_new
 
 
-__all__ = ["PROOF_HEADER", "Checkpoint", "ProofFile", "consistency_proof_text",
+# ------------------------------------------------------------------ svattn's logs
+def log_origin(open_entry: bytes) -> str:
+    """The origin of an svattn audit log: ``svattn.audit/`` and the first 32 hex digits
+    of the SHA-256 of its first entry (the ``open`` record, which holds its creation
+    time): one name per log, that the log itself proves."""
+    return ORIGIN_PREFIX + hashlib.sha256(open_entry).hexdigest()[:32]
+
+
+def controller_key_name(public_key: Ed25519PublicKey) -> str:
+    """The note key name of a controller's key: ``svattn.controller/`` and the first 16
+    hex digits of its fingerprint (SHA-256 of the raw key): one verifier key
+    (``svattn keygen``'s ``PREFIX.vkey``) checks every log the key signs."""
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return KEY_NAME_PREFIX + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def controller_signer(private_key: Ed25519PrivateKey) -> NoteSigner:
+    """The note signer of a controller's Ed25519 key."""
+    return NoteSigner(controller_key_name(private_key.public_key()), private_key)
+
+
+def controller_verifier(public_key: Ed25519PublicKey) -> NoteVerifier:
+    """The note verifier key of a controller's Ed25519 public key."""
+    return NoteVerifier.from_public_key(controller_key_name(public_key), public_key)
+
+
+def checkpoint_path(log: str | os.PathLike[str]) -> Path:
+    """Where a log's latest checkpoint is kept: ``LOG.checkpoint``."""
+    return Path(f"{os.fspath(log)}{CHECKPOINT_SUFFIX}")
+
+
+class CheckpointWriter:
+    """The tree of a log being written, and its checkpoint file (rewritten atomically
+    after each append: temporary file, fsync, rename, fsync of the folder).
+
+    The checkpoint is signed with ``signer`` when there is one; without, the file holds
+    the bare checkpoint body, which a verifier names as unsigned (authenticity unchecked).
+    """
+
+    def __init__(self, log: str | os.PathLike[str], signer: NoteSigner | None) -> None:
+        self.file = checkpoint_path(log)
+        self.signer = signer
+        self.tree = CompactRange()
+        self.origin: str | None = None
+
+    def add(self, entry: bytes) -> None:
+        """Append one entry (a log line's bytes, without its newline)."""
+        if self.tree.size == 0:
+            self.origin = log_origin(entry)
+        self.tree.append(leaf_hash(entry))
+
+    def text(self) -> str:
+        """The current checkpoint: a signed note, or the bare body when unsigned."""
+        if self.origin is None:
+            raise ValueError("an empty log has no checkpoint")
+        cp = Checkpoint(self.origin, self.tree.size, self.tree.root())
+        return cp.sign([self.signer]) if self.signer is not None else cp.body()
+
+    def write(self) -> str:
+        """Replace the checkpoint file with :meth:`text` atomically; return the text."""
+        text = self.text()
+        tmp = self.file.with_name(f".{self.file.name}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, text.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.file)
+        dfd = os.open(self.file.parent, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return text
+
+    def mark(self) -> tuple[CompactRange, str | None]:
+        """Where the tree stands (for :meth:`restore`)."""
+        return self.tree.copy(), self.origin
+
+    def restore(self, mark: tuple[CompactRange, str | None]) -> None:
+        """Back to ``mark`` (the caller rewrites the file)."""
+        tree, self.origin = mark
+        self.tree = tree.copy()
+
+
+__all__ = ["CHECKPOINT_SUFFIX", "KEY_NAME_PREFIX", "ORIGIN_PREFIX", "PROOF_HEADER", "Checkpoint",
+           "CheckpointWriter", "ProofFile", "checkpoint_path", "consistency_proof_text",
+           "controller_key_name", "controller_signer", "controller_verifier", "log_origin",
            "open_checkpoint", "parse_consistency_proof", "parse_proof", "proof_text",
            "read_checkpoint_unverified", "verify_consistency_between", "verify_proof"]
