@@ -252,7 +252,7 @@ def test_audit_wording(files, capsys) -> None:
     record (was "BROKEN at record None")."""
     from svattn.exact.auditor.verify import verify_log
 
-    assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 0
+    assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 3  # unsigned
     out = capsys.readouterr().out
     assert "1 deletion certificate consistent" in out and "certificates" not in out
     summary = verify_log(files["log"], files["trunc"]).summary()

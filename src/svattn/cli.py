@@ -132,12 +132,9 @@ def _demo_run(args: argparse.Namespace) -> int:
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["verify"], help="verify: check a log (and a state)")
-    parser.add_argument("log", type=Path, metavar="LOG", help="the JSONL audit log")
-    parser.add_argument(
-        "state", type=Path, nargs="?", default=None, metavar="STATE",
-        help="a state saved with this log: its digest must be the log's final digest",
-    )
+    from svattn.audit_cli import add_arguments  # the audit actions: svattn/audit_cli.py
+
+    add_arguments(parser)
 
 
 def _check_file(path: Path, what: str) -> None:
@@ -167,27 +164,10 @@ def _check_audit_log(path: Path) -> None:
                          "the log's 'open' record)")
 
 
-def _check_state_file(path: Path, what: str = "STATE") -> None:
-    """A usage error unless ``path`` loads as a saved memory state."""
-    from svattn.exact.auditor.persist import load
-    from svattn.exact.records.fileformat import StateFileError
-
-    _check_file(path, what)
-    try:
-        load(path)
-    except StateFileError as exc:
-        raise ValueError(f"{what}: {exc}") from None
-
-
 def _audit_run(args: argparse.Namespace) -> int:
-    from svattn.exact.auditor.verify import verify_log
+    from svattn.audit_cli import run
 
-    _check_audit_log(args.log)
-    if args.state is not None:
-        _check_state_file(args.state)
-    report = verify_log(args.log, args.state)
-    print(report.summary())
-    return 0 if report.ok else 1
+    return run(args)
 
 
 # ------------------------------------------------------------- verify-deletion
@@ -357,7 +337,8 @@ def _recover_run(args: argparse.Namespace) -> int:
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prefix", type=Path, metavar="PREFIX",
-                        help="writes PREFIX.key (private, mode 0600) and PREFIX.pub")
+                        help="writes PREFIX.key (private, mode 0600), PREFIX.pub and "
+                             "PREFIX.vkey")
 
 
 def _keygen_run(args: argparse.Namespace) -> int:
@@ -372,6 +353,8 @@ def _keygen_run(args: argparse.Namespace) -> int:
         raise ValueError(str(exc)) from None
     print(f"private key: {key_path} (keep it secret: SVDDMemory(..., signing_key=...))")
     print(f"public key:  {pub_path} (give it to auditors: verify-deletion --public-key)")
+    print(f"verifier key: {args.prefix}.vkey (the audit log's checkpoints: svattn audit "
+          "verify --vkey, Go's golang.org/x/mod/sumdb/note)")
     print(f"fingerprint: {fingerprint(load_public_key(pub_path))}")
     return 0
 
@@ -929,7 +912,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "audit",
-        "verify an audit log: hash chain, certificates, final digest against a saved state",
+        "an audit log: verify it (chain, certificates, signed checkpoints, a saved state), "
+        "read an entry, prove one (.tlog-proof), check a proof or a consistency proof",
         _audit_arguments,
         _audit_run,
     ),
@@ -955,7 +939,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "keygen",
-        "write an Ed25519 key pair that signs deletion receipts (PREFIX.key, PREFIX.pub)",
+        "write an Ed25519 key pair that signs deletion receipts and the audit log's "
+        "checkpoints (PREFIX.key, PREFIX.pub, PREFIX.vkey)",
         _keygen_arguments,
         _keygen_run,
     ),

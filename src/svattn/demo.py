@@ -288,7 +288,7 @@ def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], wher
     key = " --public-key PREFIX.pub" if own_key else ""
     say(f"         check them:  svattn verify-deletion {q['state']} {q['last']} --log "
         f"{q['log']}{key}")
-    say(f"                      svattn audit verify {q['log']} {q['state']}")
+    say(f"                      svattn audit verify {q['log']} {q['state']}{key}")
     if own_key:
         say("         (PREFIX.pub: the public half of --signing-key PREFIX.key)")
     else:

@@ -284,8 +284,10 @@ def test_health_events_are_logged(tmp_path):
 
 def test_cli_audit_verify(logged, capsys):
     _, log, state, _ = logged
-    assert main(["audit", "verify", str(log), str(state)]) == 0
-    assert "OK" in capsys.readouterr().out
+    # an unsigned log: chain and checkpoints hold, authenticity is named unchecked
+    assert main(["audit", "verify", str(log), str(state)]) == 3
+    out = capsys.readouterr().out
+    assert "OK" in out and "UNCHECKED: audit.jsonl.checkpoint is unsigned" in out
     lines = _lines(log)
     _write(log, lines[:3] + lines[4:])
     assert main(["audit", "verify", str(log)]) == 1

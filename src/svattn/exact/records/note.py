@@ -128,7 +128,7 @@ class NoteVerifier:
     def from_string(cls, vkey: str) -> NoteVerifier:
         """Parse ``<name>+<hex key ID>+<base64(0x01 || public key)>`` (strict: refuses a
         key ID that is not the key's, another signature type, another key length)."""
-        parts = vkey.split("+") if isinstance(vkey, str) else []
+        parts = vkey.split("+", 2) if isinstance(vkey, str) else []  # base64 may hold "+"
         if len(parts) != 3:
             raise _malformed("a verifier key is <name>+<hex key id>+<base64 key>")
         name, hex_id, key64 = parts
