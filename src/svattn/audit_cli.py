@@ -25,7 +25,25 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "run"]
+__all__ = ["add_arguments", "log_authenticity", "run", "worst_status"]
+
+
+def worst_status(*statuses: int) -> int:
+    """The exit status of several checks together: 1 if one failed, else 3 if one could
+    not check everything, else 0."""
+    return 1 if 1 in statuses else 3 if 3 in statuses else 0
+
+
+def log_authenticity(log: Path, state: Path | None, public_key: Path | None):
+    """The audit log's checkpoints (and the state's) against the log's Merkle tree and the
+    controller's key: :func:`svattn.exact.auditor.logcheck.check_authenticity`."""
+    from svattn.exact.auditor.logcheck import check_authenticity
+    from svattn.exact.records.audit import verify_chain
+    from svattn.exact.records.signing import load_public_key
+    from svattn.exact.records.tlog import controller_verifier
+
+    keys = [] if public_key is None else [controller_verifier(load_public_key(public_key))]
+    return check_authenticity(log, verify_chain(log), keys, state)
 
 
 def _keys(parser: argparse.ArgumentParser) -> None:

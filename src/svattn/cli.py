@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import svattn
+from svattn.audit_cli import worst_status
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -246,20 +247,47 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
         print(f"decision deviation:  {v.decision_dev:.3e}")
         print(f"readout deviation:   {v.readout_dev:.3e} ({v.n_probes} probes)")
     print(f"tolerance:           {v.tolerance:.1e}")
-    _print_verdict(v.verdict)
-    print(v.summary())
-    return v.exit_status
+    auth = _log_authenticity(args)
+    _print_verdict(v.verdict, auth)
+    status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
+    summary = v.summary()
+    if status != v.exit_status and summary.startswith("VERIFIED"):  # never a bare VERIFIED
+        summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
+            "authenticity); the receipt" + summary[len("VERIFIED"):]
+    print(summary)
+    return status
 
 
-def _print_verdict(verdict) -> None:
+def _print_verdict(verdict, auth=None) -> None:
     """The fields a verifier checked, the ones that failed and the ones nothing that ran
-    checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed)."""
+    checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed);
+    with ``auth`` (the audit log's checkpoints, :func:`_log_authenticity`), its lines, and
+    a verdict no better than theirs."""
     print(f"fields checked:      {len(verdict.checked)} ({', '.join(verdict.checked)})")
     if verdict.failed:
         print(f"fields FAILED:       {', '.join(verdict.failed)}")
     if verdict.unchecked:
         print(f"fields UNCHECKED:    {verdict.unchecked_line()}")
-    print(f"verdict:             {verdict.headline()}")
+    for line in () if auth is None else auth.lines():
+        print(f"audit log {line}")
+    headline = verdict.headline()
+    if auth is not None and worst_status(verdict.exit_status, auth.exit_status) != \
+            verdict.exit_status:
+        word = "FAILED" if auth.exit_status == 1 else "UNCHECKED"
+        headline = (f"{word}: the audit log's authenticity (see the 'audit log' lines); the "
+                    + ("receipt's fields all checked and held" if verdict.exit_status == 0
+                       else f"receipt's fields: {headline}"))
+    print(f"verdict:             {headline}")
+
+
+def _log_authenticity(args: argparse.Namespace):
+    """With ``--log``: the log's checkpoints and the state's against the log and the
+    controller's ``--public-key`` (:func:`svattn.exact.auditor.logcheck.check_authenticity`)."""
+    if args.log is None:
+        return None
+    from svattn.audit_cli import log_authenticity
+
+    return log_authenticity(args.log, args.state, args.public_key)
 
 
 # -------------------------------------------------------------- verify-erasure
@@ -296,9 +324,15 @@ def _verify_erasure_run(args: argparse.Namespace) -> int:
     print(f"state: {args.state} ({len(memory)} tokens, C={memory.C}, kernel={memory.kernel})")
     print(f"receipt: erasure of {len(receipt.erased_ids)} tokens of subject "
           f"{receipt.tag_hash[:16]}…, issued {receipt.issued_at}")
-    _print_verdict(v.verdict)
-    print(v.summary())
-    return v.exit_status
+    auth = _log_authenticity(args)
+    _print_verdict(v.verdict, auth)
+    status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
+    summary = v.summary()
+    if status != v.exit_status and summary.startswith("VERIFIED"):  # never a bare VERIFIED
+        summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
+            "authenticity); the receipt" + summary[len("VERIFIED"):]
+    print(summary)
+    return status
 
 
 def _recover_arguments(parser: argparse.ArgumentParser) -> None:

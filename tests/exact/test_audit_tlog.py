@@ -333,3 +333,25 @@ def test_an_erasure_receipt_round_trips_from_a_recovered_chain(signed, tmp_path)
     erase = [r for r in rep.records if r["op"] == "erase"][0]["erasure"]
     assert erase["ingested_at"] == [0] * len(receipt.erased_ids)
     assert replace(receipt).tag_hash == erase["tag_hash"]
+
+
+def test_a_receipt_and_its_log_edited_together_are_never_verified(signed, tmp_path, capsys):
+    """The receipt and the log's record of it edited alike, the chain re-hashed: the log's
+    signed checkpoint (and the state's) no longer match it — refused with the key, named
+    unchecked without it."""
+    f = _copy(signed, tmp_path)
+    cert = json.loads((signed["dir"] / "cert.json").read_text())
+    cert["n_events"] = cert["n_events"] + 1
+    edited = tmp_path / "cert.json"
+    edited.write_text(json.dumps(cert))
+    seq = next(r["seq"] for r in verify_chain(f["log"]).records if r["op"] == "remove"
+               and r["certificate"]["removed_id"] == cert["removed_id"])
+    _rewrite(f["log"], seq, lambda rec: rec["certificate"].update(n_events=cert["n_events"]))
+    base = ["verify-deletion", str(f["state"]), str(edited), "--log", str(f["log"])]
+    assert main([*base, "--public-key", str(signed["pub"])]) == 1
+    out = capsys.readouterr().out
+    assert "audit log FAILED" in out and "VERIFIED" not in out
+    # without any key (the receipt's signature unchecked): the checkpoints' roots refuse it
+    assert main(base) == 1
+    out = capsys.readouterr().out
+    assert "has another root than the log's first" in out and "VERIFIED" not in out
