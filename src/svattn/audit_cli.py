@@ -8,6 +8,7 @@ The actions (``svattn audit ACTION --help``)::
     svattn audit check-proof PROOF ENTRY (--public-key PEM | --vkey VKEY)
     svattn audit consistency OLD NEW --log LOG [--public-key PEM | --vkey VKEY]
                                                  [--proof-out FILE]
+    svattn audit migrate LOG --signing-key KEY   sign a checkpoint of a version-1 log
 
 Exit status: 0 everything checked and held; 1 a check failed (a bad signature, an
 unknown key, inclusion or consistency failed, a log that does not verify); 2 malformed
@@ -92,12 +93,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--proof-out", type=Path, default=None, metavar="FILE",
                    help="also write the proof (base64 hashes, one per line) for another tool")
     _keys(p)
+    p = sub.add_parser("migrate", help="give a log written before checkpoints (version 1) "
+                       "its first checkpoint, signed with the controller's key: the "
+                       "controller vouches for the log as it stands")
+    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("--signing-key", type=Path, required=True, metavar="KEY",
+                   help="the controller's private key (svattn keygen's PREFIX.key)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``audit`` action; return the exit status."""
     return {"verify": _verify, "entry": _entry, "prove": _prove, "check-proof": _check_proof,
-            "consistency": _consistency}[args.action](args)
+            "consistency": _consistency, "migrate": _migrate}[args.action](args)
 
 
 # ------------------------------------------------------------------ helpers
@@ -330,3 +337,33 @@ def _consistency(args: argparse.Namespace) -> int:
           f"{cp_old.size}")
     print(f"UNCHECKED: the checkpoints' signatures ({why}): anyone could have written them")
     return 3
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from svattn.exact.records.audit import lock_log
+    from svattn.exact.records.signing import load_private_key
+    from svattn.exact.records.tlog import CheckpointWriter, controller_signer
+
+    _file(args.signing_key, "--signing-key")
+    key = load_private_key(args.signing_key)
+    lock = lock_log(args.log) if args.log.is_file() else None  # no writer appends meanwhile
+    try:
+        rep = _log(args.log)
+        if not rep.ok:
+            print(f"REFUSED: LOG does not verify: {rep.error}")
+            return 1
+        writer = CheckpointWriter(args.log, controller_signer(key))
+        if writer.file.exists():
+            raise ValueError(f"{writer.file} exists: the log has checkpoints already")
+        for entry in rep.entries:
+            writer.add(entry)
+        writer.write()
+    finally:
+        if lock is not None:
+            import os
+
+            os.close(lock)
+    print(f"wrote {writer.file}: a checkpoint of the log's {len(rep.entries)} entries, signed "
+          f"by {writer.signer.name}; the memory continues it (SVDDMemory.load(..., "
+          "audit_log=LOG, signing_key=KEY))")
+    return 0

@@ -355,3 +355,17 @@ def test_a_receipt_and_its_log_edited_together_are_never_verified(signed, tmp_pa
     assert main(base) == 1
     out = capsys.readouterr().out
     assert "has another root than the log's first" in out and "VERIFIED" not in out
+
+
+def test_migrate_gives_a_version_1_log_a_signed_checkpoint(signed, tmp_path, capsys):
+    for name in ("audit.jsonl", "state.safetensors"):
+        shutil.copy(DATA / "audit_v1" / name, tmp_path / name)
+    log, state = tmp_path / "audit.jsonl", tmp_path / "state.safetensors"
+    assert main(["audit", "migrate", str(log), "--signing-key", str(signed["key"])]) == 0
+    assert main(["audit", "verify", str(log), "--public-key", str(signed["pub"])]) == 0
+    assert main(["audit", "migrate", str(log), "--signing-key", str(signed["key"])]) == 2
+    # the state was saved before checkpoints: named, never a bare VERIFIED
+    capsys.readouterr()
+    assert main(["audit", "verify", str(log), str(state), "--public-key",
+                 str(signed["pub"])]) == 3
+    assert "records no checkpoint" in capsys.readouterr().out
