@@ -65,7 +65,6 @@ from svattn.exact.records.signing import (
     tag_hashes,
 )
 from svattn.exact.records.signing import signing_key as as_signing_key
-from svattn.exact.records.tlog import controller_signer
 from svattn.exact.view import MemoryView
 
 BACKENDS = {"compiled": compiled, "reference": reference}
@@ -137,7 +136,7 @@ class SVDDMemory:
         if audit_log is not None:
             self._audit = AuditLog.create(audit_log, {"C": self.C, "kernel": self.kernel,
                                                       "gamma": self.gamma, "tol": self.tol},
-                                          self._audit_facts(), self._note_signer())
+                                          self._audit_facts(), key)
 
     def _init_state(self, ss: SlotState) -> None:
         self._s = ss
@@ -490,7 +489,7 @@ class SVDDMemory:
         if audit_log is not None:
             mem._audit = AuditLog.resume(audit_log, mem._audit_facts(), state_path=path,
                                          state_sha256=fileformat.sha256_hex(data),
-                                         head=meta["audit_head"], signer=mem._note_signer())
+                                         head=meta["audit_head"], signing_key=key)
         return mem
 
     def attach_audit_log(self, path: str | os.PathLike[str], *,
@@ -509,18 +508,12 @@ class SVDDMemory:
                              "close_audit_log() first")
         params = {"C": self.C, "kernel": self.kernel, "gamma": self.gamma, "tol": self.tol}
         if self._s.n or self._s.next_id or cites is not None:
-            # the chain starts from this state: its ids and subjects' tag hashes (never
-            # data) seed the bookkeeping, so that an erase is bound to what it held
+            # the chain starts from this state: its ids and subjects (never data) seed it
             ss = self._s
-            tags = {str(int(ss.slot_id[s])): ss.tags[s].tobytes().hex()
-                    for s in ss.ordered_slots() if ss.tags[s].any()}
-            params["continues"] = {**(cites or {}), "live_ids": self.ids,
-                                   "next_id": int(self._s.next_id), "tags": tags}
-        self._audit = AuditLog.create(path, params, self._audit_facts(), self._note_signer())
-
-    def _note_signer(self):
-        """The signer of the audit log's checkpoints: the controller's key, or None."""
-        return None if self._signing_key is None else controller_signer(self._signing_key)
+            params["continues"] = {**(cites or {}), "live_ids": self.ids, "next_id": int(
+                ss.next_id), "tags": {str(int(ss.slot_id[s])): ss.tags[s].tobytes().hex()
+                                      for s in ss.ordered_slots() if ss.tags[s].any()}}
+        self._audit = AuditLog.create(path, params, self._audit_facts(), self._signing_key)
 
     def close_audit_log(self) -> None:
         """Release this memory's audit log (its lock and descriptor): another memory
