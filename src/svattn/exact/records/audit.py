@@ -81,6 +81,7 @@ from svattn.exact.records.logverify import (
     AuditReport,
     canonical,
     checkpoint_mismatch,
+    erase_unbound,
     record_hash,
     sha256_hex,
     verify_chain,
@@ -150,6 +151,7 @@ class AuditLog:
         self._checkpoint = CheckpointWriter(
             path, None if signing_key is None else controller_signer(signing_key))
         self._ingest: dict[int, tuple[int, str | None]] = {}  # id -> (its add record, tag)
+        self._version = LOG_VERSION  # (a resumed log keeps its own)
 
     # -------------------------------------------------------------- opening
     @classmethod
@@ -234,7 +236,7 @@ class AuditLog:
         log._last_counts = facts.counts
         for entry in report.entries:
             log._checkpoint.add(entry)
-        log._ingest = dict(report.ingested)
+        log._ingest, log._version = dict(report.ingested), report.version
         log._append(facts, "load", {"file_sha256": state_sha256, "path": state_path.name})
         return log
 
@@ -360,14 +362,14 @@ class AuditLog:
             return {"dropped": [int(i) for i in info["dropped"]]}
         if op == "erase":  # the request: its removals are the records before it
             r = info["receipt"]
-            foreign = [t for t in r.erased_ids if self._ingest.get(t, (0, None))[1] != r.tag_hash]
-            if foreign:
-                raise AuditLogError(f"erase of ids {foreign[:5]} that this log never ingested "
-                                    f"under subject {r.tag_hash[:12]}…: refused")
-            return {"erasure": {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
-                                "ingested_at": [self._ingest[t][0] for t in r.erased_ids],
-                                "signer": r.signer, "signature": r.signature,
-                                "receipt_sha256": r.sha256()}}
+            erasure = {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
+                       "ingested_at": [self._ingest.get(t, (None,))[0] for t in r.erased_ids],
+                       "signer": r.signer, "signature": r.signature,
+                       "receipt_sha256": r.sha256()}
+            unbound = erase_unbound(erasure, list(r.erased_ids), self._ingest, self._version)
+            if unbound is not None:  # the rule the verifier applies to this log's version
+                raise AuditLogError(f"refused: {unbound}")
+            return {"erasure": erasure}
         raise ValueError(f"unknown audit operation {op!r}")
 
     def _line(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> bytes:

@@ -275,7 +275,7 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
         back = [t for t in ids if t in live or t >= next_id]
         if back:
             return f"erases ids {back[:5]} that are live or were never issued", next_id, 0
-        error = _erase_bound_to_ingest(er, ids, ingested, version)
+        error = erase_unbound(er, ids, ingested, version)
         if error is not None:
             return error, next_id, 0
     elif op == "compact":
@@ -302,9 +302,8 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
     return None, next_id, certified
 
 
-def _erase_bound_to_ingest(er: dict[str, Any], ids: list[int],
-                           ingested: dict[int, tuple[int, str | None]], version: int
-                           ) -> str | None:
+def erase_unbound(er: dict[str, Any], ids: list[int],
+                  ingested: dict[int, tuple[int, str | None]], version: int) -> str | None:
     """Why an erase record is not bound to what the log ingested (None: it is): every
     erased id was added under the erasure's subject, at the record the erase names
     (version 2; a version-1 erase names none, and an add without a tag is not compared)."""
@@ -348,5 +347,6 @@ def checkpoint_mismatch(text: str | None, rep: AuditReport) -> str | None:
 
 
 __all__ = ["EVENT_OPS", "GENESIS", "LOG_FORMAT", "LOG_VERSION", "LOG_VERSIONS", "STATE_OPS",
-           "AuditReport", "canonical", "checkpoint_mismatch", "record_hash", "sha256_hex",
+           "AuditReport", "canonical", "checkpoint_mismatch", "erase_unbound", "record_hash",
+           "sha256_hex",
            "verify_chain"]
