@@ -216,8 +216,11 @@ def _receipt_index(rep, path: Path) -> int:
 
     _file(path, "--receipt")
     text = path.read_text()
-    kind = json.loads(text).get("kind") if text.lstrip().startswith("{") else None
-    if "erased_ids" in text and kind != "deletion":
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"--receipt: {path} is not JSON ({exc})") from None
+    if isinstance(data, dict) and "erased_ids" in data:  # an erasure receipt
         sha = ErasureReceipt.from_json(text).sha256()
         hits = [r["seq"] for r in rep.records if r["op"] == "erase"
                 and r["erasure"].get("receipt_sha256") == sha]
@@ -287,7 +290,7 @@ def _check_proof(args: argparse.Namespace) -> int:
 
 def _consistency(args: argparse.Namespace) -> int:
     from svattn.exact.records.audit import checkpoint_mismatch
-    from svattn.exact.records.merkle import MerkleTree
+    from svattn.exact.records.merkle import MerkleTree, verify_consistency
     from svattn.exact.records.note import TlogError
     from svattn.exact.records.tlog import (
         consistency_proof_text,
@@ -324,8 +327,6 @@ def _consistency(args: argparse.Namespace) -> int:
         print(f"VERIFIED: the log at {cp_new.size} entries extends the checkpoint of "
               f"{cp_old.size} (both signed by a key given)")
         return 0
-    from svattn.exact.records.merkle import verify_consistency
-
     if cp_old.origin != cp_new.origin or not verify_consistency(
             cp_old.size, cp_new.size, proof, cp_old.root, cp_new.root):
         print("REFUSED (consistency failed): OLD is not a prefix of the log NEW heads "
