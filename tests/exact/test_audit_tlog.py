@@ -244,6 +244,13 @@ def test_a_log_edited_and_rehashed_fails_against_its_signed_checkpoint(signed, t
     assert main(["audit", "verify", str(f["log"])]) == 3  # no key: unsigned, unchecked
 
 
+def test_a_removed_checkpoint_fails_with_the_key_and_is_unchecked_without(signed, tmp_path):
+    f = _copy(signed, tmp_path)
+    checkpoint_path(f["log"]).unlink()
+    assert main(["audit", "verify", str(f["log"]), "--vkey", str(signed["vkey"])]) == 1
+    assert main(["audit", "verify", str(f["log"])]) == 3
+
+
 def test_the_state_checkpoint_binds_the_log_prefix(signed, tmp_path, capsys):
     """A log truncated before the state's save point, checkpoint rewritten unsigned: the
     state's signed checkpoint refuses it."""

@@ -288,9 +288,11 @@ def check_authenticity(path: str | os.PathLike[str], rep: AuditReport,
     n = len(rep.entries)
     file = checkpoint_path(path)
     if not file.is_file():
-        auth.unchecked.append(f"the log has no checkpoint ({file.name} is missing"
-                              + (", as in every version-1 log" if rep.version < 2 else "")
-                              + "): nothing binds its entries to the controller's key")
+        missing = (f"the log has no checkpoint ({file.name} is missing"
+                   + (", as in every version-1 log" if rep.version < 2 else "")
+                   + "): nothing binds its entries to the controller's key")
+        # a version-2 log always has one; with the controller's key given, it was removed
+        (auth.failed if verifiers and rep.version >= 2 else auth.unchecked).append(missing)
     else:
         try:
             text = file.read_text(encoding="utf-8")
