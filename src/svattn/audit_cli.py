@@ -59,7 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``audit`` actions' arguments."""
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = sub.add_parser("verify", help="check a log: hash chain, certificates, its checkpoint "
-                       "(and the state's) against its Merkle tree and the controller's key")
+                       "(and the state's) against its Merkle tree and the controller's key",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "exit status:\n  0  VERIFIED: chain, checkpoints, signatures and "
+                           "the log's end (STATE) all checked\n  1  FAILED: a check failed "
+                           "(named)\n  2  malformed input\n  3  UNCHECKED: nothing failed, "
+                           "but something was not checked (named, with what would check it:"
+                           "\n     --vkey / --public-key, STATE)"))
     p.add_argument("log", type=Path, metavar="LOG", help="the JSONL audit log")
     p.add_argument("state", type=Path, nargs="?", default=None, metavar="STATE",
                    help="a state saved with this log: its digest must be the log's final "
@@ -184,6 +190,11 @@ def _verify(args: argparse.Namespace) -> int:
     if not report.ok:
         return 1
     auth = check_authenticity(args.log, report, keys, args.state)
+    if args.state is None and not auth.failed:
+        auth.unchecked.append("the log's end: records cut from the end of a log, an older "
+                              "checkpoint put back, leave a shorter log that still verifies; "
+                              "only a state saved after them can tell (give STATE, the "
+                              "memory's last saved state)")
     for line in auth.lines():
         print(line)
     print({0: "verdict: VERIFIED (chain, checkpoints and signatures all checked)",

@@ -369,7 +369,11 @@ def test_migrate_gives_a_version_1_log_a_signed_checkpoint(signed, tmp_path, cap
         shutil.copy(DATA / "audit_v1" / name, tmp_path / name)
     log, state = tmp_path / "audit.jsonl", tmp_path / "state.safetensors"
     assert main(["audit", "migrate", str(log), "--signing-key", str(signed["key"])]) == 0
-    assert main(["audit", "verify", str(log), "--public-key", str(signed["pub"])]) == 0
+    capsys.readouterr()
+    assert main(["audit", "verify", str(log), "--public-key", str(signed["pub"])]) == 3
+    out = capsys.readouterr().out  # signed now; without STATE its end is unchecked
+    assert "audit.jsonl.checkpoint is signed by svattn.controller/" in out
+    assert "UNCHECKED: the log's end" in out and "FAILED" not in out
     assert main(["audit", "migrate", str(log), "--signing-key", str(signed["key"])]) == 2
     # the state was saved before checkpoints: named, never a bare VERIFIED
     capsys.readouterr()
