@@ -203,10 +203,15 @@ CASES = [
      ["span_certificates[0]", "unknown fields ['extra']"]),
     ("verify-deletion-unchecked", ["verify-deletion", "{state}", "{cert}"], 3,
      ["UNCHECKED", "commitment", "--log", "--public-key"]),
-    ("verify-deletion-with-log", ["verify-deletion", "{state}", "{cert}", "--log", "{log}"], 0,
-     ["verdict:             VERIFIED"]),
+    ("verify-deletion-with-log", ["verify-deletion", "{state}", "{cert}", "--log", "{log}"], 3,
+     ["audit log UNCHECKED: log.jsonl.checkpoint is unsigned",
+      "verdict:             UNCHECKED: the audit log's authenticity",
+      "receipt's fields all checked and held"]),
     ("verify-erasure-logged", ["verify-erasure", "{estate}", "{ereceipt}", "--log", "{elog}"],
-     0, ["verdict:             VERIFIED", "5 certificates checked"]),
+     3, ["the signature of elog.jsonl.checkpoint", "5 certificates checked"]),
+    ("verify-erasure-logged-signed", ["verify-erasure", "{estate}", "{ereceipt}", "--log",
+                                      "{elog}", "--public-key", "{ctl_pub}"],
+     0, ["verdict:             VERIFIED", "audit log checked: elog.jsonl.checkpoint is signed"]),
     ("verify-erasure-signed", ["verify-erasure", "{estate}", "{ereceipt}", "--public-key",
                                "{ctl_pub}"], 0, ["verdict:             VERIFIED"]),
     ("verify-erasure-state-only", ["verify-erasure", "{estate}", "{ereceipt}"], 3,
@@ -252,7 +257,7 @@ def test_audit_wording(files, capsys) -> None:
     record (was "BROKEN at record None")."""
     from svattn.exact.auditor.verify import verify_log
 
-    assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 0
+    assert main(_fmt(["audit", "verify", "{log}", "{state}"], files)) == 3  # unsigned
     out = capsys.readouterr().out
     assert "1 deletion certificate consistent" in out and "certificates" not in out
     summary = verify_log(files["log"], files["trunc"]).summary()

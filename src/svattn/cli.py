@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import svattn
+from svattn.audit_cli import worst_status
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -147,15 +148,11 @@ def _exit_codes(parser: argparse.ArgumentParser, note: str = "") -> None:
 
 
 def _audit_arguments(parser: argparse.ArgumentParser) -> None:
-    _exit_codes(parser, "Without STATE the chain is checked, but records cut from the log's "
-                "end cannot be detected (exit 3): only a state saved after them anchors the "
-                "end.")
-    parser.add_argument("action", choices=["verify"], help="verify: check a log (and a state)")
-    parser.add_argument("log", type=Path, metavar="LOG", help="the JSONL audit log")
-    parser.add_argument(
-        "state", type=Path, nargs="?", default=None, metavar="STATE",
-        help="a state saved with this log: its digest must be the log's final digest",
-    )
+    _exit_codes(parser, "Without STATE the log's end cannot be checked (exit 3): only a "
+                "state saved after its last records anchors the end.")
+    from svattn.audit_cli import add_arguments  # the audit actions: svattn/audit_cli.py
+
+    add_arguments(parser)
 
 
 def _check_file(path: Path, what: str) -> None:
@@ -185,33 +182,10 @@ def _check_audit_log(path: Path) -> None:
                          "the log's 'open' record)")
 
 
-def _check_state_file(path: Path, what: str = "STATE") -> None:
-    """A usage error unless ``path`` loads as a saved memory state."""
-    from svattn.exact.auditor.persist import load
-    from svattn.exact.records.fileformat import StateFileError
-
-    _check_file(path, what)
-    try:
-        load(path)
-    except StateFileError as exc:
-        raise ValueError(f"{what}: {exc}") from None
-
-
 def _audit_run(args: argparse.Namespace) -> int:
-    from svattn.exact.auditor.verify import verify_log
+    from svattn.audit_cli import run
 
-    _check_audit_log(args.log)
-    if args.state is not None:
-        _check_state_file(args.state)
-    report = verify_log(args.log, args.state)
-    if report.ok and args.state is None:  # the chain holds, but nothing anchors its end
-        print(f"UNCHECKED: {report.summary().removeprefix('OK: ')}; but not the log's end: "
-              "records cut from the end of a log leave a shorter chain that still "
-              "verifies, and only a state saved after them can tell (give STATE, the "
-              "memory's last saved state)")
-        return 3
-    print(report.summary())
-    return 0 if report.ok else 1
+    return run(args)
 
 
 # ------------------------------------------------------------- verify-deletion
@@ -305,9 +279,15 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
         print(f"decision deviation:  {v.decision_dev:.3e}")
         print(f"readout deviation:   {v.readout_dev:.3e} ({v.n_probes} probes)")
     print(f"tolerance:           {v.tolerance:.1e}")
-    _print_verdict(v.verdict)
-    print(v.summary())
-    return v.exit_status
+    auth = _log_authenticity(args)
+    _print_verdict(v.verdict, auth)
+    status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
+    summary = v.summary()
+    if status != v.exit_status and summary.startswith("VERIFIED"):  # never a bare VERIFIED
+        summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
+            "authenticity); the receipt" + summary[len("VERIFIED"):]
+    print(summary)
+    return status
 
 
 def _check_state_parameters(path: Path) -> None:
@@ -338,15 +318,36 @@ def _check_state_parameters(path: Path) -> None:
               "against the keys) ...", file=sys.stderr, flush=True)
 
 
-def _print_verdict(verdict) -> None:
+def _print_verdict(verdict, auth=None) -> None:
     """The fields a verifier checked, the ones that failed and the ones nothing that ran
-    checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed)."""
+    checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed);
+    with ``auth`` (the audit log's checkpoints, :func:`_log_authenticity`), its lines, and
+    a verdict no better than theirs."""
     print(f"fields checked:      {len(verdict.checked)} ({', '.join(verdict.checked)})")
     if verdict.failed:
         print(f"fields FAILED:       {', '.join(verdict.failed)}")
     if verdict.unchecked:
         print(f"fields UNCHECKED:    {verdict.unchecked_line()}")
-    print(f"verdict:             {verdict.headline()}")
+    for line in () if auth is None else auth.lines():
+        print(f"audit log {line}")
+    headline = verdict.headline()
+    if auth is not None and worst_status(verdict.exit_status, auth.exit_status) != \
+            verdict.exit_status:
+        word = "FAILED" if auth.exit_status == 1 else "UNCHECKED"
+        headline = (f"{word}: the audit log's authenticity (see the 'audit log' lines); the "
+                    + ("receipt's fields all checked and held" if verdict.exit_status == 0
+                       else f"receipt's fields: {headline}"))
+    print(f"verdict:             {headline}")
+
+
+def _log_authenticity(args: argparse.Namespace):
+    """With ``--log``: the log's checkpoints and the state's against the log and the
+    controller's ``--public-key`` (:func:`svattn.exact.auditor.logcheck.check_authenticity`)."""
+    if args.log is None:
+        return None
+    from svattn.audit_cli import log_authenticity
+
+    return log_authenticity(args.log, args.state, args.public_key)
 
 
 # -------------------------------------------------------------- verify-erasure
@@ -387,9 +388,15 @@ def _verify_erasure_run(args: argparse.Namespace) -> int:
     proof = None if v.last_removal is None else v.last_removal.optimality
     if proof is not None:
         print(f"optimality: {'proven' if proof.ok else 'NOT proven'}: {proof.summary()}")
-    _print_verdict(v.verdict)
-    print(v.summary())
-    return v.exit_status
+    auth = _log_authenticity(args)
+    _print_verdict(v.verdict, auth)
+    status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
+    summary = v.summary()
+    if status != v.exit_status and summary.startswith("VERIFIED"):  # never a bare VERIFIED
+        summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
+            "authenticity); the receipt" + summary[len("VERIFIED"):]
+    print(summary)
+    return status
 
 
 def _recover_arguments(parser: argparse.ArgumentParser) -> None:
@@ -428,7 +435,8 @@ def _recover_run(args: argparse.Namespace) -> int:
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("prefix", type=Path, metavar="PREFIX",
-                        help="writes PREFIX.key (private, mode 0600) and PREFIX.pub")
+                        help="writes PREFIX.key (private, mode 0600), PREFIX.pub and "
+                             "PREFIX.vkey")
 
 
 def _keygen_run(args: argparse.Namespace) -> int:
@@ -443,6 +451,8 @@ def _keygen_run(args: argparse.Namespace) -> int:
         raise ValueError(str(exc)) from None
     print(f"private key: {key_path} (keep it secret: SVDDMemory(..., signing_key=...))")
     print(f"public key:  {pub_path} (give it to auditors: verify-deletion --public-key)")
+    print(f"verifier key: {args.prefix}.vkey (the audit log's checkpoints: svattn audit "
+          "verify --vkey, Go's golang.org/x/mod/sumdb/note)")
     print(f"fingerprint: {fingerprint(load_public_key(pub_path))}")
     return 0
 
@@ -1295,7 +1305,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "audit",
-        "verify an audit log: hash chain, certificates, final digest against a saved state",
+        "an audit log: verify it (chain, certificates, signed checkpoints, a saved state), "
+        "read an entry, prove one (.tlog-proof), check a proof or a consistency proof",
         _audit_arguments,
         _audit_run,
     ),
@@ -1321,7 +1332,8 @@ COMMANDS: list[Command] = [
     ),
     Command(
         "keygen",
-        "write an Ed25519 key pair that signs deletion receipts (PREFIX.key, PREFIX.pub)",
+        "write an Ed25519 key pair that signs deletion receipts and the audit log's "
+        "checkpoints (PREFIX.key, PREFIX.pub, PREFIX.vkey)",
         _keygen_arguments,
         _keygen_run,
     ),

@@ -288,13 +288,14 @@ def _save(say, memory: SVDDMemory, certificates: list[DeletionCertificate], wher
     key = " --public-key PREFIX.pub" if own_key else ""
     say(f"         check them:  svattn verify-deletion {q['state']} {q['last']} --log "
         f"{q['log']}{key}")
-    say(f"                      svattn audit verify {q['log']} {q['state']}")
+    say(f"                      svattn audit verify {q['log']} {q['state']}{key}")
     if own_key:
         say("         (PREFIX.pub: the public half of --signing-key PREFIX.key)")
     else:
         say("         (signed with a key made for this run, which no auditor holds: "
-            "verify-deletion reports the signature and the fields only it binds as "
-            "unchecked, exit 3. svattn keygen PREFIX, then demo --signing-key PREFIX.key, "
+            "verify-deletion and audit verify report the signatures (the receipt's and the "
+            "audit log's checkpoints) as unchecked, exit 3. svattn keygen PREFIX, then demo "
+            "--signing-key PREFIX.key, "
             "signs with a key whose public half PREFIX.pub an auditor can hold)")
 
 

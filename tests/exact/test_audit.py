@@ -284,14 +284,15 @@ def test_health_events_are_logged(tmp_path):
 
 def test_cli_audit_verify(logged, capsys):
     _, log, state, _ = logged
-    assert main(["audit", "verify", str(log), str(state)]) == 0
-    assert "OK" in capsys.readouterr().out
-    lines = _lines(log)
-    # a log cut at its end still chains: without the state its end is unchecked (exit 3)
-    _write(log, lines[:-3])
-    assert main(["audit", "verify", str(log)]) == 3
+    # an unsigned log: chain and checkpoints hold, authenticity is named unchecked
+    assert main(["audit", "verify", str(log), str(state)]) == 3
     out = capsys.readouterr().out
-    assert out.startswith("UNCHECKED") and "OK" not in out and "give STATE" in out
+    assert "OK" in out and "UNCHECKED: audit.jsonl.checkpoint is unsigned" in out
+    lines = _lines(log)
+    # a log cut at its end still chains, but its checkpoint names the longer tree (exit 1)
+    _write(log, lines[:-3])
+    assert main(["audit", "verify", str(log)]) == 1
+    assert "VERIFIED" not in capsys.readouterr().out
     assert main(["audit", "verify", str(log), str(state)]) == 1  # the state tells
     assert "BROKEN" in capsys.readouterr().out
     _write(log, lines[:3] + lines[4:])
@@ -304,14 +305,16 @@ def test_cli_verify_deletion(logged, tmp_path, capsys):
     mem, log, state, certs = logged
     cert_path = tmp_path / "cert.json"
     cert_path.write_text(certs[-1].to_json())
-    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 0
+    # an unsigned log: the receipt's fields verify, the log's authenticity is unchecked
+    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 3
     out = capsys.readouterr().out
-    assert "optimality:          proven" in out and "VERIFIED" in out
+    assert "optimality:          proven" in out
+    assert "receipt's fields all checked and held" in out and "VERIFIED" not in out
     assert "partition equal" not in out  # the dense oracle only on request
     assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log),
-                 "--oracle"]) == 0
+                 "--oracle"]) == 3
     out = capsys.readouterr().out
-    assert "partition equal:     True" in out and "VERIFIED" in out
+    assert "partition equal:     True" in out and "VERIFIED" not in out
     # without the log the commitment (and the other unsigned fields) are the controller's
     # word: exit 3, and the verdict names them with what would check them
     assert main(["verify-deletion", str(state), str(cert_path)]) == 3
@@ -323,9 +326,10 @@ def test_cli_verify_deletion(logged, tmp_path, capsys):
     assert main(["verify-deletion", str(state), str(cert_path)]) == 1
     out = capsys.readouterr().out
     assert "FAILED" in out and "give its audit log" in out and "--log" in out  # what to do
-    # with the log it is checked later, against the chain: every field, exit 0
-    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 0
-    assert "VERIFIED later" in capsys.readouterr().out
+    # with the log it is checked later, against the chain: every field of the receipt
+    # (exit 3: the unsigned log's authenticity is still unchecked)
+    assert main(["verify-deletion", str(state), str(cert_path), "--log", str(log)]) == 3
+    assert "the receipt later: issued at audit record" in capsys.readouterr().out
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(state.read_bytes()[:100])
     assert main(["verify-deletion", str(bad), str(cert_path)]) == 2

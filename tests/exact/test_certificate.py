@@ -231,7 +231,8 @@ def test_the_cli_refuses_malformed_certificates_with_exit_2(tmp_path, capsys):
     mem.save(state)
     good = tmp_path / "cert.json"
     good.write_text(cert.to_json())
-    assert main(["verify-deletion", str(state), str(good), "--log", str(log)]) == 0
+    # (an unsigned log: its authenticity is named unchecked)
+    assert main(["verify-deletion", str(state), str(good), "--log", str(log)]) == 3
     assert "in the audit log:    True" in capsys.readouterr().out
     cases = [("commitment_scheme", "zz"), ("C", "x"), ("removed_id", None), ("partition_after", 3)]
     for field, value in cases:

@@ -156,8 +156,11 @@ def test_the_certificate_of_removing_the_last_token_verifies(tmp_path):
     UNCHECKED, exit 3). The retrain of no tokens is the empty state (mu = 0)."""
     from svattn.cli import main
 
+    from svattn.exact.records.signing import write_keypair
+
     log, state = tmp_path / "a.jsonl", tmp_path / "m.safetensors"
-    mem = SVDDMemory(0.5, audit_log=log)
+    key, pub = write_keypair(tmp_path / "controller")
+    mem = SVDDMemory(0.5, audit_log=log, signing_key=key)
     (only,) = mem.extend(np.ones((1, 2)))
     cert = mem.remove(only)
     v = verify_deletion(mem, cert, log=log)
@@ -165,7 +168,9 @@ def test_the_certificate_of_removing_the_last_token_verifies(tmp_path):
     assert v.optimality.mu_rule == "empty"
     mem.save(state)
     (tmp_path / "c.json").write_text(cert.to_json())
-    assert main(["verify-deletion", str(state), str(tmp_path / "c.json"), "--log", str(log)]) == 0
+    # signed log and receipt, the controller's key given: every field and the log checked
+    assert main(["verify-deletion", str(state), str(tmp_path / "c.json"), "--log", str(log),
+                 "--public-key", str(pub)]) == 0
 
 
 def test_an_emptied_memory_with_a_stray_mu_fails(tmp_path):

@@ -61,6 +61,9 @@ def test_the_old_chain_cannot_continue_and_recovery_replays_the_erasures(crashed
     assert cites["state_record"] == report.state_record
     assert [r["op"] for r in rep.records[1:4]] == ["remove"] * 3
     assert "3 removals replayed, 3 tokens added after the save lost" in report.summary()
+    # the old state still holds the replayed removals' tokens: recovery says so
+    assert f"old state file still holds the 3 tokens removed again (ids " \
+        f"{list(report.replayed)}): delete it" in report.summary()
 
 
 def test_a_line_cut_by_the_crash_is_read_past(crashed):

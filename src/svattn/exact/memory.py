@@ -136,7 +136,7 @@ class SVDDMemory:
         if audit_log is not None:
             self._audit = AuditLog.create(audit_log, {"C": self.C, "kernel": self.kernel,
                                                       "gamma": self.gamma, "tol": self.tol},
-                                          self._audit_facts())
+                                          self._audit_facts(), key)
 
     def _init_state(self, ss: SlotState) -> None:
         self._s = ss
@@ -491,7 +491,7 @@ class SVDDMemory:
         if audit_log is not None:
             mem._audit = AuditLog.resume(audit_log, mem._audit_facts(), state_path=path,
                                          state_sha256=fileformat.sha256_hex(data),
-                                         head=meta["audit_head"])
+                                         head=meta["audit_head"], signing_key=key)
         return mem
 
     def attach_audit_log(self, path: str | os.PathLike[str], *,
@@ -510,10 +510,10 @@ class SVDDMemory:
                              "close_audit_log() first")
         params = {"C": self.C, "kernel": self.kernel, "gamma": self.gamma, "tol": self.tol}
         if self._s.n or self._s.next_id or cites is not None:
-            # the chain starts from this state: its ids (never data) seed the bookkeeping
+            # the chain starts from this state: its ids and subjects (never data) seed it
             params["continues"] = {**(cites or {}), "live_ids": self.ids,
-                                   "next_id": int(self._s.next_id)}
-        self._audit = AuditLog.create(path, params, self._audit_facts())
+                                   "next_id": int(self._s.next_id), "tags": self._s.tags_by_id()}
+        self._audit = AuditLog.create(path, params, self._audit_facts(), self._signing_key)
 
     def close_audit_log(self) -> None:
         """Release this memory's audit log (its lock and descriptor): another memory

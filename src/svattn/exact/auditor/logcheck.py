@@ -3,20 +3,30 @@
 :func:`matches_the_log` checks that a hash-chained audit log records a deletion
 certificate exactly (:func:`svattn.exact.auditor.verify.verify_deletion` with ``log``);
 :func:`verify_log` re-checks a log's chain and, given a saved state, that the log ends
-at exactly that state (``docs/design.md`` §4).
+at exactly that state; :func:`check_authenticity` checks the log's checkpoint (and the
+one the state records) against the log's Merkle tree and the controller's verifier
+key, naming what it could not check (``docs/design.md`` §4).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from svattn.exact.memory import SVDDMemory
-from svattn.exact.records.audit import STATE_OPS, AuditReport, verify_chain
+from svattn.exact.records.audit import STATE_OPS, AuditReport, checkpoint_mismatch, verify_chain
 from svattn.exact.records.certificate import KEYED, DeletionCertificate
 from svattn.exact.records.fileformat import StateFileError, parse_header, read_metadata
+from svattn.exact.records.note import NoteVerifier, TlogError
+from svattn.exact.records.tlog import (
+    checkpoint_path,
+    log_origin,
+    open_checkpoint,
+    read_checkpoint_unverified,
+)
 
 
 @dataclass(frozen=True)
@@ -209,5 +219,132 @@ def unbound_tokens(rep: AuditReport, mem: SVDDMemory) -> list[int]:
     return bad
 
 
-__all__ = ["LogIndex", "added_tokens", "index_log", "matches_the_log", "unbound_tokens",
-           "verify_log"]
+@dataclass
+class Authenticity:
+    """What :func:`check_authenticity` found: each item one line for people.
+
+    Attributes
+    ----------
+    checked : list of str
+        What was checked and held.
+    failed : list of str
+        What was checked and failed.
+    unchecked : list of str
+        What could not be checked, each with what would check it.
+    covered : int
+        Entries of the log under a checkpoint that matched it (0: none).
+    """
+
+    checked: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    unchecked: list[str] = field(default_factory=list)
+    covered: int = 0
+
+    @property
+    def exit_status(self) -> int:
+        """1 something failed, 3 nothing failed but something was not checked, 0 all held."""
+        return 1 if self.failed else 3 if self.unchecked else 0
+
+    def lines(self) -> list[str]:
+        """``checked: ...``, ``FAILED: ...``, ``UNCHECKED: ...`` lines."""
+        return ([f"checked: {c}" for c in self.checked] + [f"FAILED: {c}" for c in self.failed]
+                + [f"UNCHECKED: {c}" for c in self.unchecked])
+
+
+def _check_one(auth: Authenticity, what: str, text: str, rep: AuditReport,
+               verifiers: Sequence[NoteVerifier]) -> bool:
+    """One checkpoint (the log's, or the one a state records) against the log's tree and
+    the verifier keys; False when it failed."""
+    problem = checkpoint_mismatch(text, rep)
+    if problem is not None:
+        auth.failed.append(f"{what} {problem}")
+        return False
+    cp = read_checkpoint_unverified(text)
+    auth.checked.append(f"{what} is the root of the log's first {cp.size} entries")
+    if "\n\n" not in text:
+        if verifiers:  # the auditor holds the controller's key: its log is signed
+            auth.failed.append(f"{what} is unsigned, and the controller's key was given "
+                               "(a signed log's checkpoint was replaced)")
+            return False
+        auth.unchecked.append(f"{what} is unsigned: the log's authenticity is unchecked "
+                              "(anyone can rewrite an unsigned log and its checkpoint; a "
+                              "memory given signing_key= signs them)")
+        return True
+    if not verifiers:
+        auth.unchecked.append(f"the signature of {what} (give the controller's --public-key "
+                              "or --vkey)")
+        return True
+    try:
+        _, opened = open_checkpoint(text, verifiers, log_origin(rep.entries[0]))
+    except TlogError as exc:
+        auth.failed.append(f"{what}: {exc}")
+        return False
+    auth.checked.append(f"{what} is signed by {opened.verified[0].name}"
+                        + (f" (+{len(opened.unverified)} signatures of keys not held, "
+                           "ignored)" if opened.unverified else ""))
+    return True
+
+
+def check_authenticity(path: str | os.PathLike[str], rep: AuditReport,
+                       verifiers: Sequence[NoteVerifier] = (),
+                       state: str | os.PathLike[str] | None = None) -> Authenticity:
+    """Check a log's checkpoint (``LOG.checkpoint``), and the checkpoint a saved state
+    records, against the log's Merkle tree and the controller's note verifier keys.
+
+    Parameters
+    ----------
+    path : path-like
+        The log (its checkpoint is read from ``LOG.checkpoint``).
+    rep : AuditReport
+        :func:`verify_chain` of the log (a verified chain).
+    verifiers : sequence of NoteVerifier
+        The keys whose signature makes a checkpoint authentic (none: signatures are named
+        unchecked).
+    state : path-like, optional
+        A state saved with this log.
+
+    Returns
+    -------
+    Authenticity
+        Its ``exit_status`` is 0 only when every checkpoint matched the log, was signed
+        by a held key, and covers every entry.
+    """
+    auth = Authenticity()
+    if not rep.ok or not rep.entries:
+        auth.failed.append("the log's chain does not verify")
+        return auth
+    n = len(rep.entries)
+    file = checkpoint_path(path)
+    if not file.is_file():
+        missing = (f"the log has no checkpoint ({file.name} is missing"
+                   + (", as in every version-1 log" if rep.version < 2 else "")
+                   + "): nothing binds its entries to the controller's key")
+        # a version-2 log always has one; with the controller's key given, it was removed
+        (auth.failed if verifiers and rep.version >= 2 else auth.unchecked).append(missing)
+    else:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError) as exc:
+            auth.failed.append(f"{file.name} cannot be read as text ({exc})")
+            text = None
+        if text is not None and _check_one(auth, file.name, text, rep, verifiers):
+            size = read_checkpoint_unverified(text).size
+            auth.covered = size
+            if size < n:
+                auth.unchecked.append(f"entries {size}..{n - 1} are after the checkpoint "
+                                      "(appended later, or a crash before the checkpoint "
+                                      "was rewritten): no signature covers them")
+    if state is not None:
+        header = parse_header(Path(state).read_bytes(), str(state))[0]
+        head = read_metadata(header, str(state)).get("audit_head") or {}
+        if head.get("checkpoint") is None:
+            auth.unchecked.append(f"state {Path(state).name} records no checkpoint (saved "
+                                  "by an older svattn, or without a log)")
+        else:
+            _check_one(auth, f"the checkpoint of state {Path(state).name}",
+                       head["checkpoint"], rep, verifiers)
+    return auth
+
+
+__all__ = ["Authenticity", "LogIndex", "added_tokens", "check_authenticity", "index_log",
+           "matches_the_log", "unbound_tokens", "verify_log"]

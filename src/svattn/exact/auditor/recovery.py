@@ -75,11 +75,17 @@ class RecoveryReport:
     moot: tuple[int, ...]
 
     def summary(self) -> str:
-        """One line for people."""
-        return (f"recovered from the state saved at record {self.state_record} of "
+        """One line for people (and, when removals were replayed, that the old state
+        file still holds their tokens)."""
+        line = (f"recovered from the state saved at record {self.state_record} of "
                 f"{self.old_records}: {len(self.replayed)} removals replayed, "
                 f"{len(self.lost_adds)} tokens added after the save lost"
                 + (", a torn last line read past" if self.torn_tail else ""))
+        if self.replayed:
+            line += (f"; the old state file still holds the {len(self.replayed)} tokens "
+                     f"removed again (ids {list(self.replayed)[:10]}): delete it, or they "
+                     "are not erased")
+        return line
 
 
 def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],

@@ -373,6 +373,12 @@ class SlotState(MarginGramScratch):
         live = self.live_slots()
         return live[np.argsort(self.slot_id[live], kind="stable")]
 
+    def tags_by_id(self) -> dict[str, str]:
+        """Each tagged live token's subject tag (the keyed hash, hex) by its id: what a
+        chain that continues this state records (never the data, never a subject in clear)."""
+        return {str(int(self.slot_id[s])): self.tags[s].tobytes().hex()
+                for s in self.ordered_slots() if self.tags[s].any()}
+
     def slots_in(self, states: set[int]) -> np.ndarray:
         return np.flatnonzero(np.isin(self.state[: self.hi], list(states)))
 

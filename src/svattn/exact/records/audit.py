@@ -31,12 +31,20 @@ record (one fsync) for the whole batch. If a write fails the log refuses all
 further mutating operations (:class:`AuditLogError`) so the memory and its log
 cannot silently diverge.
 
-:func:`verify_chain` re-checks the chain,
-the bookkeeping (ids added / removed, counts), every certificate's
-``consistency_errors()`` and, with a saved state, that the log ends at that
-state; it reports the first broken record. Deleting the *last* records of a
-log is only detectable against a state saved after them (a state file stores
-the log head it was saved at).
+``erase`` (the request: its receipt's fields, and ``ingested_at``, per erased id the
+record that added it; the writer refuses ids never ingested under the subject).
+
+The log is also a transparency log (``docs/design.md`` §4.0): its lines are the leaves
+of an RFC 6962 Merkle tree, and after each append ``LOG.checkpoint`` is rewritten
+atomically (:class:`~svattn.exact.records.tlog.CheckpointWriter`), signed with the
+controller's key when the memory has one; a state file records the checkpoint it was
+saved at, and :meth:`AuditLog.resume` checks it against the log.
+
+:func:`~svattn.exact.records.logverify.verify_chain` (re-exported here) re-checks the
+chain, the bookkeeping (ids added / removed, counts, each erase bound to its ingest
+records), every certificate's ``consistency_errors()``; it reports the first broken
+record. Deleting the *last* records of a log is detectable against a state saved after
+them or a signed checkpoint that covers them.
 
 Examples
 --------
@@ -56,42 +64,33 @@ from __future__ import annotations
 
 import datetime as _dt
 import fcntl
-import hashlib
-import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from svattn.exact.records.certificate import DeletionCertificate
-
-LOG_FORMAT = "svattn.audit"
-LOG_VERSION = 1
-GENESIS = "0" * 64
-STATE_OPS = {"add", "extend", "remove", "compact"}
-_EVENT_OPS = {"refactorize", "resolve", "ill_conditioned"}
-_OPS = {"open", "save", "load", "erase"} | STATE_OPS | _EVENT_OPS
+from svattn.exact.records.logverify import (
+    GENESIS,
+    LOG_FORMAT,
+    LOG_VERSION,
+    LOG_VERSIONS,
+    STATE_OPS,
+    AuditReport,
+    canonical,
+    checkpoint_mismatch,
+    erase_unbound,
+    record_hash,
+    sha256_hex,
+    verify_chain,
+)
+from svattn.exact.records.tlog import CheckpointWriter, controller_signer
 
 
 class AuditLogError(RuntimeError):
     """The audit log cannot be written or continued (the memory refuses to go on)."""
-
-
-def canonical(record: dict[str, Any]) -> str:
-    """The canonical JSON text of a record (what is written and hashed)."""
-    return json.dumps(record, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False)
-
-
-def _sha(text: str | bytes) -> str:
-    return hashlib.sha256(text.encode() if isinstance(text, str) else text).hexdigest()
-
-
-def record_hash(record: dict[str, Any]) -> str:
-    """SHA-256 of a record's canonical JSON without its own ``sha256`` field."""
-    return _sha(canonical({k: v for k, v in record.items() if k != "sha256"}))
 
 
 def _now() -> str:
@@ -137,9 +136,11 @@ class AuditFacts:
 
 
 class AuditLog:
-    """Appends hash-chained records for one memory (create with :meth:`create`)."""
+    """Appends hash-chained records for one memory (create with :meth:`create`), and
+    after each append rewrites the log's checkpoint (``LOG.checkpoint``: the RFC 6962
+    tree of its lines, signed with the controller's key when there is one)."""
 
-    def __init__(self, path: Path, fd: int, seq: int, prev: str) -> None:
+    def __init__(self, path: Path, fd: int, seq: int, prev: str, signing_key=None) -> None:
         self.path = path
         self._fd = fd
         self._seq = seq  # seq of the next record
@@ -147,14 +148,19 @@ class AuditLog:
         self._pending: list[dict[str, Any]] = []
         self._failed: BaseException | None = None
         self._last_counts = (0, 0, 0)
+        self._checkpoint = CheckpointWriter(
+            path, None if signing_key is None else controller_signer(signing_key))
+        self._ingest: dict[int, tuple[int, str | None]] = {}  # id -> (its add record, tag)
+        self._version = LOG_VERSION  # (a resumed log keeps its own)
 
     # -------------------------------------------------------------- opening
     @classmethod
-    def create(cls, path: str | os.PathLike[str], params: dict[str, Any], facts: AuditFacts
-               ) -> AuditLog:
+    def create(cls, path: str | os.PathLike[str], params: dict[str, Any], facts: AuditFacts,
+               signing_key=None) -> AuditLog:
         """Start a new log for a new memory (the file must not exist or be empty).
 
-        ``params`` (C, kernel, gamma, tol) go into the ``open`` record."""
+        ``params`` (C, kernel, gamma, tol) go into the ``open`` record; ``signing_key``
+        (the controller's Ed25519 key) signs the checkpoints (none: written unsigned)."""
         path = Path(path)
         if path.is_dir():
             raise ValueError(f"audit_log {path} is a directory; give a file path")
@@ -167,15 +173,19 @@ class AuditLog:
         if os.fstat(fd).st_size > 0:  # another writer got there between the check and the lock
             os.close(fd)
             raise ValueError(f"audit log {path} already has records (written just now)")
-        log = cls(path, fd, 0, GENESIS)
+        log = cls(path, fd, 0, GENESIS, signing_key)
         log._last_counts = facts.counts
+        cont = params.get("continues")
+        for tid in cont["live_ids"] if isinstance(cont, dict) else ():
+            log._ingest[int(tid)] = (0, cont.get("tags", {}).get(str(tid)))
         _fsync_dir(path)
         log._append(facts, "open", {"format": LOG_FORMAT, "version": LOG_VERSION, **params})
         return log
 
     @classmethod
     def resume(cls, path: str | os.PathLike[str], facts: AuditFacts, *,
-               state_path: Path, state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
+               state_path: Path, state_sha256: str, head: dict[str, Any] | None,
+               signing_key=None) -> AuditLog:
         """Continue the log of a memory just loaded from ``state_path``.
 
         The log must verify, and it must end at the loaded state: if it records
@@ -185,14 +195,16 @@ class AuditLog:
         path = Path(path)
         fd = _open_locked(path, os.O_WRONLY | os.O_APPEND)  # before reading: no writer between
         try:
-            return cls._resume_locked(path, fd, facts, state_path, state_sha256, head)
+            return cls._resume_locked(path, fd, facts, state_path, state_sha256, head,
+                                      signing_key)
         except BaseException:
             os.close(fd)
             raise
 
     @classmethod
     def _resume_locked(cls, path: Path, fd: int, facts: AuditFacts, state_path: Path,
-                       state_sha256: str, head: dict[str, Any] | None) -> AuditLog:
+                       state_sha256: str, head: dict[str, Any] | None,
+                       signing_key) -> AuditLog:
         report = verify_chain(path)
         if not report.ok:
             raise AuditLogError(f"audit log {path} does not verify: {report.error}")
@@ -217,14 +229,26 @@ class AuditLog:
         if recs[-1]["digest"] != facts.digest:
             raise AuditLogError(f"the last record of {path} does not carry the digest of "
                                 f"state {state_path}")
-        log = cls(path, fd, len(recs), report.hashes[-1])
+        problem = checkpoint_mismatch(head.get("checkpoint"), report)
+        if problem is not None:
+            raise AuditLogError(f"state {state_path}: the checkpoint it records {problem}")
+        log = cls(path, fd, len(recs), report.hashes[-1], signing_key)
         log._last_counts = facts.counts
+        for entry in report.entries:
+            log._checkpoint.add(entry)
+        log._ingest, log._version = dict(report.ingested), report.version
         log._append(facts, "load", {"file_sha256": state_sha256, "path": state_path.name})
         return log
 
     def head(self) -> dict[str, Any]:
-        """``{"seq", "sha256"}`` of the last record written."""
-        return {"seq": self._seq - 1, "sha256": self._prev}
+        """``{"seq", "sha256", "checkpoint"}`` of the last record written (the checkpoint:
+        the signed note, or the bare body when unsigned, of the log up to it)."""
+        return {"seq": self._seq - 1, "sha256": self._prev, "checkpoint": self._checkpoint.text()}
+
+    @property
+    def checkpoint_file(self) -> Path:
+        """``LOG.checkpoint``: the log's latest checkpoint."""
+        return self._checkpoint.file
 
     def close(self) -> None:
         """Close the descriptor (the memory can no longer log)."""
@@ -243,24 +267,29 @@ class AuditLog:
         """Where the log stands (for :meth:`rollback`): the file size and the chain's head."""
         size = os.fstat(self._fd).st_size if self._fd >= 0 else -1
         return (size, self._seq, self._prev, self._last_counts, list(self._pending),
-                self._failed)
+                self._failed, self._checkpoint.mark())
 
     def rollback(self, mark: tuple) -> None:
         """Undo every record written since ``mark`` (an operation that failed is not in
         the log): truncate the file back, restore the chain's head. If the truncation
         itself fails the log stays failed (the memory then refuses further operations)."""
-        size, seq, prev, counts, pending, failed = mark
+        size, seq, prev, counts, pending, failed, tree = mark
         if size < 0 or self._fd < 0:
             return
         try:
             if os.fstat(self._fd).st_size != size:
                 os.ftruncate(self._fd, size)
                 os.fsync(self._fd)
+            if self._checkpoint.tree.size != tree[0].size:
+                self._checkpoint.restore(tree)
+                self._checkpoint.write()
         except OSError as exc:
             self._failed = exc
             return
         self._seq, self._prev, self._last_counts = seq, prev, counts
         self._pending, self._failed = pending, failed
+        if any(at >= seq for at, _ in self._ingest.values()):
+            self._ingest = {t: v for t, v in self._ingest.items() if v[0] < seq}
 
     def ready(self) -> None:
         """Raise :class:`AuditLogError` if a previous write failed (called before ops)."""
@@ -318,6 +347,7 @@ class AuditLog:
             tags = info.get("tags") or [None] * len(ids)
             toks = []
             for r, tid in enumerate(ids):
+                self._ingest[int(tid)] = (self._seq, None if tags[r] is None else tags[r].hex())
                 # the commitment the memory keeps (and a removal's certificate repeats):
                 # keyed or opaque, never with a salt that would let it be opened
                 tok = {"id": int(tid), "commitment": commits[r]}
@@ -332,9 +362,14 @@ class AuditLog:
             return {"dropped": [int(i) for i in info["dropped"]]}
         if op == "erase":  # the request: its removals are the records before it
             r = info["receipt"]
-            return {"erasure": {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
-                                "signer": r.signer, "signature": r.signature,
-                                "receipt_sha256": r.sha256()}}
+            erasure = {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
+                       "ingested_at": [self._ingest.get(t, (None,))[0] for t in r.erased_ids],
+                       "signer": r.signer, "signature": r.signature,
+                       "receipt_sha256": r.sha256()}
+            unbound = erase_unbound(erasure, list(r.erased_ids), self._ingest, self._version)
+            if unbound is not None:  # the rule the verifier applies to this log's version
+                raise AuditLogError(f"refused: {unbound}")
+            return {"erasure": erasure}
         raise ValueError(f"unknown audit operation {op!r}")
 
     def _line(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> bytes:
@@ -344,7 +379,7 @@ class AuditLog:
         rec["sha256"] = record_hash(rec)
         text = canonical(rec)
         self._seq += 1
-        self._prev = _sha(text)
+        self._prev = sha256_hex(text)
         return text.encode() + b"\n"
 
     def _write(self, lines: list[bytes]) -> None:
@@ -357,6 +392,9 @@ class AuditLog:
                     raise OSError("short write")
                 view = view[k:]
             os.fsync(self._fd)
+            for line in lines:
+                self._checkpoint.add(line[:-1])
+            self._checkpoint.write()
         except BaseException as exc:
             self._failed = exc
             raise AuditLogError(f"writing audit log {self.path} failed: {exc}") from exc
@@ -397,233 +435,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-# -------------------------------------------------------------------- verifier
-@dataclass
-class AuditReport:
-    """Result of :func:`verify_log`.
-
-    Attributes
-    ----------
-    ok : bool
-    n_records : int
-        Records read (up to and including the broken one).
-    broken_record : int or None
-        Number (= expected ``seq``, 0-based; line ``broken_record + 1``) of the
-        first broken record.
-    error : str or None
-        What broke, naming the record.
-    final_digest : str or None
-        Digest carried by the last record.
-    state_checked : bool
-        Whether a state file was compared.
-    records, hashes : list
-        The parsed records and the SHA-256 of each line.
-    """
-
-    ok: bool = True
-    n_records: int = 0
-    broken_record: int | None = None
-    error: str | None = None
-    final_digest: str | None = None
-    state_checked: bool = False
-    n_certificates: int = 0
-    torn_tail: bool = False
-    records: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    hashes: list[str] = field(default_factory=list, repr=False)
-
-    def summary(self) -> str:
-        """One line for people."""
-        if self.ok:
-            n = self.n_certificates
-            s = (f"OK: {self.n_records} record{'s' * (self.n_records != 1)}, chain intact, "
-                 f"{n} deletion certificate{'s' * (n != 1)} consistent")
-            if self.state_checked:
-                s += ", final digest matches the state"
-            return s
-        where = "" if self.broken_record is None else f" at record {self.broken_record}"
-        return f"BROKEN{where}: {self.error}"
-
-
-def _fail(rep: AuditReport, i: int, msg: str) -> AuditReport:
-    rep.ok = False
-    rep.broken_record = i
-    rep.error = f"record {i} (line {i + 1}): {msg}"
-    return rep
-
-
-def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False) -> AuditReport:
-    """Verify an audit log's chain and bookkeeping (the state side is
-    :func:`svattn.exact.auditor.verify.verify_log`).
-
-    Parameters
-    ----------
-    path : path-like
-        The JSONL log.
-    allow_torn_tail : bool
-        Read past a last line cut by a crash (no trailing newline) instead of
-        failing on it (``torn_tail`` says so): what recovery needs.
-
-    Returns
-    -------
-    AuditReport
-        ``ok`` False names the first broken record and what broke.
-
-    Examples
-    --------
-    >>> import os, tempfile
-    >>> from svattn.exact import SVDDMemory
-    >>> log = os.path.join(tempfile.mkdtemp(), "a.jsonl")
-    >>> mem = SVDDMemory(C=0.5, audit_log=log)
-    >>> _ = mem.extend([[0.0], [1.0], [2.0]])
-    >>> lines = open(log).read().splitlines()
-    >>> _ = open(log, "w").write(lines[1] + "\\n")  # drop the first record
-    >>> verify_chain(log).error
-    'record 0 (line 1): seq is 1, expected 0 (records were deleted, inserted or reordered)'
-    """
-    rep = AuditReport()
-    data = Path(path).read_bytes()
-    lines = data.split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    elif lines:
-        last = len(lines) - 1
-        if len(lines) == 1 and lines[0] == b"":
-            lines = []
-        elif allow_torn_tail:
-            lines.pop()
-            rep.torn_tail = True
-        else:
-            rep.n_records = last + 1
-            return _fail(rep, last, "incomplete record (no trailing newline: a write was cut)")
-    prev = GENESIS
-    live: set[int] = set()
-    next_id = 0
-    for i, raw in enumerate(lines):
-        rep.n_records = i + 1
-        try:
-            rec = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-            return _fail(rep, i, f"not valid JSON ({exc})")
-        if not isinstance(rec, dict):
-            return _fail(rep, i, "not a JSON object")
-        if rec.get("seq") != i:
-            return _fail(rep, i, f"seq is {rec.get('seq')!r}, expected {i} (records were "
-                                 "deleted, inserted or reordered)")
-        if rec.get("sha256") != record_hash(rec):
-            return _fail(rep, i, "content does not match its sha256 (the record was edited)")
-        if raw.decode("utf-8") != canonical(rec):
-            return _fail(rep, i, "not in canonical form (the line was edited)")
-        if rec.get("prev") != prev:
-            if i > 0:
-                rep.n_records = i
-                return _fail(rep, i - 1, f"its hash does not match record {i}'s prev (record "
-                                         f"{i - 1} was edited and re-hashed, or replaced)")
-            return _fail(rep, i, "prev is not the genesis value (records before it are missing)")
-        op = rec.get("op")
-        if op not in _OPS:
-            return _fail(rep, i, f"unknown operation {op!r}")
-        if (i == 0) != (op == "open"):
-            return _fail(rep, i, "a log starts with exactly one 'open' record")
-        if op == "open" and (rec.get("format") != LOG_FORMAT or rec.get("version") != LOG_VERSION):
-            return _fail(rep, i, f"unsupported log format {rec.get('format')!r} version "
-                                 f"{rec.get('version')!r} (expected {LOG_FORMAT} {LOG_VERSION})")
-        # bookkeeping: which ids are live (a record of the wrong shape, re-hashed so
-        # that the chain holds, is reported by its index, never raised)
-        try:
-            error, next_id, certified = _bookkeep(rec, op, live, next_id, rep.records)
-        except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            error = f"malformed record ({type(exc).__name__}: {exc})"
-        if error is not None:
-            return _fail(rep, i, error)
-        rep.n_certificates += certified
-        rep.records.append(rec)
-        rep.hashes.append(_sha(raw))
-        prev = rep.hashes[-1]
-    if not lines:
-        return _fail(rep, 0, "the log is empty (no 'open' record)")
-    rep.final_digest = rep.records[-1].get("digest")
-    return rep
-
-
-def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
-              earlier: list[dict[str, Any]]) -> tuple[str | None, int, int]:
-    """Apply one record to the live ids: ``(error or None, next id, certificates)``."""
-    certified = 0
-    if op == "open" and "continues" in rec:  # a chain that starts from a saved state
-        cont = rec["continues"] if isinstance(rec["continues"], dict) else {}
-        ids, nid = cont.get("live_ids"), cont.get("next_id")
-        if not (isinstance(ids, list) and all(isinstance(t, int) and not isinstance(t, bool)
-                                              for t in ids)
-                and isinstance(nid, int) and all(0 <= t < nid for t in ids)
-                and len(set(ids)) == len(ids)):
-            return "continues must list the live ids and the next id of its state", next_id, 0
-        live.update(ids)
-        next_id = nid
-    elif op in ("add", "extend"):
-        tokens = rec.get("tokens", [])
-        if not isinstance(tokens, list):
-            return f"tokens is {type(tokens).__name__}, not a list", next_id, 0
-        for tok in tokens:
-            if not isinstance(tok, dict):
-                return f"a token entry is {type(tok).__name__}, not an object", next_id, 0
-            tid = tok.get("id")
-            if not isinstance(tid, int) or isinstance(tid, bool) or tid < next_id:
-                return f"adds id {tid!r}, but ids below {next_id} were already issued", \
-                    next_id, 0
-            if not (isinstance(tok.get("commitment"), str) and len(tok["commitment"]) == 64):
-                return f"token {tid} lacks a SHA-256 commitment", next_id, 0
-            live.add(tid)
-            next_id = tid + 1
-    elif op == "remove":
-        fields = rec.get("certificate")
-        if not isinstance(fields, dict):
-            return "malformed deletion certificate (not an object)", next_id, 0
-        try:
-            cert = DeletionCertificate(**fields)
-        except (KeyError, TypeError) as exc:
-            return f"malformed deletion certificate ({exc})", next_id, 0
-        errs = cert.consistency_errors()
-        if errs:
-            return "certificate inconsistent: " + "; ".join(errs), next_id, 0
-        if cert.state_digest != rec.get("digest"):
-            return "the certificate's state digest differs from the record's", next_id, 0
-        if not isinstance(cert.removed_id, int) or cert.removed_id not in live:
-            return f"removes id {cert.removed_id!r}, which is not live", next_id, 0
-        live.discard(cert.removed_id)
-        certified = 1
-    elif op == "erase":
-        er = rec.get("erasure")
-        ids = er.get("erased_ids") if isinstance(er, dict) else None
-        if not (isinstance(ids, list) and ids and all(
-                isinstance(t, int) and not isinstance(t, bool) for t in ids)):
-            return "erasure must list the erased ids", next_id, 0
-        back = [t for t in ids if t in live or t >= next_id]
-        if back:
-            return f"erases ids {back[:5]} that are live or were never issued", next_id, 0
-    elif op == "compact":
-        dropped = rec.get("dropped", [])
-        if not isinstance(dropped, list) or not all(isinstance(t, int) for t in dropped):
-            return "dropped is not a list of ids", next_id, 0
-        missing = [t for t in dropped if t not in live]
-        if missing:
-            return f"compacts ids {missing[:5]} that are not live", next_id, 0
-        live.difference_update(dropped)
-    elif op == "load" and earlier and rec.get("digest") != earlier[-1].get("digest"):
-        return "the loaded state's digest differs from the log's state", next_id, 0
-    # every record but a health event (written before its operation's record, with the
-    # counts after it) states the tokens and the next id the operations leave
-    if op not in _EVENT_OPS:
-        if rec.get("n") != len(live):
-            return (f"says n = {rec.get('n')!r}, but the log's operations leave {len(live)} "
-                    "tokens", next_id, 0)
-        if op != "open" and rec.get("next_id") != next_id and not (
-                op == "load" and isinstance(rec.get("next_id"), int)
-                and rec["next_id"] >= next_id):
-            return (f"says next_id = {rec.get('next_id')!r}, but the log's operations have "
-                    f"issued ids below {next_id}", next_id, 0)
-    return None, next_id, certified
-
-
-__all__ = ["STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError", "AuditReport", "canonical",
+__all__ = ["LOG_VERSION", "LOG_VERSIONS", "STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError",
+           "AuditReport", "canonical", "checkpoint_mismatch",
            "lock_log",
            "record_hash", "verify_chain"]

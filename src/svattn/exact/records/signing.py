@@ -7,8 +7,9 @@ so any edited byte of a receipt fails verification. Verifying needs only the
 public key, which the controller can hand to any third party (an auditor, the
 data subject); the private key never enters a state file, a log or a pickle.
 
-``svattn keygen PREFIX`` writes ``PREFIX.key`` (private, PKCS#8 PEM, mode 0600)
-and ``PREFIX.pub`` (SubjectPublicKeyInfo PEM).
+``svattn keygen PREFIX`` writes ``PREFIX.key`` (private, PKCS#8 PEM, mode 0600),
+``PREFIX.pub`` (SubjectPublicKeyInfo PEM) and ``PREFIX.vkey`` (the C2SP note verifier key
+of the audit log's checkpoints, :func:`svattn.exact.records.tlog.controller_verifier`).
 
 Examples
 --------
@@ -40,6 +41,7 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from svattn.exact.core.state import SlotState
 from svattn.exact.records.certificate import commitment_key
+from svattn.exact.records.tlog import controller_verifier
 
 
 def generate_key() -> Ed25519PrivateKey:
@@ -54,7 +56,8 @@ def fingerprint(public_key: Ed25519PublicKey) -> str:
 
 
 def write_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
-    """Write ``PREFIX.key`` (private, mode 0600) and ``PREFIX.pub``; refuse to overwrite.
+    """Write ``PREFIX.key`` (private, mode 0600), ``PREFIX.pub`` and ``PREFIX.vkey`` (the
+    note verifier key, one line); refuse to overwrite.
 
     Returns
     -------
@@ -62,7 +65,8 @@ def write_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     """
     prefix = Path(prefix)
     key_path, pub_path = Path(f"{prefix}.key"), Path(f"{prefix}.pub")
-    for p in (key_path, pub_path):
+    vkey_path = Path(f"{prefix}.vkey")
+    for p in (key_path, pub_path, vkey_path):
         if p.exists():
             raise FileExistsError(f"{p} exists; keys are never overwritten (choose another prefix)")
     key = generate_key()
@@ -75,6 +79,9 @@ def write_keypair(prefix: str | os.PathLike[str]) -> tuple[Path, Path]:
     with os.fdopen(fd, "wb") as f:
         f.write(key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    fd = os.open(vkey_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    with os.fdopen(fd, "w") as f:
+        f.write(controller_verifier(key.public_key()).to_string() + "\n")
     return key_path, pub_path
 
 

@@ -1,0 +1,381 @@
+"""``svattn audit``: verify an audit log, read its entries, prove them, check consistency.
+
+The actions (``svattn audit ACTION --help``)::
+
+    svattn audit verify LOG [STATE] [--public-key PEM | --vkey VKEY]
+    svattn audit entry LOG INDEX                 the entry's exact bytes (what is hashed)
+    svattn audit prove LOG (INDEX | --receipt JSON) [-o FILE.tlog-proof]
+    svattn audit check-proof PROOF ENTRY (--public-key PEM | --vkey VKEY)
+    svattn audit consistency OLD NEW --log LOG [--public-key PEM | --vkey VKEY]
+                                                 [--proof-out FILE]
+    svattn audit migrate LOG --signing-key KEY   sign a checkpoint of a version-1 log
+
+Exit status: 0 everything checked and held; 1 a check failed (a bad signature, an
+unknown key, inclusion or consistency failed, a log that does not verify); 2 malformed
+input or usage; 3 nothing failed but something could not be checked (an unsigned log,
+no key given, entries after the checkpoint), named on the ``UNCHECKED`` lines.
+
+Run by :mod:`svattn.cli` (the ``audit`` entry of its command table); imports what it
+needs inside each action, so the command line starts without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+__all__ = ["add_arguments", "log_authenticity", "run", "worst_status"]
+
+
+def worst_status(*statuses: int) -> int:
+    """The exit status of several checks together: 1 if one failed, else 3 if one could
+    not check everything, else 0."""
+    return 1 if 1 in statuses else 3 if 3 in statuses else 0
+
+
+def log_authenticity(log: Path, state: Path | None, public_key: Path | None):
+    """The audit log's checkpoints (and the state's) against the log's Merkle tree and the
+    controller's key: :func:`svattn.exact.auditor.logcheck.check_authenticity`."""
+    from svattn.exact.auditor.logcheck import check_authenticity
+    from svattn.exact.records.audit import verify_chain
+    from svattn.exact.records.signing import load_public_key
+    from svattn.exact.records.tlog import controller_verifier
+
+    keys = [] if public_key is None else [controller_verifier(load_public_key(public_key))]
+    return check_authenticity(log, verify_chain(log), keys, state)
+
+
+def _keys(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--public-key", type=Path, metavar="PEM", default=None,
+                        help="the controller's Ed25519 public key (svattn keygen's PREFIX.pub)")
+    parser.add_argument("--vkey", type=Path, metavar="VKEY", default=None,
+                        help="note verifier keys, one per line (svattn keygen's PREFIX.vkey, "
+                             "a witness's key)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``audit`` actions' arguments."""
+    sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
+    p = sub.add_parser("verify", help="check a log: hash chain, certificates, its checkpoint "
+                       "(and the state's) against its Merkle tree and the controller's key",
+                       formatter_class=argparse.RawDescriptionHelpFormatter, epilog=(
+                           "exit status:\n  0  VERIFIED: chain, checkpoints, signatures and "
+                           "the log's end (STATE) all checked\n  1  FAILED: a check failed "
+                           "(named)\n  2  malformed input\n  3  UNCHECKED: nothing failed, "
+                           "but something was not checked (named, with what would check it:"
+                           "\n     --vkey / --public-key, STATE)"))
+    p.add_argument("log", type=Path, metavar="LOG", help="the JSONL audit log")
+    p.add_argument("state", type=Path, nargs="?", default=None, metavar="STATE",
+                   help="a state saved with this log: its digest must be the log's final "
+                        "digest, its checkpoint one of the log's")
+    _keys(p)
+    p = sub.add_parser("entry", help="write entry INDEX's exact bytes (the Merkle leaf is "
+                       "SHA-256(0x00 || these bytes)) to stdout")
+    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("index", type=int, metavar="INDEX", help="0-based entry (= record seq)")
+    p = sub.add_parser("prove", help="write a c2sp.org/tlog-proof@v1 file: an entry's "
+                       "inclusion proof to the log's signed checkpoint")
+    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("index", type=int, nargs="?", default=None, metavar="INDEX")
+    p.add_argument("--receipt", type=Path, default=None, metavar="JSON",
+                   help="prove the entry that records this deletion certificate or erasure "
+                        "receipt (instead of INDEX)")
+    p.add_argument("-o", "--out", type=Path, default=None, metavar="FILE",
+                   help="write the proof here (a new file; default: stdout)")
+    p = sub.add_parser("check-proof", help="verify a .tlog-proof against the entry's bytes "
+                       "and the controller's key")
+    p.add_argument("proof", type=Path, metavar="PROOF")
+    p.add_argument("entry", type=Path, metavar="ENTRY",
+                   help="a file holding the entry's exact bytes (svattn audit entry)")
+    _keys(p)
+    p = sub.add_parser("consistency", help="check that checkpoint NEW extends checkpoint OLD "
+                       "(the log's history was not rewritten), with a proof made from LOG")
+    p.add_argument("old", type=Path, metavar="OLD", help="a checkpoint kept earlier")
+    p.add_argument("new", type=Path, metavar="NEW", help="a later checkpoint of the log")
+    p.add_argument("--log", type=Path, required=True, metavar="LOG",
+                   help="the log, from which the consistency proof is made")
+    p.add_argument("--proof-out", type=Path, default=None, metavar="FILE",
+                   help="also write the proof (base64 hashes, one per line) for another tool")
+    _keys(p)
+    p = sub.add_parser("migrate", help="give a log written before checkpoints (version 1) "
+                       "its first checkpoint, signed with the controller's key: the "
+                       "controller vouches for the log as it stands")
+    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("--signing-key", type=Path, required=True, metavar="KEY",
+                   help="the controller's private key (svattn keygen's PREFIX.key)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one ``audit`` action; return the exit status."""
+    return {"verify": _verify, "entry": _entry, "prove": _prove, "check-proof": _check_proof,
+            "consistency": _consistency, "migrate": _migrate}[args.action](args)
+
+
+# ------------------------------------------------------------------ helpers
+def _file(path: Path | None, what: str) -> None:
+    if path is None:
+        return
+    if not path.exists():
+        raise FileNotFoundError(f"{what}: no such file: {path}")
+    if path.is_dir():
+        raise ValueError(f"{what}: {path} is a directory, not a file")
+
+
+def _log(path: Path):
+    """The verified chain of an svattn audit log (usage error when not a log)."""
+    from svattn.exact.records.audit import verify_chain
+
+    _file(path, "LOG")
+    with open(path, "rb") as fh:
+        first = fh.readline(1 << 16)
+    try:
+        rec = json.loads(first)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+        rec = None
+    if not (isinstance(rec, dict) and rec.get("format") == "svattn.audit"
+            or b"svattn.audit" in first):
+        raise ValueError(f"LOG: {path} is not an svattn audit log (its first line is not "
+                         "the log's 'open' record)")
+    return verify_chain(path)
+
+
+def _verifiers(args: argparse.Namespace) -> list:
+    from svattn.exact.records.note import NoteVerifier
+    from svattn.exact.records.signing import load_public_key
+    from svattn.exact.records.tlog import controller_verifier
+
+    keys = []
+    if args.public_key is not None:
+        _file(args.public_key, "--public-key")
+        keys.append(controller_verifier(load_public_key(args.public_key)))
+    if args.vkey is not None:
+        _file(args.vkey, "--vkey")
+        for line in args.vkey.read_text().splitlines():
+            if line.strip():
+                try:
+                    keys.append(NoteVerifier.from_string(line.strip()))
+                except ValueError as exc:
+                    raise ValueError(f"--vkey: {args.vkey}: {exc}") from None
+    return keys
+
+
+def _refused(exc) -> int:
+    """Print a refusal; 2 for malformed input, 1 for a check that failed."""
+    from svattn.exact.records.note import Verdict
+
+    if exc.verdict is Verdict.MALFORMED:
+        raise ValueError(str(exc)) from None
+    print(f"REFUSED ({exc.verdict.value}): {exc.reason}")
+    return 1
+
+
+# ------------------------------------------------------------------ actions
+def _verify(args: argparse.Namespace) -> int:
+    from svattn.exact.auditor.logcheck import check_authenticity, verify_log
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.fileformat import StateFileError
+
+    _log(args.log)
+    keys = _verifiers(args)
+    if args.state is not None:
+        _file(args.state, "STATE")
+        try:
+            load(args.state)
+        except StateFileError as exc:
+            raise ValueError(f"STATE: {exc}") from None
+    report = verify_log(args.log, args.state)
+    print(report.summary())
+    if not report.ok:
+        return 1
+    auth = check_authenticity(args.log, report, keys, args.state)
+    if args.state is None and not auth.failed:
+        auth.unchecked.append("the log's end: records cut from the end of a log, an older "
+                              "checkpoint put back, leave a shorter log that still verifies; "
+                              "only a state saved after them can tell (give STATE, the "
+                              "memory's last saved state)")
+    for line in auth.lines():
+        print(line)
+    print({0: "verdict: VERIFIED (chain, checkpoints and signatures all checked)",
+           1: "verdict: FAILED",
+           3: "verdict: UNCHECKED (nothing failed; see the UNCHECKED lines)"}
+          [auth.exit_status])
+    return auth.exit_status
+
+
+def _index(rep, index: int) -> int:
+    if not rep.ok:
+        raise ValueError(f"LOG does not verify: {rep.error}")
+    if not 0 <= index < len(rep.entries):
+        raise ValueError(f"INDEX: {index} is outside the log's entries 0..{len(rep.entries) - 1}")
+    return index
+
+
+def _entry(args: argparse.Namespace) -> int:
+    rep = _log(args.log)
+    sys.stdout.buffer.write(rep.entries[_index(rep, args.index)])
+    sys.stdout.flush()
+    return 0
+
+
+def _receipt_index(rep, path: Path) -> int:
+    """The entry recording the deletion certificate or erasure receipt in ``path``."""
+    from dataclasses import asdict
+
+    from svattn.exact.records.certificate import DeletionCertificate, ErasureReceipt
+
+    _file(path, "--receipt")
+    text = path.read_text()
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise ValueError(f"--receipt: {path} is not JSON ({exc})") from None
+    if isinstance(data, dict) and "erased_ids" in data:  # an erasure receipt
+        sha = ErasureReceipt.from_json(text).sha256()
+        hits = [r["seq"] for r in rep.records if r["op"] == "erase"
+                and r["erasure"].get("receipt_sha256") == sha]
+    else:
+        cert = asdict(DeletionCertificate.from_json(text))
+        hits = [r["seq"] for r in rep.records if r["op"] == "remove"
+                and r["certificate"] == cert]
+    if not hits:
+        raise ValueError(f"--receipt: the log records no entry of {path}")
+    return hits[-1]
+
+
+def _prove(args: argparse.Namespace) -> int:
+    from svattn.exact.records.audit import checkpoint_mismatch
+    from svattn.exact.records.merkle import MerkleTree
+    from svattn.exact.records.note import parse_note
+    from svattn.exact.records.tlog import checkpoint_path, proof_text, read_checkpoint_unverified
+
+    rep = _log(args.log)
+    if (args.index is None) == (args.receipt is None):
+        raise ValueError("give INDEX or --receipt (one of them)")
+    index = _index(rep, args.index) if args.receipt is None else _receipt_index(rep, args.receipt)
+    cp_file = checkpoint_path(args.log)
+    _file(cp_file, "the log's checkpoint")
+    note = cp_file.read_text(encoding="utf-8")
+    problem = checkpoint_mismatch(note, rep)
+    if problem is not None:
+        print(f"REFUSED: {cp_file.name} {problem}")
+        return 1
+    if "\n\n" not in note:
+        raise ValueError(f"{cp_file.name} is unsigned: a .tlog-proof needs a signed "
+                         "checkpoint (a memory given signing_key= signs its log)")
+    parse_note(note)
+    size = read_checkpoint_unverified(note).size
+    if index >= size:
+        raise ValueError(f"entry {index} is after the checkpoint (size {size}): the writer "
+                         "rewrites it on its next operation or load")
+    text = proof_text(index, MerkleTree(rep.leaves[:size]).inclusion_path(index), note)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        if args.out.exists():
+            raise ValueError(f"--out: {args.out} exists; proofs are never overwritten")
+        args.out.write_text(text)
+        print(f"wrote {args.out}: entry {index} in the checkpoint of size {size}")
+    return 0
+
+
+def _check_proof(args: argparse.Namespace) -> int:
+    from svattn.exact.records.note import TlogError
+    from svattn.exact.records.tlog import verify_proof
+
+    _file(args.proof, "PROOF")
+    _file(args.entry, "ENTRY")
+    keys = _verifiers(args)
+    if not keys:
+        raise ValueError("give the controller's --public-key or --vkey: a proof is only "
+                         "as good as the key that signed its checkpoint")
+    try:
+        cp = verify_proof(args.proof.read_bytes(), args.entry.read_bytes(), keys)
+    except TlogError as exc:
+        return _refused(exc)
+    print(f"VERIFIED: the entry is in log {cp.origin} (checkpoint of {cp.size} entries, "
+          "signed by a key given)")
+    return 0
+
+
+def _consistency(args: argparse.Namespace) -> int:
+    from svattn.exact.records.audit import checkpoint_mismatch
+    from svattn.exact.records.merkle import MerkleTree, verify_consistency
+    from svattn.exact.records.note import TlogError
+    from svattn.exact.records.tlog import (
+        consistency_proof_text,
+        read_checkpoint_unverified,
+        verify_consistency_between,
+    )
+
+    for p, what in ((args.old, "OLD"), (args.new, "NEW")):
+        _file(p, what)
+    rep = _log(args.log)
+    if not rep.ok:
+        print(f"REFUSED: LOG does not verify: {rep.error}")
+        return 1
+    old, new = args.old.read_text(encoding="utf-8"), args.new.read_text(encoding="utf-8")
+    cp_old, cp_new = read_checkpoint_unverified(old), read_checkpoint_unverified(new)
+    problem = checkpoint_mismatch(new, rep)
+    if problem is not None:
+        print(f"REFUSED: NEW {problem}")
+        return 1
+    if cp_old.size > cp_new.size:
+        print(f"REFUSED (consistency failed): OLD covers {cp_old.size} entries, NEW only "
+              f"{cp_new.size}")
+        return 1
+    proof = MerkleTree(rep.leaves[:cp_new.size]).consistency_proof(cp_old.size)
+    if args.proof_out is not None:
+        args.proof_out.write_text(consistency_proof_text(proof))
+    keys = _verifiers(args)
+    signed = "\n\n" in old and "\n\n" in new
+    if keys and signed:
+        try:
+            verify_consistency_between(old, new, proof, keys)
+        except TlogError as exc:
+            return _refused(exc)
+        print(f"VERIFIED: the log at {cp_new.size} entries extends the checkpoint of "
+              f"{cp_old.size} (both signed by a key given)")
+        return 0
+    if cp_old.origin != cp_new.origin or not verify_consistency(
+            cp_old.size, cp_new.size, proof, cp_old.root, cp_new.root):
+        print("REFUSED (consistency failed): OLD is not a prefix of the log NEW heads "
+              "(its history was rewritten)")
+        return 1
+    why = ("a checkpoint is unsigned" if not signed else
+           "no key given (--public-key or --vkey)")
+    print(f"consistent: the log at {cp_new.size} entries extends the checkpoint of "
+          f"{cp_old.size}")
+    print(f"UNCHECKED: the checkpoints' signatures ({why}): anyone could have written them")
+    return 3
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    from svattn.exact.records.audit import lock_log
+    from svattn.exact.records.signing import load_private_key
+    from svattn.exact.records.tlog import CheckpointWriter, controller_signer
+
+    _file(args.signing_key, "--signing-key")
+    key = load_private_key(args.signing_key)
+    lock = lock_log(args.log) if args.log.is_file() else None  # no writer appends meanwhile
+    try:
+        rep = _log(args.log)
+        if not rep.ok:
+            print(f"REFUSED: LOG does not verify: {rep.error}")
+            return 1
+        writer = CheckpointWriter(args.log, controller_signer(key))
+        if writer.file.exists():
+            raise ValueError(f"{writer.file} exists: the log has checkpoints already")
+        for entry in rep.entries:
+            writer.add(entry)
+        writer.write()
+    finally:
+        if lock is not None:
+            import os
+
+            os.close(lock)
+    print(f"wrote {writer.file}: a checkpoint of the log's {len(rep.entries)} entries, signed "
+          f"by {writer.signer.name}; the memory continues it (SVDDMemory.load(..., "
+          "audit_log=LOG, signing_key=KEY))")
+    return 0
