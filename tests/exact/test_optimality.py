@@ -155,7 +155,6 @@ def test_the_certificate_of_removing_the_last_token_verifies(tmp_path):
     """Before: with no token left nothing could check the exact-optimum claim (always
     UNCHECKED, exit 3). The retrain of no tokens is the empty state (mu = 0)."""
     from svattn.cli import main
-
     from svattn.exact.records.signing import write_keypair
 
     log, state = tmp_path / "a.jsonl", tmp_path / "m.safetensors"
