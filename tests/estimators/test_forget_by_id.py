@@ -169,3 +169,17 @@ def test_an_index_of_timestamps_is_refused_with_what_to_do():
     assert not hasattr(model, "memory_")
     model.fit(X, ids=X.index.astype(str))
     assert model.forget(ids=[str(X.index[4])]).ids == (str(X.index[4]),)
+
+
+def test_an_int_id_beyond_int64_is_kept_reported_and_forgotten(tmp_path):
+    from svattn.estimators import verify_forget_receipt
+
+    X = np.random.default_rng(4).normal(size=(20, 2))
+    big = 2**70  # an account number, a UUID as int: any Python int is an id
+    model = SVDD(nu=0.3, gamma=0.5).fit(X, ids=[big, *range(1, 20)])
+    assert model.ids_[0] == big and list(model.ids_[1:]) == list(range(1, 20))
+    model.save(tmp_path / "before")
+    assert SVDD.load(tmp_path / "before").ids_[0] == big
+    receipt = model.forget(ids=[big])
+    assert receipt.ids == (big,) and big not in model.ids_.tolist()
+    assert verify_forget_receipt(model, receipt).ok
