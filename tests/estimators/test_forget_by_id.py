@@ -183,3 +183,23 @@ def test_an_int_id_beyond_int64_is_kept_reported_and_forgotten(tmp_path):
     receipt = model.forget(ids=[big])
     assert receipt.ids == (big,) and big not in model.ids_.tolist()
     assert verify_forget_receipt(model, receipt).ok
+
+
+@pytest.mark.parametrize("how", ["ids", "subject"])
+def test_a_pickle_or_copy_right_after_a_forget_holds_no_byte_of_the_row(how):
+    import copy
+    import pickle
+
+    X = np.random.default_rng(6).normal(size=(120, 3))
+    row = np.array([1.2345678901234567, -7.654321098765432, 3.3333333333333335])
+    X[60] = row  # a support vector (far out), whose values only row 60 holds
+    model = SVDD(nu=0.1, gamma=0.5, signing_key=generate_key()).fit(
+        X, subjects=["gone" if i == 60 else None for i in range(120)])
+    assert 60 in model.support_.tolist()  # the support's attributes, read before
+    if how == "ids":
+        model.forget(ids=[60])
+    else:
+        model.forget(subject="gone")
+    for blob in (pickle.dumps(model), pickle.dumps(copy.deepcopy(model))):
+        assert row[:1].tobytes() not in blob
+    assert 60 not in pickle.loads(pickle.dumps(model)).support_.tolist()
