@@ -478,6 +478,11 @@ class SVDD(OutlierMixin, BaseEstimator):
     def _issued(self, receipt: ForgetReceipt) -> ForgetReceipt:
         key = vars(self).get("_signing_key")
         self._warn_detached("this receipt is unsigned and the removal unlogged")
+        if key is None and self.memory_.view.commit_key_id is not None and not vars(
+                self).get("_detached"):
+            warnings.warn("this model was fitted under the controller's key and is held "
+                          "without it: this receipt is unsigned (SVDD.load(folder, "
+                          "signing_key=...) signs)", UserWarning, stacklevel=3)
         return receipt if key is None else sign(receipt, key)
 
     def _warn_detached(self, consequence: str) -> None:
