@@ -931,8 +931,8 @@ def _verify_forget_receipt_run(args: argparse.Namespace) -> int:
         model = SVDD.load(args.model)
     except (ValueError, FileNotFoundError) as exc:
         raise ValueError(f"MODEL: {exc}") from None
-    print(f"verifying: re-solving the {model.n_samples_} rows of {args.model} from scratch "
-          "(independent QP oracle) ...", file=sys.stderr, flush=True)
+    print(f"verifying: proving the state of the {model.n_samples_} rows of {args.model} "
+          "optimal from their keys ...", file=sys.stderr, flush=True)
     v = verify_forget_receipt(model, receipt, tol=args.tol, log=args.log,
                               public_key=args.public_key)
     who = f" of subject {receipt.subject!r}" if receipt.subject is not None else ""

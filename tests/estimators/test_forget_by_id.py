@@ -169,3 +169,37 @@ def test_an_index_of_timestamps_is_refused_with_what_to_do():
     assert not hasattr(model, "memory_")
     model.fit(X, ids=X.index.astype(str))
     assert model.forget(ids=[str(X.index[4])]).ids == (str(X.index[4]),)
+
+
+def test_an_int_id_beyond_int64_is_kept_reported_and_forgotten(tmp_path):
+    from svattn.estimators import verify_forget_receipt
+
+    X = np.random.default_rng(4).normal(size=(20, 2))
+    big = 2**70  # an account number, a UUID as int: any Python int is an id
+    model = SVDD(nu=0.3, gamma=0.5).fit(X, ids=[big, *range(1, 20)])
+    assert model.ids_[0] == big and list(model.ids_[1:]) == list(range(1, 20))
+    model.save(tmp_path / "before")
+    assert SVDD.load(tmp_path / "before").ids_[0] == big
+    receipt = model.forget(ids=[big])
+    assert receipt.ids == (big,) and big not in model.ids_.tolist()
+    assert verify_forget_receipt(model, receipt).ok
+
+
+@pytest.mark.parametrize("how", ["ids", "subject"])
+def test_a_pickle_or_copy_right_after_a_forget_holds_no_byte_of_the_row(how):
+    import copy
+    import pickle
+
+    X = np.random.default_rng(6).normal(size=(120, 3))
+    row = np.array([1.2345678901234567, -7.654321098765432, 3.3333333333333335])
+    X[60] = row  # a support vector (far out), whose values only row 60 holds
+    model = SVDD(nu=0.1, gamma=0.5, signing_key=generate_key()).fit(
+        X, subjects=["gone" if i == 60 else None for i in range(120)])
+    assert 60 in model.support_.tolist()  # the support's attributes, read before
+    if how == "ids":
+        model.forget(ids=[60])
+    else:
+        model.forget(subject="gone")
+    for blob in (pickle.dumps(model), pickle.dumps(copy.deepcopy(model))):
+        assert row[:1].tobytes() not in blob
+    assert 60 not in pickle.loads(pickle.dumps(model)).support_.tolist()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ from estimator_helpers import features, max_gap, shuffled_wine
 from svattn import SVDD
 from svattn.cli import main
 from svattn.estimators import verify_forget_receipt
-from svattn.exact.records.signing import write_keypair
+from svattn.exact.records.signing import generate_key, write_keypair
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +38,10 @@ def _cli(where, *extra, receipt="receipt.json"):
 def test_the_command_verifies_every_field_with_the_log_and_key(deployed, capsys):
     where, *_, pub, log = deployed
     assert _cli(where, "--log", str(log), "--public-key", str(pub)) == 0
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "verdict:             VERIFIED" in out
+    # what it does: the proof from the keys (the dense re-solve is verify-deletion --oracle)
+    assert "optimal from their keys" in err and "oracle" not in err
 
 
 def test_without_the_key_the_command_names_what_it_could_not_check(deployed, capsys):
@@ -139,3 +142,16 @@ def test_a_model_pickled_before_rows_had_ids_reads_as_positions():
     assert np.array_equal(old.support_, model.support_)
     assert list(old.ids_) == [i for i in range(50) if i != 3]
     assert old.forget(indices=[4]).ids == (4,)
+
+
+def test_a_signed_model_loaded_without_its_key_warns_that_its_receipt_is_unsigned(tmp_path):
+    X = np.random.default_rng(8).normal(size=(30, 2))
+    key = generate_key()
+    SVDD(nu=0.2, gamma=0.5, signing_key=key).fit(X).save(tmp_path / "m")
+    keyless = SVDD.load(tmp_path / "m")
+    with pytest.warns(UserWarning, match="held without it: this receipt is unsigned"):
+        assert keyless.forget(ids=[3]).signature is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # an unkeyed model's receipt is unsigned by design
+        SVDD(nu=0.2, gamma=0.5).fit(X).forget(ids=[3])
+        assert SVDD.load(tmp_path / "m", signing_key=key).forget(ids=[4]).signature

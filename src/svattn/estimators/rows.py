@@ -26,6 +26,7 @@ import numbers
 import numpy as np
 
 RowId = int | str
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def row_id(value, what: str) -> RowId:
@@ -197,9 +198,10 @@ class RowLedger:
         return [self._id_of[int(t)] for t in tokens]
 
     def as_array(self, tokens) -> np.ndarray:
-        """The ids of ``tokens`` as an array: int64 when every id is an int, else object."""
+        """The ids of ``tokens`` as an array: int64 when every id is an int int64 holds,
+        else object (an id is any Python int: 2**70 is one)."""
         ids = self.ids_of(tokens)
-        if all(isinstance(i, int) for i in ids):
+        if all(isinstance(i, int) and _INT64_MIN <= i <= _INT64_MAX for i in ids):
             return np.array(ids, dtype=np.int64)
         out = np.empty(len(ids), dtype=object)
         out[:] = ids

@@ -445,6 +445,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         removed = ledger.ids_of(tokens)
         certs = memory.remove_many(tokens)  # the change: atomic in the core
         ledger.drop(tokens)
+        self._support.clear()  # the support before it holds the forgotten rows' values
         # the last certificate's digest is the state's after it (each removal's own)
         return self._issued(ForgetReceipt(
             ids=tuple(removed), positions=tuple(tokens), subject=None,
@@ -468,6 +469,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         erasure = memory.erase(subject)  # the change: atomic in the core, one receipt
         removed = self._ledger.ids_of(erasure.erased_ids)
         self._ledger.drop(erasure.erased_ids)
+        self._support.clear()  # the support before it holds the erased rows' values
         return self._issued(ForgetReceipt(
             ids=tuple(removed), positions=tuple(erasure.erased_ids), subject=subject,
             certificates=(), erasure=erasure, state_digest=erasure.state_digest,
@@ -476,6 +478,11 @@ class SVDD(OutlierMixin, BaseEstimator):
     def _issued(self, receipt: ForgetReceipt) -> ForgetReceipt:
         key = vars(self).get("_signing_key")
         self._warn_detached("this receipt is unsigned and the removal unlogged")
+        if key is None and self.memory_.view.commit_key_id is not None and not vars(
+                self).get("_detached"):
+            warnings.warn("this model was fitted under the controller's key and is held "
+                          "without it: this receipt is unsigned (SVDD.load(folder, "
+                          "signing_key=...) signs)", UserWarning, stacklevel=3)
         return receipt if key is None else sign(receipt, key)
 
     def _warn_detached(self, consequence: str) -> None:
@@ -607,6 +614,8 @@ class SVDD(OutlierMixin, BaseEstimator):
                 ("audit log", self.audit_log is not None)) if held) + tuple(
                 vars(self).get("_detached", ()))
         state.pop("_signing_key", None)
+        if "_support" in state:  # rebuilt from the memory on first use: a cache of an
+            state["_support"] = {}  # earlier state holds rows forgotten since
         if state.get("signing_key") is not None and not isinstance(
                 state["signing_key"], (str, os.PathLike)):
             state["signing_key"] = None

@@ -77,6 +77,12 @@ class MemoryView:
         (-1: a state loaded from a file format that did not record it)."""
         return int(self._ss.n_compacted)
 
+    @property
+    def commit_key_id(self) -> str | None:
+        """The public name of the controller's key the commitments and tags are under
+        (None: the memory has been under no key)."""
+        return self._ss.commit_key_id
+
     def holds(self, token_id: int) -> bool:
         """True when ``token_id`` is a live token of the memory (O(1)).
 
