@@ -181,7 +181,7 @@ def run(args: argparse.Namespace) -> dict:
         t0 = time.perf_counter()
         loaded = SVDDMemory.load(state)
         load_s = time.perf_counter() - t0
-        cache_bytes = loaded.solver_state.KC.nbytes
+        cache_bytes = loaded.view.kernel_cache_nbytes
         del loaded
         _, _, load_peak = _traced(lambda: SVDDMemory.load(state))
         # in process: the verification alone, timed; then again under tracemalloc (which
