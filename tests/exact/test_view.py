@@ -90,6 +90,9 @@ def test_counters_nbytes_and_the_cross_check(mem):
     assert set(c) >= {"n_block_passes", "n_jumps", "n_jump_fallbacks"}
     assert all(isinstance(v, int) and v >= 0 for v in c.values())
     assert view.state_nbytes >= mem.keys.nbytes
+    # the cache holds a column per support token, over every slot
+    assert (view.state_nbytes > view.kernel_cache_nbytes
+            >= 8 * len(mem) * len(mem.support_ids()) > 0)
     assert isinstance(view.has_kept_factor, bool)
     assert view.kkt_residual_all_columns() <= mem.tol
 

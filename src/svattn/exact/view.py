@@ -228,6 +228,12 @@ class MemoryView:
         allocated capacity included)."""
         return sum(v.nbytes for v in vars(self._ss).values() if isinstance(v, np.ndarray))
 
+    @property
+    def kernel_cache_nbytes(self) -> int:
+        """Bytes of the kernel cache's buffer (its allocated capacity: slots × cache
+        columns), part of :attr:`state_nbytes`."""
+        return int(self._ss.KC.nbytes)
+
 
 def instrument(mem) -> SlotState:
     """The memory's solver state itself, for the benchmarks that time the core's own

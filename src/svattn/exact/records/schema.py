@@ -311,7 +311,9 @@ def _rebuild_cache(ss: SlotState, t: dict[str, np.ndarray]) -> None:
 
 def _restore_cache(ss: SlotState, t, slots, col, states, ccap, chi, nS, d) -> None:
     ss.ccap, ss.chi, ss.nS = ccap, chi, nS
-    ss.KC = np.zeros((ss.cap, ccap), order="F")
+    # version 5: an empty placeholder; :func:`_rebuild_cache` allocates the cache it
+    # builds (a second (cap, ccap) allocation would double the load's peak)
+    ss.KC = np.zeros((ss.cap, ccap) if "kcache" in t else (0, 0), order="F")
     ss.XC = np.zeros((ccap, d))
     ss.slot_of_col = np.full(ccap, -1, dtype=np.int64)
     ss.ac = np.zeros(ccap)
