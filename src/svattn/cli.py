@@ -279,11 +279,18 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
         print(f"decision deviation:  {v.decision_dev:.3e}")
         print(f"readout deviation:   {v.readout_dev:.3e} ({v.n_probes} probes)")
     print(f"tolerance:           {v.tolerance:.1e}")
+    return _report_with_log(v, args)
+
+
+def _report_with_log(v, args: argparse.Namespace) -> int:
+    """Print a receipt's verdict with the audit log's checkpoints (``--log``) beside it and
+    return the worse of the two exit statuses: never a bare VERIFIED over a log whose
+    authenticity failed or went unchecked."""
     auth = _log_authenticity(args)
     _print_verdict(v.verdict, auth)
     status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
     summary = v.summary()
-    if status != v.exit_status and summary.startswith("VERIFIED"):  # never a bare VERIFIED
+    if status != v.exit_status and summary.startswith("VERIFIED"):
         summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
             "authenticity); the receipt" + summary[len("VERIFIED"):]
     print(summary)
@@ -388,15 +395,7 @@ def _verify_erasure_run(args: argparse.Namespace) -> int:
     proof = None if v.last_removal is None else v.last_removal.optimality
     if proof is not None:
         print(f"optimality: {'proven' if proof.ok else 'NOT proven'}: {proof.summary()}")
-    auth = _log_authenticity(args)
-    _print_verdict(v.verdict, auth)
-    status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
-    summary = v.summary()
-    if status != v.exit_status and summary.startswith("VERIFIED"):  # never a bare VERIFIED
-        summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
-            "authenticity); the receipt" + summary[len("VERIFIED"):]
-    print(summary)
-    return status
+    return _report_with_log(v, args)
 
 
 def _recover_arguments(parser: argparse.ArgumentParser) -> None:
