@@ -26,7 +26,8 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "log_authenticity", "run", "worst_status"]
+__all__ = ["add_arguments", "check_audit_log", "check_file", "log_authenticity", "run",
+           "worst_status"]
 
 
 def worst_status(*statuses: int) -> int:
@@ -114,7 +115,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ helpers
-def _file(path: Path | None, what: str) -> None:
+def check_file(path: Path | None, what: str) -> None:
+    """Usage errors for a path that should be an existing file (``None``: nothing given)."""
     if path is None:
         return
     if not path.exists():
@@ -123,11 +125,11 @@ def _file(path: Path | None, what: str) -> None:
         raise ValueError(f"{what}: {path} is a directory, not a file")
 
 
-def _log(path: Path):
-    """The verified chain of an svattn audit log (usage error when not a log)."""
-    from svattn.exact.records.audit import verify_chain
-
-    _file(path, "LOG")
+def check_audit_log(path: Path) -> None:
+    """A usage error unless ``path`` looks like an svattn audit log (its first line is the
+    log's ``open`` record). A log whose records were edited still passes, and the
+    verifiers name the broken record."""
+    check_file(path, "LOG")
     with open(path, "rb") as fh:
         first = fh.readline(1 << 16)
     try:
@@ -138,6 +140,13 @@ def _log(path: Path):
             or b"svattn.audit" in first):
         raise ValueError(f"LOG: {path} is not an svattn audit log (its first line is not "
                          "the log's 'open' record)")
+
+
+def _log(path: Path):
+    """The verified chain of an svattn audit log (usage error when not a log)."""
+    from svattn.exact.records.audit import verify_chain
+
+    check_audit_log(path)
     return verify_chain(path)
 
 
@@ -148,10 +157,10 @@ def _verifiers(args: argparse.Namespace) -> list:
 
     keys = []
     if args.public_key is not None:
-        _file(args.public_key, "--public-key")
+        check_file(args.public_key, "--public-key")
         keys.append(controller_verifier(load_public_key(args.public_key)))
     if args.vkey is not None:
-        _file(args.vkey, "--vkey")
+        check_file(args.vkey, "--vkey")
         for line in args.vkey.read_text().splitlines():
             if line.strip():
                 try:
@@ -180,7 +189,7 @@ def _verify(args: argparse.Namespace) -> int:
     _log(args.log)
     keys = _verifiers(args)
     if args.state is not None:
-        _file(args.state, "STATE")
+        check_file(args.state, "STATE")
         try:
             load(args.state)
         except StateFileError as exc:
@@ -225,7 +234,7 @@ def _receipt_index(rep, path: Path) -> int:
 
     from svattn.exact.records.certificate import DeletionCertificate, ErasureReceipt
 
-    _file(path, "--receipt")
+    check_file(path, "--receipt")
     text = path.read_text()
     try:
         data = json.loads(text)
@@ -255,7 +264,7 @@ def _prove(args: argparse.Namespace) -> int:
         raise ValueError("give INDEX or --receipt (one of them)")
     index = _index(rep, args.index) if args.receipt is None else _receipt_index(rep, args.receipt)
     cp_file = checkpoint_path(args.log)
-    _file(cp_file, "the log's checkpoint")
+    check_file(cp_file, "the log's checkpoint")
     note = cp_file.read_text(encoding="utf-8")
     problem = checkpoint_mismatch(note, rep)
     if problem is not None:
@@ -284,8 +293,8 @@ def _check_proof(args: argparse.Namespace) -> int:
     from svattn.exact.records.note import TlogError
     from svattn.exact.records.tlog import verify_proof
 
-    _file(args.proof, "PROOF")
-    _file(args.entry, "ENTRY")
+    check_file(args.proof, "PROOF")
+    check_file(args.entry, "ENTRY")
     keys = _verifiers(args)
     if not keys:
         raise ValueError("give the controller's --public-key or --vkey: a proof is only "
@@ -310,7 +319,7 @@ def _consistency(args: argparse.Namespace) -> int:
     )
 
     for p, what in ((args.old, "OLD"), (args.new, "NEW")):
-        _file(p, what)
+        check_file(p, what)
     rep = _log(args.log)
     if not rep.ok:
         print(f"REFUSED: LOG does not verify: {rep.error}")
@@ -356,7 +365,7 @@ def _migrate(args: argparse.Namespace) -> int:
     from svattn.exact.records.signing import load_private_key
     from svattn.exact.records.tlog import CheckpointWriter, controller_signer
 
-    _file(args.signing_key, "--signing-key")
+    check_file(args.signing_key, "--signing-key")
     key = load_private_key(args.signing_key)
     lock = lock_log(args.log) if args.log.is_file() else None  # no writer appends meanwhile
     try:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import svattn
-from svattn.audit_cli import worst_status
+from svattn.audit_cli import check_audit_log, check_file, worst_status
 
 __all__ = ["COMMANDS", "Command", "build_parser", "main"]
 
@@ -120,7 +120,7 @@ def _demo_run(args: argparse.Namespace) -> int:
     from svattn.demo import run_demo
 
     if args.signing_key is not None:
-        _check_file(args.signing_key, "--signing-key")
+        check_file(args.signing_key, "--signing-key")
     result = run_demo(
         stays=args.stays, C=args.C, gamma=args.gamma, seed=args.seed, delete=args.delete,
         data=args.data, show=args.show, verify_each=args.verify_each, save_to=args.out,
@@ -153,33 +153,6 @@ def _audit_arguments(parser: argparse.ArgumentParser) -> None:
     from svattn.audit_cli import add_arguments  # the audit actions: svattn/audit_cli.py
 
     add_arguments(parser)
-
-
-def _check_file(path: Path, what: str) -> None:
-    """Usage errors for a path that should be an existing file."""
-    if not path.exists():
-        raise FileNotFoundError(f"{what}: no such file: {path}")
-    if path.is_dir():
-        raise ValueError(f"{what}: {path} is a directory, not a file")
-
-
-def _check_audit_log(path: Path) -> None:
-    """A usage error unless ``path`` looks like an svattn audit log (its first line is the
-    log's ``open`` record). A log whose records were edited still passes, and
-    ``verify_log`` names the broken record."""
-    import json
-
-    _check_file(path, "LOG")
-    with open(path, "rb") as fh:
-        first = fh.readline(1 << 16)
-    try:
-        rec = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        rec = None
-    if not (isinstance(rec, dict) and rec.get("format") == "svattn.audit"
-            or b"svattn.audit" in first):
-        raise ValueError(f"LOG: {path} is not an svattn audit log (its first line is not "
-                         "the log's 'open' record)")
 
 
 def _audit_run(args: argparse.Namespace) -> int:
@@ -240,9 +213,9 @@ def _verify_deletion_run(args: argparse.Namespace) -> int:
                     (args.log, "--log"), (args.public_key, "--public-key"),
                     (args.commit_key, "--commit-key")):
         if p is not None:
-            _check_file(p, what)
+            check_file(p, what)
     if args.log is not None:
-        _check_audit_log(args.log)
+        check_audit_log(args.log)
     _check_state_parameters(args.state)
     memory = load(args.state)
     try:
@@ -376,9 +349,9 @@ def _verify_erasure_run(args: argparse.Namespace) -> int:
     for p, what in ((args.state, "STATE"), (args.receipt, "RECEIPT"), (args.log, "--log"),
                     (args.public_key, "--public-key")):
         if p is not None:
-            _check_file(p, what)
+            check_file(p, what)
     if args.log is not None:
-        _check_audit_log(args.log)
+        check_audit_log(args.log)
     _check_state_parameters(args.state)
     memory = load(args.state)
     try:
@@ -671,9 +644,9 @@ def _generate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _generate_run(args: argparse.Namespace) -> int:
-    _check_file(args.checkpoint, "CHECKPOINT")
+    check_file(args.checkpoint, "CHECKPOINT")
     if args.prompt_file is not None:
-        _check_file(args.prompt_file, "--prompt-file")
+        check_file(args.prompt_file, "--prompt-file")
         prompt = args.prompt_file.read_bytes()
     else:
         prompt = _as_bytes(args.prompt)
@@ -699,7 +672,7 @@ def _generate_run(args: argparse.Namespace) -> int:
     if forgets and args.save is not None:
         _check_new_stream(args.save, args.force)
     if args.signing_key is not None:
-        _check_file(args.signing_key, "--signing-key")
+        check_file(args.signing_key, "--signing-key")
     import copy
 
     from svattn.lm.train import load_checkpoint_model
@@ -795,11 +768,11 @@ def _forget_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _forget_run(args: argparse.Namespace) -> int:
-    _check_file(args.checkpoint, "CHECKPOINT")
+    check_file(args.checkpoint, "CHECKPOINT")
     if not (args.stream / "stream.json").is_file():
         raise FileNotFoundError(f"STREAM: no saved stream at {args.stream} (no stream.json)")
     if args.signing_key is not None:
-        _check_file(args.signing_key, "--signing-key")
+        check_file(args.signing_key, "--signing-key")
     if args.occurrence is not None and args.text is None:
         raise ValueError("--occurrence picks among the occurrences of --text")
     _check_new_file(args.receipt, "--receipt", args.force)
@@ -859,10 +832,10 @@ def _verify_forget_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _verify_forget_run(args: argparse.Namespace) -> int:
-    _check_file(args.checkpoint, "CHECKPOINT")  # before the imports (seconds)
-    _check_file(args.receipt, "RECEIPT")
+    check_file(args.checkpoint, "CHECKPOINT")  # before the imports (seconds)
+    check_file(args.receipt, "RECEIPT")
     if args.public_key is not None:
-        _check_file(args.public_key, "--public-key")
+        check_file(args.public_key, "--public-key")
     if not args.stream.is_dir():
         raise FileNotFoundError(f"STREAM: no such folder: {args.stream}")
     from svattn.lm.forget import ModelErasureReceipt, verify_forget
@@ -914,12 +887,12 @@ def _verify_forget_receipt_run(args: argparse.Namespace) -> int:
     from svattn.estimators import ForgetReceipt, verify_forget_receipt
     from svattn.estimators.svdd import SVDD
 
-    _check_file(args.receipt, "RECEIPT")
+    check_file(args.receipt, "RECEIPT")
     for p, what in ((args.log, "--log"), (args.public_key, "--public-key")):
         if p is not None:
-            _check_file(p, what)
+            check_file(p, what)
     if args.log is not None:
-        _check_audit_log(args.log)
+        check_audit_log(args.log)
     if not args.model.is_dir():
         raise FileNotFoundError(f"MODEL: no such model folder: {args.model}")
     try:
@@ -981,7 +954,7 @@ def _train_arguments(parser: argparse.ArgumentParser) -> None:
 def _read_config(path: Path) -> dict:
     import json
 
-    _check_file(path, "CONFIG")
+    check_file(path, "CONFIG")
     try:
         raw = json.loads(path.read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -1067,9 +1040,9 @@ def _eval_run(args: argparse.Namespace) -> int:
     from svattn.lm.records import append_records, eval_record
     from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval, load_checkpoint_model
 
-    _check_file(args.checkpoint, "CHECKPOINT")
+    check_file(args.checkpoint, "CHECKPOINT")
     if args.data is not None:
-        _check_file(args.data, "--data")
+        check_file(args.data, "--data")
     model, cfg, ckpt = load_checkpoint_model(args.checkpoint)
     if cfg is None:  # a recall run's model: its own task
         return _eval_recall(args, model, ckpt)

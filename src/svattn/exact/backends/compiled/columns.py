@@ -180,14 +180,7 @@ def alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, slot, nS, chi, hi, ga
                 cos[soc[j]] = -1
                 break
     d = X.shape[1]
-    if is_rbf:
-        for i in range(hi):
-            KC[i, col] = -gamma * row_sqdist(X, i, X, slot)
-    else:
-        for i in range(hi):
-            KC[i, col] = gamma * row_dot(X, i, X, slot)
-    exp_column(KC, col, hi)
-    KC[slot, col] = diag[slot]
+    kernel_column(KC, X, diag, slot, col, hi, gamma, is_rbf)
     for k in range(d):
         XC[col, k] = X[slot, k]
     soc[col] = slot
