@@ -9,6 +9,7 @@ The actions (``svattn audit ACTION --help``)::
     svattn audit consistency OLD NEW --log LOG [--public-key PEM | --vkey VKEY]
                                                  [--proof-out FILE]
     svattn audit migrate LOG --signing-key KEY   sign a checkpoint of a version-1 log
+    svattn audit prune LOG [--tag-hash HEX]      finish the prune of forgotten subjects
 
 Exit status: 0 everything checked and held; 1 a check failed (a bad signature, an
 unknown key, inclusion or consistency failed, a log that does not verify); 2 malformed
@@ -106,12 +107,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("log", type=Path, metavar="LOG")
     p.add_argument("--signing-key", type=Path, required=True, metavar="KEY",
                    help="the controller's private key (svattn keygen's PREFIX.key)")
+    p = sub.add_parser("prune", help="delete from LOG.openings every opening an erase "
+                       "names (an erase prunes its subject itself: this finishes a prune "
+                       "that a crash cut); the entries, the checkpoints and every proof stay "
+                       "valid", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=("exit status:\n  0  pruned (or nothing left to prune)\n"
+                               "  1  refused: the log does not verify, or the subject was "
+                               "not forgotten\n  2  malformed input (a log before format "
+                               "version 3)"))
+    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("--tag-hash", default=None, metavar="HEX",
+                   help="refuse unless this subject (its tag hash, as its erasure receipt "
+                        "names it) was forgotten")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``audit`` action; return the exit status."""
     return {"verify": _verify, "entry": _entry, "prove": _prove, "check-proof": _check_proof,
-            "consistency": _consistency, "migrate": _migrate}[args.action](args)
+            "consistency": _consistency, "migrate": _migrate, "prune": _prune}[args.action](args)
 
 
 # ------------------------------------------------------------------ helpers
@@ -387,4 +400,26 @@ def _migrate(args: argparse.Namespace) -> int:
     print(f"wrote {writer.file}: a checkpoint of the log's {len(rep.entries)} entries, signed "
           f"by {writer.signer.name}; the memory continues it (SVDDMemory.load(..., "
           "audit_log=LOG, signing_key=KEY))")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from svattn.exact.records.audit import AuditLogError, prune_log
+
+    check_audit_log(args.log)
+    tag = args.tag_hash
+    if tag is not None and not (len(tag) == 64 and set(tag) <= set("0123456789abcdef")):
+        raise ValueError(f"--tag-hash: expected 64 lower-case hex digits, got {tag[:70]!r}")
+    try:
+        done = prune_log(args.log, tag)
+    except AuditLogError as exc:
+        if "format version" in str(exc):
+            raise ValueError(str(exc)) from None
+        print(f"REFUSED: {exc}")
+        return 1
+    if not done.pruned:
+        print("nothing to prune: LOG.openings holds no opening an erase names")
+    else:
+        print(f"pruned {len(done.pruned)} opening(s) named by erase record(s) "
+              f"{', '.join(map(str, done.erases))}; the entries and every proof are unchanged")
     return 0

@@ -308,6 +308,8 @@ class SVDDMemory:
                 receipt = sign(receipt, self._signing_key)
             if self._audit is not None:
                 self._audit.record(self._audit_facts(), "erase", receipt=receipt)
+        if self._audit is not None:  # the erase is durable: its subject leaves the log too
+            self._audit.prune_pending()
         return receipt
 
     def remove(self, token_id: int) -> DeletionCertificate:
