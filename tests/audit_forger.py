@@ -41,31 +41,40 @@ def read_records(log: Path) -> list[dict]:
 _PRIVATE = ("tag_hash", "erased_ids", "signer", "signature")
 
 
-def write_records(log: Path, records: list[dict]) -> Path:
-    """Write ``records`` (as :func:`read_records` gives them) as a version-3 log: subject
-    fields sealed under fresh salts, ``seq`` / ``prev`` / ``sha256`` recomputed."""
-    lines, opens, prev = [], [], "0" * 64
-    for i, rec in enumerate(records):
-        rec = {k: v for k, v in rec.items() if k != "sha256"}
-        if rec["op"] in ("add", "extend") and isinstance(rec.get("tokens"), list):
-            toks = []
-            for r, tok in enumerate(rec["tokens"]):
+def _seal_record(i: int, rec: dict, opens: list[bytes]) -> dict:
+    """``rec`` with its subject fields sealed again (their openings added to ``opens``);
+    a field that is already a bare commitment (a pruned one) stays as it is."""
+    rec = {k: v for k, v in rec.items() if k != "sha256"}
+    if rec["op"] in ("add", "extend") and isinstance(rec.get("tokens"), list):
+        toks = []
+        for r, tok in enumerate(rec["tokens"]):
+            if not isinstance(tok, str):
                 c, salt = seal(tok)
                 opens.append(opening_line(i, r, salt, tok))
-                toks.append(c)
-            rec["tokens"] = toks
-        elif rec["op"] == "remove" and rec.get("certificate") is not None:
-            c, salt = seal(rec["certificate"])
-            opens.append(opening_line(i, 0, salt, rec["certificate"]))
-            rec["certificate"] = c
-        elif rec["op"] == "erase" and isinstance(rec.get("erasure"), dict):
-            er = dict(rec["erasure"])
-            private = {k: er.pop(k) for k in _PRIVATE if k in er}
-            if private:
-                c, salt = seal(private)
-                opens.append(opening_line(i, 0, salt, private))
-                er["opening"] = c
-            rec["erasure"] = er
+                tok = c
+            toks.append(tok)
+        rec["tokens"] = toks
+    elif rec["op"] == "remove" and not isinstance(rec.get("certificate"), str | None):
+        c, salt = seal(rec["certificate"])
+        opens.append(opening_line(i, 0, salt, rec["certificate"]))
+        rec["certificate"] = c
+    elif rec["op"] == "erase" and isinstance(rec.get("erasure"), dict):
+        er = dict(rec["erasure"])
+        private = {k: er.pop(k) for k in _PRIVATE if k in er}
+        if private:
+            c, salt = seal(private)
+            opens.append(opening_line(i, 0, salt, private))
+            er["opening"] = c
+        rec["erasure"] = er
+    return rec
+
+
+def write_records(log: Path, records: list[dict]) -> Path:
+    """Write ``records`` (as :func:`read_records` gives them) as a version-3 log: subject
+    fields sealed under fresh salts, ``prev`` / ``sha256`` recomputed."""
+    lines, opens, prev = [], [], "0" * 64
+    for i, rec in enumerate(records):
+        rec = _seal_record(i, rec, opens)
         rec["prev"] = prev
         rec["sha256"] = record_hash(rec)
         text = canonical(rec)
@@ -74,3 +83,22 @@ def write_records(log: Path, records: list[dict]) -> Path:
     log.write_text("".join(lines))
     openings_path(log).write_bytes(b"".join(opens))
     return log
+
+
+def append_record(log: Path, fields: dict, *, openings: bool = True) -> None:
+    """Append one record after the log's last (its fields as :func:`read_records` gives
+    them; ``seq``, ``prev``, the counts and the digest from the last record): sealed, with
+    its openings appended too unless ``openings`` is False (a forger who leaves it
+    looking pruned). No key needed."""
+    lines = log.read_text().splitlines()
+    last = json.loads(lines[-1])
+    i = last["seq"] + 1
+    opens: list[bytes] = []
+    rec = _seal_record(i, {**fields, "seq": i, "time": last["time"], "digest": last["digest"],
+                           "n": last["n"], "next_id": last["next_id"]}, opens)
+    rec["prev"] = hashlib.sha256(lines[-1].encode()).hexdigest()
+    rec["sha256"] = record_hash(rec)
+    log.write_text("\n".join(lines + [canonical(rec)]) + "\n")
+    if openings:
+        with open(openings_path(log), "ab") as fh:
+            fh.write(b"".join(opens))

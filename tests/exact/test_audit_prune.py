@@ -64,7 +64,8 @@ def _log_files(folder: Path, log: Path) -> list[Path]:
 @pytest.fixture
 def forgotten(tmp_path):
     """A signed memory: alice's rows in an extend shared with bob and in an add of her
-    own; a checkpoint kept before the erase; alice erased; state saved."""
+    own, one of them removed alone; a checkpoint kept before the erase; alice erased;
+    state saved."""
     key, pub = write_keypair(tmp_path / "ctl")
     log, state = tmp_path / "audit.jsonl", tmp_path / "m.safetensors"
     mem = SVDDMemory(0.2, audit_log=log, signing_key=key)
@@ -72,6 +73,7 @@ def forgotten(tmp_path):
     keys = rng.normal(size=(31, 3))
     mem.extend(keys[:30], tags=["bob"] * 10 + ["alice"] * 6 + [None] * 14)
     mem.add(keys[30], tag="alice")
+    mem.remove(10)  # one of hers removed on its own before: forgotten with the rest
     tag_hash = next(tok["tag"] for tok in verify_chain(log).records[2]["tokens"])
     before, alice_ids = _subject_bytes(log, tag_hash)
     kept = tmp_path / "kept.checkpoint"
@@ -294,3 +296,24 @@ def _rechain_entries(records: list[dict]) -> str:
         lines.append(text + "\n")
         prev = hashlib.sha256(text.encode()).hexdigest()
     return "".join(lines)
+
+
+def test_a_certificate_of_a_forgotten_subject_checked_alone_names_its_fields_unchecked(
+        forgotten):
+    from svattn.exact.auditor.verify import verify_deletion
+    from svattn.exact.records.signing import load_public_key
+
+    f = forgotten
+    mem = SVDDMemory.load(f["state"])
+    cert = f["receipt"].deletion_certificates()[0]
+    alone = verify_deletion(mem, cert, retrain=False, log=f["log"])
+    assert alone.ok and alone.status == "UNCHECKED", alone.summary()
+    assert "commitment" in dict(alone.verdict.unchecked)  # the log no longer holds it
+    signed = verify_deletion(mem, cert, log=f["log"],
+                             public_key=load_public_key(f["pub"]))
+    assert signed.status == "VERIFIED", signed.summary()
+    moved = dict(json.loads(cert.to_json()), state_digest="0" * 64)
+    from svattn.exact.records.certificate import DeletionCertificate
+
+    wrong = verify_deletion(mem, DeletionCertificate(**moved), retrain=False, log=f["log"])
+    assert wrong.status == "FAILED"  # the pruned record's digest still binds its place

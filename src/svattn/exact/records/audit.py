@@ -273,6 +273,8 @@ class AuditLog:
         for entry in report.entries:
             log._checkpoint.add(entry)
         log._ingest, log._version = dict(report.ingested), report.version
+        log._removed = {r["certificate"]["removed_id"]: r["seq"] for r in recs
+                        if r["op"] == "remove"}
         if log._version >= 3:  # finish a prune a crash cut; drop openings of no entry
             log._prune = list(report.unpruned)
             log.prune_pending(below=len(recs))
@@ -446,7 +448,8 @@ class AuditLog:
             private = {k: erasure[k] for k in ("tag_hash", "erased_ids", "signer", "signature")}
             erasure = {"ingested_at": [[g[0], g[2]] for g in got],
                        "removed_at": [self._removed.get(t) for t in ids],
-                       "receipt_sha256": erasure["receipt_sha256"]}
+                       "receipt_sha256": erasure["receipt_sha256"],
+                       "prunes": self._gone_of(r.tag_hash, set(ids))}
             unbound = erase_unbound({**private, **erasure}, ids, self._ingest, self._version)
             if None in erasure["removed_at"]:
                 unbound = unbound or "the erased ids were not removed in this erase"
@@ -458,7 +461,16 @@ class AuditLog:
         if opens:  # what the prune deletes once the erase is durable
             self._prune += [tuple(a) for a in erasure["ingested_at"]]
             self._prune += [(j, 0) for j in erasure["removed_at"]] + [(self._seq, 0)]
+            for a in erasure["prunes"]:
+                self._prune += [(a[0], a[1])] + [(a[2], 0)] * (len(a) == 3)
         return {"erasure": erasure}, opens
+
+    def _gone_of(self, tag_hash: str, erased: set[int]) -> list[list[int]]:
+        """``[record, slot]`` of the subject's tokens that left before this erase (removed
+        one by one: ``[record, slot, remove record]``; compacted), pruned with it."""
+        return sorted([seq, slot] + ([self._removed[t]] if t in self._removed else [])
+                      for t, (seq, tag, slot) in self._ingest.items()
+                      if tag == tag_hash and t not in erased)
 
     @staticmethod
     def _sealed(opens: list[tuple[int, str, Any]], slot: int, value: Any) -> str:
@@ -570,7 +582,9 @@ def _erases_of(rep: AuditReport, slots: set[tuple[int, int]]) -> set[int]:
     for r in rep.records:
         if r["op"] == "erase" and rep.version >= 3:
             er = r["erasure"]
-            named = {tuple(a) for a in er["ingested_at"]} | {(j, 0) for j in er["removed_at"]}
+            named = {tuple(a) for a in er["ingested_at"]} | {(a[0], a[1]) for a in er["prunes"]}
+            named |= {(j, 0) for j in er["removed_at"]}
+            named |= {(a[2], 0) for a in er["prunes"] if len(a) == 3}
             if (named | {(r["seq"], 0)}) & slots:
                 out.add(r["seq"])
     return out

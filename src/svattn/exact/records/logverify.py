@@ -259,22 +259,21 @@ class _Opener:
     def __init__(self, path: str | os.PathLike[str], lines: list[bytes]) -> None:
         self.found, self.problems = read_openings(path)
         self.named: dict[tuple[int, int], int] = {}  # (record, slot) -> the erase naming it
-        self.removal: dict[int, tuple[int, int]] = {}  # remove record -> (erase, position)
+        self.removal: dict[int, tuple[int, int]] = {}  # remove record -> its ingest slot
         self.slot_ids: dict[tuple[int, int], int] = {}  # (record, slot) -> the token id
-        self.erased: dict[int, list] = {}  # erase record -> its ingested_at
         for e, raw in enumerate(lines):  # which slots erases name (each checked in turn)
             if b'"op":"erase"' not in raw:
                 continue
             try:
                 er = json.loads(raw)["erasure"]
                 at, rm = er["ingested_at"], er["removed_at"]
-                for a in at:
+                for a in at + er["prunes"]:
                     self.named[(int(a[0]), int(a[1]))] = e
-                for p, j in enumerate(rm):
+                for a, j in [*zip(at, rm, strict=True),
+                             *((a[:2], a[2]) for a in er["prunes"] if len(a) == 3)]:
                     self.named[(int(j), 0)] = e
-                    self.removal[int(j)] = (e, p)
+                    self.removal[int(j)] = (int(a[0]), int(a[1]))
                 self.named[(e, 0)] = e
-                self.erased[e] = at
             except (ValueError, KeyError, IndexError, TypeError, RecursionError):
                 continue
 
@@ -320,9 +319,7 @@ class _Opener:
             if error is not None:
                 return error, rec
             if value is None:
-                e, p = self.removal[i]
-                k, r = self.erased[e][p]
-                value = {"removed_id": self.slot_ids.get((int(k), int(r))), "pruned": True}
+                value = {"removed_id": self.slot_ids.get(self.removal[i]), "pruned": True}
             out["certificate"] = value
         elif op == "erase":
             er = dict(rec["erasure"])
@@ -421,7 +418,8 @@ def _bookkeep(rec: dict[str, Any], op: str, live: set[int], next_id: int,
         if back:
             return f"erases ids {back[:5]} that are live or were never issued", next_id, 0
         error = erase_unbound(er, ids, ingested, version) or (
-            _removals_unnamed(er, ids, earlier, rec["seq"]) if version >= 3 else None)
+            _removals_unnamed(er, ids, earlier, rec["seq"])
+            or _prunes_unbound(er, live, ingested, earlier) if version >= 3 else None)
         if error is not None:
             return error, next_id, 0
     elif op == "compact":
@@ -451,6 +449,32 @@ def _removals_unnamed(er: dict[str, Any], ids: list[int], earlier: list[dict[str
         return f"erasure names records that did not remove ids {wrong[:5]}"
     if not is_commitment(er.get("receipt_sha256")):
         return "erasure lacks its receipt's SHA-256"
+    return None
+
+
+def _prunes_unbound(er: dict[str, Any], live: set[int],
+                    ingested: dict[int, tuple[int, str | None, int]],
+                    earlier: list[dict[str, Any]]) -> str | None:
+    """Why a version-3 erase's ``prunes`` (the subject's tokens that left before it) name
+    something else (None: they do not): each ``[record, slot]`` the ingest slot of a
+    token no longer live, of the erase's subject where both still say, and a third
+    number the record that removed that token."""
+    prunes = er.get("prunes")
+    if not (isinstance(prunes, list) and all(
+            isinstance(a, list) and len(a) in (2, 3) and all(
+                isinstance(x, int) and not isinstance(x, bool) for x in a) for a in prunes)):
+        return "erasure must list the slots it prunes besides its ids (prunes)"
+    slot_ids = {(v[0], v[2]): t for t, v in ingested.items()}
+    tag = None if er.get("pruned") is True else er.get("tag_hash")
+    for a in prunes:
+        t = slot_ids.get((a[0], a[1]))
+        if t is None or t in live:
+            return f"erasure prunes record {a[0]} slot {a[1]}, which holds no token gone"
+        if tag is not None and ingested[t][1] not in (tag, PRUNED):
+            return f"erasure prunes token {t}, never ingested under subject {str(tag)[:12]}…"
+        if len(a) == 3 and not (0 < a[2] < len(earlier) and earlier[a[2]]["op"] == "remove"
+                                and earlier[a[2]]["certificate"].get("removed_id") == t):
+            return f"erasure names record {a[2]} as the removal of token {t}, which it is not"
     return None
 
 
