@@ -317,3 +317,30 @@ def test_a_certificate_of_a_forgotten_subject_checked_alone_names_its_fields_unc
 
     wrong = verify_deletion(mem, DeletionCertificate(**moved), retrain=False, log=f["log"])
     assert wrong.status == "FAILED"  # the pruned record's digest still binds its place
+
+
+def test_migrate_moves_a_version_2_memory_to_a_prunable_log(tmp_path, capsys):
+    for name in ("audit.jsonl", "audit.jsonl.checkpoint", "state.safetensors"):
+        shutil.copy(DATA / "audit_v2" / name, tmp_path / name)
+    log, state = tmp_path / "audit.jsonl", tmp_path / "state.safetensors"
+    key, _ = write_keypair(tmp_path / "ctl")
+    tag_key = b"fixture tag key 0123"
+    (tmp_path / "tag.hex").write_text(tag_key.hex())
+    new, out = tmp_path / "new.jsonl", tmp_path / "new.safetensors"
+    base = ["audit", "migrate", str(log), "--signing-key", str(key)]
+    assert main([*base, "--new-log", str(new)]) == 2  # the three go together
+    full = [*base, "--state", str(state), "--new-log", str(new), "--out", str(out)]
+    assert main(full) == 2  # the state's tags are under the fixture's tag key
+    assert "use the key the state was saved with" in capsys.readouterr().err
+    assert not new.exists() and not out.exists()
+    assert main([*full, "--tag-key", str(tmp_path / "tag.hex")]) == 0
+    assert "format version 3" in capsys.readouterr().out
+    rep = verify_chain(new)
+    assert rep.ok and rep.version == 3 and verify_chain(log).ok
+    mem = SVDDMemory.load(out, audit_log=new, signing_key=key, tag_key=tag_key)
+    receipt = mem.erase("bob")  # carried by the new chain's open record, sealed there
+    mem.close_audit_log()
+    rep = verify_chain(new)
+    assert rep.ok and rep.n_pruned == 2 * len(receipt.erased_ids) + 1, rep.error
+    for p in _log_files(tmp_path, new):
+        assert receipt.tag_hash.encode() not in p.read_bytes(), p.name
