@@ -344,3 +344,22 @@ def test_migrate_moves_a_version_2_memory_to_a_prunable_log(tmp_path, capsys):
     assert rep.ok and rep.n_pruned == 2 * len(receipt.erased_ids) + 1, rep.error
     for p in _log_files(tmp_path, new):
         assert receipt.tag_hash.encode() not in p.read_bytes(), p.name
+
+
+def test_an_openings_line_cut_by_a_crash_is_dropped_when_the_log_resumes(tmp_path):
+    log, state = tmp_path / "audit.jsonl", tmp_path / "m.safetensors"
+    mem = SVDDMemory(0.3, audit_log=log, tag_key=b"k" * 32)
+    mem.extend(np.eye(3), tags=["a", "b", "a"])
+    mem.save(state)
+    mem.close_audit_log()
+    with open(openings_path(log), "ab") as fh:  # an add's openings, cut before its entry
+        fh.write(b'{"at":[3,0],"salt":"00')
+    rep = verify_chain(log)
+    assert not rep.ok and "incomplete" in rep.error
+    mem = SVDDMemory.load(state, audit_log=log, tag_key=b"k" * 32)
+    mem.add(np.ones(3), tag="a")
+    mem.erase("a")
+    mem.close_audit_log()
+    rep = verify_chain(log)
+    assert rep.ok and rep.n_pruned == 3 * 2 + 1, rep.error
+    assert b'"salt":"00' not in openings_path(log).read_bytes()

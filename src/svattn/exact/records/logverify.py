@@ -149,7 +149,8 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False,
         failing on it (``torn_tail`` says so): what recovery needs.
     allow_unpruned : bool
         List the openings an erase names that are still beside the log (``unpruned``)
-        instead of failing on them: what the writer needs to finish a prune.
+        instead of failing on them, and read past lines of ``LOG.openings`` that are no
+        openings (a crash cut the last): what the writer needs to finish a prune.
 
     Returns
     -------
@@ -242,7 +243,8 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False,
     if not lines:
         return _fail(rep, 0, "the log is empty (no 'open' record)")
     rep.final_digest = rep.records[-1].get("digest")
-    if rep.version >= 3 and opener.problems:
+    if rep.version >= 3 and opener.problems and not allow_unpruned:  # (the writer, which
+        # drops a line a crash cut from the openings' end before it appends again)
         return _fail(rep, len(lines) - 1, f"{opener.problems[0]} (LOG.openings was edited; "
                      "it may hold data no entry commits to)")
     if rep.unpruned and not allow_unpruned:
