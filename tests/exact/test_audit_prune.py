@@ -363,3 +363,30 @@ def test_an_openings_line_cut_by_a_crash_is_dropped_when_the_log_resumes(tmp_pat
     rep = verify_chain(log)
     assert rep.ok and rep.n_pruned == 3 * 2 + 1, rep.error
     assert b'"salt":"00' not in openings_path(log).read_bytes()
+
+
+@pytest.mark.parametrize("pruned", [True, False], ids=["pruned", "prune-cut"])
+def test_recovery_after_an_erase_prunes_the_subject_in_both_logs(tmp_path, monkeypatch,
+                                                                 pruned):
+    from svattn.exact.auditor.recovery import recover
+
+    log, state = tmp_path / "audit.jsonl", tmp_path / "m.safetensors"
+    mem = SVDDMemory(0.2, audit_log=log, tag_key=b"k" * 32)
+    mem.extend(np.random.default_rng(6).normal(size=(24, 2)), tags=["a"] * 5 + ["b"] * 19)
+    mem.save(state)
+    mem.remove(7)  # b's, on its own
+    if not pruned:  # the crash falls between the erase's entry and its prune
+        monkeypatch.setattr(AuditLog, "prune_pending", lambda self, below=None: 0)
+    receipt = mem.erase("a")
+    mem.close_audit_log()  # the process dies before the next save
+    monkeypatch.undo()
+    new = tmp_path / "new.jsonl"
+    again, report = recover(state, log, new, tag_key=b"k" * 32)
+    again.close_audit_log()
+    assert report.replayed == (7, *receipt.erased_ids)
+    assert set(again.ids) == set(mem.ids)
+    for path in (log, new):
+        rep = verify_chain(path)
+        assert rep.ok and rep.n_pruned == 2 * 5 + 1, (path.name, rep.error)
+    for p in _log_files(tmp_path, log) + _log_files(tmp_path, new):
+        assert receipt.tag_hash.encode() not in p.read_bytes(), p.name

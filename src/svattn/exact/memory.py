@@ -279,20 +279,37 @@ class SVDDMemory:
         return atomic(self._s, self._health, self._audit, op, wiped=wiped, light=light,
                       passthrough=(AuditLogError, OperationError, UnknownTokenError))
 
-    def erase(self, tag: str) -> ErasureReceipt:
+    def erase(self, tag: str | None = None, *, tag_hash: str | None = None) -> ErasureReceipt:
         """Erase a data subject: remove every live token carrying ``tag``, each exactly,
-        and issue one receipt for the request (signed with the memory's key).
+        and issue one receipt for the request (signed with the memory's key). With an
+        audit log, the subject's data then leaves the log too (its openings are pruned:
+        :mod:`svattn.exact.records.audit`).
 
         The receipt lists, per erased token, the live tokens of *other* subjects (or
         untagged) holding the same key and value: that data is theirs and stays.
+        ``tag_hash`` (hex, as a receipt or the log names the subject) in place of
+        ``tag`` erases by the keyed hash (what recovery replays).
 
         Raises
         ------
         UnknownTokenError
             No live token carries ``tag`` (nothing changes).
+        ValueError
+            Not exactly one of ``tag`` and ``tag_hash``, or a malformed ``tag_hash``.
         """
         ss = self._s
-        th = tag_hashes([tag], 1, self._tag_key)[0]
+        if (tag is None) == (tag_hash is None):
+            raise ValueError("erase: give the subject's tag or its tag_hash (one of them)")
+        if tag is not None:
+            th = tag_hashes([tag], 1, self._tag_key)[0]
+        else:
+            try:
+                th = bytes.fromhex(tag_hash)
+            except (TypeError, ValueError):
+                th = b""
+            if len(th) != ss.tags.shape[1]:
+                raise ValueError(f"erase: tag_hash must be {2 * ss.tags.shape[1]} hex digits, "
+                                 f"got {str(tag_hash)[:80]!r}")
         if not len(slots := ss.tagged_slots(th)):
             raise UnknownTokenError(no_tag_reason(ss))
         ids = [int(ss.slot_id[s]) for s in slots]
