@@ -390,3 +390,17 @@ def test_recovery_after_an_erase_prunes_the_subject_in_both_logs(tmp_path, monke
         assert rep.ok and rep.n_pruned == 2 * 5 + 1, (path.name, rep.error)
     for p in _log_files(tmp_path, log) + _log_files(tmp_path, new):
         assert receipt.tag_hash.encode() not in p.read_bytes(), p.name
+
+
+def test_an_erase_by_tag_hash_is_the_erase_by_tag(tmp_path):
+    mem = SVDDMemory(0.3, tag_key=b"k" * 32)
+    mem.extend(np.random.default_rng(8).normal(size=(12, 2)), tags=["a"] * 3 + ["b"] * 9)
+    twin = mem.copy()  # (no keys: a hash needs none)
+    by_tag = mem.erase("a")
+    with pytest.raises(ValueError, match="one of them"):
+        mem.erase("b", tag_hash=by_tag.tag_hash)
+    with pytest.raises(ValueError, match="64 hex digits"):
+        mem.erase(tag_hash="zz")
+    by_hash = twin.erase(tag_hash=by_tag.tag_hash)
+    assert by_hash.erased_ids == by_tag.erased_ids
+    assert twin.state_digest() == mem.state_digest()

@@ -62,6 +62,7 @@ from svattn.exact.records.signing import (
     no_tag_reason,
     resolve_tag_key,
     sign,
+    subject_hash,
     tag_hashes,
 )
 from svattn.exact.records.signing import signing_key as as_signing_key
@@ -298,18 +299,7 @@ class SVDDMemory:
             Not exactly one of ``tag`` and ``tag_hash``, or a malformed ``tag_hash``.
         """
         ss = self._s
-        if (tag is None) == (tag_hash is None):
-            raise ValueError("erase: give the subject's tag or its tag_hash (one of them)")
-        if tag is not None:
-            th = tag_hashes([tag], 1, self._tag_key)[0]
-        else:
-            try:
-                th = bytes.fromhex(tag_hash)
-            except (TypeError, ValueError):
-                th = b""
-            if len(th) != ss.tags.shape[1]:
-                raise ValueError(f"erase: tag_hash must be {2 * ss.tags.shape[1]} hex digits, "
-                                 f"got {str(tag_hash)[:80]!r}")
+        th = subject_hash(tag, tag_hash, self._tag_key)
         if not len(slots := ss.tagged_slots(th)):
             raise UnknownTokenError(no_tag_reason(ss))
         ids = [int(ss.slot_id[s]) for s in slots]
