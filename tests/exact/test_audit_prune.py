@@ -404,3 +404,12 @@ def test_an_erase_by_tag_hash_is_the_erase_by_tag(tmp_path):
     by_hash = twin.erase(tag_hash=by_tag.tag_hash)
     assert by_hash.erased_ids == by_tag.erased_ids
     assert twin.state_digest() == mem.state_digest()
+
+
+def test_a_log_copied_without_its_openings_says_so(forgotten, tmp_path, capsys):
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(forgotten["log"], bare / "audit.jsonl")
+    assert main(["audit", "verify", str(bare / "audit.jsonl")]) == 1
+    assert "audit.jsonl.openings, which holds the openings beside the log, is missing" \
+        in capsys.readouterr().out

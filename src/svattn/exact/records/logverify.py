@@ -28,7 +28,12 @@ from typing import Any
 from svattn.exact.records.certificate import DeletionCertificate
 from svattn.exact.records.merkle import MerkleTree, leaf_hash
 from svattn.exact.records.note import TlogError
-from svattn.exact.records.openings import is_commitment, opening_matches, read_openings
+from svattn.exact.records.openings import (
+    is_commitment,
+    opening_matches,
+    openings_path,
+    read_openings,
+)
 from svattn.exact.records.tlog import log_origin, read_checkpoint_unverified
 
 LOG_FORMAT = "svattn.audit"
@@ -259,7 +264,9 @@ class _Opener:
     """The openings of a version-3 log's commitments, put back into its records."""
 
     def __init__(self, path: str | os.PathLike[str], lines: list[bytes]) -> None:
+        self.path = path
         self.found, self.problems = read_openings(path)
+        self.missing = not openings_path(path).exists()
         self.named: dict[tuple[int, int], int] = {}  # (record, slot) -> the erase naming it
         self.removal: dict[int, tuple[int, int]] = {}  # remove record -> its ingest slot
         self.slot_ids: dict[tuple[int, int], int] = {}  # (record, slot) -> the token id
@@ -294,6 +301,10 @@ class _Opener:
             return (f"the opening of slot {r} in LOG.openings does not match its commitment "
                     "(LOG.openings was edited)"), None
         if (i, r) not in self.named:
+            if self.missing:
+                return (f"slot {r} has no opening: {openings_path(self.path).name}, which "
+                        "holds the openings beside the log, is missing (copy it with the "
+                        "log)"), None
             return (f"the opening of slot {r} is missing from LOG.openings, and no erase "
                     "names it (deleted without forgetting its subject)"), None
         rep.n_pruned += 1
