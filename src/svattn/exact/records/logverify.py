@@ -155,7 +155,8 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False,
     allow_unpruned : bool
         List the openings an erase names that are still beside the log (``unpruned``)
         instead of failing on them, and read past lines of ``LOG.openings`` that are no
-        openings (a crash cut the last): what the writer needs to finish a prune.
+        openings: what the writer needs to finish a prune. (A last line a crash cut,
+        of the log or of ``LOG.openings``, is read past with either flag.)
 
     Returns
     -------
@@ -248,6 +249,9 @@ def verify_chain(path: str | os.PathLike[str], *, allow_torn_tail: bool = False,
     if not lines:
         return _fail(rep, 0, "the log is empty (no 'open' record)")
     rep.final_digest = rep.records[-1].get("digest")
+    if rep.version >= 3 and opener.torn and not (allow_torn_tail or allow_unpruned):
+        return _fail(rep, len(lines) - 1, "LOG.openings ends with an incomplete line (a "
+                     "write was cut; resuming the log drops it)")
     if rep.version >= 3 and opener.problems and not allow_unpruned:  # (the writer, which
         # drops a line a crash cut from the openings' end before it appends again)
         return _fail(rep, len(lines) - 1, f"{opener.problems[0]} (LOG.openings was edited; "
@@ -265,7 +269,7 @@ class _Opener:
 
     def __init__(self, path: str | os.PathLike[str], lines: list[bytes]) -> None:
         self.path = path
-        self.found, self.problems = read_openings(path)
+        self.found, self.problems, self.torn = read_openings(path)
         self.missing = not openings_path(path).exists()
         self.named: dict[tuple[int, int], int] = {}  # (record, slot) -> the erase naming it
         self.removal: dict[int, tuple[int, int]] = {}  # remove record -> its ingest slot

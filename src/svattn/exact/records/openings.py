@@ -85,21 +85,20 @@ def opening_line(index: int, slot: int, salt: str, value: Any) -> bytes:
 
 
 def read_openings(log: str | os.PathLike[str]
-                  ) -> tuple[dict[tuple[int, int], list[tuple[Any, Any]]], list[str]]:
-    """The openings beside ``log``: ``(at -> [(salt, value), ...], problems)``.
+                  ) -> tuple[dict[tuple[int, int], list[tuple[Any, Any]]], list[str], bool]:
+    """The openings beside ``log``: ``(at -> [(salt, value), ...], problems, torn)``.
 
-    A missing file holds none. A line that is not an opening (not JSON, another shape, a
-    last line without its newline) is a problem, named by its line number."""
+    A missing file holds none. A line that is not an opening (not JSON, another shape) is
+    a problem, named by its line number; ``torn``: the last line has no newline (a crash
+    cut its append: no entry commits to it)."""
     path = openings_path(log)
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return {}, []
+        return {}, [], False
     found: dict[tuple[int, int], list[tuple[Any, Any]]] = {}
     problems = []
     lines = data.split(b"\n")
-    if lines[-1]:
-        problems.append(f"{path.name} line {len(lines)}: incomplete (no trailing newline)")
     for n, raw in enumerate(lines[:-1], 1):
         try:
             rec = json.loads(raw.decode("utf-8"))
@@ -114,7 +113,7 @@ def read_openings(log: str | os.PathLike[str]
             problems.append(f"{path.name} line {n}: not an opening")
             continue
         found.setdefault(key, []).append((rec["salt"], rec["value"]))
-    return found, problems
+    return found, problems, bool(lines[-1])
 
 
 def append_openings(log: str | os.PathLike[str], lines: list[bytes]) -> None:
