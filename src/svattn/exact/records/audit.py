@@ -171,7 +171,7 @@ class AuditLog:
             path, None if signing_key is None else controller_signer(signing_key))
         # id -> (its add record, tag, its slot there)
         self._ingest: dict[int, tuple[int, str | None, int]] = {}
-        self._removed: dict[int, int] = {}  # id -> its remove record (this session's)
+        self._removed: dict[int, int] = {}  # id -> the record that removed it
         self._prune: list[tuple[int, int]] = []  # (record, slot) openings an erase named
         self._version = LOG_VERSION  # (a resumed log keeps its own)
 
