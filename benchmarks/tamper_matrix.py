@@ -39,6 +39,7 @@ import numpy as np
 from svattn.exact import DeletionCertificate, SVDDMemory, verify_deletion
 from svattn.exact.auditor.verify import verify_erasure, verify_log
 from svattn.exact.records.audit import canonical, record_hash
+from svattn.exact.records.openings import openings_path
 from svattn.exact.records.receipts import edited_values, tamper_outcome
 from svattn.exact.records.signing import generate_key, sign, signature_errors
 
@@ -153,6 +154,8 @@ def log_records(log: Path, state: Path) -> dict:
         "swapped_with_next": lambda i, ls: ls[:i] + [ls[i + 1], ls[i]] + ls[i + 2:],
     }
     bad = log.with_name("tampered.jsonl")
+    # the openings beside it (the tampering is of the entries)
+    openings_path(bad).write_bytes(openings_path(log).read_bytes())
     for name, make in variants.items():
         tried = caught = 0
         for i in range(len(lines) - (1 if name == "swapped_with_next" else 0)):

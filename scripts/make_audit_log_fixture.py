@@ -1,11 +1,15 @@
 """Write an audit log, its state and an erasure receipt with the svattn on PYTHONPATH:
 the fixture tests/exact/data/audit_v1/ holds what svattn 0.1 before the Merkle log
-(commit 38aa969, log format version 1) wrote, which the current reader must still verify.
+(commit 38aa969, log format version 1) wrote, and tests/exact/data/audit_v2/ what the
+Merkle log before salted commitments (commit 290cd52, version 2) wrote; the current
+reader must still verify both.
 
 Usage::
 
     git worktree add /tmp/v1 38aa969
     PYTHONPATH=/tmp/v1/src python scripts/make_audit_log_fixture.py tests/exact/data/audit_v1
+    mkdir /tmp/v2 && git archive 290cd52 src | tar -x -C /tmp/v2
+    PYTHONPATH=/tmp/v2/src python scripts/make_audit_log_fixture.py tests/exact/data/audit_v2
 """
 
 from __future__ import annotations

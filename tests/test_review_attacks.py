@@ -673,6 +673,10 @@ def _rehashed_log(src: Path, dst: Path, edit) -> None:
         rec["sha256"] = record_hash(rec)
         prev = hashlib.sha256(canonical(rec).encode()).hexdigest()
     dst.write_text("".join(canonical(r) + "\n" for r in recs))
+    from svattn.exact.records.openings import openings_path
+
+    if openings_path(src).exists():  # the openings, beside it (by record index)
+        openings_path(dst).write_bytes(openings_path(src).read_bytes())
 
 
 # attack: an audit log whose erase (or remove) record lacks its digest, the chain

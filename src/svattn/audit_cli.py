@@ -9,6 +9,9 @@ The actions (``svattn audit ACTION --help``)::
     svattn audit consistency OLD NEW --log LOG [--public-key PEM | --vkey VKEY]
                                                  [--proof-out FILE]
     svattn audit migrate LOG --signing-key KEY   sign a checkpoint of a version-1 log
+         [--state STATE --new-log NEW --out NEW_STATE [--tag-key HEX_FILE]]
+                                                 or go on in a new, prunable log
+    svattn audit prune LOG [--tag-hash HEX]      finish the prune of forgotten subjects
 
 Exit status: 0 everything checked and held; 1 a check failed (a bad signature, an
 unknown key, inclusion or consistency failed, a log that does not verify); 2 malformed
@@ -106,12 +109,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("log", type=Path, metavar="LOG")
     p.add_argument("--signing-key", type=Path, required=True, metavar="KEY",
                    help="the controller's private key (svattn keygen's PREFIX.key)")
+    p.add_argument("--state", type=Path, default=None, metavar="STATE",
+                   help="with --new-log: the state saved last with LOG")
+    p.add_argument("--new-log", type=Path, default=None, metavar="NEW_LOG",
+                   help="start a new log (format version 3: a subject's data in salted "
+                        "commitments, pruned when it is forgotten) from STATE, citing LOG's "
+                        "last record, as svattn recover does; LOG's entries keep their data")
+    p.add_argument("--out", type=Path, default=None, metavar="NEW_STATE",
+                   help="with --new-log: where the memory, now logging to NEW_LOG, is saved")
+    p.add_argument("--tag-key", type=Path, default=None, metavar="HEX_FILE",
+                   help="with --new-log: the memory's tag key (hex), when it is not derived "
+                        "from the signing key")
+    p = sub.add_parser("prune", help="delete from LOG.openings every opening an erase "
+                       "names (an erase prunes its subject itself: this finishes a prune "
+                       "that a crash cut); the entries, the checkpoints and every proof stay "
+                       "valid", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog=("exit status:\n  0  pruned (or nothing left to prune)\n"
+                               "  1  refused: the log does not verify, or the subject was "
+                               "not forgotten\n  2  malformed input (a log before format "
+                               "version 3)"))
+    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("--tag-hash", default=None, metavar="HEX",
+                   help="refuse unless this subject (its tag hash, as its erasure receipt "
+                        "names it) was forgotten")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``audit`` action; return the exit status."""
     return {"verify": _verify, "entry": _entry, "prove": _prove, "check-proof": _check_proof,
-            "consistency": _consistency, "migrate": _migrate}[args.action](args)
+            "consistency": _consistency, "migrate": _migrate, "prune": _prune}[args.action](args)
 
 
 # ------------------------------------------------------------------ helpers
@@ -367,6 +393,12 @@ def _migrate(args: argparse.Namespace) -> int:
 
     check_file(args.signing_key, "--signing-key")
     key = load_private_key(args.signing_key)
+    given = [a for a in ("state", "new_log", "out") if getattr(args, a) is not None]
+    if given or args.tag_key is not None:
+        if len(given) < 3:
+            raise ValueError("--state, --new-log and --out go together (a new log started "
+                             "from the state)")
+        return _migrate_to_new_log(args, key)
     lock = lock_log(args.log) if args.log.is_file() else None  # no writer appends meanwhile
     try:
         rep = _log(args.log)
@@ -387,4 +419,59 @@ def _migrate(args: argparse.Namespace) -> int:
     print(f"wrote {writer.file}: a checkpoint of the log's {len(rep.entries)} entries, signed "
           f"by {writer.signer.name}; the memory continues it (SVDDMemory.load(..., "
           "audit_log=LOG, signing_key=KEY))")
+    return 0
+
+
+def _prune(args: argparse.Namespace) -> int:
+    from svattn.exact.records.audit import AuditLogError, prune_log
+
+    check_audit_log(args.log)
+    tag = args.tag_hash
+    if tag is not None and not (len(tag) == 64 and set(tag) <= set("0123456789abcdef")):
+        raise ValueError(f"--tag-hash: expected 64 lower-case hex digits, got {tag[:70]!r}")
+    try:
+        done = prune_log(args.log, tag)
+    except AuditLogError as exc:
+        if "format version" in str(exc):
+            raise ValueError(str(exc)) from None
+        print(f"REFUSED: {exc}")
+        return 1
+    if not done.pruned:
+        print("nothing to prune: LOG.openings holds no opening an erase names")
+    else:
+        print(f"pruned {len(done.pruned)} opening(s) named by erase record(s) "
+              f"{', '.join(map(str, done.erases))}; the entries and every proof are unchanged")
+    return 0
+
+
+def _migrate_to_new_log(args: argparse.Namespace, key) -> int:
+    """``audit migrate --new-log``: the memory of STATE goes on in a new version-3 log."""
+    from svattn.exact.auditor.recovery import recover
+    from svattn.exact.records.audit import AuditLogError
+    from svattn.exact.records.openings import openings_path
+
+    check_audit_log(args.log)
+    check_file(args.state, "--state")
+    for p, what in ((args.new_log, "--new-log"), (args.out, "--out")):
+        if p.exists() or what == "--new-log" and openings_path(p).exists():
+            raise ValueError(f"{what}: {p} exists; migration writes new files only")
+    tag_key = None
+    if args.tag_key is not None:
+        check_file(args.tag_key, "--tag-key")
+        try:
+            tag_key = bytes.fromhex(args.tag_key.read_text().strip())
+        except ValueError:
+            raise ValueError(f"--tag-key: {args.tag_key} does not hold a key in hex") from None
+    try:
+        memory, report = recover(args.state, args.log, args.new_log, signing_key=key,
+                                 tag_key=tag_key)
+    except AuditLogError as exc:  # a log or state that cannot go on: usage
+        raise ValueError(str(exc)) from None
+    memory.save(args.out)
+    memory.close_audit_log()
+    if report.replayed or report.lost_adds:
+        print(report.summary())
+    print(f"wrote {args.new_log} (log format version 3, citing {args.log.name}'s last record) "
+          f"and {args.out} ({len(memory)} tokens); {args.log.name}'s entries still hold its "
+          "subjects' data: keep it as the evidence of its history, or destroy it")
     return 0

@@ -14,6 +14,7 @@ from estimator_helpers import features, max_gap, shuffled_wine
 from svattn import SVDD
 from svattn.estimators import ForgetReceipt, verify_forget_receipt
 from svattn.exact.auditor.verify import verify_log
+from svattn.exact.records.openings import openings_path
 from svattn.exact.records.signing import generate_key, write_keypair
 
 
@@ -58,7 +59,9 @@ def test_the_log_is_the_memorys_and_never_holds_the_subject_or_the_labels(signed
     report = verify_log(log)
     assert report.ok
     text = log.read_text()
-    assert "patient-11" not in text and by_subject.erasure.tag_hash in text
+    # forgotten, the subject leaves not even its keyed tag hash in the log or its openings
+    text += openings_path(log).read_text()
+    assert "patient-11" not in text and by_subject.erasure.tag_hash not in text
     records = report.records
     assert {r["op"] for r in records} >= {"open", "extend", "remove", "erase"}
     removed = [r["certificate"]["removed_id"] for r in records if r["op"] == "remove"]

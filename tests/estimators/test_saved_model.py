@@ -12,6 +12,7 @@ from estimator_helpers import features, max_gap, shuffled_wine
 from svattn import SVDD
 from svattn.cli import main
 from svattn.estimators import verify_forget_receipt
+from svattn.exact.records.openings import openings_path
 from svattn.exact.records.signing import generate_key, write_keypair
 
 
@@ -85,6 +86,7 @@ def test_save_and_load_keep_the_model_and_continue_its_log(deployed, tmp_path):
         (copy / name).write_bytes((where / "model" / name).read_bytes())
     log_copy = tmp_path / "audit.jsonl"
     log_copy.write_bytes(log.read_bytes())
+    openings_path(log_copy).write_bytes(openings_path(log).read_bytes())  # beside it
     live = SVDD.load(copy, signing_key=str(key_path), audit_log=log_copy)
     receipt = live.forget(subject="p3")
     live.save(copy)

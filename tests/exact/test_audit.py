@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 import numpy as np
 import pytest
 
+from audit_forger import read_records, write_records
 from svattn.cli import main
 from svattn.exact import SVDDMemory
 from svattn.exact.auditor.verify import verify_log
@@ -148,26 +148,20 @@ def test_inserted_and_truncated_records(logged):
 
 def test_inconsistent_certificate_is_reported(logged):
     _, log, _, _ = logged
-    lines = _lines(log)
-    i = next(k for k, line in enumerate(lines) if '"op":"remove"' in line)
-    rec = json.loads(lines[i])
-    rec["certificate"]["partition_after"]["margin"] += 5
-    rec["sha256"] = _self_hash(rec)
-    lines[i] = canonical(rec)
-    _write(log, lines[: i + 1])  # it is the last record: the chain alone cannot see it
+    records = read_records(log)
+    i = next(k for k, r in enumerate(records) if r["op"] == "remove")
+    records[i]["certificate"]["partition_after"]["margin"] += 5
+    write_records(log, records[: i + 1])  # the last record: the chain alone cannot see it
     rep = verify_log(log)
     assert rep.broken_record == i and "certificate inconsistent" in rep.error
 
 
 def test_removing_an_unknown_id_is_reported(logged):
     _, log, _, _ = logged
-    lines = _lines(log)
-    i = next(k for k, line in enumerate(lines) if '"op":"remove"' in line)
-    rec = json.loads(lines[i])
-    rec["certificate"]["removed_id"] = 10_000
-    rec["sha256"] = _self_hash(rec)
-    lines[i] = canonical(rec)
-    _write(log, lines[: i + 1])
+    records = read_records(log)
+    i = next(k for k, r in enumerate(records) if r["op"] == "remove")
+    records[i]["certificate"]["removed_id"] = 10_000
+    write_records(log, records[: i + 1])
     rep = verify_log(log)
     assert rep.broken_record == i and "removes id 10000, which is not live" in rep.error
 
@@ -336,19 +330,6 @@ def test_cli_verify_deletion(logged, tmp_path, capsys):
     assert "truncated" in capsys.readouterr().err
 
 
-def _rechain(records: list[dict]) -> list[str]:
-    """Re-hash every record and re-link the chain: a forger who rewrites the whole log."""
-    lines, prev = [], "0" * 64
-    for rec in records:
-        rec = {k: v for k, v in rec.items() if k != "sha256"}
-        rec["prev"] = prev
-        rec["sha256"] = _self_hash(rec)
-        text = canonical(rec)
-        lines.append(text)
-        prev = hashlib.sha256(text.encode()).hexdigest()
-    return lines
-
-
 @pytest.mark.parametrize("op, field, value", [
     ("extend", "tokens", "abc"), ("extend", "tokens", [1, 2]), ("extend", "tokens", [{"id": "x"}]),
     ("extend", "tokens", [{"id": True, "commitment": "0" * 64}]), ("extend", "tokens", None),
@@ -365,15 +346,10 @@ def test_rehashed_malformed_records_are_named_by_index(logged, tmp_path, op, fie
     if op == "remove" and isinstance(value, dict):  # every other field of a real certificate
         bad[i][field] = {**records[i]["certificate"], **value}
     # the forger's tool is sound: re-chaining the untouched records verifies
-    assert verify_log(_write_back(tmp_path / "rechained.jsonl", _rechain(records))).ok
-    rep = verify_log(_write_back(tmp_path / "forged.jsonl", _rechain(bad)))  # never raises
+    assert verify_log(write_records(tmp_path / "rechained.jsonl", records)).ok
+    rep = verify_log(write_records(tmp_path / "forged.jsonl", bad))  # never raises
     assert not rep.ok and rep.broken_record == i, rep.error
     assert rep.error.startswith(f"record {i} (line {i + 1}):")
-
-
-def _write_back(path, lines):
-    path.write_text("".join(line + "\n" for line in lines))
-    return path
 
 
 def test_an_edited_and_rehashed_last_record_is_caught_by_its_counts(logged):

@@ -15,6 +15,7 @@ import pytest
 
 from svattn.exact.auditor.logcheck import check_authenticity
 from svattn.exact.records import audit as audit_module
+from svattn.exact.records import openings as openings_module
 from svattn.exact.records import tlog as tlog_module
 from svattn.exact.records.audit import AuditFacts, AuditLog, AuditLogError, verify_chain
 from svattn.exact.records.merkle import MerkleTree
@@ -68,11 +69,13 @@ def _append(folder: Path, monkeypatch, fake) -> tuple[Path, int]:
     w.record(_facts(3), "add", ids=[2], commitments=["d" * 64], tags=None)
     monkeypatch.setattr(audit_module, "os", fake)
     monkeypatch.setattr(tlog_module, "os", fake)
+    monkeypatch.setattr(openings_module, "os", fake)  # (the openings, written first)
     try:
         w.record(_facts(4), "add", ids=[3], commitments=["e" * 64], tags=None)
     finally:
         monkeypatch.setattr(audit_module, "os", os)
         monkeypatch.setattr(tlog_module, "os", os)
+        monkeypatch.setattr(openings_module, "os", os)
         w.close()
     return log, 3
 

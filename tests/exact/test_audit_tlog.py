@@ -6,7 +6,6 @@ never exit 0. Go's golang.org/x/mod/sumdb verifier checks what it applies to."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 from dataclasses import replace
@@ -15,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from audit_forger import append_record, read_records, write_records
 from svattn.cli import main
 from svattn.exact import SVDDMemory
 from svattn.exact.auditor.logcheck import check_authenticity
@@ -29,6 +29,7 @@ from svattn.exact.records.audit import (
 from svattn.exact.records.certificate import ErasureReceipt
 from svattn.exact.records.merkle import MerkleTree, leaf_hash
 from svattn.exact.records.note import NoteVerifier
+from svattn.exact.records.openings import openings_path
 from svattn.exact.records.signing import load_private_key, write_keypair
 from svattn.exact.records.tlog import checkpoint_path, read_checkpoint_unverified
 
@@ -61,37 +62,18 @@ def _copy(signed, tmp_path) -> dict:
         dst = tmp_path / signed[name].name
         shutil.copy(signed[name], dst)
         out[name] = dst
-    shutil.copy(checkpoint_path(signed["log"]), checkpoint_path(out["log"]))
+    for path in (checkpoint_path, openings_path):
+        shutil.copy(path(signed["log"]), path(out["log"]))
     return out
 
 
 def _rewrite(log: Path, index: int, edit) -> list[str]:
-    """Edit record ``index`` in place and re-hash the chain after it (as whoever holds
-    the file can); return the new lines."""
-    out, prev = [], None
-    for i, line in enumerate(log.read_text().splitlines()):
-        rec = json.loads(line)
-        if i == index:
-            edit(rec)
-        if prev is not None:
-            rec["prev"] = prev
-        rec["sha256"] = record_hash(rec)
-        text = canonical(rec)
-        prev = hashlib.sha256(text.encode()).hexdigest()
-        out.append(text)
-    log.write_text("\n".join(out) + "\n")
-    return out
-
-
-def _append_record(log: Path, fields: dict) -> None:
-    """Append a record the way a forger would: the chain re-hashed, no key needed."""
-    lines = log.read_text().splitlines()
-    last = json.loads(lines[-1])
-    rec = {**fields, "seq": last["seq"] + 1, "prev": hashlib.sha256(lines[-1].encode()).hexdigest(),
-           "time": last["time"], "digest": last["digest"], "n": last["n"],
-           "next_id": last["next_id"]}
-    rec["sha256"] = record_hash(rec)
-    log.write_text("\n".join(lines + [canonical(rec)]) + "\n")
+    """Edit record ``index`` (its openings in place) and re-hash the log, its subject
+    fields sealed again (as whoever holds the files can); return the new lines."""
+    records = read_records(log)
+    edit(records[index])
+    write_records(log, records)
+    return log.read_text().splitlines()
 
 
 # ------------------------------------------------------------------ keys and checkpoints
@@ -183,7 +165,7 @@ def test_rewritten_history_breaks_consistency_with_a_kept_checkpoint(signed, tmp
     from svattn.exact.records.tlog import CheckpointWriter, controller_signer
 
     f = _copy(signed, tmp_path)
-    lines = _rewrite(f["log"], 1, lambda rec: rec["tokens"][0].update(commitment="0" * 64))
+    lines = _rewrite(f["log"], 1, lambda rec: rec["tokens"][5].update(commitment="0" * 64))
     writer = CheckpointWriter(f["log"], controller_signer(load_private_key(signed["key"])))
     for line in lines:
         writer.add(line.encode())
@@ -201,9 +183,12 @@ def test_an_appended_fabricated_erase_is_refused(signed, tmp_path, capsys):
     f = _copy(signed, tmp_path)
     removed = [int(signed["ids"][27])]  # removed, untagged: never this subject's
     rep = verify_chain(f["log"])
-    _append_record(f["log"], {"op": "erase", "erasure": {
-        "tag_hash": "ab" * 32, "erased_ids": removed, "ingested_at": [1],
-        "signer": None, "signature": None, "receipt_sha256": "0" * 64}})
+    remove = next(r["seq"] for r in rep.records if r["op"] == "remove"
+                  and r["certificate"]["removed_id"] == removed[0])
+    append_record(f["log"], {"op": "erase", "erasure": {
+        "tag_hash": "ab" * 32, "erased_ids": removed, "ingested_at": [[1, removed[0]]],
+        "removed_at": [remove], "signer": None, "signature": None,
+        "receipt_sha256": "0" * 64}})
     for keys in ([], ["--vkey", str(signed["vkey"])]):
         assert main(["audit", "verify", str(f["log"]), *keys]) == 1
         assert "never ingested under subject" in capsys.readouterr().out
@@ -211,13 +196,13 @@ def test_an_appended_fabricated_erase_is_refused(signed, tmp_path, capsys):
 
 
 def test_a_well_bound_fabricated_erase_is_never_exit_0(signed, tmp_path, capsys):
-    """An appended erase that repeats a real one (its ids, ingest records and subject):
-    the chain and the bookkeeping hold, and no signed checkpoint covers it — named
-    unchecked (exit 3) with or without the key, never exit 0."""
+    """An appended erase that repeats a real one (its ids, ingest slots and removals, its
+    subject's opening left out as if pruned): the chain and the bookkeeping hold, and no
+    signed checkpoint covers it — named unchecked (exit 3) with or without the key,
+    never exit 0."""
     f = _copy(signed, tmp_path)
-    rep = verify_chain(f["log"])
-    alice = [r for r in rep.records if r["op"] == "erase"][0]["erasure"]
-    _append_record(f["log"], {"op": "erase", "erasure": dict(alice)})
+    alice = [r for r in read_records(f["log"]) if r["op"] == "erase"][0]["erasure"]
+    append_record(f["log"], {"op": "erase", "erasure": dict(alice)}, openings=False)
     assert verify_chain(f["log"]).ok
     for keys in ([], ["--vkey", str(signed["vkey"])]):
         status = main(["audit", "verify", str(f["log"]), *keys])
@@ -228,7 +213,7 @@ def test_a_well_bound_fabricated_erase_is_never_exit_0(signed, tmp_path, capsys)
 def test_a_log_edited_and_rehashed_fails_against_its_signed_checkpoint(signed, tmp_path,
                                                                        capsys):
     f = _copy(signed, tmp_path)
-    out_lines = _rewrite(f["log"], 1, lambda rec: rec["tokens"][0].update(commitment="1" * 64))
+    out_lines = _rewrite(f["log"], 1, lambda rec: rec["tokens"][5].update(commitment="1" * 64))
     assert verify_chain(f["log"]).ok  # the chain alone cannot tell
     for keys in ([], ["--vkey", str(signed["vkey"])]):
         assert main(["audit", "verify", str(f["log"]), *keys]) == 1
@@ -338,8 +323,8 @@ def test_an_erasure_receipt_round_trips_from_a_recovered_chain(signed, tmp_path)
     rep = verify_chain(tmp_path / "new.jsonl")
     assert rep.ok, rep.error
     erase = [r for r in rep.records if r["op"] == "erase"][0]["erasure"]
-    assert erase["ingested_at"] == [0] * len(receipt.erased_ids)
-    assert replace(receipt).tag_hash == erase["tag_hash"]
+    assert [a[0] for a in erase["ingested_at"]] == [0] * len(receipt.erased_ids)
+    assert erase["pruned"] and replace(receipt).sha256() == erase["receipt_sha256"]
 
 
 def test_a_receipt_and_its_log_edited_together_are_never_verified(signed, tmp_path, capsys):

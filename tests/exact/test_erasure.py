@@ -11,6 +11,7 @@ import pytest
 from svattn.exact import SVDDMemory, UnknownTokenError
 from svattn.exact.auditor.verify import verify_erasure, verify_log
 from svattn.exact.records.certificate import ErasureReceipt
+from svattn.exact.records.openings import openings_path
 from svattn.exact.records.signing import generate_key
 
 
@@ -40,11 +41,13 @@ def test_erase_removes_every_token_of_the_subject_exactly_and_nothing_else(tmp_p
     probes = X[::4]
     np.testing.assert_allclose(mem.decision_function(probes), fresh.decision_function(probes),
                                rtol=0, atol=1e-10)
-    # the log holds the request, the tags only as keyed hashes
-    text = log.read_text()
-    assert "patient-a" not in text and receipt.tag_hash in text
+    # the log holds the request (the receipt's SHA-256); its subject, forgotten, not even
+    # as the keyed tag hash (pruned), the other subjects' tags only as keyed hashes
+    text = log.read_text() + openings_path(log).read_text()
+    assert "patient-a" not in text and receipt.tag_hash not in text
     rep = verify_log(log)
     assert rep.ok and rep.records[-1]["op"] == "erase"
+    assert rep.records[-1]["erasure"]["receipt_sha256"] == receipt.sha256()
     with pytest.raises(UnknownTokenError, match="no live token carries this tag"):
         mem.erase("patient-a")  # nothing left to erase, nothing changes
     assert len(mem) == 50

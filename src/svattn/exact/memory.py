@@ -62,6 +62,7 @@ from svattn.exact.records.signing import (
     no_tag_reason,
     resolve_tag_key,
     sign,
+    subject_hash,
     tag_hashes,
 )
 from svattn.exact.records.signing import signing_key as as_signing_key
@@ -279,20 +280,26 @@ class SVDDMemory:
         return atomic(self._s, self._health, self._audit, op, wiped=wiped, light=light,
                       passthrough=(AuditLogError, OperationError, UnknownTokenError))
 
-    def erase(self, tag: str) -> ErasureReceipt:
+    def erase(self, tag: str | None = None, *, tag_hash: str | None = None) -> ErasureReceipt:
         """Erase a data subject: remove every live token carrying ``tag``, each exactly,
-        and issue one receipt for the request (signed with the memory's key).
+        and issue one receipt for the request (signed with the memory's key). With an
+        audit log, the subject's data then leaves the log too (its openings are pruned:
+        :mod:`svattn.exact.records.audit`).
 
         The receipt lists, per erased token, the live tokens of *other* subjects (or
         untagged) holding the same key and value: that data is theirs and stays.
+        ``tag_hash`` (hex, as a receipt or the log names the subject) in place of
+        ``tag`` erases by the keyed hash (what recovery replays).
 
         Raises
         ------
         UnknownTokenError
             No live token carries ``tag`` (nothing changes).
+        ValueError
+            Not exactly one of ``tag`` and ``tag_hash``, or a malformed ``tag_hash``.
         """
         ss = self._s
-        th = tag_hashes([tag], 1, self._tag_key)[0]
+        th = subject_hash(tag, tag_hash, self._tag_key)
         if not len(slots := ss.tagged_slots(th)):
             raise UnknownTokenError(no_tag_reason(ss))
         ids = [int(ss.slot_id[s]) for s in slots]
@@ -308,6 +315,8 @@ class SVDDMemory:
                 receipt = sign(receipt, self._signing_key)
             if self._audit is not None:
                 self._audit.record(self._audit_facts(), "erase", receipt=receipt)
+        if self._audit is not None:  # the erase is durable: its subject leaves the log too
+            self._audit.prune_pending()
         return receipt
 
     def remove(self, token_id: int) -> DeletionCertificate:

@@ -63,7 +63,9 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
     """Whether the log's chain holds, records exactly this certificate (any edited field
     shows as a difference), added the token with its commitment, and (keyed) never
     added the record again after the removal (``rep``: :func:`verify_chain` of the log;
-    ``index``: its :func:`index_log`, read once by a caller that checks many)."""
+    ``index``: its :func:`index_log`, read once by a caller that checks many). A record
+    pruned with its subject (:func:`removal_pruned`) is compared by its place and digest
+    only."""
     if not rep.ok:
         reasons.append(f"the audit log does not verify: {rep.error}")
         return False, None
@@ -74,8 +76,9 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
         reasons.append(f"the audit log records no removal of token {cert.removed_id}")
         return False, None
     mine = asdict(cert)
-    diff = sorted(k for k in set(mine) | set(recorded[-1])
-                  if mine.get(k) != recorded[-1].get(k))
+    pruned = recorded[-1].get("pruned") is True  # its subject forgotten: only its place
+    diff = [] if pruned else sorted(k for k in set(mine) | set(recorded[-1])
+                                    if mine.get(k) != recorded[-1].get(k))
     if diff:
         reasons.append(f"the audit log recorded this removal with other {', '.join(diff)}")
         return False, None
@@ -93,7 +96,8 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
             ok = False
     added = index.adds.get(cert.removed_id, [])
     # (an add record of a version-1 log carries its own salted commitment: not comparable)
-    if added and "salt" not in added[-1][1] and added[-1][1].get("commitment") != cert.commitment:
+    if (added and "salt" not in added[-1][1] and added[-1][1].get("pruned") is not True
+            and added[-1][1].get("commitment") != cert.commitment):
         reasons.append(f"commitment: the audit log added token {cert.removed_id} (record "
                        f"{added[-1][0]}) with another commitment")
         ok = False
@@ -104,6 +108,14 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
                            f"{back[0][0]} adds it again as token {back[0][1]}")
             ok = False
     return ok, later
+
+
+def removal_pruned(cert: DeletionCertificate, index: LogIndex) -> bool:
+    """Whether the log's record of this removal was pruned (its subject forgotten): the
+    log then proves where the removal stands and the digest it left, not its fields
+    (an erasure receipt binds them through its SHA-256, which the erase record keeps)."""
+    removals = index.removals.get(cert.removed_id, [])
+    return bool(removals) and removals[-1]["certificate"].get("pruned") is True
 
 
 def verify_log(path: str | os.PathLike[str], state: str | os.PathLike[str] | None = None

@@ -7,7 +7,10 @@ memory refuses: it would resurrect erased tokens). :func:`recover` is the way
 out: it loads the last saved state, **replays every removal** the log recorded
 after that save (their certificates are issued again, by the loaded memory),
 and starts a **new chain** whose ``open`` record cites the saved state and the
-old log's last record, then records the replayed removals in it.
+old log's last record, then records the replayed removals in it. A subject's erase
+(log format 3) is replayed as an erase of the same subject, so that the new chain prunes
+the subject's data as the old one did; an erase the crash cut before its prune is pruned
+in the old log.
 
 What cannot be replayed is reported, not hidden: tokens added after the save
 (the log holds commitments, never data) are lost, and so are their later
@@ -42,6 +45,7 @@ from svattn.exact.memory import SVDDMemory
 from svattn.exact.records.audit import AuditLogError, lock_log, verify_chain
 from svattn.exact.records.certificate import DeletionCertificate
 from svattn.exact.records.fileformat import parse_header, read_metadata
+from svattn.exact.records.openings import prune_openings
 
 
 @dataclass(frozen=True)
@@ -122,9 +126,11 @@ def recover(state: str | os.PathLike[str], log: str | os.PathLike[str],
 
 def _recover_locked(state: Path, log: Path, new_log: Path, signing_key, tag_key
                     ) -> tuple[SVDDMemory, RecoveryReport]:
-    rep = verify_chain(log, allow_torn_tail=True)
+    rep = verify_chain(log, allow_torn_tail=True, allow_unpruned=True)
     if not rep.ok:
         raise AuditLogError(f"audit log {log} does not verify: {rep.error}")
+    if rep.unpruned:  # an erase the crash cut before its prune: finish it (no writer holds
+        prune_openings(log, rep.unpruned)  # the old log: recovery holds its lock)
     data = state.read_bytes()
     head = read_metadata(parse_header(data, str(state))[0], str(state)).get("audit_head")
     if head is None:
@@ -147,6 +153,9 @@ def _recover_locked(state: Path, log: Path, new_log: Path, signing_key, tag_key
                             f"(sha256 {sha[:12]}…) after record {seq}")
     held = set(memory.ids)
     replay, lost, moot = [], [], []
+    steps: list[tuple[str, object]] = []  # ("remove", id) or ("erase", its subject's hash)
+    erased_by = {j: r["seq"] for r in rep.records[seq + 1:] if r["op"] == "erase"
+                 for j in r["erasure"].get("removed_at", [])}
     for rec in rep.records[seq + 1:]:
         if rec["op"] in ("add", "extend"):
             lost += [t["id"] for t in rec["tokens"] if t["id"] not in held]
@@ -155,6 +164,15 @@ def _recover_locked(state: Path, log: Path, new_log: Path, signing_key, tag_key
                     else rec["dropped"])
             for tid in gone:
                 (replay if tid in held and tid not in replay else moot).append(tid)
+                if replay and replay[-1] == tid and rec["seq"] not in erased_by:
+                    steps.append(("remove", tid))
+        elif rec["op"] == "erase" and rec["seq"] in erased_by.values():  # (version 3)
+            # erased again as a subject, so that the new chain prunes it too: its hash
+            # from the state (the log's may be pruned already)
+            mine = [t for t in rec["erasure"]["erased_ids"] if t in held]
+            if mine:
+                ss = memory.solver_state
+                steps.append(("erase", ss.tags[ss.id_to_slot[mine[0]]].tobytes().hex()))
     last = len(rep.records) - 1
     memory.attach_audit_log(new_log, cites={
         "state": state.name, "state_sha256": sha,
@@ -162,7 +180,13 @@ def _recover_locked(state: Path, log: Path, new_log: Path, signing_key, tag_key
         "log_last_record": {"seq": last, "sha256": rep.hashes[last]},
         "replays_removals_after": seq, "torn_tail": rep.torn_tail,
     })
-    certs = tuple(memory.remove(tid) for tid in replay)
+    certs: list[DeletionCertificate] = []
+    for what, arg in steps:
+        if what == "remove":
+            certs.append(memory.remove(arg))
+        else:
+            certs += memory.erase(tag_hash=arg).deletion_certificates()
+    certs = tuple(certs)
     return memory, RecoveryReport(
         state_record=seq, old_records=len(rep.records), torn_tail=rep.torn_tail,
         replayed=tuple(replay), certificates=certs, lost_adds=tuple(lost),

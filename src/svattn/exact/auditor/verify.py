@@ -23,6 +23,7 @@ from svattn.exact.auditor.logcheck import (
     added_tokens,
     index_log,
     matches_the_log,
+    removal_pruned,
     verify_log,
 )
 from svattn.exact.auditor.optimality import (
@@ -284,8 +285,11 @@ def _check_deletion(memory: SVDDMemory, cert: DeletionCertificate, retrain: bool
     params_ok = not reasons
     logged, at_record = None, None
     if report is not None:
+        index = index_log(report) if index is None and report.ok else index
         logged, at_record = matches_the_log(cert, report, reasons, memory.state_digest(),
                                             index)
+        if logged and removal_pruned(cert, index):  # the log no longer holds its fields
+            ran.discard(LOG)
     signed = None
     if public_key is not None:
         bad_signature = signature_errors(cert, public_key)
@@ -555,8 +559,8 @@ def _erasure_matches_the_log(receipt: ErasureReceipt, rep: AuditReport, reasons:
         return False, {}
     rec = erases[-1]
     er, before = len(reasons), rec["erasure"]
-    for name in ("tag_hash", "signer", "signature"):
-        if before.get(name) != getattr(receipt, name):
+    for name in ("tag_hash", "signer", "signature"):  # (pruned: the receipt's hash binds them)
+        if before.get("pruned") is not True and before.get(name) != getattr(receipt, name):
             reasons.append(f"{name}: the audit log's erase record (record {rec['seq']}) has "
                            f"another {name}")
     partial = {}

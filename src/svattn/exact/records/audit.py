@@ -34,6 +34,17 @@ cannot silently diverge.
 ``erase`` (the request: its receipt's fields, and ``ingested_at``, per erased id the
 record that added it; the writer refuses ids never ingested under the subject).
 
+Format version 3 keeps a subject's data out of the entries: a token's id, commitment and
+tag, a removal's certificate and an erasure's subject, ids and signature are each a
+salted commitment in the entry, opened by ``LOG.openings``
+(:mod:`svattn.exact.records.openings`); the erase entry names, in clear, the ingest
+slots (``ingested_at``: record and slot) and the remove records (``removed_at``) it
+covers, and the receipt's SHA-256. An erase **prunes** its subject at once: right after
+its entry is durable the openings it names (its own too) are deleted from
+``LOG.openings`` (:meth:`AuditLog.prune_pending`), and a log a crash left between the
+two is pruned when it is resumed or by ``svattn audit prune``. The entries, and so every
+leaf, checkpoint and proof, stay as they were.
+
 The log is also a transparency log (``docs/design.md`` §4.0): its lines are the leaves
 of an RFC 6962 Merkle tree, and after each append ``LOG.checkpoint`` is rewritten
 atomically (:class:`~svattn.exact.records.tlog.CheckpointWriter`), signed with the
@@ -85,6 +96,14 @@ from svattn.exact.records.logverify import (
     record_hash,
     sha256_hex,
     verify_chain,
+)
+from svattn.exact.records.openings import (
+    append_openings,
+    opening_line,
+    openings_size,
+    prune_openings,
+    seal,
+    truncate_openings,
 )
 from svattn.exact.records.tlog import CheckpointWriter, controller_signer
 
@@ -150,7 +169,10 @@ class AuditLog:
         self._last_counts = (0, 0, 0)
         self._checkpoint = CheckpointWriter(
             path, None if signing_key is None else controller_signer(signing_key))
-        self._ingest: dict[int, tuple[int, str | None]] = {}  # id -> (its add record, tag)
+        # id -> (its add record, tag, its slot there)
+        self._ingest: dict[int, tuple[int, str | None, int]] = {}
+        self._removed: dict[int, int] = {}  # id -> the record that removed it
+        self._prune: list[tuple[int, int]] = []  # (record, slot) openings an erase named
         self._version = LOG_VERSION  # (a resumed log keeps its own)
 
     # -------------------------------------------------------------- opening
@@ -176,10 +198,24 @@ class AuditLog:
         log = cls(path, fd, 0, GENESIS, signing_key)
         log._last_counts = facts.counts
         cont = params.get("continues")
-        for tid in cont["live_ids"] if isinstance(cont, dict) else ():
-            log._ingest[int(tid)] = (0, cont.get("tags", {}).get(str(tid)))
+        opens: list[tuple[int, str, dict]] = []
+        if isinstance(cont, dict):
+            tags = cont.get("tags", {})
+            for r, tid in enumerate(cont["live_ids"]):
+                log._ingest[int(tid)] = (0, tags.get(str(tid)), r)
+            sealed = []  # each subject's tag a salted commitment (prunable)
+            for r, tid in enumerate(cont["live_ids"]):
+                if str(tid) in tags:
+                    c, salt = seal({"id": int(tid), "tag": tags[str(tid)]})
+                    opens.append((r, salt, {"id": int(tid), "tag": tags[str(tid)]}))
+                    sealed.append(c)
+                else:
+                    sealed.append(None)
+            params = {**params, "continues": {**cont, "tags": sealed}}
         _fsync_dir(path)
-        log._append(facts, "open", {"format": LOG_FORMAT, "version": LOG_VERSION, **params})
+        truncate_openings(path, 0)  # a new log: no openings of another before it
+        log._append(facts, "open", ({"format": LOG_FORMAT, "version": LOG_VERSION, **params},
+                                    opens))
         return log
 
     @classmethod
@@ -205,7 +241,7 @@ class AuditLog:
     def _resume_locked(cls, path: Path, fd: int, facts: AuditFacts, state_path: Path,
                        state_sha256: str, head: dict[str, Any] | None,
                        signing_key) -> AuditLog:
-        report = verify_chain(path)
+        report = verify_chain(path, allow_unpruned=True)
         if not report.ok:
             raise AuditLogError(f"audit log {path} does not verify: {report.error}")
         recs = report.records
@@ -237,7 +273,12 @@ class AuditLog:
         for entry in report.entries:
             log._checkpoint.add(entry)
         log._ingest, log._version = dict(report.ingested), report.version
-        log._append(facts, "load", {"file_sha256": state_sha256, "path": state_path.name})
+        log._removed = {r["certificate"]["removed_id"]: r["seq"] for r in recs
+                        if r["op"] == "remove"}
+        if log._version >= 3:  # finish a prune a crash cut; drop openings of no entry
+            log._prune = list(report.unpruned)
+            log.prune_pending(below=len(recs))
+        log._append(facts, "load", ({"file_sha256": state_sha256, "path": state_path.name}, []))
         return log
 
     def head(self) -> dict[str, Any]:
@@ -267,19 +308,21 @@ class AuditLog:
         """Where the log stands (for :meth:`rollback`): the file size and the chain's head."""
         size = os.fstat(self._fd).st_size if self._fd >= 0 else -1
         return (size, self._seq, self._prev, self._last_counts, list(self._pending),
-                self._failed, self._checkpoint.mark())
+                self._failed, self._checkpoint.mark(), openings_size(self.path),
+                list(self._prune))
 
     def rollback(self, mark: tuple) -> None:
         """Undo every record written since ``mark`` (an operation that failed is not in
         the log): truncate the file back, restore the chain's head. If the truncation
         itself fails the log stays failed (the memory then refuses further operations)."""
-        size, seq, prev, counts, pending, failed, tree = mark
+        size, seq, prev, counts, pending, failed, tree, osize, prune = mark
         if size < 0 or self._fd < 0:
             return
         try:
             if os.fstat(self._fd).st_size != size:
                 os.ftruncate(self._fd, size)
                 os.fsync(self._fd)
+            truncate_openings(self.path, osize)
             if self._checkpoint.tree.size != tree[0].size:
                 self._checkpoint.restore(tree)
                 self._checkpoint.write()
@@ -287,9 +330,29 @@ class AuditLog:
             self._failed = exc
             return
         self._seq, self._prev, self._last_counts = seq, prev, counts
-        self._pending, self._failed = pending, failed
-        if any(at >= seq for at, _ in self._ingest.values()):
+        self._pending, self._failed, self._prune = pending, failed, prune
+        if any(v[0] >= seq for v in self._ingest.values()):
             self._ingest = {t: v for t, v in self._ingest.items() if v[0] < seq}
+        self._removed = {t: j for t, j in self._removed.items() if j < seq}
+
+    def prune_pending(self, below: int | None = None) -> int:
+        """Delete from ``LOG.openings`` the openings the log's erases named and that are
+        still there (:func:`~svattn.exact.records.openings.prune_openings`; with
+        ``below``, also openings of no entry): the erased subjects' data leaves the log.
+        Returns the openings deleted. A failure fails the log (the memory refuses to go
+        on until the prune is finished: resuming the log, or ``svattn audit prune``)."""
+        if not self._prune and below is None:
+            return 0
+        try:
+            n = prune_openings(self.path, self._prune, below)
+        except OSError as exc:
+            self._failed = exc
+            raise AuditLogError(f"pruning the openings of audit log {self.path} failed "
+                                f"({exc}); the erase is done and recorded, its subject's "
+                                "data is still in the openings: `svattn audit prune LOG` "
+                                "finishes it") from exc
+        self._prune = []
+        return n
 
     def ready(self) -> None:
         """Raise :class:`AuditLogError` if a previous write failed (called before ops)."""
@@ -330,7 +393,7 @@ class AuditLog:
         for ev in self._pending:
             fields = {k: v for k, v in ev.items() if k != "op"}
             fields["within"] = op
-            lines.append(self._line(facts, ev["op"], fields))
+            lines.append(self._line(facts, ev["op"], (fields, [])))
         self._pending = []
         lines.append(self._line(facts, op, self._fields(facts, op, info)))
         self._write(lines)
@@ -339,52 +402,101 @@ class AuditLog:
         """Record a save whose bytes are durable, just before they replace the file (if
         the record fails, the save does not happen)."""
         self.ready()
-        self._write([self._line(facts, "save", {"file_sha256": sha256, "path": path.name})])
+        self._write([self._line(facts, "save", ({"file_sha256": sha256, "path": path.name},
+                                                []))])
 
-    def _fields(self, facts: AuditFacts, op: str, info: dict[str, Any]) -> dict[str, Any]:
+    def _fields(self, facts: AuditFacts, op: str, info: dict[str, Any]
+                ) -> tuple[dict[str, Any], list[tuple[int, str, Any]]]:
+        """The entry's fields and its openings ``(slot, salt, value)`` (version 3: the
+        subject's data sealed, each slot's commitment in the entry)."""
+        v3 = self._version >= 3
         if op in ("add", "extend"):
             ids, commits = info["ids"], info["commitments"]
             tags = info.get("tags") or [None] * len(ids)
-            toks = []
+            toks, opens = [], []
             for r, tid in enumerate(ids):
-                self._ingest[int(tid)] = (self._seq, None if tags[r] is None else tags[r].hex())
+                self._ingest[int(tid)] = (self._seq, None if tags[r] is None else tags[r].hex(),
+                                          r)
                 # the commitment the memory keeps (and a removal's certificate repeats):
                 # keyed or opaque, never with a salt that would let it be opened
                 tok = {"id": int(tid), "commitment": commits[r]}
                 if tags[r] is not None:  # the subject's keyed hash, never the tag
                     tok["tag"] = tags[r].hex()
-                toks.append(tok)
-            return {"tokens": toks, "kkt_residual": _finite(facts.kkt_residual)}
+                toks.append(self._sealed(opens, r, tok) if v3 else tok)
+            return {"tokens": toks, "kkt_residual": _finite(facts.kkt_residual)}, opens
         if op == "remove":
             cert: DeletionCertificate = info["certificate"]
-            return {"certificate": asdict(cert)}
+            self._removed[int(cert.removed_id)] = self._seq
+            if v3:
+                opens = []
+                return {"certificate": self._sealed(opens, 0, asdict(cert))}, opens
+            return {"certificate": asdict(cert)}, []
         if op == "compact":
-            return {"dropped": [int(i) for i in info["dropped"]]}
+            return {"dropped": [int(i) for i in info["dropped"]]}, []
         if op == "erase":  # the request: its removals are the records before it
-            r = info["receipt"]
-            erasure = {"tag_hash": r.tag_hash, "erased_ids": list(r.erased_ids),
-                       "ingested_at": [self._ingest.get(t, (None,))[0] for t in r.erased_ids],
-                       "signer": r.signer, "signature": r.signature,
-                       "receipt_sha256": r.sha256()}
-            unbound = erase_unbound(erasure, list(r.erased_ids), self._ingest, self._version)
-            if unbound is not None:  # the rule the verifier applies to this log's version
-                raise AuditLogError(f"refused: {unbound}")
-            return {"erasure": erasure}
+            return self._erasure(info["receipt"])
         raise ValueError(f"unknown audit operation {op!r}")
 
-    def _line(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> bytes:
-        rec = dict(fields)
+    def _erasure(self, r) -> tuple[dict[str, Any], list[tuple[int, str, Any]]]:
+        ids = list(r.erased_ids)
+        got = [self._ingest.get(t, (None, None, None)) for t in ids]
+        erasure = {"tag_hash": r.tag_hash, "erased_ids": ids,
+                   "ingested_at": [g[0] for g in got],
+                   "signer": r.signer, "signature": r.signature, "receipt_sha256": r.sha256()}
+        opens: list[tuple[int, str, Any]] = []
+        if self._version >= 3:  # the subject sealed; in clear what the prune names
+            private = {k: erasure[k] for k in ("tag_hash", "erased_ids", "signer", "signature")}
+            erasure = {"ingested_at": [[g[0], g[2]] for g in got],
+                       "removed_at": [self._removed.get(t) for t in ids],
+                       "receipt_sha256": erasure["receipt_sha256"],
+                       "prunes": self._gone_of(r.tag_hash, set(ids))}
+            unbound = erase_unbound({**private, **erasure}, ids, self._ingest, self._version)
+            if None in erasure["removed_at"]:
+                unbound = unbound or "the erased ids were not removed in this erase"
+            erasure["opening"] = self._sealed(opens, 0, private)
+        else:
+            unbound = erase_unbound(erasure, ids, self._ingest, self._version)
+        if unbound is not None:  # the rule the verifier applies to this log's version
+            raise AuditLogError(f"refused: {unbound}")
+        if opens:  # what the prune deletes once the erase is durable
+            self._prune += [tuple(a) for a in erasure["ingested_at"]]
+            self._prune += [(j, 0) for j in erasure["removed_at"]] + [(self._seq, 0)]
+            for a in erasure["prunes"]:
+                self._prune += [(a[0], a[1])] + [(a[2], 0)] * (len(a) == 3)
+        return {"erasure": erasure}, opens
+
+    def _gone_of(self, tag_hash: str, erased: set[int]) -> list[list[int]]:
+        """``[record, slot]`` of the subject's tokens that left before this erase (removed
+        one by one: ``[record, slot, remove record]``; compacted), pruned with it."""
+        return sorted([seq, slot] + ([self._removed[t]] if t in self._removed else [])
+                      for t, (seq, tag, slot) in self._ingest.items()
+                      if tag == tag_hash and t not in erased)
+
+    @staticmethod
+    def _sealed(opens: list[tuple[int, str, Any]], slot: int, value: Any) -> str:
+        c, salt = seal(value)
+        opens.append((slot, salt, value))
+        return c
+
+    def _line(self, facts: AuditFacts, op: str,
+              fields: tuple[dict[str, Any], list[tuple[int, str, Any]]]
+              ) -> tuple[bytes, list[bytes]]:
+        """The entry's line and its openings' lines."""
+        rec = dict(fields[0])
         rec.update(seq=self._seq, op=op, prev=self._prev, time=_now(),
                    digest=facts.digest, n=facts.n, next_id=facts.next_id)
         rec["sha256"] = record_hash(rec)
         text = canonical(rec)
+        opens = [opening_line(self._seq, slot, salt, value) for slot, salt, value in fields[1]]
         self._seq += 1
         self._prev = sha256_hex(text)
-        return text.encode() + b"\n"
+        return text.encode() + b"\n", opens
 
-    def _write(self, lines: list[bytes]) -> None:
+    def _write(self, written: list[tuple[bytes, list[bytes]]]) -> None:
+        lines = [line for line, _ in written]
         data = b"".join(lines)
         try:
+            append_openings(self.path, [o for _, opens in written for o in opens])
             view = memoryview(data)
             while view:
                 k = os.write(self._fd, view)
@@ -399,8 +511,83 @@ class AuditLog:
             self._failed = exc
             raise AuditLogError(f"writing audit log {self.path} failed: {exc}") from exc
 
-    def _append(self, facts: AuditFacts, op: str, fields: dict[str, Any]) -> None:
+    def _append(self, facts: AuditFacts, op: str,
+                fields: tuple[dict[str, Any], list[tuple[int, str, Any]]]) -> None:
         self._write([self._line(facts, op, fields)])
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What :func:`prune_log` deleted.
+
+    Attributes
+    ----------
+    pruned : tuple of (int, int)
+        ``(record, slot)`` of each opening deleted (each named by an erase).
+    erases : tuple of int
+        The erase records whose prune this finished.
+    """
+
+    pruned: tuple[tuple[int, int], ...]
+    erases: tuple[int, ...]
+
+
+def prune_log(path: str | os.PathLike[str], tag_hash: str | None = None) -> PruneReport:
+    """Finish the prunes of a log's erases: delete from ``LOG.openings`` every opening an
+    erase names that is still there (an erase prunes its subject itself; this finishes a
+    prune a crash or a failed write cut), and openings of no entry.
+
+    With ``tag_hash`` (a subject's tag hash, hex) it refuses unless that subject was
+    forgotten: if the log holds an opening of a token of that subject that no erase
+    names, nothing is deleted.
+
+    Raises
+    ------
+    AuditLogError
+        The log does not verify, is being written, or the subject was not forgotten.
+    """
+    path = Path(path)
+    fd = _open_locked(path, os.O_RDONLY)  # no writer appends meanwhile
+    try:
+        rep = verify_chain(path, allow_unpruned=True)
+        if not rep.ok:
+            raise AuditLogError(f"audit log {path} does not verify: {rep.error}")
+        if rep.version < 3:
+            raise AuditLogError(f"audit log {path} is of format version {rep.version}: its "
+                                "entries hold their data themselves (nothing beside them "
+                                "to prune); a new log (version 3) starts from a saved state")
+        pending = set(rep.unpruned)
+        if tag_hash is not None:
+            kept = [(r["seq"], k, tok["id"]) for r in rep.records if r["op"] in ("add", "extend")
+                    for k, tok in enumerate(r["tokens"]) if tok.get("tag") == tag_hash]
+            cont = rep.records[0].get("continues")
+            if isinstance(cont, dict):  # the tokens a chain that continues a state started with
+                kept += [(0, k, t) for k, t in enumerate(cont["live_ids"])
+                         if cont["tags"].get(str(t)) == tag_hash]
+            kept = [k for k in kept if k[:2] not in pending]
+            if kept:
+                raise AuditLogError(
+                    f"refused: subject {tag_hash[:12]}… was not forgotten: record {kept[0][0]} "
+                    f"ingested its token {kept[0][2]} and no erase names it (erase the "
+                    "subject first: SVDDMemory.erase)")
+        prune_openings(path, pending, below=len(rep.entries))
+        return PruneReport(tuple(sorted(pending)), tuple(sorted(_erases_of(rep, pending))))
+    finally:
+        os.close(fd)
+
+
+def _erases_of(rep: AuditReport, slots: set[tuple[int, int]]) -> set[int]:
+    """The erase records that name any of ``slots``."""
+    out = set()
+    for r in rep.records:
+        if r["op"] == "erase" and rep.version >= 3:
+            er = r["erasure"]
+            named = {tuple(a) for a in er["ingested_at"]} | {(a[0], a[1]) for a in er["prunes"]}
+            named |= {(j, 0) for j in er["removed_at"]}
+            named |= {(a[2], 0) for a in er["prunes"] if len(a) == 3}
+            if (named | {(r["seq"], 0)}) & slots:
+                out.add(r["seq"])
+    return out
 
 
 def lock_log(path: str | os.PathLike[str]) -> int:
@@ -436,6 +623,6 @@ def _fsync_dir(path: Path) -> None:
 
 
 __all__ = ["LOG_VERSION", "LOG_VERSIONS", "STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError",
-           "AuditReport", "canonical", "checkpoint_mismatch",
-           "lock_log",
+           "AuditReport", "PruneReport", "canonical", "checkpoint_mismatch",
+           "lock_log", "prune_log",
            "record_hash", "verify_chain"]

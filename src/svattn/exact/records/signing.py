@@ -181,6 +181,22 @@ def tag_hashes(tags, n: int, tag_key: bytes | None) -> list[bytes | None]:
     return [None if t is None else tag_hash(tag_key, t) for t in tags]
 
 
+def subject_hash(tag: str | None, tag_hash: str | None, tag_key: bytes | None) -> bytes:
+    """The keyed hash of a subject given by its ``tag`` or as ``tag_hash`` (hex): exactly
+    one of them (``ValueError`` otherwise, or for a hash that is not 32 bytes of hex)."""
+    if (tag is None) == (tag_hash is None):
+        raise ValueError("give the subject's tag or its tag_hash (one of them)")
+    if tag is not None:
+        return tag_hashes([tag], 1, tag_key)[0]
+    try:
+        raw = bytes.fromhex(tag_hash)
+    except (TypeError, ValueError):
+        raw = b""
+    if len(raw) != 32:
+        raise ValueError(f"tag_hash must be 64 hex digits, got {str(tag_hash)[:80]!r}")
+    return raw
+
+
 def read_commit_key(path: str | os.PathLike[str]) -> bytes:
     """The commitment key an auditor checks keyed commitments with, from a file: the
     controller's private key (PEM; the key is derived as the memory derives it) or the
@@ -231,4 +247,5 @@ def signature_errors(cert, public_key: Ed25519PublicKey) -> list[str]:
 
 __all__ = ["check_key_id", "derive_tag_key", "fingerprint", "generate_key", "load_private_key",
            "load_public_key", "no_tag_reason", "read_commit_key", "sign", "signature_errors",
-           "signing_key", "tag_hash", "resolve_tag_key", "tag_hashes", "write_keypair"]
+           "signing_key", "subject_hash", "tag_hash", "resolve_tag_key", "tag_hashes",
+           "write_keypair"]
