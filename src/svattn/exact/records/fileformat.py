@@ -161,7 +161,7 @@ def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
                     or info.st_uid != os.getuid():
                 continue
             zero_file(p, info.st_size)  # overwrite first (the bytes are key data)
-            p.unlink()
+            os.unlink(p)
             removed.append(p)
         except OSError:
             continue
