@@ -1,9 +1,10 @@
 """Crash points of an audit log append, enumerated as SQLite tests its commits: the writer
-stops at the N-th write, fsync, truncate or rename of an append (the log line, then the
-checkpoint's temporary file and its rename; ``crash_helpers.CrashingOS``), for every N, the pending write dropped,
-written or garbled (cut short). After each crash the files on disk hold the old or the
-new log (a cut last line read past), the checkpoint is the old or the new one and a root
-of the log's prefix, signed, and the log verifies as honest (never as forged)."""
+(``crash_helpers.CrashingOS``) stops at the N-th write, fsync, truncate or rename of an
+append (the log line, then the checkpoint's temporary file and its rename), for every N,
+the pending write dropped, written or garbled (cut short). After each crash the files on
+disk hold the old or the new log (a cut last line read past), the checkpoint is the old
+or the new one and a root of the log's prefix, signed, and the log verifies as honest
+(never as forged)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from crash_helpers import Crash, CrashingOS, crashing
 
+from crash_helpers import Crash, CrashingOS, crashing
 from svattn.exact.auditor.logcheck import check_authenticity
 from svattn.exact.records import audit as audit_module
 from svattn.exact.records import tlog as tlog_module

@@ -23,8 +23,8 @@ import shutil
 
 import numpy as np
 import pytest
-from crash_helpers import MODES, Crash, CrashingOS, crashing, key_bytes, residue
 
+from crash_helpers import MODES, Crash, CrashingOS, crashing, key_bytes, residue
 from svattn.exact import SVDDMemory
 from svattn.exact.auditor.recovery import recover
 from svattn.exact.records import audit as audit_module

@@ -105,6 +105,7 @@ from svattn.estimators.rows import (
 )
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kernels import get_kernel, kernel_names
+from svattn.exact.records.fileformat import SavedNotDurable
 from svattn.exact.records.signing import sign
 from svattn.exact.records.signing import signing_key as as_signing_key
 
@@ -646,18 +647,32 @@ class SVDD(OutlierMixin, BaseEstimator):
         """
         check_is_fitted(self, "memory_")
         folder = saved.model_folder(path)
+        saved.finish_save(folder)  # what an interrupted save left
         memory = self.memory_
-        digest = memory.save(folder / saved.STATE_FILE)
         names = vars(self).get("feature_names_in_")
-        saved.write_model_file(folder, {
+        fields = {
             "params": {k: v for k, v in self.get_params().items()
                        if k not in ("signing_key", "audit_log")},
             "C_": self.C_, "gamma_": self.gamma_, "fit_path_": self.fit_path_,
             "n_features_in_": self.n_features_in_,
             "feature_names_in_": None if names is None else [str(n) for n in names],
             "rows": self._ledger.to_dict(memory.ids),
-            "state_digest": memory.state_digest(), "state_sha256": digest,
-        })
+            "state_digest": memory.state_digest(),
+        }
+        # the model file is durable (as estimator.next.json) before the state file it
+        # describes replaces the old one, and replaces estimator.json after: killed in
+        # between, the next load finishes the save (saved.finish_save)
+        try:
+            digest = memory.save(folder / saved.STATE_FILE, before_commit=lambda sha:
+                                 saved.write_next_model_file(folder, saved.model_file_bytes(
+                                     {**fields, "state_sha256": sha})))
+        except SavedNotDurable:  # committed: the model file follows
+            saved.commit_model_file(folder)
+            raise
+        except BaseException:
+            saved.discard_next_model_file(folder)
+            raise
+        saved.commit_model_file(folder)
         return digest
 
     @classmethod

@@ -28,7 +28,7 @@ from then on. When the margin set is empty ``mu`` is the largest optimal value.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -409,13 +409,20 @@ class SVDDMemory:
         twin._ingest_path = self._ingest_path
         return twin
 
-    def save(self, path: str | os.PathLike[str]) -> str:
+    def save(self, path: str | os.PathLike[str], *,
+             before_commit: Callable[[str], None] | None = None) -> str:
         """Save atomically to a safetensors file; return the file's SHA-256.
 
         The tensors are :func:`~svattn.exact.records.schema.to_tensors`; the metadata adds the
         digest, health, KKT residual and audit head (:mod:`svattn.exact.records.fileformat`).
         The previous file stays intact when anything fails or the process dies
-        mid-save, and no temporary file is left behind.
+        mid-save; a failed save removes its temporary file, and a killed one's is
+        removed (overwritten, then deleted) by the next save or load of ``path``.
+
+        ``before_commit``, when given, is called with the new file's SHA-256 once its
+        bytes are durable and just before they replace the file (and before the save's
+        audit record): what must be on disk before the new state is (a model file that
+        describes it). If it raises, nothing is saved.
         """
         self._audit_ready()
         ss = self._s
@@ -426,9 +433,14 @@ class SVDDMemory:
         data = fileformat.state_file_bytes(t, meta)
         path, digest, log = Path(path), fileformat.sha256_hex(data), self._audit
         mark = None if log is None else log.mark()
+        def commit() -> None:
+            if before_commit is not None:
+                before_commit(digest)
+            if log is not None:
+                log.record_save(self._audit_facts(), path, digest)
+
         try:  # logged before the rename: a failed record leaves the old file, and the log
-            fileformat.write_atomic(path, data, before_rename=None if log is None else
-                                    lambda: log.record_save(self._audit_facts(), path, digest))
+            fileformat.write_atomic(path, data, before_rename=commit)
         except SavedNotDurable:  # renamed: the file and its record agree, both stay
             raise
         except BaseException:

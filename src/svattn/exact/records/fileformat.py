@@ -81,7 +81,7 @@ class SavedNotDurable(OSError):
     directory could not be synced: it may not survive a power cut."""
 
 
-def _save_lock(path: Path, *, wait: bool = True) -> int:
+def save_lock(path: Path, *, wait: bool = True) -> int:
     """``flock`` the state's directory (-1: another process holds it and ``wait`` is
     False). A save holds it from before its temporary file exists until after the
     rename, and the leftover cleanup takes it, so a cleanup never sees a live save's
@@ -111,7 +111,7 @@ def remove_leftovers(path: Path, *, locked: bool = False) -> list[Path]:
     lock = -1
     if not locked:
         try:
-            lock = _save_lock(path, wait=False)
+            lock = save_lock(path, wait=False)
         except OSError:
             return []
         if lock < 0:  # a save is running: its temporary file is not a leftover
@@ -169,9 +169,10 @@ def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
 
 
 def write_atomic(path: Path, data: bytes, *,
-                 before_rename: Callable[[], None] | None = None) -> None:
+                 before_rename: Callable[[], None] | None = None, locked: bool = False) -> None:
     """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir),
-    under the state's save lock, after removing the temporary files a killed earlier
+    under the state's save lock (``locked``: the caller holds it, as a ``before_rename``
+    writing beside the file does), after removing the temporary files a killed earlier
     save left.
 
     ``before_rename`` runs once the bytes are durable and before they replace the
@@ -179,7 +180,7 @@ def write_atomic(path: Path, data: bytes, *,
     one goes. After the rename only :class:`SavedNotDurable` can be raised.
     """
     directory = path.parent if str(path.parent) else Path(".")
-    lock = _save_lock(path)
+    lock = -1 if locked else save_lock(path)
     try:
         remove_leftovers(path, locked=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -215,7 +216,8 @@ def write_atomic(path: Path, data: bytes, *,
         finally:
             os.close(dfd)
     finally:
-        os.close(lock)
+        if lock >= 0:
+            os.close(lock)
 
 
 def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
@@ -367,8 +369,8 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
            "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
-           "read_metadata", "read_state", "remove_leftovers", "serialize", "sha256_hex",
-           "state_file_bytes", "write_atomic", "check_loaded_state", "zero_file"]
+           "read_metadata", "read_state", "remove_leftovers", "save_lock", "serialize",
+           "sha256_hex", "state_file_bytes", "write_atomic", "check_loaded_state", "zero_file"]
 
 
 def check_loaded_state(ss, be, health, t: dict[str, np.ndarray], meta: dict, where: str, *,
