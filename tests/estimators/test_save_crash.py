@@ -107,13 +107,21 @@ def test_every_crash_point_of_a_save_after_a_forget_loads_old_or_new(deployed, t
     assert "new" in outcomes and "old" in outcomes, outcomes
 
 
-def test_a_save_then_a_load_leaves_only_the_two_files_and_the_log(deployed, tmp_path):
+def test_a_save_zeroes_the_files_it_replaced_and_leaves_only_its_own(deployed, tmp_path):
     base, needles, _, after = deployed
     folder = tmp_path / "m"
     shutil.copytree(base, folder)
     model = SVDD.load(folder, signing_key=KEY, audit_log=folder / "audit.jsonl")
     model.forget(subject=SUBJECT)
-    model.save(folder)
+    sizes = {n: (folder / n).stat().st_size for n in ("estimator.json", "memory.safetensors")}
+    olds = {n: open(folder / n, "rb") for n in sizes}  # the files the save replaces
+    try:
+        model.save(folder)
+        for n, f in olds.items():  # overwritten with zeros once replaced
+            assert f.read() == bytes(sizes[n]), n
+    finally:
+        for f in olds.values():
+            f.close()
     model.memory_.close_audit_log()
     assert sorted(p.name for p in folder.iterdir()) == [
         "audit.jsonl", "audit.jsonl.checkpoint", "estimator.json", "memory.safetensors"]

@@ -138,3 +138,24 @@ def test_every_crash_point_of_a_save_after_a_forget_leaves_old_or_new(saved, tmp
             shutil.rmtree(folder)
     # both outcomes reached: a crash from the rename on lands the save
     assert outcomes.count("new") >= 2 and outcomes.count("old") >= 2 * (total - 3), outcomes
+
+
+def test_the_replaced_state_file_is_overwritten_with_zeros(saved, tmp_path):
+    """A save overwrites the file it replaced (read here through a descriptor opened
+    before the save) with zeros once the new one is durable; a second name of that
+    file (a hard link: someone's copy) keeps it whole."""
+    base, needles, _, new = saved
+    folder = tmp_path / "m"
+    shutil.copytree(base, folder)
+    state = folder / "m.safetensors"
+    mem = SVDDMemory.load(state, audit_log=folder / "audit.jsonl", signing_key=KEY)
+    size = state.stat().st_size
+    with open(state, "rb") as before:
+        mem.erase(SUBJECT)
+        mem.save(state)
+        assert before.read() == bytes(size)
+    assert residue(folder, needles) == {} and SVDDMemory.load(state).state_digest() == new
+    (folder / "copy").hardlink_to(state)
+    mem.save(state)
+    mem.close_audit_log()
+    assert SVDDMemory.load(folder / "copy").state_digest() == new

@@ -13,8 +13,8 @@ A save is atomic across the two files. The new ``estimator.json`` is first writt
 (durably, :func:`~svattn.exact.records.fileformat.write_atomic`) as
 ``estimator.next.json``, naming the new state file's SHA-256; then the state file is
 renamed over the old one (the commit); then ``estimator.next.json`` over
-``estimator.json`` (the old one overwritten with zeros first: it holds the ids of rows
-forgotten since). Killed anywhere, :func:`finish_save` (run by the next save and load)
+``estimator.json`` (each replaced file then overwritten with zeros: they hold the rows
+and ids forgotten since). Killed anywhere, :func:`finish_save` (run by the next save and load)
 completes the save when the state file in place is the one ``estimator.next.json``
 names, and otherwise overwrites and deletes it: the folder loads to the model before the
 save or after it, never a mix, and once opened no file in it holds a row or an id the
@@ -63,25 +63,20 @@ def write_next_model_file(folder: Path, data: bytes) -> None:
 
 
 def commit_model_file(folder: Path) -> None:
-    """Replace ``estimator.json`` with ``estimator.next.json`` (the old one overwritten
-    with zeros first) and sync the folder. Idempotent: a missing next file (another
-    process finished this save) is done already."""
-    nxt, cur = folder / NEXT_FILE, folder / MODEL_FILE
-    if not nxt.is_file():
-        return
-    _zero(cur)  # (killed after this, estimator.next.json is still there to finish with)
-    try:
-        os.replace(nxt, cur)
+    """Replace ``estimator.json`` with ``estimator.next.json``, sync the folder, then
+    overwrite the old one with zeros. Idempotent: a missing next file (another process
+    finished this save) is done already."""
+    try:  # the old estimator.json (it holds the ids of rows forgotten since) is zeroed
+        fileformat.replace_zeroing(folder / NEXT_FILE, folder / MODEL_FILE)
     except FileNotFoundError:  # finished meanwhile by a load
         return
-    _sync_folder(folder)
 
 
 def discard_next_model_file(folder: Path) -> None:
     """Overwrite and delete ``estimator.next.json`` (a save that failed before its
     commit); best effort: what cannot be removed, the next save or load removes."""
     try:
-        _zero(folder / NEXT_FILE, unlink=True)
+        _zero_and_delete(folder / NEXT_FILE)
     except OSError:
         pass
 
@@ -101,7 +96,7 @@ def finish_save(folder: Path) -> Path:
         if lock >= 0:
             for name in (MODEL_FILE, NEXT_FILE, STATE_FILE):
                 fileformat.remove_leftovers(folder / name, locked=True)
-            _zero(folder / LEGACY_TEMP, unlink=True)
+            _zero_and_delete(folder / LEGACY_TEMP)
         if not nxt.is_file():
             return folder / MODEL_FILE
         committed = state.is_file() and _names_state(nxt, sha256_hex(state.read_bytes()))
@@ -109,7 +104,7 @@ def finish_save(folder: Path) -> Path:
             if committed:
                 commit_model_file(folder)
             elif lock >= 0:
-                _zero(nxt, unlink=True)
+                _zero_and_delete(nxt)
                 _sync_folder(folder)
         except OSError:  # a read-only folder: read what the committed save wrote
             return nxt if committed else folder / MODEL_FILE
@@ -135,17 +130,16 @@ def _try_lock(folder: Path) -> int:
         return -1
 
 
-def _zero(path: Path, *, unlink: bool = False) -> None:
-    """Overwrite the regular file ``path`` (ours, one link) with zeros; then delete it
-    when ``unlink``. A missing file is nothing to do."""
+def _zero_and_delete(path: Path) -> None:
+    """Overwrite the regular file ``path`` (when ours, with one link) with zeros, then
+    delete it; a missing file is nothing to do."""
     try:
         info = path.lstat()
     except FileNotFoundError:
         return
     if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
         zero_file(path, info.st_size)
-    if unlink:
-        os.unlink(path)
+    os.unlink(path)
 
 
 def _sync_folder(folder: Path) -> None:

@@ -12,8 +12,9 @@ serialises back to exactly the file's bytes, so no flipped byte anywhere (header
 padding included) goes unnoticed.
 
 Writes are atomic: the bytes go to a temporary file in the same directory,
-which is fsynced, renamed over the target, and the directory fsynced. A crash
-at any point leaves either the old file or the new one, never a mix.
+which is fsynced, renamed over the target, and the directory fsynced; then the
+replaced file is overwritten with zeros. A crash at any point leaves either the old
+file or the new one, never a mix.
 
 The checksums detect corruption and naive tampering; they are not a signature
 (anyone who can write the file can recompute them). The audit log anchors a
@@ -135,13 +136,52 @@ def zero_file(path: Path, size: int) -> None:
     """
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
     try:
-        left, zeros = size, b"\0" * (1 << 20)
-        while left > 0:
-            k = os.write(fd, zeros[: min(left, len(zeros))])
-            if k <= 0:
-                raise OSError(f"short write zeroing {path}")
-            left -= k
-        os.fsync(fd)
+        _zero_fd(fd, size, path)
+    finally:
+        os.close(fd)
+
+
+def _zero_fd(fd: int, size: int, what: object) -> None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    left, zeros = size, b"\0" * (1 << 20)
+    while left > 0:
+        k = os.write(fd, zeros[: min(left, len(zeros))])
+        if k <= 0:
+            raise OSError(f"short write zeroing {what}")
+        left -= k
+    os.fsync(fd)
+
+
+def _open_replaced(path: Path) -> int:
+    """A write descriptor on the file ``path`` names now, to overwrite its bytes once a
+    new file has replaced it: -1 when there is none, or it is not a regular file of
+    ours with one link (a symlink's target, another name's file: never zeroed)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError:
+        return -1
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
+            or info.st_uid != os.getuid():
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _zero_replaced(fd: int) -> None:
+    """Overwrite the replaced file (no name links to it any more) with zeros; best
+    effort: the new file is in place and durable whatever happens here. -1: none."""
+    if fd < 0:
+        return
+    try:
+        info = os.fstat(fd)
+        if info.st_nlink == 0:
+            _zero_fd(fd, info.st_size, "the replaced file")
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
@@ -178,9 +218,14 @@ def write_atomic(path: Path, data: bytes, *,
     ``before_rename`` runs once the bytes are durable and before they replace the
     file (a save's audit record): if it raises, the old file stays and the temporary
     one goes. After the rename only :class:`SavedNotDurable` can be raised.
+
+    Once the new file is durable, the file it replaced (it may hold rows erased since)
+    is overwritten with zeros through a descriptor opened before the rename (when it is
+    a regular file of ours with no other name); killed before that, no name links to it.
     """
     directory = path.parent if str(path.parent) else Path(".")
     lock = -1 if locked else save_lock(path)
+    old = -1
     try:
         remove_leftovers(path, locked=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -197,27 +242,63 @@ def write_atomic(path: Path, data: bytes, *,
                 os.close(fd)
             if before_rename is not None:
                 before_rename()
+            old = _open_replaced(path)
             os.replace(tmp, path)
         except BaseException:
+            if old >= 0:
+                os.close(old)
+                old = -1
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
             raise
-        try:
-            dfd = os.open(directory, os.O_RDONLY)
-        except OSError:  # pragma: no cover - platforms without directory fds
-            return
-        try:
-            os.fsync(dfd)
-        except OSError as exc:
-            raise SavedNotDurable(exc.errno, f"{path} was saved, but syncing its directory "
-                                             f"failed ({exc.strerror})") from exc
-        finally:
-            os.close(dfd)
+        _sync_directory(path)  # (failing: the old file is left whole, the rename may not last)
+        _zero_replaced(old)
+        old = -1
     finally:
+        if old >= 0:
+            os.close(old)
         if lock >= 0:
             os.close(lock)
+
+
+def replace_zeroing(src: Path, dst: Path) -> None:
+    """Rename ``src`` over ``dst``, sync the folder, then overwrite the file ``dst`` named
+    before with zeros (as :func:`write_atomic` does; never a symlink's target or a file
+    with another name).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``src`` is gone (nothing changed).
+    SavedNotDurable
+        Renamed, but the folder could not be synced (the old file is left whole).
+    """
+    old = _open_replaced(dst)
+    try:
+        os.replace(src, dst)
+        _sync_directory(dst)
+    except BaseException:
+        if old >= 0:
+            os.close(old)
+        raise
+    _zero_replaced(old)
+
+
+def _sync_directory(path: Path) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    except OSError as exc:
+        raise SavedNotDurable(exc.errno, f"{path} was saved, but syncing its directory "
+                                         f"failed ({exc.strerror})") from exc
+    finally:
+        os.close(dfd)
 
 
 def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
@@ -369,7 +450,8 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
            "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
-           "read_metadata", "read_state", "remove_leftovers", "save_lock", "serialize",
+           "read_metadata", "read_state", "remove_leftovers", "replace_zeroing", "save_lock",
+           "serialize",
            "sha256_hex", "state_file_bytes", "write_atomic", "check_loaded_state", "zero_file"]
 
 
