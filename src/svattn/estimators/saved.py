@@ -32,7 +32,12 @@ from pathlib import Path
 from svattn.exact import SVDDMemory
 from svattn.exact.records import fileformat
 from svattn.exact.records.certificate import finite_number, no_duplicate_keys
-from svattn.exact.records.fileformat import sha256_hex, write_atomic, zero_file
+from svattn.exact.records.fileformat import (
+    SavedNotDurable,
+    sha256_hex,
+    write_atomic,
+    zero_file,
+)
 
 MODEL_FORMAT, MODEL_VERSION = "svattn.SVDD", 1
 STATE_FILE, MODEL_FILE = "memory.safetensors", "estimator.json"
@@ -54,6 +59,27 @@ def model_file_bytes(fields: dict) -> bytes:
     """``estimator.json``'s bytes for ``fields`` (format and version added)."""
     meta = {"format": MODEL_FORMAT, "version": MODEL_VERSION, **fields}
     return json.dumps(meta, sort_keys=True, allow_nan=False, default=json_number).encode()
+
+
+def save_model(folder: Path, memory: SVDDMemory, fields: dict) -> str:
+    """Save ``memory`` and ``estimator.json`` (``fields``, the state file's SHA-256 added)
+    into ``folder``, atomically across the two (the module's protocol); return the SHA-256.
+
+    ``estimator.json`` is durable (as ``estimator.next.json``) before the state file it
+    describes replaces the old one, and replaces it after: killed in between, the next
+    load or save finishes the save (:func:`finish_save`)."""
+    finish_save(folder)  # what an interrupted save left
+    try:
+        digest = memory.save(folder / STATE_FILE, before_commit=lambda sha: write_next_model_file(
+            folder, model_file_bytes({**fields, "state_sha256": sha})))
+    except SavedNotDurable:  # committed: the model file follows
+        commit_model_file(folder)
+        raise
+    except BaseException:
+        discard_next_model_file(folder)
+        raise
+    commit_model_file(folder)
+    return digest
 
 
 def write_next_model_file(folder: Path, data: bytes) -> None:
@@ -251,4 +277,4 @@ def check_against_memory(meta, memory: SVDDMemory, where: str) -> None:
 __all__ = ["MODEL_FILE", "MODEL_FORMAT", "MODEL_VERSION", "NEXT_FILE", "STATE_FILE",
            "check_against_memory", "check_meta", "check_state_file", "commit_model_file",
            "discard_next_model_file", "finish_save", "json_number", "model_file_bytes",
-           "model_folder", "read_model_file", "write_next_model_file"]
+           "model_folder", "read_model_file", "save_model", "write_next_model_file"]

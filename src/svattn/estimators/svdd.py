@@ -105,7 +105,6 @@ from svattn.estimators.rows import (
 )
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kernels import get_kernel, kernel_names
-from svattn.exact.records.fileformat import SavedNotDurable
 from svattn.exact.records.signing import sign
 from svattn.exact.records.signing import signing_key as as_signing_key
 
@@ -640,14 +639,15 @@ class SVDD(OutlierMixin, BaseEstimator):
         The folder holds ``memory.safetensors`` (the exact memory,
         :meth:`SVDDMemory.save`: written atomically, verified on load, and recorded in
         the model's audit log) and ``estimator.json`` (the parameters, ``C_``,
-        ``gamma_``, the rows' ids and the state file's SHA-256). **It holds the
+        ``gamma_``, the rows' ids and the state file's SHA-256), saved atomically across
+        the two: killed anywhere, the folder loads to the model before or after
+        (:mod:`svattn.estimators.saved`). **It holds the
         remaining rows themselves, and their ids: personal data**, to be kept as the
         training data is. It never holds the signing key. No pickle: an auditor loads
         it (:meth:`load`, ``svattn verify-forget-receipt``) without running code from it.
         """
         check_is_fitted(self, "memory_")
         folder = saved.model_folder(path)
-        saved.finish_save(folder)  # what an interrupted save left
         memory = self.memory_
         names = vars(self).get("feature_names_in_")
         fields = {
@@ -659,21 +659,7 @@ class SVDD(OutlierMixin, BaseEstimator):
             "rows": self._ledger.to_dict(memory.ids),
             "state_digest": memory.state_digest(),
         }
-        # the model file is durable (as estimator.next.json) before the state file it
-        # describes replaces the old one, and replaces estimator.json after: killed in
-        # between, the next load finishes the save (saved.finish_save)
-        try:
-            digest = memory.save(folder / saved.STATE_FILE, before_commit=lambda sha:
-                                 saved.write_next_model_file(folder, saved.model_file_bytes(
-                                     {**fields, "state_sha256": sha})))
-        except SavedNotDurable:  # committed: the model file follows
-            saved.commit_model_file(folder)
-            raise
-        except BaseException:
-            saved.discard_next_model_file(folder)
-            raise
-        saved.commit_model_file(folder)
-        return digest
+        return saved.save_model(folder, memory, fields)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, signing_key=None,

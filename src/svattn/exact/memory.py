@@ -416,13 +416,10 @@ class SVDDMemory:
         The tensors are :func:`~svattn.exact.records.schema.to_tensors`; the metadata adds the
         digest, health, KKT residual and audit head (:mod:`svattn.exact.records.fileformat`).
         The previous file stays intact when anything fails or the process dies
-        mid-save; a failed save removes its temporary file, and a killed one's is
-        removed (overwritten, then deleted) by the next save or load of ``path``.
-
-        ``before_commit``, when given, is called with the new file's SHA-256 once its
-        bytes are durable and just before they replace the file (and before the save's
-        audit record): what must be on disk before the new state is (a model file that
-        describes it). If it raises, nothing is saved.
+        mid-save, and is overwritten with zeros once the new one is durable; a killed
+        save's temporary file goes at the next save or load. ``before_commit(sha256)``
+        runs once the new bytes are durable, before they replace the file (what must be
+        on disk first); if it raises, nothing is saved.
         """
         self._audit_ready()
         ss = self._s
