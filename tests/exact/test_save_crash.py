@@ -159,3 +159,32 @@ def test_the_replaced_state_file_is_overwritten_with_zeros(saved, tmp_path):
     mem.save(state)
     mem.close_audit_log()
     assert SVDDMemory.load(folder / "copy").state_digest() == new
+
+
+def test_recover_on_the_command_line_removes_the_old_state_when_asked(saved, tmp_path,
+                                                                     monkeypatch, capsys):
+    """A save after a forget killed before its rename; ``svattn recover`` replays the
+    erasure and says the old state still holds the rows, and with --remove-old-state
+    overwrites and deletes it: then no file of the folder holds them."""
+    from svattn.cli import main
+
+    base, needles, _, new = saved
+    folder = tmp_path / "m"
+    counter = CrashingOS()
+    _save_after_forget(base, tmp_path / "count", monkeypatch, counter)
+    rename = len(counter.trace) - counter.trace[::-1].index("replace")  # the state's
+    with pytest.raises(Crash):
+        _save_after_forget(base, folder, monkeypatch, CrashingOS(rename, "dropped"))
+    state, log = folder / "m.safetensors", folder / "audit.jsonl"
+    args = ["recover", str(state), str(log), "--new-log", str(folder / "new.jsonl"),
+            "--out", str(folder / "new.safetensors")]
+    assert main(args) == 0
+    assert "old state file still holds" in capsys.readouterr().out
+    assert set(residue(folder, needles)) == {"m.safetensors"}
+    for name in ("new.jsonl", "new.jsonl.checkpoint", "new.safetensors"):
+        (folder / name).unlink()
+    assert main([*args, "--remove-old-state"]) == 0
+    out = capsys.readouterr().out
+    assert "old state file, which held the" in out and "still holds" not in out
+    assert not state.exists() and residue(folder, needles) == {}
+    assert SVDDMemory.load(folder / "new.safetensors").state_digest() == new

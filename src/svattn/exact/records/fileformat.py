@@ -141,6 +141,25 @@ def zero_file(path: Path, size: int) -> None:
         os.close(fd)
 
 
+def remove_file(path: Path) -> bool:
+    """Overwrite the regular file ``path`` with zeros, delete it and sync its folder;
+    return False when it has another name (a hard link: it is only unlinked, its bytes
+    stay under that name) or is not a regular file (a symlink: only the link goes).
+
+    Raises
+    ------
+    OSError
+        It cannot be overwritten or deleted.
+    """
+    info = path.lstat()
+    whole = stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+    if whole:
+        zero_file(path, info.st_size)
+    os.unlink(path)
+    _sync_directory(path)
+    return whole
+
+
 def _zero_fd(fd: int, size: int, what: object) -> None:
     os.lseek(fd, 0, os.SEEK_SET)
     left, zeros = size, b"\0" * (1 << 20)
@@ -450,9 +469,9 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
            "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
-           "read_metadata", "read_state", "remove_leftovers", "replace_zeroing", "save_lock",
-           "serialize",
-           "sha256_hex", "state_file_bytes", "write_atomic", "check_loaded_state", "zero_file"]
+           "read_metadata", "read_state", "remove_file", "remove_leftovers", "replace_zeroing",
+           "save_lock", "serialize", "sha256_hex", "state_file_bytes", "write_atomic",
+           "check_loaded_state", "zero_file"]
 
 
 def check_loaded_state(ss, be, health, t: dict[str, np.ndarray], meta: dict, where: str, *,
