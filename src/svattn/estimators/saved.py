@@ -26,18 +26,12 @@ from __future__ import annotations
 import json
 import numbers
 import os
-import stat
 from pathlib import Path
 
 from svattn.exact import SVDDMemory
 from svattn.exact.records import fileformat
 from svattn.exact.records.certificate import finite_number, no_duplicate_keys
-from svattn.exact.records.fileformat import (
-    SavedNotDurable,
-    sha256_hex,
-    write_atomic,
-    zero_file,
-)
+from svattn.exact.records.fileformat import SavedNotDurable, sha256_hex, write_atomic
 
 MODEL_FORMAT, MODEL_VERSION = "svattn.SVDD", 1
 STATE_FILE, MODEL_FILE = "memory.safetensors", "estimator.json"
@@ -122,16 +116,17 @@ def finish_save(folder: Path) -> Path:
         if lock >= 0:
             for name in (MODEL_FILE, NEXT_FILE, STATE_FILE):
                 fileformat.remove_leftovers(folder / name, locked=True)
-            _zero_and_delete(folder / LEGACY_TEMP)
         if not nxt.is_file():
-            return folder / MODEL_FILE
-        committed = state.is_file() and _names_state(nxt, sha256_hex(state.read_bytes()))
+            committed = False
+        else:
+            committed = state.is_file() and _names_state(nxt, sha256_hex(state.read_bytes()))
         try:
+            if lock >= 0:
+                _zero_and_delete(folder / LEGACY_TEMP)
             if committed:
                 commit_model_file(folder)
             elif lock >= 0:
                 _zero_and_delete(nxt)
-                _sync_folder(folder)
         except OSError:  # a read-only folder: read what the committed save wrote
             return nxt if committed else folder / MODEL_FILE
         return folder / MODEL_FILE
@@ -157,23 +152,13 @@ def _try_lock(folder: Path) -> int:
 
 
 def _zero_and_delete(path: Path) -> None:
-    """Overwrite the regular file ``path`` (when ours, with one link) with zeros, then
-    delete it; a missing file is nothing to do."""
+    """Overwrite ``path`` with zeros and delete it
+    (:func:`~svattn.exact.records.fileformat.remove_file`); a missing file is nothing to
+    do."""
     try:
-        info = path.lstat()
+        fileformat.remove_file(path)
     except FileNotFoundError:
-        return
-    if stat.S_ISREG(info.st_mode) and info.st_nlink == 1:
-        zero_file(path, info.st_size)
-    os.unlink(path)
-
-
-def _sync_folder(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        pass
 
 
 def read_model_file(path) -> tuple[dict, str, Path]:
