@@ -380,6 +380,9 @@ def _recover_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the recovered memory is saved")
     parser.add_argument("--signing-key", type=Path, default=None, metavar="KEY",
                         help="sign the replayed removals' certificates")
+    parser.add_argument("--remove-old-state", action="store_true",
+                        help="once NEW_STATE is saved, overwrite STATE with zeros and delete "
+                             "it (it still holds the tokens whose removals were replayed)")
 
 
 def _recover_run(args: argparse.Namespace) -> int:
@@ -398,11 +401,22 @@ def _recover_run(args: argparse.Namespace) -> int:
     except AuditLogError as exc:  # a log or state that cannot be recovered from: usage
         raise ValueError(str(exc)) from None
     memory.save(args.out)
-    print(report.summary())
+    if args.remove_old_state:
+        _remove_old_state(args.state)
+    print(report.summary(old_state_removed=args.remove_old_state))
     print(f"recovered state: {args.out} ({len(memory)} tokens); new audit log: {args.new_log}")
     if report.lost_adds:
         print(f"lost (added after the save, never in a file): ids {list(report.lost_adds)}")
     return 0
+
+
+def _remove_old_state(state: Path) -> None:
+    """Overwrite ``state`` with zeros and delete it (a file with another name, a hard
+    link, is only unlinked here: its bytes stay under that name, which is said)."""
+    from svattn.exact.records.fileformat import remove_file
+
+    if not remove_file(state):
+        print(f"{state} has another name (a hard link): its bytes stay there; delete it too")
 
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:

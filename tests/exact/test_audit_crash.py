@@ -1,18 +1,19 @@
 """Crash points of an audit log append, enumerated as SQLite tests its commits: the writer
-stops at the N-th write, fsync, truncate or rename of an append (the log line, then the
-checkpoint's temporary file and its rename), for every N, the pending write dropped,
-written or garbled (cut short). After each crash the files on disk hold the old or the
-new log (a cut last line read past), the checkpoint is the old or the new one and a root
-of the log's prefix, signed, and the log verifies as honest (never as forged)."""
+(``crash_helpers.CrashingOS``) stops at the N-th write, fsync, truncate or rename of an
+append (the log line, then the checkpoint's temporary file and its rename), for every N,
+the pending write dropped, written or garbled (cut short). After each crash the files on
+disk hold the old or the new log (a cut last line read past), the checkpoint is the old
+or the new one and a root of the log's prefix, signed, and the log verifies as honest
+(never as forged)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from crash_helpers import Crash, CrashingOS, crashing
 from svattn.exact.auditor.logcheck import check_authenticity
 from svattn.exact.records import audit as audit_module
 from svattn.exact.records import openings as openings_module
@@ -23,36 +24,6 @@ from svattn.exact.records.signing import generate_key
 from svattn.exact.records.tlog import checkpoint_path, controller_verifier, open_checkpoint
 
 KEY = generate_key()
-CALLS = ("write", "fsync", "ftruncate", "replace")
-
-
-class Crash(BaseException):
-    """The process dies here (nothing after it runs; no handler writes)."""
-
-
-class CrashingOS:
-    """``os`` as the log writer sees it, dying at its N-th mutating call."""
-
-    def __init__(self, n: int, mode: str) -> None:
-        self.n, self.mode, self.calls = n, mode, 0
-
-    def __getattr__(self, name):
-        real = getattr(os, name)
-        if name not in CALLS:
-            return real
-
-        def call(*args):
-            self.calls += 1
-            if self.calls != self.n:
-                return real(*args)
-            if self.mode == "written":
-                real(*args)
-            elif self.mode == "garbled" and name == "write":
-                fd, data = args
-                os.write(fd, bytes(data)[: max(1, len(data) // 2)])
-            raise Crash(f"crash at call {self.n} ({name}, {self.mode})")
-
-        return call
 
 
 def _facts(n: int) -> AuditFacts:
@@ -67,21 +38,16 @@ def _append(folder: Path, monkeypatch, fake) -> tuple[Path, int]:
     w = AuditLog.create(log, {"C": 0.5}, _facts(0), KEY)
     w.record(_facts(2), "extend", ids=[0, 1], commitments=["c" * 64] * 2, tags=None)
     w.record(_facts(3), "add", ids=[2], commitments=["d" * 64], tags=None)
-    monkeypatch.setattr(audit_module, "os", fake)
-    monkeypatch.setattr(tlog_module, "os", fake)
-    monkeypatch.setattr(openings_module, "os", fake)  # (the openings, written first)
     try:
-        w.record(_facts(4), "add", ids=[3], commitments=["e" * 64], tags=None)
+        with crashing(monkeypatch, fake, (audit_module, tlog_module, openings_module)):
+            w.record(_facts(4), "add", ids=[3], commitments=["e" * 64], tags=None)
     finally:
-        monkeypatch.setattr(audit_module, "os", os)
-        monkeypatch.setattr(tlog_module, "os", os)
-        monkeypatch.setattr(openings_module, "os", os)
         w.close()
     return log, 3
 
 
 def test_every_crash_point_of_an_append_leaves_old_or_new(tmp_path, monkeypatch):
-    counter = CrashingOS(0, "none")
+    counter = CrashingOS()
     (tmp_path / "count").mkdir()
     _append(tmp_path / "count", monkeypatch, counter)
     total = counter.calls

@@ -17,8 +17,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from crash_helpers import Crash, CrashingOS, crashing, residue
 from svattn.cli import main
-from svattn.lm import CharLM, CharLMConfig
+from svattn.exact.records import fileformat
+from svattn.lm import CharLM, CharLMConfig, stream_folder
 from svattn.lm.stream import LMStream
 
 PROMPT = "Patient Jane Doe, 54, tested HIV positive; Jane Doe's next visit: May."
@@ -227,3 +229,58 @@ def test_missing_paths_are_refused_before_the_heavy_imports(argv, tmp_path):
                              sys.path)}, timeout=120)
     assert res.stdout.split() == ["2", "False"], (res.stdout, res.stderr)
     assert "CHECKPOINT: no such file" in res.stderr
+
+
+def _span_rows(stream: LMStream, a: int, b: int) -> list[bytes]:
+    """float64 bytes of every key, value, hidden state and logit of held positions
+    [a, b) of ``stream`` (what its saved folder holds of them)."""
+    rows = []
+    for st in stream.layers:
+        for name in ("k", "v", "kr"):
+            cache = getattr(st, name)
+            if cache is not None:
+                for hd in range(cache.view().shape[1]):
+                    rows += [cache.view()[p, hd].numpy().tobytes() for p in range(a, b)]
+    return rows + [stream.all_logits()[p].numpy().tobytes() for p in range(a, b)]
+
+
+@pytest.mark.parametrize("crash", [None, "dropped",
+                                   pytest.param("written", marks=pytest.mark.slow)])
+def test_forget_on_the_command_line_leaves_no_forgotten_byte_in_the_folder(
+        ckpt, tmp_path, monkeypatch, capsys, crash):
+    """``svattn forget`` as the user runs it, then a raw scan of every file of the stream
+    folder: nothing of the span (its text, keys, values, hidden states, logits). With
+    ``crash`` the process dies at the rename that commits the new manifest (before it,
+    or just after): no receipt is filed, the folder loads to the stream before or after
+    the forget, and once loaded (or forgotten again) it holds nothing of the span."""
+    path, model = ckpt
+    st = deployed(ckpt, tmp_path, signed=False)
+    held = LMStream.load(st, model)
+    a = held.text.find(b"HIV positive")
+    # a row that a kept position holds too (a value of the first layer is its byte's
+    # alone, and the span's letters occur elsewhere) is not the span's
+    kept = set(_span_rows(held, 0, a)) | set(_span_rows(held, a + 12, len(held)))
+    rows = [r for r in _span_rows(held, a, a + 12) if r not in kept]
+    assert len(rows) > 12
+    needles = [b"HIV positive", b"HIV pos", b"positive;"] + rows
+    assert residue(st, needles), "the scan must see the span while it is held"
+    argv = ["forget", str(path), str(st), "--text", "HIV positive", "--receipt",
+            str(tmp_path / "r.json")]
+    if crash is None:
+        assert main(argv) == 0
+    else:  # the new manifest's rename: the last rename of the save
+        count = CrashingOS()
+        with crashing(monkeypatch, count, (fileformat, stream_folder)):
+            LMStream.load(st, model).save(tmp_path / "probe")
+        n = len(count.trace) - count.trace[::-1].index("replace")
+        with crashing(monkeypatch, CrashingOS(n, crash), (fileformat, stream_folder)), \
+                pytest.raises(Crash):
+            main(argv)
+        assert not (tmp_path / "r.json").exists()  # never filed for an unsaved state
+        again = LMStream.load(st, model)
+        assert (b"HIV positive" in again.text) == (crash == "dropped")
+        if crash == "dropped":
+            assert main(argv) == 0
+    capsys.readouterr()
+    assert residue(st, needles) == {}
+    assert b"HIV positive" not in LMStream.load(st, model).text

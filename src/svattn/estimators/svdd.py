@@ -639,7 +639,9 @@ class SVDD(OutlierMixin, BaseEstimator):
         The folder holds ``memory.safetensors`` (the exact memory,
         :meth:`SVDDMemory.save`: written atomically, verified on load, and recorded in
         the model's audit log) and ``estimator.json`` (the parameters, ``C_``,
-        ``gamma_``, the rows' ids and the state file's SHA-256). **It holds the
+        ``gamma_``, the rows' ids and the state file's SHA-256), saved atomically across
+        the two: killed anywhere, the folder loads to the model before or after
+        (:mod:`svattn.estimators.saved`). **It holds the
         remaining rows themselves, and their ids: personal data**, to be kept as the
         training data is. It never holds the signing key. No pickle: an auditor loads
         it (:meth:`load`, ``svattn verify-forget-receipt``) without running code from it.
@@ -647,18 +649,17 @@ class SVDD(OutlierMixin, BaseEstimator):
         check_is_fitted(self, "memory_")
         folder = saved.model_folder(path)
         memory = self.memory_
-        digest = memory.save(folder / saved.STATE_FILE)
         names = vars(self).get("feature_names_in_")
-        saved.write_model_file(folder, {
+        fields = {
             "params": {k: v for k, v in self.get_params().items()
                        if k not in ("signing_key", "audit_log")},
             "C_": self.C_, "gamma_": self.gamma_, "fit_path_": self.fit_path_,
             "n_features_in_": self.n_features_in_,
             "feature_names_in_": None if names is None else [str(n) for n in names],
             "rows": self._ledger.to_dict(memory.ids),
-            "state_digest": memory.state_digest(), "state_sha256": digest,
-        })
-        return digest
+            "state_digest": memory.state_digest(),
+        }
+        return saved.save_model(folder, memory, fields)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, signing_key=None,

@@ -78,14 +78,17 @@ class RecoveryReport:
     lost_adds: tuple[int, ...]
     moot: tuple[int, ...]
 
-    def summary(self) -> str:
+    def summary(self, *, old_state_removed: bool = False) -> str:
         """One line for people (and, when removals were replayed, that the old state
-        file still holds their tokens)."""
+        file still holds their tokens, unless ``old_state_removed``: it was deleted)."""
         line = (f"recovered from the state saved at record {self.state_record} of "
                 f"{self.old_records}: {len(self.replayed)} removals replayed, "
                 f"{len(self.lost_adds)} tokens added after the save lost"
                 + (", a torn last line read past" if self.torn_tail else ""))
-        if self.replayed:
+        if self.replayed and old_state_removed:
+            line += (f"; the old state file, which held the {len(self.replayed)} tokens "
+                     "removed again, was overwritten with zeros and deleted")
+        elif self.replayed:
             line += (f"; the old state file still holds the {len(self.replayed)} tokens "
                      f"removed again (ids {list(self.replayed)[:10]}): delete it, or they "
                      "are not erased")

@@ -12,8 +12,9 @@ serialises back to exactly the file's bytes, so no flipped byte anywhere (header
 padding included) goes unnoticed.
 
 Writes are atomic: the bytes go to a temporary file in the same directory,
-which is fsynced, renamed over the target, and the directory fsynced. A crash
-at any point leaves either the old file or the new one, never a mix.
+which is fsynced, renamed over the target, and the directory fsynced; then the
+replaced file is overwritten with zeros. A crash at any point leaves either the old
+file or the new one, never a mix.
 
 The checksums detect corruption and naive tampering; they are not a signature
 (anyone who can write the file can recompute them). The audit log anchors a
@@ -81,7 +82,7 @@ class SavedNotDurable(OSError):
     directory could not be synced: it may not survive a power cut."""
 
 
-def _save_lock(path: Path, *, wait: bool = True) -> int:
+def save_lock(path: Path, *, wait: bool = True) -> int:
     """``flock`` the state's directory (-1: another process holds it and ``wait`` is
     False). A save holds it from before its temporary file exists until after the
     rename, and the leftover cleanup takes it, so a cleanup never sees a live save's
@@ -111,7 +112,7 @@ def remove_leftovers(path: Path, *, locked: bool = False) -> list[Path]:
     lock = -1
     if not locked:
         try:
-            lock = _save_lock(path, wait=False)
+            lock = save_lock(path, wait=False)
         except OSError:
             return []
         if lock < 0:  # a save is running: its temporary file is not a leftover
@@ -135,13 +136,71 @@ def zero_file(path: Path, size: int) -> None:
     """
     fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
     try:
-        left, zeros = size, b"\0" * (1 << 20)
-        while left > 0:
-            k = os.write(fd, zeros[: min(left, len(zeros))])
-            if k <= 0:
-                raise OSError(f"short write zeroing {path}")
-            left -= k
-        os.fsync(fd)
+        _zero_fd(fd, size, path)
+    finally:
+        os.close(fd)
+
+
+def remove_file(path: Path) -> bool:
+    """Overwrite the regular file ``path`` with zeros, delete it and sync its folder;
+    return False when it has another name (a hard link: it is only unlinked, its bytes
+    stay under that name) or is not a regular file (a symlink: only the link goes).
+
+    Raises
+    ------
+    OSError
+        It cannot be overwritten or deleted.
+    """
+    info = path.lstat()
+    whole = stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+    if whole:
+        zero_file(path, info.st_size)
+    os.unlink(path)
+    _sync_directory(path)
+    return whole
+
+
+def _zero_fd(fd: int, size: int, what: object) -> None:
+    os.lseek(fd, 0, os.SEEK_SET)
+    left, zeros = size, b"\0" * (1 << 20)
+    while left > 0:
+        k = os.write(fd, zeros[: min(left, len(zeros))])
+        if k <= 0:
+            raise OSError(f"short write zeroing {what}")
+        left -= k
+    os.fsync(fd)
+
+
+def _open_replaced(path: Path) -> int:
+    """A write descriptor on the file ``path`` names now, to overwrite its bytes once a
+    new file has replaced it: -1 when there is none, or it is not a regular file of
+    ours with one link (a symlink's target, another name's file: never zeroed)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
+    except OSError:
+        return -1
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        info = None
+    if info is None or not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
+            or info.st_uid != os.getuid():
+        os.close(fd)
+        return -1
+    return fd
+
+
+def _zero_replaced(fd: int) -> None:
+    """Overwrite the replaced file (no name links to it any more) with zeros; best
+    effort: the new file is in place and durable whatever happens here. -1: none."""
+    if fd < 0:
+        return
+    try:
+        info = os.fstat(fd)
+        if info.st_nlink == 0:
+            _zero_fd(fd, info.st_size, "the replaced file")
+    except OSError:
+        pass
     finally:
         os.close(fd)
 
@@ -161,7 +220,7 @@ def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
                     or info.st_uid != os.getuid():
                 continue
             zero_file(p, info.st_size)  # overwrite first (the bytes are key data)
-            p.unlink()
+            os.unlink(p)
             removed.append(p)
         except OSError:
             continue
@@ -169,17 +228,23 @@ def _remove_leftover_files(directory: Path, pattern: re.Pattern) -> list[Path]:
 
 
 def write_atomic(path: Path, data: bytes, *,
-                 before_rename: Callable[[], None] | None = None) -> None:
+                 before_rename: Callable[[], None] | None = None, locked: bool = False) -> None:
     """Write ``data`` to ``path`` atomically (temp file, fsync, rename, fsync dir),
-    under the state's save lock, after removing the temporary files a killed earlier
+    under the state's save lock (``locked``: the caller holds it, as a ``before_rename``
+    writing beside the file does), after removing the temporary files a killed earlier
     save left.
 
     ``before_rename`` runs once the bytes are durable and before they replace the
     file (a save's audit record): if it raises, the old file stays and the temporary
     one goes. After the rename only :class:`SavedNotDurable` can be raised.
+
+    Once the new file is durable, the file it replaced (it may hold rows erased since)
+    is overwritten with zeros through a descriptor opened before the rename (when it is
+    a regular file of ours with no other name); killed before that, no name links to it.
     """
     directory = path.parent if str(path.parent) else Path(".")
-    lock = _save_lock(path)
+    lock = -1 if locked else save_lock(path)
+    old = -1
     try:
         remove_leftovers(path, locked=True)
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.", suffix=".tmp")
@@ -196,26 +261,63 @@ def write_atomic(path: Path, data: bytes, *,
                 os.close(fd)
             if before_rename is not None:
                 before_rename()
+            old = _open_replaced(path)
             os.replace(tmp, path)
         except BaseException:
+            if old >= 0:
+                os.close(old)
+                old = -1
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
             raise
-        try:
-            dfd = os.open(directory, os.O_RDONLY)
-        except OSError:  # pragma: no cover - platforms without directory fds
-            return
-        try:
-            os.fsync(dfd)
-        except OSError as exc:
-            raise SavedNotDurable(exc.errno, f"{path} was saved, but syncing its directory "
-                                             f"failed ({exc.strerror})") from exc
-        finally:
-            os.close(dfd)
+        _sync_directory(path)  # (failing: the old file is left whole, the rename may not last)
+        _zero_replaced(old)
+        old = -1
     finally:
-        os.close(lock)
+        if old >= 0:
+            os.close(old)
+        if lock >= 0:
+            os.close(lock)
+
+
+def replace_zeroing(src: Path, dst: Path) -> None:
+    """Rename ``src`` over ``dst``, sync the folder, then overwrite the file ``dst`` named
+    before with zeros (as :func:`write_atomic` does; never a symlink's target or a file
+    with another name).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``src`` is gone (nothing changed).
+    SavedNotDurable
+        Renamed, but the folder could not be synced (the old file is left whole).
+    """
+    old = _open_replaced(dst)
+    try:
+        os.replace(src, dst)
+        _sync_directory(dst)
+    except BaseException:
+        if old >= 0:
+            os.close(old)
+        raise
+    _zero_replaced(old)
+
+
+def _sync_directory(path: Path) -> None:
+    directory = path.parent if str(path.parent) else Path(".")
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(dfd)
+    except OSError as exc:
+        raise SavedNotDurable(exc.errno, f"{path} was saved, but syncing its directory "
+                                         f"failed ({exc.strerror})") from exc
+    finally:
+        os.close(dfd)
 
 
 def parse_header(data: bytes, where: str) -> tuple[dict[str, Any], int]:
@@ -367,8 +469,9 @@ def state_file_bytes(t: dict[str, np.ndarray], meta: dict[str, Any]) -> bytes:
 
 __all__ = ["FORMAT_NAME", "FORMAT_VERSION", "SavedNotDurable", "StateFileError",
            "StateVersionError", "canonical", "check", "check_recomputed", "parse_header",
-           "read_metadata", "read_state", "remove_leftovers", "serialize", "sha256_hex",
-           "state_file_bytes", "write_atomic", "check_loaded_state", "zero_file"]
+           "read_metadata", "read_state", "remove_file", "remove_leftovers", "replace_zeroing",
+           "save_lock", "serialize", "sha256_hex", "state_file_bytes", "write_atomic",
+           "check_loaded_state", "zero_file"]
 
 
 def check_loaded_state(ss, be, health, t: dict[str, np.ndarray], meta: dict, where: str, *,
