@@ -263,7 +263,11 @@ def _report_with_log(v, args: argparse.Namespace) -> int:
     _print_verdict(v.verdict, auth)
     status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
     summary = v.summary()
-    if status != v.exit_status and summary.startswith("VERIFIED"):
+    verdict = v.verdict
+    if (verdict is not None and verdict.authenticity_unchecked and not verdict.unchecked
+            and not verdict.reasons and summary.startswith("UNCHECKED")):
+        summary = "VERIFIED" + summary[len("UNCHECKED"):]  # the fields: the log's below
+    if status != 0 and summary.startswith("VERIFIED"):
         summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
             "authenticity); the receipt" + summary[len("VERIFIED"):]
     print(summary)
@@ -303,6 +307,10 @@ def _print_verdict(verdict, auth=None) -> None:
     checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed);
     with ``auth`` (the audit log's checkpoints, :func:`_log_authenticity`), its lines, and
     a verdict no better than theirs."""
+    if auth is not None and verdict.authenticity_unchecked:  # the auth lines say it all
+        import dataclasses
+
+        verdict = dataclasses.replace(verdict, authenticity_unchecked=())
     print(f"fields checked:      {len(verdict.checked)} ({', '.join(verdict.checked)})")
     if verdict.failed:
         print(f"fields FAILED:       {', '.join(verdict.failed)}")

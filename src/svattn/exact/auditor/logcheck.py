@@ -271,8 +271,8 @@ def _check_one(auth: Authenticity, what: str, text: str, rep: AuditReport,
                               "memory given signing_key= signs them)")
         return True
     if not verifiers:
-        auth.unchecked.append(f"the signature of {what} (give the controller's --public-key "
-                              "or --vkey)")
+        auth.unchecked.append(f"the signature of {what} (give the controller's public key: "
+                              "--public-key or --vkey, public_key=)")
         return True
     try:
         _, opened = open_checkpoint(text, verifiers, log_origin(rep.entries[0]))

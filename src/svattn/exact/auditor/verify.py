@@ -10,6 +10,7 @@ state, that the log ends at exactly that state (``docs/design.md`` §4).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from svattn.exact.auditor.crosscheck import ORACLE_MAX_TOKENS, oracle_comparison
 from svattn.exact.auditor.logcheck import (
     LogIndex,
     added_tokens,
+    check_authenticity,
     index_log,
     matches_the_log,
     verify_log,
@@ -49,8 +51,10 @@ from svattn.exact.records.receipts import (
     HasVerdict,
     Verdict,
     judge,
+    with_authenticity,
 )
 from svattn.exact.records.signing import load_public_key, signature_errors
+from svattn.exact.records.tlog import controller_verifier
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,9 @@ class DeletionVerification(HasVerdict):
             parts.append("; ".join(self.reasons))
         if self.verdict is not None and self.verdict.unchecked:
             parts.append(f"UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}")
+        if self.verdict is not None and self.verdict.authenticity_unchecked:
+            parts.append(f"the audit log's authenticity UNCHECKED: "
+                         f"{self.verdict.authenticity_line()}")
         return ", ".join(parts)
 
 
@@ -191,7 +198,13 @@ def verify_deletion(
         certificate, and have recorded the same commitment when the token was added;
         for a keyed commitment, no later add may carry it again (the erased record
         re-entered). Without a log or a signature an edited commitment cannot be told
-        from a real one: it describes data the verifier does not hold.
+        from a real one: it describes data the verifier does not hold. The log's
+        checkpoint (``LOG.checkpoint``) must be the root of its entries and, with
+        ``public_key``, signed by it
+        (:func:`~svattn.exact.auditor.logcheck.check_authenticity`, as ``svattn
+        verify-deletion --log`` checks it): an unsigned log, a signature not checked
+        (no ``public_key``) or entries after the checkpoint are named in
+        ``verdict.authenticity_unchecked`` and the status is at best UNCHECKED.
     public_key : Ed25519PublicKey or path, optional
         The controller's public key: the certificate must carry its valid
         signature (:mod:`svattn.exact.records.signing`); any edited byte fails.
@@ -248,9 +261,30 @@ def verify_deletion(
     if retrain and oracle:
         refuse_oracle(len(memory), oracle_force)
     report = None if log is None else verify_chain(Path(log))
-    return _check_deletion(memory, certificate, retrain, probes=probes, tol=tol, seed=seed,
-                           public_key=public_key, commit_key=commit_key, report=report,
-                           oracle=oracle, progress=progress)
+    v = _check_deletion(memory, certificate, retrain, probes=probes, tol=tol, seed=seed,
+                        public_key=public_key, commit_key=commit_key, report=report,
+                        oracle=oracle, progress=progress)
+    return with_log_authenticity(v, log, report, public_key)
+
+
+def with_log_authenticity(v, log: str | os.PathLike[str] | None, report: AuditReport | None,
+                          public_key=None):
+    """A verification result ``v`` (with ``ok``, ``reasons`` and ``verdict``) with the log's
+    checkpoint checked against its Merkle tree and, with ``public_key``, its signature
+    (:func:`~svattn.exact.auditor.logcheck.check_authenticity`): a failure fails ``v``,
+    what could not be checked goes to ``verdict.authenticity_unchecked``. Unchanged
+    without a log, or with one whose chain does not verify (``v`` failed on it)."""
+    if log is None or report is None or not report.ok or v.verdict is None:
+        return v
+    if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
+        public_key = load_public_key(public_key)
+    keys = [] if public_key is None else [controller_verifier(public_key)]
+    auth = check_authenticity(log, report, keys)
+    if not auth.failed and not auth.unchecked:
+        return v
+    verdict = with_authenticity(v.verdict, auth.failed, auth.unchecked)
+    return dataclasses.replace(v, ok=v.ok and not auth.failed, reasons=verdict.reasons,
+                               verdict=verdict)
 
 
 def refuse_malformed_state(memory: SVDDMemory) -> None:
@@ -416,6 +450,8 @@ class ErasureVerification(HasVerdict):
                f"certificates checked){sig}{log}" + (f"; {tail}" if tail else ""))
         if self.verdict is not None and self.verdict.unchecked:
             out += f"; UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}"
+        if self.verdict is not None and self.verdict.authenticity_unchecked:
+            out += f"; the audit log's authenticity UNCHECKED: {self.verdict.authenticity_line()}"
         return out
 
 
@@ -446,7 +482,9 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     record of these ids (tag hash, erased ids, signer, signature and, in logs that keep
     it, the receipt's SHA-256, which binds every other field); its digest and size must
     be the record's; and no live token may be one the log's add records gave the
-    subject's tag (a state whose stored tags were edited).
+    subject's tag (a state whose stored tags were edited). The log's checkpoint is
+    checked as :func:`verify_deletion` checks it: the status is at best UNCHECKED over
+    an unsigned log or without ``public_key``.
     """
     refuse_malformed_state(memory)
     if retrain and oracle:
@@ -530,11 +568,12 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
         ran.add(RESOLVE)
     if later:
         partial = {**partial, "state_digest": {STATE}, "n_after": {STATE}}
-    return ErasureVerification(
+    return with_log_authenticity(ErasureVerification(
         ok=not reasons, erased=len(receipt.erased_ids),
         last_removal=removals[-1] if removals else None, signed=signed,
         reasons=tuple(reasons), removals=tuple(removals), logged=logged,
-        verdict=judge(receipt, ran, reasons, blame=_CLAIMED, partial=partial))
+        verdict=judge(receipt, ran, reasons, blame=_CLAIMED, partial=partial)), log, rep,
+        public_key)
 
 
 def _erasure_matches_the_log(receipt: ErasureReceipt, rep: AuditReport, reasons: list[str],
@@ -660,5 +699,4 @@ def _commitment_mismatches(memory: SVDDMemory, recommitted: dict[int, str]) -> l
 
 
 __all__ = ["ORACLE_MAX_TOKENS", "DeletionVerification", "ErasureVerification", "verify_deletion",
-           "verify_erasure",
-           "verify_log"]
+           "verify_erasure", "verify_log", "with_log_authenticity"]
