@@ -380,3 +380,58 @@ def test_migrate_gives_a_version_1_log_a_signed_checkpoint(signed, tmp_path, cap
     assert main(["audit", "verify", str(log), str(state), "--public-key",
                  str(signed["pub"])]) == 3
     assert "records no checkpoint" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the Python API
+def _verify_cert(f, **kw):
+    from svattn.exact.auditor.verify import verify_deletion
+    from svattn.exact.records.certificate import DeletionCertificate
+
+    mem = SVDDMemory.load(f["state"])
+    cert = DeletionCertificate.from_json((f["dir"] / "cert.json").read_text())
+    return verify_deletion(mem, cert, log=f["log"], **kw)
+
+
+def test_verify_deletion_checks_the_logs_signed_checkpoint(signed, tmp_path):
+    """verify_deletion(..., log=) reads the log's checkpoint as the command line does:
+    VERIFIED only with the controller's key; without it the checkpoint's signature is
+    named unchecked (it said VERIFIED)."""
+    f = _copy(signed, tmp_path)
+    v = _verify_cert(f, public_key=signed["pub"])
+    assert v.status == "VERIFIED", v.summary()
+    v = _verify_cert(f)
+    assert v.ok and v.status == "UNCHECKED" and not v.verdict.unchecked, v.summary()
+    assert "the signature of audit.jsonl.checkpoint" in v.verdict.authenticity_line()
+    assert "authenticity UNCHECKED" in v.summary()
+
+
+def test_verify_deletion_over_an_unsigned_log_is_never_verified(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.2, audit_log=log)
+    ids = mem.extend(np.random.default_rng(2).normal(size=(20, 3)))
+    cert = mem.remove(ids[3])
+    from svattn.exact.auditor.verify import verify_deletion
+
+    v = verify_deletion(mem, cert, log=log)
+    assert v.ok and v.status == "UNCHECKED", v.summary()
+    assert "is unsigned" in v.verdict.authenticity_line()
+    assert v.exit_status == 3
+
+
+def test_verify_deletion_refuses_a_log_co_edited_with_its_receipt(signed, tmp_path):
+    """The receipt and its log record edited alike, the chain re-hashed: the Python API
+    said VERIFIED without a key (the chain alone cannot tell); the checkpoint's root
+    refuses it now, with or without the key."""
+    f = _copy(signed, tmp_path)
+    cert = json.loads((signed["dir"] / "cert.json").read_text())
+    cert["n_events"] += 1
+    (tmp_path / "cert.json").write_text(json.dumps(cert))
+    seq = next(r["seq"] for r in verify_chain(f["log"]).records if r["op"] == "remove"
+               and r["certificate"]["removed_id"] == cert["removed_id"])
+    _rewrite(f["log"], seq, lambda rec: rec["certificate"].update(n_events=cert["n_events"]))
+    f["dir"] = tmp_path
+    for kw in ({}, {"public_key": signed["pub"]}):
+        v = _verify_cert(f, **kw)
+        assert not v.ok and v.status == "FAILED", v.summary()
+        assert "the log's authenticity" in v.verdict.failed
+        assert any("has another root" in r for r in v.reasons)
