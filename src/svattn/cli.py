@@ -262,12 +262,14 @@ def _report_with_log(v, args: argparse.Namespace) -> int:
     auth = _log_authenticity(args)
     _print_verdict(v.verdict, auth)
     status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
-    summary = v.summary()
-    verdict = v.verdict
-    if (verdict is not None and verdict.authenticity_unchecked and not verdict.unchecked
-            and not verdict.reasons and summary.startswith("UNCHECKED")):
-        summary = "VERIFIED" + summary[len("UNCHECKED"):]  # the fields: the log's below
-    if status != 0 and summary.startswith("VERIFIED"):
+    fields = v  # the receipt's fields alone: the audit log's lines say what of it held
+    if auth is not None and v.verdict is not None and v.verdict.authenticity_unchecked:
+        import dataclasses
+
+        fields = dataclasses.replace(v, verdict=dataclasses.replace(
+            v.verdict, authenticity_unchecked=()))
+    summary = fields.summary()
+    if status != fields.exit_status and summary.startswith("VERIFIED"):
         summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
             "authenticity); the receipt" + summary[len("VERIFIED"):]
     print(summary)
@@ -882,7 +884,9 @@ def _verify_forget_receipt_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tolerance of the re-solve comparison (default: 1e-8)")
     parser.add_argument("--log", type=Path, metavar="LOG", default=None,
                         help="the model's audit log (SVDD(audit_log=...)): it must record "
-                             "every removal (or the subject's erasure) the receipt carries")
+                             "every removal (or the subject's erasure) the receipt carries; "
+                             "its checkpoint and the saved state's are checked against it "
+                             "(signed: with --public-key)")
     parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
                         help="the controller's Ed25519 public key (svattn keygen): the "
                              "receipt and every record in it must carry its valid signature")
@@ -919,9 +923,10 @@ def _verify_forget_receipt_run(args: argparse.Namespace) -> int:
     print(f"model: {args.model} ({model.n_samples_} rows, refit with C={model.C_!r}, "
           f"gamma={model.gamma_!r})")
     print(f"receipt: forget of {len(receipt.ids)} rows{who}, issued {receipt.issued_at}")
-    _print_verdict(v.verdict)
-    print(v.summary())
-    return v.exit_status
+    from svattn.estimators.saved import STATE_FILE
+
+    args.state = args.model / STATE_FILE  # its checkpoint, beside the log's
+    return _report_with_log(v, args)
 
 
 # ------------------------------------------------------------------ train/eval
