@@ -12,6 +12,7 @@ generate --save``): its forget log, whose entries record the model erasure recei
     svattn audit consistency OLD NEW --log LOG [--public-key PEM | --vkey VKEY]
                                                  [--proof-out FILE]
     svattn audit migrate LOG --signing-key KEY   sign a checkpoint of a version-1 log
+    svattn audit vkey LOG --public-key PEM       the log's own verifier key (name = origin)
 
 Exit status: 0 everything checked and held; 1 a check failed (a bad signature, an
 unknown key, inclusion or consistency failed, a log that does not verify); 2 malformed
@@ -113,12 +114,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("log", type=Path, metavar="LOG")
     p.add_argument("--signing-key", type=Path, required=True, metavar="KEY",
                    help="the controller's private key (svattn keygen's PREFIX.key)")
+    p = sub.add_parser("vkey", help="print the log's own note verifier key: the "
+                       "controller's key under the log's origin as key name (svattn signs "
+                       "each checkpoint under it and under the controller's name, which "
+                       "keygen's PREFIX.vkey holds)")
+    p.add_argument("log", type=Path, metavar="LOG",
+                   help="an audit log, or a stream folder (its forget log)")
+    p.add_argument("--public-key", type=Path, required=True, metavar="PEM",
+                   help="the controller's Ed25519 public key (svattn keygen's PREFIX.pub)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``audit`` action; return the exit status."""
     return {"verify": _verify, "entry": _entry, "prove": _prove, "check-proof": _check_proof,
-            "consistency": _consistency, "migrate": _migrate}[args.action](args)
+            "consistency": _consistency, "migrate": _migrate, "vkey": _vkey}[args.action](args)
 
 
 # ------------------------------------------------------------------ helpers
@@ -469,4 +478,25 @@ def _migrate(args: argparse.Namespace) -> int:
     print(f"wrote {writer.file}: a checkpoint of the log's {len(rep.entries)} entries, signed "
           f"by {writer.signer.name}; the memory continues it (SVDDMemory.load(..., "
           "audit_log=LOG, signing_key=KEY))")
+    return 0
+
+
+def _vkey(args: argparse.Namespace) -> int:
+    from svattn.exact.records.signing import load_public_key
+    from svattn.exact.records.tlog import log_origin, log_verifier
+
+    check_file(args.public_key, "--public-key")
+    if args.log.is_dir():
+        from svattn.lm.forget_log import origin_of
+
+        log, _ = _stream_log(args.log)
+        if not log:
+            raise ValueError("LOG: the stream never forgot: its forget log has no origin yet")
+        origin = origin_of(log)
+    else:
+        rep = _log(args.log)
+        if not rep.ok or not rep.entries:
+            raise ValueError(f"LOG does not verify: {rep.error}")
+        origin = log_origin(rep.entries[0])
+    print(log_verifier(origin, load_public_key(args.public_key)).to_string())
     return 0

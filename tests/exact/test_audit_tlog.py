@@ -435,3 +435,42 @@ def test_verify_deletion_refuses_a_log_co_edited_with_its_receipt(signed, tmp_pa
         assert not v.ok and v.status == "FAILED", v.summary()
         assert "the log's authenticity" in v.verdict.failed
         assert any("has another root" in r for r in v.reasons)
+
+
+# ------------------------------------------------------------------ the log's key name
+def test_a_checkpoint_is_signed_under_the_logs_origin_and_the_controllers_name(
+        go_tlog, signed, capsys):
+    """C2SP: the log's key name SHOULD be its origin. Each checkpoint carries the
+    controller's signature under the origin (first) and under the controller's name, so
+    keygen's one .vkey and the log's own (svattn audit vkey) both open it, in Go too."""
+    from svattn.exact.records.note import parse_note
+
+    note = checkpoint_path(signed["log"]).read_text()
+    cp = read_checkpoint_unverified(note)
+    names = [sig.name for sig in parse_note(note).signatures]
+    assert names[0] == cp.origin and names[1].startswith("svattn.controller/")
+    assert main(["audit", "vkey", str(signed["log"]), "--public-key", str(signed["pub"])]) == 0
+    vkey = capsys.readouterr().out.strip()
+    assert vkey.startswith(cp.origin + "+")
+    for key in (vkey, signed["vkey"].read_text()):
+        ok, out = go_tlog.run("note", key, note.encode())
+        assert ok, out
+    assert main(["audit", "verify", str(signed["log"]), str(signed["state"]), "--vkey",
+                 str(signed["vkey"])]) == 0
+
+
+def test_a_checkpoint_signed_under_the_controllers_name_alone_still_verifies(signed,
+                                                                           tmp_path):
+    """Logs written before the origin-named signature: their checkpoints (and the ones
+    their states record) carry the controller's name only, and verify as before."""
+    from svattn.exact.records.note import sign_note
+    from svattn.exact.records.tlog import controller_signer
+
+    f = _copy(signed, tmp_path)
+    file = checkpoint_path(f["log"])
+    body = read_checkpoint_unverified(file.read_text()).body()
+    file.write_text(sign_note(body, [controller_signer(load_private_key(signed["key"]))]))
+    rep = verify_chain(f["log"])
+    keys = [NoteVerifier.from_string(signed["vkey"].read_text().strip())]
+    auth = check_authenticity(f["log"], rep, keys)
+    assert auth.exit_status == 0, auth.lines()

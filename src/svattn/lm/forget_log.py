@@ -8,8 +8,9 @@ SHA-256 of the receipt's body, the state part after it, the hash of the entry be
 tree's checkpoint (https://c2sp.org/tlog-checkpoint, :mod:`svattn.exact.records.tlog`):
 the origin ``svattn.forgets/`` and the first 32 hex digits of the SHA-256 of the first
 entry, the size, the root; signed as a C2SP signed note with the controller's key
-under the key name of the audit log's checkpoints (``svattn keygen``'s ``PREFIX.vkey``
-verifies both), or the bare body when the stream holds no key. The stream's folder
+under the origin and under the controller's key name, as the audit log's checkpoints
+are (``svattn keygen``'s ``PREFIX.vkey`` verifies both), or the bare body when the
+stream holds no key. The stream's folder
 keeps it beside the log (the manifest's ``forget_checkpoint``).
 
 So a :class:`~svattn.lm.forget.ModelErasureReceipt` has what the audit log's receipts
@@ -33,6 +34,8 @@ from svattn.exact.records.tlog import (
     Checkpoint,
     controller_signer,
     controller_verifier,
+    log_signers,
+    log_verifier,
     open_checkpoint,
     proof_text,
     read_checkpoint_unverified,
@@ -69,7 +72,9 @@ def checkpoint_of(log: list[dict], signing_key=None) -> str | None:
     if not log:
         return None
     cp = Checkpoint(origin_of(log), len(log), tree_of(log).root())
-    return cp.body() if signing_key is None else cp.sign([controller_signer(signing_key)])
+    if signing_key is None:
+        return cp.body()
+    return cp.sign(log_signers(cp.origin, controller_signer(signing_key)))
 
 
 def receipt_entry(log: list[dict], receipt) -> int | None:
@@ -112,7 +117,8 @@ def check_checkpoint(log: list[dict], text: str | None, public_key=None
         return checked, [], [f"the signature of {WHAT} (give the controller's public key: "
                              "--public-key, public_key=)"]
     try:
-        _, opened = open_checkpoint(text, [controller_verifier(public_key)], origin_of(log))
+        _, opened = open_checkpoint(text, [controller_verifier(public_key), log_verifier(
+            origin_of(log), public_key)], origin_of(log))
     except TlogError as exc:
         return checked, [f"{WHAT}: {exc}"], []
     checked.append(f"{WHAT} is signed by {opened.verified[0].name}")

@@ -20,7 +20,7 @@ from svattn.exact.memory import SVDDMemory
 from svattn.exact.records.audit import STATE_OPS, AuditReport, checkpoint_mismatch, verify_chain
 from svattn.exact.records.certificate import KEYED, DeletionCertificate
 from svattn.exact.records.fileformat import StateFileError, parse_header, read_metadata
-from svattn.exact.records.note import NoteVerifier, TlogError
+from svattn.exact.records.note import NoteVerifier, TlogError, key_id
 from svattn.exact.records.tlog import (
     checkpoint_path,
     log_origin,
@@ -274,12 +274,20 @@ def _check_one(auth: Authenticity, what: str, text: str, rep: AuditReport,
         auth.unchecked.append(f"the signature of {what} (give the controller's public key: "
                               "--public-key or --vkey, public_key=)")
         return True
+    origin = log_origin(rep.entries[0])
+    # a held key also under the log's origin as key name (how svattn signs a checkpoint
+    # too: tlog.log_signers); the key is what the auditor trusts, not the name
+    held = list(verifiers) + [NoteVerifier(origin, key_id(origin, v.public_key), v.public_key)
+                              for v in verifiers if v.name != origin]
     try:
-        _, opened = open_checkpoint(text, verifiers, log_origin(rep.entries[0]))
+        _, opened = open_checkpoint(text, held, origin)
     except TlogError as exc:
         auth.failed.append(f"{what}: {exc}")
         return False
-    auth.checked.append(f"{what} is signed by {opened.verified[0].name}"
+    names = [v.name for v in opened.verified if v.name != origin] or [origin]
+    auth.checked.append(f"{what} is signed by {names[0]}"
+                        + (" (and under the log's origin as key name)"
+                           if len(opened.verified) > len(names) else "")
                         + (f" (+{len(opened.unverified)} signatures of keys not held, "
                            "ignored)" if opened.unverified else ""))
     return True
