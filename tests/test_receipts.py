@@ -92,13 +92,15 @@ def model_erasure():
     return s, receipt, key
 
 
-def test_an_unsigned_model_receipt_is_verified_by_its_stream_alone():
+def test_an_unsigned_model_receipt_has_every_field_checked_by_its_stream_alone():
     s = tiny_model().stream()
     s.feed(TEXT[:26])  # shorter: each verification re-streams the text
     receipt = s.forget(10, 14).receipt
     assert receipt.signer is None and receipt.certificates()
     rep = verify_forget(s, receipt)
-    assert rep.status == "VERIFIED" and rep.exit_status == 0, rep.summary()
+    # every field checked; the unsigned forget log's authenticity is not (exit 3)
+    assert rep.ok and not rep.verdict.unchecked and rep.exit_status == 3, rep.summary()
+    assert "is unsigned" in rep.verdict.authenticity_line()
     for name, value in _cases(receipt):
         forged = dataclasses.replace(receipt, **{name: value})
         assert_never_verified(verify_forget(s, forged).verdict, name, "unsigned")
