@@ -10,7 +10,6 @@ state, that the log ends at exactly that state (``docs/design.md`` §4).
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,10 @@ from svattn.exact.auditor.crosscheck import ORACLE_MAX_TOKENS, oracle_comparison
 from svattn.exact.auditor.logcheck import (
     LogIndex,
     added_tokens,
-    check_authenticity,
     index_log,
     matches_the_log,
     verify_log,
+    with_log_authenticity,
 )
 from svattn.exact.auditor.optimality import (
     OptimalityReport,
@@ -51,10 +50,8 @@ from svattn.exact.records.receipts import (
     HasVerdict,
     Verdict,
     judge,
-    with_authenticity,
 )
 from svattn.exact.records.signing import load_public_key, signature_errors
-from svattn.exact.records.tlog import controller_verifier
 
 
 @dataclass(frozen=True)
@@ -265,26 +262,6 @@ def verify_deletion(
                         public_key=public_key, commit_key=commit_key, report=report,
                         oracle=oracle, progress=progress)
     return with_log_authenticity(v, log, report, public_key)
-
-
-def with_log_authenticity(v, log: str | os.PathLike[str] | None, report: AuditReport | None,
-                          public_key=None):
-    """A verification result ``v`` (with ``ok``, ``reasons`` and ``verdict``) with the log's
-    checkpoint checked against its Merkle tree and, with ``public_key``, its signature
-    (:func:`~svattn.exact.auditor.logcheck.check_authenticity`): a failure fails ``v``,
-    what could not be checked goes to ``verdict.authenticity_unchecked``. Unchanged
-    without a log, or with one whose chain does not verify (``v`` failed on it)."""
-    if log is None or report is None or not report.ok or v.verdict is None:
-        return v
-    if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
-        public_key = load_public_key(public_key)
-    keys = [] if public_key is None else [controller_verifier(public_key)]
-    auth = check_authenticity(log, report, keys)
-    if not auth.failed and not auth.unchecked:
-        return v
-    verdict = with_authenticity(v.verdict, auth.failed, auth.unchecked)
-    return dataclasses.replace(v, ok=v.ok and not auth.failed, reasons=verdict.reasons,
-                               verdict=verdict)
 
 
 def refuse_malformed_state(memory: SVDDMemory) -> None:
