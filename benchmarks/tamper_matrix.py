@@ -101,8 +101,8 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
     emem.extend(X, tags=["a"] * 6 + ["b"] * 24 + ["c"] * 6)
     receipt = emem.erase("a")
     sources = [] if sources is None else sources
-    sources += [("DeletionCertificate", _file(tmp / "cert.json", cert), log),
-                ("ErasureReceipt", _file(tmp / "erasure.json", receipt), elog)]
+    sources += [("DeletionCertificate", write_receipt(tmp / "cert.json", cert), log),
+                ("ErasureReceipt", write_receipt(tmp / "erasure.json", receipt), elog)]
     eboth = {k: {**v, "log": elog} if "log" in v else v for k, v in both.items()}
     out["ErasureReceipt"] = field_matrix(
         receipt, lambda r, **kw: verify_erasure(emem, r, retrain=False, **kw), eboth)
@@ -113,7 +113,7 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
     stream.feed(b"the cat sat on the mat, the dog sat on the log")
     mreceipt = stream.forget(10, 17).receipt
     stream.save(tmp / "stream")
-    sources.append(("ModelErasureReceipt", _file(tmp / "model.json", mreceipt),
+    sources.append(("ModelErasureReceipt", write_receipt(tmp / "model.json", mreceipt),
                     tmp / "stream"))
     out["ModelErasureReceipt"] = field_matrix(
         mreceipt, lambda r, **kw: verify_forget(stream, r, **kw),
@@ -125,7 +125,7 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
             ids=[f"row-{i}" for i in range(40)], subjects=["a"] * 4 + ["b"] * 36)
         freceipt = model.forget(ids=["row-30", "row-11"]) if kind == "ids" else \
             model.forget(subject="a")
-        sources.append((f"ForgetReceipt ({kind})", _file(tmp / f"forget-{kind}.json",
+        sources.append((f"ForgetReceipt ({kind})", write_receipt(tmp / f"forget-{kind}.json",
                                                           freceipt), flog))
         fboth = {k: {**v, "log": flog} if "log" in v else v for k, v in both.items()}
         out[f"ForgetReceipt ({kind})"] = field_matrix(
@@ -134,7 +134,7 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
     return out
 
 
-def _file(path: Path, receipt) -> Path:
+def write_receipt(path: Path, receipt) -> Path:
     path.write_text(receipt.to_json())
     return path
 
