@@ -125,8 +125,8 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
             ids=[f"row-{i}" for i in range(40)], subjects=["a"] * 4 + ["b"] * 36)
         freceipt = model.forget(ids=["row-30", "row-11"]) if kind == "ids" else \
             model.forget(subject="a")
-        sources.append((f"ForgetReceipt ({kind})", write_receipt(tmp / f"forget-{kind}.json",
-                                                          freceipt), flog))
+        sources.append((f"ForgetReceipt ({kind})",
+                        write_receipt(tmp / f"forget-{kind}.json", freceipt), flog))
         fboth = {k: {**v, "log": flog} if "log" in v else v for k, v in both.items()}
         out[f"ForgetReceipt ({kind})"] = field_matrix(
             freceipt, lambda r, m=model, **kw: verify_forget_receipt(m, r, retrain=False, **kw),
@@ -135,6 +135,7 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
 
 
 def write_receipt(path: Path, receipt) -> Path:
+    """Write ``receipt``'s JSON to ``path`` (for ``svattn audit prove --receipt``)."""
     path.write_text(receipt.to_json())
     return path
 
