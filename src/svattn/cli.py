@@ -741,8 +741,10 @@ def _generate_run(args: argparse.Namespace) -> int:
     return 0
 
 
-_VERIFY_EXITS = """exit status: 0 every field of the receipt checked and verified; 3 nothing
-failed but some field could not be checked (named, with what would check it); 1 a check
+_VERIFY_EXITS = """exit status: 0 every field of the receipt checked and verified, and the
+stream's forget-log checkpoint signed by --public-key; 3 nothing failed but some field or
+the forget log's authenticity could not be checked (named, with what would check it: an
+unsigned stream's always, a signed one's without --public-key); 1 a check
 failed (the stream differs from a fresh stream, a receipt field or signature does not
 hold, or the saved stream's files were edited: a checksum or digest differs); 2 malformed
 input (a missing file, a receipt that is not one, a folder that is no saved stream, the
