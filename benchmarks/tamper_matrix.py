@@ -13,11 +13,12 @@ removal, its state saved. Then, each counted as detected / tried:
 * every byte of the receipt's JSON replaced (3 replacements a byte), with the
   public key (a malformed receipt, refused by ``from_json``, counts as caught);
 * every byte of the state file replaced (``SVDDMemory.load`` must refuse it);
-* every record of the log edited (a field changed), dropped, duplicated and
-  swapped with the next, without and with re-hashing the record itself, and with
-  the whole chain re-hashed after it (with and without the log's Merkle checkpoint
-  recomputed, unsigned), and a fabricated ``erase`` record appended: counted as
-  caught by the chain with the state (``verify_log``), as refused with the
+* every record of the log edited (its count changed), dropped, duplicated and
+  swapped with the next, without and with re-hashing the record itself; its time
+  edited and the whole chain re-hashed after it (with and without the log's Merkle
+  checkpoint recomputed, unsigned); and a fabricated ``erase`` record appended:
+  counted as caught by the chain alone, by the log's checkpoint with the key (no
+  state), by the chain with the state (``verify_log``), as refused with the
   controller's key (the chain, the state, the log's checkpoint and the state's, their
   signatures: ``svattn audit verify LOG STATE --public-key``, exit 1) and as never
   verified without it (exit 1 or 3);
@@ -226,11 +227,18 @@ def state_bytes(path: Path) -> dict:
     return {"tried": tried, "detected": caught, "bytes": len(data)}
 
 
+ROW = ("tried", "chain_alone", "failed_with_key_without_state", "detected",
+       "failed_with_key", "not_verified_without_key")
+
+
 def log_records(log: Path, state: Path, key) -> dict:
-    """Per way of tampering with the log: tried, caught by the chain with the state
-    (``detected``), refused with the controller's key (``failed_with_key``: exit 1 of
-    ``svattn audit verify LOG STATE --public-key``) and never verified without it
-    (``not_verified_without_key``: exit 1 or 3)."""
+    """Per way of tampering with the log: tried; caught by the chain alone
+    (``chain_alone``), and with the checkpoint and the controller's key but no state
+    (``failed_with_key_without_state``: exit 1 of ``svattn audit verify LOG
+    --public-key``); caught by the chain with the state (``detected``), refused with
+    the key (``failed_with_key``: exit 1 of ``svattn audit verify LOG STATE
+    --public-key``) and never verified without it (``not_verified_without_key``: exit
+    1 or 3)."""
     from svattn.exact.auditor.logcheck import check_authenticity
     from svattn.exact.records.tlog import CheckpointWriter, checkpoint_path, controller_verifier
 
@@ -244,14 +252,15 @@ def log_records(log: Path, state: Path, key) -> dict:
         "dropped": lambda i, ls: ls[:i] + ls[i + 1:],
         "duplicated": lambda i, ls: ls[: i + 1] + [ls[i]] + ls[i + 1:],
         "swapped_with_next": lambda i, ls: ls[:i] + [ls[i + 1], ls[i]] + ls[i + 2:],
-        "edited_chain_rehashed": lambda i, ls: _rechain(ls[:i] + [_edit(ls[i], rehash=True)]
+        # the record's time edited (no count to betray it), the whole chain re-hashed
+        "edited_chain_rehashed": lambda i, ls: _rechain(ls[:i] + [_retime(ls[i])]
                                                         + ls[i + 1:], i),
         "edited_chain_and_checkpoint_recomputed": lambda i, ls: _rechain(
-            ls[:i] + [_edit(ls[i], rehash=True)] + ls[i + 1:], i),
+            ls[:i] + [_retime(ls[i])] + ls[i + 1:], i),
     }
     bad = log.with_name("tampered.jsonl")
     for name, make in variants.items():
-        row = {"tried": 0, "detected": 0, "failed_with_key": 0, "not_verified_without_key": 0}
+        row = dict.fromkeys(ROW, 0)
         for i in range(len(lines) - (1 if name == "swapped_with_next" else 0)):
             tampered = make(i, list(lines))
             bad.write_text("".join(x + "\n" for x in tampered))
@@ -264,7 +273,7 @@ def log_records(log: Path, state: Path, key) -> dict:
                 checkpoint_path(bad).write_text(checkpoint)
             _count(row, bad, state, keys, verify_log, check_authenticity)
         out[name] = row
-    row = {"tried": 0, "detected": 0, "failed_with_key": 0, "not_verified_without_key": 0}
+    row = dict.fromkeys(ROW, 0)
     bad.write_text("".join(x + "\n" for x in lines + [_fabricated_erase(lines)]))
     checkpoint_path(bad).write_text(checkpoint)
     _count(row, bad, state, keys, verify_log, check_authenticity)
@@ -275,6 +284,10 @@ def log_records(log: Path, state: Path, key) -> dict:
 def _count(row: dict, bad: Path, state: Path, keys, verify_log, check_authenticity) -> None:
     """Count one tampered log ``bad`` (its checkpoint beside it) into ``row``."""
     row["tried"] += 1
+    chain = verify_log(bad)  # the chain alone (``svattn audit verify LOG``: no state)
+    row["chain_alone"] += not chain.ok
+    row["failed_with_key_without_state"] += not chain.ok or check_authenticity(
+        bad, chain, keys).exit_status == 1
     rep = verify_log(bad, state)
     if not rep.ok:
         for k in ("detected", "failed_with_key", "not_verified_without_key"):
@@ -310,6 +323,13 @@ def _fabricated_erase(lines: list[str]) -> str:
            "seq": last["seq"] + 1, "prev": hashlib.sha256(lines[-1].encode()).hexdigest(),
            "time": last["time"], "digest": last["digest"], "n": last["n"],
            "next_id": last["next_id"]}
+    rec["sha256"] = record_hash(rec)
+    return canonical(rec)
+
+
+def _retime(line: str) -> str:
+    rec = json.loads(line)
+    rec["time"] = "2000-01-01T00:00:00+00:00"
     rec["sha256"] = record_hash(rec)
     return canonical(rec)
 
@@ -377,8 +397,10 @@ def main(argv: list[str] | None = None) -> int:
     sb = report["state_file_bytes"]
     print(f"state file bytes flipped: {sb['detected']} / {sb['tried']} detected")
     for name, row in report["log_records"].items():
-        print(f"log records {name}: of {row['tried']}, {row['detected']} caught by the chain "
-              f"and state, {row['failed_with_key']} refused with the key, "
+        print(f"log records {name}: of {row['tried']}, {row['chain_alone']} caught by the "
+              f"chain alone, {row['failed_with_key_without_state']} by its checkpoint and the "
+              f"key; with the state {row['detected']} caught by the chain, "
+              f"{row['failed_with_key']} refused with the key, "
               f"{row['not_verified_without_key']} not verified without it")
     for kind, row in report["tlog_proofs"].items():
         print(f".tlog-proof of a {kind}: {row['detected']} / {row['tried']} mutants refused")

@@ -86,14 +86,18 @@ def _tamper_rest(r: dict) -> list[str]:
             rows.append(f"| log records {name.replace('_', ' ')} | {row['detected']} / "
                         f"{row['tried']} |")
     else:
-        rows += ["", "The audit log tampered with (each record in turn): caught by the chain "
-                 "with the state alone; refused with the controller's key (`svattn audit "
+        rows += ["", "The audit log tampered with (each record in turn): caught by the hash "
+                 "chain alone; refused by the log's checkpoint with the controller's key but "
+                 "no state (`svattn audit verify LOG --public-key`, exit 1); with the state: "
+                 "caught by the chain and the state, refused with the key (`svattn audit "
                  "verify LOG STATE --public-key`: the checkpoints and their signatures, exit "
-                 "1); never verified without the key (exit 1 or 3).", "",
-                 "| log | tried | chain + state | refused with the key | not verified "
-                 "without it |", "|---|---|---|---|---|"]
+                 "1), never verified without the key (exit 1 or 3).", "",
+                 "| log | tried | chain alone | checkpoint + key | chain + state | state + "
+                 "key | not verified without the key |", "|---|---|---|---|---|---|---|"]
         for name, row in r["log_records"].items():
-            rows.append(f"| {name.replace('_', ' ')} | {row['tried']} | {row['detected']} | "
+            rows.append(f"| {name.replace('_', ' ')} | {row['tried']} | "
+                        f"{row.get('chain_alone', '')} | "
+                        f"{row.get('failed_with_key_without_state', '')} | {row['detected']} | "
                         f"{row['failed_with_key']} | {row['not_verified_without_key']} |")
     if "tlog_proofs" in r:
         rows += ["", "Each receipt type's `.tlog-proof` (`svattn audit prove LOG --receipt "
