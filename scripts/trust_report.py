@@ -80,9 +80,35 @@ def _tamper_rest(r: dict) -> list[str]:
     rb, sb = r["receipt_bytes_with_public_key"], r["state_file_bytes"]
     rows.append(f"| receipt bytes replaced (public key) | {rb['detected']} / {rb['tried']} |")
     rows.append(f"| state file bytes replaced | {sb['detected']} / {sb['tried']} |")
-    for name, row in r["log_records"].items():
-        rows.append(f"| log records {name.replace('_', ' ')} | {row['detected']} / "
-                    f"{row['tried']} |")
+    keyed = all("failed_with_key" in row for row in r["log_records"].values())
+    if not keyed:  # a record from before the log's checkpoints
+        for name, row in r["log_records"].items():
+            rows.append(f"| log records {name.replace('_', ' ')} | {row['detected']} / "
+                        f"{row['tried']} |")
+    else:
+        rows += ["", "The audit log tampered with (each record in turn): caught by the hash "
+                 "chain alone; refused by the log's checkpoint with the controller's key but "
+                 "no state (`svattn audit verify LOG --public-key`, exit 1); with the state: "
+                 "caught by the chain and the state, refused with the key (`svattn audit "
+                 "verify LOG STATE --public-key`: the checkpoints and their signatures, exit "
+                 "1), never verified without the key (exit 1 or 3).", "",
+                 "| log | tried | chain alone | checkpoint + key | chain + state | state + "
+                 "key | not verified without the key |", "|---|---|---|---|---|---|---|"]
+        for name, row in r["log_records"].items():
+            rows.append(f"| {name.replace('_', ' ')} | {row['tried']} | "
+                        f"{row.get('chain_alone', '')} | "
+                        f"{row.get('failed_with_key_without_state', '')} | {row['detected']} | "
+                        f"{row['failed_with_key']} | {row['not_verified_without_key']} |")
+    if "tlog_proofs" in r:
+        rows += ["", "Each receipt type's `.tlog-proof` (`svattn audit prove LOG --receipt "
+                 "R`), accepted as made; its mutants (every byte of the entry, every hash of "
+                 "the path with a bit flipped, a hash removed or repeated, the index ±1, the "
+                 "checkpoint signed by another key) refused by `verify_proof`:", "",
+                 "| receipt | entry index | entry bytes | path hashes | mutants refused |",
+                 "|---|---|---|---|---|"]
+        for kind, row in r["tlog_proofs"].items():
+            rows.append(f"| {kind} | {row['index']} | {row['entry_bytes']} | "
+                        f"{row['path_hashes']} | {row['detected']} / {row['tried']} |")
     rows += ["", "Costs (µs): " + ", ".join(f"{k} {v:.0f}" for k, v in r["costs"].items()), ""]
     return rows
 

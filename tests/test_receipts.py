@@ -33,6 +33,7 @@ from svattn.exact.records.receipts import (
     tamper_outcome,
 )
 from svattn.exact.records.signing import derive_tag_key, generate_key, sign, tag_hash
+from svattn.exact.records.tlog import checkpoint_path
 from svattn.lm import CharLM, CharLMConfig
 from svattn.lm.forget import REFED, ModelErasureReceipt, verify_forget
 
@@ -92,13 +93,15 @@ def model_erasure():
     return s, receipt, key
 
 
-def test_an_unsigned_model_receipt_is_verified_by_its_stream_alone():
+def test_an_unsigned_model_receipt_has_every_field_checked_by_its_stream_alone():
     s = tiny_model().stream()
     s.feed(TEXT[:26])  # shorter: each verification re-streams the text
     receipt = s.forget(10, 14).receipt
     assert receipt.signer is None and receipt.certificates()
     rep = verify_forget(s, receipt)
-    assert rep.status == "VERIFIED" and rep.exit_status == 0, rep.summary()
+    # every field checked; the unsigned forget log's authenticity is not (exit 3)
+    assert rep.ok and not rep.verdict.unchecked and rep.exit_status == 3, rep.summary()
+    assert "is unsigned" in rep.verdict.authenticity_line()
     for name, value in _cases(receipt):
         forged = dataclasses.replace(receipt, **{name: value})
         assert_never_verified(verify_forget(s, forged).verdict, name, "unsigned")
@@ -404,8 +407,12 @@ def test_an_erasure_receipt_is_checked_later_against_the_log(tmp_path):
     mem.extend(rng.normal(size=(30, 3)), tags=["a"] * 5 + ["b"] * 25)
     receipt = mem.erase("a")
     mem.extend(rng.normal(size=(5, 3)), tags=["b"] * 5)  # the memory moved on
-    rep = verify_erasure(mem, receipt, log=log)
+    rep = verify_erasure(mem, receipt, log=log, public_key=key.public_key())
     assert rep.status == "VERIFIED", rep.summary()
+    # without the key the log's checkpoint signature is unchecked: never a bare VERIFIED
+    rep = verify_erasure(mem, receipt, log=log)
+    assert rep.ok and rep.status == "UNCHECKED" and not rep.verdict.unchecked, rep.summary()
+    assert "the signature of audit.jsonl.checkpoint" in rep.verdict.authenticity_line()
     assert verify_erasure(mem, receipt).status == "FAILED"  # without the log: not its state
     mem.extend(rng.normal(size=(1, 3)), tags=["a"])  # the subject's data is back
     assert verify_erasure(mem, receipt, log=log).status == "FAILED"
@@ -438,6 +445,7 @@ def test_an_erase_record_without_the_receipt_hash_leaves_two_fields_to_the_signa
         records.append(canonical(rec) + "\n")
         prev = hashlib.sha256(canonical(rec).encode()).hexdigest()  # chained by line
     log.write_text("".join(records))
+    checkpoint_path(log).unlink()  # as such a log had none (its authenticity: unchecked)
     rep = verify_erasure(mem, receipt, retrain=False, log=log)
     assert rep.ok and rep.status == "UNCHECKED"
     assert {n for n, _ in rep.verdict.unchecked} >= {"copies_kept", "issued_at"}

@@ -312,7 +312,9 @@ def test_an_honest_cell_model_still_reads(forgot, tmp_path):
 def test_verify_forget_still_verifies_the_honest_stream(forgot):
     model, folder, receipt = forgot
     v = verify_forget(LMStream.load(folder, model), receipt)
-    assert v.status == "VERIFIED", v.summary()
+    # every field checked; an unsigned stream's forget log: its authenticity unchecked
+    assert v.ok and v.status == "UNCHECKED" and not v.verdict.unchecked, v.summary()
+    assert "is unsigned" in v.verdict.authenticity_line()
 
 
 if __name__ == "__main__":  # pragma: no cover
@@ -569,7 +571,7 @@ def _forgot_beside_whole():
 
 def test_a_memory_holding_a_forgotten_key_in_a_reserve_slot_fails():
     whole, s, receipt = _forgot_beside_whole()
-    assert verify_forget(s, receipt).status == "VERIFIED"
+    assert verify_forget(s, receipt).ok
     for li in range(2):
         src = whole.layers[li].mems[0].solver_state
         slot_of_span = src.id_to_slot[whole.layers[li].ids[0][11]]

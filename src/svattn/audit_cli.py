@@ -5,6 +5,9 @@ The actions (``svattn audit ACTION --help``)::
     svattn audit verify LOG [STATE] [--public-key PEM | --vkey VKEY]
     svattn audit entry LOG INDEX                 the entry's exact bytes (what is hashed)
     svattn audit prove LOG (INDEX | --receipt JSON) [-o FILE.tlog-proof]
+
+LOG of ``entry`` and ``prove`` may also be a language-model stream's folder (``svattn
+generate --save``): its forget log, whose entries record the model erasure receipts.
     svattn audit check-proof PROOF ENTRY (--public-key PEM | --vkey VKEY)
     svattn audit consistency OLD NEW --log LOG [--public-key PEM | --vkey VKEY]
                                                  [--proof-out FILE]
@@ -12,6 +15,7 @@ The actions (``svattn audit ACTION --help``)::
          [--state STATE --new-log NEW --out NEW_STATE [--tag-key HEX_FILE]]
                                                  or go on in a new, prunable log
     svattn audit prune LOG [--tag-hash HEX]      finish the prune of forgotten subjects
+    svattn audit vkey LOG --public-key PEM       the log's own verifier key (name = origin)
 
 Exit status: 0 everything checked and held; 1 a check failed (a bad signature, an
 unknown key, inclusion or consistency failed, a log that does not verify); 2 malformed
@@ -77,15 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _keys(p)
     p = sub.add_parser("entry", help="write entry INDEX's exact bytes (the Merkle leaf is "
                        "SHA-256(0x00 || these bytes)) to stdout")
-    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("log", type=Path, metavar="LOG",
+                   help="an audit log, or a stream folder (its forget log)")
     p.add_argument("index", type=int, metavar="INDEX", help="0-based entry (= record seq)")
     p = sub.add_parser("prove", help="write a c2sp.org/tlog-proof@v1 file: an entry's "
                        "inclusion proof to the log's signed checkpoint")
-    p.add_argument("log", type=Path, metavar="LOG")
+    p.add_argument("log", type=Path, metavar="LOG",
+                   help="an audit log, or a stream folder (its forget log)")
     p.add_argument("index", type=int, nargs="?", default=None, metavar="INDEX")
     p.add_argument("--receipt", type=Path, default=None, metavar="JSON",
-                   help="prove the entry that records this deletion certificate or erasure "
-                        "receipt (instead of INDEX)")
+                   help="prove the entry that records this receipt (instead of INDEX): a "
+                        "deletion certificate, an erasure receipt or an estimator's forget "
+                        "receipt (its last removal's entry, whose chain holds the earlier "
+                        "ones) in an audit log; a model erasure receipt in a stream's")
     p.add_argument("-o", "--out", type=Path, default=None, metavar="FILE",
                    help="write the proof here (a new file; default: stdout)")
     p = sub.add_parser("check-proof", help="verify a .tlog-proof against the entry's bytes "
@@ -132,12 +140,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--tag-hash", default=None, metavar="HEX",
                    help="refuse unless this subject (its tag hash, as its erasure receipt "
                         "names it) was forgotten")
+    p = sub.add_parser("vkey", help="print the log's own note verifier key: the "
+                       "controller's key under the log's origin as key name (svattn signs "
+                       "each checkpoint under it and under the controller's name, which "
+                       "keygen's PREFIX.vkey holds)")
+    p.add_argument("log", type=Path, metavar="LOG",
+                   help="an audit log, or a stream folder (its forget log)")
+    p.add_argument("--public-key", type=Path, required=True, metavar="PEM",
+                   help="the controller's Ed25519 public key (svattn keygen's PREFIX.pub)")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one ``audit`` action; return the exit status."""
     return {"verify": _verify, "entry": _entry, "prove": _prove, "check-proof": _check_proof,
-            "consistency": _consistency, "migrate": _migrate, "prune": _prune}[args.action](args)
+            "consistency": _consistency, "migrate": _migrate, "prune": _prune,
+            "vkey": _vkey}[args.action](args)
 
 
 # ------------------------------------------------------------------ helpers
@@ -248,6 +265,8 @@ def _index(rep, index: int) -> int:
 
 
 def _entry(args: argparse.Namespace) -> int:
+    if args.log.is_dir():
+        return _stream_entry(args)
     rep = _log(args.log)
     sys.stdout.buffer.write(rep.entries[_index(rep, args.index)])
     sys.stdout.flush()
@@ -266,7 +285,19 @@ def _receipt_index(rep, path: Path) -> int:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise ValueError(f"--receipt: {path} is not JSON ({exc})") from None
-    if isinstance(data, dict) and "erased_ids" in data:  # an erasure receipt
+    if isinstance(data, dict) and "refit_with" in data:  # an estimator's forget receipt
+        from svattn.estimators.receipt import ForgetReceipt
+
+        forget = ForgetReceipt.from_json(text)
+        if forget.erasure is not None:  # a subject's: the core's erase record
+            sha = forget.erasure.sha256()
+            hits = [r["seq"] for r in rep.records if r["op"] == "erase"
+                    and r["erasure"].get("receipt_sha256") == sha]
+        else:  # by ids: its last removal's record (its prev chains the earlier ones)
+            cert = asdict(forget.certificates[-1])
+            hits = [r["seq"] for r in rep.records if r["op"] == "remove"
+                    and r["certificate"] == cert]
+    elif isinstance(data, dict) and "erased_ids" in data:  # an erasure receipt
         sha = ErasureReceipt.from_json(text).sha256()
         hits = [r["seq"] for r in rep.records if r["op"] == "erase"
                 and r["erasure"].get("receipt_sha256") == sha]
@@ -285,9 +316,11 @@ def _prove(args: argparse.Namespace) -> int:
     from svattn.exact.records.note import parse_note
     from svattn.exact.records.tlog import checkpoint_path, proof_text, read_checkpoint_unverified
 
-    rep = _log(args.log)
     if (args.index is None) == (args.receipt is None):
         raise ValueError("give INDEX or --receipt (one of them)")
+    if args.log.is_dir():
+        return _stream_prove(args)
+    rep = _log(args.log)
     index = _index(rep, args.index) if args.receipt is None else _receipt_index(rep, args.receipt)
     cp_file = checkpoint_path(args.log)
     check_file(cp_file, "the log's checkpoint")
@@ -305,6 +338,10 @@ def _prove(args: argparse.Namespace) -> int:
         raise ValueError(f"entry {index} is after the checkpoint (size {size}): the writer "
                          "rewrites it on its next operation or load")
     text = proof_text(index, MerkleTree(rep.leaves[:size]).inclusion_path(index), note)
+    return _write_proof(args, text, index, size)
+
+
+def _write_proof(args: argparse.Namespace, text: str, index: int, size: int) -> int:
     if args.out is None:
         sys.stdout.write(text)
     else:
@@ -313,6 +350,61 @@ def _prove(args: argparse.Namespace) -> int:
         args.out.write_text(text)
         print(f"wrote {args.out}: entry {index} in the checkpoint of size {size}")
     return 0
+
+
+# ------------------------------------------------------------------ a stream's forget log
+def _stream_log(folder: Path) -> tuple[list[dict], str | None]:
+    """The forget log of the stream saved in ``folder`` and its checkpoint, read from
+    its manifest (checksum checked; the stream itself is not loaded: no model needed)."""
+    from svattn.lm.stream_folder import MANIFEST, read_manifest
+
+    if not (folder / MANIFEST).is_file():
+        raise ValueError(f"LOG: {folder} is a folder, but no saved stream (no {MANIFEST})")
+    man = read_manifest(folder)
+    log, cp = man.get("forget_log"), man.get("forget_checkpoint")
+    if not isinstance(log, list) or not all(isinstance(e, dict) for e in log):
+        raise ValueError(f"LOG: {folder}: the manifest's forget_log is not a list of records")
+    if not isinstance(cp, (str, type(None))):
+        raise ValueError(f"LOG: {folder}: the manifest's forget_checkpoint is not text")
+    return log, cp
+
+
+def _stream_index(log: list[dict], index: int) -> int:
+    if not 0 <= index < len(log):
+        raise ValueError(f"INDEX: {index} is outside the forget log's entries "
+                         f"0..{len(log) - 1}" if log else "INDEX: the stream never forgot: "
+                         "its forget log is empty")
+    return index
+
+
+def _stream_entry(args: argparse.Namespace) -> int:
+    from svattn.lm.forget_log import entry_bytes
+
+    log, _ = _stream_log(args.log)
+    sys.stdout.buffer.write(entry_bytes(log[_stream_index(log, args.index)]))
+    sys.stdout.flush()
+    return 0
+
+
+def _stream_prove(args: argparse.Namespace) -> int:
+    from svattn.lm.forget import ModelErasureReceipt
+    from svattn.lm.forget_log import check_checkpoint, proof_of, receipt_entry
+
+    log, cp = _stream_log(args.log)
+    if args.receipt is None:
+        index = _stream_index(log, args.index)
+    else:
+        check_file(args.receipt, "--receipt")
+        receipt = ModelErasureReceipt.from_json(args.receipt.read_text())
+        index = receipt_entry(log, receipt)
+        if index is None:
+            raise ValueError(f"--receipt: the stream's forget log records no entry of "
+                             f"{args.receipt}")
+    _, failed, _ = check_checkpoint(log, cp)
+    if failed:
+        print(f"REFUSED: {failed[0]}")
+        return 1
+    return _write_proof(args, proof_of(log, cp, index), index, len(log))
 
 
 def _check_proof(args: argparse.Namespace) -> int:
@@ -474,4 +566,25 @@ def _migrate_to_new_log(args: argparse.Namespace, key) -> int:
     print(f"wrote {args.new_log} (log format version 3, citing {args.log.name}'s last record) "
           f"and {args.out} ({len(memory)} tokens); {args.log.name}'s entries still hold its "
           "subjects' data: keep it as the evidence of its history, or destroy it")
+    return 0
+
+
+def _vkey(args: argparse.Namespace) -> int:
+    from svattn.exact.records.signing import load_public_key
+    from svattn.exact.records.tlog import log_origin, log_verifier
+
+    check_file(args.public_key, "--public-key")
+    if args.log.is_dir():
+        from svattn.lm.forget_log import origin_of
+
+        log, _ = _stream_log(args.log)
+        if not log:
+            raise ValueError("LOG: the stream never forgot: its forget log has no origin yet")
+        origin = origin_of(log)
+    else:
+        rep = _log(args.log)
+        if not rep.ok or not rep.entries:
+            raise ValueError(f"LOG does not verify: {rep.error}")
+        origin = log_origin(rep.entries[0])
+    print(log_verifier(origin, load_public_key(args.public_key)).to_string())
     return 0

@@ -262,8 +262,14 @@ def _report_with_log(v, args: argparse.Namespace) -> int:
     auth = _log_authenticity(args)
     _print_verdict(v.verdict, auth)
     status = v.exit_status if auth is None else worst_status(v.exit_status, auth.exit_status)
-    summary = v.summary()
-    if status != v.exit_status and summary.startswith("VERIFIED"):
+    fields = v  # the receipt's fields alone: the audit log's lines say what of it held
+    if auth is not None and v.verdict is not None and v.verdict.authenticity_unchecked:
+        import dataclasses
+
+        fields = dataclasses.replace(v, verdict=dataclasses.replace(
+            v.verdict, authenticity_unchecked=()))
+    summary = fields.summary()
+    if status != fields.exit_status and summary.startswith("VERIFIED"):
         summary = ("FAILED" if status == 1 else "UNCHECKED") + " (the audit log's " \
             "authenticity); the receipt" + summary[len("VERIFIED"):]
     print(summary)
@@ -303,6 +309,10 @@ def _print_verdict(verdict, auth=None) -> None:
     checks, each with what would (exit status: 0 all checked, 3 some unchecked, 1 failed);
     with ``auth`` (the audit log's checkpoints, :func:`_log_authenticity`), its lines, and
     a verdict no better than theirs."""
+    if auth is not None and verdict.authenticity_unchecked:  # the auth lines say it all
+        import dataclasses
+
+        verdict = dataclasses.replace(verdict, authenticity_unchecked=())
     print(f"fields checked:      {len(verdict.checked)} ({', '.join(verdict.checked)})")
     if verdict.failed:
         print(f"fields FAILED:       {', '.join(verdict.failed)}")
@@ -745,8 +755,10 @@ def _generate_run(args: argparse.Namespace) -> int:
     return 0
 
 
-_VERIFY_EXITS = """exit status: 0 every field of the receipt checked and verified; 3 nothing
-failed but some field could not be checked (named, with what would check it); 1 a check
+_VERIFY_EXITS = """exit status: 0 every field of the receipt checked and verified, and the
+stream's forget-log checkpoint signed by --public-key; 3 nothing failed but some field or
+the forget log's authenticity could not be checked (named, with what would check it: an
+unsigned stream's always, a signed one's without --public-key); 1 a check
 failed (the stream differs from a fresh stream, a receipt field or signature does not
 hold, or the saved stream's files were edited: a checksum or digest differs); 2 malformed
 input (a missing file, a receipt that is not one, a folder that is no saved stream, the
@@ -888,7 +900,9 @@ def _verify_forget_receipt_arguments(parser: argparse.ArgumentParser) -> None:
                         help="tolerance of the re-solve comparison (default: 1e-8)")
     parser.add_argument("--log", type=Path, metavar="LOG", default=None,
                         help="the model's audit log (SVDD(audit_log=...)): it must record "
-                             "every removal (or the subject's erasure) the receipt carries")
+                             "every removal (or the subject's erasure) the receipt carries; "
+                             "its checkpoint and the saved state's are checked against it "
+                             "(signed: with --public-key)")
     parser.add_argument("--public-key", type=Path, metavar="KEY", default=None,
                         help="the controller's Ed25519 public key (svattn keygen): the "
                              "receipt and every record in it must carry its valid signature")
@@ -925,9 +939,10 @@ def _verify_forget_receipt_run(args: argparse.Namespace) -> int:
     print(f"model: {args.model} ({model.n_samples_} rows, refit with C={model.C_!r}, "
           f"gamma={model.gamma_!r})")
     print(f"receipt: forget of {len(receipt.ids)} rows{who}, issued {receipt.issued_at}")
-    _print_verdict(v.verdict)
-    print(v.summary())
-    return v.exit_status
+    from svattn.estimators.saved import STATE_FILE
+
+    args.state = args.model / STATE_FILE  # its checkpoint, beside the log's
+    return _report_with_log(v, args)
 
 
 # ------------------------------------------------------------------ train/eval

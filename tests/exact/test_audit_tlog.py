@@ -365,3 +365,97 @@ def test_migrate_gives_a_version_1_log_a_signed_checkpoint(signed, tmp_path, cap
     assert main(["audit", "verify", str(log), str(state), "--public-key",
                  str(signed["pub"])]) == 3
     assert "records no checkpoint" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ the Python API
+def _verify_cert(f, **kw):
+    from svattn.exact.auditor.verify import verify_deletion
+    from svattn.exact.records.certificate import DeletionCertificate
+
+    mem = SVDDMemory.load(f["state"])
+    cert = DeletionCertificate.from_json((f["dir"] / "cert.json").read_text())
+    return verify_deletion(mem, cert, log=f["log"], **kw)
+
+
+def test_verify_deletion_checks_the_logs_signed_checkpoint(signed, tmp_path):
+    """verify_deletion(..., log=) reads the log's checkpoint as the command line does:
+    VERIFIED only with the controller's key; without it the checkpoint's signature is
+    named unchecked (it said VERIFIED)."""
+    f = _copy(signed, tmp_path)
+    v = _verify_cert(f, public_key=signed["pub"])
+    assert v.status == "VERIFIED", v.summary()
+    v = _verify_cert(f)
+    assert v.ok and v.status == "UNCHECKED" and not v.verdict.unchecked, v.summary()
+    assert "the signature of audit.jsonl.checkpoint" in v.verdict.authenticity_line()
+    assert "authenticity UNCHECKED" in v.summary()
+
+
+def test_verify_deletion_over_an_unsigned_log_is_never_verified(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.2, audit_log=log)
+    ids = mem.extend(np.random.default_rng(2).normal(size=(20, 3)))
+    cert = mem.remove(ids[3])
+    from svattn.exact.auditor.verify import verify_deletion
+
+    v = verify_deletion(mem, cert, log=log)
+    assert v.ok and v.status == "UNCHECKED", v.summary()
+    assert "is unsigned" in v.verdict.authenticity_line()
+    assert v.exit_status == 3
+
+
+def test_verify_deletion_refuses_a_log_co_edited_with_its_receipt(signed, tmp_path):
+    """The receipt and its log record edited alike, the chain re-hashed: the Python API
+    said VERIFIED without a key (the chain alone cannot tell); the checkpoint's root
+    refuses it now, with or without the key."""
+    f = _copy(signed, tmp_path)
+    cert = json.loads((signed["dir"] / "cert.json").read_text())
+    cert["n_events"] += 1
+    (tmp_path / "cert.json").write_text(json.dumps(cert))
+    seq = next(r["seq"] for r in verify_chain(f["log"]).records if r["op"] == "remove"
+               and r["certificate"]["removed_id"] == cert["removed_id"])
+    _rewrite(f["log"], seq, lambda rec: rec["certificate"].update(n_events=cert["n_events"]))
+    f["dir"] = tmp_path
+    for kw in ({}, {"public_key": signed["pub"]}):
+        v = _verify_cert(f, **kw)
+        assert not v.ok and v.status == "FAILED", v.summary()
+        assert "the log's authenticity" in v.verdict.failed
+        assert any("has another root" in r for r in v.reasons)
+
+
+# ------------------------------------------------------------------ the log's key name
+def test_a_checkpoint_is_signed_under_the_logs_origin_and_the_controllers_name(
+        go_tlog, signed, capsys):
+    """C2SP: the log's key name SHOULD be its origin. Each checkpoint carries the
+    controller's signature under the origin (first) and under the controller's name, so
+    keygen's one .vkey and the log's own (svattn audit vkey) both open it, in Go too."""
+    from svattn.exact.records.note import parse_note
+
+    note = checkpoint_path(signed["log"]).read_text()
+    cp = read_checkpoint_unverified(note)
+    names = [sig.name for sig in parse_note(note).signatures]
+    assert names[0] == cp.origin and names[1].startswith("svattn.controller/")
+    assert main(["audit", "vkey", str(signed["log"]), "--public-key", str(signed["pub"])]) == 0
+    vkey = capsys.readouterr().out.strip()
+    assert vkey.startswith(cp.origin + "+")
+    for key in (vkey, signed["vkey"].read_text()):
+        ok, out = go_tlog.run("note", key, note.encode())
+        assert ok, out
+    assert main(["audit", "verify", str(signed["log"]), str(signed["state"]), "--vkey",
+                 str(signed["vkey"])]) == 0
+
+
+def test_a_checkpoint_signed_under_the_controllers_name_alone_still_verifies(signed,
+                                                                           tmp_path):
+    """Logs written before the origin-named signature: their checkpoints (and the ones
+    their states record) carry the controller's name only, and verify as before."""
+    from svattn.exact.records.note import sign_note
+    from svattn.exact.records.tlog import controller_signer
+
+    f = _copy(signed, tmp_path)
+    file = checkpoint_path(f["log"])
+    body = read_checkpoint_unverified(file.read_text()).body()
+    file.write_text(sign_note(body, [controller_signer(load_private_key(signed["key"]))]))
+    rep = verify_chain(f["log"])
+    keys = [NoteVerifier.from_string(signed["vkey"].read_text().strip())]
+    auth = check_authenticity(f["log"], rep, keys)
+    assert auth.exit_status == 0, auth.lines()

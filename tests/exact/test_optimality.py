@@ -162,7 +162,7 @@ def test_the_certificate_of_removing_the_last_token_verifies(tmp_path):
     mem = SVDDMemory(0.5, audit_log=log, signing_key=key)
     (only,) = mem.extend(np.ones((1, 2)))
     cert = mem.remove(only)
-    v = verify_deletion(mem, cert, log=log)
+    v = verify_deletion(mem, cert, log=log, public_key=pub)
     assert v.status == "VERIFIED", (v.reasons, v.verdict.unchecked)
     assert v.optimality.mu_rule == "empty"
     mem.save(state)

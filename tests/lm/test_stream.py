@@ -425,5 +425,8 @@ def test_cli_generate_forgets_and_verify_forget_checks_it(tmp_path, capsys):
     after = out.split("after forgetting [4, 8): ")[1].split("\n")[0]
     f = fresh_of(model, (prompt[:4] + prompt[8:]).encode())  # the fresh stream's sample
     assert f.generate(6, seed=2).decode("utf-8", "backslashreplace") == after
-    assert main(["verify-forget", str(ckpt), str(tmp_path / "st"), str(tmp_path / "r.json")]) == 0
-    assert "VERIFIED" in capsys.readouterr().out
+    # every field checked; the unsigned stream's forget log: authenticity unchecked (3)
+    assert main(["verify-forget", str(ckpt), str(tmp_path / "st"), str(tmp_path / "r.json")]) == 3
+    out = capsys.readouterr().out
+    assert "nothing failed and the stream equals a fresh stream" in out
+    assert "the forget log's authenticity" in out and "FAILED" not in out

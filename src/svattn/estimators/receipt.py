@@ -334,7 +334,10 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
         Tolerance of that comparison.
     log : path-like, optional
         The model's audit log (``SVDD(audit_log=...)``): it must record every removal
-        (or the subject's erasure) exactly as the receipt carries it, and end at the model.
+        (or the subject's erasure) exactly as the receipt carries it, and end at the model;
+        its checkpoint must be the root of its entries and, with ``public_key``, signed
+        by it (an unsigned log, or no key: ``verdict.authenticity_unchecked``, the status
+        at best UNCHECKED).
     public_key : Ed25519PublicKey or path, optional
         The controller's public key: the receipt, every certificate and the erasure
         receipt must carry its valid signatures.
@@ -361,10 +364,12 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
                                          verdict=judge(receipt, (), errs))
     mem = model.memory_
     reasons: list[str] = []
+    authenticity: list[str] = []  # what of the log's checkpoint the core could not check
     if receipt.erasure is not None:
         v = verify_erasure(mem, receipt.erasure, retrain, tol=tol, public_key=public_key,
                            log=log)
         reasons += [f"erasure: {r}" for r in v.reasons]
+        authenticity += v.verdict.authenticity_unchecked if v.verdict is not None else ()
         removed = list(receipt.erasure.erased_ids)
     else:
         certs = receipt.certificates
@@ -374,6 +379,7 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
                 v = verify_deletion(mem, c, retrain and last, tol=tol, log=log,
                                     public_key=public_key)
                 reasons += [f"certificates[{k}]: {r}" for r in v.reasons]
+                authenticity += v.verdict.authenticity_unchecked if v.verdict else ()
             else:  # an earlier removal without the log: what the present state allows
                 errs = c.consistency_errors()
                 if (c.C, c.kernel, c.gamma) != (mem.C, mem.kernel, mem.gamma_value):
@@ -422,7 +428,8 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
     # state, which has moved on
     partial = {} if now else {"state_digest": {STATE}, "n_samples": {STATE}}
     return ForgetReceiptVerification(ok=not reasons, reasons=tuple(reasons),
-                                     verdict=judge(receipt, ran, reasons, partial=partial))
+                                     verdict=judge(receipt, ran, reasons, partial=partial,
+                                                   authenticity_unchecked=authenticity))
 
 
 __all__ = ["FORGET_RECEIPT_VERSION", "ForgetReceipt", "ForgetReceiptVerification",

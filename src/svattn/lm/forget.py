@@ -57,8 +57,10 @@ from svattn.exact.records.receipts import (
     HasVerdict,
     Verdict,
     judge,
+    with_authenticity,
 )
 from svattn.exact.records.signing import load_public_key, signature_errors
+from svattn.lm.forget_log import canonical_json, check_checkpoint
 
 __all__ = ["ModelErasureReceipt", "ForgetVerification", "verify_forget", "forget_entry_hash"]
 
@@ -68,12 +70,6 @@ _HEX = frozenset("0123456789abcdef")
 _MEMORY_KEYS = {"layer", "head", "span_certificates", "rewound", "rewound_unique", "released",
                 "span_released", "max_kkt_residual", "rewind_s"}
 _REPAIR_KEYS = {"kept_prefix", "replayed", "rewound", "released", "seconds"}
-
-
-def canonical_json(obj) -> bytes:
-    """The canonical JSON bytes of ``obj`` (sorted keys, no spaces, ASCII, no NaN)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-                      allow_nan=False).encode()
 
 
 def forget_entry_hash(entry: dict) -> str:
@@ -375,6 +371,9 @@ class ForgetVerification(HasVerdict):
             lines.append(f"  signature: {'ok' if self.signed else 'INVALID'}")
         if self.verdict is not None and self.verdict.unchecked:
             lines.append(f"  UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}")
+        if self.verdict is not None and self.verdict.authenticity_unchecked:
+            lines.append(f"  UNCHECKED: the forget log's authenticity: "
+                         f"{self.verdict.authenticity_line()}")
         return "\n".join(lines + [f"  - {r}" for r in self.reasons])
 
 
@@ -397,6 +396,11 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
       model gives the same content digest, logits at every held position and every
       memory's readout at its own keys (≤ ``tol``).
     * With ``public_key`` (an ``Ed25519PublicKey`` or a PEM path), the signature.
+    * **The forget log's checkpoint** (:mod:`svattn.lm.forget_log`): the root of the
+      log's entries, and with ``public_key`` signed by it. A stream that holds no key
+      writes it unsigned: its authenticity is then named unchecked
+      (``verdict.authenticity_unchecked``), as it is without ``public_key``: such a
+      verdict is at best UNCHECKED, since whoever holds the folder could rewrite it.
     """
     errs = receipt.field_errors()
     if errs:
@@ -456,13 +460,18 @@ def verify_forget(stream, receipt: ModelErasureReceipt, *, tol: float = 1e-9,
         reasons.append(f"memory or cached keys or values differ from the fresh stream's by "
                        f"{kdev:.3g} > {tol:g}")
     n_certs = _check_certificates(stream, receipt, reasons)
+    # the forget log's checkpoint: its root, and with the key its signature
+    _, cp_failed, cp_unchecked = check_checkpoint(
+        stream.forget_log, getattr(stream, "forget_checkpoint", None), public_key)
+    verdict = with_authenticity(judge(receipt, ran, reasons, blame=_CLAIMED,
+                                      partial={REFED: (STATE,)} if later else None,
+                                      authenticity_unchecked=cp_unchecked), cp_failed)
+    reasons = list(verdict.reasons)
     return ForgetVerification(
         ok=not reasons, reasons=reasons,
         digest_matches=content_ok and (later or receipt.state_digest == stream.digest()),
         max_logit_deviation=dev, max_readout_deviation=rdev, n_certificates=n_certs,
-        n_positions=len(stream), logged_at=at, later=later, signed=signed,
-        verdict=judge(receipt, ran, reasons, blame=_CLAIMED,
-                      partial={REFED: (STATE,)} if later else None))
+        n_positions=len(stream), logged_at=at, later=later, signed=signed, verdict=verdict)
 
 
 def _worst(*devs: float) -> float:

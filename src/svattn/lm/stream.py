@@ -59,6 +59,7 @@ from svattn.exact.records.signing import fingerprint, sign
 from svattn.exact.records.signing import signing_key as as_signing_key
 from svattn.lm.exact_model import exact_copy, model_digest
 from svattn.lm.forget import ModelErasureReceipt, chained_digest, forget_entry_hash
+from svattn.lm.forget_log import checkpoint_of
 from svattn.lm.spans import (
     ForgetResult,
     ForgottenSpan,
@@ -167,6 +168,7 @@ class LMStream(MemoryReads):
         # one entry per forget, hash-chained: the span, the SHA-256 of its receipt's
         # body and the state part after it (digest covers the last entry's hash)
         self.forget_log: list[dict] = []
+        self.forget_checkpoint: str | None = None  # its checkpoint (svattn.lm.forget_log)
         self._broken: str | None = None  # why the stream refuses work (an interrupted op)
 
     def _check_usable(self) -> None:
@@ -441,6 +443,7 @@ class LMStream(MemoryReads):
         self.forget_log.append({"fed_span": list(receipt.fed_span),
                                 "receipt": receipt.body_sha256(), "state": self.state_part(),
                                 "prev": prev})
+        self.forget_checkpoint = checkpoint_of(self.forget_log, self._signing_key)
         receipt = dataclasses.replace(receipt, state_digest=self.digest())
         return receipt if self._signing_key is None else sign(receipt, self._signing_key)
 
@@ -564,6 +567,7 @@ class LMStream(MemoryReads):
                         "snapshot_every": self.snapshot_every, "n_fed": self.n_fed,
                         "forgotten": [list(x) for x in self.forgotten],
                         "forget_log": self.forget_log, "digest": self.digest(),
+                        "forget_checkpoint": self.forget_checkpoint,
                         "signer": None if self._signing_key is None else fingerprint(
                             self._signing_key.public_key()),
                         "arrays": {"file": aname, "sha256": sha256_hex(data)},
@@ -693,6 +697,9 @@ class LMStream(MemoryReads):
             raise StreamIntegrityError(f"{folder}: the manifest's forget_log is not a list "
                                        "of records")
         s.forget_log = [dict(e) for e in log]
+        s.forget_checkpoint = man.get("forget_checkpoint")  # checked by verify_forget
+        if not isinstance(s.forget_checkpoint, (str, type(None))):
+            raise StreamIntegrityError(f"{folder}: the manifest's forget_checkpoint is not text")
         if s.digest() != man.get("digest"):
             raise StreamIntegrityError(f"{folder}: the loaded state's digest differs from "
                                        "the manifest's")

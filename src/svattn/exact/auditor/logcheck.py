@@ -5,24 +5,31 @@ certificate exactly (:func:`svattn.exact.auditor.verify.verify_deletion` with ``
 :func:`verify_log` re-checks a log's chain and, given a saved state, that the log ends
 at exactly that state; :func:`check_authenticity` checks the log's checkpoint (and the
 one the state records) against the log's Merkle tree and the controller's verifier
-key, naming what it could not check (``docs/design.md`` §4).
+key, naming what it could not check (``docs/design.md`` §4); :func:`with_log_authenticity`
+adds what it found to a receipt's verification.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from svattn.exact.memory import SVDDMemory
 from svattn.exact.records.audit import STATE_OPS, AuditReport, checkpoint_mismatch, verify_chain
 from svattn.exact.records.certificate import KEYED, DeletionCertificate
 from svattn.exact.records.fileformat import StateFileError, parse_header, read_metadata
-from svattn.exact.records.note import NoteVerifier, TlogError
+from svattn.exact.records.note import NoteVerifier, TlogError, key_id
+from svattn.exact.records.receipts import with_authenticity
+from svattn.exact.records.signing import load_public_key
 from svattn.exact.records.tlog import (
     checkpoint_path,
+    controller_verifier,
     log_origin,
     open_checkpoint,
     read_checkpoint_unverified,
@@ -283,15 +290,23 @@ def _check_one(auth: Authenticity, what: str, text: str, rep: AuditReport,
                               "memory given signing_key= signs them)")
         return True
     if not verifiers:
-        auth.unchecked.append(f"the signature of {what} (give the controller's --public-key "
-                              "or --vkey)")
+        auth.unchecked.append(f"the signature of {what} (give the controller's public key: "
+                              "--public-key or --vkey, public_key=)")
         return True
+    origin = log_origin(rep.entries[0])
+    # a held key also under the log's origin as key name (how svattn signs a checkpoint
+    # too: tlog.log_signers); the key is what the auditor trusts, not the name
+    held = list(verifiers) + [NoteVerifier(origin, key_id(origin, v.public_key), v.public_key)
+                              for v in verifiers if v.name != origin]
     try:
-        _, opened = open_checkpoint(text, verifiers, log_origin(rep.entries[0]))
+        _, opened = open_checkpoint(text, held, origin)
     except TlogError as exc:
         auth.failed.append(f"{what}: {exc}")
         return False
-    auth.checked.append(f"{what} is signed by {opened.verified[0].name}"
+    names = [v.name for v in opened.verified if v.name != origin] or [origin]
+    auth.checked.append(f"{what} is signed by {names[0]}"
+                        + (" (and under the log's origin as key name)"
+                           if len(opened.verified) > len(names) else "")
                         + (f" (+{len(opened.unverified)} signatures of keys not held, "
                            "ignored)" if opened.unverified else ""))
     return True
@@ -358,5 +373,25 @@ def check_authenticity(path: str | os.PathLike[str], rep: AuditReport,
     return auth
 
 
+def with_log_authenticity(v, log: str | os.PathLike[str] | None, report: AuditReport | None,
+                          public_key=None):
+    """A verification result ``v`` (with ``ok``, ``reasons`` and ``verdict``) with the log's
+    checkpoint checked against its Merkle tree and, with ``public_key``, its signature
+    (:func:`~svattn.exact.auditor.logcheck.check_authenticity`): a failure fails ``v``,
+    what could not be checked goes to ``verdict.authenticity_unchecked``. Unchanged
+    without a log, or with one whose chain does not verify (``v`` failed on it)."""
+    if log is None or report is None or not report.ok or v.verdict is None:
+        return v
+    if public_key is not None and not isinstance(public_key, Ed25519PublicKey):
+        public_key = load_public_key(public_key)
+    keys = [] if public_key is None else [controller_verifier(public_key)]
+    auth = check_authenticity(log, report, keys)
+    if not auth.failed and not auth.unchecked:
+        return v
+    verdict = with_authenticity(v.verdict, auth.failed, auth.unchecked)
+    return dataclasses.replace(v, ok=v.ok and not auth.failed, reasons=verdict.reasons,
+                               verdict=verdict)
+
+
 __all__ = ["Authenticity", "LogIndex", "added_tokens", "check_authenticity", "index_log",
-           "matches_the_log", "unbound_tokens", "verify_log"]
+           "matches_the_log", "unbound_tokens", "verify_log", "with_log_authenticity"]

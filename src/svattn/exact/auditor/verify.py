@@ -25,6 +25,7 @@ from svattn.exact.auditor.logcheck import (
     matches_the_log,
     removal_pruned,
     verify_log,
+    with_log_authenticity,
 )
 from svattn.exact.auditor.optimality import (
     OptimalityReport,
@@ -143,6 +144,9 @@ class DeletionVerification(HasVerdict):
             parts.append("; ".join(self.reasons))
         if self.verdict is not None and self.verdict.unchecked:
             parts.append(f"UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}")
+        if self.verdict is not None and self.verdict.authenticity_unchecked:
+            parts.append(f"the audit log's authenticity UNCHECKED: "
+                         f"{self.verdict.authenticity_line()}")
         return ", ".join(parts)
 
 
@@ -192,7 +196,13 @@ def verify_deletion(
         certificate, and have recorded the same commitment when the token was added;
         for a keyed commitment, no later add may carry it again (the erased record
         re-entered). Without a log or a signature an edited commitment cannot be told
-        from a real one: it describes data the verifier does not hold.
+        from a real one: it describes data the verifier does not hold. The log's
+        checkpoint (``LOG.checkpoint``) must be the root of its entries and, with
+        ``public_key``, signed by it
+        (:func:`~svattn.exact.auditor.logcheck.check_authenticity`, as ``svattn
+        verify-deletion --log`` checks it): an unsigned log, a signature not checked
+        (no ``public_key``) or entries after the checkpoint are named in
+        ``verdict.authenticity_unchecked`` and the status is at best UNCHECKED.
     public_key : Ed25519PublicKey or path, optional
         The controller's public key: the certificate must carry its valid
         signature (:mod:`svattn.exact.records.signing`); any edited byte fails.
@@ -249,9 +259,10 @@ def verify_deletion(
     if retrain and oracle:
         refuse_oracle(len(memory), oracle_force)
     report = None if log is None else verify_chain(Path(log))
-    return _check_deletion(memory, certificate, retrain, probes=probes, tol=tol, seed=seed,
-                           public_key=public_key, commit_key=commit_key, report=report,
-                           oracle=oracle, progress=progress)
+    v = _check_deletion(memory, certificate, retrain, probes=probes, tol=tol, seed=seed,
+                        public_key=public_key, commit_key=commit_key, report=report,
+                        oracle=oracle, progress=progress)
+    return with_log_authenticity(v, log, report, public_key)
 
 
 def refuse_malformed_state(memory: SVDDMemory) -> None:
@@ -420,6 +431,8 @@ class ErasureVerification(HasVerdict):
                f"certificates checked){sig}{log}" + (f"; {tail}" if tail else ""))
         if self.verdict is not None and self.verdict.unchecked:
             out += f"; UNCHECKED (nothing checked them): {self.verdict.unchecked_line()}"
+        if self.verdict is not None and self.verdict.authenticity_unchecked:
+            out += f"; the audit log's authenticity UNCHECKED: {self.verdict.authenticity_line()}"
         return out
 
 
@@ -450,7 +463,9 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
     record of these ids (tag hash, erased ids, signer, signature and, in logs that keep
     it, the receipt's SHA-256, which binds every other field); its digest and size must
     be the record's; and no live token may be one the log's add records gave the
-    subject's tag (a state whose stored tags were edited).
+    subject's tag (a state whose stored tags were edited). The log's checkpoint is
+    checked as :func:`verify_deletion` checks it: the status is at best UNCHECKED over
+    an unsigned log or without ``public_key``.
     """
     refuse_malformed_state(memory)
     if retrain and oracle:
@@ -534,11 +549,12 @@ def verify_erasure(memory: SVDDMemory, receipt: ErasureReceipt, retrain: bool = 
         ran.add(RESOLVE)
     if later:
         partial = {**partial, "state_digest": {STATE}, "n_after": {STATE}}
-    return ErasureVerification(
+    return with_log_authenticity(ErasureVerification(
         ok=not reasons, erased=len(receipt.erased_ids),
         last_removal=removals[-1] if removals else None, signed=signed,
         reasons=tuple(reasons), removals=tuple(removals), logged=logged,
-        verdict=judge(receipt, ran, reasons, blame=_CLAIMED, partial=partial))
+        verdict=judge(receipt, ran, reasons, blame=_CLAIMED, partial=partial)), log, rep,
+        public_key)
 
 
 def _erasure_matches_the_log(receipt: ErasureReceipt, rep: AuditReport, reasons: list[str],
@@ -664,5 +680,4 @@ def _commitment_mismatches(memory: SVDDMemory, recommitted: dict[int, str]) -> l
 
 
 __all__ = ["ORACLE_MAX_TOKENS", "DeletionVerification", "ErasureVerification", "verify_deletion",
-           "verify_erasure",
-           "verify_log"]
+           "verify_erasure", "verify_log", "with_log_authenticity"]

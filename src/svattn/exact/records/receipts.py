@@ -52,6 +52,9 @@ WHAT_RUNS = {  # what a caller gives for a check to run
 VERIFIED, UNCHECKED, FAILED = "VERIFIED", "UNCHECKED", "FAILED"
 EXIT_STATUS = {VERIFIED: 0, FAILED: 1, UNCHECKED: 3}
 """Exit status of a verifying command per verdict (2 stays a usage error)."""
+AUTHENTICITY = "the log's authenticity"
+"""What a failure of the log's checkpoint is charged to: no receipt field, but the
+checkpoint that binds every log entry a receipt is checked against."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,10 @@ class Verdict:
         Fields no check that ran binds, each with the checks that would.
     reasons : tuple of str
         Every failure, as the verifier worded it.
+    authenticity_unchecked : tuple of str
+        What of the log's authenticity (its checkpoint, the checkpoint's signature)
+        could not be checked, each with what would check it: a log anyone could have
+        rewritten binds nothing, so the verdict is then at best UNCHECKED.
     """
 
     receipt: str
@@ -80,14 +87,15 @@ class Verdict:
     failed: tuple[str, ...]
     unchecked: tuple[tuple[str, tuple[str, ...]], ...]
     reasons: tuple[str, ...]
+    authenticity_unchecked: tuple[str, ...] = ()
 
     @property
     def status(self) -> str:
-        """``"FAILED"``, ``"UNCHECKED"`` (nothing failed, some field unchecked) or
-        ``"VERIFIED"`` (every field checked and passed)."""
+        """``"FAILED"``, ``"UNCHECKED"`` (nothing failed, some field or the log's
+        authenticity unchecked) or ``"VERIFIED"`` (every field checked and passed)."""
         if self.reasons:
             return FAILED
-        return UNCHECKED if self.unchecked else VERIFIED
+        return UNCHECKED if self.unchecked or self.authenticity_unchecked else VERIFIED
 
     @property
     def exit_status(self) -> int:
@@ -103,11 +111,20 @@ class Verdict:
                  for checks, names in groups.items()]
         return "; ".join(parts)
 
+    def authenticity_line(self) -> str:
+        """What of the log's authenticity was not checked (empty when all was)."""
+        return "; ".join(self.authenticity_unchecked)
+
     def headline(self) -> str:
         """The verdict word, with the unchecked fields when there are any."""
         if self.status == UNCHECKED:
-            return (f"UNCHECKED: nothing failed, but {len(self.unchecked)} field(s) were not "
-                    f"checked: {self.unchecked_line()}")
+            parts = []
+            if self.unchecked:
+                parts.append(f"{len(self.unchecked)} field(s) were not checked: "
+                             f"{self.unchecked_line()}")
+            if self.authenticity_unchecked:
+                parts.append(f"the log's authenticity is unchecked: {self.authenticity_line()}")
+            return "UNCHECKED: nothing failed, but " + "; and ".join(parts)
         if self.status == FAILED:
             return f"FAILED ({', '.join(self.failed)})"
         return "VERIFIED"
@@ -149,7 +166,8 @@ def field_of(reason: str, names: Iterable[str]) -> str | None:
 
 def judge(receipt, ran: Iterable[str], reasons: Iterable[str], *,
           blame: Mapping[str, str] | None = None,
-          partial: Mapping[str, Iterable[str]] | None = None) -> Verdict:
+          partial: Mapping[str, Iterable[str]] | None = None,
+          authenticity_unchecked: Iterable[str] = ()) -> Verdict:
     """The :class:`Verdict` on ``receipt`` (its type's ``CHECKS`` and ``CLAIMS``) given
     the checks that ran and the failures.
 
@@ -158,6 +176,8 @@ def judge(receipt, ran: Iterable[str], reasons: Iterable[str], *,
     it cannot). ``partial`` names, per field, checks that ran but could not bind it this
     time (a log of an older format). An unsigned receipt (``signer`` and ``signature``
     both None) claims no signature: those two fields are then checked by their form.
+    ``authenticity_unchecked``: what of the log's authenticity could not be checked
+    (:attr:`Verdict.authenticity_unchecked`).
     """
     kind = type(receipt)
     ran = tuple(c for c in CHECK_NAMES if c in set(ran) | {FORM})
@@ -165,7 +185,8 @@ def judge(receipt, ran: Iterable[str], reasons: Iterable[str], *,
     decl = declaration(kind)
     failed: list[str] = []
     for r in reasons:
-        name = field_of(r, decl) or next(
+        name = field_of(r, decl) or (AUTHENTICITY if r.startswith(AUTHENTICITY) else None) \
+            or next(
             (f for head, f in (blame or {}).items() if r.startswith(head)), "(other)")
         if name not in failed:
             failed.append(name)
@@ -180,7 +201,22 @@ def judge(receipt, ran: Iterable[str], reasons: Iterable[str], *,
             checked.append(name)
         else:
             unchecked.append((name, checks))
-    return Verdict(kind.__name__, ran, tuple(checked), tuple(failed), tuple(unchecked), reasons)
+    return Verdict(kind.__name__, ran, tuple(checked), tuple(failed), tuple(unchecked), reasons,
+                   tuple(dict.fromkeys(authenticity_unchecked)))
+
+
+def with_authenticity(verdict: Verdict, failed: Iterable[str] = (),
+                      unchecked: Iterable[str] = ()) -> Verdict:
+    """``verdict`` with what a check of the log's authenticity found: each failure
+    (worded for people) added to the reasons, charged to :data:`AUTHENTICITY`; what it
+    could not check to :attr:`Verdict.authenticity_unchecked`."""
+    failed = tuple(f"{AUTHENTICITY}: {f}" for f in failed)
+    names = verdict.failed + ((AUTHENTICITY,) if failed and AUTHENTICITY not in
+                              verdict.failed else ())
+    return dataclasses.replace(
+        verdict, failed=names, reasons=verdict.reasons + failed,
+        authenticity_unchecked=tuple(dict.fromkeys(verdict.authenticity_unchecked
+                                                   + tuple(unchecked))))
 
 
 def declaration(kind: type) -> dict[str, tuple[str, ...]]:
@@ -263,7 +299,8 @@ def checks_table(kinds: Iterable[type]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["CHECK_NAMES", "EXIT_STATUS", "FAILED", "FORM", "LOG", "RESOLVE", "RESTREAM",
-           "SIGNATURE", "STATE", "UNCHECKED", "VERIFIED", "HasVerdict", "Verdict", "WHAT_RUNS",
+__all__ = ["AUTHENTICITY", "CHECK_NAMES", "EXIT_STATUS", "FAILED", "FORM", "LOG", "RESOLVE",
+           "RESTREAM", "SIGNATURE", "STATE", "UNCHECKED", "VERIFIED", "HasVerdict", "Verdict",
+           "WHAT_RUNS",
            "checks_table", "declaration", "declaration_errors", "edited_values", "field_of",
-           "judge", "tamper_outcome"]
+           "judge", "tamper_outcome", "with_authenticity"]

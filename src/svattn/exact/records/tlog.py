@@ -320,6 +320,20 @@ def controller_verifier(public_key: Ed25519PublicKey) -> NoteVerifier:
     return NoteVerifier.from_public_key(controller_key_name(public_key), public_key)
 
 
+def log_signers(origin: str, signer: NoteSigner) -> list[NoteSigner]:
+    """Who signs a log's checkpoint: the controller's key under the log's origin as its
+    key name (C2SP tlog-checkpoint: the log's key name SHOULD match the origin), then
+    the same key under its controller name (:func:`controller_key_name`), so that the
+    one verifier key ``svattn keygen`` writes checks every log the key signs, and
+    checkpoints signed before the origin-named signature still verify."""
+    return [NoteSigner(origin, signer.private_key), signer]
+
+
+def log_verifier(origin: str, public_key: Ed25519PublicKey) -> NoteVerifier:
+    """The verifier key of the log ``origin`` (key name = origin): ``svattn audit vkey``."""
+    return NoteVerifier.from_public_key(origin, public_key)
+
+
 def checkpoint_path(log: str | os.PathLike[str]) -> Path:
     """Where a log's latest checkpoint is kept: ``LOG.checkpoint``."""
     return Path(f"{os.fspath(log)}{CHECKPOINT_SUFFIX}")
@@ -350,7 +364,8 @@ class CheckpointWriter:
         if self.origin is None:
             raise ValueError("an empty log has no checkpoint")
         cp = Checkpoint(self.origin, self.tree.size, self.tree.root())
-        return cp.sign([self.signer]) if self.signer is not None else cp.body()
+        return cp.sign(log_signers(self.origin, self.signer)) if self.signer is not None \
+            else cp.body()
 
     def write(self) -> str:
         """Replace the checkpoint file with :meth:`text` atomically; return the text."""
@@ -387,5 +402,6 @@ class CheckpointWriter:
 __all__ = ["CHECKPOINT_SUFFIX", "KEY_NAME_PREFIX", "ORIGIN_PREFIX", "PROOF_HEADER", "Checkpoint",
            "CheckpointWriter", "ProofFile", "checkpoint_path", "consistency_proof_text",
            "controller_key_name", "controller_signer", "controller_verifier", "log_origin",
-           "open_checkpoint", "parse_consistency_proof", "parse_proof", "proof_text",
-           "read_checkpoint_unverified", "verify_consistency_between", "verify_proof"]
+           "log_signers", "log_verifier", "open_checkpoint", "parse_consistency_proof",
+           "parse_proof", "proof_text", "read_checkpoint_unverified",
+           "verify_consistency_between", "verify_proof"]
