@@ -540,6 +540,7 @@ def solve_batched(
     valid: torch.Tensor,
     solver: SolverOptions | None = None,
     kkt_tol: float | None = None,
+    stand_in: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Partition, BatchedInfo]:
     """Batched SV memory: alpha ``[B, H, Tk]`` from keys ``k`` ``[B, H, Tk, D]``.
 
@@ -548,6 +549,12 @@ def solve_batched(
     holds ridge, ridge steps, FISTA iterations and repair rounds (default
     :class:`~svattn.nn.options.SolverOptions()`). No host synchronisation for
     ``Tk <=`` :data:`DENSE_MAX` or while compiling (module docstring).
+
+    ``stand_in`` (bool ``[B, H]``): problems whose result the caller replaces (the
+    short memories of :mod:`svattn.nn.masks`, given a feasible ``valid``). They are
+    solved with ``K = I`` over their present keys (a well-conditioned problem with
+    the uniform optimum, so the batch keeps its static shape without a host read)
+    and their keys get no gradient.
     """
     opts = SolverOptions() if solver is None else solver
     B, H, n, D = k.shape
@@ -555,6 +562,12 @@ def solve_batched(
     kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
     K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
+    if stand_in is not None:
+        s = stand_in.reshape(P, 1)
+        w = vf.to(K.dtype)
+        K = torch.where(s.unsqueeze(-1), torch.diag_embed(w), K)
+        d = torch.where(s, w, d)
+        kf = torch.where(s.unsqueeze(-1), 0.0, kf)
     sol = solve_partition(K, d, C, vf, opts, kkt_tol)
     S, E = sol.margin, sol.error
     # The partition's final margin solve is the differentiable one: its factorization
