@@ -43,6 +43,7 @@ import torch
 
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.nn.common import Partition, host_reads
+from svattn.nn.options import SolverOptions
 
 __all__ = [
     "causal_mask",
@@ -181,6 +182,7 @@ def sv_attention_reference(
     kernel: str = "rbf",
     gamma: float | None = None,
     mode: str = "exact",
+    solver: SolverOptions | None = None,
     key_padding_mask: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     is_causal: bool = False,
@@ -227,7 +229,7 @@ def sv_attention_reference(
                     a1 = torch.full((1, 1, len(sees)), 1.0 / len(sees), dtype=q.dtype)
                 else:
                     _, a1 = sv_attention(q1, k1, v1, C=C, kernel=kernel, gamma=gamma, mode=mode,
-                                         return_alpha=True)
+                                         solver=solver, return_alpha=True)
                 outs.append(sv_readout_reference(q1, k1, v1, a1, kernel=kernel,
                                                  gamma=gamma)[0, 0, 0])
                 alphas.append(alpha.index_put((idx,), a1[0, 0]))
