@@ -1,6 +1,6 @@
 """A box C that the rows held cannot fill (n·C < 1) is said, not left silent.
 
-``SVDD(C=0.001)`` on 100 rows used to fit without a word and predict every row an
+``SVDD(C=0.001)`` on 100 rows used to fit without a word and call every row an
 outlier; now it warns with :class:`InfeasibleBoxWarning`, whose message is checked
 against what the model then does.
 """
@@ -12,6 +12,7 @@ import warnings
 
 import numpy as np
 import pytest
+from sklearn.metrics.pairwise import rbf_kernel
 
 from svattn import SVDD
 from svattn.estimators import InfeasibleBoxWarning
@@ -24,11 +25,17 @@ def test_a_box_the_rows_cannot_fill_warns_and_says_what_it_does():
         model = SVDD(C=0.001).fit(X)
     text = str(seen[0].message)
     assert "n·C = 0.1 < 1" in text and "ceil(1/C) = 1000" in text
-    assert re.search(r"predicts every row an outlier until it holds 1000 rows", text)
+    assert re.search(r"uniform \(every row weight 1/n\), not fitted to the rows' shape, "
+                     r"until it holds 1000 rows", text)
+    assert "mean kernel value to the rows is >= 1/2" in text
     assert "C = 1/k lets k rows carry all the weight" in text and "nu=" in text
-    # what it says: uniform weights, every row an outlier
-    assert (model.predict(X) == -1).all()
+    # what it says: uniform weights; inside where the mean kernel value is >= 1/2
     assert np.allclose(model.dual_coef_, model.dual_coef_[0, 0])
+    Z = np.random.default_rng(3).normal(size=(400, 2)) * 1.5
+    mean_k = rbf_kernel(Z, X, gamma=model.gamma_).mean(1)
+    np.testing.assert_allclose(model.decision_function(Z), (2 * mean_k - 1) / (2 * model.C_),
+                               rtol=0, atol=1e-9)
+    assert (model.predict(X) == -1).all()  # these rows: every one outside
 
 
 @pytest.mark.parametrize("params", [{"C": 1 / 100}, {"C": 1 / 20}, {"nu": 0.05}, {"nu": 1.0},

@@ -1,7 +1,7 @@
 """Masks as torch takes them, and memories over fewer than ⌈1/C⌉ keys.
 
 The masked fast path (padded, batched, one memory per query) is compared on values
-and every gradient with :func:`svattn.nn.masks.sv_attention_reference`, which solves
+and every gradient with :func:`svattn.nn.attention.sv_attention_reference`, which solves
 each memory alone on its unpadded keys; the mask conventions are compared with
 torch's own functions (which keys get weight in SDPA and in MultiheadAttention).
 """
@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from nn_keys import random_keys
 
 from svattn.nn import SolverOptions, SVAttention, sv_attention, sv_attention_state
-from svattn.nn.masks import sv_attention_reference
+from svattn.nn.attention import sv_attention_reference
 
 C = 0.3  # ⌈1/C⌉ = 4 keys for a memory of its own
 TOL = {"exact": 1e-9, "batched": 1e-6}

@@ -6,9 +6,12 @@ the box, and need at least ``⌈1/C⌉`` rows with weight: ``C = 1/k`` lets ``k`
 all of it. ``nu`` sets ``C = 1/(ν n)``, so ``n·C = 1/ν >= 1`` always holds at ``fit``; a
 ``C`` given directly, or a model that has forgotten rows since (``C_`` stays fixed), can
 hold fewer than ``⌈1/C⌉`` rows. Then no solution keeps every ``α_i <= C``: the model
-stays uniform (every row weight ``1/n``, the exact core's warm-up) and its decision
-function is negative on every row, so ``predict`` calls every row an outlier.
-:class:`InfeasibleBoxWarning` says so when it happens (docs/usage.md, "Choosing C").
+stays uniform (every row weight ``1/n``, ``μ = 0``: the exact core's warm-up) and is not
+fitted to the rows' shape. For rbf its decision function is
+``(2·mean_i k(x_i, x) − 1) / (2C)``: a point is inside where its mean kernel value to
+the rows is at least 1/2, which with ``gamma="scale"`` leaves most rows, often all,
+outside. :class:`InfeasibleBoxWarning` says so when it happens (docs/usage.md,
+"Choosing C").
 """
 
 from __future__ import annotations
@@ -23,8 +26,8 @@ __all__ = ["InfeasibleBoxWarning", "box_of", "warn_if_uniform"]
 
 
 class InfeasibleBoxWarning(UserWarning):
-    """The model holds fewer than ``⌈1/C⌉`` rows (``n·C < 1``): it is uniform and
-    predicts every row an outlier until it holds ``⌈1/C⌉``."""
+    """The model holds fewer than ``⌈1/C⌉`` rows (``n·C < 1``): it is uniform, not fitted
+    to the rows' shape, until it holds ``⌈1/C⌉`` (module docstring)."""
 
 
 def box_of(nu: object, C: object, n: int) -> float:
@@ -67,7 +70,9 @@ def warn_if_uniform(C: float, n: int, after: str, stacklevel: int = 3) -> None:
         f"SVDD after {after}: C = {C:.6g} with {n} rows, n·C = {n * C:.3g} < 1. The weights "
         f"sum to 1 with each at most C, so at least ceil(1/C) = {k} rows must carry weight; "
         f"with fewer, no solution keeps every weight <= C: the model stays uniform (every "
-        f"row weight 1/n) and predicts every row an outlier until it holds {k} rows. C = 1/k "
+        f"row weight 1/n), not fitted to the rows' shape, until it holds {k} rows (rbf: a "
+        f"point is inside where its mean kernel value to the rows is >= 1/2, which usually "
+        f"leaves most rows outliers). C = 1/k "
         f"lets k rows carry all the weight (here C >= {1.0 / n:.3g}); nu= sets "
         f"C = 1/(nu·n), the fraction of rows allowed outside", InfeasibleBoxWarning,
         stacklevel=stacklevel)

@@ -151,8 +151,8 @@ class SVDD(OutlierMixin, BaseEstimator):
     C : float, optional
         The box bound ``0 <= α_i <= C`` of the SVDD dual, given directly (then
         ``nu`` must be None). At least ``ceil(1/C)`` samples carry weight (``C = 1/k``
-        lets ``k`` carry all of it); with fewer the model is uniform and predicts
-        every sample an outlier (:class:`~svattn.estimators.box.InfeasibleBoxWarning`).
+        lets ``k`` carry all of it); with fewer the model is uniform, not fitted to the
+        samples (:class:`~svattn.estimators.box.InfeasibleBoxWarning`).
         Above 1 the box never binds: the solver solves the C = 1 problem (its
         ``memory_.C``), and ``C_`` keeps the value given as the attributes' scale.
     kernel : {"rbf", "exp"}

@@ -32,9 +32,9 @@ from svattn.nn.common import Partition, check_key_mask, check_qkv, resolve_gamma
 from svattn.nn.exact_fn import exact_alpha
 from svattn.nn.masks import query_mask, raise_short, short_memories
 from svattn.nn.options import SolverOptions, resolve_solver
-from svattn.nn.readout import readout_fused
+from svattn.nn.readout import readout_fused, sv_readout_reference
 
-__all__ = ["sv_attention", "sv_attention_state", "check_params", "MODES"]
+__all__ = ["sv_attention", "sv_attention_state", "sv_attention_reference", "check_params", "MODES"]
 
 MODES = ("batched", "exact")
 _HALF = (torch.float16, torch.bfloat16)
@@ -376,3 +376,64 @@ def sv_attention(
         key_padding_mask=key_padding_mask, attn_mask=attn_mask, is_causal=is_causal,
     )
     return (out, alpha) if return_alpha else out
+
+
+def sv_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    C: float,
+    kernel: str = "rbf",
+    gamma: float | None = None,
+    mode: str = "exact",
+    solver: SolverOptions | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked SV attention by a slow loop: every memory solved alone on its unpadded keys.
+
+    Reference for :func:`sv_attention` with masks (:mod:`svattn.nn.masks`) (tests compare values and
+    gradients). For each batch row ``b``, head ``h`` and query ``i``, the keys it sees
+    (not padded in ``key_padding_mask`` — bool, True = ignore —, ``attn_mask[.., i, j]``
+    True — bool, SDPA's convention, broadcast to ``[B, H, Tq, Tk]`` —, ``j <= i`` under
+    ``is_causal``) are gathered; with ``n >= ⌈1/C⌉`` of them the memory is
+    ``sv_attention`` of that unpadded sequence alone, with ``1 <= n < ⌈1/C⌉`` it is
+    uniform ``1/n``, with none the output is 0. Read by
+    :func:`svattn.nn.readout.sv_readout_reference`.
+
+    Returns
+    -------
+    out : Tensor ``[B, H, Tq, Dv]``
+    alpha : Tensor ``[B, H, Tq, Tk]``, one memory per query
+    """
+    B, H, Tq, _ = q.shape
+    Tk = k.shape[2]
+    m = warmup_threshold(C)
+    outs, alphas = [], []
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                sees = [j for j in range(Tk)
+                        if (key_padding_mask is None or not bool(key_padding_mask[b, j]))
+                        and (attn_mask is None or bool(attn_mask.expand(B, H, Tq, Tk)[b, h, i, j]))
+                        and (not is_causal or j <= i)]
+                alpha = q.new_zeros(Tk)
+                if not sees:
+                    outs.append(v.new_zeros(v.shape[-1]))
+                    alphas.append(alpha)
+                    continue
+                idx = torch.tensor(sees)
+                q1, k1, v1 = q[b, h, i][None, None, None], k[b, h, idx][None, None], \
+                    v[b, h, idx][None, None]
+                if len(sees) < m:
+                    a1 = torch.full((1, 1, len(sees)), 1.0 / len(sees), dtype=q.dtype)
+                else:
+                    _, a1 = sv_attention(q1, k1, v1, C=C, kernel=kernel, gamma=gamma, mode=mode,
+                                         solver=solver, return_alpha=True)
+                outs.append(sv_readout_reference(q1, k1, v1, a1, kernel=kernel,
+                                                 gamma=gamma)[0, 0, 0])
+                alphas.append(alpha.index_put((idx,), a1[0, 0]))
+    out = torch.stack(outs).view(B, H, Tq, v.shape[-1])
+    return out, torch.stack(alphas).view(B, H, Tq, Tk)

@@ -34,7 +34,8 @@ present key in the error set (``alpha`` at the raised box);
 present key reads nothing: output 0 and alpha 0 (as
 :func:`~torch.nn.functional.scaled_dot_product_attention` does for a fully masked
 row). The rule is per memory, so a sequence's output does not depend on what it is
-batched with: :func:`sv_attention_reference` solves every memory alone.
+batched with: :func:`svattn.nn.attention.sv_attention_reference` solves every memory
+alone.
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ import torch
 
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.nn.common import Partition, host_reads
-from svattn.nn.options import SolverOptions
 
 __all__ = [
     "causal_mask",
@@ -51,7 +51,6 @@ __all__ = [
     "query_mask",
     "short_memories",
     "raise_short",
-    "sv_attention_reference",
 ]
 
 
@@ -171,67 +170,3 @@ def raise_short(alpha: torch.Tensor, part: Partition, valid: torch.Tensor,
     none = torch.zeros_like(valid)
     return alpha, Partition(torch.where(s, none, part.margin), torch.where(s, valid, part.error),
                             torch.where(s, none, part.reserve))
-
-
-def sv_attention_reference(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    C: float,
-    kernel: str = "rbf",
-    gamma: float | None = None,
-    mode: str = "exact",
-    solver: SolverOptions | None = None,
-    key_padding_mask: torch.Tensor | None = None,
-    attn_mask: torch.Tensor | None = None,
-    is_causal: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masked SV attention by a slow loop: every memory solved alone on its unpadded keys.
-
-    Reference for :func:`svattn.nn.sv_attention` with masks (tests compare values and
-    gradients). For each batch row ``b``, head ``h`` and query ``i``, the keys it sees
-    (not padded in ``key_padding_mask`` — bool, True = ignore —, ``attn_mask[.., i, j]``
-    True — bool, SDPA's convention, broadcast to ``[B, H, Tq, Tk]`` —, ``j <= i`` under
-    ``is_causal``) are gathered; with ``n >= ⌈1/C⌉`` of them the memory is
-    ``sv_attention`` of that unpadded sequence alone, with ``1 <= n < ⌈1/C⌉`` it is
-    uniform ``1/n``, with none the output is 0. Read by
-    :func:`svattn.nn.readout.sv_readout_reference`.
-
-    Returns
-    -------
-    out : Tensor ``[B, H, Tq, Dv]``
-    alpha : Tensor ``[B, H, Tq, Tk]``, one memory per query
-    """
-    from svattn.nn.attention import sv_attention
-    from svattn.nn.readout import sv_readout_reference
-
-    B, H, Tq, _ = q.shape
-    Tk = k.shape[2]
-    m = warmup_threshold(C)
-    outs, alphas = [], []
-    for b in range(B):
-        for h in range(H):
-            for i in range(Tq):
-                sees = [j for j in range(Tk)
-                        if (key_padding_mask is None or not bool(key_padding_mask[b, j]))
-                        and (attn_mask is None or bool(attn_mask.expand(B, H, Tq, Tk)[b, h, i, j]))
-                        and (not is_causal or j <= i)]
-                alpha = q.new_zeros(Tk)
-                if not sees:
-                    outs.append(v.new_zeros(v.shape[-1]))
-                    alphas.append(alpha)
-                    continue
-                idx = torch.tensor(sees)
-                q1, k1, v1 = q[b, h, i][None, None, None], k[b, h, idx][None, None], \
-                    v[b, h, idx][None, None]
-                if len(sees) < m:
-                    a1 = torch.full((1, 1, len(sees)), 1.0 / len(sees), dtype=q.dtype)
-                else:
-                    _, a1 = sv_attention(q1, k1, v1, C=C, kernel=kernel, gamma=gamma, mode=mode,
-                                         solver=solver, return_alpha=True)
-                outs.append(sv_readout_reference(q1, k1, v1, a1, kernel=kernel,
-                                                 gamma=gamma)[0, 0, 0])
-                alphas.append(alpha.index_put((idx,), a1[0, 0]))
-    out = torch.stack(outs).view(B, H, Tq, v.shape[-1])
-    return out, torch.stack(alphas).view(B, H, Tq, Tk)
