@@ -28,7 +28,7 @@ import torch
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.kernels import check_kernel
 from svattn.nn.batched import BatchedInfo, solve_batched
-from svattn.nn.common import Partition, check_key_mask, check_qkv, resolve_gamma
+from svattn.nn.common import Partition, check_key_mask, check_qkv, host_reads, resolve_gamma
 from svattn.nn.exact_fn import exact_alpha
 from svattn.nn.masks import query_mask, raise_short, short_memories
 from svattn.nn.options import SolverOptions, resolve_solver
@@ -206,7 +206,8 @@ def _memory_and_read(q, k, v, valid, C, kernel, gamma, mode, solver, masked):
 
     Short memories (fewer than ``⌈1/C⌉`` keys) get the raised box of
     :mod:`svattn.nn.masks`; empty ones read 0. Without a mask every memory holds all
-    ``Tk`` keys, so both are known from the shapes alone.
+    ``Tk`` keys, so both are known from the shapes alone; on CPU in eager mode, where
+    reading is free, the stand-ins are skipped when no memory is short (same result).
     """
     Tk, m = k.shape[2], warmup_threshold(C)
     n, short = short_memories(valid, C)  # (B, H) each, no host read
@@ -219,7 +220,7 @@ def _memory_and_read(q, k, v, valid, C, kernel, gamma, mode, solver, masked):
                                   n, short)
         zero = torch.zeros((), dtype=torch.long, device=k.device)
         info = BatchedInfo(0, 0, k.new_zeros(()), zero, zero)
-    elif not masked:  # every memory holds Tk >= m keys
+    elif not masked or (host_reads(valid) and not bool(short.any())):  # none is short
         alpha, part, info = solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid,
                                           solver=solver)
     else:  # short memories solve a stand-in over their first m slots, then are replaced
