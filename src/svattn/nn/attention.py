@@ -300,7 +300,8 @@ def sv_attention(
     k : Tensor ``[B, H, Tk, D]``
     v : Tensor ``[B, H, Tk, Dv]``
     C : float
-        Box on each coefficient; needs ``n·C >= 1`` for the ``n`` present keys.
+        Box on each coefficient: ``C = 1/k`` lets ``k`` keys carry all the weight (at
+        least ``⌈1/C⌉`` do). A memory over fewer keys has its box raised (Notes).
     kernel : {"rbf", "exp"}
         ``exp(-gamma‖x − y‖²)`` or ``exp(gamma x·y)``.
     gamma : float, optional

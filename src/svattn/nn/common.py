@@ -39,7 +39,7 @@ def host_reads(t: torch.Tensor) -> bool:
 
     Only for CPU tensors in eager mode, where a read costs no device
     synchronisation: the input checks that look at values (finite entries,
-    ``n·C >= 1`` under a key mask) and the solver's early exits (which give the
+    a float mask's values) and the solver's early exits (which give the
     same result as the full static schedule) use it. Never on an accelerator,
     never while :func:`torch.compile` traces, and not inside :func:`no_host_reads`.
     """
