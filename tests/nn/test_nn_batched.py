@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 from nn_keys import clustered_keys, random_keys
 
 from svattn.nn import sv_attention, sv_attention_state
+from svattn.nn.common import no_host_reads
 
 B, H, T, D = 2, 2, 96, 8
 
@@ -118,3 +121,22 @@ def test_matvec_and_rows_match_dense():
     idx = torch.stack([torch.randperm(30, generator=g)[:7] for _ in range(5)])
     ref = torch.stack([K[p, idx[p]] for p in range(5)])
     assert torch.equal(rows(K, idx), ref)
+
+
+@pytest.mark.parametrize("schedule", ["cpu", "static"])
+def test_repair_keeps_the_mass_when_the_margin_set_empties(schedule):
+    """Four keys, C = 0.3: the optimum is three keys at C and one at 0.1. FISTA's
+    iterate puts two in S; one repair round moves one S key above C (to E) and the
+    other below 0 (to R), leaving S empty and C·|E| = 0.9. That partition used to be
+    taken as settled (alpha summing to 0.9, no violation counted) on both schedules."""
+    g = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(1)
+    k = torch.randn(3, 2, 6, 3, generator=gen, dtype=torch.float64)[2:3, 1:2, [0, 1, 2, 5]]
+    q = torch.randn(1, 1, 1, 3, generator=g, dtype=torch.float64)
+    v = torch.randn(1, 1, 4, 2, generator=g, dtype=torch.float64)
+    _, a_ex, _, _ = sv_attention_state(q, k, v, C=0.3, mode="exact")
+    with no_host_reads() if schedule == "static" else contextlib.nullcontext():
+        _, a_b, part, info = sv_attention_state(q, k, v, C=0.3, ridge=0.0)
+    torch.testing.assert_close(a_b.sum(-1), torch.ones(1, 1, dtype=a_b.dtype))
+    torch.testing.assert_close(a_b, a_ex, rtol=0, atol=1e-9)
+    assert part.margin.sum() == 1 and part.error.sum() == 3

@@ -12,17 +12,6 @@ def _qkv(B=1, H=2, Tq=4, Tk=10, D=3):
     return torch.randn(B, H, Tq, D), torch.randn(B, H, Tk, D), torch.randn(B, H, Tk, D)
 
 
-@pytest.mark.parametrize("mode", ["batched", "exact"])
-def test_infeasible_C(mode):
-    q, k, v = _qkv(Tk=10)
-    with pytest.raises(ValueError, match=r"n·C < 1 with n = 10 keys.*C = 0.05"):
-        sv_attention(q, k, v, C=0.05, mode=mode)
-    mask = torch.ones(1, 2, 10, dtype=torch.bool)
-    mask[0, 1, 3:] = False
-    with pytest.raises(ValueError, match=r"n = 3 keys \(batch 0, head 1\)"):
-        sv_attention(q, k, v, C=0.2, key_mask=mask, mode=mode)
-
-
 def test_wrong_layout_and_mismatched_shapes():
     q, k, v = _qkv()
     with pytest.raises(ValueError, match=r"k must have layout \[B, H, T, D\]"):

@@ -35,6 +35,21 @@ def _sv_attention_step(solver):
     return step
 
 
+def _masked_step(solver):
+    """A padded batch with a sequence shorter than 1/C, read causally: the short
+    memories' stand-ins and the empty-row guard add no host read either."""
+    k = random_keys(3, 2, 8, 4, seed=1).requires_grad_(True)
+    q, v = random_keys(3, 2, 8, 4, seed=2), random_keys(3, 2, 8, 3, seed=3)
+    padding = torch.arange(8)[None, :] >= torch.tensor([8, 2, 0])[:, None]
+
+    def step():
+        out = sv_attention(q, k, v, C=0.2, key_padding_mask=padding, is_causal=True,
+                           solver=solver)
+        out.square().sum().backward()
+
+    return step
+
+
 def _layer_step(solver):
     torch.manual_seed(0)
     layer = SVAttention(8, 2, C=0.2, solver=solver).double()
@@ -52,6 +67,7 @@ def _hybrid_step(solver, policy):
 
 STEPS = {
     "sv_attention": _sv_attention_step,
+    "sv_attention-masked": _masked_step,
     "SVAttention": _layer_step,
     "hybrid-support": lambda s: _hybrid_step(s, "support"),
     "hybrid-full": lambda s: _hybrid_step(s, "full"),

@@ -8,6 +8,7 @@ signed with the controller's key, its removals in the model's audit log), and
 (:mod:`svattn.estimators.receipt`).
 """
 
+from svattn.estimators.box import InfeasibleBoxWarning
 from svattn.estimators.receipt import (
     ForgetReceipt,
     ForgetReceiptVerification,
@@ -15,4 +16,5 @@ from svattn.estimators.receipt import (
 )
 from svattn.estimators.svdd import SVDD
 
-__all__ = ["SVDD", "ForgetReceipt", "ForgetReceiptVerification", "verify_forget_receipt"]
+__all__ = ["SVDD", "InfeasibleBoxWarning", "ForgetReceipt", "ForgetReceiptVerification",
+           "verify_forget_receipt"]

@@ -95,6 +95,7 @@ from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.estimators import saved
+from svattn.estimators.box import box_of, warn_if_uniform
 from svattn.estimators.receipt import ForgetReceipt
 from svattn.estimators.rows import (
     RowLedger,
@@ -149,8 +150,9 @@ class SVDD(OutlierMixin, BaseEstimator):
         given either.
     C : float, optional
         The box bound ``0 <= α_i <= C`` of the SVDD dual, given directly (then
-        ``nu`` must be None). At least ``ceil(1/C)`` samples carry weight; with
-        fewer samples the model is uniform (see :mod:`svattn.exact.core.conventions`).
+        ``nu`` must be None). At least ``ceil(1/C)`` samples carry weight (``C = 1/k``
+        lets ``k`` carry all of it); with fewer the model is uniform, not fitted to the
+        samples (:class:`~svattn.estimators.box.InfeasibleBoxWarning`).
         Above 1 the box never binds: the solver solves the C = 1 problem (its
         ``memory_.C``), and ``C_`` keeps the value given as the attributes' scale.
     kernel : {"rbf", "exp"}
@@ -240,19 +242,6 @@ class SVDD(OutlierMixin, BaseEstimator):
         self.audit_log = audit_log
 
     # ---------------------------------------------------------------- params
-    def _box(self, n: int) -> float:
-        if self.nu is not None and self.C is not None:
-            raise ValueError("give nu or C, not both (nu sets C = 1 / (nu · n_samples))")
-        if self.C is not None:
-            if isinstance(self.C, bool) or not isinstance(self.C, numbers.Real) \
-                    or not (_finite(self.C) and self.C > 0):
-                raise ValueError(f"C must be a finite number > 0, got {self.C!r:.40}")
-            return float(self.C)
-        nu = 0.5 if self.nu is None else self.nu
-        if isinstance(nu, bool) or not isinstance(nu, numbers.Real) or not 0 < nu <= 1:
-            raise ValueError(f"nu must be in (0, 1], got {nu!r}")
-        return 1.0 / (float(nu) * n)
-
     def _gamma(self, X: np.ndarray) -> float:
         if isinstance(self.gamma, str):
             if self.gamma == "scale":
@@ -317,7 +306,7 @@ class SVDD(OutlierMixin, BaseEstimator):
             raise ValueError(f"kernel must be one of {sorted(kernel_names())}, got {self.kernel!r}")
         labels = frame_labels(X)
         X = validate_data(self, X, dtype=np.float64, order="C", ensure_min_samples=1)
-        C, gamma = self._box(X.shape[0]), self._gamma(X)
+        C, gamma = box_of(self.nu, self.C, X.shape[0]), self._gamma(X)
         ledger = RowLedger()
         row_ids, positional = ledger.new_ids(ids, labels, 0, len(X), lambda t: False)
         key = self._key()
@@ -345,6 +334,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         if old is not None:
             old.close_audit_log()  # its chain ends with this model's previous fit
         self._support_attributes()  # computed with the fit (predict changes nothing)
+        warn_if_uniform(C, len(X), "fit")
         return self
 
     def partial_fit(self, X, y=None, *, ids=None, subjects=None) -> SVDD:
@@ -381,6 +371,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         ledger.positional = positional
         self.fit_path_ = memory.ingest_path
         self._warn_detached("these rows are not in the original's audit log")
+        warn_if_uniform(self.C_, len(memory), "partial_fit")
         return self
 
     # --------------------------------------------------------------- forget
@@ -478,6 +469,7 @@ class SVDD(OutlierMixin, BaseEstimator):
     def _issued(self, receipt: ForgetReceipt) -> ForgetReceipt:
         key = vars(self).get("_signing_key")
         self._warn_detached("this receipt is unsigned and the removal unlogged")
+        warn_if_uniform(self.C_, len(self.memory_), "forget", stacklevel=4)
         if key is None and self.memory_.view.commit_key_id is not None and not vars(
                 self).get("_detached"):
             warnings.warn("this model was fitted under the controller's key and is held "

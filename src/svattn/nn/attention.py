@@ -11,7 +11,12 @@ dtype (alpha stays float32). The hybrid mixer does the same.
 
 Masks: ``key_mask`` (True = keep, broadcastable to ``[B, H, Tk]``) or torch's
 ``key_padding_mask`` (``[B, Tk]``, True = ignore, or a float mask of 0 = keep and
--inf = ignore, as :class:`torch.nn.MultiheadAttention` takes it); not both.
+-inf = ignore, as :class:`torch.nn.MultiheadAttention` takes it); not both. Per
+query, ``attn_mask`` (SDPA's convention: True = takes part) or ``is_causal``: then
+each query reads its own memory over the keys it sees, and alpha is
+``[B, H, Tq, Tk]``. A memory over fewer than ``⌈1/C⌉`` keys gets its box raised to
+``1/n`` (uniform weights; none: output 0). Conventions and the rule:
+:mod:`svattn.nn.masks`.
 """
 
 from __future__ import annotations
@@ -23,21 +28,19 @@ import torch
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.kernels import check_kernel
 from svattn.nn.batched import BatchedInfo, solve_batched
-from svattn.nn.common import (
-    Partition,
-    check_feasible,
-    check_key_mask,
-    check_qkv,
-    resolve_gamma,
-)
+from svattn.nn.common import Partition, check_key_mask, check_qkv, host_reads, resolve_gamma
 from svattn.nn.exact_fn import exact_alpha
+from svattn.nn.masks import query_mask, raise_short, short_memories
 from svattn.nn.options import SolverOptions, resolve_solver
-from svattn.nn.readout import readout_fused
+from svattn.nn.readout import readout_fused, sv_readout_reference
 
-__all__ = ["sv_attention", "sv_attention_state", "check_params", "MODES"]
+__all__ = ["sv_attention", "sv_attention_state", "sv_attention_reference", "check_params", "MODES"]
 
 MODES = ("batched", "exact")
 _HALF = (torch.float16, torch.bfloat16)
+# Per-query memories (attn_mask, is_causal) are solved in blocks of queries whose kernel
+# matrices hold at most this many entries (as the hybrid's boundary groups).
+QUERY_BLOCK_ENTRIES = 1 << 25
 
 
 def _check_C(C: object) -> float:
@@ -158,16 +161,22 @@ def sv_attention_state(
     max_iter: int | None = None,
     refine: int | None = None,
     key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, Partition, BatchedInfo | None]:
     """Like :func:`sv_attention`, returning ``(out, alpha, partition, info)``.
 
     ``info`` holds the batched solver's diagnostics (None in exact mode).
     ``solver`` and the keywords ``ridge``, ``ridge_steps``, ``max_iter``,
-    ``refine``, ``key_mask``, ``key_padding_mask`` are as in :func:`sv_attention`.
+    ``refine``, ``key_mask``, ``key_padding_mask``, ``attn_mask``, ``is_causal`` are as
+    in :func:`sv_attention`. The partition's sets are alpha's shape;
+    :meth:`Partition.box_raised(C) <svattn.nn.common.Partition.box_raised>` flags the
+    memories over fewer than ``⌈1/C⌉`` keys.
     """
     check_qkv(q, k, v)
     C = check_params(C, kernel, mode, gamma)
     valid = _resolve_masks(key_mask, key_padding_mask, k)  # (B, H, Tk)
+    sees = query_mask(attn_mask, is_causal, q, k)  # None or (B, H, Tq, Tk)
     dtype = q.dtype
     work = torch.promote_types(dtype, torch.float32)
     if dtype in _HALF or _autocast_on(q.device.type):
@@ -176,7 +185,7 @@ def sv_attention_state(
             out, alpha, part, info = sv_attention_state(
                 q.to(work), k.to(work), v.to(work), C=C, kernel=kernel, gamma=gamma, mode=mode,
                 key_mask=valid, solver=solver, ridge=ridge, ridge_steps=ridge_steps,
-                max_iter=max_iter, refine=refine,
+                max_iter=max_iter, refine=refine, attn_mask=sees,
             )  # fmt: skip
         return out.to(dtype), alpha, part, info
     solver = resolve_solver(
@@ -185,19 +194,76 @@ def sv_attention_state(
     ridge = solver.ridge
     if not (isinstance(ridge, (int, float)) and ridge >= 0):
         raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
-    check_feasible(valid, C)
     gamma = resolve_gamma(kernel, gamma, k.shape[-1])
+    masked = key_mask is not None or key_padding_mask is not None
+    if sees is None:
+        return _memory_and_read(q, k, v, valid, C, kernel, gamma, mode, solver, masked)
+    return _per_query(q, k, v, valid.unsqueeze(2) & sees, C, kernel, gamma, mode, solver)
+
+
+def _memory_and_read(q, k, v, valid, C, kernel, gamma, mode, solver, masked):
+    """One memory per (batch, head) over its ``valid`` keys, read by all its queries.
+
+    Short memories (fewer than ``⌈1/C⌉`` keys) get the raised box of
+    :mod:`svattn.nn.masks`; empty ones read 0. Without a mask every memory holds all
+    ``Tk`` keys, so both are known from the shapes alone; on CPU in eager mode, where
+    reading is free, the stand-ins are skipped when no memory is short (same result).
+    """
+    Tk, m = k.shape[2], warmup_threshold(C)
+    n, short = short_memories(valid, C)  # (B, H) each, no host read
     if mode == "exact":
-        alpha, part = exact_alpha(k, valid, C, kernel, gamma)
+        alpha, part = exact_alpha(k, valid, C, kernel, gamma)  # raises short boxes itself
         info = None
-    else:
+    elif Tk < m:  # every memory is short: nothing to solve
+        none = torch.zeros_like(valid)
+        alpha, part = raise_short(k.new_zeros(valid.shape), Partition(none, none, none), valid,
+                                  n, short)
+        zero = torch.zeros((), dtype=torch.long, device=k.device)
+        info = BatchedInfo(0, 0, k.new_zeros(()), zero, zero)
+    elif not masked or (host_reads(valid) and not bool(short.any())):  # none is short
+        alpha, part, info = solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid,
+                                          solver=solver)
+    else:  # short memories solve a stand-in over their first m slots, then are replaced
+        first = torch.arange(Tk, device=k.device) < m
         alpha, part, info = solve_batched(
-            k, C, kernel=kernel, gamma=gamma, valid=valid, solver=solver
-        )
+            k, C, kernel=kernel, gamma=gamma, valid=torch.where(short.unsqueeze(-1), first, valid),
+            solver=solver, stand_in=short)  # fmt: skip
+        alpha, part = raise_short(alpha, part, valid, n, short)
     # Reserve (and absent) tokens have alpha = 0, so log alpha = −inf gives them exactly
     # zero weight: reading all Tk keys keeps the size static (no host sync).
-    out = readout_fused(q, k, v, alpha, kernel, gamma)  # (B, H, Tq, Dv)
-    return out, alpha, part, info
+    if not masked:
+        return readout_fused(q, k, v, alpha, kernel, gamma), alpha, part, info
+    empty = (n == 0).unsqueeze(-1)  # an empty memory reads a stand-in, then outputs 0
+    read = torch.where(empty, (torch.arange(Tk, device=k.device) == 0).to(alpha.dtype), alpha)
+    out = readout_fused(q, k, v, read, kernel, gamma)  # (B, H, Tq, Dv)
+    return torch.where(empty.unsqueeze(-1), 0.0, out), alpha, part, info
+
+
+def _per_query(q, k, v, sees, C, kernel, gamma, mode, solver):
+    """One memory per (batch, head, query) over the keys it ``sees`` ``[B, H, Tq, Tk]``:
+    each query is a head of its own reading one memory, in blocks of queries whose kernel
+    matrices fit in :data:`QUERY_BLOCK_ENTRIES` entries (as the hybrid's boundaries)."""
+    B, H, Tq, D = q.shape
+    Tk = k.shape[2]
+    G = max(1, QUERY_BLOCK_ENTRIES // (B * H * Tk * Tk))  # queries per block
+    outs, alphas, parts, infos = [], [], [], []
+    for t0 in range(0, Tq, G):
+        g = min(G, Tq - t0)
+        qb = q[:, :, t0 : t0 + g].reshape(B, H * g, 1, D)  # (B, H·g, 1, D)
+        kb = k.unsqueeze(2).expand(B, H, g, Tk, D).reshape(B, H * g, Tk, D)
+        vb = v.unsqueeze(2).expand(B, H, g, Tk, v.shape[-1]).reshape(B, H * g, Tk, -1)
+        ob, ab, pb, ib = _memory_and_read(qb, kb, vb, sees[:, :, t0 : t0 + g].reshape(B, H * g, Tk),
+                                          C, kernel, gamma, mode, solver, True)
+        outs.append(ob.view(B, H, g, -1))  # (B, H, g, Dv)
+        alphas.append(ab.view(B, H, g, Tk))
+        parts.append([s.view(B, H, g, Tk) for s in pb])
+        infos.append(ib)
+    part = Partition(*(torch.cat(sets, 2) for sets in zip(*parts, strict=True)))
+    info = None if mode == "exact" else BatchedInfo(
+        max(i.fista_iters for i in infos), max(i.refine_rounds for i in infos),
+        torch.stack([i.max_kkt_violation for i in infos]).amax(),
+        sum(i.box_violations for i in infos), sum(i.unsettled for i in infos))
+    return torch.cat(outs, 2), torch.cat(alphas, 2), part, info
 
 
 def sv_attention(
@@ -217,13 +283,16 @@ def sv_attention(
     max_iter: int | None = None,
     refine: int | None = None,
     key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Support-vector attention: queries read the SV memory built from the keys.
 
     For each (batch, head) the memory coefficients solve the SVDD dual
     ``min alpha^T K alpha − diag(K)^T alpha`` s.t. ``Σ alpha = 1, 0 <= alpha <= C``
     over the present keys; the output is
-    ``softmax_i(log alpha_i + log k(q, x_i)) · V``.
+    ``softmax_i(log alpha_i + log k(q, x_i)) · V``. With ``attn_mask`` or
+    ``is_causal`` each query has its own memory over the keys it sees.
 
     Parameters
     ----------
@@ -231,7 +300,8 @@ def sv_attention(
     k : Tensor ``[B, H, Tk, D]``
     v : Tensor ``[B, H, Tk, Dv]``
     C : float
-        Box on each coefficient; needs ``n·C >= 1`` for the ``n`` present keys.
+        Box on each coefficient: ``C = 1/k`` lets ``k`` keys carry all the weight (at
+        least ``⌈1/C⌉`` do). A memory over fewer keys has its box raised (Notes).
     kernel : {"rbf", "exp"}
         ``exp(-gamma‖x − y‖²)`` or ``exp(gamma x·y)``.
     gamma : float, optional
@@ -246,6 +316,15 @@ def sv_attention(
     key_padding_mask : Tensor ``[B, Tk]``, optional
         torch's convention instead (:class:`torch.nn.MultiheadAttention`): bool with
         True = ignore, or float with 0 = keep and -inf = ignore. Not with ``key_mask``.
+    attn_mask : Tensor broadcastable to ``[B, H, Tq, Tk]``, optional
+        As :func:`torch.nn.functional.scaled_dot_product_attention`: bool with
+        **True = takes part**, or float with 0 = takes part and -inf = masked. Query
+        ``i`` reads a memory over the keys it may see (and ``key_mask`` /
+        ``key_padding_mask`` keep); one memory per query costs ``Tq`` solves.
+    is_causal : bool
+        As SDPA: query ``i`` sees keys ``j <= i`` (top-left aligned). Not with
+        ``attn_mask``. For long causal sequences the chunked
+        :class:`svattn.mixers.HybridSVAttention` solves one memory per chunk instead.
     return_alpha : bool
         Also return ``alpha`` ``[B, H, Tk]``.
     solver : SolverOptions, optional
@@ -259,18 +338,26 @@ def sv_attention(
     Returns
     -------
     out : Tensor ``[B, H, Tq, Dv]``
-    alpha : Tensor ``[B, H, Tk]``, only if ``return_alpha``
+    alpha : Tensor ``[B, H, Tk]`` (``[B, H, Tq, Tk]`` with ``attn_mask`` or ``is_causal``),
+        only if ``return_alpha``
 
     Raises
     ------
     ValueError
         On shapes that are not ``[B, H, T, D]`` or do not match, non-finite
-        inputs, a bad or ambiguous key mask, or ``n·C < 1`` (infeasible memory).
+        inputs, a bad or ambiguous mask, or ``attn_mask`` with ``is_causal``.
 
     Notes
     -----
     float16 / bfloat16 inputs and autocast are solved in float32 (module docstring);
     ``out`` comes back in the input dtype (the autocast dtype under autocast).
+
+    A memory over ``n`` keys with ``n·C < 1`` (a short sequence in a padded batch,
+    an early query under ``is_causal``, or ``Tk < 1/C``) has its box raised to
+    ``1/n``: each of its keys gets weight ``1/n`` exactly, masked keys 0, and no
+    gradient flows through alpha (only through the readout, to present keys). A
+    memory with no key outputs 0. ``sv_attention_state(...)[2].box_raised(C)`` flags
+    them (:mod:`svattn.nn.masks`).
 
     Examples
     --------
@@ -288,6 +375,67 @@ def sv_attention(
     )
     out, alpha, _, _ = sv_attention_state(
         q, k, v, C=C, kernel=kernel, gamma=gamma, mode=mode, key_mask=key_mask, solver=solver,
-        key_padding_mask=key_padding_mask,
+        key_padding_mask=key_padding_mask, attn_mask=attn_mask, is_causal=is_causal,
     )
     return (out, alpha) if return_alpha else out
+
+
+def sv_attention_reference(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    C: float,
+    kernel: str = "rbf",
+    gamma: float | None = None,
+    mode: str = "exact",
+    solver: SolverOptions | None = None,
+    key_padding_mask: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masked SV attention by a slow loop: every memory solved alone on its unpadded keys.
+
+    Reference for :func:`sv_attention` with masks (:mod:`svattn.nn.masks`) (tests compare values and
+    gradients). For each batch row ``b``, head ``h`` and query ``i``, the keys it sees
+    (not padded in ``key_padding_mask`` — bool, True = ignore —, ``attn_mask[.., i, j]``
+    True — bool, SDPA's convention, broadcast to ``[B, H, Tq, Tk]`` —, ``j <= i`` under
+    ``is_causal``) are gathered; with ``n >= ⌈1/C⌉`` of them the memory is
+    ``sv_attention`` of that unpadded sequence alone, with ``1 <= n < ⌈1/C⌉`` it is
+    uniform ``1/n``, with none the output is 0. Read by
+    :func:`svattn.nn.readout.sv_readout_reference`.
+
+    Returns
+    -------
+    out : Tensor ``[B, H, Tq, Dv]``
+    alpha : Tensor ``[B, H, Tq, Tk]``, one memory per query
+    """
+    B, H, Tq, _ = q.shape
+    Tk = k.shape[2]
+    m = warmup_threshold(C)
+    outs, alphas = [], []
+    for b in range(B):
+        for h in range(H):
+            for i in range(Tq):
+                sees = [j for j in range(Tk)
+                        if (key_padding_mask is None or not bool(key_padding_mask[b, j]))
+                        and (attn_mask is None or bool(attn_mask.expand(B, H, Tq, Tk)[b, h, i, j]))
+                        and (not is_causal or j <= i)]
+                alpha = q.new_zeros(Tk)
+                if not sees:
+                    outs.append(v.new_zeros(v.shape[-1]))
+                    alphas.append(alpha)
+                    continue
+                idx = torch.tensor(sees)
+                q1, k1, v1 = q[b, h, i][None, None, None], k[b, h, idx][None, None], \
+                    v[b, h, idx][None, None]
+                if len(sees) < m:
+                    a1 = torch.full((1, 1, len(sees)), 1.0 / len(sees), dtype=q.dtype)
+                else:
+                    _, a1 = sv_attention(q1, k1, v1, C=C, kernel=kernel, gamma=gamma, mode=mode,
+                                         solver=solver, return_alpha=True)
+                outs.append(sv_readout_reference(q1, k1, v1, a1, kernel=kernel,
+                                                 gamma=gamma)[0, 0, 0])
+                alphas.append(alpha.index_put((idx,), a1[0, 0]))
+    out = torch.stack(outs).view(B, H, Tq, v.shape[-1])
+    return out, torch.stack(alphas).view(B, H, Tq, Tk)

@@ -72,7 +72,7 @@ from svattn.exact.core.kernels import get_kernel
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
-from svattn.nn.partition_cpu import fista_loop, repair_loop
+from svattn.nn.partition_cpu import MASS_SLACK, fista_loop, repair_loop
 from svattn.nn.projection import ProjectionPlan
 
 __all__ = [
@@ -348,6 +348,25 @@ def _kkt(K, d, alpha, mu, S, E):
     return g0 + mu.unsqueeze(-1)
 
 
+def _hold_the_mass(S, E, valid, g, C):
+    """Sets whose empty margin set leaves ``C·|E| != 1``: one token joins ``S``.
+
+    With ``S`` empty nothing but ``E``'s count holds ``Σ alpha = 1``; a round moving
+    S tokens out both ways (above C to E, below 0 to R) can leave ``C·|E| < 1``, and
+    the sets' KKT test alone would call that settled. Then the R token of least
+    ``g`` joins ``S`` (the E token of largest ``g`` when ``C·|E| > 1``), as
+    :func:`svattn.nn.partition_cpu._hold_the_mass` does on CPU.
+    """
+    nE = C * E.sum(-1, keepdim=True)  # (P, 1)
+    empty = ~S.any(-1, keepdim=True)
+    short, over = empty & (nE < 1.0 - MASS_SLACK), empty & (nE > 1.0 + MASS_SLACK)
+    big = torch.finfo(g.dtype).max
+    to_s = torch.where(short, torch.where(valid & ~E, g, big), torch.where(E, -g, big))
+    cols = torch.arange(S.shape[-1], device=S.device)
+    pick = (cols == to_s.argmin(-1, keepdim=True)) & (short | over)  # (P, n); no one_hot: it reads
+    return S | pick, E & ~pick
+
+
 def default_kkt_tol(dtype: torch.dtype) -> float:
     """KKT tolerance of the repair rounds, in units of the rescaled K."""
     return 1e-4 if dtype in (torch.float32, torch.float16, torch.bfloat16) else 1e-9
@@ -419,6 +438,7 @@ def _repair(K, d, C, valid, a, solver, tol):
         # join S; S tokens above C join E (below 0: R).
         S_next = torch.where(S, (alpha >= 0) & (alpha <= C), torch.where(E, up, down & valid))
         E_next = torch.where(E, ~up, S & (alpha > C))
+        S_next, E_next = _hold_the_mass(S_next, E_next, valid, g0, C)
         settled = ((S_next == S) & (E_next == E)).all(-1)
         if host_reads(K) and bool(settled.all()):
             break  # a round on a settled partition changes nothing: same result, fewer ops
@@ -540,6 +560,7 @@ def solve_batched(
     valid: torch.Tensor,
     solver: SolverOptions | None = None,
     kkt_tol: float | None = None,
+    stand_in: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, Partition, BatchedInfo]:
     """Batched SV memory: alpha ``[B, H, Tk]`` from keys ``k`` ``[B, H, Tk, D]``.
 
@@ -548,6 +569,12 @@ def solve_batched(
     holds ridge, ridge steps, FISTA iterations and repair rounds (default
     :class:`~svattn.nn.options.SolverOptions()`). No host synchronisation for
     ``Tk <=`` :data:`DENSE_MAX` or while compiling (module docstring).
+
+    ``stand_in`` (bool ``[B, H]``): problems whose result the caller replaces (the
+    short memories of :mod:`svattn.nn.masks`, given a feasible ``valid``). They are
+    solved with ``K = I`` over their present keys (a well-conditioned problem with
+    the uniform optimum, so the batch keeps its static shape without a host read)
+    and their keys get no gradient.
     """
     opts = SolverOptions() if solver is None else solver
     B, H, n, D = k.shape
@@ -555,6 +582,12 @@ def solve_batched(
     kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
     K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
+    if stand_in is not None:
+        s = stand_in.reshape(P, 1)
+        w = vf.to(K.dtype)
+        K = torch.where(s.unsqueeze(-1), torch.diag_embed(w), K)
+        d = torch.where(s, w, d)
+        kf = torch.where(s.unsqueeze(-1), 0.0, kf)
     sol = solve_partition(K, d, C, vf, opts, kkt_tol)
     S, E = sol.margin, sol.error
     # The partition's final margin solve is the differentiable one: its factorization

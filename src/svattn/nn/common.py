@@ -15,7 +15,7 @@ from typing import NamedTuple
 
 import torch
 
-from svattn.exact.core.conventions import is_feasible, warmup_threshold
+from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.kernels import check_kernel, default_gamma, get_kernel
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "log_kernel_diag",
     "check_qkv",
     "check_key_mask",
-    "check_feasible",
     "Partition",
     "flat_rows",
     "gather_rows",
@@ -40,7 +39,7 @@ def host_reads(t: torch.Tensor) -> bool:
 
     Only for CPU tensors in eager mode, where a read costs no device
     synchronisation: the input checks that look at values (finite entries,
-    ``n·C >= 1`` under a key mask) and the solver's early exits (which give the
+    a float mask's values) and the solver's early exits (which give the
     same result as the full static schedule) use it. Never on an accelerator,
     never while :func:`torch.compile` traces, and not inside :func:`no_host_reads`.
     """
@@ -157,34 +156,6 @@ def check_key_mask(key_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tens
         ) from None
 
 
-def check_feasible(mask: torch.Tensor, C: float) -> None:
-    """Raise ``ValueError`` when some (batch, head) problem has ``n·C < 1``.
-
-    Where :func:`host_reads` forbids reading the mask, only the mask's length is
-    checked (``Tk·C >= 1``, a bound on every problem's ``n``).
-    """
-    if not C > 0:
-        raise ValueError(f"C must be > 0, got {C!r}")
-    if not host_reads(mask):
-        n_min = mask.shape[-1]
-        if not is_feasible(n_min, C):
-            raise ValueError(
-                f"infeasible memory: n·C < 1 with at most n = {n_min} keys and C = {C}; the "
-                f"constraints sum(alpha) = 1, 0 <= alpha <= C need n >= 1/C, i.e. "
-                f"C >= {1.0 / max(n_min, 1):.6g} or at least {warmup_threshold(C)} keys"
-            )
-        return
-    n = mask.sum(-1)  # (B, H)
-    n_min = int(n.min())
-    if not is_feasible(n_min, C):
-        b, h = (int(i) for i in torch.nonzero(n == n_min)[0])
-        raise ValueError(
-            f"infeasible memory: n·C < 1 with n = {n_min} keys (batch {b}, head {h}) and "
-            f"C = {C}; the constraints sum(alpha) = 1, 0 <= alpha <= C need n >= 1/C, "
-            f"i.e. C >= {1.0 / max(n_min, 1):.6g} or at least {warmup_threshold(C)} keys"
-        )
-
-
 class Partition(NamedTuple):
     """The three KKT sets of each (batch, head) memory, bool tensors ``[B, H, Tk]``.
 
@@ -199,6 +170,17 @@ class Partition(NamedTuple):
     def kept(self) -> torch.Tensor:
         """Tokens the memory keeps (margin ∪ error), bool ``[B, H, Tk]``."""
         return self.margin | self.error
+
+    def present(self) -> torch.Tensor:
+        """Keys the memory was built over (margin ∪ error ∪ reserve), bool ``[B, H, Tk]``."""
+        return self.margin | self.error | self.reserve
+
+    def box_raised(self, C: float) -> torch.Tensor:
+        """Memories over fewer than ``⌈1/C⌉`` present keys, bool ``[B, H]`` (``[B, H, Tq]``
+        with a per-query mask): their box was raised to ``1/n``, every present key has
+        weight ``1/n`` (:mod:`svattn.nn.masks`). An empty memory (``n = 0``) counts too.
+        """
+        return self.present().sum(-1) < warmup_threshold(C)
 
 
 def gather_rows(mask: torch.Tensor, min_size: int = 1) -> tuple[torch.Tensor, torch.Tensor]:

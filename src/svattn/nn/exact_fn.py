@@ -37,9 +37,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from svattn.exact.core.conventions import warmup_threshold
 from svattn.nn.common import Partition, log_kernel, log_kernel_diag
 
-__all__ = ["ExactAlpha", "exact_alpha", "MarginState", "exact_margin_state"]
+__all__ = ["ExactAlpha", "exact_alpha", "MarginState", "exact_margin_state", "uniform_state"]
 
 
 @dataclass
@@ -116,6 +117,14 @@ def exact_margin_state(X: np.ndarray, C: float, kernel: str, gamma: float) -> Ma
         return _via_oracle(X, C, kernel, gamma)
 
 
+def uniform_state(n: int) -> MarginState:
+    """A short memory of ``n < ⌈1/C⌉`` keys (:mod:`svattn.nn.masks`): its box raised to
+    ``1/n``, every key at it (error set), no margin set (so no gradient through alpha)."""
+    none = np.zeros(0, dtype=np.int64)
+    return MarginState(none, np.arange(n, dtype=np.int64), none, np.full(n, 1.0 / max(n, 1)),
+                       0.0, np.zeros((0, 0)))
+
+
 class ExactAlpha(torch.autograd.Function):
     """``alpha = ExactAlpha.apply(k, valid, C, kernel, gamma)``: k ``[B, H, Tk, D]`` →
     alpha ``[B, H, Tk]`` (k's dtype); masked keys get 0. See the module docstring."""
@@ -127,10 +136,14 @@ class ExactAlpha(torch.autograd.Function):
         vnp = valid.to("cpu").numpy()
         alpha = np.zeros((B, H, n))
         states = []
+        short = warmup_threshold(C)
         for b in range(B):
             for h in range(H):
                 pos = np.flatnonzero(vnp[b, h])
-                st = exact_margin_state(X[b, h, pos], C, kernel, gamma)
+                if pos.size < short:  # box raised to 1/n (svattn.nn.masks): no solve
+                    st = uniform_state(pos.size)
+                else:
+                    st = exact_margin_state(X[b, h, pos], C, kernel, gamma)
                 alpha[b, h, pos] = st.alpha
                 states.append((pos, st))
         ctx.states = states

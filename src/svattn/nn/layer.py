@@ -12,6 +12,7 @@ from torch import nn
 
 from svattn.nn.attention import check_params, sv_attention_state
 from svattn.nn.common import Partition
+from svattn.nn.masks import mha_attn_mask
 from svattn.nn.options import SolverOptions, resolve_solver
 
 __all__ = ["SVAttention"]
@@ -22,8 +23,11 @@ class SVAttention(nn.Module):
 
     Queries (from ``x``) read, per head, the SV memory built from the keys and
     values of ``context`` (``x`` itself when no context is given) — like
-    cross-attention over the context, without a causal mask. The causal,
-    chunked use belongs to a hybrid layer, which passes ``key_mask``.
+    cross-attention over the context. Masks as :class:`torch.nn.MultiheadAttention`
+    takes them (``key_padding_mask``, ``attn_mask``, ``is_causal``; see :meth:`forward`).
+    With ``attn_mask`` or ``is_causal`` every query reads its own memory (``Tq``
+    solves); for long causal sequences the chunked
+    :class:`svattn.mixers.HybridSVAttention` solves one memory per chunk.
 
     Parameters
     ----------
@@ -32,7 +36,10 @@ class SVAttention(nn.Module):
     n_heads : int
         Number of heads.
     C : float
-        Box of the SVDD dual (each memory needs ``n·C >= 1``).
+        Box of the SVDD dual: at most ``⌊1/C⌋`` keys can be at the box, so ``C = 1/k``
+        lets ``k`` keys carry all the weight (docs/usage.md, "Choosing C"). A memory
+        over fewer than ``⌈1/C⌉`` keys has its box raised to ``1/n`` (uniform weights;
+        :meth:`box_raised`).
     kernel : {"rbf", "exp"}
     mode : {"batched", "exact"}
     gamma : float, optional
@@ -60,8 +67,9 @@ class SVAttention(nn.Module):
     Half precision: bf16/fp16 weights and ``torch.autocast`` work; the memory is
     solved and read in float32 (:mod:`svattn.nn.attention`) and the output comes
     back in the input dtype. Masks: ``key_mask`` (True = keep) or torch's
-    ``key_padding_mask`` (``[B, Tk]``, True = ignore), as in
-    :func:`~svattn.nn.sv_attention`.
+    ``key_padding_mask`` (``[B, Tk]``, True = ignore), and per query ``attn_mask``
+    (:class:`torch.nn.MultiheadAttention`'s convention: True = masked out) or
+    ``is_causal``; conventions and the short-memory rule in :mod:`svattn.nn.masks`.
 
     Examples
     --------
@@ -124,6 +132,8 @@ class SVAttention(nn.Module):
         *,
         key_mask: torch.Tensor | None = None,
         key_padding_mask: torch.Tensor | None = None,
+        attn_mask: torch.Tensor | None = None,
+        is_causal: bool = False,
         return_alpha: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Attend from ``x`` ``[B, Tq, d_model]`` to ``context`` ``[B, Tk, d_model]``
@@ -136,6 +146,13 @@ class SVAttention(nn.Module):
         ``key_mask`` (bool, broadcastable to ``[B, H, Tk]``) marks present keys;
         ``key_padding_mask`` (``[B, Tk]``, True = ignore: torch's convention) marks
         absent ones. Give at most one.
+
+        ``attn_mask`` (``[Tq, Tk]`` or ``[B·H, Tq, Tk]``) as
+        :class:`torch.nn.MultiheadAttention` takes it: bool with **True = masked out**
+        (the opposite of :func:`~svattn.nn.sv_attention`'s SDPA convention), or float
+        with 0 = allowed and -inf = masked. ``is_causal``: query ``i`` sees keys
+        ``j <= i`` (alone: it is the mask, not a hint to go with ``attn_mask``). With
+        either, alpha and the partition are ``[B, H, Tq, Tk]``, one memory per query.
         """
         ctx = x if context is None else context
         layout = "[B, T" if self.batch_first else "[T, B"
@@ -152,9 +169,13 @@ class SVAttention(nn.Module):
         q = self._heads(self.q_proj(x))  # (B, H, Tq, D)
         k = self._heads(self.k_proj(ctx))  # (B, H, Tk, D)
         v = self._heads(self.v_proj(ctx))  # (B, H, Tk, D)
+        if attn_mask is not None:  # MHA's convention (True = masked out) -> SDPA's
+            attn_mask = mha_attn_mask(attn_mask, x.shape[0], self.n_heads, q.shape[2],
+                                      k.shape[2])
         o, alpha, part, _ = sv_attention_state(
             q, k, v, C=self.C, kernel=self.kernel, gamma=self.gamma, mode=self.mode,
             key_mask=key_mask, key_padding_mask=key_padding_mask, solver=self.solver,
+            attn_mask=attn_mask, is_causal=is_causal,
         )  # fmt: skip
         self.last_partition_ = Partition(*(s.detach() for s in part))
         B, _, Tq, _ = o.shape
@@ -168,6 +189,14 @@ class SVAttention(nn.Module):
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, C={self.C:g}, "
                 f"kernel={self.kernel!r}, gamma={self.gamma!r}, mode={self.mode!r}, "
                 f"solver={self.solver!r}" + ("" if self.batch_first else ", batch_first=False"))
+
+    def box_raised(self) -> torch.Tensor | None:
+        """Memories of the last call over fewer than ``⌈1/C⌉`` keys, bool ``[B, H]``
+        (``[B, H, Tq]`` with a per-query mask): their box was raised to ``1/n``, so their
+        keys share the weight uniformly (:mod:`svattn.nn.masks`); None before a call."""
+        if self.last_partition_ is None:
+            return None
+        return self.last_partition_.box_raised(self.C)
 
     def tokens_kept(self) -> int:
         """Tokens kept (margin ∪ error) by the largest (batch, head) memory of the last call."""

@@ -26,7 +26,11 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["fista_loop", "repair_loop"]
+__all__ = ["MASS_SLACK", "fista_loop", "repair_loop"]
+
+# |C·|E| − 1| above which a partition without margin tokens does not hold the mass
+# (FEASIBILITY_SLACK of svattn.exact.core.conventions).
+MASS_SLACK = 1e-12
 
 
 @njit(cache=True, nogil=True)
@@ -252,6 +256,32 @@ def _lu_solve(M, piv, b):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _hold_the_mass(S, E, valid, g, C):  # pragma: no cover - compiled
+    """With ``S`` empty only ``C·|E|`` holds the mass: where it misses 1, the token that
+    gains most joins ``S`` (an R token of least ``g`` when short, the E token of largest
+    ``g`` when over), as :func:`svattn.nn.batched._hold_the_mass`. Returns whether it moved."""
+    nE = 0
+    for i in range(S.shape[0]):
+        if S[i]:
+            return False
+        nE += E[i]
+    short = C * nE < 1.0 - MASS_SLACK
+    if not short and C * nE <= 1.0 + MASS_SLACK:
+        return False
+    best = -1
+    for i in range(S.shape[0]):
+        if short and valid[i] and not E[i] and (best < 0 or g[i] < g[best]):
+            best = i
+        elif not short and E[i] and (best < 0 or g[i] > g[best]):
+            best = i
+    if best < 0:
+        return False
+    S[best] = True
+    E[best] = False
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: no cover
     P, n = S.shape
     settled = np.ones(P, dtype=np.bool_)
@@ -323,6 +353,8 @@ def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: n
                     same = False
                 S[p, i] = s_new
                 E[p, i] = e_new
+            if _hold_the_mass(S[p], E[p], valid[p], g, C):
+                same = False
             settled[p] = same
             if same:
                 break
