@@ -22,10 +22,12 @@ import numpy as np
 import pytest
 import torch
 
+from audit_forger import append_record, read_records, write_records
 from svattn.cli import main
 from svattn.exact import SVDDMemory
 from svattn.exact.records.audit import canonical, record_hash, verify_chain
 from svattn.exact.records.certificate import ErasureReceipt
+from svattn.exact.records.openings import openings_path
 from svattn.exact.records.signing import write_keypair
 from svattn.exact.records.tlog import CheckpointWriter, checkpoint_path
 from svattn.lm import CharLM, CharLMConfig
@@ -56,6 +58,8 @@ def _copy(m: dict, tmp_path: Path) -> dict:
         out[name] = tmp_path / m[name].name
         shutil.copy(m[name], out[name])
     shutil.copy(checkpoint_path(m["log"]), checkpoint_path(out["log"]))
+    if openings_path(m["log"]).exists():  # the subjects' sealed data, beside the log
+        shutil.copy(openings_path(m["log"]), openings_path(out["log"]))
     return out
 
 
@@ -101,14 +105,9 @@ def test_an_appended_fabricated_erase_is_never_exit_0(memory, tmp_path, capsys):
     never = int(memory["ids"][29])  # untagged: never the fabricated subject's
     receipt = ErasureReceipt(tag_hash="ab" * 32, erased_ids=[never], certificates=[],
                              copies_kept={}, state_digest=last["digest"], n_after=last["n"])
-    rec = {"op": "erase", "erasure": {
+    append_record(f["log"], {"op": "erase", "erasure": {
         "tag_hash": receipt.tag_hash, "erased_ids": [never], "ingested_at": [1],
-        "signer": None, "signature": None, "receipt_sha256": receipt.sha256()},
-        "seq": last["seq"] + 1, "prev": hashlib.sha256(lines[-1].encode()).hexdigest(),
-        "time": last["time"], "digest": last["digest"], "n": last["n"],
-        "next_id": last["next_id"]}
-    rec["sha256"] = record_hash(rec)
-    f["log"].write_text("\n".join([*lines, canonical(rec)]) + "\n")
+        "signer": None, "signature": None, "receipt_sha256": receipt.sha256()}})
     (tmp_path / "fake.json").write_text(receipt.to_json())
     for keys in _keys(f):
         assert _never_0(["audit", "verify", str(f["log"]), *keys], capsys) == 1
@@ -129,23 +128,22 @@ def test_a_receipt_and_log_co_edited_with_chain_and_tree_recomputed_is_never_exi
         memory, receipt, tmp_path, capsys):
     f = _copy(memory, tmp_path)
     data = json.loads((memory["dir"] / receipt).read_text())
-    lines = f["log"].read_text().splitlines()
+    records = read_records(f["log"])
     if receipt == "cert.json":  # a certificate: one field edited in both
         data["n_events"] += 1
-        k = next(i for i, line in enumerate(lines) if json.loads(line)["op"] == "remove"
-                 and json.loads(line)["certificate"]["removed_id"] == data["removed_id"])
-        rec = json.loads(lines[k])
+        rec = next(r for r in records if r["op"] == "remove"  # (an erased one is pruned)
+                   and isinstance(r["certificate"], dict)
+                   and r["certificate"]["removed_id"] == data["removed_id"])
         rec["certificate"]["n_events"] = data["n_events"]
         command = "verify-deletion"
     else:  # an erasure receipt: its time edited, the record's receipt hash recomputed
         data["issued_at"] = "2020-01-01T00:00:00+00:00"
         edited = ErasureReceipt.from_json(json.dumps(data))
-        k = next(i for i, line in enumerate(lines) if json.loads(line)["op"] == "erase")
-        rec = json.loads(lines[k])
+        rec = next(r for r in records if r["op"] == "erase")
         rec["erasure"]["receipt_sha256"] = edited.sha256()
         command = "verify-erasure"
-    lines[k] = json.dumps(rec)
-    _retree(f["log"], _rehash(lines))
+    write_records(f["log"], records)  # sealed again, the chain re-hashed
+    _retree(f["log"], f["log"].read_text().splitlines())
     assert verify_chain(f["log"]).ok  # the chain and the log's own checkpoint hold
     (tmp_path / receipt).write_text(json.dumps(data))
     base = [command, str(f["state"]), str(tmp_path / receipt), "--log", str(f["log"])]
