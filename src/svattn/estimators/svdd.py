@@ -91,6 +91,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import sklearn.svm  # noqa: F401 (the fit's batch path: libsvm's warm start; imported
+# here, a fresh process's first fit does not pay its import, 0.1-0.3 s)
 from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
