@@ -49,13 +49,13 @@ def small_blocks(monkeypatch):
 
 def incremental(C, gamma, X, backend="compiled", kernel="rbf") -> SVDDMemory:
     """The rows added by the memory's own path (the batch path switched off)."""
-    old = ingest.BATCH_MIN_ROWS
-    ingest.BATCH_MIN_ROWS = 1 << 60
+    old = ingest.BATCH_MIN_ROWS, ingest.FIRST_BATCH_MIN_ROWS
+    ingest.BATCH_MIN_ROWS = ingest.FIRST_BATCH_MIN_ROWS = 1 << 60
     try:
         mem = SVDDMemory(C, kernel, gamma, backend=backend)
         mem.extend(X)
     finally:
-        ingest.BATCH_MIN_ROWS = old
+        ingest.BATCH_MIN_ROWS, ingest.FIRST_BATCH_MIN_ROWS = old
     assert mem.ingest_path == "incremental"
     return mem
 
