@@ -52,7 +52,7 @@ out = {}
 for i, name in enumerate(("import_numpy_s", "import_numba_s", "import_svattn_exact_s",
                           "numba_first_use_s", "first_op_after_numba_s")):
     out[name] = (t1, t2, t3, t4, t5)[i][0] - (t0, t1, t2, t3, t4)[i][0]
-    out[name.replace("_s", "_cpu_s")] = (t1, t2, t3, t4, t5)[i][1] - (t0, t1, t2, t3, t4)[i][1]
+    out[name[:-2] + "_cpu_s"] = (t1, t2, t3, t4, t5)[i][1] - (t0, t1, t2, t3, t4)[i][1]
 out.update(first_op_s=t5[0] - t3[0], first_op_cpu_s=t5[1] - t3[1],
            same_op_again_s=t6[0] - t5[0], same_op_again_cpu_s=t6[1] - t5[1],
            path=first.ingest_path)
@@ -60,7 +60,7 @@ print(json.dumps(out))
 """
 KEYS = ("import_numpy_s", "import_numba_s", "import_svattn_exact_s", "numba_first_use_s",
         "first_op_after_numba_s", "first_op_s", "same_op_again_s")
-KEYS = tuple(k for key in KEYS for k in (key, key.replace("_s", "_cpu_s")))
+KEYS = tuple(k for key in KEYS for k in (key, key[:-2] + "_cpu_s"))
 
 
 def main(argv: list[str] | None = None) -> int:
