@@ -228,7 +228,7 @@ def _one_class_dual(X: np.ndarray, nu: float, gamma: float, tol: float):
     every row barely sped it up).
 
     The call ``OneClassSVM.fit`` makes, without its input checks (the rows are the
-    memory's validated float64 rows): on 178 rows those checks took 1 of its 1.5 ms.
+    memory's validated float64 rows), which are most of its time on small data.
     Where scikit-learn's private ``_libsvm.fit`` does not take that call (another
     version), ``OneClassSVM`` itself (:func:`_one_class_dual_by_estimator`, the
     reference ``tests/exact/test_bulk.py`` compares it with).
