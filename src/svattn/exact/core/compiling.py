@@ -77,8 +77,8 @@ class QuickLoadCache(FunctionCache):
 
 
 def _quick_load_supported() -> bool:
-    """Whether this numba has the cache internals :class:`QuickLoadCache` overrides
-    (numba >= 0.60 has; elsewhere the kernels keep numba's own cache)."""
+    """Whether this numba has the cache internals :class:`QuickLoadCache` builds on
+    (where one is missing, the kernels keep numba's own cache)."""
     from numba.core.runtime import nrt
 
     return all(hasattr(FunctionCache, name)
