@@ -49,13 +49,13 @@ def small_blocks(monkeypatch):
 
 def incremental(C, gamma, X, backend="compiled", kernel="rbf") -> SVDDMemory:
     """The rows added by the memory's own path (the batch path switched off)."""
-    old = ingest.BATCH_MIN_ROWS
-    ingest.BATCH_MIN_ROWS = 1 << 60
+    old = ingest.BATCH_MIN_ROWS, ingest.FIRST_BATCH_MIN_ROWS
+    ingest.BATCH_MIN_ROWS = ingest.FIRST_BATCH_MIN_ROWS = 1 << 60
     try:
         mem = SVDDMemory(C, kernel, gamma, backend=backend)
         mem.extend(X)
     finally:
-        ingest.BATCH_MIN_ROWS = old
+        ingest.BATCH_MIN_ROWS, ingest.FIRST_BATCH_MIN_ROWS = old
     assert mem.ingest_path == "incremental"
     return mem
 
@@ -209,6 +209,43 @@ def test_libsvm_warm_start_is_c_times_beta():
     mem = SVDDMemory(C, "rbf", 0.5)
     mem.extend(X)
     assert abs((1.0 - mem.mu) / (2.0 * C) - float(oc.offset_[0])) <= 1e-6
+
+
+@pytest.mark.parametrize(("n", "d", "nu", "gamma", "seed"),
+                         [(178, 13, 0.1, 0.08, 0), (300, 4, 0.05, 0.5, 1), (500, 2, 0.5, 2.0, 2)])
+def test_the_warm_start_calls_libsvm_as_one_class_svm_does(n, d, nu, gamma, seed):
+    """The warm start's libsvm call, without ``OneClassSVM.fit``'s input checks, gives
+    what the estimator (its reference) gives: support, β and the support's keys, bit
+    for bit."""
+    X = clustered(n, d, seed=seed)
+    fast = batch._one_class_dual(X, nu, gamma, 1e-2)
+    ref = batch._one_class_dual_by_estimator(X, nu, gamma, 1e-2)
+    for a, b in zip(fast, ref, strict=True):
+        assert np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_a_first_block_of_64_rows_is_batched_and_blocks_onto_held_rows_are_not():
+    """An empty memory's first rbf block of 64 rows and more (a fit) takes the batch
+    path, reaching the optimum the rows one by one reach; 63 rows, and a block onto held
+    rows under 512, are added one by one, equal to repeated ``add`` bit for bit."""
+    X = clustered(200, seed=16)
+    C = 1 / (0.1 * 178)
+    fast = SVDDMemory(C, "rbf", 0.5)
+    fast.extend(X[:178])
+    assert fast.ingest_path == "libsvm+exact"
+    assert_same_optimum(fast, incremental(C, 0.5, X[:178]))
+    assert SVDD(nu=0.1, gamma=0.5).fit(X[:178]).fit_path_ == "libsvm+exact"
+    small = SVDDMemory(1 / 20, "rbf", 0.5)
+    small.extend(X[:63])
+    assert small.ingest_path == "incremental"
+    onto, one_by_one = SVDDMemory(C, "rbf", 0.5), SVDDMemory(C, "rbf", 0.5)
+    onto.extend(X[:30])
+    onto.extend(X[30:200])  # 170 rows onto 30: under 512
+    assert onto.ingest_path == "incremental"
+    for row in X:
+        one_by_one.add(row)
+    assert onto.state_digest() == one_by_one.state_digest()
+    assert np.array_equal(onto.alpha, one_by_one.alpha)
 
 
 def test_kernel_columns_are_the_kernel():

@@ -18,7 +18,7 @@ from svattn.exact import SVDDMemory, fastpath
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core import hashes
 from svattn.exact.core.kernels import LOG_MAX
-from svattn.exact.operations import solver
+from svattn.exact.operations import ingest, solver
 from svattn.exact.operations.validation import check_rows, plain_row
 
 
@@ -362,6 +362,7 @@ def test_a_row_the_compiled_run_cannot_score_takes_the_numpy_path(monkeypatch):
     numpy (which raises the exp kernel's error, or stores or drives the row); the
     memory then equals one that took every row the usual way."""
     x = _stream("rbf", 400, seed=12)
+    monkeypatch.setattr(ingest, "FIRST_BATCH_MIN_ROWS", 1 << 60)  # the rows one by one
     plain, detour = SVDDMemory(0.05), SVDDMemory(0.05)
     plain.extend(x)
     real = compiled.reserve_block

@@ -66,8 +66,8 @@ def test_removed_tokens_leave_no_bytes(tmp_path, monkeypatch, values, batch):
     V = rng.normal(size=(n, 4)) if values else None
     log = tmp_path / "audit.jsonl"
     mem = SVDDMemory(0.02, audit_log=log)
-    if batch:  # the 200 rows solved in one batch (libsvm warm start, issue #36)
-        monkeypatch.setattr(ingest, "BATCH_MIN_ROWS", 64)
+    if not batch:  # the 200 rows one by one (a first block of 64 rows and more is batched)
+        monkeypatch.setattr(ingest, "FIRST_BATCH_MIN_ROWS", 1 << 60)
     ids = mem.extend(X[:200], None if V is None else V[:200])
     assert mem.ingest_path == ("libsvm+exact" if batch else "incremental")
     part = mem.partition()

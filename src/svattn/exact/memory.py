@@ -238,10 +238,10 @@ class SVDDMemory:
         """Add rows in order, exactly as repeated :meth:`add`; all-or-nothing validation.
         ``tags``: one data-subject tag (str or None) per row.
 
-        With the rbf kernel a block of at least ``ingest.BATCH_MIN_ROWS`` (512) rows and
-        at least twice the tokens held is solved in one batch (libsvm's one-class SVM as
-        a warm start, then an exact float64 finish; :attr:`ingest_path` says which path
-        ran): the same optimum, the ids and hashes as one by one.
+        With the rbf kernel an empty memory's first block of 64 rows and more, or one of
+        512 and twice the tokens held, is solved in one batch (libsvm's solution as the
+        warm start, then an exact float64 finish; :attr:`ingest_path` says which path
+        ran): the same optimum to rounding, the ids and hashes as one by one.
 
         Examples
         --------

@@ -10,7 +10,8 @@ inverse), :mod:`~svattn.exact.core.kernels` and :mod:`~svattn.exact.core.gram`
 :mod:`~svattn.exact.core.conventions` (the warm-up n·C < 1 and the empty-margin mu),
 :mod:`~svattn.exact.core.outcome` (what an operation found, returned),
 :mod:`~svattn.exact.core.errors` (the errors a public operation raises) and
-:mod:`~svattn.exact.core.compiling` (the notice when numba must compile a kernel).
+:mod:`~svattn.exact.core.compiling` (the notice when numba must compile a kernel, and
+the quick load of a cached one).
 Nothing here imports another layer of :mod:`svattn.exact` (``docs/design.md`` §6).
 """
 

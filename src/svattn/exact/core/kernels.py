@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from svattn.exact.core.compiling import quick_load
+
 #: The built-in kernels' names (:func:`kernel_names` also lists registered ones).
 KERNELS = ("rbf", "exp")
 
@@ -663,3 +665,5 @@ def has_equal_rows(rows: np.ndarray) -> bool:
     rows = np.ascontiguousarray(rows)
     keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
     return len(np.unique(keys)) < len(keys)
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

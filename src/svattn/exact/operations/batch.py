@@ -209,20 +209,49 @@ def libsvm_warm_start(X: np.ndarray, C: float, gamma: float, *,
     ndarray, shape (n,)
         ``C · β`` (exactly ``C`` where libsvm put β at its bound, 0 off its support).
     """
-    from sklearn.svm import OneClassSVM  # the estimator's dependency; loaded on first use
-
     n = len(X)
     nu = min(1.0, 1.0 / (C * n))
-    # libsvm's kernel cache at scikit-learn's default size (200 MB): bounded, so the
-    # batch path holds no O(n²) array (a cache of every row barely sped it up)
-    oc = OneClassSVM(kernel="rbf", gamma=gamma, nu=nu, tol=tol).fit(X)
+    support, beta, keys = _one_class_dual(X, nu, gamma, tol)
     try:
         alpha = np.zeros(n)
-        beta = np.asarray(oc.dual_coef_, dtype=np.float64).ravel()
-        alpha[np.asarray(oc.support_)] = C * np.minimum(beta, 1.0)
+        alpha[np.asarray(support)] = C * np.minimum(np.asarray(beta, dtype=np.float64).ravel(),
+                                                    1.0)
     finally:  # the fitted model's copy of the support's keys: freed holding none
-        oc.support_vectors_.fill(0.0)
+        keys.fill(0.0)
     return alpha
+
+
+def _one_class_dual(X: np.ndarray, nu: float, gamma: float, tol: float):
+    """libsvm's one-class solution of ``X`` (rbf): its support indices, their β and its
+    copy of their keys (the caller scrubs it). libsvm's kernel cache at scikit-learn's
+    default size (200 MB): bounded, so the batch path holds no O(n²) array (a cache of
+    every row barely sped it up).
+
+    The call ``OneClassSVM.fit`` makes, without its input checks (the rows are the
+    memory's validated float64 rows), which are most of its time on small data.
+    Where scikit-learn's private ``_libsvm.fit`` does not take that call (another
+    version), ``OneClassSVM`` itself (:func:`_one_class_dual_by_estimator`, the
+    reference ``tests/exact/test_bulk.py`` compares it with).
+    """
+    try:
+        from sklearn.svm import _libsvm
+
+        _libsvm.set_verbosity_wrap(0)  # (a global: OneClassSVM sets it on every fit too)
+        out = _libsvm.fit(np.ascontiguousarray(X, dtype=np.float64), np.ones(len(X)),
+                          svm_type=2, kernel="rbf", degree=3, gamma=float(gamma), coef0=0.0,
+                          tol=float(tol), C=0.0, nu=float(nu), epsilon=0.0, shrinking=1,
+                          probability=0, cache_size=200.0, max_iter=-1, random_seed=0)
+    except (ImportError, TypeError, AttributeError):
+        return _one_class_dual_by_estimator(X, nu, gamma, tol)
+    return out[0], out[3], out[1]
+
+
+def _one_class_dual_by_estimator(X: np.ndarray, nu: float, gamma: float, tol: float):
+    """:func:`_one_class_dual` by scikit-learn's public ``OneClassSVM``."""
+    from sklearn.svm import OneClassSVM  # the estimator's dependency; loaded on first use
+
+    oc = OneClassSVM(kernel="rbf", gamma=gamma, nu=nu, tol=tol).fit(X)
+    return oc.support_, oc.dual_coef_, oc.support_vectors_
 
 
 class KernelColumns:

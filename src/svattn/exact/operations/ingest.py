@@ -30,7 +30,7 @@ from svattn.exact.operations.solver import (
     store,
 )
 
-__all__ = ["BATCH_MIN_ROWS", "add_block", "add_rows", "batch_eligible"]
+__all__ = ["BATCH_MIN_ROWS", "FIRST_BATCH_MIN_ROWS", "add_block", "add_rows", "batch_eligible"]
 
 
 def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) -> AddOutcome:
@@ -83,14 +83,22 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
 
 
 # A block of at least this many rows, and at least twice the rows held, is solved in batch
-# (rbf: :func:`add_block`); smaller ones are added one by one. Tests lower it.
+# (rbf: :func:`add_block`); smaller ones are added one by one, so that below it an
+# ``extend`` onto held rows equals repeated ``add`` bit for bit. Tests lower it.
 BATCH_MIN_ROWS = 512
+# An empty memory's first block (a fit) is solved in batch from this many rows: it has no
+# earlier state for one-by-one adds to match, and on small data the batch solve is 2-4x
+# faster than the adds (``benchmarks/bench_small_data.py``). Tests raise it.
+FIRST_BATCH_MIN_ROWS = 64
 
 
 def batch_eligible(ss: SlotState, m: int) -> bool:
     """Whether :func:`add_rows` takes the batch path for a block of ``m`` rows: the rbf
-    kernel, a block much larger than the memory, and the problem feasible after it."""
-    return (ss.is_rbf and m >= BATCH_MIN_ROWS and m >= 2 * ss.n
+    kernel, a block much larger than the memory (from :data:`FIRST_BATCH_MIN_ROWS` rows
+    into an empty memory, else :data:`BATCH_MIN_ROWS`), and the problem feasible after
+    it."""
+    least = FIRST_BATCH_MIN_ROWS if ss.n == 0 else BATCH_MIN_ROWS
+    return (ss.is_rbf and m >= least and m >= 2 * ss.n
             and ss.n + m >= ss.warmup_n)
 
 

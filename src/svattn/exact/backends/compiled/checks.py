@@ -12,6 +12,7 @@ from numba import njit
 from svattn.exact.backends.compiled.codes import VEC
 from svattn.exact.backends.compiled.columns import add_block_matvec, add_column, alloc_col, free_col
 from svattn.exact.backends.compiled.linalg import positive_definite
+from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, FREE, MARGIN, RESERVE
 
 
@@ -316,3 +317,5 @@ def g_from_error_sum(KC, ac, soc, state, esum, diag, mu, C, nS, chi, hi, g):
         extra = ac[col] - (C if state[s] == ERROR else 0.0)
         if extra != 0.0:
             add_column(KC, col, 2.0 * extra, hi, g)
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from svattn.exact.backends.compiled.codes import SEG_ESUM_UPDATES, VEC
+from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
 
@@ -363,3 +364,5 @@ def kernel_column(KC, X, diag, slot, col, hi, gamma, is_rbf):
             KC[i, col] = gamma * row_dot(X, i, X, slot)
     exp_column(KC, col, hi)
     KC[slot, col] = diag[slot]
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

@@ -32,6 +32,7 @@ from svattn.exact.backends.compiled.columns import (
     leave_margin,
     matvec_lead,
 )
+from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
 
@@ -199,3 +200,5 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
             sgn[who] = 0.0
             loop[LAST_ENTERED] = who
     return status, nS, chi, mu, bordered_out(Qb, nS)
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

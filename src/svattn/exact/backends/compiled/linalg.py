@@ -12,6 +12,7 @@ from numba import njit
 
 from svattn.exact.backends.compiled.codes import VEC
 from svattn.exact.backends.compiled.columns import contract, matvec_lead
+from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR
 
 
@@ -321,3 +322,5 @@ def chol_update(L, n, drops, fpos, news, K, shift):
         n += 1
     b.fill(0.0)  # kernel values: freed zeroed
     return n
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

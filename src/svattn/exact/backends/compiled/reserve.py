@@ -22,6 +22,7 @@ from numba import njit
 
 from svattn.exact.backends.compiled.codes import VEC
 from svattn.exact.backends.compiled.columns import exp_column
+from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kernels import LOG_MAX
 from svattn.exact.core.kktsets import RESERVE
 
@@ -197,3 +198,5 @@ def reserve_block(K, Vb, X, V, xn2, diag, alpha, g, state, slot_id, KC, XC, ac, 
                                    soc, esum, esum_member, slots[i], tids[i], chi, gx, kxx,
                                    esum_valid, members, row)
     return slots.shape[0], STORED, 0.0, 0.0, esum_valid
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

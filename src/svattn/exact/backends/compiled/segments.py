@@ -56,6 +56,7 @@ from svattn.exact.backends.compiled.linalg import (
     solve_gathered,
     solve_partition,
 )
+from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
 # ------------------------------------------------------------ active-set jumps
@@ -573,3 +574,5 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         for j in range(m if i < m else 0, qb_ext):
             Qb[i, j] = 0.0
     return status, nS, chi, mu, Qout
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)
