@@ -124,7 +124,8 @@ def test_a_save_zeroes_the_files_it_replaced_and_leaves_only_its_own(deployed, t
             f.close()
     model.memory_.close_audit_log()
     assert sorted(p.name for p in folder.iterdir()) == [
-        "audit.jsonl", "audit.jsonl.checkpoint", "estimator.json", "memory.safetensors"]
+        "audit.jsonl", "audit.jsonl.checkpoint", "audit.jsonl.openings", "estimator.json",
+        "memory.safetensors"]
     assert residue(folder, needles) == {}
     assert list(SVDD.load(folder).ids_) == after
     assert json.loads((folder / "estimator.json").read_text())["rows"]
