@@ -51,6 +51,7 @@ from svattn.exact.operations.batch import (
     batch_solve,
     libsvm_solve,
 )
+from svattn.exact.operations.copies import give_to_copies, spread
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -248,8 +249,12 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
         if not ss.nS:
             canonical_mu(ss, be)
         return RemovalOutcome("reserve")
-    ss.state[slot] = DRIVEN
     try:
+        changed = give_to_copies(ss, be, slot)
+        if changed is not None:  # its copies took its weight: nothing else moved
+            wipe_slot(ss, be, slot)
+            return RemovalOutcome("copies", changed, kkt=finish_op(ss, be, exact_g=True))
+        ss.state[slot] = DRIVEN
         out = be.remove_by_segments(ss, slot, contract_first=st == MARGIN)
         if out.status == "fallback":  # the event loop takes it from here (or from the start)
             events = be.drive(ss, slot, -1, seed=out.seed)
@@ -603,14 +608,9 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
     sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
     del K  # freed before the support's cache columns are allocated
     alpha = np.zeros(len(live))
-    for gi, w in enumerate(sol.alpha):
+    for gi, w in enumerate(sol.alpha):  # each group's weight over its members in id order
         members = np.flatnonzero(group == gi)
-        for m in members:  # fill in id order
-            if w <= 1e-13 * ss.C:
-                break
-            take = ss.C if w >= ss.C * (1 - 1e-13) else w
-            alpha[m] = take
-            w -= take
+        alpha[members] = spread(float(w), len(members), ss.C)
     ss.alpha[: ss.hi] = 0.0
     ss.alpha[live] = alpha
     ss.state[live] = RESERVE
