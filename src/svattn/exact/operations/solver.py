@@ -524,8 +524,8 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
 
     With the rbf kernel and at least :data:`RESOLVE_BY_COLUMNS_FROM` live tokens, the
     batch path of a large block first (:func:`resolve_by_columns`); the Gram solve
-    (:func:`resolve_by_gram`) where that cannot certify its optimum (copies in the
-    support, a cycle, a polish that fails) and for every other memory.
+    (:func:`resolve_by_gram`) where that cannot certify its optimum (a cycle, a polish
+    that fails) and for every other memory. Both merge copies into one budget.
 
     ``check``: the KKT residual is recomputed from the cached columns, and above
     ``max(tol, WRONG_OPTIMUM)`` :class:`WrongOptimum` is raised (inside an operation,
@@ -548,9 +548,10 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
 def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
     """Re-solve the live rbf tokens by libsvm's warm start and the exact finish on the
     support's kernel columns (:func:`svattn.exact.operations.batch.libsvm_solve`, as a
-    large block is added), installed with the inverse the finish built. False where
-    the finish cannot certify a unique optimum or the install's polish fails: the
-    caller then solves by the Gram matrix (which starts from scratch)."""
+    large block is added; copies merged, :mod:`svattn.exact.operations.copies`),
+    installed with the inverse the finish built. False where the finish cannot certify
+    its optimum (a cycle) or the install's polish fails: the caller then solves by the
+    Gram matrix (which starts from scratch)."""
     live = ss.ordered_slots()
     sol, cols = solve_by_columns(ss, live)
     try:
@@ -655,7 +656,8 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     and the error tokens — copied from ``cols`` (the finish's kernel columns over
     ``live``) when given, else computed —, mu, the bordered inverse (``sol.Qinv`` when
     it is the one on this margin set, else refactorized), an exact g, and a polish
-    when its KKT residual is above ``0.1·tol``. The support must hold no copies."""
+    when its KKT residual is above ``0.1·tol``. A group of copies in the support holds
+    one free member at most (:func:`svattn.exact.operations.batch.spread_copies`)."""
     drop_solution(ss)
     alpha = sol.alpha
     ss.alpha[: ss.hi] = 0.0
