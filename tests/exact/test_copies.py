@@ -170,3 +170,23 @@ def test_spread_keeps_one_member_free():
     assert spread(0.25, 3, 0.1).tolist() == pytest.approx([0.1, 0.1, 0.05, ])
     assert spread(0.2, 3, 0.1).tolist() == pytest.approx([0.1, 0.1, 0.0])
     assert spread(0.0, 2, 0.1).tolist() == [0.0, 0.0]
+
+
+def test_the_oracle_cross_check_compares_each_group_of_copies_sum(small_blocks):
+    """Where copies make alpha unique only up to its split, the cross-check compares the
+    decision function and each group's sum with the dense re-solve — and a state whose
+    group sums are wrong (weight moved between two groups) fails it."""
+    from svattn.exact.auditor.crosscheck import oracle_comparison
+
+    X, C = with_copies(200, margin=3, error=3, seed=61)
+    mem = SVDDMemory(C, "rbf", GAMMA)
+    mem.extend(X)
+    cross = oracle_comparison(mem, probes=X, tol=1e-9, seed=0, unique=False)
+    assert cross.reasons == () and cross.group_sum_dev <= 1e-9
+    ss = mem.solver_state
+    margin = ss.margin_slots()
+    ss.alpha[margin[0]] += 1e-6  # not an optimum: one group's sum up, another's down
+    ss.alpha[margin[1]] -= 1e-6
+    cross = oracle_comparison(mem, probes=X, tol=1e-9, seed=0, unique=False)
+    assert cross.group_sum_dev >= 1e-7
+    assert any("group of copies" in r for r in cross.reasons)
