@@ -31,6 +31,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ from sklearn.svm import OneClassSVM
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_records import write_record  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.data.icu import default_slice_path, load_mimic3_vitals  # noqa: E402
 
@@ -128,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-whole", action="store_true", help="skip the whole file")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="also write the rows (and this command) here")
+    add_conditions(p)
     args = p.parse_args(argv)
+    load_before = os.getloadavg()
     keys = np.ascontiguousarray(load_mimic3_vitals(args.data).standardised().keys)
     cases = [("first", keys[: args.first])] + ([] if args.no_whole else [("whole", keys)])
     rows = []
@@ -168,7 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r['max_decision_dev_vs_fresh_fit']:.1e}, group alpha sums "
                   f"{r['max_group_alpha_sum_dev_vs_fresh_fit']:.1e}")
     if args.json:
-        write_record(args.json, __file__, argv, {"rows": rows})
+        write_record(args.json, __file__, argv, {
+            "conditions": args.conditions, "load_average_before": load_before,
+            "load_average_after": os.getloadavg(), "rows": rows})
     return 0
 
 

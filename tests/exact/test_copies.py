@@ -190,3 +190,34 @@ def test_the_oracle_cross_check_compares_each_group_of_copies_sum(small_blocks):
     cross = oracle_comparison(mem, probes=X, tol=1e-9, seed=0, unique=False)
     assert cross.group_sum_dev >= 1e-7
     assert any("group of copies" in r for r in cross.reasons)
+
+
+def test_real_icu_vitals_with_copies_fit_in_batch_and_forget_without_a_resolve():
+    """The ICU slice as the loader gives it (z-scored, 6 exact copies among 3,064 rows),
+    gamma = 1 (over a third of the rows on the margin): the fit takes the batch path and
+    support forgets need no re-solve; the result equals a fresh fit (decision function
+    and each group of copies' coefficient sum)."""
+    from svattn import SVDD
+    from svattn.data.icu import default_slice_path, load_mimic3_vitals
+
+    X = np.ascontiguousarray(load_mimic3_vitals(default_slice_path()).standardised().keys)
+    assert len(X) - len(np.unique(X, axis=0)) > 0
+    model = SVDD(nu=0.05, gamma=1.0).fit(X)
+    assert model.fit_path_ == "libsvm+exact"
+    rng = np.random.default_rng(0)
+    held = np.ones(len(X), bool)
+    for _ in range(6):
+        victim = int(model.support_[rng.integers(len(model.support_))])
+        model.forget(indices=[victim])
+        held[victim] = False
+    assert model.memory_.n_resolves == 0
+    fresh = SVDD(C=model.C_, gamma=model.gamma_).fit(X[held])
+    probes = X[::5]
+    assert np.abs(model.decision_function(probes) - fresh.decision_function(probes)).max() <= 1e-9
+    _, group = np.unique(X[held], axis=0, return_inverse=True)
+    mine = np.zeros(int(held.sum()))
+    mine[np.searchsorted(np.flatnonzero(held), model.support_)] = model.dual_coef_.ravel()
+    theirs = np.zeros(len(mine))
+    theirs[fresh.support_] = fresh.dual_coef_.ravel()
+    group = group.ravel()
+    assert np.abs(np.bincount(group, mine) - np.bincount(group, theirs)).max() * model.C_ <= 1e-9
