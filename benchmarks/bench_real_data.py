@@ -21,6 +21,11 @@ one run and on one BLAS thread (libsvm runs on one):
 
 Compile time is paid by a warm-up fit and forget before anything is timed.
 
+``--profile`` instead runs one fit of the first case and six support forgets under
+cProfile and records the functions with the largest cumulative time (and the git
+commit of the svattn it imported: run with ``PYTHONPATH`` at another checkout, it
+profiles that code — how the cause of a slow fit is confirmed before and after a fix).
+
 Usage::
 
     python benchmarks/bench_real_data.py
@@ -118,6 +123,48 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
             "max_group_alpha_sum_dev_vs_fresh_fit": float(np.abs(sums).max()) * model.C_}
 
 
+def profile(X: np.ndarray, nu: float, gamma: float, seed: int, top: int = 20) -> dict:
+    """cProfile of one fit of ``X`` and six support forgets: the ``top`` functions by
+    cumulative time of each, with call counts, and the commit of the svattn imported."""
+    import cProfile
+    import pstats
+    import subprocess
+
+    import svattn
+
+    src = Path(svattn.__file__).resolve().parent
+    commit = subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], capture_output=True,
+                            text=True).stdout.strip()
+    with threadpool_limits(1):
+        warm = SVDD(nu=0.2, gamma=gamma).fit(X[:600])  # compile, unprofiled
+        warm.forget(indices=[int(warm.support_[0])])
+        out = {"svattn_commit": commit, "n": len(X), "nu": nu, "gamma": gamma}
+        rng = np.random.default_rng(seed)
+        model = None
+        for name in ("fit", "forgets"):
+            prof = cProfile.Profile()
+            t = time.perf_counter()
+            prof.enable()
+            if name == "fit":
+                model = SVDD(nu=nu, gamma=gamma).fit(X)
+            else:
+                for _ in range(6):
+                    model.forget(indices=[int(model.support_[rng.integers(len(
+                        model.support_))])])
+            prof.disable()
+            total = time.perf_counter() - t
+            stats = pstats.Stats(prof).stats
+            rows = sorted(stats.items(), key=lambda kv: -kv[1][3])[:top]
+            out[name] = {"seconds": total, "top_cumulative": [
+                {"function": f"{Path(f).name}:{line}({fn})", "calls": int(v[1]),
+                 "cumulative_s": float(v[3]), "own_s": float(v[2])}
+                for (f, line, fn), v in rows]}
+            if name == "fit":
+                out["fit_path"] = model.fit_path_
+        out["resolves"] = int(model.memory_.n_resolves)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--data", type=Path, default=FULL if FULL.exists() else default_slice_path())
@@ -128,10 +175,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--forgets", type=int, default=30)
     p.add_argument("--no-whole", action="store_true", help="skip the whole file")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--profile", action="store_true",
+                   help="profile one fit and six forgets of the first case instead")
     p.add_argument("--json", type=Path, help="also write the rows (and this command) here")
     add_conditions(p)
     args = p.parse_args(argv)
     load_before = os.getloadavg()
+    if args.profile:
+        keys = np.ascontiguousarray(load_mimic3_vitals(args.data).standardised().keys)
+        body = profile(keys[: args.first], args.nu, args.gamma, args.seed)
+        if args.json:
+            write_record(args.json, __file__, argv, {
+                "conditions": args.conditions, "load_average_before": load_before, **body})
+        return 0
     keys = np.ascontiguousarray(load_mimic3_vitals(args.data).standardised().keys)
     cases = [("first", keys[: args.first])] + ([] if args.no_whole else [("whole", keys)])
     rows = []
