@@ -4,7 +4,7 @@ then an exact float64 active-set finish (:func:`svattn.exact.operations.batch.li
 
 It must reach the optimum the rows added one by one reach — the same partition, alpha
 and mu within 1e-12 — and the independent oracle's; say which path ran; fall back to
-the incremental path where it cannot certify (copies in the support); leave the
+the incremental path where it cannot certify (a cycle); merge copies; leave the
 memory unchanged when it fails; and its fast kernels must equal their plain numpy
 statements.
 """
@@ -145,15 +145,18 @@ def test_exp_kernel_keeps_its_own_path(small_blocks):
     assert mem.ingest_path == "incremental"
 
 
-def test_copies_in_the_support_fall_back_to_the_incremental_path(small_blocks):
+def test_copies_in_the_support_share_one_budget_on_the_batch_path(small_blocks):
+    """Ten copies of an outlier (error set): the finish merges them into one token of
+    bound 10·C and spreads the weight back in id order — the batch path, not rows one
+    by one — and reaches the optimum of the incremental path (the same partition and
+    alpha: both give the group's members C in id order)."""
     X = clustered(200, seed=8)
-    X[150:160] = X[0]  # ten copies of one outlier-ish key
     X[0] = [9.0, 9.0, 9.0, 9.0]
     X[150:160] = X[0]
     C = 1 / (0.1 * 200)
     mem = SVDDMemory(C, "rbf", 0.5)
     mem.extend(X)
-    assert mem.ingest_path == "incremental"  # the finish refused: copies merge there
+    assert mem.ingest_path == "libsvm+exact"
     assert_same_optimum(mem, incremental(C, 0.5, X))
 
 
@@ -429,8 +432,7 @@ def test_a_changed_margin_set_keeps_the_last_factor():
 def test_a_resolve_of_many_rbf_tokens_goes_by_columns_and_equals_the_gram_solve(monkeypatch):
     """A re-solve (an operation's last resort) of at least RESOLVE_BY_COLUMNS_FROM rbf
     tokens takes the batch path (O(n·|S ∪ E|), no n×n Gram matrix) and reaches the
-    optimum the Gram solve reaches; with a copy in the support it cannot certify and
-    the Gram solve, which merges copies, takes over."""
+    optimum the Gram solve reaches, with a copy in the support too (both merge copies)."""
     monkeypatch.setattr(solver, "RESOLVE_BY_COLUMNS_FROM", 200)
     X = clustered(320, seed=21)
     C = 1 / (0.1 * 320)
@@ -459,15 +461,16 @@ def test_a_resolve_of_many_rbf_tokens_goes_by_columns_and_equals_the_gram_solve(
         mem.remove(mem.support_ids()[0])
         mem.add(X[7] + 0.05)
     assert_same_optimum(fast, slow)
-    # a copy in the support: the columns path declines, the Gram solve merges it
+    # a copy in the support: the columns path merges it (one budget, spread in id
+    # order) and reaches the Gram solve's optimum, the split included
     mem = SVDDMemory(C, "rbf", 0.4)
     mem.extend(X)
     first = mem.ids.index(mem.support_ids()[0])
     mem.add(mem.keys[first].copy())
-    ss = mem.solver_state
-    assert solver.resolve_by_columns(ss, mem._be) is False
-    solver.resolve(ss, mem._be)
-    assert mem.kkt_residual() <= mem.tol
+    gram_solved = mem.copy()
+    assert solver.resolve_by_columns(mem.solver_state, mem._be) is True
+    solver.resolve_by_gram(gram_solved.solver_state, gram_solved._be)
+    assert_same_optimum(mem, gram_solved)
     alpha, _ = retrain(mem)  # (the oracle splits the copies' weight, the memory fills
     got = mem.alpha  # the first: the same optimum)
     pair = [first, len(got) - 1]

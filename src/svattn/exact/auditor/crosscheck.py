@@ -17,6 +17,7 @@ import numpy as np
 
 from svattn.exact.core.kernels import (
     biased_softmax_readout,
+    copy_groups,
     decision_values,
     get_kernel,
     gram_matrix,
@@ -56,7 +57,9 @@ def refuse_oracle(n: int, force: bool) -> None:
 @dataclass(frozen=True)
 class OracleComparison:
     """The memory against the oracle's solve: partition equal, max |Δalpha|, decision
-    and readout deviations over ``n_probes`` points, and every failure (``reasons``)."""
+    and readout deviations over ``n_probes`` points, the largest deviation of a group of
+    copies' alpha sum (``group_sum_dev``: what the optimum fixes where copies make alpha
+    unique only up to its split among them), and every failure (``reasons``)."""
 
     partition_equal: bool
     max_alpha_dev: float
@@ -64,13 +67,15 @@ class OracleComparison:
     readout_dev: float
     n_probes: int
     reasons: tuple[str, ...]
+    group_sum_dev: float = 0.0
 
 
 def oracle_comparison(memory: SVDDMemory, *, probes: np.ndarray | None, tol: float,
                       seed: int, unique: bool) -> OracleComparison:
     """Re-solve the memory's tokens with the oracle and compare (``unique``: the
     optimum is unique, so alpha, the partition and the readout must agree too; else
-    only the decision function, which is unique regardless)."""
+    the decision function, which is unique regardless, and each group of copies' alpha
+    sum, which copies leave unique when nothing else ties)."""
     keys, values, alpha = memory.keys, memory.values, memory.alpha
     gamma = memory.gamma_value
     K = gram_matrix(keys, memory.kernel, gamma)
@@ -94,7 +99,10 @@ def oracle_comparison(memory: SVDDMemory, *, probes: np.ndarray | None, tol: flo
     probes = np.asarray(probes, dtype=np.float64)
     dec_r = decision_values(probes, keys, alpha_r, mu_r, memory.kernel, gamma)
     scale = max(1.0, float(np.diag(K).max()))
+    group, reps = copy_groups(K)
     del K
+    group_sum_dev = float(np.abs(np.bincount(group, alpha, len(reps))
+                                 - np.bincount(group, alpha_r, len(reps))).max(initial=0.0))
     decision_dev = float(np.max(np.abs(memory.decision_function(probes) - dec_r))) / scale
     read_r = biased_softmax_readout(probes, keys, values, alpha_r, memory.kernel, gamma)
     vscale = max(1.0, float(np.max(np.abs(values))))
@@ -103,6 +111,9 @@ def oracle_comparison(memory: SVDDMemory, *, probes: np.ndarray | None, tol: flo
     reasons = []
     if not decision_dev <= tol:
         reasons.append(f"decision function differs from retrain by {decision_dev:.2e}")
+    if len(reps) < len(alpha) and not group_sum_dev <= tol:
+        reasons.append(f"a group of copies' alpha sum differs from retrain by "
+                       f"{group_sum_dev:.2e}")
     if unique:
         if not partition_equal:
             reasons.append("partition differs from retrain")
@@ -111,7 +122,7 @@ def oracle_comparison(memory: SVDDMemory, *, probes: np.ndarray | None, tol: flo
         if not readout_dev <= tol:
             reasons.append(f"readout differs from retrain by {readout_dev:.2e}")
     return OracleComparison(partition_equal, alpha_dev, decision_dev, readout_dev,
-                            len(probes), tuple(reasons))
+                            len(probes), tuple(reasons), group_sum_dev)
 
 
 __all__ = ["ORACLE_MAX_TOKENS", "OracleComparison", "oracle_comparison", "refuse_oracle"]

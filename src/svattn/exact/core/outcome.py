@@ -74,7 +74,9 @@ class RemovalOutcome:
         ``"finish"`` (wiped; the residual needs the general finish) or ``"fallback"``
         (the event loop goes on from ``seed``). The solver's outcome adds
         ``"warm-up"`` (below the warm-up threshold: uniform again), ``"reserve"`` (a
-        reserve token: nothing moved) and ``"resolved"`` (the batch re-solve took it).
+        reserve token: nothing moved), ``"copies"`` (its copies took its weight:
+        :func:`svattn.exact.operations.copies.give_to_copies`) and ``"resolved"`` (the
+        batch re-solve took it).
     events : int
         Solver events taken (-1: re-solved).
     seed : numpy.ndarray or None

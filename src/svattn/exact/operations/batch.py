@@ -318,9 +318,9 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
 
     A primal-dual active-set method (Hintermüller, Ito & Kunisch 2002) on kernel
     columns of the support only: the partition read off ``alpha0``; on it the margin
-    system ``g_S = 0, Σα = 1`` (error tokens at C, reserve at 0) is solved exactly in
-    float64 (LU, two steps of iterative refinement); then every token's ``g`` is
-    computed and all wrong memberships flip at once — a margin coefficient beyond a
+    system ``g_S = 0, Σα = 1`` (error tokens at their bound, reserve at 0) is solved
+    exactly in float64 (LU, two steps of iterative refinement); then every token's ``g``
+    is computed and all wrong memberships flip at once — a margin coefficient beyond a
     bound joins that bound's set, a reserve token with ``g < 0`` or an error token
     with ``g > 0`` (beyond ``tol`` relative to the size of ``g``'s terms, as
     :func:`active_set_finish` measures it) joins the margin set. Stops when nothing
@@ -328,19 +328,32 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     partition this takes one to three solves; the bordered inverse of the final
     margin set is computed once, for the memory to keep.
 
-    None where the method cannot certify a unique optimum: a partition seen before
-    (a cycle), ``max_iter`` passes, an empty margin set, or a support token with a
-    copy (a key the kernel cannot tell apart from another token's) — the caller then
-    takes the memory's own path, which merges copies.
+    Copies (keys the kernel cannot tell apart: ``K_ij >= 1 − 1e-13``) share one
+    coefficient budget (:func:`merge_copies`): a support token's kept row shows every
+    copy of it, and the group is solved as one token with bound ``m·C`` (its other
+    members leave the problem; their ``g`` is the representative's), then spread back
+    in index order (:func:`spread_copies`: the first members at ``C``, one remainder,
+    the rest 0). The optimum is unique only up to that split; the margin system holds
+    one member of a group at most, so it stays positive definite.
+
+    None where the method cannot certify its optimum: a partition seen before (a
+    cycle), ``max_iter`` passes, an empty margin set, or copies that are not one group
+    (a near-copy of a near-copy) — the caller then takes the memory's own path.
     """
     n = len(alpha0)
     edge = 1e-13 * C
+    # 0 reserve, 1 margin, 2 error, 3 a copy merged into its group's representative
     state = np.where(alpha0 >= C, 2, np.where(alpha0 <= 0.0, 0, 1)).astype(np.int8)
+    U = np.full(n, float(C))  # each token's bound (m·C for a group's representative)
+    rep = np.full(n, -1, dtype=np.int64)  # a merged copy's representative
+    copies = np.zeros(n, dtype=np.int64)  # copies seen in each checked row (0: unchecked)
     seen: set[bytes] = set()
     diag = np.ones(n)
     S = Q = factor = None  # the last solve's margin order, system and A's Cholesky factor
     try:  # the systems and factors hold kernel values: each goes back zeroed
         for _ in range(max_iter):
+            if not merge_copies(cols, state, U, rep, copies, C):
+                return None
             key = state.tobytes()
             if key in seen:
                 return None
@@ -355,8 +368,8 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             pS, pE = cols.ensure(S), cols.ensure(E)
             m = len(S)
             rhs = np.empty(m + 1)
-            rhs[0] = 1.0 - C * len(E)
-            rhs[1:] = diag[S] - 2.0 * C * cols.rows[np.ix_(pE, S)].sum(axis=0)
+            rhs[0] = 1.0 - U[E].sum()
+            rhs[1:] = diag[S] - 2.0 * (U[E] @ cols.rows[np.ix_(pE, S)])
             solve = _margin_solver(Q, check_finite=False, factor=factor)
             if solve is None:
                 return None
@@ -367,26 +380,24 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             aS, mu = x[1:], float(x[0])
             a_rows = np.zeros(cols.m)  # alpha by kept row
             a_rows[pS] = aS
-            a_rows[pE] = C
+            a_rows[pE] = U[E]
             g = 2.0 * (a_rows @ cols.rows[: cols.m]) - diag + mu
             size = np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
             low = S[aS < -edge]
-            high = S[aS > C + edge]
+            high = S[aS > U[S] + edge]
             R = np.flatnonzero(state == 0)
             r_bad = R[-g[R] / size[R] > tol]
             e_bad = E[g[E] / size[E] > tol]
             if not (len(low) or len(high) or len(r_bad) or len(e_bad)):
-                A = np.concatenate([S, E])
-                # a copy: K_ii + K_jj − 2 K_ij <= 1e-13 (K_ii + K_jj), rbf: K_ij >= 1 − 1e-13
-                # (each kept row holds its own token's 1: one entry per row when no copy)
-                copies = np.count_nonzero(cols.rows[: cols.m] >= 1.0 - 1e-13, axis=1)
-                if (copies[cols.pos[A]] != 1).any():
-                    return None
-                alpha = np.zeros(n)
-                alpha[E] = C
-                alpha[S] = np.clip(aS, 0.0, C)
+                group = np.zeros(n)
+                group[E] = U[E]
+                group[S] = np.clip(aS, 0.0, U[S])
+                alpha, margin = spread_copies(group, rep, S, C)
+                support = np.flatnonzero(alpha > 0)
+                cols.ensure(support)  # (a spread copy at C needs its own column)
                 Qinv = bordered_inverse(Q, factor=factor)  # the memory keeps it
-                return BatchSolution(alpha, mu, S, E, np.flatnonzero(state == 0), Qinv)
+                return BatchSolution(alpha, mu, margin, np.flatnonzero(alpha >= C),
+                                     np.flatnonzero(alpha <= 0.0), Qinv)
             state[low] = 0
             state[high] = 2
             state[r_bad] = 1
@@ -396,6 +407,74 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
         for a in (Q, factor):
             if a is not None:
                 a.fill(0.0)
+
+
+# K_ij at or above this (rbf: 1 − K_ij the kernel distance) is a copy: the kernel
+# cannot tell the keys apart (the memory's own test, svattn.exact.core.kernels.copy_groups)
+COPY_KERNEL = 1.0 - 1e-13
+
+
+def merge_copies(cols: KernelColumns, state: np.ndarray, U: np.ndarray, rep: np.ndarray,
+                 copies: np.ndarray, C: float) -> bool:
+    """Merge the copies of every margin and error token not checked yet into one token
+    (in place): the kept row of such a token lists its copies (``K_ij >= COPY_KERNEL``);
+    the first of them in index order becomes the group's representative with bound
+    ``m·C`` and the group's weight (margin unless every member was at its bound), the
+    others leave the problem (state 3, ``rep`` naming the representative). False where
+    the copies do not form one group (a member already merged elsewhere, or rows that
+    disagree about who is a copy): the caller cannot certify a split."""
+    check = np.flatnonzero(((state == 1) | (state == 2)) & (copies == 0))
+    if not len(check):
+        return True
+    pos = cols.ensure(check)
+    for b in range(0, len(check), 256):  # (no copy of the rows: a block at a time)
+        copies[check[b: b + 256]] = np.count_nonzero(
+            cols.rows[pos[b: b + 256]] >= COPY_KERNEL, axis=1)
+    for i in check[copies[check] > 1].tolist():
+        if state[i] == 3:
+            continue  # merged into a group found earlier in this pass
+        members = np.flatnonzero(cols.rows[cols.pos[i]] >= COPY_KERNEL)
+        if (rep[members] >= 0).any() or (U[members] > C).any():
+            return False
+        r = int(members[0])
+        others = members[1:]
+        state[r] = 2 if (state[members] == 2).all() else 1
+        U[r] = len(members) * C
+        state[others] = 3
+        rep[others] = r
+        copies[members] = len(members)
+    return True
+
+
+def spread_copies(group: np.ndarray, rep: np.ndarray, S: np.ndarray, C: float
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Alpha over every token from the groups' weights (``group``, on representatives):
+    each group's weight ``w`` goes to its members in index order — ``C`` each while
+    ``w >= C``, then the remainder, then 0 — so a group holds one free member at most.
+    Returns alpha and the margin order ``S`` with each representative replaced by its
+    group's free member (the rows of the margin system are the same: copies have the
+    same kernel values)."""
+    alpha = group.copy()
+    margin = S.copy()
+    merged = np.flatnonzero(rep >= 0)
+    if not len(merged):
+        return alpha, margin
+    where = {int(s): p for p, s in enumerate(S.tolist())}
+    for r in np.unique(rep[merged]).tolist():
+        members = np.concatenate([[r], merged[rep[merged] == r]])
+        members.sort()
+        w = float(group[r])
+        alpha[members] = 0.0
+        for mbr in members.tolist():
+            if w <= 1e-13 * C:
+                break
+            take = C if w >= C * (1 - 1e-13) else w
+            alpha[mbr] = take
+            w -= take
+        free = members[(alpha[members] > 0) & (alpha[members] < C)]
+        if r in where and len(free) == 1:
+            margin[where[r]] = free[0]
+    return alpha, margin
 
 
 def _scrub_dropped(old: np.ndarray | None, new: np.ndarray | None) -> None:

@@ -111,8 +111,9 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
     optimum with the bordered inverse the finish built (:func:`install_solution`).
     The result is the optimum the rows added one by one reach (the same partition,
     alpha to rounding; ``tests/exact/test_bulk.py``). Returns the new ids, or None
-    with the state untouched when the finish cannot certify a unique optimum
-    (copies in the support, a cycle): the caller then adds the rows one by one.
+    with the state untouched when the finish cannot certify its optimum (a cycle;
+    copies it merges, :func:`svattn.exact.operations.batch.column_finish`): the
+    caller then adds the rows one by one.
     """
     sol, cols = solve_by_columns(ss, ss.ordered_slots(), k)
     try:

@@ -51,6 +51,7 @@ from svattn.exact.operations.batch import (
     batch_solve,
     libsvm_solve,
 )
+from svattn.exact.operations.copies import give_to_copies, spread
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -248,8 +249,12 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
         if not ss.nS:
             canonical_mu(ss, be)
         return RemovalOutcome("reserve")
-    ss.state[slot] = DRIVEN
     try:
+        changed = give_to_copies(ss, be, slot)
+        if changed is not None:  # its copies took its weight: nothing else moved
+            wipe_slot(ss, be, slot)
+            return RemovalOutcome("copies", changed, kkt=finish_op(ss, be, exact_g=True))
+        ss.state[slot] = DRIVEN
         out = be.remove_by_segments(ss, slot, contract_first=st == MARGIN)
         if out.status == "fallback":  # the event loop takes it from here (or from the start)
             events = be.drive(ss, slot, -1, seed=out.seed)
@@ -519,8 +524,8 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
 
     With the rbf kernel and at least :data:`RESOLVE_BY_COLUMNS_FROM` live tokens, the
     batch path of a large block first (:func:`resolve_by_columns`); the Gram solve
-    (:func:`resolve_by_gram`) where that cannot certify its optimum (copies in the
-    support, a cycle, a polish that fails) and for every other memory.
+    (:func:`resolve_by_gram`) where that cannot certify its optimum (a cycle, a polish
+    that fails) and for every other memory. Both merge copies into one budget.
 
     ``check``: the KKT residual is recomputed from the cached columns, and above
     ``max(tol, WRONG_OPTIMUM)`` :class:`WrongOptimum` is raised (inside an operation,
@@ -543,9 +548,10 @@ def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
 def resolve_by_columns(ss: SlotState, be: Backend) -> bool:
     """Re-solve the live rbf tokens by libsvm's warm start and the exact finish on the
     support's kernel columns (:func:`svattn.exact.operations.batch.libsvm_solve`, as a
-    large block is added), installed with the inverse the finish built. False where
-    the finish cannot certify a unique optimum or the install's polish fails: the
-    caller then solves by the Gram matrix (which starts from scratch)."""
+    large block is added; copies merged, :mod:`svattn.exact.operations.copies`),
+    installed with the inverse the finish built. False where the finish cannot certify
+    its optimum (a cycle) or the install's polish fails: the caller then solves by the
+    Gram matrix (which starts from scratch)."""
     live = ss.ordered_slots()
     sol, cols = solve_by_columns(ss, live)
     try:
@@ -603,14 +609,9 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
     sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
     del K  # freed before the support's cache columns are allocated
     alpha = np.zeros(len(live))
-    for gi, w in enumerate(sol.alpha):
+    for gi, w in enumerate(sol.alpha):  # each group's weight over its members in id order
         members = np.flatnonzero(group == gi)
-        for m in members:  # fill in id order
-            if w <= 1e-13 * ss.C:
-                break
-            take = ss.C if w >= ss.C * (1 - 1e-13) else w
-            alpha[m] = take
-            w -= take
+        alpha[members] = spread(float(w), len(members), ss.C)
     ss.alpha[: ss.hi] = 0.0
     ss.alpha[live] = alpha
     ss.state[live] = RESERVE
@@ -655,7 +656,8 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     and the error tokens — copied from ``cols`` (the finish's kernel columns over
     ``live``) when given, else computed —, mu, the bordered inverse (``sol.Qinv`` when
     it is the one on this margin set, else refactorized), an exact g, and a polish
-    when its KKT residual is above ``0.1·tol``. The support must hold no copies."""
+    when its KKT residual is above ``0.1·tol``. A group of copies in the support holds
+    one free member at most (:func:`svattn.exact.operations.batch.spread_copies`)."""
     drop_solution(ss)
     alpha = sol.alpha
     ss.alpha[: ss.hi] = 0.0

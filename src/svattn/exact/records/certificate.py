@@ -149,8 +149,11 @@ class DeletionCertificate:
     unique_optimum : bool
         Whether exactness of alpha is claimed: the optimum is unique and the state
         meets the KKT conditions to the memory's ``tol``. False for duplicate keys
-        (alpha is then not determined by the token set) and for near-copies that
-        leave the residual above ``tol``; the decision function is still checked.
+        (alpha is then determined only up to its split among the copies of a key:
+        the decision function and each group's sum are unique, the memory keeps one
+        member of a group free and the others at a bound, ``docs/design.md`` §3) and
+        for near-copies that leave the residual above ``tol``; the decision function
+        is still checked, and an oracle cross-check compares the groups' sums.
     state_digest : str
         :meth:`SVDDMemory.state_digest` after the removal.
     C, kernel, gamma

@@ -285,6 +285,23 @@ def leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi,
 
 
 @njit(cache=True)
+def copy_of_any(KC, cos, diag, i, slots, n):
+    """Whether slot ``i`` is a copy of one of ``slots[:n]`` (each with a cache column):
+    keys the kernel cannot tell apart, ``K_ii + K_jj − 2 K_ij <= 1e-13 (K_ii + K_jj)``
+    (rbf: ``K_ij >= 1 − 1e-13``, the batch finish's test). A copy of a margin token
+    has its g, 0 along the whole path: it never joins the margin set beside it (the
+    group's coefficient budget is one; ``docs/design.md``, duplicates)."""
+    for q in range(n):
+        s = slots[q]
+        if s == i:
+            continue
+        dd = diag[i] + diag[s]
+        if dd - 2.0 * KC[i, cos[s]] <= 1e-13 * dd:
+            return True
+    return False
+
+
+@njit(cache=True)
 def join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi, hi,
                  gamma, is_rbf, scale):
     """An error or reserve token reaches g = 0 and joins the margin set (a reserve

@@ -40,6 +40,7 @@ from svattn.exact.backends.compiled.columns import (
     bordered_into,
     bordered_out,
     contract,
+    copy_of_any,
     free_column_available,
     join_with_sum,
     leave_with_sum,
@@ -197,6 +198,8 @@ def try_jumps(KC, XC, ac, soc, cos, X, diag, alpha, state, esum, Qb, nS, chi, hi
                 continue
             gr = g_cur[r]
             if abs(gr) <= tie:
+                if copy_of_any(KC, cos, diag, r, tord, nT):
+                    continue  # a copy of a token on the margin: tied with it, stays
                 return passes, -1, changes, chi
             if (st == RESERVE and gr < 0.0) or (st == ERROR and gr > 0.0):
                 enter[n_enter] = r
@@ -484,6 +487,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                 moving = ge - gi > rate_tol and ge > 0.0
             else:
                 moving = False
+            if moving and copy_of_any(KC, cos, diag, i, soc, nS):
+                moving = False  # a copy of a margin token: its g is its sibling's, 0
             if moving:
                 n_viol += 1
                 f = gi / (gi - ge)
