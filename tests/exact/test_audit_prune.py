@@ -413,3 +413,22 @@ def test_a_log_copied_without_its_openings_says_so(forgotten, tmp_path, capsys):
     assert main(["audit", "verify", str(bare / "audit.jsonl")]) == 1
     assert "audit.jsonl.openings, which holds the openings beside the log, is missing" \
         in capsys.readouterr().out
+
+
+def test_a_subjects_compacted_tokens_are_pruned_with_it(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.05, audit_log=log, tag_key=b"k" * 32)
+    x = np.random.default_rng(9).normal(size=(60, 2))
+    mem.extend(x, tags=["a", "b"] * 30)
+    dropped = mem.compact()  # reserve tokens: some of a's among them
+    rep = verify_chain(log)
+    a_tag = rep.records[1]["tokens"][0]["tag"]
+    gone = [t["id"] for t in rep.records[1]["tokens"] if t["tag"] == a_tag
+            and t["id"] not in mem.ids]
+    assert gone, dropped  # the case: a token of the subject left by compaction
+    mem.erase("a")
+    mem.close_audit_log()
+    rep = verify_chain(log)
+    assert rep.ok and rep.n_pruned == 30 + (30 - len(gone)) + 1, rep.error
+    for p in _log_files(tmp_path, log):
+        assert a_tag.encode() not in p.read_bytes(), p.name
