@@ -138,8 +138,17 @@ def test_a_pruned_log_verifies_with_every_tool(forgotten, capsys):
     assert main(["audit", "consistency", str(f["kept"]), str(checkpoint_path(f["log"])),
                  "--log", log, "--vkey", vkey]) == 0
     erase = next(r["seq"] for r in rep.records if r["op"] == "erase")
-    assert main(["audit", "prove", log, str(erase)]) == 0
+    add = next(r["seq"] for r in rep.records if r["op"] == "add")  # alice's, pruned
+    proof = f["dir"] / "add.tlog-proof"
+    assert main(["audit", "prove", log, str(add), "-o", str(proof)]) == 0
+    capsys.readouterr()
+    assert main(["audit", "entry", log, str(add)]) == 0
+    entry = f["dir"] / "add.entry"
+    entry.write_bytes(capsys.readouterr().out.encode())
+    assert entry.read_bytes() == rep.entries[add]  # the exact bytes hashed, as written
+    assert main(["audit", "check-proof", str(proof), str(entry), "--vkey", vkey]) == 0
     assert main(["audit", "prove", log, "--receipt", str(f["dir"] / "erasure.json")]) == 0
+    assert f"index {erase}" in capsys.readouterr().out
 
 
 def test_go_verifies_the_proofs_of_a_pruned_log(forgotten, go_tlog):
