@@ -138,8 +138,17 @@ def test_a_pruned_log_verifies_with_every_tool(forgotten, capsys):
     assert main(["audit", "consistency", str(f["kept"]), str(checkpoint_path(f["log"])),
                  "--log", log, "--vkey", vkey]) == 0
     erase = next(r["seq"] for r in rep.records if r["op"] == "erase")
-    assert main(["audit", "prove", log, str(erase)]) == 0
+    add = next(r["seq"] for r in rep.records if r["op"] == "add")  # alice's, pruned
+    proof = f["dir"] / "add.tlog-proof"
+    assert main(["audit", "prove", log, str(add), "-o", str(proof)]) == 0
+    capsys.readouterr()
+    assert main(["audit", "entry", log, str(add)]) == 0
+    entry = f["dir"] / "add.entry"
+    entry.write_bytes(capsys.readouterr().out.encode())
+    assert entry.read_bytes() == rep.entries[add]  # the exact bytes hashed, as written
+    assert main(["audit", "check-proof", str(proof), str(entry), "--vkey", vkey]) == 0
     assert main(["audit", "prove", log, "--receipt", str(f["dir"] / "erasure.json")]) == 0
+    assert f"index {erase}" in capsys.readouterr().out
 
 
 def test_go_verifies_the_proofs_of_a_pruned_log(forgotten, go_tlog):
@@ -413,3 +422,22 @@ def test_a_log_copied_without_its_openings_says_so(forgotten, tmp_path, capsys):
     assert main(["audit", "verify", str(bare / "audit.jsonl")]) == 1
     assert "audit.jsonl.openings, which holds the openings beside the log, is missing" \
         in capsys.readouterr().out
+
+
+def test_a_subjects_compacted_tokens_are_pruned_with_it(tmp_path):
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.05, audit_log=log, tag_key=b"k" * 32)
+    x = np.random.default_rng(9).normal(size=(60, 2))
+    mem.extend(x, tags=["a", "b"] * 30)
+    dropped = mem.compact()  # reserve tokens: some of a's among them
+    rep = verify_chain(log)
+    a_tag = rep.records[1]["tokens"][0]["tag"]
+    gone = [t["id"] for t in rep.records[1]["tokens"] if t["tag"] == a_tag
+            and t["id"] not in mem.ids]
+    assert gone, dropped  # the case: a token of the subject left by compaction
+    mem.erase("a")
+    mem.close_audit_log()
+    rep = verify_chain(log)
+    assert rep.ok and rep.n_pruned == 30 + (30 - len(gone)) + 1, rep.error
+    for p in _log_files(tmp_path, log):
+        assert a_tag.encode() not in p.read_bytes(), p.name

@@ -172,6 +172,7 @@ class AuditLog:
         # id -> (its add record, tag, its slot there)
         self._ingest: dict[int, tuple[int, str | None, int]] = {}
         self._removed: dict[int, int] = {}  # id -> the record that removed it
+        self._compacted: dict[int, int] = {}  # id -> the compact record that dropped it
         self._prune: list[tuple[int, int]] = []  # (record, slot) openings an erase named
         self._version = LOG_VERSION  # (a resumed log keeps its own)
 
@@ -275,6 +276,8 @@ class AuditLog:
         log._ingest, log._version = dict(report.ingested), report.version
         log._removed = {r["certificate"]["removed_id"]: r["seq"] for r in recs
                         if r["op"] == "remove"}
+        log._compacted = {t: r["seq"] for r in recs if r["op"] == "compact"
+                          for t in r["dropped"]}
         if log._version >= 3:  # finish a prune a crash cut; drop openings of no entry
             log._prune = list(report.unpruned)
             log.prune_pending(below=len(recs))
@@ -334,6 +337,7 @@ class AuditLog:
         if any(v[0] >= seq for v in self._ingest.values()):
             self._ingest = {t: v for t, v in self._ingest.items() if v[0] < seq}
         self._removed = {t: j for t, j in self._removed.items() if j < seq}
+        self._compacted = {t: j for t, j in self._compacted.items() if j < seq}
 
     def prune_pending(self, below: int | None = None) -> int:
         """Delete from ``LOG.openings`` the openings the log's erases named and that are
@@ -432,6 +436,7 @@ class AuditLog:
                 return {"certificate": self._sealed(opens, 0, asdict(cert))}, opens
             return {"certificate": asdict(cert)}, []
         if op == "compact":
+            self._compacted.update((int(i), self._seq) for i in info["dropped"])
             return {"dropped": [int(i) for i in info["dropped"]]}, []
         if op == "erase":  # the request: its removals are the records before it
             return self._erasure(info["receipt"])
@@ -462,7 +467,7 @@ class AuditLog:
             self._prune += [tuple(a) for a in erasure["ingested_at"]]
             self._prune += [(j, 0) for j in erasure["removed_at"]] + [(self._seq, 0)]
             for a in erasure["prunes"]:
-                self._prune += [(a[0], a[1])] + [(a[2], 0)] * (len(a) == 3)
+                self._prune += [(a[0], a[1]), (a[2], 0)] if len(a) == 3 else [(a[0], a[1])]
         return {"erasure": erasure}, opens
 
     def _gone_of(self, tag_hash: str, erased: set[int]) -> list[list[int]]:
@@ -470,7 +475,8 @@ class AuditLog:
         one by one: ``[record, slot, remove record]``; compacted), pruned with it."""
         return sorted([seq, slot] + ([self._removed[t]] if t in self._removed else [])
                       for t, (seq, tag, slot) in self._ingest.items()
-                      if tag == tag_hash and t not in erased)
+                      if tag == tag_hash and t not in erased
+                      and (t in self._removed or t in self._compacted))
 
     @staticmethod
     def _sealed(opens: list[tuple[int, str, Any]], slot: int, value: Any) -> str:
