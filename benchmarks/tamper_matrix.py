@@ -113,6 +113,8 @@ def four_types(mem, cert, log, key, tmp: Path, sources: list | None = None) -> d
                        mixer_options={"chunk": 8, "C": 0.25, "policy": "full"})
     stream = CharLM(cfg).stream(signing_key=key)
     stream.feed(b"the cat sat on the mat, the dog sat on the log")
+    for word in (b"log", b"dog", b"mat"):  # earlier forgets (after the span): its entry
+        stream.forget_text(word)  # is the fourth of the forget log, its proof two hashes
     mreceipt = stream.forget(10, 17).receipt
     stream.save(tmp / "stream")
     sources.append(("ModelErasureReceipt", write_receipt(tmp / "model.json", mreceipt),

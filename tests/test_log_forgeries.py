@@ -89,11 +89,15 @@ def _keys(m: dict) -> list[list[str]]:
     return [[], ["--public-key", str(m["pub"])]]
 
 
-def _never_0(argv: list[str], capsys) -> int:
+def _never_0(argv: list[str], capsys, output: list | None = None) -> int:
+    """Run the command; assert exit 1 or 3 and no VERIFIED verdict; return the status
+    (and append the output to ``output``)."""
     status = main(argv)
     out = capsys.readouterr().out
     assert status in (1, 3), (status, out)
     assert "verdict:             VERIFIED" not in out and "verdict: VERIFIED" not in out
+    if output is not None:
+        output.append(out)
     return status
 
 
@@ -197,8 +201,7 @@ def test_an_unsigned_receipt_with_a_rewritten_stream_holding_the_span_is_never_e
     from svattn.lm.stream import LMStream
 
     assert text[10:14] in LMStream.load(tmp_path / "forged", model).text  # held again
-    status = _never_0(["verify-forget", str(ckpt), str(tmp_path / "forged"),
-                       str(tmp_path / "r.json")], capsys)
-    assert status == 3
-    main(["verify-forget", str(ckpt), str(tmp_path / "forged"), str(tmp_path / "r.json")])
-    assert "the forget log's authenticity" in capsys.readouterr().out
+    out: list[str] = []
+    assert _never_0(["verify-forget", str(ckpt), str(tmp_path / "forged"),
+                     str(tmp_path / "r.json")], capsys, out) == 3
+    assert "the forget log's authenticity" in out[0] and "is unsigned" in out[0]

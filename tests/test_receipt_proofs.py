@@ -98,12 +98,18 @@ def test_every_receipt_types_tlog_proof_verifies_here_and_in_go(go_tlog, receipt
                            other.read_bytes())[0]
 
 
-def test_go_opens_the_streams_forget_log_checkpoint(go_tlog, receipts):
+def test_go_opens_the_streams_forget_log_checkpoint(go_tlog, receipts, capsys):
+    """Under keygen's .vkey and under the forget log's own key (svattn audit vkey)."""
     from svattn.lm.stream_folder import read_manifest
 
     note = read_manifest(receipts["dir"] / "stream")["forget_checkpoint"]
-    ok, out = go_tlog.run("note", receipts["vkey"].read_text(), note)
-    assert ok, out
+    assert main(["audit", "vkey", str(receipts["dir"] / "stream"), "--public-key",
+                 str(receipts["dir"] / "ctl.pub")]) == 0
+    own = capsys.readouterr().out.strip()
+    assert own.startswith(note.split("\n", 1)[0] + "+")  # key name = the log's origin
+    for vkey in (receipts["vkey"].read_text(), own):
+        ok, out = go_tlog.run("note", vkey, note)
+        assert ok, out
 
 
 def test_the_forget_receipt_proof_is_of_its_last_removal(receipts):
