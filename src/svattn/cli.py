@@ -411,12 +411,13 @@ def _recover_run(args: argparse.Namespace) -> int:
 
 
 def _remove_old_state(state: Path) -> None:
-    """Overwrite ``state`` with zeros and delete it (a file with another name, a hard
-    link, is only unlinked here: its bytes stay under that name, which is said)."""
+    """Overwrite ``state`` with zeros and delete it (a hard link or a symlink is only
+    unlinked here: the bytes stay under the other name, which is said)."""
     from svattn.exact.records.fileformat import remove_file
 
     if not remove_file(state):
-        print(f"{state} has another name (a hard link): its bytes stay there; delete it too")
+        print(f"{state} was a link (hard or symbolic): only that name was deleted, the "
+              "bytes stay under the other; delete that too")
 
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:
