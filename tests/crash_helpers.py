@@ -64,6 +64,23 @@ class CrashingOS:
         return call
 
 
+def crash_points(trace: list[str], steps=None, *, all_modes: bool = False
+                 ) -> list[tuple[int, str]]:
+    """``(n, mode)`` for each call ``n`` (1-based; ``steps``: those only) of a run's
+    ``trace``: the call dropped; a write also garbled; the last call also written. A call
+    written and the process dead is the next call dropped (nothing between two calls
+    changes the disk, but an empty temporary file created), so that covers every state;
+    ``all_modes`` adds each call written as well."""
+    out = []
+    for n in range(1, len(trace) + 1) if steps is None else steps:
+        out.append((n, "dropped"))
+        if trace[n - 1] == "write":
+            out.append((n, "garbled"))
+        if all_modes or n == len(trace):
+            out.append((n, "written"))
+    return out
+
+
 @contextlib.contextmanager
 def crashing(monkeypatch, fake: CrashingOS, modules: Iterable) -> Iterator[CrashingOS]:
     """``fake`` as the ``os`` of each of ``modules`` inside the block (the real one after,
@@ -98,4 +115,5 @@ def residue(folder: Path, needles: Iterable[bytes]) -> dict[str, list[int]]:
     return out
 
 
-__all__ = ["CALLS", "MODES", "Crash", "CrashingOS", "crashing", "key_bytes", "residue"]
+__all__ = ["CALLS", "MODES", "Crash", "CrashingOS", "crash_points", "crashing", "key_bytes",
+           "residue"]

@@ -411,22 +411,24 @@ def _recover_run(args: argparse.Namespace) -> int:
     except AuditLogError as exc:  # a log or state that cannot be recovered from: usage
         raise ValueError(str(exc)) from None
     memory.save(args.out)
-    if args.remove_old_state:
-        _remove_old_state(args.state)
-    print(report.summary(old_state_removed=args.remove_old_state))
+    removed = args.remove_old_state and _remove_old_state(args.state)
+    print(report.summary(old_state_removed=removed))
     print(f"recovered state: {args.out} ({len(memory)} tokens); new audit log: {args.new_log}")
     if report.lost_adds:
         print(f"lost (added after the save, never in a file): ids {list(report.lost_adds)}")
     return 0
 
 
-def _remove_old_state(state: Path) -> None:
-    """Overwrite ``state`` with zeros and delete it (a file with another name, a hard
-    link, is only unlinked here: its bytes stay under that name, which is said)."""
+def _remove_old_state(state: Path) -> bool:
+    """Overwrite ``state`` with zeros and delete it (a hard link or a symlink is only
+    unlinked here: the bytes stay under the other name, which is said)."""
     from svattn.exact.records.fileformat import remove_file
 
-    if not remove_file(state):
-        print(f"{state} has another name (a hard link): its bytes stay there; delete it too")
+    if remove_file(state):
+        return True
+    print(f"{state} was a link (hard or symbolic): only that name was deleted, the bytes "
+          "stay under the other; delete that too")
+    return False
 
 
 def _keygen_arguments(parser: argparse.ArgumentParser) -> None:

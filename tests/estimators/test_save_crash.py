@@ -18,7 +18,7 @@ import shutil
 import numpy as np
 import pytest
 
-from crash_helpers import MODES, Crash, CrashingOS, crashing, key_bytes, residue
+from crash_helpers import Crash, CrashingOS, crash_points, crashing, key_bytes, residue
 from svattn import SVDD
 from svattn.estimators import saved as saved_module
 from svattn.exact.records import audit as audit_module
@@ -87,23 +87,22 @@ def _check_crashed(folder, needles, before, after) -> str:
     return "old"
 
 
+@pytest.mark.parametrize("all_modes", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_every_crash_point_of_a_save_after_a_forget_loads_old_or_new(deployed, tmp_path,
-                                                                     monkeypatch):
+                                                                     monkeypatch, all_modes):
+    """Every call dropped (a write also garbled; the last also written: a call written is
+    the next one dropped); -m slow writes each call too."""
     base, needles, before, after = deployed
     counter = CrashingOS()
     _forget_and_save(base, tmp_path / "count", monkeypatch, counter)
-    total = counter.calls
-    assert total >= 10, counter.trace
+    assert len(counter.trace) >= 10, counter.trace
     outcomes = []
-    for n in range(1, total + 1):
-        for mode in MODES:
-            if mode == "garbled" and counter.trace[n - 1] != "write":
-                continue  # (only a write can be garbled: elsewhere it is "dropped")
-            folder = tmp_path / f"c{n}{mode}"
-            with pytest.raises((Crash, AuditLogError)):
-                _forget_and_save(base, folder, monkeypatch, CrashingOS(n, mode))
-            outcomes.append(_check_crashed(folder, needles, before, after))
-            shutil.rmtree(folder)
+    for n, mode in crash_points(counter.trace, all_modes=all_modes):
+        folder = tmp_path / f"c{n}{mode}"
+        with pytest.raises((Crash, AuditLogError)):
+            _forget_and_save(base, folder, monkeypatch, CrashingOS(n, mode))
+        outcomes.append(_check_crashed(folder, needles, before, after))
+        shutil.rmtree(folder)
     assert "new" in outcomes and "old" in outcomes, outcomes
 
 

@@ -24,7 +24,7 @@ import shutil
 import numpy as np
 import pytest
 
-from crash_helpers import MODES, Crash, CrashingOS, crashing, key_bytes, residue
+from crash_helpers import Crash, CrashingOS, crash_points, crashing, key_bytes, residue
 from svattn.exact import SVDDMemory
 from svattn.exact.auditor.recovery import recover
 from svattn.exact.records import audit as audit_module
@@ -116,28 +116,28 @@ def _check_crashed(folder, needles, old, new) -> str:
     return "old"
 
 
+@pytest.mark.parametrize("all_modes", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_every_crash_point_of_a_save_after_a_forget_leaves_old_or_new(saved, tmp_path,
-                                                                      monkeypatch):
+                                                                      monkeypatch, all_modes):
+    """Every call dropped (a write also garbled; the last also written: a call written is
+    the next one dropped); -m slow writes each call too."""
     base, needles, old, new = saved
     counter = CrashingOS()
     _save_after_forget(base, tmp_path / "count", monkeypatch, counter)
-    total = counter.calls
     # the leftover's zeroing, fsync and unlink; the file's write and fsync; the log
     # line's; the checkpoint's write, fsync, rename and the folder's fsync; the rename;
-    # the folder's fsync
-    assert total >= 13, counter.trace
+    # the folder's fsync; the replaced file's zeroing and fsync
+    assert len(counter.trace) >= 13, counter.trace
     outcomes = []
-    for n in range(1, total + 1):
-        for mode in MODES:
-            if mode == "garbled" and counter.trace[n - 1] != "write":
-                continue  # (only a write can be garbled: elsewhere it is "dropped")
-            folder = tmp_path / f"c{n}{mode}"
-            with pytest.raises((Crash, AuditLogError)):
-                _save_after_forget(base, folder, monkeypatch, CrashingOS(n, mode))
-            outcomes.append(_check_crashed(folder, needles, old, new))
-            shutil.rmtree(folder)
-    # both outcomes reached: a crash from the rename on lands the save
-    assert outcomes.count("new") >= 2 and outcomes.count("old") >= 2 * (total - 3), outcomes
+    for n, mode in crash_points(counter.trace, all_modes=all_modes):
+        folder = tmp_path / f"c{n}{mode}"
+        with pytest.raises((Crash, AuditLogError)):
+            _save_after_forget(base, folder, monkeypatch, CrashingOS(n, mode))
+        outcomes.append(_check_crashed(folder, needles, old, new))
+        shutil.rmtree(folder)
+    # both outcomes reached: a crash after the rename lands the save, one before does not
+    assert outcomes.count("new") >= 2 and outcomes.count("old") >= len(counter.trace) - 4, \
+        outcomes
 
 
 def test_the_replaced_state_file_is_overwritten_with_zeros(saved, tmp_path):

@@ -12,6 +12,7 @@ import errno
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -269,9 +270,12 @@ def test_forget_on_the_command_line_leaves_no_forgotten_byte_in_the_folder(
     if crash is None:
         assert main(argv) == 0
     else:  # the new manifest's rename: the last rename of the save
-        count = CrashingOS()
+        count, probe = CrashingOS(), tmp_path / "probe"  # the same save, on a copy
+        shutil.copytree(st, probe)
+        same = LMStream.load(probe, model)
+        same.forget_text(b"HIV positive")
         with crashing(monkeypatch, count, (fileformat, stream_folder)):
-            LMStream.load(st, model).save(tmp_path / "probe")
+            same.save(probe)
         n = len(count.trace) - count.trace[::-1].index("replace")
         with crashing(monkeypatch, CrashingOS(n, crash), (fileformat, stream_folder)), \
                 pytest.raises(Crash):

@@ -17,7 +17,7 @@ import shutil
 import pytest
 from test_stream import SECRET, fresh_of, make, span_rows, text_of
 
-from crash_helpers import MODES, Crash, CrashingOS, crashing, residue
+from crash_helpers import Crash, CrashingOS, crash_points, crashing, residue
 from svattn.exact.records import fileformat
 from svattn.lm import stream as stream_module
 from svattn.lm import stream_folder
@@ -61,21 +61,18 @@ def _check(forgotten, folder) -> str:
     return "old"
 
 
-def _enumerate(forgotten, tmp_path, monkeypatch, steps) -> list[str]:
+def _enumerate(forgotten, tmp_path, monkeypatch, steps, *, all_modes=False) -> list[str]:
     """Crash the save at each of ``steps(trace)`` (1-based call numbers, from the trace of
-    a save run to its end) in each mode; return each crash's outcome."""
+    a save run to its end; ``crash_helpers.crash_points``); return each outcome."""
     counter = CrashingOS()
     _crashed_save(forgotten, tmp_path / "count", monkeypatch, counter)
     outcomes = []
-    for n in steps(counter.trace):
-        for mode in MODES:
-            if mode == "garbled" and counter.trace[n - 1] != "write":
-                continue  # (only a write can be garbled: elsewhere it is "dropped")
-            folder = tmp_path / f"c{n}{mode}"
-            with pytest.raises(Crash):
-                _crashed_save(forgotten, folder, monkeypatch, CrashingOS(n, mode))
-            outcomes.append(_check(forgotten, folder))
-            shutil.rmtree(folder)
+    for n, mode in crash_points(counter.trace, steps(counter.trace), all_modes=all_modes):
+        folder = tmp_path / f"c{n}{mode}"
+        with pytest.raises(Crash):
+            _crashed_save(forgotten, folder, monkeypatch, CrashingOS(n, mode))
+        outcomes.append(_check(forgotten, folder))
+        shutil.rmtree(folder)
     return outcomes
 
 
@@ -83,7 +80,8 @@ def test_a_stream_save_crashed_at_sampled_points_loads_old_or_new(forgotten, tmp
                                                                   monkeypatch):
     """The first call, every call of the commit (the new manifest's write, fsync, rename
     and the folder's fsync) and the first of the old generation's removal, and the last,
-    each in the three modes; every call under -m slow."""
+    each dropped (a write also garbled, the last call also written); every call in the
+    three modes under -m slow."""
     def steps(trace):
         assert len(trace) > 20 and "unlink" in trace
         commit = len(trace) - trace[::-1].index("replace")  # the new manifest's rename
@@ -97,5 +95,5 @@ def test_a_stream_save_crashed_at_sampled_points_loads_old_or_new(forgotten, tmp
 def test_a_stream_save_crashed_at_every_point_loads_old_or_new(forgotten, tmp_path,
                                                               monkeypatch):
     outcomes = _enumerate(forgotten, tmp_path, monkeypatch,
-                          lambda trace: range(1, len(trace) + 1))
+                          lambda trace: range(1, len(trace) + 1), all_modes=True)
     assert "old" in outcomes and "new" in outcomes, outcomes

@@ -28,7 +28,7 @@ from then on. When the margin set is empty ``mu`` is the largest optimal value.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
@@ -418,18 +418,12 @@ class SVDDMemory:
         twin._ingest_path = self._ingest_path
         return twin
 
-    def save(self, path: str | os.PathLike[str], *,
-             before_commit: Callable[[str], None] | None = None) -> str:
-        """Save atomically to a safetensors file; return the file's SHA-256.
-
-        The tensors are :func:`~svattn.exact.records.schema.to_tensors`; the metadata adds the
-        digest, health, KKT residual and audit head (:mod:`svattn.exact.records.fileformat`).
-        The previous file stays intact when anything fails or the process dies
-        mid-save, and is overwritten with zeros once the new one is durable; a killed
-        save's temporary file goes at the next save or load. ``before_commit(sha256)``
-        runs once the new bytes are durable, before they replace the file (what must be
-        on disk first); if it raises, nothing is saved.
-        """
+    def save(self, path: str | os.PathLike[str], *, before_commit=None) -> str:
+        """Save atomically to a safetensors file; return the file's SHA-256 (tensors:
+        :func:`~svattn.exact.records.schema.to_tensors`; metadata: digest, health, KKT
+        residual, audit head). The old file stays whole if anything fails or the process
+        dies, and is zeroed once the new one is durable; ``before_commit(sha256)``, when
+        given, runs just before the rename (if it raises, nothing is saved)."""
         self._audit_ready()
         ss = self._s
         t, fields = schema.to_tensors(ss)
@@ -439,14 +433,10 @@ class SVDDMemory:
         data = fileformat.state_file_bytes(t, meta)
         path, digest, log = Path(path), fileformat.sha256_hex(data), self._audit
         mark = None if log is None else log.mark()
-        def commit() -> None:
-            if before_commit is not None:
-                before_commit(digest)
-            if log is not None:
-                log.record_save(self._audit_facts(), path, digest)
-
+        steps = [] if before_commit is None else [lambda: before_commit(digest)]
+        steps += [] if log is None else [lambda: log.record_save(self._audit_facts(), path, digest)]
         try:  # logged before the rename: a failed record leaves the old file, and the log
-            fileformat.write_atomic(path, data, before_rename=commit)
+            fileformat.write_atomic(path, data, before_rename=lambda: [f() for f in steps])
         except SavedNotDurable:  # renamed: the file and its record agree, both stay
             raise
         except BaseException:

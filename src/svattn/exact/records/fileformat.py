@@ -273,8 +273,8 @@ def write_atomic(path: Path, data: bytes, *,
                 pass
             raise
         _sync_directory(path)  # (failing: the old file is left whole, the rename may not last)
-        _zero_replaced(old)
-        old = -1
+        replaced, old = old, -1  # (closed by _zero_replaced, whatever happens there)
+        _zero_replaced(replaced)
     finally:
         if old >= 0:
             os.close(old)
