@@ -56,7 +56,7 @@ from svattn.exact.records.certificate import (
     commitment_key,
 )
 from svattn.exact.records.certificate import commitment_key_id as key_id
-from svattn.exact.records.fileformat import SavedNotDurable, StateFileError
+from svattn.exact.records.fileformat import SavedNotDurable
 from svattn.exact.records.signing import (
     check_key_id,
     no_tag_reason,
@@ -477,25 +477,15 @@ class SVDDMemory:
         fileformat.remove_leftovers(path)  # a killed save's temporary files: erased tokens
         data = path.read_bytes()
         t, meta = fileformat.read_state(data, where)
-        try:
+        with fileformat.inconsistent_state(where):
             ss = schema.from_tensors(t, meta, version=meta["format_version"])
-        except schema.SchemaError as exc:
-            raise StateFileError(f"{where}: {exc}") from None
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise StateFileError(f"{where}: inconsistent state ({type(exc).__name__}: {exc})"
-                                 ) from None
         mem = cls.__new__(cls)
         mem._init_state(ss)
         mem._signing_key, mem._tag_key, mem._commit_key = key, tag, commitment_key(tag)
         check_key_id(ss.commit_key_id, key_id(mem._commit_key), where)
-        try:  # the semantic checks, recomputed from the arrays
+        with fileformat.inconsistent_state(where):  # the semantic checks, from the arrays
             fileformat.check_loaded_state(mem._s, mem._be, mem._health, t, meta, where,
                                           digest=mem.state_digest(), residual=mem._residual())
-        except StateFileError:
-            raise
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise StateFileError(f"{where}: inconsistent state ({type(exc).__name__}: {exc})"
-                                 ) from None
         if audit_log is not None:
             mem._audit = AuditLog.resume(audit_log, mem._audit_facts(), state_path=path,
                                          state_sha256=fileformat.sha256_hex(data),

@@ -23,6 +23,7 @@ state to its hash-chained history (``docs/design.md`` §4).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -32,7 +33,7 @@ import re
 import stat
 import struct
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -427,6 +428,23 @@ def check_recomputed(t: dict[str, np.ndarray], meta: dict[str, Any], where: str,
     check(off <= KKT_ROUNDING, where,
           f"KKT residual {residual:.3e} recomputed on load differs from the saved "
           + (f"{saved:.3e}" if isinstance(saved, float) else f"{saved!r:.40}"))
+
+
+@contextlib.contextmanager
+def inconsistent_state(where: str) -> Iterator[None]:
+    """A loaded state's reading or checks failing on its content (a schema error, or a
+    KeyError / TypeError / ValueError / IndexError) as :class:`StateFileError`."""
+    from svattn.exact.records.schema import SchemaError
+
+    try:
+        yield
+    except StateFileError:
+        raise
+    except SchemaError as exc:
+        raise StateFileError(f"{where}: {exc}") from None
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise StateFileError(f"{where}: inconsistent state ({type(exc).__name__}: {exc})"
+                             ) from None
 
 
 def read_state(data: bytes, where: str) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
