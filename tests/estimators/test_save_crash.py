@@ -23,13 +23,14 @@ from svattn import SVDD
 from svattn.estimators import saved as saved_module
 from svattn.exact.records import audit as audit_module
 from svattn.exact.records import fileformat
+from svattn.exact.records import openings as openings_module
 from svattn.exact.records import tlog as tlog_module
 from svattn.exact.records.audit import AuditLogError
 from svattn.exact.records.signing import generate_key
 
 KEY = generate_key()
 SUBJECT = "alice"
-MODULES = (saved_module, fileformat, audit_module, tlog_module)
+MODULES = (saved_module, fileformat, audit_module, tlog_module, openings_module)
 
 
 @pytest.fixture(scope="module")

@@ -29,6 +29,7 @@ from svattn.exact import SVDDMemory
 from svattn.exact.auditor.recovery import recover
 from svattn.exact.records import audit as audit_module
 from svattn.exact.records import fileformat
+from svattn.exact.records import openings as openings_module
 from svattn.exact.records import tlog as tlog_module
 from svattn.exact.records.audit import AuditLogError, verify_chain
 from svattn.exact.records.fileformat import parse_header, read_metadata
@@ -38,7 +39,7 @@ from svattn.exact.records.tlog import controller_verifier, open_checkpoint
 
 KEY = generate_key()
 SUBJECT = "alice-subject"
-MODULES = (fileformat, audit_module, tlog_module)
+MODULES = (fileformat, audit_module, tlog_module, openings_module)
 LEFTOVER = ".m.safetensors.k1ll3d00.tmp"  # what a save killed before its rename leaves
 
 
