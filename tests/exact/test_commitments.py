@@ -126,6 +126,32 @@ def test_a_certificate_is_checkable_later_from_the_chain(tmp_path):
     assert not res.ok and any("not the audit log's end" in r for r in res.reasons)
 
 
+def test_a_state_older_than_the_log_is_refused_even_where_its_digest_is_the_certificates(
+        tmp_path, capsys):
+    """The state right after a removal, saved, then the log goes on (a later erase): that
+    state is no longer the memory's, and the certificate checked on it with the log fails
+    as ``audit verify LOG STATE`` and ``verify_erasure`` do, not VERIFIED."""
+    from svattn.cli import main
+    from svattn.exact import SVDDMemory as Memory
+
+    log, old = tmp_path / "audit.jsonl", tmp_path / "old.safetensors"
+    rng = np.random.default_rng(8)
+    mem = SVDDMemory(C=0.1, audit_log=log, tag_key=TAG_KEY)
+    ids = mem.extend(rng.normal(size=(40, 3)))
+    cert = mem.remove(ids[2])
+    mem.save(old)
+    mem.remove(ids[5])  # the log goes on past the saved state
+    mem.close_audit_log()
+    stale = Memory.load(old)
+    res = verify_deletion(stale, cert, log=log)
+    assert not res.ok and any("not the audit log's end" in r for r in res.reasons)
+    cert_path = tmp_path / "cert.json"
+    cert_path.write_text(cert.to_json())
+    assert main(["verify-deletion", str(old), str(cert_path), "--log", str(log)]) == 1
+    assert main(["audit", "verify", str(log), str(old)]) == 1
+    capsys.readouterr()
+
+
 def test_the_cli_checks_copies_with_the_commit_key(tmp_path, capsys):
     from svattn.cli import main
     from svattn.exact.records.signing import write_keypair

@@ -101,6 +101,11 @@ def matches_the_log(cert: DeletionCertificate, rep: AuditReport, reasons: list[s
             reasons.append("state_digest differs from the memory's, and the memory is not "
                            "the audit log's end (its final digest is another)")
             ok = False
+    elif rep.final_digest != present:  # the removal's own state, but the log went on
+        reasons.append("state_digest: the memory is the one this removal left, but not the "
+                       "audit log's end: the log records operations after it (a stale state; "
+                       "check the memory's present state)")
+        ok = False
     added = index.adds.get(cert.removed_id, [])
     # (an add record of a version-1 log carries its own salted commitment: not comparable)
     if (added and "salt" not in added[-1][1] and added[-1][1].get("pruned") is not True
