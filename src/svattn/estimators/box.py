@@ -47,8 +47,12 @@ def box_of(nu: object, C: object, n: int) -> float:
     if nu is not None and C is not None:
         raise ValueError("give nu or C, not both (nu sets C = 1 / (nu · n_samples))")
     if C is not None:
-        if isinstance(C, bool) or not isinstance(C, numbers.Real) \
-                or not (math.isfinite(C) and C > 0):
+        try:  # (an int too large for a float overflows in isfinite)
+            ok = not isinstance(C, bool) and isinstance(C, numbers.Real) \
+                and math.isfinite(C) and C > 0
+        except OverflowError:
+            ok = False
+        if not ok:
             raise ValueError(f"C must be a finite number > 0, got {C!r:.40}")
         return float(C)
     nu = 0.5 if nu is None else nu
