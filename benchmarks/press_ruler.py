@@ -336,6 +336,26 @@ def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, c - h), min(1.0, c + h))
 
 
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test over the discordant pairs (ties dropped)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired(items: list[dict], a: str, b: str) -> dict:
+    """``a`` against ``b`` on the same items: per item, the ratios (of four) each gets right;
+    an item counts for the one with more. The four ratios of one context are not
+    independent trials, so the sign test runs over items, not over (item, ratio) pairs."""
+    diff = [sum(int(r["right"][f"{a}@{x}"]) - int(r["right"][f"{b}@{x}"]) for x in RATIOS)
+            for r in items]
+    wins, losses = sum(d > 0 for d in diff), sum(d < 0 for d in diff)
+    return {"items_a_ahead": wins, "items_b_ahead": losses, "items": len(items),
+            "ratios_right_a_minus_b": int(sum(diff)), "sign_test_p": sign_test(wins, losses)}
+
+
 def cmd_summarize(args) -> None:
     src = Path(args.out)
     recs = [json.loads(x) for x in src.read_text().splitlines()]
@@ -351,16 +371,20 @@ def cmd_summarize(args) -> None:
             table.setdefault(task, {})[c] = {"right": k, "n": len(sel), "acc": k / len(sel)
                                              if sel else math.nan, "wilson95": [lo, hi]}
     direct = [r for r in recs if r["kind"] == "direct_check"]
+    names = sorted({c.split("@")[0] for c in configs if "@" in c})
+    versus = {task: {b: paired([r for r in items if task == "all" or r["task"] == task],
+                               "svdd", b) for b in names if b != "svdd"}
+              for task in (*TASKS, "all")}
     cost = {name: float(np.mean([r["score_s"][name] / r["n_context"] * 1e3 for r in items]))
             for name in items[0]["score_s"]} if items else {}
     summary = {"command": header["command"], "summarize_command": " ".join(sys.argv),
                "header": header, "n_items": len(items), "accuracy": table,
                "direct_press_check": direct,
+               "svdd_versus_each_press_paired_over_items_and_ratios": versus,
                "score_ms_per_context_token_all_layers": cost,
                "prefill_s_mean": float(np.mean([r["prefill_s"] for r in items])) if items else None}
     stem = src.with_suffix("")
     Path(f"{stem}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    names = sorted({c.split("@")[0] for c in configs if "@" in c})
     lines = [f"# KV-cache presses on SmolLM2-135M-Instruct (offline), {len(items)} items",
              "", f"Command: `{header['command']}`", "",
              f"Summary: `{summary['summarize_command']}`", ""]
@@ -384,8 +408,17 @@ def cmd_summarize(args) -> None:
                              f"{e['acc']:.2f} [{e['wilson95'][0]:.2f}, {e['wilson95'][1]:.2f}]")
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
         lines.append("")
-    lines += ["Scoring cost (ms per context token, all 30 layers × 3 KV heads, mean over items): "
-              + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cost.items())), ""]
+    lines += ["## svdd against each press, paired (same items, same ratios)", "",
+              "Items where svdd gets more of the four ratios right – items where the other "
+              "press does (two-sided exact sign test over items; ties dropped).", "",
+              "| task | " + " | ".join(b for b in names if b != "svdd") + " |",
+              "|---|" + "---|" * (len(names) - 1)]
+    for task in (*TASKS, "all"):
+        lines.append(f"| {task} | " + " | ".join(
+            f"{v['items_a_ahead']}–{v['items_b_ahead']} (p={v['sign_test_p']:.2g})"
+            for b, v in versus[task].items()) + " |")
+    lines += ["", "Scoring cost (ms per context token, all 30 layers × 3 KV heads, "
+              "mean over items): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cost.items())), ""]
     Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
     plot(table, names, Path(f"{stem}.png"))
     print("\n".join(lines))
