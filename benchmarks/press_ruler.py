@@ -447,8 +447,9 @@ def plot(table: dict, names: list[str], path: Path) -> None:
         ax.set_xlabel("compression ratio")
         ax.set_xticks(RATIOS)
     np.atleast_1d(axes)[0].set_ylabel("accuracy")
-    np.atleast_1d(axes)[-1].legend(fontsize=7, loc="lower left")
-    fig.tight_layout()
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, fontsize=8, loc="center right")
+    fig.tight_layout(rect=(0, 0, 0.9, 1))
     fig.savefig(path, dpi=110)
 
 
