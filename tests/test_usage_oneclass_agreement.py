@@ -67,8 +67,9 @@ def test_the_stated_settings_agree_and_the_defaults_do_not(name, nu):
 @pytest.mark.parametrize("settings", ["stated", "default"])
 def test_predictions_differ_only_on_margin_vectors(settings):
     bullet = _bullet()
-    flips_said, margin_said = (int(x) for x in re.search(
-        r"wine, ν = 0\.05: (\d+) of its (\d+) margin vectors", bullet).groups())
+    margin_said = int(re.search(
+        r"wine, ν = 0\.05: about half of its (\d+) margin vectors",
+        bullet).group(1))
     bound = float(re.search(r"here \|value\| ≤ (\S+)\)", bullet).group(1))
     for name in DATA:
         for nu in (0.05, 0.5):
@@ -81,4 +82,5 @@ def test_predictions_differ_only_on_margin_vectors(settings):
             assert not (flips & ~margin).any(), (name, nu)
             assert np.abs(d[margin]).max() <= bound, (name, nu)
             if (name, nu, settings) == ("wine", 0.05, "stated"):
-                assert (flips.sum(), margin.sum()) == (flips_said, margin_said)
+                assert margin.sum() == margin_said
+                assert 0.3 * margin_said <= flips.sum() <= 0.7 * margin_said
