@@ -1,0 +1,139 @@
+"""``finish_optimum``: the batched solver's answer made the SVDD optimum, verified per problem.
+
+The batched solver's default finish (``SolverOptions(finish="optimum")``,
+docs/design.md §5): FISTA's iterate is only a warm start; every problem is then
+solved to its optimum in float64 by the compiled active set of
+:mod:`svattn.nn.finish_cpu` (keys equal to rounding merged, no ridge), its answer checked
+(box, ``Σ alpha = 1``, KKT signs), and a problem that fails the check is solved again
+by the exact oracle :func:`svattn.exact.oracle.solve_svdd` (Clarabel, then an exact
+active-set polish). What a problem ends with is verified once more; one that still
+fails (the oracle raised) is counted as unsettled, never reported as settled.
+
+This runs on the host: on an accelerator the kernel matrices and keys make one round
+trip (the finish's one host synchronisation; the paper's ``"approximate"`` finish has
+none). The final partition's bordered system is factored in float64
+(:func:`svattn.nn.margin.solve_system` without ridge) for the backward, which is the
+implicit gradient of that system (:mod:`svattn.nn.margin`).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch
+
+from svattn.exact.core.kernels import get_kernel
+from svattn.exact.oracle import solve_svdd
+from svattn.nn.finish_cpu import finish_loop, split_groups, verify_loop
+from svattn.nn.margin import Factors, solve_system
+
+__all__ = ["FINISH_TOL", "Finished", "finish_optimum", "optimum_factors"]
+
+# KKT and feasibility tolerance of the finish, in units of the rescaled K (float64).
+FINISH_TOL = 1e-9
+
+
+class Finished(NamedTuple):
+    """What :func:`finish_optimum` returns for ``P`` problems of ``n`` keys (float64)."""
+
+    alpha: torch.Tensor  # (P, n) the optimum (duplicates split as a vertex of their box)
+    mu: torch.Tensor  # (P,)
+    margin: torch.Tensor  # bool (P, n)
+    error: torch.Tensor  # bool (P, n)
+    settled: torch.Tensor  # bool (P,): verified optimal to FINISH_TOL
+    fallback: torch.Tensor  # bool (P,): re-solved by the exact oracle
+    violation: torch.Tensor  # (P,) largest primal or dual violation after the finish
+
+
+def _oracle(Kp: np.ndarray, Xp: np.ndarray, vp: np.ndarray, scale: float, C: float):
+    """One problem by :func:`svattn.exact.oracle.solve_svdd` on its present keys, split
+    over duplicates as the finish splits them; None if the oracle raised."""
+    pos = np.flatnonzero(vp)
+    Ks = Kp[np.ix_(pos, pos)]
+    Ks = 0.5 * (Ks + Ks.T)
+    try:
+        a, mu = solve_svdd(Ks, C, return_mu=True)
+    except (RuntimeError, ValueError):
+        return None
+    full = np.zeros(vp.shape[0])
+    full[pos] = a
+    alpha, S, E = split_groups(full, Xp, vp, scale, C)
+    return alpha, float(mu), S, E
+
+
+def finish_optimum(
+    K: torch.Tensor,
+    d: torch.Tensor,
+    keys: torch.Tensor,
+    valid: torch.Tensor,
+    a0: torch.Tensor,
+    C: float,
+    kernel: str,
+    gamma: float,
+    tol: float = FINISH_TOL,
+) -> Finished:
+    """The optimum of each problem from FISTA's iterate ``a0`` (no grad).
+
+    Parameters
+    ----------
+    K : Tensor (P, n, n)
+        Rescaled kernel matrices in float64 (:func:`svattn.nn.batched.kernel_problem` of
+        the keys in float64), zero on absent keys.
+    d : Tensor (P, n)
+        Their diagonals.
+    keys : Tensor (P, n, D)
+        The keys (exact duplicates are found on them, bit for bit).
+    valid : bool Tensor (P, n)
+        Keys present.
+    a0 : Tensor (P, n)
+        A feasible point (FISTA's iterate).
+    C : float
+        Box.
+    kernel, gamma :
+        The kernel (its dot-form scale sets which keys count as copies,
+        :data:`svattn.nn.finish_cpu.MERGE_TOL`).
+    tol : float
+        Verification tolerance (box, sum and KKT signs), in units of the rescaled K.
+
+    Returns
+    -------
+    Finished
+        On ``K``'s device, float64.
+    """
+    dev = K.device
+    scale = 0.5 * get_kernel(kernel).dot_form(gamma)[0]
+    with torch.no_grad():
+        Kn = K.detach().to("cpu", torch.float64).numpy()
+        dn = d.detach().to("cpu", torch.float64).numpy()
+        Xn = keys.detach().to("cpu").numpy()
+        vn = valid.to("cpu").numpy()
+        an = a0.detach().to("cpu", torch.float64).numpy()
+    alpha, mu, S, E, ok = finish_loop(Kn, dn, Xn, vn, scale, an, C, tol)
+    viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
+    fallback = ~ok | ~(viol <= tol)
+    for p in np.flatnonzero(fallback):
+        got = _oracle(Kn[p], Xn[p], vn[p], scale, C)
+        if got is not None:
+            alpha[p], mu[p], S[p], E[p] = got
+    if fallback.any():
+        viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
+    settled = viol <= tol
+
+    def back(x):
+        return torch.from_numpy(x).to(dev)
+
+    return Finished(back(alpha), back(mu), back(S), back(E), back(settled), back(fallback),
+                    back(viol))
+
+
+def optimum_factors(K, d, S, E, C, alpha, mu, compact: bool) -> Factors:
+    """The final partition's bordered system factored for the backward (no ridge), its
+    iterate set to the finish's own ``alpha``, ``mu`` (not the re-solve's)."""
+    _, _, f = solve_system(K, d, S, E, C, 0.0, 0, compact)
+    if f.idx is None:
+        slots = alpha * f.sval.to(alpha.dtype)
+    else:
+        slots = alpha.gather(-1, f.idx) * f.sval.to(alpha.dtype)
+    z = torch.cat([slots, mu.unsqueeze(-1)], -1).unsqueeze(-1)  # (P, s+1, 1)
+    return f._replace(zs=(z,))

@@ -1,0 +1,451 @@
+"""The optimum finish of the batched solver: the SVDD optimum of every problem (numba, float64).
+
+After FISTA (a warm start only), each problem ``min aᵀKa − dᵀa`` s.t. ``Σa = 1``,
+``0 <= a <= C`` is solved to its optimum here, problem by problem, in float64 on the
+host (``K`` computed in float64 from the keys, :func:`svattn.nn.batched.kernel_problem`):
+
+1. **Duplicates merged.** Keys equal to rounding (``(s/2)·‖x_i − x_j‖² <=``
+   :data:`MERGE_TOL`, for the kernel's dot form ``log k(x, y) = s·x·y − …``) form a
+   group of ``m`` copies; only their sum ``β = Σ a`` enters the objective (to that
+   tolerance), with the box ``0 <= β <= m·C``. The reduced problem over the distinct
+   keys is the one solved (with copies on the margin ``K_SS`` is singular; merged, it
+   is not).
+2. **Primal-dual active set** (bulk moves) from the partition of FISTA's iterate, on
+   the **unridged** bordered system ``[[2 K_SS, 1], [1ᵀ, 0]] [β_S; μ] = [d_S − 2 K_SE
+   c_E; 1 − Σ c_E]`` (``c = m·C``), LU with partial pivoting; a round moves margin
+   tokens outside the box to a bound and bound tokens with the wrong sign of
+   ``g = 2Kβ − d + μ`` to the margin.
+3. If that has not settled after :data:`BULK_ROUNDS` rounds, a **primal active set**
+   from FISTA's feasible iterate (the objective decreases monotonically: step to the
+   face optimum or to the first bound on the way, then free the worst violator).
+4. The answer is **verified** per problem (box, sum, KKT signs, in units of the
+   largest diagonal of the rescaled ``K``); a problem that fails — a face too
+   ill-conditioned to factor (near-duplicate keys), or no convergence within the
+   rounds — is marked, and :func:`svattn.nn.finish.finish_optimum` re-solves it with
+   the exact oracle (:func:`svattn.exact.oracle.solve_svdd`).
+
+**Copies.** A merged group's ``β`` is spread over its copies as a vertex of the
+group's box: the first ``k = ⌊β/C⌋`` copies (in key order) at ``C``, the next at the
+remainder, the rest at 0. All copies share one ``g``, so this is a KKT point of the
+problem over all keys, with at most one copy per group on the margin: the final
+partition's bordered system (the backward's) stays nonsingular. Every readout depends
+on the keys only through the groups' sums, so any split gives the same output.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from svattn.nn.partition_cpu import _lu_factor, _lu_solve
+
+__all__ = ["BULK_ROUNDS", "MERGE_TOL", "PRIMAL_ROUNDS", "finish_loop", "split_groups", "verify_loop"]
+
+# Keys this close (``(s/2)·‖x_i − x_j‖²``, ``1 − K_ij`` to first order for a unit diagonal)
+# count as copies of one key: a kernel row differs from the other's by rounding only,
+# and the split of their weight is not determined by the data in float64.
+MERGE_TOL = 1e-12
+# Primal-dual rounds before the primal active set takes over.
+BULK_ROUNDS = 16
+# Primal active-set steps (each moves one token), on top of the problem's size.
+PRIMAL_ROUNDS = 64
+
+
+@njit(cache=True, nogil=True)
+def _groups(X, valid, scale, rep, mult):  # pragma: no cover - compiled
+    """``rep[i]``: the first key ``r`` with ``scale·‖x_i − x_r‖² <= MERGE_TOL`` (-1:
+    absent); ``mult[r]``: copies of representative ``r``. Returns the representatives."""
+    n, D = X.shape
+    for i in range(n):
+        rep[i] = -1
+        mult[i] = 0
+    reps = np.empty(n, dtype=np.int64)
+    m = 0
+    for i in range(n):
+        if not valid[i] or rep[i] >= 0:
+            continue
+        rep[i] = i
+        mult[i] = 1
+        reps[m] = i
+        m += 1
+        for j in range(i + 1, n):
+            if valid[j] and rep[j] < 0:
+                dist = 0.0
+                for t in range(D):
+                    dist += (X[i, t] - X[j, t]) ** 2
+                if scale * dist <= MERGE_TOL:
+                    rep[j] = i
+                    mult[i] += 1
+    return reps[:m]
+
+
+@njit(cache=True, nogil=True)
+def _face(Kr, dr, cap, st, x):  # pragma: no cover - compiled
+    """Optimum on the face ``st`` (0 R, 1 S, 2 E): ``x`` written (E at cap, R at 0),
+    returns ``(mu, ok)``; ok False when the bordered matrix is singular to working
+    precision or the solution is not finite. S empty: ``mu`` is 0, ok tells whether
+    the face holds ``Σ = 1``."""
+    m = Kr.shape[0]
+    s = 0
+    cE = 0.0
+    for a in range(m):
+        if st[a] == 1:
+            s += 1
+        elif st[a] == 2:
+            cE += cap[a]
+    for a in range(m):
+        x[a] = cap[a] if st[a] == 2 else 0.0
+    if s == 0:
+        return 0.0, abs(1.0 - cE) <= 1e-12
+    idx = np.empty(s, dtype=np.int64)
+    c = 0
+    for a in range(m):
+        if st[a] == 1:
+            idx[c] = a
+            c += 1
+    M = np.zeros((s + 1, s + 1))
+    rhs = np.empty(s + 1)
+    big = 0.0
+    for a in range(s):
+        ia = idx[a]
+        for b in range(s):
+            M[a, b] = 2.0 * Kr[ia, idx[b]]
+        if M[a, a] > big:
+            big = M[a, a]
+        M[a, s] = 1.0
+        M[s, a] = 1.0
+        ke = 0.0
+        for e in range(m):
+            if st[e] == 2:
+                ke += Kr[ia, e] * cap[e]
+        rhs[a] = dr[ia] - 2.0 * ke
+    rhs[s] = 1.0 - cE
+    piv = np.empty(s + 1, dtype=np.int64)
+    _lu_factor(M, piv)
+    # a pivot below this is rounding: the face is (numerically) singular
+    tiny = 1e-13 * max(big, 1.0)
+    for a in range(s + 1):
+        if abs(M[a, a]) <= tiny:
+            return 0.0, False
+    z = rhs.copy()
+    _lu_solve(M, piv, z)
+    for a in range(s + 1):
+        if not np.isfinite(z[a]):
+            return 0.0, False
+    for a in range(s):
+        x[idx[a]] = z[a]
+    return z[s], True
+
+
+@njit(cache=True, nogil=True)
+def _gvec(Kr, dr, x, mu, g):  # pragma: no cover - compiled
+    m = Kr.shape[0]
+    for a in range(m):
+        acc = 0.0
+        for b in range(m):
+            acc += Kr[a, b] * x[b]
+        g[a] = 2.0 * acc - dr[a] + mu
+
+
+@njit(cache=True, nogil=True)
+def _empty_mu(g0, st, cap):  # pragma: no cover - compiled
+    """Empty margin set: the largest mu with every ``g_E <= 0`` (the convention of
+    :func:`svattn.exact.core.conventions.mu_for_empty_margin`), 0 without E."""
+    mu = np.inf
+    for a in range(st.shape[0]):
+        if st[a] == 2 and -g0[a] < mu:
+            mu = -g0[a]
+    return mu if np.isfinite(mu) else 0.0
+
+
+@njit(cache=True, nogil=True)
+def _bulk(Kr, dr, cap, st, x, g, tol, rounds):  # pragma: no cover - compiled
+    """Primal-dual active set; returns ``(mu, settled)``."""
+    m = Kr.shape[0]
+    for _ in range(rounds):
+        mu, ok = _face(Kr, dr, cap, st, x)
+        if not ok:
+            return 0.0, False
+        s = 0
+        for a in range(m):
+            s += st[a] == 1
+        if s == 0:
+            _gvec(Kr, dr, x, 0.0, g)
+            mu = _empty_mu(g, st, cap)
+            for a in range(m):
+                g[a] += mu
+        else:
+            _gvec(Kr, dr, x, mu, g)
+        moved = False
+        for a in range(m):
+            if st[a] == 1:
+                if x[a] < 0.0:
+                    st[a] = 0
+                    moved = True
+                elif x[a] > cap[a]:
+                    st[a] = 2
+                    moved = True
+            elif st[a] == 2 and g[a] > tol:
+                st[a] = 1
+                moved = True
+            elif st[a] == 0 and g[a] < -tol:
+                st[a] = 1
+                moved = True
+        if not moved:
+            return mu, True
+    return 0.0, False
+
+
+@njit(cache=True, nogil=True)
+def _primal(Kr, dr, cap, x0, st, x, g, tol, rounds):  # pragma: no cover - compiled
+    """Primal active set from the feasible ``x0``; returns ``(mu, settled)``."""
+    m = Kr.shape[0]
+    cur = x0.copy()
+    for a in range(m):
+        if cur[a] <= 0.0:
+            cur[a] = 0.0
+            st[a] = 0
+        elif cur[a] >= cap[a]:
+            cur[a] = cap[a]
+            st[a] = 2
+        else:
+            st[a] = 1
+    for _ in range(rounds):
+        mu, ok = _face(Kr, dr, cap, st, x)
+        s = 0
+        for a in range(m):
+            s += st[a] == 1
+        if s == 0 and not ok:
+            # the face misses Σ = 1 (cur sits on it up to rounding): free the bound
+            # token whose gradient favours it most
+            _gvec(Kr, dr, cur, 0.0, g)
+            cE = 0.0
+            for a in range(m):
+                if st[a] == 2:
+                    cE += cap[a]
+            best = -1
+            for a in range(m):
+                if (cE < 1.0 and st[a] == 0) or (cE >= 1.0 and st[a] == 2):
+                    if best < 0 or (g[a] < g[best] if cE < 1.0 else g[a] > g[best]):
+                        best = a
+            if best < 0:
+                return 0.0, False
+            st[best] = 1
+            continue
+        if not ok:
+            return 0.0, False
+        # ratio test along cur -> x: the first margin token to hit a bound
+        t_best = 2.0
+        j = -1
+        for a in range(m):
+            if st[a] != 1:
+                continue
+            p = x[a] - cur[a]
+            if x[a] < 0.0 and p < 0.0:
+                t = cur[a] / -p
+            elif x[a] > cap[a] and p > 0.0:
+                t = (cap[a] - cur[a]) / p
+            else:
+                continue
+            t = max(t, 0.0)
+            if t < t_best:
+                t_best = t
+                j = a
+        if j >= 0:
+            for a in range(m):
+                if st[a] == 1:
+                    v = cur[a] + t_best * (x[a] - cur[a])
+                    cur[a] = min(max(v, 0.0), cap[a])
+            to_error = x[j] > cap[j]
+            cur[j] = cap[j] if to_error else 0.0
+            st[j] = 2 if to_error else 0
+            continue
+        for a in range(m):
+            cur[a] = x[a]
+        if s == 0:
+            _gvec(Kr, dr, cur, 0.0, g)
+            mu = _empty_mu(g, st, cap)
+            for a in range(m):
+                g[a] += mu
+        else:
+            _gvec(Kr, dr, cur, mu, g)
+        worst = -1
+        wv = tol
+        for a in range(m):
+            v = g[a] if st[a] == 2 else (-g[a] if st[a] == 0 else 0.0)
+            if v > wv:
+                wv = v
+                worst = a
+        if worst < 0:
+            return mu, True
+        st[worst] = 1
+    return 0.0, False
+
+
+@njit(cache=True, nogil=True)
+def _spread(beta, reps, rep, mult, C, alpha, S, E):  # pragma: no cover - compiled
+    """A group's sum over its copies as a vertex of its box (module docstring)."""
+    n = rep.shape[0]
+    for i in range(n):
+        alpha[i] = 0.0
+        S[i] = False
+        E[i] = False
+    for a in range(reps.shape[0]):
+        r = reps[a]
+        b = beta[a]
+        k = 0
+        if b >= mult[r] * C:
+            k = mult[r]
+        elif b > 0.0:
+            k = min(int(np.floor(b / C)), mult[r] - 1)
+        rem = b - k * C if k < mult[r] else 0.0
+        c = 0
+        for i in range(r, n):
+            if rep[i] != r:
+                continue
+            if c < k:
+                alpha[i] = C
+                E[i] = True
+            elif c == k and rem > 0.0:
+                if rem >= C:
+                    alpha[i] = C
+                    E[i] = True
+                else:
+                    alpha[i] = rem
+                    S[i] = True
+            c += 1
+
+
+@njit(cache=True, nogil=True)
+def _finish(K, d, X, valid, scale, a0, C, tol, bulk, primal, alpha, mu, S, E,
+            ok):  # pragma: no cover - compiled
+    P, n = valid.shape
+    rep = np.empty(n, dtype=np.int64)
+    mult = np.empty(n, dtype=np.int64)
+    for p in range(P):
+        reps = _groups(X[p], valid[p], scale, rep, mult)
+        m = reps.shape[0]
+        Kr = np.empty((m, m))
+        dr = np.empty(m)
+        cap = np.empty(m)
+        b0 = np.zeros(m)
+        pos = np.empty(n, dtype=np.int64)
+        for a in range(m):
+            pos[reps[a]] = a
+            dr[a] = d[p, reps[a]]
+            cap[a] = mult[reps[a]] * C
+            for b in range(m):
+                Kr[a, b] = K[p, reps[a], reps[b]]
+        for i in range(n):
+            if valid[p, i]:
+                b0[pos[rep[i]]] += a0[p, i]
+        st = np.empty(m, dtype=np.int8)
+        for a in range(m):
+            st[a] = 2 if b0[a] >= cap[a] else (1 if b0[a] > 0.0 else 0)
+        x = np.empty(m)
+        g = np.empty(m)
+        mu_p, good = _bulk(Kr, dr, cap, st, x, g, tol, bulk)
+        if not good:
+            mu_p, good = _primal(Kr, dr, cap, b0, st, x, g, tol, primal + 2 * m)
+        ok[p] = good
+        mu[p] = mu_p
+        _spread(x, reps, rep, mult, C, alpha[p], S[p], E[p])
+
+
+def finish_loop(K, d, X, valid, scale, a0, C, tol, bulk=BULK_ROUNDS, primal=PRIMAL_ROUNDS):
+    """The finish on float64 numpy arrays: ``K`` (P, n, n), ``d`` (P, n), keys ``X``
+    (P, n, D), ``valid`` (P, n) bool, FISTA's feasible iterate ``a0`` (P, n); ``scale``
+    the kernel's ``s/2`` (its dot form ``log k(x, y) = s·x·y − …``) for the merge.
+
+    Returns ``alpha`` (P, n), ``mu`` (P,), the partition ``S``, ``E`` (P, n) bool and
+    ``ok`` (P,) bool: whether the active set settled (not yet verified: see
+    :func:`verify_loop`)."""
+    P, n = valid.shape
+    alpha = np.zeros((P, n))
+    mu = np.zeros(P)
+    S = np.zeros((P, n), dtype=np.bool_)
+    E = np.zeros((P, n), dtype=np.bool_)
+    ok = np.zeros(P, dtype=np.bool_)
+    _finish(np.ascontiguousarray(K), np.ascontiguousarray(d),
+            np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
+            float(scale), np.ascontiguousarray(a0), float(C), float(tol),
+            int(bulk), int(primal), alpha, mu, S, E, ok)
+    return alpha, mu, S, E, ok
+
+
+def split_groups(beta_keys, X, valid, scale, C):
+    """A solution on all keys (``beta_keys`` (n,), any split over copies) as the
+    finish's vertex split: ``alpha`` (n,), ``S``, ``E`` (n,) bool. For the oracle's
+    answers."""
+    n = valid.shape[0]
+    rep = np.empty(n, dtype=np.int64)
+    mult = np.empty(n, dtype=np.int64)
+    reps = _groups(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
+                   float(scale), rep, mult)
+    beta = np.zeros(reps.shape[0])
+    where = {int(r): a for a, r in enumerate(reps)}
+    for i in range(n):
+        if valid[i]:
+            beta[where[int(rep[i])]] += beta_keys[i]
+    alpha = np.zeros(n)
+    S = np.zeros(n, dtype=np.bool_)
+    E = np.zeros(n, dtype=np.bool_)
+    _spread(beta, reps, rep, mult, float(C), alpha, S, E)
+    return alpha, S, E
+
+
+@njit(cache=True, nogil=True)
+def _verify(K, d, valid, alpha, mu, S, E, C, out):  # pragma: no cover - compiled
+    """Per problem: (primal violation, dual violation) in units of the rescaled K."""
+    P, n = valid.shape
+    g = np.empty(n)
+    for p in range(P):
+        tot = 0.0
+        prim = 0.0
+        for i in range(n):
+            a = alpha[p, i]
+            if valid[p, i]:
+                tot += a
+                prim = max(prim, -a, a - C)
+            elif a != 0.0:
+                prim = max(prim, abs(a))
+        prim = max(prim, abs(tot - 1.0))
+        has_s = False
+        for i in range(n):
+            acc = 0.0
+            for j in range(n):
+                acc += K[p, i, j] * alpha[p, j]
+            g[i] = 2.0 * acc - d[p, i]
+            has_s = has_s or S[p, i]
+        m = mu[p]
+        if not has_s:
+            m = np.inf
+            for i in range(n):
+                if E[p, i] and -g[i] < m:
+                    m = -g[i]
+            if not np.isfinite(m):
+                m = 0.0
+            mu[p] = m
+        dual = 0.0
+        for i in range(n):
+            if not valid[p, i]:
+                continue
+            gi = g[i] + m
+            if S[p, i]:
+                dual = max(dual, abs(gi))
+            elif E[p, i]:
+                dual = max(dual, gi)
+            else:
+                dual = max(dual, -gi)
+        out[p, 0] = prim
+        out[p, 1] = dual
+
+
+def verify_loop(K, d, valid, alpha, mu, S, E, C):
+    """Primal (box, sum) and dual (KKT sign) violations per problem, (P, 2); ``mu`` of
+    problems with an empty margin set is set to the convention's (in place)."""
+    out = np.zeros((valid.shape[0], 2))
+    _verify(np.ascontiguousarray(K), np.ascontiguousarray(d), np.ascontiguousarray(valid),
+            np.ascontiguousarray(alpha), mu, np.ascontiguousarray(S), np.ascontiguousarray(E),
+            float(C), out)
+    return out
