@@ -9,9 +9,10 @@ by the exact oracle :func:`svattn.exact.oracle.solve_svdd` (Clarabel, then an ex
 active-set polish). What a problem ends with is verified once more; one that still
 fails (the oracle raised) is counted as unsettled, never reported as settled.
 
-This runs on the host: on an accelerator the kernel matrices and keys make one round
-trip (the finish's one host synchronisation; the paper's ``"approximate"`` finish has
-none). The final partition's bordered system is factored in float64
+This runs on the host, as one opaque operator (``svattn::finish_optimum``, so
+``torch.compile(fullgraph=True)`` keeps the solver in one graph): on an accelerator
+the kernel matrices and keys make one round trip (the finish's one host
+synchronisation; the paper's ``"approximate"`` finish has none). The final partition's bordered system is factored in float64
 (:func:`svattn.nn.margin.solve_system` without ridge) for the backward, which is the
 implicit gradient of that system (:mod:`svattn.nn.margin`).
 """
@@ -62,6 +63,46 @@ def _oracle(Kp: np.ndarray, Xp: np.ndarray, vp: np.ndarray, scale: float, C: flo
     return alpha, float(mu), S, E
 
 
+@torch.library.custom_op("svattn::finish_optimum", mutates_args=())
+def _finish_op(K: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, valid: torch.Tensor,
+               a0: torch.Tensor, C: float, scale: float, tol: float
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
+                          torch.Tensor, torch.Tensor]:
+    """The finish as one opaque operator: ``torch.compile`` keeps it in the graph as a
+    single call (no graph break) and runs it as written."""
+    dev = K.device
+    Kn = K.detach().to("cpu", torch.float64).numpy()
+    dn = d.detach().to("cpu", torch.float64).numpy()
+    Xn = keys.detach().to("cpu").numpy()
+    vn = valid.to("cpu").numpy()
+    an = a0.detach().to("cpu", torch.float64).numpy()
+    alpha, mu, S, E, ok = finish_loop(Kn, dn, Xn, vn, scale, an, C, tol)
+    viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
+    fallback = ~ok | ~(viol <= tol)
+    for p in np.flatnonzero(fallback):
+        got = _oracle(Kn[p], Xn[p], vn[p], scale, C)
+        if got is not None:
+            alpha[p], mu[p], S[p], E[p] = got
+    if fallback.any():
+        viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
+    settled = viol <= tol
+
+    def back(x):
+        return torch.from_numpy(x).to(dev)
+
+    return (back(alpha), back(mu), back(S), back(E), back(settled), back(fallback),
+            back(viol))
+
+
+@_finish_op.register_fake
+def _finish_shapes(K, d, keys, valid, a0, C, scale, tol):
+    P, n = valid.shape
+    f64, flag = dict(dtype=torch.float64), dict(dtype=torch.bool)
+    return (K.new_empty(P, n, **f64), K.new_empty(P, **f64), valid.new_empty(P, n, **flag),
+            valid.new_empty(P, n, **flag), valid.new_empty(P, **flag),
+            valid.new_empty(P, **flag), K.new_empty(P, **f64))
+
+
 def finish_optimum(
     K: torch.Tensor,
     d: torch.Tensor,
@@ -83,7 +124,7 @@ def finish_optimum(
     d : Tensor (P, n)
         Their diagonals.
     keys : Tensor (P, n, D)
-        The keys (exact duplicates are found on them, bit for bit).
+        The keys (copies are found on them).
     valid : bool Tensor (P, n)
         Keys present.
     a0 : Tensor (P, n)
@@ -101,30 +142,11 @@ def finish_optimum(
     Finished
         On ``K``'s device, float64.
     """
-    dev = K.device
     scale = 0.5 * get_kernel(kernel).dot_form(gamma)[0]
     with torch.no_grad():
-        Kn = K.detach().to("cpu", torch.float64).numpy()
-        dn = d.detach().to("cpu", torch.float64).numpy()
-        Xn = keys.detach().to("cpu").numpy()
-        vn = valid.to("cpu").numpy()
-        an = a0.detach().to("cpu", torch.float64).numpy()
-    alpha, mu, S, E, ok = finish_loop(Kn, dn, Xn, vn, scale, an, C, tol)
-    viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
-    fallback = ~ok | ~(viol <= tol)
-    for p in np.flatnonzero(fallback):
-        got = _oracle(Kn[p], Xn[p], vn[p], scale, C)
-        if got is not None:
-            alpha[p], mu[p], S[p], E[p] = got
-    if fallback.any():
-        viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
-    settled = viol <= tol
-
-    def back(x):
-        return torch.from_numpy(x).to(dev)
-
-    return Finished(back(alpha), back(mu), back(S), back(E), back(settled), back(fallback),
-                    back(viol))
+        out = _finish_op(K.detach(), d.detach(), keys.detach(), valid, a0.detach(), float(C),
+                         float(scale), float(tol))
+    return Finished(*out)
 
 
 def optimum_factors(K, d, S, E, C, alpha, mu, compact: bool) -> Factors:
