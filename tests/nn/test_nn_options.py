@@ -19,7 +19,8 @@ from svattn.nn.options import RIDGE_STEPS, resolve_solver
 
 def test_defaults_and_frozen():
     opts = SolverOptions()
-    assert (opts.ridge, opts.ridge_steps, opts.max_iter, opts.refine) == (1e-3, RIDGE_STEPS, 20, 10)
+    assert (opts.ridge, opts.ridge_steps, opts.max_iter, opts.refine, opts.finish) == (
+        1e-3, RIDGE_STEPS, 20, 10, "optimum")
     assert RIDGE_STEPS == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.ridge = 0.0  # type: ignore[misc]
@@ -52,9 +53,8 @@ def test_layer_carries_solver_and_checks_ridge():
     layer = SVAttention(8, 2, C=0.5, solver=SolverOptions(refine=0))
     assert layer.solver == SolverOptions(refine=0)
     assert SVAttention(8, 2, C=0.5).solver == SolverOptions()
-    bad = SVAttention(8, 2, C=0.5, solver=SolverOptions(ridge=-1.0))
     with pytest.raises(ValueError, match="ridge must be a number >= 0"):
-        bad(torch.randn(1, 4, 8))
+        SolverOptions(ridge=-1.0)
 
 
 def test_nn_does_not_import_mixers():
