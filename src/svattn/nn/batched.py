@@ -426,14 +426,12 @@ def solve_partition(
     solver: SolverOptions,
     kkt_tol: float | None = None,
     keys: torch.Tensor | None = None,
-    kernel: str = "rbf",
-    gamma: float = 1.0,
 ) -> Solved:
     """FISTA, then the finish: the partition and its alpha (no grad).
 
     ``finish="optimum"``: :func:`svattn.nn.finish.finish_optimum` from FISTA's iterate;
-    ``K``, ``d`` should be float64 (:func:`working_keys`) and ``keys`` (P, n, D), with
-    their ``kernel`` and ``gamma``, are required (copies are found on them).
+    ``K``, ``d`` should be float64 (:func:`working_keys`) and ``keys`` (P, n, D), in
+    their own dtype, are required (copies are found on them).
 
     ``finish="approximate"``: ``solver.refine`` repair rounds. With ``refine > 0``, one retry (FISTA resumed with ``2·max_iter`` iterations,
     repaired again) replaces the partition of every problem whose repair had not
@@ -446,10 +444,10 @@ def solve_partition(
     if solver.finish == "optimum":
         if keys is None:
             raise ValueError("solve_partition: finish='optimum' needs the keys (P, n, D): "
-                             "exact duplicates are found on them")
+                             "copies are found on them")
         with torch.no_grad():
             a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
-            return _optimum(K, d, keys, valid, a, C, kernel, gamma, iters)
+            return _optimum(K, d, keys, valid, a, C, iters)
     with torch.no_grad():
         a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
         S, E, settled = _repair(K, d, C, valid, a, solver, tol)
@@ -469,9 +467,9 @@ def solve_partition(
     return Solved(S, E, alpha, mu, settled, iters, factors)
 
 
-def _optimum(K, d, keys, valid, a, C, kernel, gamma, iters) -> Solved:
+def _optimum(K, d, keys, valid, a, C, iters) -> Solved:
     """The ``"optimum"`` finish from FISTA's iterate ``a``, with its backward's factors."""
-    fin = finish_optimum(K, d, keys, valid, a, C, kernel, gamma)
+    fin = finish_optimum(K, d, keys, valid, a, C)
     f = optimum_factors(K, d, fin.margin, fin.error, C, fin.alpha, fin.mu,
                         not dense_ok(K, K.shape[-1]))
     return Solved(fin.margin, fin.error, fin.alpha, fin.mu, fin.settled, iters, f,
@@ -495,7 +493,7 @@ def _optimum_partition(warm, kd, valid, C, kernel, gamma, solver):
     K, d, shift, a, iters = warm(working_keys(kd, solver), valid, C, kernel, gamma,
                                  solver.max_iter)
     with torch.no_grad():
-        return _optimum(K, d, kd, valid, a, C, kernel, gamma, iters), K, d, shift
+        return _optimum(K, d, kd, valid, a, C, iters), K, d, shift
 
 
 def boundary_partition(
@@ -601,8 +599,7 @@ def solve_batched(
     kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
     K, d, shift = kernel_problem(working_keys(kf.detach(), opts), vf, kernel, gamma)
-    sol = solve_partition(K, d, C, vf, opts, kkt_tol, keys=kf.detach(), kernel=kernel,
-                          gamma=gamma)
+    sol = solve_partition(K, d, C, vf, opts, kkt_tol, keys=kf.detach())
     S, E = sol.margin, sol.error
     # The partition's final margin solve is the differentiable one: its factorization
     # serves the backward (nothing is solved twice).

@@ -3,7 +3,7 @@
 The batched solver's default finish (``SolverOptions(finish="optimum")``,
 docs/design.md §5): FISTA's iterate is only a warm start; every problem is then
 solved to its optimum in float64 by the compiled active set of
-:mod:`svattn.nn.finish_cpu` (keys equal to rounding merged, no ridge), its answer checked
+:mod:`svattn.nn.finish_cpu` (keys equal up to their rounding merged, no ridge), its answer checked
 (box, ``Σ alpha = 1``, KKT signs), and a problem that fails the check is solved again
 by the exact oracle :func:`svattn.exact.oracle.solve_svdd` (Clarabel, then an exact
 active-set polish). What a problem ends with is verified once more; one that still
@@ -24,9 +24,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from svattn.exact.core.kernels import get_kernel
 from svattn.exact.oracle import solve_svdd
-from svattn.nn.finish_cpu import finish_loop, split_groups, verify_loop
+from svattn.nn.finish_cpu import MERGE_EPS, finish_loop, split_groups, verify_loop
 from svattn.nn.margin import Factors, solve_system
 
 __all__ = ["FINISH_TOL", "Finished", "finish_optimum", "optimum_factors"]
@@ -47,7 +46,7 @@ class Finished(NamedTuple):
     violation: torch.Tensor  # (P,) largest primal or dual violation after the finish
 
 
-def _oracle(Kp: np.ndarray, Xp: np.ndarray, vp: np.ndarray, scale: float, C: float):
+def _oracle(Kp: np.ndarray, Xp: np.ndarray, vp: np.ndarray, rel: float, C: float):
     """One problem by :func:`svattn.exact.oracle.solve_svdd` on its present keys, split
     over duplicates as the finish splits them; None if the oracle raised."""
     pos = np.flatnonzero(vp)
@@ -59,13 +58,13 @@ def _oracle(Kp: np.ndarray, Xp: np.ndarray, vp: np.ndarray, scale: float, C: flo
         return None
     full = np.zeros(vp.shape[0])
     full[pos] = a
-    alpha, S, E = split_groups(full, Xp, vp, scale, C)
+    alpha, S, E = split_groups(full, Xp, vp, rel, C)
     return alpha, float(mu), S, E
 
 
 @torch.library.custom_op("svattn::finish_optimum", mutates_args=())
 def _finish_op(K: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, valid: torch.Tensor,
-               a0: torch.Tensor, C: float, scale: float, tol: float
+               a0: torch.Tensor, C: float, rel: float, tol: float
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor,
                           torch.Tensor, torch.Tensor]:
     """The finish as one opaque operator: ``torch.compile`` keeps it in the graph as a
@@ -76,15 +75,15 @@ def _finish_op(K: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, valid: torc
     Xn = keys.detach().to("cpu").numpy()
     vn = valid.to("cpu").numpy()
     an = a0.detach().to("cpu", torch.float64).numpy()
-    alpha, mu, S, E, ok = finish_loop(Kn, dn, Xn, vn, scale, an, C, tol)
-    viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
+    alpha, mu, S, E, ok, rep = finish_loop(Kn, dn, Xn, vn, rel, an, C, tol)
+    viol = verify_loop(Kn, dn, vn, rep, alpha, mu, S, E, C).max(-1)
     fallback = ~ok | ~(viol <= tol)
     for p in np.flatnonzero(fallback):
-        got = _oracle(Kn[p], Xn[p], vn[p], scale, C)
+        got = _oracle(Kn[p], Xn[p], vn[p], rel, C)
         if got is not None:
             alpha[p], mu[p], S[p], E[p] = got
     if fallback.any():
-        viol = verify_loop(Kn, dn, vn, alpha, mu, S, E, C).max(-1)
+        viol = verify_loop(Kn, dn, vn, rep, alpha, mu, S, E, C).max(-1)
     settled = viol <= tol
 
     def back(x):
@@ -95,7 +94,7 @@ def _finish_op(K: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, valid: torc
 
 
 @_finish_op.register_fake
-def _finish_shapes(K, d, keys, valid, a0, C, scale, tol):
+def _finish_shapes(K, d, keys, valid, a0, C, rel, tol):
     P, n = valid.shape
     f64, flag = dict(dtype=torch.float64), dict(dtype=torch.bool)
     return (K.new_empty(P, n, **f64), K.new_empty(P, **f64), valid.new_empty(P, n, **flag),
@@ -110,8 +109,6 @@ def finish_optimum(
     valid: torch.Tensor,
     a0: torch.Tensor,
     C: float,
-    kernel: str,
-    gamma: float,
     tol: float = FINISH_TOL,
 ) -> Finished:
     """The optimum of each problem from FISTA's iterate ``a0`` (no grad).
@@ -124,16 +121,14 @@ def finish_optimum(
     d : Tensor (P, n)
         Their diagonals.
     keys : Tensor (P, n, D)
-        The keys (copies are found on them).
+        The keys in their own dtype: keys equal up to its rounding count as copies
+        (:data:`svattn.nn.finish_cpu.MERGE_EPS`).
     valid : bool Tensor (P, n)
         Keys present.
     a0 : Tensor (P, n)
         A feasible point (FISTA's iterate).
     C : float
         Box.
-    kernel, gamma :
-        The kernel (its dot-form scale sets which keys count as copies,
-        :data:`svattn.nn.finish_cpu.MERGE_TOL`).
     tol : float
         Verification tolerance (box, sum and KKT signs), in units of the rescaled K.
 
@@ -142,10 +137,10 @@ def finish_optimum(
     Finished
         On ``K``'s device, float64.
     """
-    scale = 0.5 * get_kernel(kernel).dot_form(gamma)[0]
+    rel = MERGE_EPS * torch.finfo(keys.dtype).eps
     with torch.no_grad():
         out = _finish_op(K.detach(), d.detach(), keys.detach(), valid, a0.detach(), float(C),
-                         float(scale), float(tol))
+                         float(rel), float(tol))
     return Finished(*out)
 
 

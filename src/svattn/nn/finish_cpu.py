@@ -4,12 +4,13 @@ After FISTA (a warm start only), each problem ``min aᵀKa − dᵀa`` s.t. ``Σ
 ``0 <= a <= C`` is solved to its optimum here, problem by problem, in float64 on the
 host (``K`` computed in float64 from the keys, :func:`svattn.nn.batched.kernel_problem`):
 
-1. **Duplicates merged.** Keys equal to rounding (``(s/2)·‖x_i − x_j‖² <=``
-   :data:`MERGE_TOL`, for the kernel's dot form ``log k(x, y) = s·x·y − …``) form a
-   group of ``m`` copies; only their sum ``β = Σ a`` enters the objective (to that
-   tolerance), with the box ``0 <= β <= m·C``. The reduced problem over the distinct
-   keys is the one solved (with copies on the margin ``K_SS`` is singular; merged, it
-   is not).
+1. **Copies merged.** Keys equal up to the rounding of their dtype
+   (``‖x_i − x_j‖ <= MERGE_EPS·eps·max ‖x‖``, :data:`MERGE_EPS`; bit-for-bit duplicates
+   and keys one computation made twice) form a group of ``m`` copies; only their sum
+   ``β = Σ a`` enters the objective (to that rounding), with the box
+   ``0 <= β <= m·C``. The reduced problem over the distinct keys, the copies at their
+   first key, is the one solved (with copies on the margin ``K_SS`` is singular to
+   working precision; merged, it is not).
 2. **Primal-dual active set** (bulk moves) from the partition of FISTA's iterate, on
    the **unridged** bordered system ``[[2 K_SS, 1], [1ᵀ, 0]] [β_S; μ] = [d_S − 2 K_SE
    c_E; 1 − Σ c_E]`` (``c = m·C``), LU with partial pivoting; a round moves margin
@@ -18,8 +19,10 @@ host (``K`` computed in float64 from the keys, :func:`svattn.nn.batched.kernel_p
 3. If that has not settled after :data:`BULK_ROUNDS` rounds, a **primal active set**
    from FISTA's feasible iterate (the objective decreases monotonically: step to the
    face optimum or to the first bound on the way, then free the worst violator).
-4. The answer is **verified** per problem (box, sum, KKT signs, in units of the
-   largest diagonal of the rescaled ``K``); a problem that fails — a face too
+4. The answer is **verified** per problem: box and sum on every key, the KKT signs of
+   the reduced problem (in units of the largest diagonal of the rescaled ``K``; on the
+   keys themselves the copies' ``g`` differ by their first-order distance, which
+   ``BatchedInfo.max_kkt_violation`` shows); a problem that fails — a face too
    ill-conditioned to factor (near-duplicate keys), or no convergence within the
    rounds — is marked, and :func:`svattn.nn.finish.finish_optimum` re-solves it with
    the exact oracle (:func:`svattn.exact.oracle.solve_svdd`).
@@ -39,12 +42,13 @@ from numba import njit
 
 from svattn.nn.partition_cpu import _lu_factor, _lu_solve
 
-__all__ = ["BULK_ROUNDS", "MERGE_TOL", "PRIMAL_ROUNDS", "finish_loop", "split_groups", "verify_loop"]
+__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "finish_loop", "split_groups", "verify_loop"]
 
-# Keys this close (``(s/2)·‖x_i − x_j‖²``, ``1 − K_ij`` to first order for a unit diagonal)
-# count as copies of one key: a kernel row differs from the other's by rounding only,
-# and the split of their weight is not determined by the data in float64.
-MERGE_TOL = 1e-12
+# Keys this close, relative to their norm and in units of their dtype's eps
+# (``‖x_i − x_j‖ <= MERGE_EPS·eps·max ‖x‖``), count as copies of one key: they differ by
+# the rounding of the computation that made them, and the split of their weight is not
+# determined by the data at working precision (the margin system is singular to it).
+MERGE_EPS = 64.0
 # Primal-dual rounds before the primal active set takes over.
 BULK_ROUNDS = 16
 # Primal active-set steps (each moves one token), on top of the problem's size.
@@ -52,10 +56,16 @@ PRIMAL_ROUNDS = 64
 
 
 @njit(cache=True, nogil=True)
-def _groups(X, valid, scale, rep, mult):  # pragma: no cover - compiled
-    """``rep[i]``: the first key ``r`` with ``scale·‖x_i − x_r‖² <= MERGE_TOL`` (-1:
+def _groups(X, valid, rel, rep, mult):  # pragma: no cover - compiled
+    """``rep[i]``: the first key ``r`` with ``‖x_i − x_r‖ <= rel·max(‖x_i‖, ‖x_r‖)`` (-1:
     absent); ``mult[r]``: copies of representative ``r``. Returns the representatives."""
     n, D = X.shape
+    sq = np.empty(n)
+    for i in range(n):
+        acc = 0.0
+        for t in range(D):
+            acc += X[i, t] * X[i, t]
+        sq[i] = acc
     for i in range(n):
         rep[i] = -1
         mult[i] = 0
@@ -73,7 +83,7 @@ def _groups(X, valid, scale, rep, mult):  # pragma: no cover - compiled
                 dist = 0.0
                 for t in range(D):
                     dist += (X[i, t] - X[j, t]) ** 2
-                if scale * dist <= MERGE_TOL:
+                if dist <= rel * rel * max(sq[i], sq[j]):
                     rep[j] = i
                     mult[i] += 1
     return reps[:m]
@@ -317,13 +327,13 @@ def _spread(beta, reps, rep, mult, C, alpha, S, E):  # pragma: no cover - compil
 
 
 @njit(cache=True, nogil=True)
-def _finish(K, d, X, valid, scale, a0, C, tol, bulk, primal, alpha, mu, S, E,
-            ok):  # pragma: no cover - compiled
+def _finish(K, d, X, valid, rel, a0, C, tol, bulk, primal, alpha, mu, S, E, ok,
+            reps_out):  # pragma: no cover - compiled
     P, n = valid.shape
-    rep = np.empty(n, dtype=np.int64)
     mult = np.empty(n, dtype=np.int64)
     for p in range(P):
-        reps = _groups(X[p], valid[p], scale, rep, mult)
+        rep = reps_out[p]
+        reps = _groups(X[p], valid[p], rel, rep, mult)
         m = reps.shape[0]
         Kr = np.empty((m, m))
         dr = np.empty(m)
@@ -352,28 +362,29 @@ def _finish(K, d, X, valid, scale, a0, C, tol, bulk, primal, alpha, mu, S, E,
         _spread(x, reps, rep, mult, C, alpha[p], S[p], E[p])
 
 
-def finish_loop(K, d, X, valid, scale, a0, C, tol, bulk=BULK_ROUNDS, primal=PRIMAL_ROUNDS):
-    """The finish on float64 numpy arrays: ``K`` (P, n, n), ``d`` (P, n), keys ``X``
-    (P, n, D), ``valid`` (P, n) bool, FISTA's feasible iterate ``a0`` (P, n); ``scale``
-    the kernel's ``s/2`` (its dot form ``log k(x, y) = s·x·y − …``) for the merge.
+def finish_loop(K, d, X, valid, rel, a0, C, tol, bulk=BULK_ROUNDS, primal=PRIMAL_ROUNDS):
+    """The finish on numpy arrays: float64 ``K`` (P, n, n) and ``d`` (P, n), keys ``X``
+    (P, n, D), ``valid`` (P, n) bool, FISTA's feasible iterate ``a0`` (P, n); ``rel``
+    the merge's relative distance (``MERGE_EPS·eps`` of the keys' dtype).
 
-    Returns ``alpha`` (P, n), ``mu`` (P,), the partition ``S``, ``E`` (P, n) bool and
-    ``ok`` (P,) bool: whether the active set settled (not yet verified: see
-    :func:`verify_loop`)."""
+    Returns ``alpha`` (P, n), ``mu`` (P,), the partition ``S``, ``E`` (P, n) bool, ``ok``
+    (P,) bool (whether the active set settled; not yet verified: :func:`verify_loop`)
+    and ``rep`` (P, n): the first key of each key's group (-1 where absent)."""
     P, n = valid.shape
     alpha = np.zeros((P, n))
     mu = np.zeros(P)
     S = np.zeros((P, n), dtype=np.bool_)
     E = np.zeros((P, n), dtype=np.bool_)
     ok = np.zeros(P, dtype=np.bool_)
+    rep = np.zeros((P, n), dtype=np.int64)
     _finish(np.ascontiguousarray(K), np.ascontiguousarray(d),
             np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
-            float(scale), np.ascontiguousarray(a0), float(C), float(tol),
-            int(bulk), int(primal), alpha, mu, S, E, ok)
-    return alpha, mu, S, E, ok
+            float(rel), np.ascontiguousarray(a0), float(C), float(tol),
+            int(bulk), int(primal), alpha, mu, S, E, ok, rep)
+    return alpha, mu, S, E, ok, rep
 
 
-def split_groups(beta_keys, X, valid, scale, C):
+def split_groups(beta_keys, X, valid, rel, C):
     """A solution on all keys (``beta_keys`` (n,), any split over copies) as the
     finish's vertex split: ``alpha`` (n,), ``S``, ``E`` (n,) bool. For the oracle's
     answers."""
@@ -381,7 +392,7 @@ def split_groups(beta_keys, X, valid, scale, C):
     rep = np.empty(n, dtype=np.int64)
     mult = np.empty(n, dtype=np.int64)
     reps = _groups(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
-                   float(scale), rep, mult)
+                   float(rel), rep, mult)
     beta = np.zeros(reps.shape[0])
     where = {int(r): a for a, r in enumerate(reps)}
     for i in range(n):
@@ -395,45 +406,60 @@ def split_groups(beta_keys, X, valid, scale, C):
 
 
 @njit(cache=True, nogil=True)
-def _verify(K, d, valid, alpha, mu, S, E, C, out):  # pragma: no cover - compiled
-    """Per problem: (primal violation, dual violation) in units of the rescaled K."""
+def _verify(K, d, valid, rep, alpha, mu, S, E, C, out):  # pragma: no cover - compiled
+    """Per problem: (primal violation on the keys, dual violation of the reduced
+    problem) in units of the rescaled K."""
     P, n = valid.shape
+    beta = np.empty(n)
     g = np.empty(n)
     for p in range(P):
         tot = 0.0
         prim = 0.0
         for i in range(n):
+            beta[i] = 0.0
+        for i in range(n):
             a = alpha[p, i]
             if valid[p, i]:
                 tot += a
                 prim = max(prim, -a, a - C)
+                beta[rep[p, i]] += a
             elif a != 0.0:
                 prim = max(prim, abs(a))
         prim = max(prim, abs(tot - 1.0))
         has_s = False
         for i in range(n):
+            has_s = has_s or S[p, i]
+            if not valid[p, i] or rep[p, i] != i:
+                continue
             acc = 0.0
             for j in range(n):
-                acc += K[p, i, j] * alpha[p, j]
+                if valid[p, j] and rep[p, j] == j:
+                    acc += K[p, i, j] * beta[j]
             g[i] = 2.0 * acc - d[p, i]
-            has_s = has_s or S[p, i]
         m = mu[p]
         if not has_s:
             m = np.inf
             for i in range(n):
-                if E[p, i] and -g[i] < m:
-                    m = -g[i]
+                if E[p, i] and -g[rep[p, i]] < m:
+                    m = -g[rep[p, i]]
             if not np.isfinite(m):
                 m = 0.0
             mu[p] = m
+        # a group's state: margin if a copy is, else error if a copy is, else reserve
         dual = 0.0
         for i in range(n):
-            if not valid[p, i]:
+            if not valid[p, i] or rep[p, i] != i:
                 continue
+            in_s = False
+            in_e = False
+            for j in range(n):
+                if valid[p, j] and rep[p, j] == i:
+                    in_s = in_s or S[p, j]
+                    in_e = in_e or E[p, j]
             gi = g[i] + m
-            if S[p, i]:
+            if in_s:
                 dual = max(dual, abs(gi))
-            elif E[p, i]:
+            elif in_e:
                 dual = max(dual, gi)
             else:
                 dual = max(dual, -gi)
@@ -441,11 +467,12 @@ def _verify(K, d, valid, alpha, mu, S, E, C, out):  # pragma: no cover - compile
         out[p, 1] = dual
 
 
-def verify_loop(K, d, valid, alpha, mu, S, E, C):
-    """Primal (box, sum) and dual (KKT sign) violations per problem, (P, 2); ``mu`` of
-    problems with an empty margin set is set to the convention's (in place)."""
+def verify_loop(K, d, valid, rep, alpha, mu, S, E, C):
+    """Primal (box, sum, on every key) and dual (KKT signs of the reduced problem over
+    the groups ``rep``) violations per problem, (P, 2); ``mu`` of problems with an empty
+    margin set is set to the convention's (in place)."""
     out = np.zeros((valid.shape[0], 2))
     _verify(np.ascontiguousarray(K), np.ascontiguousarray(d), np.ascontiguousarray(valid),
-            np.ascontiguousarray(alpha), mu, np.ascontiguousarray(S), np.ascontiguousarray(E),
-            float(C), out)
+            np.ascontiguousarray(rep), np.ascontiguousarray(alpha), mu,
+            np.ascontiguousarray(S), np.ascontiguousarray(E), float(C), out)
     return out
