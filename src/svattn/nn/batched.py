@@ -445,8 +445,9 @@ def solve_partition(
         if keys is None:
             raise ValueError("solve_partition: finish='optimum' needs the keys (P, n, D): "
                              "copies are found on them")
-        with torch.no_grad():
-            a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
+        with torch.no_grad():  # FISTA, a warm start only, in the keys' own dtype
+            a, iters = fista(K.to(keys.dtype), d.to(keys.dtype), C, valid,
+                             max_iter=solver.max_iter)
             return _optimum(K, d, keys, valid, a, C, iters)
     with torch.no_grad():
         a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
@@ -470,8 +471,10 @@ def solve_partition(
 def _optimum(K, d, keys, valid, a, C, iters) -> Solved:
     """The ``"optimum"`` finish from FISTA's iterate ``a``, with its backward's factors."""
     fin = finish_optimum(K, d, keys, valid, a, C)
-    f = optimum_factors(K, d, fin.margin, fin.error, C, fin.alpha, fin.mu,
-                        not dense_ok(K, K.shape[-1]))
+    # the final margin sets are small (copies merged): on CPU in eager mode, where their
+    # size is read for free, the compact system at every size
+    compact = host_reads(K) or not dense_ok(K, K.shape[-1])
+    f = optimum_factors(K, d, fin.margin, fin.error, C, fin.alpha, fin.mu, compact)
     return Solved(fin.margin, fin.error, fin.alpha, fin.mu, fin.settled, iters, f,
                   fin.fallback)
 
@@ -483,15 +486,15 @@ def working_keys(kd: torch.Tensor, solver: SolverOptions) -> torch.Tensor:
 
 
 def _warm_start(kd, valid, C, kernel, gamma, max_iter):
-    """Kernel problem and FISTA's iterate: the ``"optimum"`` finish's compilable part."""
-    K, d, shift = kernel_problem(kd, valid, kernel, gamma)
-    a, iters = fista(K, d, C, valid, max_iter=max_iter)
+    """Kernel problem in float64 and FISTA's iterate: the ``"optimum"`` finish's
+    compilable part. FISTA (a warm start only) runs in the keys' own dtype."""
+    K, d, shift = kernel_problem(kd.to(torch.float64), valid, kernel, gamma)
+    a, iters = fista(K.to(kd.dtype), d.to(kd.dtype), C, valid, max_iter=max_iter)
     return K, d, shift, a, iters
 
 
 def _optimum_partition(warm, kd, valid, C, kernel, gamma, solver):
-    K, d, shift, a, iters = warm(working_keys(kd, solver), valid, C, kernel, gamma,
-                                 solver.max_iter)
+    K, d, shift, a, iters = warm(kd, valid, C, kernel, gamma, solver.max_iter)
     with torch.no_grad():
         return _optimum(K, d, kd, valid, a, C, iters), K, d, shift
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from svattn.exact.oracle import solve_svdd
-from svattn.nn.finish_cpu import MERGE_EPS, finish_loop, split_groups, verify_loop
+from svattn.nn.finish_cpu import MERGE_EPS, finish_loop, spread_groups, verify_loop
 from svattn.nn.margin import Factors, solve_system
 
 __all__ = ["FINISH_TOL", "Finished", "finish_optimum", "optimum_factors"]
@@ -46,19 +46,22 @@ class Finished(NamedTuple):
     violation: torch.Tensor  # (P,) largest primal or dual violation after the finish
 
 
-def _oracle(Kp: np.ndarray, Xp: np.ndarray, vp: np.ndarray, rel: float, C: float):
-    """One problem by :func:`svattn.exact.oracle.solve_svdd` on its present keys, split
-    over duplicates as the finish splits them; None if the oracle raised."""
+def _oracle(Kp: np.ndarray, rep: np.ndarray, vp: np.ndarray, C: float):
+    """One problem by :func:`svattn.exact.oracle.solve_svdd`: the reduced problem the
+    finish solves (every key of a group at its first key, so copies are exact
+    duplicates of one another), spread over the copies as the finish spreads them;
+    None if the oracle raised."""
     pos = np.flatnonzero(vp)
-    Ks = Kp[np.ix_(pos, pos)]
+    at = rep[pos]  # each present key's representative
+    Ks = Kp[np.ix_(at, at)]
     Ks = 0.5 * (Ks + Ks.T)
     try:
         a, mu = solve_svdd(Ks, C, return_mu=True)
     except (RuntimeError, ValueError):
         return None
-    full = np.zeros(vp.shape[0])
-    full[pos] = a
-    alpha, S, E = split_groups(full, Xp, vp, rel, C)
+    beta = np.zeros(vp.shape[0])
+    np.add.at(beta, at, a)
+    alpha, S, E = spread_groups(beta, rep, vp, C)
     return alpha, float(mu), S, E
 
 
@@ -79,7 +82,7 @@ def _finish_op(K: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, valid: torc
     viol = verify_loop(Kn, dn, vn, rep, alpha, mu, S, E, C).max(-1)
     fallback = ~ok | ~(viol <= tol)
     for p in np.flatnonzero(fallback):
-        got = _oracle(Kn[p], Xn[p], vn[p], rel, C)
+        got = _oracle(Kn[p], rep[p], vn[p], C)
         if got is not None:
             alpha[p], mu[p], S[p], E[p] = got
     if fallback.any():

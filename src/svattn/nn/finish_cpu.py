@@ -42,7 +42,7 @@ from numba import njit
 
 from svattn.nn.partition_cpu import _lu_factor, _lu_solve
 
-__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "finish_loop", "split_groups", "verify_loop"]
+__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "finish_loop", "spread_groups", "verify_loop"]
 
 # Keys this close, relative to their norm and in units of their dtype's eps
 # (``‖x_i − x_j‖ <= MERGE_EPS·eps·max ‖x‖``), count as copies of one key: they differ by
@@ -384,24 +384,19 @@ def finish_loop(K, d, X, valid, rel, a0, C, tol, bulk=BULK_ROUNDS, primal=PRIMAL
     return alpha, mu, S, E, ok, rep
 
 
-def split_groups(beta_keys, X, valid, rel, C):
-    """A solution on all keys (``beta_keys`` (n,), any split over copies) as the
-    finish's vertex split: ``alpha`` (n,), ``S``, ``E`` (n,) bool. For the oracle's
-    answers."""
+def spread_groups(beta, rep, valid, C):
+    """Group sums ``beta`` (n,), held at each group's first key (``rep`` from
+    :func:`finish_loop`), spread over the copies as the finish spreads them:
+    ``alpha`` (n,), ``S``, ``E`` (n,) bool. For the oracle's answers."""
     n = valid.shape[0]
-    rep = np.empty(n, dtype=np.int64)
-    mult = np.empty(n, dtype=np.int64)
-    reps = _groups(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
-                   float(rel), rep, mult)
-    beta = np.zeros(reps.shape[0])
-    where = {int(r): a for a, r in enumerate(reps)}
-    for i in range(n):
-        if valid[i]:
-            beta[where[int(rep[i])]] += beta_keys[i]
+    reps = np.flatnonzero(valid & (rep == np.arange(n)))
+    mult = np.zeros(n, dtype=np.int64)
+    np.add.at(mult, rep[valid], 1)
     alpha = np.zeros(n)
     S = np.zeros(n, dtype=np.bool_)
     E = np.zeros(n, dtype=np.bool_)
-    _spread(beta, reps, rep, mult, float(C), alpha, S, E)
+    _spread(np.ascontiguousarray(beta[reps]), reps.astype(np.int64),
+            np.ascontiguousarray(rep), mult, float(C), alpha, S, E)
     return alpha, S, E
 
 
