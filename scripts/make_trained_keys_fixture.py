@@ -1,7 +1,8 @@
 """Write the keys a trained recall model's hybrid layers build their memories from (a test fixture).
 
     PYTHONPATH=src python scripts/make_trained_keys_fixture.py \\
-        results/recall_selection_models/selective-copy-T128-hybrid_sv-C0.125-d64-lr0.003-s0.safetensors \\
+        results/recall_selection_models/\\
+selective-copy-T128-hybrid_sv-C0.125-d64-lr0.003-s0.safetensors \\
         tests/nn/data/trained_keys --sequences 4
 
 The model (a cell of ``svattn recall run --grid selection``, its weights kept by the grid)

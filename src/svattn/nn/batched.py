@@ -309,8 +309,7 @@ def fista(
         r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
         zero = torch.zeros_like(r)
         y, tau = a, None
-        it = 0
-        for it in range(1, max_iter + 1):
+        for _ in range(max_iter):
             if Kstep is None:
                 v = torch.addcmul(y + sd, 2.0 * step, torch.bmm(y, K), value=-1.0)
             else:
@@ -323,7 +322,7 @@ def fista(
             y = torch.addcmul(a_new, beta_of[r], diff)  # beta 0 right after a restart
             a = a_new
         a = a.squeeze(1)
-    return a, it
+    return a, max_iter
 
 
 def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
@@ -433,7 +432,8 @@ def solve_partition(
     ``K``, ``d`` should be float64 (:func:`working_keys`) and ``keys`` (P, n, D), in
     their own dtype, are required (copies are found on them).
 
-    ``finish="approximate"``: ``solver.refine`` repair rounds. With ``refine > 0``, one retry (FISTA resumed with ``2·max_iter`` iterations,
+    ``finish="approximate"``: ``solver.refine`` repair rounds. With ``refine > 0``, one
+    retry (FISTA resumed with ``2·max_iter`` iterations,
     repaired again) replaces the partition of every problem whose repair had not
     settled; it runs for all problems, as a data-dependent skip would need the host.
 

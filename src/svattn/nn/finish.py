@@ -12,7 +12,8 @@ fails (the oracle raised) is counted as unsettled, never reported as settled.
 This runs on the host, as one opaque operator (``svattn::finish_optimum``, so
 ``torch.compile(fullgraph=True)`` keeps the solver in one graph): on an accelerator
 the kernel matrices and keys make one round trip (the finish's one host
-synchronisation; the paper's ``"approximate"`` finish has none). The final partition's bordered system is factored in float64
+synchronisation; the paper's ``"approximate"`` finish has none). The final
+partition's bordered system is factored in float64
 (:func:`svattn.nn.margin.solve_system` without ridge) for the backward, which is the
 implicit gradient of that system (:mod:`svattn.nn.margin`).
 """

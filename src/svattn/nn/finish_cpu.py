@@ -40,9 +40,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from svattn.nn.partition_cpu import _lu_factor, _lu_solve
+from svattn.nn.partition_cpu import lu_factor_small, lu_solve_small
 
-__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "finish_loop", "spread_groups", "verify_loop"]
+__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "finish_loop", "spread_groups",
+           "verify_loop"]
 
 # Keys this close, relative to their norm and in units of their dtype's eps
 # (``‖x_i − x_j‖ <= MERGE_EPS·eps·max ‖x‖``), count as copies of one key: they differ by
@@ -131,14 +132,14 @@ def _face(Kr, dr, cap, st, x):  # pragma: no cover - compiled
         rhs[a] = dr[ia] - 2.0 * ke
     rhs[s] = 1.0 - cE
     piv = np.empty(s + 1, dtype=np.int64)
-    _lu_factor(M, piv)
+    lu_factor_small(M, piv)
     # a pivot below this is rounding: the face is (numerically) singular
     tiny = 1e-13 * max(big, 1.0)
     for a in range(s + 1):
         if abs(M[a, a]) <= tiny:
             return 0.0, False
     z = rhs.copy()
-    _lu_solve(M, piv, z)
+    lu_solve_small(M, piv, z)
     for a in range(s + 1):
         if not np.isfinite(z[a]):
             return 0.0, False
