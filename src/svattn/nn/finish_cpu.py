@@ -91,15 +91,16 @@ def _groups(X, valid, rel, rep, mult):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _face(Kr, dr, cap, st, x):  # pragma: no cover - compiled
+def _face(Kr, dr, cap, st, x, direction):  # pragma: no cover - compiled
     """Optimum on the face ``st`` (0 R, 1 S, 2 E): ``x`` written (E at cap, R at 0),
-    returns ``(mu, ok)``; ok False when the bordered matrix is singular to working
-    precision or the solution is not finite. S empty: ``mu`` is 0, ok tells whether
-    the face holds ``Σ = 1``."""
+    returns ``(mu, ok)``; ok False when the face has no finite optimum (then
+    ``direction`` holds a null direction, nonzero on S only) or the solution is not
+    finite. S empty: ``mu`` is 0, ok tells whether the face holds ``Σ = 1``."""
     m = Kr.shape[0]
     s = 0
     cE = 0.0
     for a in range(m):
+        direction[a] = 0.0
         if st[a] == 1:
             s += 1
         elif st[a] == 2:
@@ -131,15 +132,39 @@ def _face(Kr, dr, cap, st, x):  # pragma: no cover - compiled
                 ke += Kr[ia, e] * cap[e]
         rhs[a] = dr[ia] - 2.0 * ke
     rhs[s] = 1.0 - cE
+    M0 = M.copy()
     piv = np.empty(s + 1, dtype=np.int64)
     lu_factor_small(M, piv)
     # a pivot below this is rounding: the face is (numerically) singular
     tiny = 1e-13 * max(big, 1.0)
+    singular = False
     for a in range(s + 1):
         if abs(M[a, a]) <= tiny:
+            singular = True
+    if singular:
+        # near copies on the margin: the minimum-norm solution, if it solves the system
+        # (consistent: every solution gives the same g); else no finite face optimum
+        z = np.linalg.lstsq(M0, rhs, rcond=1e-13)[0]
+        res = 0.0
+        scale = 1.0
+        for a in range(s + 1):
+            acc = 0.0
+            for b in range(s + 1):
+                acc += M0[a, b] * z[b]
+            res = max(res, abs(acc - rhs[a]))
+            scale = max(scale, abs(rhs[a]))
+        if not res <= 1e-11 * scale:
+            # inconsistent: the objective is linear along a null direction of the face
+            # (sum 0 by the border row); written to ``direction`` for the primal steps
+            vt = np.linalg.svd(M0)[2]
+            for a in range(m):
+                direction[a] = 0.0
+            for a in range(s):
+                direction[idx[a]] = vt[s, a]
             return 0.0, False
-    z = rhs.copy()
-    lu_solve_small(M, piv, z)
+    else:
+        z = rhs.copy()
+        lu_solve_small(M, piv, z)
     for a in range(s + 1):
         if not np.isfinite(z[a]):
             return 0.0, False
@@ -170,16 +195,43 @@ def _empty_mu(g0, st, cap):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
+def _free_one(Kr, dr, cap, st, x, g):  # pragma: no cover - compiled
+    """An empty margin set whose bound tokens miss ``Σ = 1``: free the bound token whose
+    gradient at ``x`` favours it most (a reserve one if the error set holds less than 1,
+    else an error one). False if there is none."""
+    m = Kr.shape[0]
+    _gvec(Kr, dr, x, 0.0, g)
+    cE = 0.0
+    for a in range(m):
+        if st[a] == 2:
+            cE += cap[a]
+    best = -1
+    for a in range(m):
+        if (cE < 1.0 and st[a] == 0) or (cE >= 1.0 and st[a] == 2):
+            if best < 0 or (g[a] < g[best] if cE < 1.0 else g[a] > g[best]):
+                best = a
+    if best < 0:
+        return False
+    st[best] = 1
+    return True
+
+
+@njit(cache=True, nogil=True)
 def _bulk(Kr, dr, cap, st, x, g, tol, rounds):  # pragma: no cover - compiled
     """Primal-dual active set; returns ``(mu, settled)``."""
     m = Kr.shape[0]
+    direction = np.zeros(m)
     for _ in range(rounds):
-        mu, ok = _face(Kr, dr, cap, st, x)
-        if not ok:
-            return 0.0, False
+        mu, ok = _face(Kr, dr, cap, st, x, direction)
         s = 0
         for a in range(m):
             s += st[a] == 1
+        if s == 0 and not ok:
+            if not _free_one(Kr, dr, cap, st, x, g):
+                return 0.0, False
+            continue
+        if not ok:
+            return 0.0, False
         if s == 0:
             _gvec(Kr, dr, x, 0.0, g)
             mu = _empty_mu(g, st, cap)
@@ -221,30 +273,49 @@ def _primal(Kr, dr, cap, x0, st, x, g, tol, rounds):  # pragma: no cover - compi
             st[a] = 2
         else:
             st[a] = 1
+    direction = np.zeros(m)
     for _ in range(rounds):
-        mu, ok = _face(Kr, dr, cap, st, x)
+        mu, ok = _face(Kr, dr, cap, st, x, direction)
         s = 0
         for a in range(m):
             s += st[a] == 1
         if s == 0 and not ok:
-            # the face misses Σ = 1 (cur sits on it up to rounding): free the bound
-            # token whose gradient favours it most
-            _gvec(Kr, dr, cur, 0.0, g)
-            cE = 0.0
-            for a in range(m):
-                if st[a] == 2:
-                    cE += cap[a]
-            best = -1
-            for a in range(m):
-                if (cE < 1.0 and st[a] == 0) or (cE >= 1.0 and st[a] == 2):
-                    if best < 0 or (g[a] < g[best] if cE < 1.0 else g[a] > g[best]):
-                        best = a
-            if best < 0:
+            # the face misses Σ = 1 (cur sits on it up to rounding)
+            if not _free_one(Kr, dr, cap, st, cur, g):
                 return 0.0, False
-            st[best] = 1
             continue
         if not ok:
-            return 0.0, False
+            # no finite face optimum: walk along the null direction, downhill, to the
+            # first bound (the oracle's rule, svattn.exact.oracle._polish)
+            nrm = 0.0
+            slope = 0.0
+            _gvec(Kr, dr, cur, 0.0, g)
+            for a in range(m):
+                nrm += direction[a] * direction[a]
+                slope += g[a] * direction[a]
+            if not nrm > 0.0:
+                return 0.0, False
+            sign = -1.0 if slope > 0.0 else 1.0
+            t_best = np.inf
+            j = -1
+            for a in range(m):
+                p = sign * direction[a]
+                if st[a] != 1 or p == 0.0:
+                    continue
+                t = cur[a] / -p if p < 0.0 else (cap[a] - cur[a]) / p
+                t = max(t, 0.0)
+                if t < t_best:
+                    t_best = t
+                    j = a
+            if j < 0:
+                return 0.0, False
+            for a in range(m):
+                if st[a] == 1:
+                    cur[a] = min(max(cur[a] + t_best * sign * direction[a], 0.0), cap[a])
+            to_error = sign * direction[j] > 0.0
+            cur[j] = cap[j] if to_error else 0.0
+            st[j] = 2 if to_error else 0
+            continue
         # ratio test along cur -> x: the first margin token to hit a bound
         t_best = 2.0
         j = -1
