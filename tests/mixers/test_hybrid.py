@@ -108,6 +108,22 @@ def test_support_state_is_bounded():
     assert full.state_floats(T) == 2 * T * D
 
 
+def test_truncated_counts_the_last_forward_under_every_policy():
+    T, L, D, C, budget = 64, 8, 6, 0.25, 4
+    x = torch.randn(2, T, D, generator=torch.Generator().manual_seed(3))
+    mix = HybridSVAttention(D, 1, policy="support", chunk=L, C=C, budget=budget)
+    mix(x)
+    assert mix.truncated_ > 0
+    mix.policy = "full"  # the same weights read every earlier key: nothing is cut
+    mix(x)
+    assert mix.truncated_ == 0
+    mix.policy = "support"
+    mix(x)
+    assert mix.truncated_ > 0
+    mix(x[:, :L])  # one chunk: no memory at all
+    assert mix.truncated_ == 0
+
+
 @pytest.mark.parametrize("rope", [False, True], ids=["nope", "rope"])
 @pytest.mark.parametrize("policy", ["full", "support"])
 def test_exact_mode_agrees_with_batched(policy, rope):

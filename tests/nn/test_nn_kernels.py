@@ -96,7 +96,7 @@ def _problem(name, seed, P=3, n=20, D=3):
     valid = torch.rand(P, n, generator=gen) < 0.8
     valid[:, :8] = True  # n·C >= 1 for C = 0.15
     K, d, shift = kernel_problem(kf.detach(), valid, name, 0.5)
-    sol = solve_partition(K, d, 0.15, valid, SolverOptions(refine=10))
+    sol = solve_partition(K, d, 0.15, valid, SolverOptions(refine=10, finish="approximate"))
     return kf, valid, K, d, shift, sol.margin, sol.error
 
 

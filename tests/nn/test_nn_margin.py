@@ -17,7 +17,7 @@ def _problem(kernel, dtype, seed, P=4, n=20, D=3):
     valid = torch.rand(P, n, generator=g) < 0.8
     valid[:, :8] = True  # n·C >= 1 for C = 0.15
     K, d, shift = kernel_problem(kf.detach(), valid, kernel, 0.5)
-    sol = solve_partition(K, d, 0.15, valid, SolverOptions(refine=10))
+    sol = solve_partition(K, d, 0.15, valid, SolverOptions(refine=10, finish="approximate"))
     return kf, valid, K, d, shift, sol.margin, sol.error
 
 

@@ -19,7 +19,8 @@ from svattn.nn.options import RIDGE_STEPS, resolve_solver
 
 def test_defaults_and_frozen():
     opts = SolverOptions()
-    assert (opts.ridge, opts.ridge_steps, opts.max_iter, opts.refine) == (1e-3, RIDGE_STEPS, 20, 10)
+    assert (opts.ridge, opts.ridge_steps, opts.max_iter, opts.refine, opts.finish) == (
+        1e-3, RIDGE_STEPS, 20, 10, "optimum")
     assert RIDGE_STEPS == 1
     with pytest.raises(dataclasses.FrozenInstanceError):
         opts.ridge = 0.0  # type: ignore[misc]
@@ -52,9 +53,8 @@ def test_layer_carries_solver_and_checks_ridge():
     layer = SVAttention(8, 2, C=0.5, solver=SolverOptions(refine=0))
     assert layer.solver == SolverOptions(refine=0)
     assert SVAttention(8, 2, C=0.5).solver == SolverOptions()
-    bad = SVAttention(8, 2, C=0.5, solver=SolverOptions(ridge=-1.0))
     with pytest.raises(ValueError, match="ridge must be a number >= 0"):
-        bad(torch.randn(1, 4, 8))
+        SolverOptions(ridge=-1.0)
 
 
 def test_nn_does_not_import_mixers():
@@ -67,3 +67,23 @@ def test_nn_does_not_import_mixers():
     src = str(Path(svattn.__file__).resolve().parents[1])  # this checkout's svattn
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([src, os.environ.get("PYTHONPATH", "")])}
     subprocess.run([sys.executable, "-c", code], check=True, env=env)
+
+
+@pytest.mark.parametrize("fields, match", [
+    (dict(ridge=0.0, finish="approximate"), r"ridge must be > 0 with finish='approximate'"),
+    (dict(ridge=float("nan")), "ridge must be a number >= 0"),
+    (dict(finish="exact"), "finish must be one of"),
+    (dict(max_iter=0), "max_iter must be an int >= 1"),
+    (dict(max_iter=2.5), "max_iter must be an int >= 1"),
+    (dict(refine=-1), "refine must be an int >= 0"),
+    (dict(ridge_steps=True), "ridge_steps must be an int >= 0"),
+])
+def test_fields_are_checked_when_built(fields, match):
+    with pytest.raises(ValueError, match=match):
+        SolverOptions(**fields)
+    with pytest.raises(ValueError, match=match):
+        resolve_solver(None, **fields)
+
+
+def test_ridge_zero_is_accepted_by_the_optimum_finish():
+    assert SolverOptions(ridge=0.0).ridge == 0.0

@@ -18,8 +18,8 @@ from svattn.mixers import HybridSVAttention
 from svattn.nn import SolverOptions, SVAttention, sv_attention, sv_attention_state
 from svattn.nn.common import host_reads, no_host_reads
 
-SOLVERS = {"lm": SolverOptions(max_iter=5, refine=0, ridge_steps=0),
-           "repair": SolverOptions(max_iter=5, refine=3, ridge_steps=1)}
+SOLVERS = {"lm": SolverOptions(max_iter=5, refine=0, ridge_steps=0, finish="approximate"),
+           "repair": SolverOptions(max_iter=5, refine=3, ridge_steps=1, finish="approximate")}
 
 
 def _sv_attention_step(solver):
@@ -104,12 +104,11 @@ def test_cpu_shortcuts_change_nothing(n):
     """On CPU (eager) the repair stops once settled, the retry is skipped when every
     problem settled, and from DENSE_CPU_MAX keys on the margin systems are gathered
     to their size: the result of the static schedule an accelerator runs (bit for bit
-    on the dense form, to rounding on the compact one). FISTA's CPU stop is the one
-    shortcut that can change the result; with max_iter = CHECK_EVERY it cannot."""
+    on the dense form, to rounding on the compact one)."""
     assert host_reads(torch.zeros(1)) and (n > batched.DENSE_CPU_MAX) == (n == 40)
     k = random_keys(2, 2, n, 4, seed=5)
     q, v = random_keys(2, 2, 6, 4, seed=6), random_keys(2, 2, n, 3, seed=7)
-    opts = SolverOptions(max_iter=batched.CHECK_EVERY, refine=10)  # FISTA's stop: its end
+    opts = SolverOptions(max_iter=10, refine=10, finish="approximate")
     fast = sv_attention_state(q, k, v, C=0.1, solver=opts)
     with no_host_reads():
         static = sv_attention_state(q, k, v, C=0.1, solver=opts)
@@ -126,7 +125,7 @@ def test_large_problems_read_the_margin_size():
     n = batched.DENSE_MAX + 8
     k = random_keys(1, 1, n, 4, seed=8, dtype=torch.float32)
     q, v = random_keys(1, 1, 3, 4, seed=9, dtype=torch.float32), random_keys(1, 1, n, 2, seed=10)
-    solver = SolverOptions(max_iter=3, refine=0)
+    solver = SolverOptions(max_iter=3, refine=0, finish="approximate")
     with no_host_reads():
         seen = host_reads_of(lambda: sv_attention(q, k, v.float(), C=0.05, solver=solver))
     assert seen and set(seen) == {"aten._local_scalar_dense"}

@@ -32,9 +32,11 @@ PRESETS: dict[str, CharLMConfig] = {
 
 # The hybrid's memory for the LM: chunks of 64, C = 1/16 (>= 16 tokens carry
 # weight), at most 64 support tokens carried ("support" policy: bounded state).
-# Training solver as docs/design.md §5 states it: 20 FISTA iterations, the active set
-# read off the iterate, one ridged margin solve (no repair rounds, no ridge
-# refinement: both cost several factorizations and their backward passes).
+# Training solver: 20 FISTA iterations, then the default finish (each boundary
+# problem's verified SVDD optimum, docs/design.md §5). refine and ridge_steps apply to
+# the paper's approximate finish only (finish="approximate": the active set read off the
+# iterate, one ridged margin solve, no repair rounds, no ridge refinement), which
+# checkpoints trained before the optimum finish used.
 # The solver fields stay flat keywords of HybridSVAttention (not a SolverOptions):
 # mixer_options is saved as JSON in configs, logs and checkpoints.
 HYBRID_DEFAULTS = {

@@ -40,8 +40,9 @@ The memory coefficients ``alpha`` (one float per kept token and head) are not
 counted in :meth:`state_floats`, as the baselines' KV caches count keys and
 values only.
 
-``mode="batched"`` (default) runs the differentiable FISTA + active-set +
-ridge path; ``mode="exact"`` runs the float64 exact solver on every boundary
+``mode="batched"`` (default) runs the differentiable batched solver (FISTA, then by
+default each problem's verified SVDD optimum, :class:`~svattn.nn.SolverOptions`);
+``mode="exact"`` runs the float64 exact solver on every boundary
 problem (slow; for inference, where deletion certificates rely on it). The
 readout and gate are the same in both modes.
 """
@@ -216,10 +217,11 @@ class HybridSVAttention(SoftmaxAttention):
         Solver of the boundary problems.
     solver : SolverOptions, optional
         Options of the batched solver (:class:`~svattn.nn.SolverOptions`:
-        ridge, iterated-ridge steps, FISTA iterations, active-set repair rounds;
-        ``refine=0`` is the training path of docs/design.md §5 as written,
-        FISTA → active set → one margin solve). Default ``SolverOptions()``.
-    ridge, ridge_steps, max_iter, refine : optional
+        FISTA iterations and the finish: by default each boundary problem's SVDD
+        optimum, verified; ``finish="approximate", refine=0`` is the training
+        path of docs/design.md §5 as the paper writes it, FISTA → active set → one
+        ridged margin solve). Default ``SolverOptions()``.
+    ridge, ridge_steps, max_iter, refine, finish : optional
         Replace the matching field of ``solver`` (None: keep it). This flat
         form is what JSON configs and saved checkpoints (``mixer_options``,
         e.g. :data:`svattn.lm.configs.HYBRID_DEFAULTS`) pass.
@@ -251,7 +253,8 @@ class HybridSVAttention(SoftmaxAttention):
     kept_ : int
         Largest number of tokens any boundary memory kept in the last call.
     truncated_ : int
-        Boundaries (summed over batch and head) where ``"support"`` cut the kept set to ``budget``.
+        Boundaries (summed over batch and head) where ``"support"`` cut the kept set to
+        ``budget`` in the last call (0 under ``"full"``, which never cuts).
 
     Examples
     --------
@@ -283,6 +286,7 @@ class HybridSVAttention(SoftmaxAttention):
         ridge_steps: int | None = None,
         max_iter: int | None = None,
         refine: int | None = None,
+        finish: str | None = None,
         gate_init: float = 0.0,
         bias: bool = False,
         rope: bool = False,
@@ -325,7 +329,8 @@ class HybridSVAttention(SoftmaxAttention):
             raise ValueError(f"compile_solver must be a bool, got {compile_solver!r}")
         self.compile_solver = compile_solver
         self.solver = resolve_solver(
-            solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
+            solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
+            finish=finish,
         )
         self.gate = nn.Parameter(torch.full((n_heads,), float(gate_init)))
         self.last_partition_: Partition | None = None
@@ -395,7 +400,7 @@ class HybridSVAttention(SoftmaxAttention):
             outs.append(out.reshape(B, H, G * L, -1))
             kept_max = torch.maximum(kept_max, part.kept().sum(-1).max())
             m0 = m1
-        self._kept = kept_max
+        self._kept, self._truncated = kept_max, 0  # "full" keeps every key: nothing cut
         self.last_partition_ = Partition(*(s.detach().reshape(B, H, G, n)[:, :, -1] for s in part))
         return torch.cat(outs, 2)[:, :, : T - L]  # (B, H, T − L, Dh)
 

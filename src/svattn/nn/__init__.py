@@ -3,8 +3,9 @@
 * :func:`sv_attention` — memory over the keys + readout (``mode="batched"`` or ``"exact"``).
 * :func:`sv_readout` — ``softmax(log alpha + log k(q, x)) · V`` on fused attention.
 * :class:`SVAttention` — the multi-head layer on ``[B, T, d_model]``.
-* :class:`SolverOptions` — the batched solver's options (ridge, ridge steps,
-  FISTA cap, repair rounds), one value every layer carries.
+* :class:`SolverOptions` — the batched solver's options (FISTA iterations, the
+  finish: the verified optimum or the paper's approximate path), one value every
+  layer carries.
 
 The chunked causal hybrid built on these, :class:`svattn.mixers.HybridSVAttention`,
 is a sequence mixer and lives in :mod:`svattn.mixers`, which imports this package

@@ -163,13 +163,14 @@ def sv_attention_state(
     key_padding_mask: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     is_causal: bool = False,
+    finish: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, Partition, BatchedInfo | None]:
     """Like :func:`sv_attention`, returning ``(out, alpha, partition, info)``.
 
     ``info`` holds the batched solver's diagnostics (None in exact mode).
     ``solver`` and the keywords ``ridge``, ``ridge_steps``, ``max_iter``,
-    ``refine``, ``key_mask``, ``key_padding_mask``, ``attn_mask``, ``is_causal`` are as
-    in :func:`sv_attention`. The partition's sets are alpha's shape;
+    ``refine``, ``finish``, ``key_mask``, ``key_padding_mask``, ``attn_mask``,
+    ``is_causal`` are as in :func:`sv_attention`. The partition's sets are alpha's shape;
     :meth:`Partition.box_raised(C) <svattn.nn.common.Partition.box_raised>` flags the
     memories over fewer than ``⌈1/C⌉`` keys.
     """
@@ -185,15 +186,13 @@ def sv_attention_state(
             out, alpha, part, info = sv_attention_state(
                 q.to(work), k.to(work), v.to(work), C=C, kernel=kernel, gamma=gamma, mode=mode,
                 key_mask=valid, solver=solver, ridge=ridge, ridge_steps=ridge_steps,
-                max_iter=max_iter, refine=refine, attn_mask=sees,
+                max_iter=max_iter, refine=refine, finish=finish, attn_mask=sees,
             )  # fmt: skip
         return out.to(dtype), alpha, part, info
     solver = resolve_solver(
-        solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
-    )
-    ridge = solver.ridge
-    if not (isinstance(ridge, (int, float)) and ridge >= 0):
-        raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
+        solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
+        finish=finish,
+    )  # its fields are checked at construction (SolverOptions)
     gamma = resolve_gamma(kernel, gamma, k.shape[-1])
     masked = key_mask is not None or key_padding_mask is not None
     if sees is None:
@@ -285,6 +284,7 @@ def sv_attention(
     key_padding_mask: torch.Tensor | None = None,
     attn_mask: torch.Tensor | None = None,
     is_causal: bool = False,
+    finish: str | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Support-vector attention: queries read the SV memory built from the keys.
 
@@ -307,8 +307,9 @@ def sv_attention(
     gamma : float, optional
         Default ``1/D`` (rbf) or ``1/sqrt(D)`` (exp).
     mode : {"batched", "exact"}
-        ``"batched"``: FISTA + active set + ridge-regularised margin solve, all
-        problems at once on k's device, differentiable through autograd.
+        ``"batched"``: FISTA, then each problem's SVDD optimum (verified; the
+        default finish) or the paper's active set + ridged margin solve
+        (``finish="approximate"``), all problems at once, differentiable.
         ``"exact"``: float64 exact solver per problem with an implicit backward.
     key_mask : bool Tensor broadcastable to ``[B, H, Tk]``, optional
         True where a key is present; absent keys get ``alpha = 0`` and no gradient.
@@ -328,10 +329,10 @@ def sv_attention(
     return_alpha : bool
         Also return ``alpha`` ``[B, H, Tk]``.
     solver : SolverOptions, optional
-        Options of the batched solver: ridge, ridge steps, FISTA iteration cap,
-        active-set repair rounds (default :class:`~svattn.nn.SolverOptions()`:
-        1e-3, 1, 20, 10). Ignored in exact mode.
-    ridge, ridge_steps, max_iter, refine : optional
+        Options of the batched solver: FISTA iterations, the finish (the verified
+        optimum, or ``"approximate"`` with its ridge, ridge steps and repair rounds);
+        default :class:`~svattn.nn.SolverOptions()`. Ignored in exact mode.
+    ridge, ridge_steps, max_iter, refine, finish : optional
         Shorthands that replace the matching field of ``solver``
         (``sv_attention(q, k, v, C=C, ridge=0.0)``); None leaves it as it is.
 
@@ -371,7 +372,8 @@ def sv_attention(
     True
     """
     solver = resolve_solver(
-        solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine
+        solver, ridge=ridge, ridge_steps=ridge_steps, max_iter=max_iter, refine=refine,
+        finish=finish,
     )
     out, alpha, _, _ = sv_attention_state(
         q, k, v, C=C, kernel=kernel, gamma=gamma, mode=mode, key_mask=key_mask, solver=solver,

@@ -1,4 +1,4 @@
-"""Batched training path: FISTA, active set, ridge-regularised margin solve.
+"""Batched training path: FISTA, then the finish (the verified optimum, or the paper's path).
 
 All (batch, head) problems of one call are solved together, on whatever device
 the keys live on. Layout ``[B, H, T, D]``; inside, problems are flattened to
@@ -8,30 +8,36 @@ For each problem (docs/design.md §5; the margin solve is the bordered system of
 
 1. **FISTA** (no grad) on ``min a^T K a − diag(K)^T a`` over the capped simplex,
    step ``1/L`` with ``L = 2 λmax(K)`` from power iteration, momentum with the
-   gradient-based adaptive restart of O'Donoghue & Candès, for ``max_iter``
-   iterations. Each iteration is a fixed ~35 tensor ops (one ``baddbmm``, the
-   sort-based projection of :mod:`svattn.nn.projection`, the momentum update),
-   whatever the data, with no host synchronisation. Only on CPU in eager mode
-   (:func:`~svattn.nn.common.host_reads`), where reading a value is free and the
-   path is op-bound, FISTA stops once no problem's partition changed over
-   :data:`CHECK_EVERY` iterations (the one CPU shortcut that can change the result,
-   within FISTA's accuracy; the repair's two shortcuts cannot). There the iterations
-   (and the repair's rounds) run as compiled loops, a fixed handful of ops per solve
-   (:mod:`svattn.nn.partition_cpu`).
-2. **Active set.** ``R = {a = 0}``, ``E = {a = C}``, ``S`` the rest (the
-   projection clips, so these are exact comparisons). Then exactly ``refine``
-   primal-dual active-set rounds (no grad) repair the partition: solve the margin
-   system, move S tokens with ``alpha < 0`` to R and ``alpha > C`` to E, and R/E
-   tokens whose ``g_i = 2 (K alpha)_i − K_ii + mu`` has the wrong sign to S. A
-   round on a settled partition moves nothing and changes nothing, so running
-   all rounds equals stopping at the first settled one; problems still moving
-   after the last round are counted in :attr:`BatchedInfo.unsettled` (they keep
-   the partition of the last round).
+   gradient-based adaptive restart of O'Donoghue & Candès, for exactly ``max_iter``
+   iterations on every device. Each iteration is a fixed ~35 tensor ops (one
+   ``baddbmm``, the sort-based projection of :mod:`svattn.nn.projection`, the momentum
+   update), whatever the data, with no host synchronisation. On CPU in eager mode
+   (:func:`~svattn.nn.common.host_reads`) the same iterations run as one compiled
+   loop (:mod:`svattn.nn.partition_cpu`).
+2. **Finish** (``SolverOptions.finish``):
+
+   * ``"optimum"`` (default, :mod:`svattn.nn.finish`): the kernel matrices are formed
+     in float64 from the keys, FISTA runs on them as a warm start, and each problem
+     is solved to its SVDD optimum by an unridged active set (exact duplicate keys
+     merged), verified (box, ``Σ alpha = 1``, KKT signs) and re-solved by the exact
+     oracle where the check fails. One host round trip on accelerators.
+   * ``"approximate"`` (the paper's path, for ablations): ``R = {a = 0}``,
+     ``E = {a = C}``, ``S`` the rest read off FISTA's iterate, then exactly ``refine``
+     primal-dual active-set rounds (no grad) on the ridged system: solve the margin
+     system, move S tokens with ``alpha < 0`` to R and ``alpha > C`` to E, and R/E
+     tokens whose ``g_i = 2 (K alpha)_i − K_ii + mu`` has the wrong sign to S. A round
+     on a settled partition moves nothing and changes nothing, so running all rounds
+     equals stopping at the first settled one; the margin solve below may still
+     leave alpha outside the box. Problems still moving after the last round, or
+     whose alpha leaves the box or misses ``Σ alpha = 1``, are counted in
+     :attr:`BatchedInfo.unsettled`.
 3. **Margin solve** (differentiable): with the partition fixed,
-   ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``.
-   ``alpha_E = C``, ``alpha_R = 0``. Gradients reach the keys through ``K_SS``,
-   ``K_SE`` and ``d_S``, by the closed-form backward of :mod:`svattn.nn.margin` on the
-   factorization of the partition's own final solve (nothing is solved twice).
+   ``[[2 K_SS + ridge·I, 1], [1^T, 0]] [alpha_S; mu] = [d_S − 2C K_SE 1; 1 − C|E|]``
+   (``ridge = 0`` after the ``"optimum"`` finish, whose alpha is that system's
+   solution). ``alpha_E = C``, ``alpha_R = 0``. Gradients reach the keys through
+   ``K_SS``, ``K_SE`` and ``d_S``, by the closed-form backward of
+   :mod:`svattn.nn.margin` on the factorization of the partition's own final system
+   (nothing is solved twice): the implicit gradient of the KKT system.
 
 **Dense and compact margin systems.** On accelerators, up to :data:`DENSE_MAX`
 keys per problem (every boundary problem of the hybrid's ``"support"`` policy), the
@@ -40,24 +46,20 @@ identity rows (``M = where(S×S, 2K + ridge·I, I)``), so its size is static and
 mask is one tensor op. Above it (eager only), the system is gathered to the largest
 ``|S|`` of the batch, which is cheaper (``O(|S|³)`` against ``O(n³)``) but a
 data-dependent size: :func:`svattn.nn.common.gather_rows` reads it on the host,
-the one host synchronisation of the path. While :func:`torch.compile` traces,
-the dense form is used at every size, so the solver compiles as one graph. On CPU
-in eager mode, where the read is free, the compact form is used from
+the one host synchronisation of the approximate path. While :func:`torch.compile`
+traces, the dense form is used at every size, so that path compiles as one graph. On
+CPU in eager mode, where the read is free, the compact form is used from
 :data:`DENSE_CPU_MAX` keys on (:func:`dense_ok`).
 
 Linear solves use the ``*_ex`` variants with ``check_errors=False``: the checked
-ones read the LAPACK status on the host. A singular system (it is ridged, so it
-does not arise for ``ridge > 0``) shows as non-finite alpha instead of an error.
+ones read the LAPACK status on the host. A singular system (the approximate path
+is ridged, so it does not arise there) shows as non-finite alpha instead of an error.
 
 The kernel matrix is rescaled by ``exp(−max log K_ii)`` per problem before
 solving (the optimum ``alpha`` is invariant to scaling K), so the exp kernel
 does not overflow.
 
-The loop-based solver this replaces (FISTA stopping on a stable partition,
-bisection/Newton projection, repair stopping when settled, FISTA restarted with
-more iterations when the repair cycled) read ~7,000 scalars back to the host per
-training step; the exact path (``mode="exact"``) is the reference both are
-tested against.
+The exact path (``mode="exact"``) is the reference both finishes are tested against.
 """
 
 from __future__ import annotations
@@ -70,13 +72,13 @@ import torch
 
 from svattn.exact.core.kernels import get_kernel
 from svattn.nn.common import Partition, host_reads, log_kernel_diag
+from svattn.nn.finish import finish_optimum, optimum_factors
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
 from svattn.nn.partition_cpu import MASS_SLACK, fista_loop, repair_loop
 from svattn.nn.projection import ProjectionPlan
 
 __all__ = [
-    "CHECK_EVERY",
     "DENSE_CPU_MAX",
     "DENSE_MAX",
     "BatchedInfo",
@@ -95,8 +97,6 @@ __all__ = [
     "solve_partition",
 ]
 
-# CPU-only early stop of FISTA: the partition checked every this many iterations.
-CHECK_EVERY = 10
 # Most keys per problem for which the margin system is solved over all keys (static size).
 DENSE_MAX = 256
 # The same on CPU in eager mode, where the compact system's size is read for free.
@@ -112,10 +112,13 @@ class BatchedInfo:
     """
 
     fista_iters: int
-    refine_rounds: int
+    refine_rounds: int  # the approximate finish's repair rounds (0 after "optimum")
     max_kkt_violation: torch.Tensor  # over all problems, in units of the rescaled K
-    box_violations: torch.Tensor  # margin alphas outside [0, C] after the final solve
-    unsettled: torch.Tensor  # problems whose active-set repair was still moving
+    box_violations: torch.Tensor  # alphas outside [0, C] (beyond the tolerance), all keys
+    # problems not verified optimal: the repair still moving (approximate), alpha outside
+    # the box or Σ alpha ≠ 1 beyond the tolerance, or a KKT check failed (optimum)
+    unsettled: torch.Tensor
+    fallbacks: torch.Tensor | int = 0  # "optimum": problems re-solved by the exact oracle
 
 
 class Solved(NamedTuple):
@@ -125,9 +128,10 @@ class Solved(NamedTuple):
     error: torch.Tensor  # bool (P, n)
     alpha: torch.Tensor  # (P, n), the margin solve on (margin, error)
     mu: torch.Tensor  # (P,)
-    settled: torch.Tensor  # bool (P,): the last repair round moved nothing
+    settled: torch.Tensor  # bool (P,): the last repair round moved nothing / verified optimal
     iters: int  # FISTA iterations run, the retry's included
     factors: Factors  # the final margin systems' factorization (margin_solve_factored)
+    fallback: torch.Tensor | None = None  # bool (P,): "optimum" only, re-solved by the oracle
 
 
 def dense_ok(t: torch.Tensor, n: int) -> bool:
@@ -266,9 +270,7 @@ def fista(
     valid : bool Tensor (P, n)
         Keys present.
     max_iter : int
-        Iterations. All of them run, except where
-        :func:`~svattn.nn.common.host_reads` allows (CPU, eager): there FISTA stops
-        once no problem's partition changed over :data:`CHECK_EVERY` iterations.
+        Iterations; all of them run, on every device.
     a0 : Tensor (P, n), optional
         Feasible start; default uniform over the valid keys.
 
@@ -293,9 +295,8 @@ def fista(
             t = t_next
         if host_reads(K):
             # CPU, eager: the same iterations as one compiled loop (nn/partition_cpu.py), a
-            # fixed number of ops per solve, stopping once no partition changed over
-            # CHECK_EVERY iterations.
-            return fista_loop(K, d, a, valid, C, betas, max_iter, CHECK_EVERY)
+            # fixed number of ops per solve
+            return fista_loop(K, d, a, valid, C, betas, max_iter, 0)
         lam, _ = lambda_max(K)
         step = (0.5 / lam).view(P, 1, 1)  # 1 / (2 λmax)
         plan = ProjectionPlan.of(valid.unsqueeze(1), K.dtype)  # rows (P, 1, n) throughout
@@ -308,12 +309,7 @@ def fista(
         r = torch.zeros(P, 1, 1, dtype=torch.long, device=K.device)
         zero = torch.zeros_like(r)
         y, tau = a, None
-        # CPU, eager: stop once no problem's partition changed over CHECK_EVERY iterations
-        # (reading it is free there). The static schedule runs all max_iter iterations.
-        check = CHECK_EVERY if host_reads(K) else 0
-        sets = _sets(a.squeeze(1), C, valid) if check else None
-        it = 0
-        for it in range(1, max_iter + 1):
+        for _ in range(max_iter):
             if Kstep is None:
                 v = torch.addcmul(y + sd, 2.0 * step, torch.bmm(y, K), value=-1.0)
             else:
@@ -325,13 +321,8 @@ def fista(
             r = torch.where(restart, zero, r + 1)
             y = torch.addcmul(a_new, beta_of[r], diff)  # beta 0 right after a restart
             a = a_new
-            if check and it % check == 0:
-                new = _sets(a.squeeze(1), C, valid)
-                if bool(((new[0] == sets[0]) & (new[1] == sets[1])).all()):
-                    break
-                sets = new
         a = a.squeeze(1)
-    return a, it
+    return a, max_iter
 
 
 def _solve_fixed(K, d, S, E, C, ridge, ridge_steps):
@@ -453,10 +444,16 @@ def solve_partition(
     valid: torch.Tensor,
     solver: SolverOptions,
     kkt_tol: float | None = None,
+    keys: torch.Tensor | None = None,
 ) -> Solved:
-    """FISTA, then ``solver.refine`` repair rounds: the partition and its alpha (no grad).
+    """FISTA, then the finish: the partition and its alpha (no grad).
 
-    With ``refine > 0``, one retry (FISTA resumed with ``2·max_iter`` iterations,
+    ``finish="optimum"``: :func:`svattn.nn.finish.finish_optimum` from FISTA's iterate;
+    ``K``, ``d`` should be float64 (:func:`working_keys`) and ``keys`` (P, n, D), in
+    their own dtype, are required (copies are found on them).
+
+    ``finish="approximate"``: ``solver.refine`` repair rounds. With ``refine > 0``, one
+    retry (FISTA resumed with ``2·max_iter`` iterations,
     repaired again) replaces the partition of every problem whose repair had not
     settled; it runs for all problems, as a data-dependent skip would need the host.
 
@@ -464,6 +461,14 @@ def solve_partition(
     the same ops for given shapes and options (no data-dependent stop).
     """
     tol = default_kkt_tol(K.dtype) if kkt_tol is None else kkt_tol
+    if solver.finish == "optimum":
+        if keys is None:
+            raise ValueError("solve_partition: finish='optimum' needs the keys (P, n, D): "
+                             "copies are found on them")
+        with torch.no_grad():  # FISTA, a warm start only, in the keys' own dtype
+            a, iters = fista(K.to(keys.dtype), d.to(keys.dtype), C, valid,
+                             max_iter=solver.max_iter)
+            return _optimum(K, d, keys, valid, a, C, iters)
     with torch.no_grad():
         a, iters = fista(K, d, C, valid, max_iter=solver.max_iter)
         S, E, settled = _repair(K, d, C, valid, a, solver, tol)
@@ -483,6 +488,37 @@ def solve_partition(
     return Solved(S, E, alpha, mu, settled, iters, factors)
 
 
+def _optimum(K, d, keys, valid, a, C, iters) -> Solved:
+    """The ``"optimum"`` finish from FISTA's iterate ``a``, with its backward's factors."""
+    fin = finish_optimum(K, d, keys, valid, a, C)
+    # the final margin sets are small (copies merged): on CPU in eager mode, where their
+    # size is read for free, the compact system at every size
+    compact = host_reads(K) or not dense_ok(K, K.shape[-1])
+    f = optimum_factors(K, d, fin.margin, fin.error, C, fin.alpha, fin.mu, compact)
+    return Solved(fin.margin, fin.error, fin.alpha, fin.mu, fin.settled, iters, f,
+                  fin.fallback)
+
+
+def working_keys(kd: torch.Tensor, solver: SolverOptions) -> torch.Tensor:
+    """The keys the kernel matrices are formed from: float64 for the ``"optimum"``
+    finish (its active set runs in float64), as they are for ``"approximate"``."""
+    return kd.to(torch.float64) if solver.finish == "optimum" else kd
+
+
+def _warm_start(kd, valid, C, kernel, gamma, max_iter):
+    """Kernel problem in float64 and FISTA's iterate: the ``"optimum"`` finish's
+    compilable part. FISTA (a warm start only) runs in the keys' own dtype."""
+    K, d, shift = kernel_problem(kd.to(torch.float64), valid, kernel, gamma)
+    a, iters = fista(K.to(kd.dtype), d.to(kd.dtype), C, valid, max_iter=max_iter)
+    return K, d, shift, a, iters
+
+
+def _optimum_partition(warm, kd, valid, C, kernel, gamma, solver):
+    K, d, shift, a, iters = warm(kd, valid, C, kernel, gamma, solver.max_iter)
+    with torch.no_grad():
+        return _optimum(K, d, kd, valid, a, C, iters), K, d, shift
+
+
 def boundary_partition(
     kd: torch.Tensor,
     valid: torch.Tensor,
@@ -496,8 +532,10 @@ def boundary_partition(
 
     :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
     hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
-    same function compiled.
+    same function compiled. With ``finish="optimum"``, ``K`` and ``d`` are float64.
     """
+    if solver.finish == "optimum":
+        return _optimum_partition(_warm_start, kd, valid, C, kernel, gamma, solver)
     K, d, shift = kernel_problem(kd, valid, kernel, gamma)
     return solve_partition(K, d, C, valid, solver), K, d, shift
 
@@ -511,11 +549,20 @@ def compiled_boundary_partition():
     Built once per process; compiled once per shape and options on first use
     (minutes on a CPU), then each call is a few fused kernels instead of
     thousands of ops. Compiled code takes the accelerator's schedule (no early
-    exits, dense margin systems), so it matches eager to rounding.
+    exits, dense margin systems), so it matches eager to rounding. With
+    ``finish="optimum"`` the kernel problem and FISTA are compiled and the finish
+    (host code) runs after them.
     """
     if "partition" not in _COMPILED:
-        _COMPILED["partition"] = torch.compile(boundary_partition, fullgraph=True,
-                                               dynamic=False)
+        approximate = torch.compile(boundary_partition, fullgraph=True, dynamic=False)
+        warm = torch.compile(_warm_start, fullgraph=True, dynamic=False)
+
+        def partition(kd, valid, C, kernel, gamma, solver):
+            if solver.finish == "optimum":
+                return _optimum_partition(warm, kd, valid, C, kernel, gamma, solver)
+            return approximate(kd, valid, C, kernel, gamma, solver)
+
+        _COMPILED["partition"] = partition
     return _COMPILED["partition"]
 
 
@@ -581,14 +628,14 @@ def solve_batched(
     P = B * H
     kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
-    K, d, shift = kernel_problem(kf.detach(), vf, kernel, gamma)
+    K, d, shift = kernel_problem(working_keys(kf.detach(), opts), vf, kernel, gamma)
     if stand_in is not None:
         s = stand_in.reshape(P, 1)
         w = vf.to(K.dtype)
         K = torch.where(s.unsqueeze(-1), torch.diag_embed(w), K)
         d = torch.where(s, w, d)
         kf = torch.where(s.unsqueeze(-1), 0.0, kf)
-    sol = solve_partition(K, d, C, vf, opts, kkt_tol)
+    sol = solve_partition(K, d, C, vf, opts, kkt_tol, keys=kf.detach())
     S, E = sol.margin, sol.error
     # The partition's final margin solve is the differentiable one: its factorization
     # serves the backward (nothing is solved twice).
@@ -596,9 +643,17 @@ def solve_batched(
                                       [(K, d, E, sol.factors)])
     R = vf & ~S & ~E
     with torch.no_grad():
-        g = _kkt(K, d, alpha.detach(), mu.detach(), S, E)
-        viol = torch.where(R, (-g).clamp_min(0), torch.where(E, g.clamp_min(0), 0.0)).amax()
-        box = (((alpha < 0) | (alpha > C)) & S).sum()
+        a, m = sol.alpha, sol.mu  # in K's dtype (float64 after the "optimum" finish)
+        g = _kkt(K, d, a, m, S, E)
+        viol = torch.where(R, (-g).clamp_min(0), torch.where(E, g.clamp_min(0), 0.0))
+        viol = torch.where(S, g.abs(), viol).amax()
+        tol = default_kkt_tol(K.dtype) if kkt_tol is None else kkt_tol
+        out_of_box = vf & ((a < -tol) | (a > C + tol))
+        # a problem whose alpha leaves the box or misses the sum is never settled
+        feasible = ~out_of_box.any(-1) & ((a.sum(-1) - 1.0).abs() <= tol)
+        unsettled = (~(sol.settled & feasible)).sum()
+        fallbacks = sol.fallback.sum() if sol.fallback is not None else 0
     part = Partition(S.reshape(B, H, n), E.reshape(B, H, n), R.reshape(B, H, n))
-    info = BatchedInfo(sol.iters, opts.refine, viol, box, (~sol.settled).sum())
+    info = BatchedInfo(sol.iters, opts.refine if opts.finish == "approximate" else 0, viol,
+                       out_of_box.sum(), unsettled, fallbacks)
     return alpha.reshape(B, H, n), part, info

@@ -45,8 +45,8 @@ class SVAttention(nn.Module):
     gamma : float, optional
         Kernel bandwidth (default from the head dim).
     solver : SolverOptions, optional
-        Options of the batched solver (default :class:`~svattn.nn.SolverOptions()`,
-        ridge 1e-3); ignored in exact mode.
+        Options of the batched solver (default :class:`~svattn.nn.SolverOptions()`:
+        the verified optimum); ignored in exact mode.
     bias : bool
         Biases in the projections.
     batch_first : bool

@@ -350,7 +350,16 @@ def margin_solve_factored(
     shift constant), error set ``E`` and the :class:`Factors` of :func:`solve_system`
     (``alpha``, ``mu`` are what it returned). Nothing is solved again: the backward
     reuses the factorizations (module docstring).
+
+    Where the systems are in another dtype than the keys (float64 after the
+    ``"optimum"`` finish, :mod:`svattn.nn.finish`), the solve and its backward run in
+    theirs and ``alpha``, ``mu`` come back in the keys' dtype.
     """
+    work = parts[0][0].dtype
+    if kf.dtype != work:
+        a, m = _MarginSolve.apply(kf.to(work), alpha.to(work), mu.to(work), float(C), kernel,
+                                  float(gamma), parts)
+        return a.to(kf.dtype), m.to(kf.dtype)
     return _MarginSolve.apply(kf, alpha, mu, float(C), kernel, float(gamma), parts)
 
 

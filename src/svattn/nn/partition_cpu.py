@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from numba import njit
 
-__all__ = ["MASS_SLACK", "fista_loop", "repair_loop"]
+__all__ = ["MASS_SLACK", "fista_loop", "lu_factor_small", "lu_solve_small", "repair_loop"]
 
 # |C·|E| − 1| above which a partition without margin tokens does not hold the mass
 # (FEASIBILITY_SLACK of svattn.exact.core.conventions).
@@ -207,7 +207,7 @@ def fista_loop(
 
 
 @njit(cache=True, nogil=True)
-def _lu_factor(M, piv):  # pragma: no cover - compiled
+def lu_factor_small(M, piv):  # pragma: no cover - compiled
     """In-place LU with partial pivoting of a small square ``M`` (LAPACK getrf's method);
     a call to LAPACK costs more than the arithmetic at the repair's sizes."""
     m = M.shape[0]
@@ -234,8 +234,8 @@ def _lu_factor(M, piv):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _lu_solve(M, piv, b):  # pragma: no cover - compiled
-    """Solve with the factors of :func:`_lu_factor`; ``b`` is overwritten by the solution."""
+def lu_solve_small(M, piv, b):  # pragma: no cover - compiled
+    """Solve with the factors of :func:`lu_factor_small`; ``b`` is overwritten by the solution."""
     m = M.shape[0]
     for k in range(m):
         p = piv[k]
@@ -316,15 +316,15 @@ def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: n
                     rhs[a] = d[p, ia] - 2.0 * C * ke
                 rhs[s] = 1.0 - C * nE
                 piv = np.empty(s + 1, dtype=np.int64)
-                _lu_factor(M, piv)
+                lu_factor_small(M, piv)
                 z = rhs.copy()
-                _lu_solve(M, piv, z)
+                lu_solve_small(M, piv, z)
                 if ridge > 0:
                     for _step in range(ridge_steps):  # iterated ridge on the same factors
                         r2 = rhs.copy()
                         for a in range(s):
                             r2[a] += ridge * z[a]
-                        _lu_solve(M, piv, r2)
+                        lu_solve_small(M, piv, r2)
                         z = r2
                 for a in range(s):
                     alpha[idx[a]] = z[a]
