@@ -149,6 +149,35 @@ def test_critical_hours_kept_checks_lengths() -> None:
         icu.critical_hours_kept(np.zeros((3, 2)), np.zeros((3, 2)), np.zeros(2, dtype=bool))
 
 
+def test_news2_definition_scores_only_values_measured_in_the_hour() -> None:
+    from dataclasses import replace
+
+    from svattn.data.icu import default_slice_path, load_mimic3_vitals
+
+    data = load_mimic3_vitals(default_slice_path())
+    defs = icu.critical_definitions(data)
+    assert defs["thresholds"].tolist() == data.critical.tolist()
+    # a filled (not measured) entry made extreme must not flag its hour
+    wild = replace(data, raw=np.where(data.observed, data.raw, 300.0))
+    assert icu.critical_definitions(wild)["news2"].tolist() == defs["news2"].tolist()
+    assert 0 < defs["news2"].sum() < len(defs["news2"])
+
+
+def test_pooled_stream_counts_kept_critical_hours_per_stay() -> None:
+    rng = np.random.default_rng(1)
+    keys = 0.1 * rng.normal(size=(90, 3))
+    keys[[5, 50, 70]] = [[5.0, 0, 0], [0, 5.0, 0], [0, 0, 5.0]]
+    stay = np.repeat([0, 1, 2], 30)
+    crit = np.zeros(90, dtype=bool)
+    crit[[5, 50, 70, 89]] = True  # 89: the last hour, ordinary key
+    kept, budget = icu.pooled_stream_kept(keys, keys, stay, {"a": crit, "none": ~crit & False},
+                                          C=0.2)
+    assert kept["a"]["sv"][:2].tolist() == [1, 1] and kept["a"]["sv"][2] >= 1
+    assert kept["a"]["sliding"].tolist() == [0, 0, 1]  # the window holds the last hours only
+    assert all(v.sum() == 0 for v in kept["none"].values())
+    assert set(kept["a"]) == set(icu.METHODS) and budget < 90
+
+
 # ------------------------------------------------------------ patient deletion
 def test_deleting_a_patient_matches_retraining() -> None:
     rng = np.random.default_rng(2)

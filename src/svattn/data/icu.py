@@ -62,7 +62,8 @@ Critical hours
 See :func:`critical_mask`: an hour is critical when, among the values
 *measured in that hour* (not filled), heart rate > 130 or < 40, SpO2 < 88,
 respiratory rate > 30 or < 8, systolic pressure < 90 or mean arterial
-pressure < 65.
+pressure < 65. :mod:`svattn.data.news2` gives a clinical alternative, NEWS2's
+high-risk band, scored from the same measured values.
 """
 
 from __future__ import annotations
