@@ -13,9 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import struct
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+import pytest
 
 CALLS = ("write", "fsync", "ftruncate", "replace", "rename", "unlink")
 MODES = ("dropped", "written", "garbled")
@@ -79,6 +82,25 @@ def crash_points(trace: list[str], steps=None, *, all_modes: bool = False
         if all_modes or n == len(trace):
             out.append((n, "written"))
     return out
+
+
+def enumerate_crashes(run, check, tmp_path: Path, *, steps=None, all_modes: bool = False,
+                      raises=Crash) -> tuple[list[str], list]:
+    """Run ``run(folder, fake_os)`` once to its end to learn its trace, then once per
+    crash point of that trace (:func:`crash_points`; ``steps(trace)``: those calls only),
+    each in a fresh folder that ``check(folder)`` judges before it is removed; return
+    the trace and each crash point's outcome."""
+    counter = CrashingOS()
+    run(tmp_path / "count", counter)
+    outcomes = []
+    chosen = None if steps is None else steps(counter.trace)
+    for n, mode in crash_points(counter.trace, chosen, all_modes=all_modes):
+        folder = tmp_path / f"c{n}{mode}"
+        with pytest.raises(raises):
+            run(folder, CrashingOS(n, mode))
+        outcomes.append(check(folder))
+        shutil.rmtree(folder)
+    return counter.trace, outcomes
 
 
 @contextlib.contextmanager

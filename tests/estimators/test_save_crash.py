@@ -18,7 +18,14 @@ import shutil
 import numpy as np
 import pytest
 
-from crash_helpers import Crash, CrashingOS, crash_points, crashing, key_bytes, residue
+from crash_helpers import (
+    Crash,
+    CrashingOS,
+    crashing,
+    enumerate_crashes,
+    key_bytes,
+    residue,
+)
 from svattn import SVDD
 from svattn.estimators import saved as saved_module
 from svattn.exact.records import audit as audit_module
@@ -94,16 +101,11 @@ def test_every_crash_point_of_a_save_after_a_forget_loads_old_or_new(deployed, t
     """Every call dropped (a write also garbled; the last also written: a call written is
     the next one dropped); -m slow writes each call too."""
     base, needles, before, after = deployed
-    counter = CrashingOS()
-    _forget_and_save(base, tmp_path / "count", monkeypatch, counter)
-    assert len(counter.trace) >= 10, counter.trace
-    outcomes = []
-    for n, mode in crash_points(counter.trace, all_modes=all_modes):
-        folder = tmp_path / f"c{n}{mode}"
-        with pytest.raises((Crash, AuditLogError)):
-            _forget_and_save(base, folder, monkeypatch, CrashingOS(n, mode))
-        outcomes.append(_check_crashed(folder, needles, before, after))
-        shutil.rmtree(folder)
+    trace, outcomes = enumerate_crashes(
+        lambda folder, fake: _forget_and_save(base, folder, monkeypatch, fake),
+        lambda folder: _check_crashed(folder, needles, before, after),
+        tmp_path, all_modes=all_modes, raises=(Crash, AuditLogError))
+    assert len(trace) >= 10, trace
     assert "new" in outcomes and "old" in outcomes, outcomes
 
 

@@ -24,7 +24,14 @@ import shutil
 import numpy as np
 import pytest
 
-from crash_helpers import Crash, CrashingOS, crash_points, crashing, key_bytes, residue
+from crash_helpers import (
+    Crash,
+    CrashingOS,
+    crashing,
+    enumerate_crashes,
+    key_bytes,
+    residue,
+)
 from svattn.exact import SVDDMemory
 from svattn.exact.auditor.recovery import recover
 from svattn.exact.records import audit as audit_module
@@ -123,21 +130,16 @@ def test_every_crash_point_of_a_save_after_a_forget_leaves_old_or_new(saved, tmp
     """Every call dropped (a write also garbled; the last also written: a call written is
     the next one dropped); -m slow writes each call too."""
     base, needles, old, new = saved
-    counter = CrashingOS()
-    _save_after_forget(base, tmp_path / "count", monkeypatch, counter)
+    trace, outcomes = enumerate_crashes(
+        lambda folder, fake: _save_after_forget(base, folder, monkeypatch, fake),
+        lambda folder: _check_crashed(folder, needles, old, new),
+        tmp_path, all_modes=all_modes, raises=(Crash, AuditLogError))
     # the leftover's zeroing, fsync and unlink; the file's write and fsync; the log
     # line's; the checkpoint's write, fsync, rename and the folder's fsync; the rename;
     # the folder's fsync; the replaced file's zeroing and fsync
-    assert len(counter.trace) >= 13, counter.trace
-    outcomes = []
-    for n, mode in crash_points(counter.trace, all_modes=all_modes):
-        folder = tmp_path / f"c{n}{mode}"
-        with pytest.raises((Crash, AuditLogError)):
-            _save_after_forget(base, folder, monkeypatch, CrashingOS(n, mode))
-        outcomes.append(_check_crashed(folder, needles, old, new))
-        shutil.rmtree(folder)
+    assert len(trace) >= 13, trace
     # both outcomes reached: a crash after the rename lands the save, one before does not
-    assert outcomes.count("new") >= 2 and outcomes.count("old") >= len(counter.trace) - 4, \
+    assert outcomes.count("new") >= 2 and outcomes.count("old") >= len(trace) - 4, \
         outcomes
 
 

@@ -17,7 +17,7 @@ import shutil
 import pytest
 from test_stream import SECRET, fresh_of, make, span_rows, text_of
 
-from crash_helpers import Crash, CrashingOS, crash_points, crashing, residue
+from crash_helpers import CrashingOS, crashing, enumerate_crashes, residue
 from svattn.exact.records import fileformat
 from svattn.lm import stream as stream_module
 from svattn.lm import stream_folder
@@ -64,16 +64,10 @@ def _check(forgotten, folder) -> str:
 def _enumerate(forgotten, tmp_path, monkeypatch, steps, *, all_modes=False) -> list[str]:
     """Crash the save at each of ``steps(trace)`` (1-based call numbers, from the trace of
     a save run to its end; ``crash_helpers.crash_points``); return each outcome."""
-    counter = CrashingOS()
-    _crashed_save(forgotten, tmp_path / "count", monkeypatch, counter)
-    outcomes = []
-    for n, mode in crash_points(counter.trace, steps(counter.trace), all_modes=all_modes):
-        folder = tmp_path / f"c{n}{mode}"
-        with pytest.raises(Crash):
-            _crashed_save(forgotten, folder, monkeypatch, CrashingOS(n, mode))
-        outcomes.append(_check(forgotten, folder))
-        shutil.rmtree(folder)
-    return outcomes
+    return enumerate_crashes(
+        lambda folder, fake: _crashed_save(forgotten, folder, monkeypatch, fake),
+        lambda folder: _check(forgotten, folder), tmp_path, steps=steps,
+        all_modes=all_modes)[1]
 
 
 def test_a_stream_save_crashed_at_sampled_points_loads_old_or_new(forgotten, tmp_path,
