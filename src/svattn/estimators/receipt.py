@@ -31,7 +31,7 @@ from svattn.exact.records.certificate import (
     ErasureReceipt,
     certificate_dict_errors,
     finite_number,
-    no_duplicate_keys,
+    json_fields,
     signer_errors,
 )
 from svattn.exact.records.receipts import (
@@ -170,22 +170,8 @@ class ForgetReceipt:
             Not JSON, not an object, a field missing or unknown, a field of the wrong
             form (each named).
         """
-        try:
-            data = json.loads(text, object_pairs_hook=no_duplicate_keys)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"forget receipt is not valid JSON: {exc}") from None
-        except ValueError as exc:
-            raise ValueError(f"forget receipt: {exc}") from None
-        except RecursionError:
-            raise ValueError("forget receipt: JSON nested too deeply") from None
-        if not isinstance(data, dict):
-            raise ValueError("forget receipt JSON must be an object")
-        names = {f.name for f in fields(cls)}
-        optional = {"issued_at", "signer", "signature"}
-        missing, unknown = sorted(names - set(data) - optional), sorted(set(data) - names)
-        if missing or unknown:
-            raise ValueError(f"forget receipt: missing fields {missing}, unknown fields "
-                             f"{unknown}")
+        data = json_fields(text, cls, "forget receipt",
+                           optional={"issued_at", "signer", "signature"})
         errs = []
         if not isinstance(data["ids"], list):
             errs.append("ids must be a list of ids (ints or strs)")

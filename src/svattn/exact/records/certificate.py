@@ -244,7 +244,7 @@ class DeletionCertificate:
     @classmethod
     def from_json(cls, text: str) -> DeletionCertificate:
         """Parse a certificate written by :meth:`to_json`; precise errors on bad input."""
-        data = _json_fields(text, cls, "certificate",
+        data = json_fields(text, cls, "certificate",
                             optional={"issued_at", "version", "compacted", "signer", "signature"})
         if data.get("version", CERTIFICATE_VERSION) != CERTIFICATE_VERSION:
             raise ValueError(
@@ -421,7 +421,7 @@ class ErasureReceipt:
     @classmethod
     def from_json(cls, text: str) -> ErasureReceipt:
         """Parse a receipt written by :meth:`to_json`; precise errors on bad input."""
-        data = _json_fields(text, cls, "erasure receipt",
+        data = json_fields(text, cls, "erasure receipt",
                             optional={"issued_at", "version", "signer", "signature"})
         receipt = cls(**data)
         errs = receipt.field_errors()
@@ -519,7 +519,7 @@ def no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _json_fields(text: str, cls, what: str, *, optional: set[str]) -> dict[str, Any]:
+def json_fields(text: str, cls, what: str, *, optional: set[str]) -> dict[str, Any]:
     """The JSON object ``text`` holding exactly ``cls``'s fields (``optional`` may be
     missing); ``ValueError`` naming ``what`` and the fields otherwise."""
     try:
