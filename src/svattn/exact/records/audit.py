@@ -99,6 +99,7 @@ from svattn.exact.records.logverify import (
 )
 from svattn.exact.records.openings import (
     append_openings,
+    fsync_dir,
     opening_line,
     openings_size,
     prune_openings,
@@ -213,7 +214,7 @@ class AuditLog:
                 else:
                     sealed.append(None)
             params = {**params, "continues": {**cont, "tags": sealed}}
-        _fsync_dir(path)
+        fsync_dir(path)
         truncate_openings(path, 0)  # a new log: no openings of another before it
         log._append(facts, "open", ({"format": LOG_FORMAT, "version": LOG_VERSION, **params},
                                     opens))
@@ -615,17 +616,6 @@ def _open_locked(path: Path, flags: int) -> int:
             "close that one first (SVDDMemory.close_audit_log()) or use another file"
         ) from None
     return fd
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
-    except OSError:  # pragma: no cover
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = ["LOG_VERSION", "LOG_VERSIONS", "STATE_OPS", "AuditFacts", "AuditLog", "AuditLogError",

@@ -135,7 +135,7 @@ def append_openings(log: str | os.PathLike[str], lines: list[bytes]) -> None:
     finally:
         os.close(fd)
     if new:
-        _fsync_dir(path)
+        fsync_dir(path)
 
 
 def openings_size(log: str | os.PathLike[str]) -> int:
@@ -207,7 +207,7 @@ def prune_openings(log: str | os.PathLike[str], drop: Iterable[tuple[int, int]],
         finally:
             os.close(out)
         os.replace(tmp, path)
-        _fsync_dir(path)
+        fsync_dir(path)
         for start, end in cut:  # the replaced file: no pruned byte left in its blocks
             os.pwrite(fd, bytes(end - start), start)
         os.fsync(fd)
@@ -229,9 +229,11 @@ def _zero_unlink(path: Path) -> None:
         pass
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync the folder holding ``path`` (so a rename or a new file in it is durable);
+    a folder that cannot be opened is left alone."""
     try:
-        fd = os.open(path.parent, os.O_RDONLY)
+        fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
     except OSError:  # pragma: no cover
         return
     try:
@@ -240,6 +242,6 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-__all__ = ["OPENINGS_SUFFIX", "append_openings", "commitment_of", "is_commitment",
+__all__ = ["OPENINGS_SUFFIX", "append_openings", "commitment_of", "fsync_dir", "is_commitment",
            "opening_line", "opening_matches", "openings_path", "openings_size",
            "prune_openings", "read_openings", "seal", "truncate_openings"]
