@@ -28,10 +28,10 @@ from svattn.exact.auditor.crosscheck import oracle_comparison
 from svattn.exact.auditor.verify import verify_deletion
 from svattn.exact.core.kernels import gram_matrix
 
-# 17 of the 32 keys of one memory of the trained recall model
-# results/recall_selection_models/selective-copy-T128-hybrid_sv-d64-lr0.003-s2 (layer
-# keys of a test sequence in float64; C = 1/16, gamma = 1/32): six exact or last-bit
-# copies of one key among near-copies; added in order they made the margin singular.
+# 17 of the 32 keys of one memory the exact forward of the trained recall model
+# results/recall_selection_models/selective-copy-T128-hybrid_sv-d64-lr0.003-s2 builds
+# (C = 1/16, gamma = 1/32; written by scripts/make_copies_fixture.py, its command in
+# trained_copies.json): six keys equal to the kernel among near-copies.
 TRAINED = Path(__file__).parent / "data" / "trained_copies.npz"
 
 
