@@ -1,7 +1,9 @@
-"""Removal segment by segment (:func:`remove_segments`) and its active-set steps.
+"""Removal segment by segment (:func:`remove_segments`).
 
 On a fixed partition the solution path is a straight line, so one margin solve
-gives a segment's end and one pass over the margin block the exact g there.
+gives a segment's end and one pass over the margin block the exact g there. After
+the first segment the path goes on on a working set, checked by one pass
+(:mod:`svattn.exact.backends.compiled.working_set`).
 """
 
 from __future__ import annotations
@@ -173,12 +175,14 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
     receives the segments taken, the error-sum updates and the last token to
     leave and to enter the margin set (drive_events' loop seeds), ``out[SEG_PASSES]``
-    the passes over the margin block and ``out[SEG_JUMPED]`` whether active-set
-    steps finished the removal (1) or were tried and left it to the path (-1).
+    the passes over the margin block and ``out[SEG_JUMPED]`` whether the working
+    set finished the removal (1) or was tried and left it to the path (-1).
 
-    When the first segment's end point has two or more violators, up to
-    ``max_jumps`` active-set steps are tried from it (:func:`try_jumps`); a
-    converged one is applied (:func:`commit_in_place`) and is the result.
+    When the first segment has an event and ``max_jumps`` > 0, the rest of the path
+    is followed on a working set and its end checked by a pass, up to ``max_jumps``
+    checking passes (:func:`~svattn.exact.backends.compiled.working_set.working_set_path`);
+    a checked end is applied (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`)
+    and is the result.
     """
     ccap = KC.shape[1]
     if not qb_in:
