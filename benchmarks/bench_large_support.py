@@ -75,14 +75,13 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
     rng = np.random.default_rng(seed)
     rows = {i: X[i] for i in range(n)}
     forget_s, add_s, refit_s, support, passes = [], [], [], [], []
-    ss = model.memory_.solver_state
     for k in range(forgets):
         pool = model.support_ if k % 2 == 0 else np.fromiter(rows, np.int64)
         victim = int(pool[rng.integers(len(pool))])
         support.append(victim in set(model.support_.tolist()))
-        before = ss.n_block_passes
+        before = model.memory_.view.counters()["n_block_passes"]
         s, receipt = timed(lambda v=victim: model.forget(indices=[v]))
-        passes.append(ss.n_block_passes - before)
+        passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         assert receipt.certificates[0].kkt_residual_after <= model.tol
         forget_s.append(s)
         rows.pop(victim)

@@ -102,13 +102,12 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     held = np.ones(len(X), bool)
     times, refits, passes = [], [], []
     resolves = model.memory_.n_resolves
-    ss = model.memory_.solver_state
     for k in range(count):
         victim = int(model.support_[rng.integers(len(model.support_))])
-        before = ss.n_block_passes
+        before = model.memory_.view.counters()["n_block_passes"]
         _, t = timed(lambda v=victim: model.forget(indices=[v]))
         times.append(t)
-        passes.append(ss.n_block_passes - before)
+        passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         held[victim] = False
         if k < 5:  # the baseline on the same rows, in alternation
             _, t = timed(lambda: OneClassSVM(nu=nu, gamma=model.gamma_).fit(X[held]))
