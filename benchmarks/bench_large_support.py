@@ -12,6 +12,8 @@ spell of a shared machine falls on both sides:
   with ``partial_fit`` so n stays n) against ``OneClassSVM`` refit on the n − 1 rest;
 * ``partial_fit`` of one row (the put-backs, timed) against a refit on n + 1 rows
   (the same refits: n ± 1 rows cost the same);
+* the first forget after the fit (a support vector's) beside the median, and the passes
+  over the margin block each support forget took (the solver's counter);
 * the removal floor after them: one pass over the margin block of the kernel cache
   (:func:`bench_stream_speed.removal_floor`: every token's g, which a forget's
   certificate covers), and refit ÷ that pass — the most any forget that keeps g exact
@@ -43,7 +45,7 @@ from sklearn.svm import OneClassSVM
 from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_records import write_record  # noqa: E402
+from bench_records import add_conditions, write_record  # noqa: E402
 from bench_stream_speed import removal_floor  # noqa: E402
 from streams import clustered_outliers  # noqa: E402
 from svattn import SVDD  # noqa: E402
@@ -72,12 +74,14 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
     oc_dec_s, _ = timed(lambda: oc.decision_function(probes))
     rng = np.random.default_rng(seed)
     rows = {i: X[i] for i in range(n)}
-    forget_s, add_s, refit_s, support = [], [], [], []
+    forget_s, add_s, refit_s, support, passes = [], [], [], [], []
     for k in range(forgets):
         pool = model.support_ if k % 2 == 0 else np.fromiter(rows, np.int64)
         victim = int(pool[rng.integers(len(pool))])
         support.append(victim in set(model.support_.tolist()))
+        before = model.memory_.view.counters()["n_block_passes"]
         s, receipt = timed(lambda v=victim: model.forget(indices=[v]))
+        passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         assert receipt.certificates[0].kkt_residual_after <= model.tol
         forget_s.append(s)
         rows.pop(victim)
@@ -102,12 +106,22 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
          "forget_median_ms": 1e3 * med(forget_s),
          "forget_support_median_ms": 1e3 * med([f for f, sv in zip(forget_s, support,
                                                                     strict=True) if sv]),
+         # the first forget after the fit (a support vector's), not hidden in a median
+         "first_forget_ms": 1e3 * forget_s[0],
+         "first_over_median_support_forget": forget_s[0] / med(
+             [f for f, sv in zip(forget_s, support, strict=True) if sv]),
+         # passes over the margin block each support forget took (the solver's counter)
+         "support_forget_passes": [p for p, sv in zip(passes, support, strict=True) if sv],
          "ocsvm_refit_median_ms": 1e3 * med(refit_s),
          "refit_over_forget": med(refit_s) / med(forget_s),
          # one pass over the margin block (the g of every token a forget's certificate
          # covers): the largest refit ÷ forget a forget with an exact g could reach
          "floor_pass_ms": 1e3 * med(floor_s),
          "refit_over_floor_pass": med(refit_s) / med(floor_s),
+         "support_forget_over_floor_pass": med([f for f, sv in zip(forget_s, support,
+                                                                   strict=True) if sv])
+         / med(floor_s),
+         "first_forget_over_floor_pass": forget_s[0] / med(floor_s),
          "partial_fit_one_row_median_ms": 1e3 * med(add_s),
          "refit_over_partial_fit": med(refit_s) / med(add_s),
          "decision_2000_ms": 1e3 * dec_s, "ocsvm_decision_2000_ms": 1e3 * oc_dec_s,
@@ -165,6 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
+    add_conditions(p)
     args = p.parse_args(argv)
     if args.refits > args.forgets:
         p.error("--refits must be <= --forgets (each refit follows one forget)")
@@ -189,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['partial_fit_one_row_median_ms']:.1f} ms, dev "
                       f"{r['max_decision_dev_vs_fresh_fit']:.1e}", flush=True)
                 if args.json:  # written after every case: a long run keeps what it measured
-                    write_record(args.json, __file__, argv, {"rows": rows, "complete": False})
+                    write_record(args.json, __file__, argv, {"conditions": args.conditions,
+                                                            "rows": rows, "complete": False})
     print(f"\nd = 8, ν = {args.nu}, one BLAS thread; ratios from this run")
     print("| n | γ | margin | SVDD.fit ÷ OneClassSVM.fit | refit ÷ forget | refit ÷ "
           "partial_fit | refit ÷ one pass (floor) | decision ms (OCSVM) | dev vs fresh fit "
@@ -204,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
               f" | {r['decision_2000_ms']:.1f} ({r['ocsvm_decision_2000_ms']:.1f}) | "
               f"{r['max_decision_dev_vs_fresh_fit']:.1e} | {r['state_bytes_per_token']:.0f} |")
     if args.json:
-        write_record(args.json, __file__, argv, {"rows": rows, "complete": True})
+        write_record(args.json, __file__, argv, {"conditions": args.conditions, "rows": rows,
+                                                  "complete": True})
     if args.plot:
         plot(rows, args.plot)
     return 0

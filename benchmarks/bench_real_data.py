@@ -4,7 +4,8 @@ The MIMIC-III demo vitals as the project's loader gives them (``svattn.data.icu`
 forward- and median-filled hourly rows, z-scored; exact copies of rows among them), in
 one run and on one BLAS thread (libsvm runs on one):
 
-* per case (the first ``--first`` rows, and the whole file), ``SVDD(nu, gamma).fit``
+* per case (the first ``--first`` rows, and the whole file; with ``--dedup`` each row
+  once), ``SVDD(nu, gamma).fit``
   and ``OneClassSVM(nu, gamma, tol=1e-12, shrinking=False).fit`` (the same problem
   solved to the end) timed in alternation, ``--fits`` times each, and the default
   ``OneClassSVM(nu, gamma)`` (tol 1e-3: what users run); medians and the ratios;
@@ -13,6 +14,9 @@ one run and on one BLAS thread (libsvm runs on one):
   the first one after the fit, the median and the largest, against a refit (the
   median ``SVDD`` fit above, and ``OneClassSVM`` at its default tolerance on the
   rows held);
+  beside them the passes over the margin block each forget took (the solver's counter)
+  and, after the forgets, one such pass timed (``bench_stream_speed.removal_floor``):
+  the forget's floor, and the first and median forget as multiples of it;
 * after the forgets, the largest deviation of the decision function from a fresh
   ``SVDD(C=model.C_, gamma=model.gamma_).fit`` of the rows held, and of every group
   of identical rows' coefficient sum (the optimum fixes only the sum: copies share
@@ -31,6 +35,8 @@ Usage::
     python benchmarks/bench_real_data.py
     python benchmarks/bench_real_data.py --gamma 1 --first 4000 --forgets 30 \\
         --json results/bench_real_data.json
+    python benchmarks/bench_real_data.py --dedup --first 13551 --no-whole --fits 1 \\
+        --json results/bench_real_data_dedup.json
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
+from bench_stream_speed import removal_floor  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.data.icu import default_slice_path, load_mimic3_vitals  # noqa: E402
 
@@ -93,12 +100,14 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     """``count`` support forgets of ``model`` (fitted on X); timings and exactness."""
     rng = np.random.default_rng(seed)
     held = np.ones(len(X), bool)
-    times, refits = [], []
+    times, refits, passes = [], [], []
     resolves = model.memory_.n_resolves
     for k in range(count):
         victim = int(model.support_[rng.integers(len(model.support_))])
+        before = model.memory_.view.counters()["n_block_passes"]
         _, t = timed(lambda v=victim: model.forget(indices=[v]))
         times.append(t)
+        passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         held[victim] = False
         if k < 5:  # the baseline on the same rows, in alternation
             _, t = timed(lambda: OneClassSVM(nu=nu, gamma=model.gamma_).fit(X[held]))
@@ -112,7 +121,15 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     mine[[pos[int(p)] for p in model.support_]] = model.dual_coef_.ravel()
     theirs[fresh.support_] = fresh.dual_coef_.ravel()
     sums = np.bincount(group, mine) - np.bincount(group, theirs)
+    floor = float(np.median([removal_floor(model.memory_)[0] for _ in range(9)]))
     return {"forgets": count, "first_forget_ms": 1e3 * times[0],
+            # one pass over the margin block (n × |S|), after the forgets: a forget's floor
+            "floor_pass_ms": 1e3 * floor,
+            "forget_median_over_floor": float(np.median(times)) / floor,
+            "first_forget_over_floor": times[0] / floor,
+            "first_forget_over_median": times[0] / float(np.median(times)),
+            # passes over the margin block each forget took (the solver's counter)
+            "forget_passes_all": passes, "forget_passes_max": max(passes),
             "forget_median_ms": 1e3 * float(np.median(times)),
             "forget_max_ms": 1e3 * float(np.max(times)),
             "forget_all_ms": [1e3 * t for t in times],
@@ -174,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fits", type=int, default=3, help="fits of each kind per case")
     p.add_argument("--forgets", type=int, default=30)
     p.add_argument("--no-whole", action="store_true", help="skip the whole file")
+    p.add_argument("--dedup", action="store_true",
+                   help="drop exact copies of rows first (each row once, in file order)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--profile", action="store_true",
                    help="profile one fit and six forgets of the first case instead")
@@ -189,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
                 "conditions": args.conditions, "load_average_before": load_before, **body})
         return 0
     keys = np.ascontiguousarray(load_mimic3_vitals(args.data).standardised().keys)
+    if args.dedup:
+        keys = keys[np.sort(np.unique(keys, axis=0, return_index=True)[1])]
     cases = [("first", keys[: args.first])] + ([] if args.no_whole else [("whole", keys)])
     rows = []
     with threadpool_limits(1):
@@ -220,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
         if "forget_median_ms" in r:
             print(f"\nsupport forgets at n = {r['n']}: first {r['first_forget_ms']:.0f} ms, "
                   f"median {r['forget_median_ms']:.0f} ms, max {r['forget_max_ms']:.0f} ms "
+                  f"(one pass {r['floor_pass_ms']:.1f} ms: median "
+                  f"{r['forget_median_over_floor']:.1f}×, first "
+                  f"{r['first_forget_over_floor']:.1f}×;"
+                  f" at most {r['forget_passes_max']} passes) "
                   f"({r['forget_resolves']} re-solves); SVDD refit / forget "
                   f"{r['svdd_refit_over_forget_median']:.0f}×, OneClassSVM refit "
                   f"{r['ocsvm_default_refit_median_ms']:.0f} ms / forget "

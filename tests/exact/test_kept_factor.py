@@ -277,3 +277,30 @@ def test_a_token_leaving_the_margin_set_on_an_add_is_deleted_from_the_factor(mon
         np.testing.assert_allclose(f.L[: f.n, : f.n], _numpy_factor(block, f.shift), atol=1e-10)
         assert not f.L[f.n:].any() and not f.L[:, f.n:].any()
     assert sum(trims) >= 5  # rows were deleted on adds, not only whole factors dropped
+
+
+def test_the_whole_factor_by_lapack_equals_the_compiled_loop():
+    """A whole factor (the first removal after a fit, a refresh) comes from LAPACK
+    (``backend.factor_into``); the compiled loop (``linalg.cholesky_into``) is its slow
+    reference: the same factor up to rounding, the same verdicts, the same zeros."""
+    rng = np.random.default_rng(4)
+    K = _gram(rng, 60)
+    K[5, 9] += 1e-15  # the symmetric part is factored
+    for n, shift in ((60, 1e-6), (37, 1e-9), (1, 0.0)):
+        fast, slow = np.zeros((64, 64)), np.zeros((64, 64))
+        assert backend.factor_into(K, n, shift, fast)
+        assert linalg.cholesky_into(K, n, shift, slow)
+        np.testing.assert_allclose(fast, slow, rtol=0, atol=1e-12)
+        assert not np.triu(fast, 1).any() and not fast[n:].any() and not fast[:, n:].any()
+    singular = K.copy()
+    singular[7] = singular[3]  # a copy of token 3: not positive definite with the shift
+    singular[:, 7] = singular[:, 3]
+    for shift in (1e-10, 1e-6):
+        out = np.zeros((64, 64))
+        assert not backend.factor_into(singular, 20, shift, out)
+        assert not linalg.cholesky_into(singular, 20, shift, np.zeros((64, 64)))
+        assert not out.any()  # nothing written
+    broken = K.copy()
+    broken[2, 2] = np.nan
+    assert not backend.factor_into(broken, 10, 1e-9, np.zeros((64, 64)))
+    assert not linalg.cholesky_into(broken, 10, 1e-9, np.zeros((64, 64)))

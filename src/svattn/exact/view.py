@@ -203,8 +203,8 @@ class MemoryView:
     # ------------------------------------------------------------ counters
     def counters(self) -> dict[str, int]:
         """The solver's counters: ``n_block_passes`` (passes over the margin block by
-        removals), ``n_jumps`` (removals finished by an active-set step),
-        ``n_jump_fallbacks`` (removals whose steps did not converge, left to the path),
+        removals), ``n_jumps`` (removals finished on a working set, checked by a pass),
+        ``n_jump_fallbacks`` (removals the working set left to the path),
         ``n_segment_fallbacks``, ``n_refactorizations``, ``n_resolves``.
 
         Returns

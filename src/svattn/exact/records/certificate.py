@@ -144,8 +144,8 @@ class DeletionCertificate:
         Solver events the removal took: each token that changed set on the way,
         plus the removed token's exit (0: reserve token or warm-up; -1: the
         memory fell back to an exact batch re-solve). Along the solution path
-        these are its events; an active-set step that moves several tokens at
-        once counts each of them.
+        these are its events; a path followed on a working set counts the set
+        changes of the end it reached.
     unique_optimum : bool
         Whether exactness of alpha is claimed: the optimum is unique and the state
         meets the KKT conditions to the memory's ``tol``. False for duplicate keys

@@ -326,7 +326,7 @@ def join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi
 @njit(cache=True)
 def leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who, to_error, nS, chi,
                     hi, C, out):
-    """:func:`leave_margin` for the segment loop and active-set steps: the error
+    """:func:`leave_margin` for the segment loop: the error
     sum follows its set (counted in ``out[SEG_ESUM_UPDATES]``)."""
     nS, chi = leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi, hi, C)
     if to_error:
@@ -339,7 +339,7 @@ def leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who, to
 @njit(cache=True)
 def join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, esum, member, who,
                    nS, chi, hi, gamma, is_rbf, scale, out):
-    """:func:`join_margin` for the segment loop and active-set steps: an error
+    """:func:`join_margin` for the segment loop: an error
     token leaves the error sum first."""
     if member[who]:
         add_column(KC, cos[who], -1.0, hi, esum)

@@ -1,0 +1,508 @@
+"""A removal's path followed on a working set, checked by one pass over every token.
+
+The solution path of a removal (:func:`svattn.exact.backends.compiled.segments.remove_segments`)
+pays one pass over the margin block of the kernel cache (``n × |S|``) and a refined
+margin solve per event: each segment's end point needs every token's g to find the
+first event on it. Most tokens are nowhere near their boundary and the removal's
+direction does not bring them there. From the first segment (one pass: every token's g
+at the end of the line on the current partition) the tokens the removal can reach are
+predicted — the margin set, and every token whose g moves towards zero on that line and
+would reach it were the line :data:`WS_REACH` times longer (:func:`predict`) — and the
+path is followed on them alone: a segment is one product with the bordered inverse and
+the g of the working set at its end from its kernel values against the margin set
+(``O(|W|·|S|)``, :func:`g_on_rows`), never a pass. The bordered inverse and the margin
+Gram block follow the path's events in place (a copy of the inverse restores it where
+the path is not taken); cache columns do not move.
+
+Its end is checked by one pass computing every token's exact g
+(:func:`~svattn.exact.backends.compiled.checks.g_from_error_sum`, the exact g's own
+formula); convexity makes a point that meets every KKT condition the optimum, however
+it was found. A token the pass finds violating its condition joins the working set and
+the path is followed again from the start, up to ``max_rounds`` checking passes; past
+them, or on a tie, a singular system or a full cache, the caller goes on along the path
+over all tokens from its first event — the slow reference this is held to
+(``tests/exact/test_working_set.py``). A checked end is applied by
+:func:`commit_in_place`: the cache's columns are swapped into the margin order the path
+left, ``O(n)`` work per set change. A support removal thus costs three passes or fewer
+where the prediction holds: the first segment's, the check, and one more check after a
+miss.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from svattn.exact.backends.compiled.checks import g_from_error_sum
+from svattn.exact.backends.compiled.codes import SEG_ESUM_UPDATES, VEC
+from svattn.exact.backends.compiled.columns import (
+    add_column,
+    alloc_col,
+    copy_of_any,
+    free_col,
+    matvec_lead,
+    qb_append,
+    qb_drop,
+    swap_cols,
+)
+from svattn.exact.backends.compiled.linalg import gather_margin_gram_into, kss_drop, refine
+from svattn.exact.core.compiling import quick_load
+from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
+
+# A token whose g would reach zero were the first segment's line this many times
+# longer is in the working set: the path bends at each event, so a token moving
+# towards its boundary slower than the first segment suggests is still caught
+# (a miss costs one more pass, never a wrong answer).
+WS_REACH = 4.0
+# How many more margin tokens than now the path on the working set may hold.
+WS_ROOM = 64
+
+
+@njit(cache=True)
+def t_contract(Qb, tord, p, nT):
+    """Drop position ``p`` from the margin order ``tord`` and the bordered inverse
+    (``contract`` without moving cache columns); return the new size."""
+    if nT == 1:
+        return 0
+    t = tord[p]
+    tord[p] = tord[nT - 1]
+    tord[nT - 1] = t
+    return qb_drop(Qb, p, nT)
+
+
+@njit(cache=True)
+def t_expand(Qb, tord, KC, cos, diag, k, nT, scale):
+    """Append token ``k`` (its column cached) to the margin order ``tord`` and the
+    bordered inverse (``expand`` without moving cache columns); False when the set is
+    empty or Q would turn singular (``Qb`` then untouched)."""
+    if nT == 0:
+        return False
+    u = np.empty(nT + 1)
+    u[0] = 1.0
+    for j in range(nT):
+        u[j + 1] = 2.0 * KC[tord[j], cos[k]]
+    if not qb_append(Qb, u, nT, diag[k], scale):
+        return False
+    tord[nT] = k
+    return True
+
+
+@njit(cache=True)
+def t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KSS,
+            refined):
+    """``xt = [mu, alpha_T]`` on the path's partition (the removed token at 0), with
+    two steps of iterative refinement against its Gram block ``KSS[:nT, :nT]`` when
+    ``refined`` (the end of the path; a segment in between only locates its event).
+
+    The error tokens' share of the right-hand side is the synced error sum
+    plus the columns of tokens the path's partition puts at C (``err_in``)
+    minus those of real error tokens it takes off (``err_out``).
+    """
+    m = nT + 1
+    rhs = np.empty(m)
+    rhs[0] = 1.0 - C * (nE + n_in - n_out)
+    for i in range(nT):
+        s = tord[i]
+        e = esum[s]
+        for q in range(n_in):
+            e += KC[s, cos[err_in[q]]]
+        for q in range(n_out):
+            e -= KC[s, cos[err_out[q]]]
+        rhs[i + 1] = diag[s] - 2.0 * C * e
+    matvec_lead(Qb, rhs, m, xt, 1.0)
+    if refined:
+        refine(Qb, KSS, rhs, xt, nT)
+
+
+@njit(cache=True, fastmath=VEC)
+def g_on_rows(KWt, nT, nR, wrow, xe, esum, err_in, n_in, err_out, n_out, KC, cos, diag, C,
+              ge):
+    """``ge[r]``: the g of row token ``wrow[r]`` at the point ``xe`` of the path's
+    partition, from its block ``KWt[:nT, r]`` (the kernel values against the
+    tentative margin order) and the error set's changes: ``O(nR·nT)``, the part of
+    :func:`g_from_error_sum` the working set needs (a margin token's entry is not 0
+    here: the caller skips it)."""
+    mu = xe[0]
+    for r in range(nR):
+        s = wrow[r]
+        e = esum[s]
+        for q in range(n_in):
+            e += KC[s, cos[err_in[q]]]
+        for q in range(n_out):
+            e -= KC[s, cos[err_out[q]]]
+        ge[r] = 2.0 * C * e - diag[s] + mu
+    for j in range(nT):
+        a2 = 2.0 * xe[j + 1]
+        for r in range(nR):
+            ge[r] += a2 * KWt[j, r]
+
+
+@njit(cache=True)
+def predict(g, g_end, state, hi, c, cap, out):
+    """The working set's tokens outside the margin set, into ``out`` (in slot order):
+    every error or reserve token whose g moves towards zero on the first segment and
+    would reach it within :data:`WS_REACH` segments, the ``cap`` nearest (in segments)
+    where more would. Returns how many."""
+    f = np.empty(hi)
+    n = 0
+    for i in range(hi):
+        st = state[i]
+        if i == c or (st != RESERVE and st != ERROR):
+            continue
+        d = g_end[i] - g[i]
+        gi = g[i]
+        if st == RESERVE:
+            if d >= 0.0:
+                continue
+            fi = gi / -d if gi > 0.0 else 0.0
+        else:
+            if d <= 0.0:
+                continue
+            fi = -gi / d if gi < 0.0 else 0.0
+        if fi <= WS_REACH:
+            f[n] = fi
+            out[n] = i
+            n += 1
+    if n > cap:
+        keep = np.sort(out[:n][np.argsort(f[:n])[:cap]])
+        n = cap
+        out[:n] = keep
+    return n
+
+
+@njit(cache=True)
+def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
+                 hi, C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow,
+                 err_in, err_out, fresh, col_budget):
+    """One round: the path from the current point to ``c``'s exit, its events found on
+    the working set (the margin set and the tokens ``pred[:nP]``), ``Qb`` and ``KSS``
+    following them in place in the margin order ``tord``.
+
+    Returns ``(ok, nT, changes, chi, n_max, n_in, n_out)``: ``ok`` when the end was
+    reached (margin order ``tord[:nT]``, its solution ``xt``, refined; the states
+    ``tstate``; the error set's changes ``err_in[:n_in]`` and ``err_out[:n_out]``),
+    False on a tie, a singular Q, a full cache, a spent column budget (``col_budget``
+    columns computed for entering tokens, marked in ``fresh``) or no room left.
+    ``n_max``: the largest margin set written into ``Qb`` and ``KSS``."""
+    ccap = KC.shape[1]
+    room = tord.shape[0]
+    tol_a = 1e-13 * C
+    nE = 0
+    for col in range(nS, chi):
+        sl = soc[col]
+        if sl >= 0 and state[sl] == ERROR:
+            nE += 1
+    nT = nS
+    n_max = nS
+    xc = np.empty(room + 1)  # the current point of the path
+    for i in range(nS):
+        tord[i] = soc[i]
+        xc[i + 1] = alpha[soc[i]]
+    xc[0] = mu
+    for i in range(hi):
+        tstate[i] = state[i]
+    rcap = wrow.shape[0]
+    rowof = np.full(hi, -1, dtype=np.int64)
+    gw = np.empty(rcap)  # the row tokens' g at the current point
+    gwe = np.empty(rcap)  # and at the segment's end
+    nR = nP
+    for r in range(nR):
+        s = pred[r]
+        wrow[r] = s
+        rowof[s] = r
+        gw[r] = g[s]
+        gwe[r] = g_end[s]
+    for j in range(nS):  # (margin position j is cache column j)
+        for r in range(nR):
+            KWt[j, r] = KC[wrow[r], j]
+    for i in range(nS + 1):
+        xt[i] = x[i]  # the first segment's end
+    t_rem = alpha[c]
+    n_in = 0
+    n_out = 0
+    changes = 0
+    n_cols = 0
+    first = True
+    while True:
+        if not first:
+            t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C,
+                    xt, KSS, False)
+            g_on_rows(KWt, nT, nR, wrow, xt, esum, err_in, n_in, err_out, n_out, KC, cos,
+                      diag, C, gwe)
+        first = False
+        best = 1.0
+        kind = 2  # c leaves: the end is the result
+        who = -1
+        for j in range(nT):
+            a0 = xc[j + 1]
+            a1 = xt[j + 1]
+            if abs(a1) <= tol_a or abs(a1 - C) <= tol_a:
+                return False, nT, changes, chi, n_max, n_in, n_out  # lands on a bound: a tie
+            if a1 < 0.0 or a1 > C:
+                f = a0 / (a0 - a1) if a1 < 0.0 else (C - a0) / (a1 - a0)
+                if f < best:
+                    best = f
+                    kind = 3 if a1 < 0.0 else 4
+                    who = j
+        rate_tol = 1e-13 * scale * t_rem
+        for r in range(nR):
+            s = wrow[r]
+            st = tstate[s]
+            gi = gw[r]
+            ge = gwe[r]
+            if st == RESERVE:
+                moving = gi - ge > rate_tol and ge < 0.0
+            elif st == ERROR:
+                moving = ge - gi > rate_tol and ge > 0.0
+            else:
+                moving = False
+            if moving:
+                f = gi / (gi - ge)
+                # (a copy of a margin token has its sibling's g, 0: it never crosses)
+                if f < best and not copy_of_any(KC, cos, diag, s, tord, nT):
+                    best = f
+                    kind = 5
+                    who = r
+        if best <= 0.0 or (kind != 2 and best >= 1.0):
+            return False, nT, changes, chi, n_max, n_in, n_out
+        if kind == 2:
+            break
+        # move to the event along the line
+        for j in range(nT + 1):
+            xc[j] += best * (xt[j] - xc[j])
+        t_rem *= 1.0 - best
+        for r in range(nR):
+            if tstate[wrow[r]] != MARGIN:
+                gw[r] += best * (gwe[r] - gw[r])
+        changes += 1
+        if kind != 5:  # margin position `who` leaves, to the error set (4) or reserve
+            s = tord[who]
+            to_error = kind == 4
+            last = nT - 1
+            if last == 0:
+                return False, nT, changes, chi, n_max, n_in, n_out
+            if rowof[s] < 0:  # its kernel values against the margin order: K_SS's row
+                if nR >= rcap:
+                    return False, nT, changes, chi, n_max, n_in, n_out
+                rowof[s] = nR
+                wrow[nR] = s
+                for j in range(nT):
+                    KWt[j, nR] = KSS[who, j]
+                nR += 1
+            gw[rowof[s]] = 0.0  # (it was on the margin)
+            if who != last:  # t_contract: the last position takes its place
+                xc[who + 1] = xc[last + 1]
+                for r in range(nR):
+                    t = KWt[who, r]
+                    KWt[who, r] = KWt[last, r]
+                    KWt[last, r] = t
+            kss_drop(KSS, who, nT)
+            nT = t_contract(Qb, tord, who, nT)
+            tstate[s] = ERROR if to_error else RESERVE
+            if to_error:
+                if state[s] == ERROR:  # back where it was
+                    for z in range(n_out):
+                        if err_out[z] == s:
+                            n_out -= 1
+                            err_out[z] = err_out[n_out]
+                            break
+                else:
+                    err_in[n_in] = s
+                    n_in += 1
+        else:  # row token `wrow[who]` reaches g = 0 and joins
+            s = wrow[who]
+            was_error = tstate[s] == ERROR
+            if nT + 1 >= room:
+                return False, nT, changes, chi, n_max, n_in, n_out
+            if cos[s] < 0:
+                n_cols += 1
+                free = chi < ccap
+                for col in range(nS, chi):
+                    if soc[col] < 0:
+                        free = True
+                        break
+                if not free or n_cols > col_budget:  # never evict for a guess
+                    return False, nT, changes, chi, n_max, n_in, n_out
+                chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, s, nS, chi, hi,
+                                 gamma, is_rbf)
+                fresh[s] = True
+            n_max = max(n_max, nT + 1)  # (Qb's row nT + 1 is written even if this fails)
+            if not t_expand(Qb, tord, KC, cos, diag, s, nT, scale):
+                return False, nT, changes, chi, n_max, n_in, n_out
+            if was_error:
+                if state[s] == ERROR:
+                    err_out[n_out] = s
+                    n_out += 1
+                else:
+                    for z in range(n_in):
+                        if err_in[z] == s:
+                            n_in -= 1
+                            err_in[z] = err_in[n_in]
+                            break
+            cs = cos[s]
+            for j in range(nT + 1):
+                KSS[nT, j] = KC[s, cos[tord[j]]]
+            for i in range(nT):
+                KSS[i, nT] = KC[tord[i], cs]
+            for r in range(nR):
+                KWt[nT, r] = KC[wrow[r], cs]
+            xc[nT + 1] = C if was_error else 0.0
+            nT += 1
+            tstate[s] = MARGIN
+            gw[who] = 0.0
+    # the end: refined (a segment before it only located its event)
+    t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KSS,
+            True)
+    for j in range(nT):
+        a = xt[j + 1]
+        if a <= tol_a or a >= C - tol_a:
+            return False, nT, changes, chi, n_max, n_in, n_out
+    return True, nT, changes, chi, n_max, n_in, n_out
+
+
+@njit(cache=True)
+def restore(Qb, Qsave, m):
+    """``Qb``'s leading ``m × m`` block back from ``Qsave``."""
+    for i in range(m):
+        for j in range(m):
+            Qb[i, j] = Qsave[i, j]
+
+
+@njit(cache=True)
+def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS,
+                     nS, chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room,
+                     tstate, tord, xt, g_try, fresh, err_in, err_out):
+    """Follow the removal of ``c`` (driven, outside the margin set of ``nS`` tokens)
+    from the current point (``alpha``, ``mu``, ``g``) on a working set predicted from
+    the first segment (its end ``x`` on the current partition, every token's g there
+    ``g_end``; at most ``cap`` tokens outside the margin set), then check the end by
+    one pass (see the module's text).
+
+    Returns ``(passes, nT, changes, chi, n_max, n_in, n_out)``: ``nT`` >= 1 when the
+    checked end meets every KKT condition — ``Qb`` and ``KSS`` hold the bordered inverse
+    and Gram block of the margin order ``tord[:nT]``, ``xt`` its solution, ``g_try`` the
+    exact g, ``tstate`` the states, ``err_in[:n_in]`` / ``err_out[:n_out]`` the tokens
+    the error set gains and loses, ``fresh`` the tokens given a cache column: what
+    :func:`commit_in_place` applies —; -1 when no round did within ``max_rounds``
+    passes or one met a tie, a singular Q, a full cache or more than ``room`` margin
+    tokens: ``Qb``'s leading block is then restored and ``KSS`` gathered again.
+    ``changes``: the set changes of the result; ``n_max``: the largest margin set
+    written into ``Qb`` and ``KSS``. Only cache columns of entering tokens are written
+    to the memory (a column in a hole or past ``chi``, never an eviction; ``fresh``).
+    ``KSS`` holds the current margin block on entry.
+    """
+    ccap = KC.shape[1]
+    tie = 1e-12 * scale
+    col_budget = max(2, nS // max(X.shape[1], 1))  # a column costs n·d, a pass n·|S|
+    m = nS + 1
+    Qsave = np.empty((m, m))
+    for i in range(m):
+        for j in range(m):
+            Qsave[i, j] = Qb[i, j]
+    pred = np.empty(hi, dtype=np.int64)  # the working set outside the margin set
+    nP = predict(g, g_end, state, hi, c, cap, pred)
+    rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
+    wrow = np.empty(rcap, dtype=np.int64)
+    KWt = np.empty((room, rcap))
+    passes = 0
+    n_max = nS
+    while True:
+        ok, nT, changes, chi, n_round, n_in, n_out = path_on_rows(
+            KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi, hi,
+            C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow, err_in,
+            err_out, fresh, col_budget)
+        n_max = max(n_max, n_round)
+        if not ok:
+            break
+        # the check: every token's exact g at the end, one pass
+        ac_try = np.zeros(ccap)
+        for col in range(chi):
+            sl = soc[col]
+            ac_try[col] = C if sl >= 0 and tstate[sl] == ERROR else 0.0
+        for i in range(nT):
+            ac_try[cos[tord[i]]] = xt[i + 1]
+        ac_try[cos[c]] = 0.0
+        g_from_error_sum(KC, ac_try, soc, state, esum, diag, xt[0], C, nS, chi, hi, g_try)
+        passes += 1
+        n_miss = 0
+        failed = False
+        for r in range(hi):
+            st = tstate[r]
+            if r == c or (st != RESERVE and st != ERROR):
+                continue
+            gr = g_try[r]
+            if abs(gr) <= tie:
+                if copy_of_any(KC, cos, diag, r, tord, nT):
+                    continue  # a copy of a token on the margin: tied with it, stays
+                failed = True
+                break
+            if (st == RESERVE and gr < 0.0) or (st == ERROR and gr > 0.0):
+                if nP >= cap + WS_ROOM:
+                    failed = True  # (many misses: the prediction did not hold)
+                    break
+                pred[nP] = r
+                nP += 1
+                n_miss += 1
+        if failed:
+            break
+        if n_miss == 0:
+            return passes, nT, changes, chi, n_max, n_in, n_out
+        if passes >= max_rounds:
+            break
+        pred[:nP] = np.sort(pred[:nP])  # (slot order: the rows' gathers run down a column)
+        restore(Qb, Qsave, m)  # the next round starts where this one did
+        gather_margin_gram_into(KC, soc, nS, KSS)
+    restore(Qb, Qsave, m)
+    gather_margin_gram_into(KC, soc, nS, KSS)
+    return passes, -1, 0, chi, n_max, 0, 0
+
+
+@njit(cache=True)
+def commit_in_place(KC, XC, ac, soc, cos, alpha, g, state, esum, member, nT, chi, hi, C, c,
+                    tstate, tord, xt, g_try, fresh, err_in, n_in, err_out, n_out, out):
+    """Apply a checked end of :func:`working_set_path` to the memory: the error sum
+    follows the error set (one column added or subtracted per change, counted in
+    ``out[SEG_ESUM_UPDATES]``), the cache's columns are swapped into the margin order
+    ``tord[:nT]`` (the order ``Qb`` and ``KSS`` hold already), a token that left for the
+    reserve set, or was given a column and stays there, gives its column up, and
+    alpha, the states, the per-column alphas and g take the end's values. Returns
+    ``(chi, mu)``."""
+    for q in range(n_in):
+        s = err_in[q]
+        add_column(KC, cos[s], 1.0, hi, esum)
+        member[s] = True
+        out[SEG_ESUM_UPDATES] += 1
+    for q in range(n_out):
+        s = err_out[q]
+        add_column(KC, cos[s], -1.0, hi, esum)
+        member[s] = False
+        out[SEG_ESUM_UPDATES] += 1
+    for j in range(nT):
+        p = cos[tord[j]]
+        if p != j:
+            swap_cols(KC, XC, ac, soc, cos, hi, j, p)
+    for i in range(hi):
+        if i == c:
+            continue
+        ts = tstate[i]
+        changed = ts != state[i]
+        if changed:
+            state[i] = ts
+            if ts == ERROR:
+                alpha[i] = C
+            elif ts == RESERVE:
+                alpha[i] = 0.0
+        if ts == RESERVE and (fresh[i] or changed) and cos[i] >= 0:
+            chi = free_col(KC, XC, ac, soc, cos, i, chi)
+    for j in range(nT):
+        alpha[tord[j]] = xt[j + 1]
+    alpha[c] = 0.0
+    for col in range(chi):
+        sl = soc[col]
+        ac[col] = alpha[sl] if sl >= 0 else 0.0
+    for i in range(hi):
+        g[i] = g_try[i]
+    return chi, xt[0]
+
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)
