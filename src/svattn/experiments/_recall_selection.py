@@ -172,10 +172,7 @@ def _box_claims(box: dict, recorded: dict[tuple[float, int], float]
     if o is not None:
         notes.append("On the certified function (the optimum finish, float32; ~1e-4 from the "
                      "exact forward in the logits): " + o["verdict"] + ".")
-    notes.append("Not yet done: the selective-copy grid retrained with the optimum finish "
-                 "(each cell 25–90 min on this machine), and its box chosen on validation: "
-                 "these models trained with the paper's approximate finish. "
-                 + box.get("not_done", ""))
+    notes.append("Not yet done: " + box.get("not_done", "") + ".")
     return claims, notes
 
 
@@ -262,8 +259,8 @@ def selection_section(ctx: Context, sel: dict) -> tuple[list[Claim], str, list[s
         f"{e['support_per_head']:.1f} by count ({layers}), "
         f"{e['distinct_support_per_head']:.1f} distinct keys (certified solver, a sparse "
         f"optimum); the optimum is unique in {e['unique_optimum_share']:.0%} of the "
-        f"memories, and the oracle's interior-point optimum spreads the weight over copies "
-        f"({e['oracle_support_per_head']:.1f} by count)",
+        f"memories (copies of one key), and the oracle's interior-point optimum spreads "
+        f"the weight over copies ({e['oracle_support_per_head']:.1f} by count)",
         REPRODUCED if lo <= e["distinct_support_per_head"] <= hi else "differs"))
     excess = e["mass_minus_share"]
     selects = excess["ci95"] is not None and excess["ci95"][0] > 0
@@ -277,9 +274,10 @@ def selection_section(ctx: Context, sel: dict) -> tuple[list[Claim], str, list[s
     notes.append(
         "Selection read three ways, on the optimum (`results/selection_on_optimum.json`, "
         "`benchmarks/selection_on_optimum.py`): each kept model runs its test sequences in "
-        "float64 with its hybrid layers in exact mode "
-        f"({sum(x['fallback_sequences'] for x in exact.values())} sequences, where the exact "
-        "path raised, by the optimum finish in float64 instead), and each layer's memory of "
+        "float64 with its hybrid layers in exact mode (where the exact path raised, on "
+        f"{sum(x['fallback_sequences'] for x in exact.values())} of "
+        f"{sum(x['sequences'] * x['models'] for x in exact.values())} sequences, by the "
+        "optimum finish in float64 instead), and each layer's memory of "
         "the last boundary over the whole prefix is re-solved by the certified solver "
         "(`SVDDMemory`) and by the oracle (`solve_svdd`): by **count** (tokens with alpha > "
         "0), by **distinct keys** (exact copies merged) and by **weight** (the alpha mass on "

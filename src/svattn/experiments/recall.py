@@ -485,7 +485,8 @@ def _copy_claims(cells: list[dict], chance: dict[str, float], label: str = "") -
                   Claim("… SV support tokens per head (last boundary)", "11–14 tokens",
                         "not measured on the optimum: these models were not kept (their "
                         "training solver's partition is not the memory's; the kept models "
-                        "of grid selection are re-solved exactly below)", NOT_RUN)]
+                        "of grid selection are re-solved exactly below)",
+                        "not measured (models not kept)")]
     ch = chance["selective-copy"]
     fixed = {m: get[m]["accuracy"] for m in ("deltanet", "linear") if m in get}
     if fixed:
