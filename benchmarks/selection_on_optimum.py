@@ -6,7 +6,7 @@ the model in float64 with its hybrid layers in ``mode="exact"`` (the certified p
 a sequence on which it raises runs with the batched solver's verified-optimum finish
 in float64 instead, counted), and each hybrid layer's last-boundary memory over every
 earlier position is re-solved exactly by the certified solver (``SVDDMemory``) and by
-the oracle (``solve_svdd``): :func:`svattn.lm.recall_selection.optimum_selection`.
+the oracle (``solve_svdd``): :func:`svattn.lm.recall_memory.optimum_selection`.
 
 Reported per model, per solver: support tokens per head by count, distinct keys per
 head (exact copies merged), the alpha mass on the data tokens against their share of
@@ -36,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import add_conditions, portable_path, write_record  # noqa: E402
 from svattn.lm.recall import build_task, load_cell_model  # noqa: E402
-from svattn.lm.recall_selection import (  # noqa: E402
+from svattn.lm.recall_memory import (  # noqa: E402
     SOLVERS,
     optimum_selection,
     selection_summary,

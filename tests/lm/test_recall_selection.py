@@ -1,5 +1,5 @@
-"""Selection measured on the optimum, and the box chosen on a validation split
-(svattn.lm.recall_selection)."""
+"""Selection measured on the optimum (svattn.lm.recall_memory), and the box chosen on a
+validation split (svattn.lm.recall_selection)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,8 @@ from svattn.exact import kernel_matrix
 from svattn.exact.oracle import solve_svdd
 from svattn.lm.model import CharLM
 from svattn.lm.recall import RecallRun, build_task, model_config
-from svattn.lm.recall_selection import (
-    VALIDATION_SEED_OFFSET,
-    choose_box,
-    optimum_selection,
-    selection_summary,
-    validation_split,
-)
+from svattn.lm.recall_memory import optimum_selection, selection_summary
+from svattn.lm.recall_selection import VALIDATION_SEED_OFFSET, choose_box, validation_split
 from svattn.nn import SolverOptions
 from svattn.nn.common import resolve_gamma
 from svattn.tasks import ROLES
