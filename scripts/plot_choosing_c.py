@@ -5,7 +5,8 @@ T = 128, 8 data tokens, the hybrid with C in {1/4, 1/8, 1/16}, 3 seeds, and the
 matched sliding window): accuracy, and from its kept models' memories re-solved
 exactly (``results/selection_on_optimum.json``, the certified solver's optimum) the α
 mass on the 8 data tokens (at most ``min(1, 8·C)``: no token holds more than C) and
-the support per head in distinct keys (at least ``⌈1/C⌉`` tokens carry weight). Bottom row: ``svattn.SVDD`` on a 2-d set
+the support per head in distinct keys (at least ``⌈1/C⌉`` tokens carry weight; copies
+of one key count once). Bottom row: ``svattn.SVDD`` on a 2-d set
 (scikit-learn's bundled wine data, alcohol and malic acid, standardised; gamma 0.5)
 for three values of C, its decision boundary, support vectors and outliers. Nothing
 is trained or downloaded; the SVDD fits take a second.
@@ -70,7 +71,8 @@ def grid_rows(root: Path = ROOT) -> dict:
     for row in by_c.values():
         row["data_mass_cap"] = min(1.0, num_data * row["C"])
         row["least_support"] = math.ceil(1 / row["C"] - 1e-12)
-    return {"source": GRID, "selection_source": OPTIMUM, "num_data": num_data, "seq_len": grid["records"][0]["task"]["seq_len"],
+    return {"source": GRID, "selection_source": OPTIMUM, "num_data": num_data,
+            "seq_len": grid["records"][0]["task"]["seq_len"],
             "hybrid": list(by_c.values()), "sliding_accuracy": window}
 
 

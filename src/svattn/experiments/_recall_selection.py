@@ -85,11 +85,6 @@ def load_selection_results(ctx: Context) -> dict | None:
     return _record(ctx, "recall_selection.json")
 
 
-def selection_results_path(root: Path) -> Path:
-    """The box grid's collected runs: ``results/recall_selection.json``."""
-    return root / "results" / "recall_selection.json"
-
-
 def load_compaction(ctx: Context) -> dict | None:
     """The compaction study of a kept selection cell (``results/selection_compaction.json``,
     written by ``benchmarks/selection_compaction.py``), if run."""
