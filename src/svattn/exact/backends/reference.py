@@ -260,6 +260,21 @@ def certificate_facts(ss: SlotState, g: np.ndarray, tie: float
 
 
 # -------------------------------------------------------------------- drives
+def _copy_of_margin(ss: SlotState, i: int) -> bool:
+    """Whether slot ``i`` is a copy of a margin token other than itself: keys the kernel
+    cannot tell apart, ``K_ii + K_jj − 2 K_ij <= 1e-13 (K_ii + K_jj)``
+    (:mod:`svattn.exact.operations.copies`; the compiled ``columns.copy_of_any``)."""
+    S = ss.slot_of_col[: ss.nS]
+    dd = ss.diag[S] + ss.diag[i]
+    return bool(np.any((dd - 2.0 * ss.KC[i, : ss.nS] <= 1e-13 * dd) & (S != i)))
+
+
+def _is_copy(ss: SlotState, k_c: np.ndarray, i: int, c: int) -> bool:
+    """Whether slot ``i`` is a copy of slot ``c`` (``k_c``: ``c``'s kernel column)."""
+    dd = ss.diag[i] + ss.diag[c]
+    return i != c and dd - 2.0 * k_c[i] <= 1e-13 * dd
+
+
 def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None) -> int:
     """Move alpha_c up (+1, until g_c = 0 or alpha_c = C) or down to 0 (−1), one
     numpy array call per step (``seed`` is unused: the reference removes by events)."""
@@ -345,6 +360,14 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
                 if last_left >= 0 and ratio[last_left] >= 0.0:
                     ratio[last_left] = -np.inf
                 i = int(np.argmax(ratio))
+                # nor does a copy of a margin token enter (its g is its sibling's, 0,
+                # along the whole path) or, on an add, a copy of c (its g is c's: c's
+                # own event takes the group): a group keeps one free member
+                # (docs/design.md, duplicates). The best of the others is taken.
+                while ratio[i] > -np.inf and (
+                        _copy_of_margin(ss, i) or direction > 0 and _is_copy(ss, k_c, i, c)):
+                    ratio[i] = -np.inf
+                    i = int(np.argmax(ratio))
                 t_i = max(-float(ratio[i]), 0.0)
                 if t_i < best_t:
                     best_t, kind, who = t_i, "enter", i
@@ -362,6 +385,11 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
                 last_left = last_entered = -1
                 # --- apply the event
                 if kind == "c_margin":
+                    if _copy_of_margin(ss, c):
+                        # c reaches g = 0 beside a copy of it on the margin (a near-copy
+                        # a rounding-level g kept outside): the group's budget is one,
+                        # so the batch re-solve (which merges copies) takes it
+                        raise NeedResolve
                     g[c] = 0.0
                     ss.state[c] = MARGIN
                     ss.ac[ss.col_of_slot[c]] = a[c]

@@ -302,6 +302,14 @@ def copy_of_any(KC, cos, diag, i, slots, n):
 
 
 @njit(cache=True)
+def is_copy(diag, k_c, i, c):
+    """Whether slot ``i`` is a copy of slot ``c`` (``k_c``: ``c``'s kernel column), by
+    :func:`copy_of_any`'s test."""
+    dd = diag[i] + diag[c]
+    return i != c and dd - 2.0 * k_c[i] <= 1e-13 * dd
+
+
+@njit(cache=True)
 def join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi, hi,
                  gamma, is_rbf, scale):
     """An error or reserve token reaches g = 0 and joins the margin set (a reserve

@@ -26,8 +26,10 @@ from svattn.exact.backends.compiled.columns import (
     add_block_matvec,
     bordered_out,
     bordered_work,
+    copy_of_any,
     expand,
     free_column_available,
+    is_copy,
     join_margin,
     leave_margin,
     matvec_lead,
@@ -63,6 +65,8 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
     u = np.empty(ccap + 1)
     t_m = np.empty(ccap)
     wS = np.empty(ccap)
+    skipped = np.empty(hi, dtype=np.int64)  # entry candidates passed over in one event
+    sgn_kept = np.empty(hi)
     status = DONE
     while True:
         if not free_column_available(soc, state, nS, chi, ccap):
@@ -127,25 +131,33 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
         for j in range(nS):
             rho[soc[j]] = 0.0
         ll = loop[LAST_LEFT]
-        ibest = -1
-        rbest = -math.inf
-        for i in range(hi):  # branch-light: the sign test is unpredictable
-            ok = rho[i] * sgn[i] > gtol
-            ratio = g[i] / rho[i] if ok else -math.inf
-            if ratio > rbest:
-                rbest = ratio
-                ibest = i
-        if ibest == ll and ll >= 0 and rbest >= 0.0:
-            # no zero-length re-entry for the token that just left: take the
-            # best of the others
+        n_skip = 0
+        while True:
             ibest = -1
             rbest = -math.inf
-            for i in range(hi):
-                ok = rho[i] * sgn[i] > gtol and i != ll
+            for i in range(hi):  # branch-light: the sign test is unpredictable
+                ok = rho[i] * sgn[i] > gtol
                 ratio = g[i] / rho[i] if ok else -math.inf
                 if ratio > rbest:
                     rbest = ratio
                     ibest = i
+            if ibest < 0:
+                break
+            if ibest == ll and rbest >= 0.0:
+                pass  # no zero-length re-entry for the token that just left
+            elif not (copy_of_any(KC, cos, diag, ibest, soc, nS)
+                      or (direction > 0 and is_copy(diag, k_c, ibest, c))):
+                break
+            # ... nor an entry of a copy of a margin token (its g is its sibling's, 0,
+            # along the whole path) or, on an add, of the driven token (its g is c's:
+            # c's own event takes the group): the group keeps one free member
+            # (docs/design.md, duplicates). Take the best of the others.
+            skipped[n_skip] = ibest
+            n_skip += 1
+            sgn_kept[ibest] = sgn[ibest]
+            sgn[ibest] = 0.0
+        for q in range(n_skip):
+            sgn[skipped[q]] = sgn_kept[skipped[q]]
         if ibest >= 0:
             t_i = max(-rbest, 0.0)
             if t_i < best_t:
@@ -170,6 +182,12 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
         loop[LAST_ENTERED] = -1
         # apply the event
         if kind == 0:
+            if copy_of_any(KC, cos, diag, c, soc, nS):
+                # c reaches g = 0 beside a copy of it on the margin (a near-copy a
+                # rounding-level g kept outside): the group's budget is one, so
+                # the batch re-solve (which merges copies) takes it
+                status = NEED_RESOLVE
+                break
             g[c] = 0.0
             state[c] = MARGIN
             ac[cos[c]] = alpha[c]
