@@ -266,13 +266,16 @@ def selection_section(ctx: Context, sel: dict) -> tuple[list[Claim], str, list[s
         f"mass {e['data_mass']:.3f} vs share {e['data_share']:.3f} "
         f"(difference {fmt_interval(excess)})",
         REPRODUCED if selects else NOT_SHOWN))
+    fallback = sum(x["fallback_sequences"] for x in exact.values())
+    seqs_run = sum(x["sequences"] * x["models"] for x in exact.values())
+    fallback_text = (f"the exact path ran all {seqs_run} sequences" if not fallback else
+                     f"where the exact path raised, on {fallback} of {seqs_run} sequences, by "
+                     "the optimum finish in float64 instead")
     notes.append(
         "Selection read three ways, on the optimum (`results/selection_on_optimum.json`, "
         "`benchmarks/selection_on_optimum.py`): each kept model runs its test sequences in "
-        "float64 with its hybrid layers in exact mode (where the exact path raised, on "
-        f"{sum(x['fallback_sequences'] for x in exact.values())} of "
-        f"{sum(x['sequences'] * x['models'] for x in exact.values())} sequences, by the "
-        "optimum finish in float64 instead), and each layer's memory of "
+        f"float64 with its hybrid layers in exact mode ({fallback_text}), and each layer's "
+        "memory of "
         "the last boundary over the whole prefix is re-solved by the certified solver "
         "(`SVDDMemory`) and by the oracle (`solve_svdd`): by **count** (tokens with alpha > "
         "0), by **distinct keys** (exact copies merged) and by **weight** (the alpha mass on "
