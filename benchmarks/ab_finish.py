@@ -12,8 +12,10 @@ trained cell (``--model``, its keys clustered and near-duplicated as training ma
 them) and a fresh initialisation of the same shape.
 
 Reported per weight set: median seconds per step (wall clock and CPU time), the ratio
-optimum / approximate, and of the optimum's solves how many problems fell back to the
-exact oracle.
+optimum / approximate, and, on the batch's boundary memories over every earlier key
+(the ``"full"`` policy's problems, solved through the public
+:func:`svattn.nn.sv_attention_state` with the optimum finish), how many problems fell
+back to the exact oracle and how many were left unsettled.
 
     python benchmarks/ab_finish.py --model results/recall_selection_models/<cell>.safetensors \\
         --rounds 5 --steps 2 --json results/ab_finish.json
@@ -34,7 +36,7 @@ from bench_records import add_conditions, portable_path, write_record  # noqa: E
 from step_timing import interleaved_medians  # noqa: E402
 from svattn.lm.recall import build_task, load_cell_model  # noqa: E402
 from svattn.mixers import HybridSVAttention  # noqa: E402
-from svattn.nn import batched  # noqa: E402
+from svattn.nn import sv_attention_state  # noqa: E402
 
 
 def with_finish(model, finish: str):
@@ -46,26 +48,35 @@ def with_finish(model, finish: str):
     return twin
 
 
+@torch.no_grad()
 def fallback_share(model, x) -> dict:
-    """Problems the optimum finish solved, and how many fell back to the oracle, in one
-    forward of ``model`` on ``x`` (counted from the finish's own answers)."""
-    seen = {"problems": 0, "fallbacks": 0, "unsettled": 0}
-    inner = batched._optimum
-
-    def count(*args, **kw):
-        sol = inner(*args, **kw)
-        seen["problems"] += int(sol.settled.numel())
-        seen["fallbacks"] += int(sol.fallback.sum())
-        seen["unsettled"] += int((~sol.settled).sum())
-        return sol
-
-    batched._optimum = count
+    """Problems the optimum finish solved, and how many fell back to the oracle, over the
+    boundary memories of ``model``'s forward on ``x``: each hybrid layer's input is
+    captured, projected with its ``qkv``, and every boundary's memory over every earlier
+    key (the ``"full"`` policy's problems, of which the ``"support"`` policy solves
+    subsets) is solved by the public :func:`svattn.nn.sv_attention_state` with the
+    layer's solver, whose diagnostics count the fallbacks."""
+    layers = [m for m in model.modules() if isinstance(m, HybridSVAttention)]
+    seen: dict[int, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[0]))
+             for i, m in enumerate(layers)]
     try:
-        with torch.no_grad():
-            model(x)
+        model(x)
     finally:
-        batched._optimum = inner
-    return seen
+        for h in hooks:
+            h.remove()
+    count = {"problems": 0, "fallbacks": 0, "unsettled": 0}
+    for i, mix in enumerate(layers):
+        q, k, v = mix.qkv_heads(seen[i])  # (B, H, T, Dh)
+        L, T = mix.chunk, k.shape[2]
+        for end in range(L, T, L):  # boundary before the chunk starting at `end`
+            *_, info = sv_attention_state(q[:, :, end : end + L], k[:, :, :end],
+                                          v[:, :, :end], C=mix.C, kernel=mix.kernel,
+                                          gamma=mix.gamma, solver=mix.solver)
+            count["problems"] += k.shape[0] * k.shape[1]
+            count["fallbacks"] += int(info.fallbacks)
+            count["unsettled"] += int(info.unsettled)
+    return count
 
 
 def time_pair(model, x, y, rounds: int, steps: int) -> dict:
@@ -86,7 +97,7 @@ def time_pair(model, x, y, rounds: int, steps: int) -> dict:
     return {"seconds_per_step": wall, "cpu_seconds_per_step": cpu,
             "ratio_optimum_over_approximate": wall["optimum"] / wall["approximate"],
             "cpu_ratio_optimum_over_approximate": cpu["optimum"] / cpu["approximate"],
-            "optimum_solves": fallback_share(models["optimum"], x)}
+            "optimum_solves_full_policy": fallback_share(models["optimum"], x)}
 
 
 def main(argv: list[str] | None = None) -> int:

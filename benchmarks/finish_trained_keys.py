@@ -9,7 +9,7 @@ ridge steps) and with the default ``"optimum"`` finish, and by
 :func:`svattn.exact.oracle.solve_svdd`. Reported per finish: problems with some alpha
 outside ``[0, C]`` by more than 1e-9, problems the diagnostics call unsettled, oracle
 fallbacks, and the L1 distance to the oracle's alpha summed over clusters of copies
-(as ``tests/nn/test_nn_finish.py`` measures it).
+(``benchmarks/trained_keys.py``, which ``tests/nn/test_nn_finish.py`` uses too).
 
     python benchmarks/finish_trained_keys.py --json results/finish_trained_keys.json
 """
@@ -22,20 +22,11 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(ROOT / "tests" / "nn"))
-from test_nn_finish import (  # noqa: E402
-    PAPER,
-    _distance_to_oracle,
-    _fixture,
-    _outside_box,
-    _prefix_problems,
-)
-
 from bench_records import add_conditions, write_record  # noqa: E402
 from svattn.nn import SolverOptions  # noqa: E402
 from svattn.nn.batched import solve_batched  # noqa: E402
+from trained_keys import PAPER, distance_to_oracle, outside_box, prefix_problems, read_fixture  # noqa: E402
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32}
 
@@ -46,18 +37,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     add_conditions(parser)
     args = parser.parse_args(argv)
-    keys, meta = _fixture()
+    keys, meta = read_fixture()
     C, gamma, kernel = meta["C"], meta["gamma"], meta["kernel"]
     rows = keys.reshape(-1, *keys.shape[-2:])
     out = {}
     for name in args.dtype:
-        k, valid = _prefix_problems(rows, meta["chunk"], DTYPES[name])
+        k, valid = prefix_problems(rows, meta["chunk"], DTYPES[name])
         res = {"problems": int(k.shape[1])}
         for finish, solver in (("approximate", PAPER), ("optimum", SolverOptions())):
             alpha, _, info = solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid,
                                            solver=solver)
-            dist = _distance_to_oracle(k, valid, alpha, C, kernel, gamma)
-            res[finish] = {"outside_box": int(_outside_box(alpha, valid, C).sum()),
+            dist = distance_to_oracle(k, valid, alpha, C, kernel, gamma)
+            res[finish] = {"outside_box": int(outside_box(alpha, valid, C).sum()),
                            "unsettled": int(info.unsettled),
                            "fallbacks": int(info.fallbacks),
                            "l1_to_oracle_max": float(dist.max()),

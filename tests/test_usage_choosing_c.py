@@ -65,9 +65,14 @@ def test_the_numbers_quoted_are_the_records():
     lo, hi = min(hyb[16]["data_mass"]), max(hyb[16]["data_mass"])
     assert f"observed {math.floor(lo * 100) / 100:.2f}–{math.ceil(hi * 100) / 100:.2f}" in text
     assert (f"({min(hyb[4]['accuracy']):.3f}–{max(hyb[4]['accuracy']):.3f})") in text
+    count = [s for r in hyb.values() for s in r["support_per_head"]]
+    assert f"({min(count):.1f}–{max(count):.1f} per head)" in text
+    assert all(min(r["support_per_head"]) >= r["least_support"] for r in hyb.values())
     support = [s for r in hyb.values() for s in r["distinct_support_per_head"]]
     assert f"{math.floor(min(support))}–{math.ceil(max(support))} distinct keys" in text
-    assert all(min(r["distinct_support_per_head"]) >= r["least_support"] for r in hyb.values())
+    # copies of one key share the weight: by distinct keys fewer than the box's least count
+    assert min(hyb[16]["distinct_support_per_head"]) < hyb[16]["least_support"]
+    assert f"fewer than ⌈1/C⌉ = {hyb[16]['least_support']} at C = 1/16" in text
     assert max(np.mean(hyb[8]["accuracy"]), np.mean(hyb[4]["accuracy"]),
                np.mean(hyb[16]["accuracy"])) == np.mean(hyb[8]["accuracy"])
     small, mid, wide = rec["svdd"]["rows"]

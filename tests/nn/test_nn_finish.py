@@ -4,100 +4,26 @@ Problems: the keys a trained recall model's hybrid layers build their memories f
 (``tests/nn/data/trained_keys.*``, written by ``scripts/make_trained_keys_fixture.py``:
 clusters of exact and rounding-level duplicates, near-singular kernel matrices) and
 synthetic keys with exact and near duplicates. The reference is
-:func:`svattn.exact.oracle.solve_svdd` (Clarabel, then an exact active-set polish) on
-each problem's float64 kernel matrix.
-
-Where keys are copies of one another only their summed weight is determined (the
-objective and every readout see the sum; the oracle itself notes that alpha is not
-unique there), so alpha is compared summed over each cluster of keys closer than
-:data:`SAME` relative to their norm; everywhere else key by key.
+:func:`svattn.exact.oracle.solve_svdd` on each problem's float64 kernel matrix, compared
+summed over clusters of copies (``benchmarks/trained_keys.py``, shared with
+``benchmarks/finish_trained_keys.py``).
 """
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from nn_keys import random_keys
 
+from script_helpers import load_script
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.oracle import solve_svdd
 from svattn.nn import SolverOptions, sv_attention, sv_attention_state
 from svattn.nn.batched import solve_batched
 
-FIXTURE = Path(__file__).parent / "data" / "trained_keys"
-# Keys closer than this (relative) count as one for the comparison: their split is
-# not determined to 1e-6 by float64 data (float32 rounding of one computation is 1e-7).
-SAME = 1e-6
+trained_keys = load_script("benchmarks/trained_keys.py")
 L1_BAR = {torch.float64: 1e-6, torch.float32: 1e-4}
-BOX = 1e-9
-# The trained model's own solver, as its grid trained it (docs/design.md §5 as written).
-PAPER = SolverOptions(finish="approximate", refine=0, ridge_steps=0)
-
-
-def _fixture():
-    meta = json.loads(FIXTURE.with_suffix(".json").read_text())
-    keys = np.load(FIXTURE.with_suffix(".npz"))["keys"]  # (seq, layer, H, T, Dh) float32
-    return keys, meta
-
-
-def _prefix_problems(keys: np.ndarray, L: int, dtype,
-                     boundaries: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first ``boundaries`` (default all) boundary problems of the "full" policy (the
-    keys of chunks 0 .. c−1) of the given key rows (R, T, Dh), batched as
-    ``[1, R·M, T', Dh]`` with a key mask."""
-    R, T, Dh = keys.shape
-    M = T // L - 1 if boundaries is None else boundaries
-    T = (M + 1) * L
-    keys = keys[:, :T]
-    k = torch.from_numpy(keys).to(dtype)[:, None].expand(R, M, T, Dh).reshape(1, R * M, T, Dh)
-    ends = L * torch.arange(1, M + 1)
-    valid = (torch.arange(T)[None] < ends[:, None]).repeat(R, 1)[None]  # (1, R·M, T)
-    return k, valid
-
-
-def _clusters(X: np.ndarray) -> np.ndarray:
-    """Labels of the clusters of keys within :data:`SAME` (relative) of each other."""
-    n = len(X)
-    lab = -np.ones(n, dtype=int)
-    norms = np.linalg.norm(X, axis=1)
-    c = 0
-    for i in range(n):
-        if lab[i] >= 0:
-            continue
-        lab[i], todo = c, [i]
-        while todo:
-            j = todo.pop()
-            near = np.linalg.norm(X - X[j], axis=1) <= SAME * np.maximum(norms, norms[j])
-            new = np.flatnonzero(near & (lab < 0))
-            lab[new] = c
-            todo.extend(new.tolist())
-        c += 1
-    return lab
-
-
-def _distance_to_oracle(k: torch.Tensor, valid: torch.Tensor, alpha: torch.Tensor, C: float,
-                        kernel: str, gamma: float) -> np.ndarray:
-    """Per problem: L1 distance of alpha to solve_svdd's, summed over key clusters."""
-    kn = k.detach().double().reshape(-1, *k.shape[-2:]).numpy()
-    vn = valid.expand(k.shape[:-1]).reshape(-1, k.shape[-2]).numpy()
-    an = alpha.detach().double().reshape(-1, k.shape[-2]).numpy()
-    out = []
-    for X, v, a in zip(kn, vn, an, strict=True):
-        X = X[v]
-        ref = solve_svdd(kernel_matrix(X, X, kernel, gamma), C)
-        lab = _clusters(X)
-        out.append(np.abs(np.bincount(lab, ref) - np.bincount(lab, a[v])).sum())
-    return np.array(out)
-
-
-def _outside_box(alpha: torch.Tensor, valid: torch.Tensor, C: float) -> torch.Tensor:
-    """Per problem: whether some alpha is below 0 or above C by more than BOX."""
-    bad = ((alpha < -BOX) | (alpha > C + BOX)) & valid.expand(alpha.shape)
-    return bad.any(-1)
 
 
 @pytest.mark.parametrize("boundaries", [3, pytest.param(None, marks=pytest.mark.slow)],
@@ -106,30 +32,30 @@ def _outside_box(alpha: torch.Tensor, valid: torch.Tensor, C: float) -> torch.Te
 def test_trained_boundary_problems_solve_to_the_oracle_optimum(dtype, boundaries):
     """The default suite takes the first 3 boundaries (up to 48 keys; the oracle's polish
     takes seconds on the larger layer-0 problems, all copies); ``-m slow`` all 7."""
-    keys, meta = _fixture()
+    keys, meta = trained_keys.read_fixture()
     C, gamma = meta["C"], meta["gamma"]
     rows = keys[:2].reshape(-1, *keys.shape[-2:])  # 2 sequences × layers × heads
-    k, valid = _prefix_problems(rows, meta["chunk"], dtype, boundaries)
+    k, valid = trained_keys.prefix_problems(rows, meta["chunk"], dtype, boundaries)
     alpha, _, info = solve_batched(k, C, kernel=meta["kernel"], gamma=gamma, valid=valid)
     assert alpha.dtype == dtype
-    assert int(_outside_box(alpha, valid, C).sum()) == 0
+    assert int(trained_keys.outside_box(alpha, valid, C).sum()) == 0
     sums = alpha.double().sum(-1)
     assert float((sums - 1).abs().max()) <= (1e-12 if dtype == torch.float64 else 1e-6)
     assert int(info.unsettled) == 0 and int(info.box_violations) == 0
-    dist = _distance_to_oracle(k, valid, alpha, C, meta["kernel"], gamma)
+    dist = trained_keys.distance_to_oracle(k, valid, alpha, C, meta["kernel"], gamma)
     assert dist.max() <= L1_BAR[dtype], (dist.max(), int(np.argmax(dist)))
 
 
 def test_the_papers_path_leaves_the_box_on_trained_keys_and_says_so():
     """The path the recall models trained with (refine 0, one ridged margin solve):
     alpha outside [0, C] on trained keys; every such problem is reported unsettled."""
-    keys, meta = _fixture()
+    keys, meta = trained_keys.read_fixture()
     C = meta["C"]
-    k, valid = _prefix_problems(keys[:2].reshape(-1, *keys.shape[-2:]), meta["chunk"],
+    k, valid = trained_keys.prefix_problems(keys[:2].reshape(-1, *keys.shape[-2:]), meta["chunk"],
                                 torch.float64)
     alpha, _, info = solve_batched(k, C, kernel=meta["kernel"], gamma=meta["gamma"],
-                                   valid=valid, solver=PAPER)
-    outside = int(_outside_box(alpha, valid, C).sum())
+                                   valid=valid, solver=trained_keys.PAPER)
+    outside = int(trained_keys.outside_box(alpha, valid, C).sum())
     assert outside > 0
     assert int(info.box_violations) > 0
     assert int(info.unsettled) >= outside
@@ -141,7 +67,7 @@ def test_default_solver_keeps_the_sum_where_the_margin_set_is_empty(dtype):
     which a repair round empties the margin set with 9 tokens at C = 1/8 (Σ alpha = 9/8
     before the repair let a token rejoin the margin there): the approximate path keeps
     the mass; the default returns the optimum."""
-    keys, meta = _fixture()
+    keys, meta = trained_keys.read_fixture()
     C, gamma, L = meta["C"], meta["gamma"], meta["chunk"]
     k = torch.from_numpy(keys[6, 1, 1, :L]).to(dtype)[None, None]  # (1, 1, L, Dh)
     valid = torch.ones(1, 1, L, dtype=torch.bool)
@@ -151,7 +77,7 @@ def test_default_solver_keeps_the_sum_where_the_margin_set_is_empty(dtype):
     new, part, info = solve_batched(k, C, kernel="rbf", gamma=gamma, valid=valid)
     assert abs(float(new.double().sum()) - 1.0) <= (1e-12 if dtype == torch.float64 else 1e-6)
     assert int(info.unsettled) == 0
-    assert _distance_to_oracle(k, valid, new, C, "rbf", gamma).max() <= L1_BAR[dtype]
+    assert trained_keys.distance_to_oracle(k, valid, new, C, "rbf", gamma).max() <= L1_BAR[dtype]
 
 
 def _duplicated_keys(kernel, seed, P=12, n=30, D=4):
@@ -176,10 +102,10 @@ def test_exact_and_near_duplicates_solve_to_the_oracle_optimum(kernel, C):
     valid = torch.ones(k.shape[:-1], dtype=torch.bool)
     gamma = 0.25
     alpha, _, info = solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid)
-    assert int(_outside_box(alpha, valid, C).sum()) == 0
+    assert int(trained_keys.outside_box(alpha, valid, C).sum()) == 0
     assert float((alpha.sum(-1) - 1).abs().max()) <= 1e-12
     assert int(info.unsettled) == 0
-    assert _distance_to_oracle(k, valid, alpha, C, kernel, gamma).max() <= 1e-6
+    assert trained_keys.distance_to_oracle(k, valid, alpha, C, kernel, gamma).max() <= 1e-6
 
 
 def test_well_separated_keys_match_the_oracle_key_by_key():

@@ -29,12 +29,17 @@ from svattn.experiments._common import (
     pyplot,
     save_figure,
 )
+from svattn.experiments._recall_selection import (
+    NOT_SHOWN,
+    load_selection_results,
+    selection_section,
+)
+from svattn.experiments._recall_selection import fmt_interval as _fmt
 from svattn.lm.recall_grid import GRIDS, cell_measures, collect, mean_interval, run_grid
 
 NAME = "recall"
 TITLE = "Trained recall: MQAR and selective copy against length and state size"
 
-NOT_SHOWN = "not shown"
 COLORS = {"hybrid_sv": "tab:blue", "sliding": "tab:gray", "deltanet": "tab:orange",
           "linear": "tab:green", "softmax": "tab:purple"}
 STYLES = {"hybrid_sv": dict(marker="o", ls="-", lw=2.5, ms=7, zorder=5),
@@ -107,13 +112,12 @@ def _long_section(long: dict) -> tuple[list[Claim], str, list[str]]:
              _fmt(c["accuracy"]),
              ", ".join(f"{lr}: {m:.3f}" for lr, m in c["by_lr"].items()),
              c["state_floats"], c["window"] or "—",
-             "—" if c["support_per_head"] is None else f"{c['support_per_head']:.1f}",
              f"{c['step_seconds']:.3f}"] for c in cells]
     table = ("Trained longer (" + ", ".join(f"{s:,}" for s in steps) + " steps of "
              + ", ".join(str(b) for b in batch) + f" sequences; {done}):\n\n"
              + markdown_table(["task", "T", "d", "mixer", "best lr", "accuracy (best lr)",
                                "mean accuracy by lr", "state floats / layer", "window",
-                               "SV support / head", "s / step"], rows))
+                               "s / step"], rows))
     trained = " trained longer (" + ", ".join(f"{s:,}" for s in steps) + " steps)"
     mq = [m for m in margins if m["task"] == "mqar"]
     if not mq:
@@ -212,273 +216,60 @@ def _full_policy_section(full: dict, long: dict) -> tuple[str, list[str]]:
 
 
 def _long_memory_notes(records: list[dict], label: str = "Trained longer") -> list[str]:
-    """What the longer-trained hybrids' memories kept and what their gates learned (the
-    records given: the hybrid's best learning rate)."""
+    """What the longer-trained hybrids' gates learned and how many boundary memories the
+    'support' policy cut to its budget in the training forward (the records given: the
+    hybrid's best learning rate). Their support and alpha mass are not reported: the
+    grids' inspection read them off the training solver, and the models were not kept."""
     out = []
     for rec in (r for r in records if r["run"]["mixer"] == "hybrid_sv"):
-        # the tokens worth keeping: MQAR's keys and values, selective copy's data tokens
-        roles, what = ((("data",), "data tokens") if rec["run"]["task"] == "selective-copy"
-                       else (("key", "value"), "keys + values"))
-        layers = []
-        for m in rec["memory"]:
-            share = m["share_by_role"]
-            kept = sum(share.get(r, 0.0) for r in roles)
-            prefix = m.get("prefix_by_role", {})
-            of_prefix = (sum(prefix.get(r, 0.0) for r in roles) / sum(prefix.values())
-                         if prefix and sum(prefix.values()) else None)
-            layers.append(f"layer {m['layer']}: gate {' / '.join(f'{g:.2f}' for g in m['gate'])}"
-                          f", {np.mean(m['support_per_head']):.1f} support tokens per head, "
-                          f"{what} {kept:.2f} of them"
-                          + ("" if of_prefix is None else f" (of the prefix {of_prefix:.2f})")
-                          + f", {m['truncated']} boundary memories cut to the budget")
+        layers = [f"layer {m['layer']}: gate {' / '.join(f'{g:.2f}' for g in m['gate'])}, "
+                  f"{m['truncated']} boundary memories cut to the budget"
+                  for m in rec["memory"]]
         out.append(f"{label}, {rec['id']} (accuracy {rec['accuracy']:.3f}): "
                    + "; ".join(layers) + ".")
     return out
 
 
-def load_selection_results(ctx: Context) -> dict | None:
-    """The box grid's results (``results/recall_selection.json``: grid ``selection``,
-    collected by ``svattn recall collect``), if collected."""
-    if ctx.quick or ctx.repo_root is None:
-        return None
-    path = selection_results_path(ctx.repo_root)
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-#: The paper's support size on trained selective copy (tokens per head).
-PAPER_SUPPORT = (11, 14)
-
-
-def _by_weight_notes(records: list[dict], label: str) -> list[str]:
-    """Selective-copy hybrids read by weight: the alpha mass on the data tokens against
-    their share of the prefix, per layer (mean over heads), beside the count."""
-    out = []
-    for rec in records:
-        if rec["run"]["mixer"] != "hybrid_sv" or rec["run"]["task"] != "selective-copy":
-            continue
-        row = cell_measures(rec)
-        parts = [f"layer {x['layer']}: {x['support_per_head']:.1f} support tokens per head"
-                 + ("" if x["distinct_support_per_head"] is None else
-                    f" ({x['distinct_support_per_head']:.1f} distinct keys)")
-                 + f", alpha mass on data tokens {x['mass_by_role'].get('data', 0.0):.3f} "
-                 f"against their prefix share {x['share_by_role'].get('data', 0.0):.3f}"
-                 for x in row["layers"]]
-        if parts:
-            out.append(f"{label}, {rec['id']} by weight: " + "; ".join(parts) + ".")
-    return out
-
-
 def _mqar_by_weight(records: list[dict], label: str) -> list[str]:
-    """MQAR hybrids read by weight: per (T, layer), the alpha mass the memory of the last
-    boundary puts on the key and value tokens against their share of the prefix (means
-    over cells and heads), and in how many of a cell's layers a role's mass is negative.
+    """MQAR hybrids: in how many (cell, layer) memories of the last boundary the training
+    solver's alpha put negative mass on some role, i.e. left the box ``[0, C]``.
 
-    The inspection reads the training solver's alpha (its iteration budget, float32),
-    not the exact optimum's: where a role's mass is negative some alpha left the box, and
-    the mass is then no measure of selection; the note says so.
+    The grids' inspection reads the training solver's alpha (the approximate finish,
+    float32), not the optimum's; these models were not kept, so their memories cannot be
+    re-solved exactly, and their support and alpha mass are not reported. The count of
+    negative masses says how far that alpha is from a feasible one.
 
     Examples
     --------
     >>> lay = {"layer": 0, "gate": [0.5], "boundary": 8, "support_per_head": [4.0],
     ...        "prefix_by_role": {"key": 2, "value": 2, "filler": 4},
-    ...        "alpha_by_role": {"key": [0.3], "value": [0.5], "filler": [0.2]}}
+    ...        "alpha_by_role": {"key": [0.3], "value": [0.5], "filler": [-0.2]}}
     >>> rec = {"id": "c", "run": {"task": "mqar", "mixer": "hybrid_sv", "seq_len": 16,
     ...        "seed": 0}, "accuracy": 0.5, "memory": [lay]}
-    >>> note = _mqar_by_weight([rec], "Grid")[0]
-    >>> "keys + values hold 0.800 of the alpha mass against 0.500" in note
-    True
-    >>> note.endswith("layers (cell × layer) with a role of negative mass: 0 of 1.")
+    >>> "alpha at the last boundary: 1 of 1 (cell, layer)" in _mqar_by_weight([rec], "Grid")[0]
     True
     """
-    groups: dict[tuple[int, int], list[tuple[float, float, bool]]] = {}
+    neg = total = 0
     for rec in records:
         run = rec["run"]
         if run["mixer"] != "hybrid_sv" or run["task"] != "mqar":
             continue
         for x in cell_measures(rec)["layers"]:
-            mass, share = x["mass_by_role"], x["share_by_role"]
-            kv = mass.get("key", 0.0) + mass.get("value", 0.0)
-            kv_share = share.get("key", 0.0) + share.get("value", 0.0)
-            negative = any(v < 0 for v in mass.values())
-            groups.setdefault((run["seq_len"], x["layer"]), []).append((kv, kv_share, negative))
-    if not groups:
+            total += 1
+            neg += any(v < 0 for v in x["mass_by_role"].values())
+    if not total:
         return []
-    parts = [f"T = {T} layer {layer}: keys + values hold {np.mean([g[0] for g in rows]):.3f} "
-             f"of the alpha mass against {np.mean([g[1] for g in rows]):.3f} of the prefix "
-             f"({len(rows)} cells)" for (T, layer), rows in sorted(groups.items())]
-    neg = sum(g[2] for rows in groups.values() for g in rows)
-    total = sum(len(rows) for rows in groups.values())
-    return [f"{label}, MQAR by weight (the training solver's alpha at the last boundary): "
-            + "; ".join(parts)
-            + f"; layers (cell × layer) with a role of negative mass: {neg} of {total}."
-            + ("" if not neg else " Negative mass means some alpha left the box [0, C]: "
-               "the training solver's answer, not the exact optimum (which has none); there "
-               "the mass by role is no measure of selection, and an exact re-solve of those "
-               "memories would be one.")]
-
-
-def _selection_section(ctx: Context, sel: dict) -> tuple[list[Claim], str, list[str], str]:
-    """The box grid (trained selective copy, C in {1/4, 1/8, 1/16}): per C the accuracy,
-    support by count and by distinct key, the alpha mass on the data tokens against their
-    prefix share, the gate, and hybrid − window paired by seed. Claims: what the paper's
-    support size is most plausibly, and whether the memory selects by weight."""
-    rows = [r for r in sel["cells"]]
-    hyb = [r for r in rows if r["mixer"] == "hybrid_sv"]
-    win = {r["seed"]: r["accuracy"] for r in rows if r["mixer"] == "sliding"}
-    boxes = sorted({r["C"] for r in hyb}, reverse=True)
-    table_rows, per_box = [], {}
-    for C in boxes:
-        cells = sorted((r for r in hyb if r["C"] == C), key=lambda r: r["seed"])
-        acc = mean_interval([r["accuracy"] for r in cells])
-        diffs = [r["accuracy"] - win[r["seed"]] for r in cells if r["seed"] in win]
-        excess = [r["data_mass"] - r["data_share"] for r in cells]
-        per_box[C] = {
-            "accuracy": acc, "seeds": [r["seed"] for r in cells],
-            "support_per_head": float(np.mean([r["support_per_head"] for r in cells])),
-            "distinct_support_per_head": float(np.mean(
-                [r["distinct_support_per_head"] for r in cells])),
-            "data_mass": float(np.mean([r["data_mass"] for r in cells])),
-            "data_share": float(np.mean([r["data_share"] for r in cells])),
-            "mass_minus_share": mean_interval(excess),
-            "gate_mean": float(np.mean([r["gate_mean"] for r in cells])),
-            "hybrid_minus_window": mean_interval(diffs) if diffs else None}
-        b = per_box[C]
-        table_rows.append([
-            f"1/{round(1 / C)}", len(cells), _fmt(acc),
-            "—" if b["hybrid_minus_window"] is None else _fmt(b["hybrid_minus_window"]),
-            f"{b['support_per_head']:.1f}", f"{b['distinct_support_per_head']:.1f}",
-            f"{b['data_mass']:.3f}", f"{b['data_share']:.3f}",
-            f"{min(1.0, 8 * C):.3f}", f"{b['gate_mean']:.2f}"])
-    if win:
-        w = mean_interval(list(win.values()))
-        table_rows.append(["window (matched)", len(win), _fmt(w), "—", "—", "—", "—", "—",
-                           "—", "—"])
-    table = ("Does a looser box let the memory select? (grid `selection`: selective copy, "
-             "T = 128, 8 data tokens; means over seeds and over the 2 layers and 2 heads)\n\n"
-             + markdown_table(["C", "seeds", "accuracy", "hybrid − window (paired)",
-                               "support / head (count)", "distinct keys / head",
-                               "alpha mass on data tokens", "data tokens' prefix share",
-                               "most the box lets 8 data tokens hold (8·C)", "gate"],
-                              table_rows))
-    claims, notes = [], []
-    if not per_box:
-        return ([Claim("… SV support, by weight and by distinct key (grid selection)",
-                       "11–14 tokens", "no hybrid cell collected yet", NOT_RUN)],
-                table, notes, "")
-    best = max(per_box, key=lambda C: per_box[C]["accuracy"]["mean"])
-    b = per_box[best]
-    lo, hi = PAPER_SUPPORT
-    mean = b["accuracy"]["mean"]
-    claims.append(Claim(
-        f"… SV recall at T = 128 with the box chosen as a learning rate is (grid selection: "
-        f"the best of {len(per_box)} boxes by mean accuracy, C = 1/{round(1 / best)})",
-        "≈ 0.99", _fmt(b["accuracy"]),
-        REPRODUCED if mean >= 0.95 else PARTLY if mean >= 0.8 else NOT_SHOWN))
-    distinct = b["distinct_support_per_head"]
-    claims.append(Claim(
-        "… SV support per head, as the paper counts it (grid selection, best box "
-        f"C = 1/{round(1 / best)})", f"{lo}–{hi} tokens",
-        f"{b['support_per_head']:.1f} by count; {distinct:.1f} distinct keys (exact copies "
-        f"merged); accuracy {_fmt(b['accuracy'])}",
-        REPRODUCED if lo <= distinct <= hi else
-        "differs: by count" if lo <= b["support_per_head"] <= hi else "differs"))
-    excess = b["mass_minus_share"]
-    selects = excess["ci95"] is not None and excess["ci95"][0] > 0
-    claims.append(Claim(
-        f"… the trained memory selects: alpha mass on the data tokens above their prefix "
-        f"share (best box C = 1/{round(1 / best)}, 95 % interval over seeds)",
-        "selection (implied)",
-        f"mass {b['data_mass']:.3f} vs share {b['data_share']:.3f} "
-        f"(difference {_fmt(excess)})",
-        REPRODUCED if selects else NOT_SHOWN))
-    notes.append(
-        "Selection read three ways (grid `selection`): by **count** (tokens with alpha > 0; "
-        "exact copies of a key each count, and the box forces at least 1/C of them), by "
-        "**distinct keys** (exact copies merged), and by **weight** (the alpha mass on the "
-        "data tokens against their share of the prefix; alpha sums to 1 per head, and the box "
-        "lets 8 data tokens hold at most 8·C of it). The paper's 11–14 support tokens are "
-        "compared with the distinct-key count: with a filler token repeated through the "
-        "prefix, a count by tokens measures the copies, not what the memory selects.")
-    exact = load_compaction(ctx)
-    if exact is not None:
-        sm = exact["summary"]
-        share = sm["compactable"] / sm["held"] if sm["held"] else 0.0
-        cell = Path(exact["model"]).stem
-        claims.append(Claim(
-            f"… SV support per head of the exact memory (a kept cell, {cell}, streamed in "
-            f"float64: `benchmarks/selection_compaction.py`, {len(exact['sequences'])} "
-            "test sequences)", f"{lo}–{hi} tokens",
-            f"{sm['support_per_memory']:.1f} tokens ({sm['distinct_support_keys_per_memory']:.1f} "
-            f"distinct keys); {share:.0%} of the held tokens reserve, dropped by compact() "
-            f"with the readout unchanged (largest change {sm['max_readout_change']:.1g})",
-            REPRODUCED if lo <= sm["support_per_memory"] <= hi else "differs"))
-        notes.append(
-            "Two solvers, two supports: the inspection solves each boundary's memory with the "
-            "model's training solver (the batched solver with its iteration budget), whose "
-            "partition keeps tokens by count as in the table; the exact stream solves the same "
-            "keys in float64 (`CharLM.stream`, what `forget` certifies), and its support is the "
-            "exact optimum's. Selection by weight and compaction are measured on the exact "
-            "memory in `results/selection_compaction.json`, which also times a forget of a "
-            "selected data token against a never-selected filler: the replay of every byte "
-            "after the span, which equality with a fresh stream forces, dominates both "
-            f"(median {sm['forget_selected_data_token_median_s']:.3f} s and "
-            f"{sm['forget_never_selected_filler_median_s']:.3f} s).")
-    figure = figure_selection(ctx, hyb)
-    return claims, table, notes, figure
-
-
-def load_compaction(ctx: Context) -> dict | None:
-    """The compaction study of a kept selection cell (``results/selection_compaction.json``,
-    written by ``benchmarks/selection_compaction.py``), if run."""
-    if ctx.quick or ctx.repo_root is None:
-        return None
-    path = ctx.repo_root / "results" / "selection_compaction.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def figure_selection(ctx: Context, rows: list[dict]) -> str:
-    """Alpha mass on the data tokens and distinct support against accuracy, one marker per
-    hybrid cell of the box grid, coloured by C."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 2, figsize=(9.6, 3.8))
-    boxes = sorted({r["C"] for r in rows}, reverse=True)
-    cmap = plt.get_cmap("viridis")
-    for i, C in enumerate(boxes):
-        pts = [r for r in rows if r["C"] == C]
-        colour = cmap(i / max(1, len(boxes) - 1))
-        label = f"C = 1/{round(1 / C)}"
-        axes[0].scatter([r["data_mass"] for r in pts], [r["accuracy"] for r in pts],
-                        color=colour, label=label, s=40, edgecolor="k", zorder=3)
-        axes[1].scatter([r["distinct_support_per_head"] for r in pts],
-                        [r["accuracy"] for r in pts], color=colour, label=label, s=40,
-                        edgecolor="k", zorder=3)
-    share = float(np.mean([r["data_share"] for r in rows])) if rows else 0.0
-    axes[0].axvline(share, color="0.5", ls=":", lw=1)
-    axes[0].text(share, 0.02, " data tokens' share\n of the prefix", fontsize=7, color="0.4")
-    axes[0].set_xlabel("alpha mass on the data tokens (mean over layers and heads)")
-    axes[1].axvspan(*PAPER_SUPPORT, color="tab:orange", alpha=0.15, lw=0)
-    axes[1].text(PAPER_SUPPORT[0], 0.02, " paper: 11–14", fontsize=7, color="tab:orange")
-    axes[1].set_xlabel("distinct support keys per head (exact copies merged)")
-    for ax in axes:
-        ax.set_ylabel("selective-copy accuracy (test)")
-        ax.set_ylim(-0.03, 1.03)
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("Trained selective copy, T = 128: what the SV memory selects, by box C",
-                 fontsize=10)
-    return save_figure(fig, ctx.out, "recall_selection.png",
-                       "one marker per trained hybrid cell (seed); grid selection", quick=ctx.quick)
+    return [f"{label}, MQAR, the training solver's alpha at the last boundary: {neg} of "
+            f"{total} (cell, layer) memories of the last boundary put negative mass on some "
+            "role (alpha outside the box [0, C]). Support and alpha mass of these models are "
+            "not reported: read off that alpha they are the solver's, not the memory's, and "
+            "the models were not kept for an exact re-solve (the kept selective-copy models "
+            "are measured on the optimum below)."]
 
 
 def _ci(acc: dict) -> tuple[float, float]:
     lo, hi = acc["ci95"] if acc["ci95"] is not None else (acc["mean"], acc["mean"])
     return max(lo, 0.0), min(hi, 1.0)
-
-
-def _fmt(acc: dict) -> str:
-    if acc["ci95"] is None:
-        return f"{acc['mean']:.3f} (1 seed)"
-    lo, hi = acc["ci95"]
-    return f"{acc['mean']:.3f} [{lo:.3f}, {hi:.3f}] ({acc['n']} seeds)"
 
 
 def _chance(task: str, rec: dict) -> float:
@@ -601,90 +392,26 @@ def figure_by_state(ctx: Context, cells: list[dict]) -> str:
                        quick=ctx.quick)
 
 
-ROLE_COLORS = {"filler": "0.85", "key": "tab:red", "value": "tab:orange", "query": "tab:green",
-               "data": "tab:red", "marker": "tab:green"}
-
-
-def figure_memory(ctx: Context, records: list[dict]) -> str | None:
-    """One trained hybrid's SV memory, position by position: the role of each token of
-    the prefix (colour) and whether each head keeps it (a mark), per layer."""
-    from svattn.tasks import ROLES
-
-    hyb = [r for r in records if r["run"]["mixer"] == "hybrid_sv"
-           and any("example_kept" in m for m in r["memory"])]
-    if not hyb:
-        return None
-    # the longest MQAR run (else the longest run), its best seed
-    hyb.sort(key=lambda r: (r["run"]["task"] == "mqar", r["run"]["seq_len"], r["accuracy"]))
-    rec = hyb[-1]
-    layers = [m for m in rec["memory"] if "example_kept" in m]
-    names = {code: name for name, code in ROLES.items()}
-    plt = pyplot()
-    rows = sum(len(m["example_kept"]) for m in layers)
-    fig, ax = plt.subplots(figsize=(10, 1.4 + 0.3 * (rows + 1)))
-    roles = layers[0]["example_roles"]
-    xs = np.arange(len(roles))
-    for name in dict.fromkeys(names[c] for c in roles):
-        sel = [i for i, c in enumerate(roles) if names[c] == name]
-        ax.scatter(sel, [rows] * len(sel), marker="s", s=30, color=ROLE_COLORS[name],
-                   label=name)
-    labels, y = ["role"], rows - 1
-    for m in layers:
-        for h, kept in enumerate(m["example_kept"]):
-            k = np.asarray(kept, dtype=bool)
-            ax.scatter(xs[k], [y] * int(k.sum()), marker="|", s=120,
-                       c=[ROLE_COLORS[names[roles[i]]] for i in xs[k]])
-            labels.append(f"layer {m['layer']} head {h} (gate {m['gate'][h]:.2f})")
-            y -= 1
-    ax.set_yticks(list(range(rows, -1, -1)), labels, fontsize=7)
-    ax.set_xlabel("position before the last boundary (one test sequence)")
-    ax.set_title(f"What the SV memory keeps: {rec['id']} (accuracy {rec['accuracy']:.2f})",
-                 fontsize=9)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    return save_figure(fig, ctx.out, "recall_memory.png",
-                       "a mark: the memory (alpha > 0) keeps that token; colour: its role",
-                       quick=ctx.quick)
-
-
-def _kept_table(records: list[dict]) -> tuple[str, dict]:
-    """Support tokens per head and the roles of the kept tokens, per hybrid cell."""
-    rows, out = [], {}
-    seen = {}
+def _gates(records: list[dict]) -> dict:
+    """Per (task, T, d, lr, layer) of the hybrid cells: the mean gate per head over seeds
+    and the boundary memories the training forward's 'support' policy cut to its budget."""
+    seen: dict[tuple, list[dict]] = {}
     for rec in records:
         r = rec["run"]
-        if r["mixer"] != "hybrid_sv" or not rec["memory"]:
-            continue
-        seen.setdefault((r["task"], r["seq_len"], r["d_model"], r["lr"]), []).append(rec)
+        if r["mixer"] == "hybrid_sv" and rec["memory"]:
+            seen.setdefault((r["task"], r["seq_len"], r["d_model"], r["lr"]), []).append(rec)
+    out = {}
     for (task, T, d, lr), recs in sorted(seen.items()):
         for layer in range(len(recs[0]["memory"])):
             mem = [x["memory"][layer] for x in recs]
-            if "kept_by_role" not in mem[0]:
-                continue
-            per_head = np.mean([m["support_per_head"] for m in mem], axis=0)
-            share = {k: float(np.mean([m["share_by_role"].get(k, 0.0) for m in mem]))
-                     for k in mem[0]["share_by_role"]}
-            prefix = {k: float(np.mean([m["prefix_by_role"].get(k, 0.0) for m in mem]))
-                      for k in mem[0]["prefix_by_role"]}
-            n_prefix = sum(prefix.values())
-            gate = np.mean([m["gate"] for m in mem], axis=0)
-            key = f"{task}/T{T}/d{d}/lr{lr:g}/layer{layer}"
-            out[key] = {"support_per_head": per_head.tolist(), "share_by_role": share,
-                        "prefix_share_by_role": {k: v / n_prefix for k, v in prefix.items()},
-                        "gate": gate.tolist(), "seeds": len(recs),
-                        "truncated": int(sum(m["truncated"] for m in mem))}
-            roles = ", ".join(f"{k} {share[k]:.2f} (of prefix {prefix[k] / n_prefix:.2f})"
-                              for k in share)
-            rows.append([task, T, d, f"{lr:g}", layer, len(recs),
-                         " / ".join(f"{x:.1f}" for x in per_head), f"{int(n_prefix)}", roles,
-                         " / ".join(f"{g:.2f}" for g in gate)])
-    table = markdown_table(["task", "T", "d", "lr", "layer", "seeds", "support / head",
-                            "prefix tokens", "kept share by role (share of the prefix)",
-                            "gate / head"], rows)
-    return table, out
+            out[f"{task}/T{T}/d{d}/lr{lr:g}/layer{layer}"] = {
+                "gate": np.mean([m["gate"] for m in mem], axis=0).tolist(), "seeds": len(recs),
+                "truncated": int(sum(m.get("truncated", 0) for m in mem))}
+    return out
 
 
-def _diagnosis(cells: list[dict], kept: dict) -> str:
-    """What the memory kept and what the gate learned, at the longest MQAR length."""
+def _diagnosis(cells: list[dict], gates: dict) -> str:
+    """What the gates learned at the longest MQAR length (0 reads the local path only)."""
     hyb = [c for c in cells if c["task"] == "mqar" and c["mixer"] == "hybrid_sv"]
     if not hyb:
         return ""
@@ -692,22 +419,25 @@ def _diagnosis(cells: list[dict], kept: dict) -> str:
     parts = []
     for c in (c for c in hyb if c["seq_len"] == T):
         prefix = f"mqar/T{T}/d{c['d_model']}/lr{c['best_lr']:g}/"
-        for key, m in sorted(kept.items()):
-            if not key.startswith(prefix):
-                continue
-            kv = m["share_by_role"].get("key", 0.0) + m["share_by_role"].get("value", 0.0)
-            kv_prefix = (m["prefix_share_by_role"].get("key", 0.0)
-                         + m["prefix_share_by_role"].get("value", 0.0))
-            parts.append(
-                f"d = {c['d_model']}, {key.rsplit('/', 1)[1]}: keys + values are "
-                f"{kv:.2f} of the kept tokens against {kv_prefix:.2f} of the prefix "
-                f"({'selected' if kv > 1.5 * kv_prefix else 'not selected'} above their "
-                f"share), support {np.mean(m['support_per_head']):.1f} tokens per head of "
-                f"the full-prefix memory ({m['truncated']} boundary memories of the support "
-                f"policy cut to its budget, counted per sequence and head over "
-                f"{m['seeds']} seeds), gate {' / '.join(f'{g:.2f}' for g in m['gate'])}")
-    return ("Diagnosis (the SV memory at the last boundary, by role; the gate of each "
-            "head: 0 reads the local path only): " + "; ".join(parts) + ".")
+        for key, m in sorted(gates.items()):
+            if key.startswith(prefix):
+                parts.append(f"d = {c['d_model']}, {key.rsplit('/', 1)[1]}: gate "
+                             f"{' / '.join(f'{g:.2f}' for g in m['gate'])} ({m['truncated']} "
+                             f"boundary memories cut to the budget over {m['seeds']} seeds)")
+    return ("Diagnosis (the gate of each head: 0 reads the local path only): "
+            + "; ".join(parts) + ".") if parts else ""
+
+
+#: Fields of the grids' summaries read off the training solver's partition and alpha
+#: (not the optimum's): left out of this report's metrics.
+SOLVER_FIGURES = ("support_per_head", "distinct_support_per_head", "kept_max", "data_mass",
+                  "data_share", "mass_by_role", "share_by_role")
+
+
+def _accuracy_only(summary: dict) -> dict:
+    """A grid summary without :data:`SOLVER_FIGURES`."""
+    return {**summary, "cells": [{k: v for k, v in c.items() if k not in SOLVER_FIGURES}
+                                 for c in summary["cells"]]}
 
 
 def _not_run(what: str) -> ExperimentResult:
@@ -746,7 +476,6 @@ def _copy_claims(cells: list[dict], chance: dict[str, float], label: str = "") -
                         "≈ 0.99 / 11–14 tokens", "no hybrid_sv cell at this length yet",
                         NOT_RUN)]
     else:
-        sup = sv["support_per_head"]
         mean, ci = sv["accuracy"]["mean"], sv["accuracy"]["ci95"]
         # refuted only where the 95 % interval lies wholly below "partly" (0.8)
         claims = [Claim(f"Trained selective copy{label} at T = {T}: SV recall", "≈ 0.99",
@@ -754,8 +483,10 @@ def _copy_claims(cells: list[dict], chance: dict[str, float], label: str = "") -
                         REPRODUCED if mean >= 0.95 else PARTLY if mean >= 0.8 else
                         NOT_REPRODUCED if ci and ci[1] < 0.8 else NOT_SHOWN),
                   Claim("… SV support tokens per head (last boundary)", "11–14 tokens",
-                        "n/a" if sup is None else f"{sup:.1f}",
-                        "differs (C sets it: ≥ 1/C tokens)" if sup is not None else NOT_RUN)]
+                        "not measured on the optimum: these models were not kept (their "
+                        "training solver's partition is not the memory's; the kept models "
+                        "of grid selection are re-solved exactly below)",
+                        "not measured (models not kept)")]
     ch = chance["selective-copy"]
     fixed = {m: get[m]["accuracy"] for m in ("deltanet", "linear") if m in get}
     if fixed:
@@ -781,10 +512,7 @@ def run(ctx: Context) -> ExperimentResult:
     cells, margins, records = res["summary"]["cells"], res["summary"]["margins"], res["records"]
     chance = _chances(records)
     figures = [figure_by_length(ctx, cells, chance), figure_by_state(ctx, cells)]
-    memory_figure = figure_memory(ctx, records)
-    if memory_figure is not None:
-        figures.append(memory_figure)
-    kept_table, kept = _kept_table(records)
+    gates = _gates(records)
     claims, notes = [], []
     partial = {n: (res["cells_per_grid"].get(n, 0), res["cells_in_grid"].get(n))
                for n in res["cells_per_grid"]}
@@ -812,13 +540,10 @@ def run(ctx: Context) -> ExperimentResult:
     rows = [[c["task"], c["seq_len"], c["d_model"], c["mixer"], f"{c['best_lr']:g}",
              _fmt(c["accuracy"]), ", ".join(f"{k}: {v:.3f}" for k, v in c["by_lr"].items()),
              c["state_floats"], c["window"] or "—",
-             "—" if c["support_per_head"] is None else f"{c['support_per_head']:.1f}",
-             "—" if c.get("kept_max") is None else f"{c['kept_max']:.0f}",
              f"{c['step_seconds']:.3f}"] for c in cells]
     table = markdown_table(["task", "T", "d", "mixer", "best lr", "accuracy (best lr)",
                             "mean accuracy by lr", "state floats / layer", "window",
-                            "SV support / head (full prefix)",
-                            "most kept at a boundary (support policy)", "s / step"], rows)
+                            "s / step"], rows)
     margin_rows = [[m["task"], m["seq_len"], m["d_model"],
                     _fmt(m["hybrid_minus_sliding"]).replace("(", "(paired, ")]
                    for m in margins]
@@ -839,7 +564,7 @@ def run(ctx: Context) -> ExperimentResult:
                      "short-trained grid this neither confirms nor refutes the claim.")
     bar = claims[0]
     if bar.verdict != REPRODUCED and mq:
-        notes.append("The MQAR bar is not met: " + bar.ours + ". " + _diagnosis(cells, kept))
+        notes.append("The MQAR bar is not met: " + bar.ours + ". " + _diagnosis(cells, gates))
     notes.extend(_mqar_by_weight(records, "Grid"))
     if any(b is None or a < b for a, b in partial.values()):
         notes.append(f"Partial grid ({grid_text}): the collector reports whatever cells "
@@ -855,7 +580,6 @@ def run(ctx: Context) -> ExperimentResult:
             ", " + "/".join(f"{s:,}" for s in steps) + " steps"))
         long_tables.append(long_table)
         notes.extend(long_notes)
-        notes.extend(_by_weight_notes(long["records"], "Trained longer"))
         notes.extend(_mqar_by_weight(long["records"], "Trained longer"))
         full = load_full_policy_results(ctx)
         if full is not None:
@@ -864,7 +588,7 @@ def run(ctx: Context) -> ExperimentResult:
             notes.extend(full_notes)
     sel = load_selection_results(ctx)
     if sel is not None:
-        sel_claims, sel_table, sel_notes, sel_figure = _selection_section(ctx, sel)
+        sel_claims, sel_table, sel_notes, sel_figure = selection_section(ctx, sel)
         claims.extend(sel_claims)
         long_tables.append(sel_table)
         notes.extend(sel_notes)
@@ -876,13 +600,11 @@ def run(ctx: Context) -> ExperimentResult:
     notes.append(f"Learning rates: every mixer gets the same sweep ({sweep}zoology sweeps 4); "
                  "the best mean test accuracy over seeds is reported per (task, length, "
                  "width, mixer), as zoology reports it (no separate validation split).")
-    notes.append("The SV support is at least ceil(1/C) tokens per head by construction "
-                 "(C = 1/16 here: >= 16), and a count by tokens counts every exact copy of a "
-                 "repeated key (the filler); the selection is read by weight and by distinct "
-                 "key beside the count (grid `selection` varies C). The count reported is "
-                 "the memory of the last boundary over the whole prefix (the 'full' "
-                 "policy's memory, which the 'support' policy equals while it cuts nothing; "
-                 "its cuts are counted).")
+    notes.append("Support sizes and alpha mass are reported only where measured on the "
+                 "optimum: the kept models of grid `selection`, re-solved exactly. The "
+                 "grids' own inspection read them off the training solver (the approximate "
+                 "finish they trained with), whose alpha leaves the box [0, C] on trained "
+                 "keys; the other grids' models were not kept.")
     total = res.get("train_seconds", 0.0)
     what = (
         f"Source: {what_src}. {len(records)} trained cells ({grid_text}); "
@@ -902,14 +624,14 @@ def run(ctx: Context) -> ExperimentResult:
     headline = [c for c in claims if not c.claim.startswith("…")]  # each group's lead
     verdict = ("; ".join(f"{c.claim.split(':')[0]}: {c.verdict}" for c in headline)
                + (" (quick grid: untrained models)" if ctx.quick else ""))
-    metrics = {"cells": cells, "margins": margins, "memory": kept,
-               "long": None if long is None else long["summary"],
-               "selection": None if sel is None else sel["summary"],
+    metrics = {"cells": _accuracy_only(res["summary"])["cells"], "margins": margins,
+               "gates": gates,
+               "long": None if long is None else _accuracy_only(long["summary"]),
+               "selection": None if sel is None else _accuracy_only(sel["summary"]),
                "grids": res.get("cells_per_grid", {}), "train_seconds": total}
     return ExperimentResult(
         name=NAME, title=TITLE, what=what, claims=claims, verdict=verdict, metrics=metrics,
-        tables=[table, margin_table, *long_tables,
-                "Which tokens the SV memory keeps:\n\n" + kept_table],
+        tables=[table, margin_table, *long_tables],
         figures=figures, notes=notes,
     )
 
@@ -917,11 +639,6 @@ def run(ctx: Context) -> ExperimentResult:
 def results_path(root: Path) -> Path:
     """Where the collected runs live in a checkout: ``results/recall.json``."""
     return root / "results" / "recall.json"
-
-
-def selection_results_path(root: Path) -> Path:
-    """The box grid's collected runs: ``results/recall_selection.json``."""
-    return root / "results" / "recall_selection.json"
 
 
 def long_results_path(root: Path) -> Path:

@@ -24,8 +24,8 @@ selective copy), as zoology does.
   :mod:`svattn.mixers.base`.
 * **Inspection** (``hybrid_sv``): for a few test sequences, which positions
   each layer's SV memory keeps (``alpha > 0``) at its last boundary, by role
-  (key, value, query, filler, data, marker), and the gate of every head
-  (:func:`inspect_memory`).
+  (key, value, query, filler, data, marker), with the memory re-solved exactly
+  (:mod:`svattn.lm.recall_memory`), and the gate of every head (:func:`inspect_memory`).
 """
 
 from __future__ import annotations
@@ -37,15 +37,14 @@ from dataclasses import asdict, dataclass, field, fields
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from svattn.lm.checkpoint import read_checkpoint
 from svattn.lm.loop import OptimConfig, build_optimizer, optimizer_step, training_steps
 from svattn.lm.model import CharLM, CharLMConfig
+from svattn.lm.recall_memory import hybrid_layers, optimum_selection
 from svattn.lm.train import RECALL_CELL, RECALL_FORMAT
 from svattn.mixers import MIXERS
-from svattn.nn import sv_attention_state
-from svattn.tasks import IGNORE, ROLES, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
+from svattn.tasks import IGNORE, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
 
 __all__ = [
     "RECALL_HYBRID",
@@ -275,87 +274,64 @@ def query_accuracy(model: CharLM, inputs: torch.Tensor, targets: torch.Tensor,
     return correct / total
 
 
-def _hybrid_layers(model: CharLM) -> list[nn.Module]:
-    return [b.mix for b in model.blocks if isinstance(b.mix, MIXERS["hybrid_sv"])]
-
-
 @torch.no_grad()
 def inspect_memory(model: CharLM, inputs: torch.Tensor, roles: torch.Tensor) -> list[dict]:
-    """What each hybrid layer's SV memory keeps, by role of the kept positions.
+    """What each hybrid layer's SV memory keeps at the optimum, by role of the kept positions.
 
-    For each layer the mixer's input is captured (a forward hook), projected
-    with the layer's own ``qkv``, and the memory of the **last boundary** is
-    solved over every earlier position with the layer's ``C``, kernel and
-    solver: the ``"full"`` policy's memory, which the ``"support"`` policy
-    equals as long as it cut nothing (``truncated`` counts its cuts in the
-    same forward pass, as the mixer reports them).
+    The memory of each layer's **last boundary** over every earlier position (the
+    ``"full"`` policy's memory) is re-solved exactly by
+    :func:`svattn.lm.recall_memory.optimum_selection` (a float64 forward with the hybrid
+    layers in exact mode, then the certified solver on the float64 keys; the oracle's
+    answer where the certified solver refuses a memory), never read off the model's own
+    training solver. The training forward itself is run once for what its
+    ``"support"`` policy kept and cut (``kept_max``, ``truncated``).
 
     Returns
     -------
-    list of dict, one per hybrid layer
+    list of dict, one per hybrid layer with a boundary
         ``support_per_head`` (mean tokens with ``alpha > 0`` per head over the
-        sequences), ``distinct_support_per_head`` (the same with exact copies merged:
-        distinct key vectors among the kept tokens, :func:`distinct_kept`),
+        sequences), ``distinct_support_per_head`` (the same with exact copies merged),
         ``kept_by_role`` (mean kept tokens of each role, summed over heads, per
         sequence), ``share_by_role`` (fraction of kept tokens of each role),
-        ``prefix_by_role`` (tokens of each role in the prefix),
-        ``example_roles`` and ``example_kept`` (the first sequence: the role of
-        each prefix position, and per head whether the memory keeps it),
-        ``alpha_by_role`` (alpha mass of each role, per head), ``gate``
-        (``sigmoid(w_h)`` per head), ``kept_max`` and ``truncated`` (from the
-        mixer's own pass).
+        ``prefix_by_role`` (tokens of each role in the prefix), ``alpha_by_role``
+        (alpha mass of each role, per head), ``gate`` (``sigmoid(w_h)`` per head),
+        ``kept_max`` and ``truncated`` (from the training forward), ``solver``
+        (which exact solver the figures are from) and ``exact_forward`` (sequences the
+        exact path ran, and those it refused).
     """
-    layers = _hybrid_layers(model)
+    layers = hybrid_layers(model)
     if not layers:
         return []
-    seen: dict[int, torch.Tensor] = {}
-    hooks = [m.register_forward_hook(lambda mod, args, out, i=i: seen.__setitem__(i, args[0]))
-             for i, m in enumerate(layers)]
     was = model.training
     model.eval()
     try:
         model.hidden(inputs)
     finally:
-        for h in hooks:
-            h.remove()
         model.train(was)
-    T = inputs.shape[1]
+    seen = [{"layer": i, "gate": torch.sigmoid(m.gate).tolist(), "kept_max": m.kept_,
+             "truncated": m.truncated_} for i, m in enumerate(layers)]
+    got = optimum_selection(model, inputs, roles)
+    by_layer = {x["layer"]: x for x in got["layers"]}
     out = []
-    for i, mix in enumerate(layers):
-        L = mix.chunk
-        start = ((T - 1) // L) * L  # the last chunk's first position
-        rec = {"layer": i, "gate": torch.sigmoid(mix.gate).tolist(), "kept_max": mix.kept_,
-               "truncated": mix.truncated_, "boundary": start}
-        if start == 0:
-            out.append({**rec, "support_per_head": [0.0] * mix.n_heads})
+    for rec in seen:
+        x = by_layer.get(rec["layer"])
+        if x is None:  # no boundary before the last chunk: nothing is kept
+            out.append({**rec, "boundary": 0, "support_per_head": [0.0] * len(rec["gate"])})
             continue
-        q, k, v = mix.qkv_heads(seen[i].float())  # (B, H, T, Dh)
-        _, alpha, part, _ = sv_attention_state(
-            q[:, :, start:], k[:, :, :start], v[:, :, :start], C=mix.C, kernel=mix.kernel,
-            gamma=mix.gamma, solver=mix.solver,
-        )  # fmt: skip
-        kept = part.kept()  # (B, H, start)
-        distinct = distinct_kept(k[:, :, :start], kept)  # (B, H)
-        prefix_roles = roles[:, :start].long()  # (B, start)
-        by_role, share, mass, present = {}, {}, {}, {}
-        total = kept.sum().item()
-        for name, code in ROLES.items():
-            is_role = (prefix_roles == code)[:, None, :]  # (B, 1, start)
-            n_role = int(is_role.sum())
-            if n_role == 0:
-                continue
-            present[name] = n_role / len(inputs)
-            k_role = (kept & is_role).sum().item()
-            by_role[name] = k_role / len(inputs)
-            share[name] = k_role / total if total else 0.0
-            mass[name] = (alpha * is_role).sum((0, 2)).div(len(inputs)).tolist()
-        out.append({**rec, "support_per_head": kept.sum(-1).float().mean(0).tolist(),
-                    "distinct_support_per_head": distinct.float().mean(0).tolist(),
-                    "kept_by_role": by_role, "share_by_role": share,
-                    "prefix_by_role": present, "alpha_by_role": mass,
-                    # the first sequence position by position, for a picture of the memory
-                    "example_roles": prefix_roles[0].tolist(),
-                    "example_kept": kept[0].int().tolist()})  # (H, start)
+        name = "memory" if "memory" in x["by_solver"] else "oracle"
+        m = x["by_solver"][name]
+        kept = {r: float(sum(v)) for r, v in m["count_by_role"].items()}
+        total = sum(kept.values())
+        out.append({**rec, "boundary": x["boundary"], "solver": name,
+                    "exact_forward": {k: got["forward"][k] for k in ("exact",
+                                                                      "optimum_fallback")},
+                    "support_per_head": m["support_per_head"],
+                    "distinct_support_per_head": m["distinct_support_per_head"],
+                    "kept_by_role": kept,
+                    "share_by_role": {r: v / total if total else 0.0 for r, v in kept.items()},
+                    "prefix_by_role": {r: v * x["boundary"]
+                                       for r, v in x["share_by_role"].items()},
+                    "alpha_by_role": m["mass_by_role"]})
     return out
 
 
