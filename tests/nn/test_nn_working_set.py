@@ -18,7 +18,7 @@ from nn_keys import clustered_keys, random_keys
 from svattn.nn import sv_attention, sv_attention_state
 from svattn.nn import working_set as ws
 from svattn.nn.finish_cpu import copy_groups_reference
-from svattn.nn.groups_cpu import copy_groups
+from svattn.nn.groups_cpu import copy_groups, sort_direction
 
 REL = 64 * float(np.finfo(np.float32).eps)
 
@@ -43,7 +43,7 @@ def test_copy_groups_are_the_reference_groups(case):
     if case == "all-equal":
         X[:] = X[0]
     if case == "orthogonal":  # every key orthogonal to the sort direction: no pruning
-        u = ws.copy_groups.__globals__["_direction"](D)
+        u = sort_direction(D)
         X = _with_copies(X - np.outer(X @ u, u))
     if case == "masked":
         valid[::7] = False

@@ -10,7 +10,10 @@ host (``K`` computed in float64 from the keys, :func:`svattn.nn.batched.kernel_p
    ``β = Σ a`` enters the objective (to that rounding), with the box
    ``0 <= β <= m·C``. The reduced problem over the distinct keys, the copies at their
    first key, is the one solved (with copies on the margin ``K_SS`` is singular to
-   working precision; merged, it is not).
+   working precision; merged, it is not). The groups are formed by
+   :func:`svattn.nn.groups_cpu.groups_windowed` (only pairs whose projections on a
+   fixed direction are close are compared); :func:`copy_groups_reference` compares every
+   pair and gives the same groups.
 2. **Primal-dual active set** (bulk moves) from the partition of FISTA's iterate, on
    the **unridged** bordered system ``[[2 K_SS, 1], [1ᵀ, 0]] [β_S; μ] = [d_S − 2 K_SE
    c_E; 1 − Σ c_E]`` (``c = m·C``), LU with partial pivoting; a round moves margin
@@ -40,6 +43,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from svattn.nn.groups_cpu import groups_windowed, sort_direction
 from svattn.nn.partition_cpu import lu_factor_small, lu_solve_small
 
 __all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "copy_groups_reference", "finish_loop",
@@ -429,7 +433,7 @@ def copy_groups_reference(X, valid, rel):
     :func:`finish_loop` forms them (every pair compared): ``rep`` (n,) the first key of
     each key's group (-1: absent), ``mult`` (n,) copies per representative, and the
     representatives in key order. :func:`svattn.nn.groups_cpu.copy_groups` is the fast
-    form (the same groups)."""
+    form (the same groups), which :func:`finish_loop` runs."""
     n = X.shape[0]
     rep = np.empty(n, dtype=np.int64)
     mult = np.empty(n, dtype=np.int64)
@@ -439,13 +443,13 @@ def copy_groups_reference(X, valid, rel):
 
 
 @njit(cache=True, nogil=True)
-def _finish(K, d, X, valid, rel, a0, C, tol, bulk, primal, alpha, mu, S, E, ok,
+def _finish(K, d, X, valid, rel, u, a0, C, tol, bulk, primal, alpha, mu, S, E, ok,
             reps_out):  # pragma: no cover - compiled
     P, n = valid.shape
     mult = np.empty(n, dtype=np.int64)
     for p in range(P):
         rep = reps_out[p]
-        reps = _groups(X[p], valid[p], rel, rep, mult)
+        reps = groups_windowed(X[p], valid[p], rel, u, rep, mult)  # _groups' groups, faster
         m = reps.shape[0]
         Kr = np.empty((m, m))
         dr = np.empty(m)
@@ -488,7 +492,7 @@ def finish_loop(K, d, X, valid, rel, a0, C, tol, bulk=BULK_ROUNDS, primal=PRIMAL
     rep = np.zeros((P, n), dtype=np.int64)
     _finish(np.ascontiguousarray(K), np.ascontiguousarray(d),
             np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
-            float(rel), np.ascontiguousarray(a0), float(C), float(tol),
+            float(rel), sort_direction(X.shape[-1]), np.ascontiguousarray(a0), float(C), float(tol),
             int(bulk), int(primal), alpha, mu, S, E, ok, rep)
     return alpha, mu, S, E, ok, rep
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["copy_groups"]
+__all__ = ["copy_groups", "groups_windowed", "sort_direction"]
 
 _EPS = float(np.finfo(np.float64).eps)
 
 
-def _direction(D: int) -> np.ndarray:
+def sort_direction(D: int) -> np.ndarray:
+    """The fixed unit vector keys of dimension ``D`` are sorted along."""
     u = np.random.default_rng(0x5EED).standard_normal(D)
     return u / np.linalg.norm(u)
 
@@ -44,7 +45,9 @@ def _lower(sp, v):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _groups_windowed(X, valid, rel, u, rep, mult):  # pragma: no cover - compiled
+def groups_windowed(X, valid, rel, u, rep, mult):  # pragma: no cover - compiled
+    """:func:`copy_groups` on arrays (compiled, callable from compiled code): ``rep``,
+    ``mult`` written, the representatives returned; ``u`` from :func:`sort_direction`."""
     n, D = X.shape
     sq = np.empty(n)
     proj = np.empty(n)
@@ -119,6 +122,6 @@ def copy_groups(X: np.ndarray, valid: np.ndarray, rel: float
     n = X.shape[0]
     rep = np.empty(n, dtype=np.int64)
     mult = np.empty(n, dtype=np.int64)
-    reps = _groups_windowed(X, np.ascontiguousarray(valid, dtype=np.bool_), float(rel),
-                            _direction(X.shape[1]), rep, mult)
+    reps = groups_windowed(X, np.ascontiguousarray(valid, dtype=np.bool_), float(rel),
+                            sort_direction(X.shape[1]), rep, mult)
     return rep, mult, reps
