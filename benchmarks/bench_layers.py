@@ -16,8 +16,9 @@ how many times the SV call takes), in wall time and in this process's CPU time
 ``--threads`` threads (default 1) and on CUDA when present (``--device`` picks one), in
 each ``--dtype`` (fp32, bf16), with the peak device memory on CUDA. ``--profile`` adds
 a torch profiler table of one SV layer call at the largest T; its top items go into the
-record. ``--json`` writes the rows with the command, the machine and the load average
-around the run.
+record. ``--no-working-set`` runs the full optimum finish at every size (the reference
+of :mod:`svattn.nn.working_set`, which takes over from 1,024 keys on CPU). ``--json``
+writes the rows with the command, the machine and the load average around the run.
 
 Run: ``.venv/bin/python benchmarks/bench_layers.py [--T 256 1024 4096] [--device cuda]
 [--dtype fp32 bf16] [--profile] [--conditions TEXT] [--json results/bench_layers.json]``
@@ -40,7 +41,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from svattn.nn import SolverOptions, SVAttention, sv_attention
+from svattn.nn import SolverOptions, SVAttention, sv_attention, working_set
 
 
 class SoftmaxAttention(nn.Module):
@@ -195,11 +196,15 @@ def main() -> None:
     ap.add_argument("--dtype", nargs="+", choices=sorted(DTYPES), default=["fp32"])
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-top", type=int, default=12)
+    ap.add_argument("--no-working-set", action="store_true",
+                    help="the full optimum finish at every size (the working set's reference)")
     ap.add_argument("--conditions", default="",
                     help="what else ran on the machine (written to the record)")
     ap.add_argument("--json", type=Path, help="also write the rows to this file")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.no_working_set:
+        working_set.WORKING_SET_MIN = sys.maxsize
     rows, profiles = [], []
     if args.device == "auto":
         devices = [torch.device("cpu")] + (
@@ -223,7 +228,8 @@ def main() -> None:
                           f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads",
                "conditions": args.conditions,
                "load_average_1min": {"before": load_before[0], "after": os.getloadavg()[0]},
-               "torch": torch.__version__, "solver": repr(SolverOptions()), "rows": rows,
+               "torch": torch.__version__, "solver": repr(SolverOptions()),
+               "working_set_from_keys": min(working_set.WORKING_SET_MIN, 10**9), "rows": rows,
                "profile": profiles}
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
 
