@@ -624,11 +624,6 @@ def solve_batched(
     and their keys get no gradient.
     """
     opts = SolverOptions() if solver is None else solver
-    from svattn.nn import working_set  # (it builds on this module)
-
-    if working_set.use_working_set(k, opts, stand_in):  # long memories, CPU eager
-        return working_set.solve_working_set(k, C, kernel=kernel, gamma=gamma, valid=valid,
-                                             solver=opts, kkt_tol=kkt_tol)
     B, H, n, D = k.shape
     P = B * H
     kf = k.reshape(P, n, D)  # (P, n, D)

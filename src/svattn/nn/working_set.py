@@ -38,8 +38,12 @@ keys (a differentiable gather), and ``alpha`` is scattered back to ``(P, n)``. T
 kernel of the kept columns uses the same shift (the largest ``log K_ii`` over all keys)
 and formula as :func:`svattn.nn.batched.scaled_kernel_matrix`.
 
-The full path is the reference: ``tests/nn/test_nn_working_set.py`` compares alpha,
-the partition, the diagnostics and the gradients of both.
+:func:`solve_memory` is what :func:`svattn.nn.sv_attention` and
+:class:`svattn.nn.SVAttention` call: this path where :func:`use_working_set` says so,
+:func:`svattn.nn.batched.solve_batched` (the full finish) elsewhere. (The hybrid mixer's
+boundary problems call the full finish: the ``"support"`` policy's hold at most
+``budget + L`` keys.) The full path is the reference: ``tests/nn/test_nn_working_set.py``
+compares alpha, the partition, the diagnostics and the gradients of both.
 """
 
 from __future__ import annotations
@@ -48,16 +52,24 @@ import numpy as np
 import torch
 
 from svattn.exact.core.kernels import get_kernel
-from svattn.nn.batched import BatchedInfo, default_kkt_tol, exp_floor, fista, scaled_kernel_matrix
+from svattn.nn.batched import (
+    BatchedInfo,
+    default_kkt_tol,
+    exp_floor,
+    fista,
+    scaled_kernel_matrix,
+    solve_batched,
+)
 from svattn.nn.common import Partition, flat_rows, gather_rows, host_reads, log_kernel_diag
-from svattn.nn.finish import FINISH_TOL, _oracle, optimum_factors
+from svattn.nn.finish import FINISH_TOL, optimum_factors, oracle_solve
 from svattn.nn.finish_cpu import MERGE_EPS, solve_reduced, spread_groups
 from svattn.nn.groups_cpu import copy_groups
 from svattn.nn.margin import margin_solve_factored
 from svattn.nn.options import SolverOptions
 
 __all__ = ["WORKING_SET_GROW", "WORKING_SET_MIN", "WORKING_SET_ROUNDS", "WORKING_SET_START",
-           "WorkingSetResult", "solve_working_set", "use_working_set", "working_set_optimum"]
+           "WorkingSetResult", "solve_memory", "solve_working_set", "use_working_set",
+           "working_set_optimum"]
 
 # Keys per problem from which CPU eager solves the optimum on a working set.
 WORKING_SET_MIN = 1024
@@ -73,11 +85,33 @@ _SAMPLE = 256
 
 def use_working_set(k: torch.Tensor, solver: SolverOptions, stand_in: torch.Tensor | None
                     ) -> bool:
-    """Whether :func:`svattn.nn.batched.solve_batched` takes this path: CPU, eager,
+    """Whether :func:`solve_memory` takes this path: CPU, eager,
     ``finish="optimum"``, no stand-in problems, at least :data:`WORKING_SET_MIN` keys
     (read at call time: a test sets it to compare with the full path)."""
     return (solver.finish == "optimum" and stand_in is None and host_reads(k)
             and k.shape[-2] >= WORKING_SET_MIN)
+
+
+def solve_memory(
+    k: torch.Tensor,
+    C: float,
+    *,
+    kernel: str,
+    gamma: float,
+    valid: torch.Tensor,
+    solver: SolverOptions | None = None,
+    kkt_tol: float | None = None,
+    stand_in: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, Partition, BatchedInfo]:
+    """:func:`svattn.nn.batched.solve_batched` (same arguments and results), on working
+    sets where :func:`use_working_set` says so: what :func:`svattn.nn.sv_attention`
+    calls."""
+    opts = SolverOptions() if solver is None else solver
+    if use_working_set(k, opts, stand_in):
+        return solve_working_set(k, C, kernel=kernel, gamma=gamma, valid=valid, solver=opts,
+                                 kkt_tol=kkt_tol)
+    return solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid, solver=opts,
+                         kkt_tol=kkt_tol, stand_in=stand_in)
 
 
 class _Kernel:
@@ -145,12 +179,12 @@ def _gradient(kern: _Kernel, rows: np.ndarray, cols: np.ndarray, w: np.ndarray,
 
 
 def _oracle_on(kern: _Kernel, keys: np.ndarray, rep: np.ndarray, C: float):
-    """The exact oracle (:func:`svattn.nn.finish._oracle`) on ``keys`` (ascending, their
+    """The exact oracle (:func:`svattn.nn.finish.oracle_solve`) on ``keys`` (ascending, their
     groups complete), as the full finish's fallback: ``(alpha, mu, S, E)`` over ``keys``,
     or None where it raised."""
     t = torch.from_numpy(keys)
     local = np.searchsorted(keys, rep[keys])  # each key's representative, as a local index
-    return _oracle(kern.block(t, t).numpy(), local, np.ones(len(keys), dtype=bool), C)
+    return oracle_solve(kern.block(t, t).numpy(), local, np.ones(len(keys), dtype=bool), C)
 
 
 def _verify(kern: _Kernel, d: np.ndarray, valid: np.ndarray, rep: np.ndarray,
