@@ -27,12 +27,13 @@ import torch
 
 from svattn.exact.core.conventions import warmup_threshold
 from svattn.exact.core.kernels import check_kernel
-from svattn.nn.batched import BatchedInfo, solve_batched
+from svattn.nn.batched import BatchedInfo
 from svattn.nn.common import Partition, check_key_mask, check_qkv, host_reads, resolve_gamma
 from svattn.nn.exact_fn import exact_alpha
 from svattn.nn.masks import query_mask, raise_short, short_memories
 from svattn.nn.options import SolverOptions, resolve_solver
 from svattn.nn.readout import readout_fused, sv_readout_reference
+from svattn.nn.working_set import solve_memory
 
 __all__ = ["sv_attention", "sv_attention_state", "sv_attention_reference", "check_params", "MODES"]
 
@@ -220,11 +221,11 @@ def _memory_and_read(q, k, v, valid, C, kernel, gamma, mode, solver, masked):
         zero = torch.zeros((), dtype=torch.long, device=k.device)
         info = BatchedInfo(0, 0, k.new_zeros(()), zero, zero)
     elif not masked or (host_reads(valid) and not bool(short.any())):  # none is short
-        alpha, part, info = solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid,
-                                          solver=solver)
+        alpha, part, info = solve_memory(k, C, kernel=kernel, gamma=gamma, valid=valid,
+                                         solver=solver)
     else:  # short memories solve a stand-in over their first m slots, then are replaced
         first = torch.arange(Tk, device=k.device) < m
-        alpha, part, info = solve_batched(
+        alpha, part, info = solve_memory(
             k, C, kernel=kernel, gamma=gamma, valid=torch.where(short.unsqueeze(-1), first, valid),
             solver=solver, stand_in=short)  # fmt: skip
         alpha, part = raise_short(alpha, part, valid, n, short)

@@ -29,7 +29,7 @@ from svattn.exact.oracle import solve_svdd
 from svattn.nn.finish_cpu import MERGE_EPS, finish_loop, spread_groups, verify_loop
 from svattn.nn.margin import Factors, solve_system
 
-__all__ = ["FINISH_TOL", "Finished", "finish_optimum", "optimum_factors"]
+__all__ = ["FINISH_TOL", "Finished", "finish_optimum", "optimum_factors", "oracle_solve"]
 
 # KKT and feasibility tolerance of the finish, in units of the rescaled K (float64).
 FINISH_TOL = 1e-9
@@ -47,7 +47,7 @@ class Finished(NamedTuple):
     violation: torch.Tensor  # (P,) largest primal or dual violation after the finish
 
 
-def _oracle(Kp: np.ndarray, rep: np.ndarray, vp: np.ndarray, C: float):
+def oracle_solve(Kp: np.ndarray, rep: np.ndarray, vp: np.ndarray, C: float):
     """One problem by :func:`svattn.exact.oracle.solve_svdd`: the reduced problem the
     finish solves (every key of a group at its first key, so copies are exact
     duplicates of one another), spread over the copies as the finish spreads them;
@@ -83,7 +83,7 @@ def _finish_op(K: torch.Tensor, d: torch.Tensor, keys: torch.Tensor, valid: torc
     viol = verify_loop(Kn, dn, vn, rep, alpha, mu, S, E, C).max(-1)
     fallback = ~ok | ~(viol <= tol)
     for p in np.flatnonzero(fallback):
-        got = _oracle(Kn[p], rep[p], vn[p], C)
+        got = oracle_solve(Kn[p], rep[p], vn[p], C)
         if got is not None:
             alpha[p], mu[p], S[p], E[p] = got
     if fallback.any():

@@ -10,7 +10,10 @@ host (``K`` computed in float64 from the keys, :func:`svattn.nn.batched.kernel_p
    ``β = Σ a`` enters the objective (to that rounding), with the box
    ``0 <= β <= m·C``. The reduced problem over the distinct keys, the copies at their
    first key, is the one solved (with copies on the margin ``K_SS`` is singular to
-   working precision; merged, it is not).
+   working precision; merged, it is not). The groups are formed by
+   :func:`svattn.nn.groups_cpu.groups_windowed` (only pairs whose projections on a
+   fixed direction are close are compared); :func:`copy_groups_reference` compares every
+   pair and gives the same groups.
 2. **Primal-dual active set** (bulk moves) from the partition of FISTA's iterate, on
    the **unridged** bordered system ``[[2 K_SS, 1], [1ᵀ, 0]] [β_S; μ] = [d_S − 2 K_SE
    c_E; 1 − Σ c_E]`` (``c = m·C``), LU with partial pivoting; a round moves margin
@@ -40,10 +43,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from svattn.nn.groups_cpu import groups_windowed, sort_direction
 from svattn.nn.partition_cpu import lu_factor_small, lu_solve_small
 
-__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "finish_loop", "spread_groups",
-           "verify_loop"]
+__all__ = ["BULK_ROUNDS", "MERGE_EPS", "PRIMAL_ROUNDS", "copy_groups_reference", "finish_loop",
+           "solve_reduced", "spread_groups", "verify_loop"]
 
 # Keys this close, relative to their norm and in units of their dtype's eps
 # (``‖x_i − x_j‖ <= MERGE_EPS·eps·max ‖x‖``), count as copies of one key: they differ by
@@ -399,13 +403,53 @@ def _spread(beta, reps, rep, mult, C, alpha, S, E):  # pragma: no cover - compil
 
 
 @njit(cache=True, nogil=True)
-def _finish(K, d, X, valid, rel, a0, C, tol, bulk, primal, alpha, mu, S, E, ok,
+def _solve_reduced(Kr, dr, cap, b0, st, x, tol, bulk, primal):  # pragma: no cover - compiled
+    """Steps 2 and 3 on one reduced problem: the primal-dual active set from the
+    partition ``st``, then, if it has not settled, the primal one from the feasible
+    ``b0``. ``x`` and ``st`` are written; returns ``(mu, settled)``."""
+    m = Kr.shape[0]
+    g = np.empty(m)
+    mu, good = _bulk(Kr, dr, cap, st, x, g, tol, bulk)
+    if not good:
+        mu, good = _primal(Kr, dr, cap, b0, st, x, g, tol, primal + 2 * m)
+    return mu, good
+
+
+def solve_reduced(Kr, dr, cap, b0, st, tol, bulk=BULK_ROUNDS, primal=PRIMAL_ROUNDS):
+    """One reduced problem (copies merged: ``cap`` = copies·C) as :func:`finish_loop`
+    solves each of its own: float64 ``Kr`` (m, m), ``dr`` (m,), ``cap`` (m,), a feasible
+    ``b0`` (m,) and a starting partition ``st`` (m,) int8 (0 R, 1 S, 2 E; overwritten).
+
+    Returns ``x`` (m,), ``mu`` and whether it settled (not yet verified)."""
+    x = np.empty(Kr.shape[0])
+    mu, good = _solve_reduced(np.ascontiguousarray(Kr), np.ascontiguousarray(dr),
+                              np.ascontiguousarray(cap), np.ascontiguousarray(b0), st, x,
+                              float(tol), int(bulk), int(primal))
+    return x, float(mu), bool(good)
+
+
+def copy_groups_reference(X, valid, rel):
+    """The copy groups of one problem's keys ``X`` (n, D) float64, ``valid`` (n,), as
+    :func:`finish_loop` forms them (every pair compared): ``rep`` (n,) the first key of
+    each key's group (-1: absent), ``mult`` (n,) copies per representative, and the
+    representatives in key order. :func:`svattn.nn.groups_cpu.copy_groups` is the fast
+    form (the same groups), which :func:`finish_loop` runs."""
+    n = X.shape[0]
+    rep = np.empty(n, dtype=np.int64)
+    mult = np.empty(n, dtype=np.int64)
+    reps = _groups(np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
+                   float(rel), rep, mult)
+    return rep, mult, reps
+
+
+@njit(cache=True, nogil=True)
+def _finish(K, d, X, valid, rel, u, a0, C, tol, bulk, primal, alpha, mu, S, E, ok,
             reps_out):  # pragma: no cover - compiled
     P, n = valid.shape
     mult = np.empty(n, dtype=np.int64)
     for p in range(P):
         rep = reps_out[p]
-        reps = _groups(X[p], valid[p], rel, rep, mult)
+        reps = groups_windowed(X[p], valid[p], rel, u, rep, mult)  # _groups' groups, faster
         m = reps.shape[0]
         Kr = np.empty((m, m))
         dr = np.empty(m)
@@ -425,10 +469,7 @@ def _finish(K, d, X, valid, rel, a0, C, tol, bulk, primal, alpha, mu, S, E, ok,
         for a in range(m):
             st[a] = 2 if b0[a] >= cap[a] else (1 if b0[a] > 0.0 else 0)
         x = np.empty(m)
-        g = np.empty(m)
-        mu_p, good = _bulk(Kr, dr, cap, st, x, g, tol, bulk)
-        if not good:
-            mu_p, good = _primal(Kr, dr, cap, b0, st, x, g, tol, primal + 2 * m)
+        mu_p, good = _solve_reduced(Kr, dr, cap, b0, st, x, tol, bulk, primal)
         ok[p] = good
         mu[p] = mu_p
         _spread(x, reps, rep, mult, C, alpha[p], S[p], E[p])
@@ -451,7 +492,7 @@ def finish_loop(K, d, X, valid, rel, a0, C, tol, bulk=BULK_ROUNDS, primal=PRIMAL
     rep = np.zeros((P, n), dtype=np.int64)
     _finish(np.ascontiguousarray(K), np.ascontiguousarray(d),
             np.ascontiguousarray(X, dtype=np.float64), np.ascontiguousarray(valid),
-            float(rel), np.ascontiguousarray(a0), float(C), float(tol),
+            float(rel), sort_direction(X.shape[-1]), np.ascontiguousarray(a0), float(C), float(tol),
             int(bulk), int(primal), alpha, mu, S, E, ok, rep)
     return alpha, mu, S, E, ok, rep
 
