@@ -39,3 +39,33 @@ def test_near_copies_below_the_copy_test_end_at_the_optimum(backend):
     cross = oracle_comparison(mem, probes=mem.keys, tol=1e-9, seed=0, unique=False)
     assert mem.kkt_residual() <= mem.tol
     assert cross.reasons == (), cross.reasons
+
+
+def interleaved_stream(seed: int) -> np.ndarray:
+    """Twelve keys, a near-copy of each 1e-6 away (``2 − 2K ≈ 1e-12``: not copies to
+    the copy test), exact copies of four and of two of them again, shuffled."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(12, 2))
+    X = np.concatenate([base, base + 1e-6 * rng.normal(size=base.shape), base[:4], base[:2]])
+    rng.shuffle(X)
+    return X
+
+
+@pytest.mark.xfail(strict=True, reason="after the 23rd add's interleaved forget (status "
+                   "'finish', two re-solves) KKT 2.7e-10 > tol, decision 6.1e-9 off, a "
+                   "group's sum 2.3e-8 off (reported, not fixed)")
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_interleaved_adds_and_forgets_beside_near_copies_stay_at_the_optimum(backend):
+    """Rows added one by one; after each of the sixth on, with probability 0.3, a
+    random live token is forgotten. After every forget: KKT within tol and the oracle's
+    decision function and group sums to 1e-9."""
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(0.1, "rbf", 0.5, backend=backend)
+    for i, x in enumerate(interleaved_stream(4)):
+        mem.add(x)
+        if i > 4 and rng.random() < 0.3:
+            live = mem.ids
+            mem.remove(int(live[rng.integers(len(live))]))
+            assert mem.kkt_residual() <= mem.tol, i
+            cross = oracle_comparison(mem, probes=mem.keys, tol=1e-9, seed=0, unique=False)
+            assert cross.reasons == (), (i, cross.reasons)
