@@ -240,8 +240,8 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
     ss.standby_stale = True  # g moves: the nearest reserve tokens may change
     st = int(ss.state[slot])
     if ss.n - 1 < ss.warmup_n:
+        drop_solution(ss)  # (first: a margin token's column goes with the margin set)
         wipe_slot(ss, be, slot)
-        drop_solution(ss)
         set_uniform(ss)
         return RemovalOutcome("warm-up")
     if st == RESERVE:

@@ -1,0 +1,71 @@
+"""Near-copies a kernel distance below the copy test's 1e-13 but far above rounding in
+g: the memory must still end at the optimum the oracle finds (KKT within tol, the
+decision function to 1e-9).
+
+Two keys 1e-7 apart (gamma = 0.5: ``2 − 2K ≈ 1e-14``) pass the copy test
+(``K_ii + K_jj − 2K_ij <= 1e-13 (K_ii + K_jj)``) and are merged by the re-solve and
+kept one-free-member by the drives, yet their g differ by about ``|x − y|`` (6e-8 ≫
+tol = 1e-10): the kernel distance is quadratic in the distance, g linear. Adding row 4
+(a near-copy of error token 0) sends the add to the re-solve, which merges the pair and
+splits its weight C + 0.048 as token 0 at C (its g 5.9e-8 on the wrong side) and token
+4 free; the oracle, to a KKT residual of 1e-17, puts token 4 at C and token 0 free. The
+memory is left at KKT 2.1e-8, its decision function 8.5e-8 off (accepted by the
+re-solve's WRONG_OPTIMUM bound). Known defect, not fixed: the split should put at the
+bound the members whose own g says so and polish the unmerged partition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from svattn.exact import SVDDMemory
+from svattn.exact.auditor.crosscheck import oracle_comparison
+
+
+def near_copy_rows() -> np.ndarray:
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=(4, 2))
+    return np.concatenate([base, base[:2] + 1e-7 * rng.normal(size=(2, 2))])
+
+
+@pytest.mark.xfail(strict=True, reason="near-copies 1e-7 apart are merged as copies; "
+                   "their g differ by ~1e-8 > tol (reported, not fixed)")
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_near_copies_below_the_copy_test_end_at_the_optimum(backend):
+    mem = SVDDMemory(0.25, "rbf", 0.5, backend=backend)
+    for x in near_copy_rows():
+        mem.add(x)
+    cross = oracle_comparison(mem, probes=mem.keys, tol=1e-9, seed=0, unique=False)
+    assert mem.kkt_residual() <= mem.tol
+    assert cross.reasons == (), cross.reasons
+
+
+def interleaved_stream(seed: int) -> np.ndarray:
+    """Twelve keys, a near-copy of each 1e-6 away (``2 − 2K ≈ 1e-12``: not copies to
+    the copy test), exact copies of four and of two of them again, shuffled."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(12, 2))
+    X = np.concatenate([base, base + 1e-6 * rng.normal(size=base.shape), base[:4], base[:2]])
+    rng.shuffle(X)
+    return X
+
+
+@pytest.mark.xfail(strict=True, reason="after the 23rd add's interleaved forget (status "
+                   "'finish', two re-solves) KKT 2.7e-10 > tol, decision 6.1e-9 off, a "
+                   "group's sum 2.3e-8 off (reported, not fixed)")
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_interleaved_adds_and_forgets_beside_near_copies_stay_at_the_optimum(backend):
+    """Rows added one by one; after each of the sixth on, with probability 0.3, a
+    random live token is forgotten. After every forget: KKT within tol and the oracle's
+    decision function and group sums to 1e-9."""
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(0.1, "rbf", 0.5, backend=backend)
+    for i, x in enumerate(interleaved_stream(4)):
+        mem.add(x)
+        if i > 4 and rng.random() < 0.3:
+            live = mem.ids
+            mem.remove(int(live[rng.integers(len(live))]))
+            assert mem.kkt_residual() <= mem.tol, i
+            cross = oracle_comparison(mem, probes=mem.keys, tol=1e-9, seed=0, unique=False)
+            assert cross.reasons == (), (i, cross.reasons)
