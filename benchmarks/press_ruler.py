@@ -402,7 +402,9 @@ def cmd_summarize(args) -> None:
               for task in (*TASKS, "all")}
     cost = {name: float(np.mean([r["score_s"][name] / r["n_context"] * 1e3 for r in items]))
             for name in items[0]["score_s"]} if items else {}
-    summary = {"command": header["command"], "summarize_command": " ".join(sys.argv),
+    resumed = [r["command"] for r in recs if r["kind"] == "resume"]
+    summary = {"command": header["command"], "resumed_with": resumed,
+               "summarize_command": " ".join(sys.argv),
                "header": header, "n_items": len(items), "accuracy": table,
                "direct_press_check": direct,
                "svdd_versus_each_press_paired_over_items_and_ratios": versus,
@@ -412,7 +414,13 @@ def cmd_summarize(args) -> None:
     Path(f"{stem}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = [f"# KV-cache presses on SmolLM2-135M-Instruct (offline), {len(items)} items",
              "", f"Command: `{header['command']}`", "",
+             *[f"Resumed: `{c}`\n" for c in resumed],
              f"Summary: `{summary['summarize_command']}`", ""]
+    if direct:
+        lines += [f"Each press run alone (`with press(model):` at ratio {direct[0]['ratio']}, "
+                  f"a {direct[0]['n_context']}-token text) kept bit for bit the cache the "
+                  f"run's one prefill kept for it: " + ", ".join(
+                      f"{d['press']} {'yes' if d['equal'] else 'NO'}" for d in direct), ""]
     for task in (*TASKS, "all"):
         t = table.get(task, {})
         if not t:
