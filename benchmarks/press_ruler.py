@@ -409,7 +409,9 @@ def cmd_summarize(args) -> None:
                "direct_press_check": direct,
                "svdd_versus_each_press_paired_over_items_and_ratios": versus,
                "score_ms_per_context_token_all_layers": cost,
-               "prefill_s_mean": float(np.mean([r["prefill_s"] for r in items])) if items else None}
+               "prefill_s_mean": float(np.mean([r["prefill_s"] for r in items])) if items else None,
+               "prefill_ms_per_context_token": float(np.mean(
+                   [r["prefill_s"] / r["n_context"] * 1e3 for r in items])) if items else None}
     stem = src.with_suffix("")
     Path(f"{stem}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = [f"# KV-cache presses on SmolLM2-135M-Instruct (offline), {len(items)} items",
@@ -464,7 +466,9 @@ def cmd_summarize(args) -> None:
                 for c in v["per_ratio"].values()) + " |")
         lines.append("")
     lines += ["", "Scoring cost (ms per context token, all 30 layers × 3 KV heads, "
-              "mean over items): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cost.items())), ""]
+              "mean over items): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cost.items()))
+              + f"; the model's prefill itself: {summary['prefill_ms_per_context_token']:.2f}"
+              if items else "", ""]
     Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
     plot(table, names, Path(f"{stem}.png"))
     print("\n".join(lines))
