@@ -6,11 +6,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from script_helpers import load_script
 
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # the campaign's record is results/trust/fuzz_campaign.json
 def test_fuzz_campaign_runs_and_finds_nothing_on_a_small_campaign(tmp_path):
     fuzz = load_script("benchmarks/fuzz_campaign.py")
     out = tmp_path / "fuzz.json"

@@ -78,7 +78,7 @@ def test_update_plan_and_update_follow_the_margin_order():
                                atol=1e-12)
 
 
-@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
 def test_removal_certificates_say_what_the_whole_test_says(monkeypatch, seed):
     """With the factor kept from 4 margin tokens on, every removal's uniqueness claim
     equals the claim of a twin that computes the test whole (the factor's use is then

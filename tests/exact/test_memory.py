@@ -56,6 +56,7 @@ def test_every_add_and_remove_keeps_kkt_and_matches_retrain(d, n, C, kernel):
     assert mem.partition() == partition_ids(mem, alpha_r)
 
 
+@pytest.mark.slow  # the soaks (-m slow) run longer streams
 def test_long_stream_n2000():
     X = np.random.default_rng(7).normal(size=(2000, 8))
     mem = SVDDMemory(0.004)

@@ -146,6 +146,7 @@ def test_repr_names_parameters_and_sizes_but_no_data():
     assert "n=3" in repr(warm) and "warm-up" in repr(warm)
 
 
+@pytest.mark.slow  # test_keys_and_numeric_edges.py covers such diagonals by default
 def test_exp_kernel_keys_with_diagonals_over_many_orders_of_magnitude_solve_exactly():
     # gamma·‖x‖² ≈ 100 on average (K_ii from e^10 to e^300 in one memory): the batch
     # solve's active-set finish cycled between infeasible partitions (62 of 100 such
