@@ -57,10 +57,11 @@ from svattn.exact.backends.compiled.linalg import (
 from svattn.exact.backends.compiled.working_set import (
     WS_ROOM,
     commit_in_place,
+    crossing_share,
     working_set_path,
 )
 from svattn.exact.core.compiling import quick_load
-from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
+from svattn.exact.core.kktsets import MARGIN
 
 # Below this many margin tokens the path alone removes a token: a pass over so narrow
 # a block costs little next to the working set's copies of the inverse. Measured for
@@ -237,23 +238,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         # ... or an error / reserve token whose g changes sign (g is linear on it)
         rate_tol = gtol * t_rem
         for i in range(hi):
-            st = state[i]
-            gi = g[i]
-            ge = g_end[i]
-            if st == RESERVE:
-                moving = gi - ge > rate_tol and ge < 0.0
-            elif st == ERROR:
-                moving = ge - gi > rate_tol and ge > 0.0
-            else:
-                moving = False
-            if moving:
-                f = gi / (gi - ge)
-                # (a copy of a margin token has its sibling's g, 0: it never crosses;
-                # tested only for a token that would come first, one row read each)
-                if f < best and not copy_of_any(KC, cos, diag, i, soc, nS):
-                    best = f
-                    kind = 5
-                    who = i
+            f = crossing_share(state[i], g[i], g_end[i], rate_tol)
+            # (a copy of a margin token has its sibling's g, 0: it never crosses;
+            # tested only for a token that would come first, one row read each)
+            if f < best and not copy_of_any(KC, cos, diag, i, soc, nS):
+                best = f
+                kind = 5
+                who = i
         if tie or best <= 0.0 or (kind != 2 and best >= 1.0):
             for j in range(nS):
                 ac[j] = alpha[soc[j]]

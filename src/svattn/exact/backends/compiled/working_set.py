@@ -58,6 +58,20 @@ WS_REACH = 4.0
 WS_ROOM = 64
 
 
+
+@njit(cache=True)
+def crossing_share(st, gi, ge, rate_tol):
+    """The share of a segment at which a reserve or error token whose g goes from ``gi``
+    to ``ge`` crosses zero toward the margin set, or ``inf`` where it does not (margin
+    tokens, and rates at rounding level)."""
+    if st == RESERVE:
+        moving = gi - ge > rate_tol and ge < 0.0
+    elif st == ERROR:
+        moving = ge - gi > rate_tol and ge > 0.0
+    else:
+        moving = False
+    return gi / (gi - ge) if moving else np.inf
+
 @njit(cache=True)
 def t_contract(Qb, tord, p, nT):
     """Drop position ``p`` from the margin order ``tord`` and the bordered inverse
@@ -247,22 +261,12 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
         rate_tol = 1e-13 * scale * t_rem
         for r in range(nR):
             s = wrow[r]
-            st = tstate[s]
-            gi = gw[r]
-            ge = gwe[r]
-            if st == RESERVE:
-                moving = gi - ge > rate_tol and ge < 0.0
-            elif st == ERROR:
-                moving = ge - gi > rate_tol and ge > 0.0
-            else:
-                moving = False
-            if moving:
-                f = gi / (gi - ge)
-                # (a copy of a margin token has its sibling's g, 0: it never crosses)
-                if f < best and not copy_of_any(KC, cos, diag, s, tord, nT):
-                    best = f
-                    kind = 5
-                    who = r
+            f = crossing_share(tstate[s], gw[r], gwe[r], rate_tol)
+            # (a copy of a margin token has its sibling's g, 0: it never crosses)
+            if f < best and not copy_of_any(KC, cos, diag, s, tord, nT):
+                best = f
+                kind = 5
+                who = r
         if best <= 0.0 or (kind != 2 and best >= 1.0):
             return False, nT, changes, chi, n_max, n_in, n_out
         if kind == 2:
