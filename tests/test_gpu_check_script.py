@@ -52,6 +52,7 @@ def test_gpu_check_script_parses_and_refuses_an_unknown_option():
     assert r.stderr.startswith("usage: ") and "[--dry-run] [--out DIR]" in r.stderr
 
 
+@pytest.mark.slow  # runs the script's layer step; the usage test above stays default
 def test_gpu_check_dry_run_commands_and_its_layer_step(tmp_path):
     record, out = tmp_path / "calls", tmp_path / "out"
     record.mkdir()

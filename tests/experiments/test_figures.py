@@ -107,6 +107,7 @@ def test_secret_exact_removal_is_on_top_and_labelled(figures):
     assert any(t.get_text().startswith("SV exact removal:") for t in ax.texts)
 
 
+@pytest.mark.slow  # draws the full panel
 def test_selective_copy_state_panel_has_a_legend_and_sv_on_top(figures):
     recall, state = figures(selective_copy)
     assert state.get_legend() is not None

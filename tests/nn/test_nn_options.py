@@ -57,6 +57,7 @@ def test_layer_carries_solver_and_checks_ridge():
         SolverOptions(ridge=-1.0)
 
 
+@pytest.mark.slow  # a fresh interpreter; lint-imports checks the same layering statically
 def test_nn_does_not_import_mixers():
     """The import runs one way: svattn.mixers (the hybrid) imports svattn.nn."""
     code = (
