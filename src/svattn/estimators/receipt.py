@@ -88,6 +88,13 @@ class ForgetReceipt:
     signer, signature : str or None
         The controller's Ed25519 key fingerprint and signature over every other field,
         when the model holds its key (``SVDD(signing_key=...)``).
+    weights : dict or None
+        The ``sample_weight`` the model holds its rows under (absent: 1 each). Equal
+        weights: ``{"uniform": w}``, the core's certificates as usual. Unequal weights
+        (the weighted solver, no certificates): ``{"removed": [the removed rows'
+        weights], "sha256": weight_digest of the rows left (in ``ids_`` order), "n",
+        "sum", "kkt_residual_after"}``. The model equals
+        ``SVDD(**refit_with).fit(rows left, sample_weight=their weights)``.
     """
 
     # What binds each field (svattn.exact.records.receipts). The audit log is the core
@@ -104,6 +111,7 @@ class ForgetReceipt:
         "state_digest": (STATE, LOG, SIGNATURE),
         "n_samples": (STATE, LOG, SIGNATURE),
         "refit_with": (STATE, SIGNATURE),
+        "weights": (STATE, SIGNATURE),
         "issued_at": (SIGNATURE,),
         "version": (FORM,),
         "signer": (SIGNATURE,),
@@ -124,6 +132,7 @@ class ForgetReceipt:
     version: int = FORGET_RECEIPT_VERSION
     signer: str | None = None
     signature: str | None = None
+    weights: dict[str, Any] | None = None
 
     # ------------------------------------------------------------ reading
     def deletion_certificates(self) -> list[DeletionCertificate]:
@@ -136,19 +145,24 @@ class ForgetReceipt:
         """One line for people."""
         certs = self.deletion_certificates()
         worst = max((c.kkt_residual_after for c in certs), default=0.0)
+        if self.weights is not None and "sha256" in self.weights:
+            worst = float(self.weights["kkt_residual_after"])
         bound = "<= 1e-10" if worst <= 1e-10 else f"max {worst:.1e}"
         who = f" of subject {self.subject!r}" if self.subject is not None else ""
         shown = ", ".join(map(repr, self.ids[:5])) + (", …" if len(self.ids) > 5 else "")
         signed = "signed" if self.signature is not None else "unsigned"
-        return (f"forgot {len(self.ids)} samples{who} exactly (ids {shown}; {len(certs)} "
-                f"certificates, all KKT {bound}; {signed}); state digest "
+        how = f"{len(certs)} certificates" if certs else "a weighted re-solve"
+        return (f"forgot {len(self.ids)} samples{who} exactly (ids {shown}; {how}, "
+                f"all KKT {bound}; {signed}); state digest "
                 f"{self.state_digest[:16]}…, {self.n_samples} samples left; refit with "
                 f"C={self.refit_with['C']!r}, gamma={self.refit_with['gamma']!r}")
 
     # ------------------------------------------------------------ JSON
     def to_dict(self) -> dict[str, Any]:
         """Every field as JSON-ready data (tuples as lists, records as objects)."""
-        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+        # (no weights: the field is left out, as receipts before it were written and signed)
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)
+                if not (f.name == "weights" and self.weights is None)}
 
     def to_json(self) -> str:
         """Serialise to a JSON string (round-trips through :meth:`from_json`)."""
@@ -171,7 +185,7 @@ class ForgetReceipt:
             form (each named).
         """
         data = json_fields(text, cls, "forget receipt",
-                           optional={"issued_at", "signer", "signature"})
+                           optional={"issued_at", "signer", "signature", "weights"})
         errs = []
         if not isinstance(data["ids"], list):
             errs.append("ids must be a list of ids (ints or strs)")
@@ -233,10 +247,15 @@ class ForgetReceipt:
             errs.append("erasure must be an erasure receipt or null")
         elif self.erasure is not None:
             errs += [f"erasure: {e}" for e in self.erasure.field_errors()]
+        weighted = isinstance(self.weights, dict) and "sha256" in self.weights
+        errs += _weights_errors(self.weights)
         if (self.erasure is None) != (self.subject is None):
             errs.append("subject: a subject's forget carries its erasure receipt, and only it")
-        elif isinstance(self.certificates, tuple) and bool(self.certificates) == (
-                self.erasure is not None):
+        elif weighted and (self.certificates or self.erasure is not None):
+            errs.append("certificates: a forget under unequal weights carries none (its "
+                        "weights record the re-solve)")
+        elif not weighted and isinstance(self.certificates, tuple) and bool(
+                self.certificates) == (self.erasure is not None):
             errs.append("certificates: exactly one of certificates (a forget by id) and "
                         "erasure (a subject's forget) must be given")
         if not (isinstance(self.state_digest, str) and len(self.state_digest) == 64
@@ -265,6 +284,37 @@ def _refit_errors(recipe) -> list[str]:
     if recipe["kernel"] not in kernel_names():
         errs.append(f"refit_with: kernel must be one of {sorted(kernel_names())}, got "
                     f"{recipe['kernel']!r}")
+    return errs
+
+
+def _weights_errors(record) -> list[str]:
+    if record is None:
+        return []
+    if isinstance(record, dict) and set(record) == {"uniform"}:
+        w = record["uniform"]
+        ok = isinstance(w, (int, float)) and not isinstance(w, bool) and finite_number(w) and w > 0
+        return [] if ok else [f"weights: uniform must be a number > 0, got {w!r}"]
+    keys = {"removed", "sha256", "n", "sum", "kkt_residual_after"}
+    if not (isinstance(record, dict) and set(record) == keys):
+        return ["weights must be null, {uniform} or {removed, sha256, n, sum, "
+                "kkt_residual_after}"]
+    errs = []
+    removed = record["removed"]
+    if not (isinstance(removed, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
+            and v >= 0 for v in removed)):
+        errs.append("weights: removed must be a list of numbers >= 0")
+    sha = record["sha256"]
+    if not (isinstance(sha, str) and len(sha) == 64 and set(sha) <= _HEX):
+        errs.append("weights: sha256 must be 64 lowercase hex digits")
+    for name in ("sum", "kkt_residual_after"):
+        v = record[name]
+        if not (isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
+                and v >= 0):
+            errs.append(f"weights: {name} must be a number >= 0")
+    if not (isinstance(record["n"], int) and not isinstance(record["n"], bool)
+            and record["n"] >= 0):
+        errs.append("weights: n must be an int >= 0")
     return errs
 
 
@@ -349,6 +399,8 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
         return ForgetReceiptVerification(ok=False, reasons=tuple(errs),
                                          verdict=judge(receipt, (), errs))
     mem = model.memory_
+    if isinstance(receipt.weights, dict) and "sha256" in receipt.weights:
+        return _verify_weighted(model, receipt, retrain, tol, log, public_key)
     reasons: list[str] = []
     authenticity: list[str] = []  # what of the log's checkpoint the core could not check
     if receipt.erasure is not None:
@@ -408,6 +460,10 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
     if receipt.refit_with != recipe:
         reasons.append(f"refit_with: the receipt says {receipt.refit_with}, the model's is "
                        f"{recipe}")
+    unit = float(model.weights_[0]) if len(mem) else 1.0
+    if now and (receipt.weights or {"uniform": 1.0})["uniform"] != unit:
+        reasons.append(f"weights: the receipt says {receipt.weights}, the model's rows each "
+                       f"carry {unit}")
     ran = {STATE} | ({LOG} if log is not None else set()) | (
         {SIGNATURE} if public_key is not None else set()) | ({OPTIMALITY} if retrain else set())
     # checked later: the chain (the core's verifiers) binds the digest and size, not the
@@ -416,6 +472,58 @@ def verify_forget_receipt(model, receipt: ForgetReceipt, *, retrain: bool = True
     return ForgetReceiptVerification(ok=not reasons, reasons=tuple(reasons),
                                      verdict=judge(receipt, ran, reasons, partial=partial,
                                                    authenticity_unchecked=authenticity))
+
+
+def _verify_weighted(model, receipt: ForgetReceipt, retrain: bool, tol: float, log,
+                     public_key) -> ForgetReceiptVerification:
+    """:func:`verify_forget_receipt` of a forget under unequal weights: the model right
+    after it (there is no log), its weights against the receipt's digest, and, with
+    ``retrain``, its coefficients against the reference solver with per-sample boxes."""
+    import numpy as np
+
+    from svattn.estimators.weighted import WeightedMemory, weight_digest
+    from svattn.exact.core.kernels import gram_matrix
+    from svattn.exact.oracle import solve_svdd
+
+    mem, record, reasons = model.memory_, receipt.weights, []
+    if log is not None:
+        reasons.append("log: a model under unequal sample weights keeps no audit log")
+    if not isinstance(mem, WeightedMemory):
+        reasons.append("weights: the receipt is of a forget under unequal weights, the "
+                       "model holds equal ones")
+    else:
+        if receipt.state_digest != mem.state_digest():
+            reasons.append("state_digest differs from the model's (a weighted receipt is "
+                           "checked against the model right after the forget)")
+        if receipt.n_samples != len(mem) or record["n"] != len(mem):
+            reasons.append(f"n_samples: the receipt says {receipt.n_samples}, the model holds "
+                           f"{len(mem)}")
+        if record["sha256"] != weight_digest(mem.weights):
+            reasons.append("weights: sha256 is not the digest of the weights the model holds")
+        held = set(model.ids_.tolist())
+        back = [i for i in receipt.ids if i in held]
+        if back:
+            reasons.append(f"ids: {back[:5]!r} are held by the model")
+        if any(mem.holds(t) for t in receipt.positions):
+            reasons.append("positions: some are still held")
+        on = mem.weights > 0
+        if retrain and on.any():
+            K = gram_matrix(mem.keys[on], mem.kernel, mem.gamma_value)
+            fresh = solve_svdd(K, mem.boxes()[on])
+            gap = float(np.abs(fresh - mem.alpha[on]).max())
+            if gap > tol:
+                reasons.append(f"optimality: alpha differs from the reference re-solve of "
+                               f"the rows left by {gap:.3g} > {tol:g}")
+    recipe = {"C": model.C_, "gamma": model.gamma_, "kernel": mem.kernel}
+    if receipt.refit_with != recipe:
+        reasons.append(f"refit_with: the receipt says {receipt.refit_with}, the model's is "
+                       f"{recipe}")
+    if public_key is not None:
+        reasons += signature_errors(receipt, public_key)
+    ran = {STATE} | ({SIGNATURE} if public_key is not None else set()) | (
+        {OPTIMALITY} if retrain else set())
+    return ForgetReceiptVerification(ok=not reasons, reasons=tuple(reasons),
+                                     verdict=judge(receipt, ran, reasons))
 
 
 __all__ = ["FORGET_RECEIPT_VERSION", "ForgetReceipt", "ForgetReceiptVerification",

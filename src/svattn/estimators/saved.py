@@ -208,7 +208,8 @@ def json_number(value):
 
 
 _META_KEYS = {"format", "version", "params", "C_", "gamma_", "fit_path_", "n_features_in_",
-              "feature_names_in_", "rows", "state_digest", "state_sha256"}
+              "feature_names_in_", "rows", "state_digest", "state_sha256", "sample_weight"}
+_OPTIONAL = {"sample_weight"}  # absent: every row weight 1 (files saved before weights)
 
 
 def check_meta(meta, where: str) -> None:
@@ -219,7 +220,8 @@ def check_meta(meta, where: str) -> None:
     if meta.get("version") != MODEL_VERSION:
         raise ValueError(f"{where}: model file version {meta.get('version')!r} is not "
                          f"supported (expected {MODEL_VERSION})")
-    missing, unknown = sorted(_META_KEYS - set(meta)), sorted(set(meta) - _META_KEYS)
+    missing = sorted(_META_KEYS - _OPTIONAL - set(meta))
+    unknown = sorted(set(meta) - _META_KEYS)
     if missing or unknown:
         raise ValueError(f"{where}: missing fields {missing}, unknown fields {unknown}")
     if not isinstance(meta["params"], dict):
@@ -229,8 +231,17 @@ def check_meta(meta, where: str) -> None:
         if not (isinstance(v, (int, float)) and not isinstance(v, bool) and finite_number(v)
                 and v > 0):
             raise ValueError(f"{where}: {name} must be a number > 0, got {v!r}")
-    if meta["fit_path_"] not in ("incremental", "libsvm+exact"):
-        raise ValueError(f"{where}: fit_path_ must be 'incremental' or 'libsvm+exact'")
+    if meta["fit_path_"] not in ("incremental", "libsvm+exact", "warm", "reference"):
+        raise ValueError(f"{where}: fit_path_ must be 'incremental', 'libsvm+exact', 'warm' "
+                         "or 'reference'")
+    weights = meta.get("sample_weight", {"uniform": 1.0})
+    unit = weights.get("uniform") if isinstance(weights, dict) else None
+    if not (weights == {"weighted": True} or (
+            isinstance(weights, dict) and set(weights) == {"uniform"} and isinstance(
+                unit, (int, float)) and not isinstance(unit, bool) and finite_number(unit)
+            and unit > 0)):
+        raise ValueError(f"{where}: sample_weight must be {{\"uniform\": w > 0}} or "
+                         "{\"weighted\": true}")
     n = meta["n_features_in_"]
     if not (isinstance(n, int) and not isinstance(n, bool) and n >= 1):
         raise ValueError(f"{where}: n_features_in_ must be an int >= 1")
@@ -250,7 +261,11 @@ def check_against_memory(meta, memory: SVDDMemory, where: str) -> None:
         raise ValueError(f"{where}: state_digest is not the state file's")
     if memory.kernel != meta["params"].get("kernel", "rbf"):
         raise ValueError(f"{where}: params.kernel is not the state file's kernel")
-    if memory.C != min(float(meta["C_"]), 1.0):
+    weights = meta.get("sample_weight", {"uniform": 1.0})
+    if "weighted" in weights:
+        if memory.C != meta["C_"]:
+            raise ValueError(f"{where}: C_ is not the weighted state's unit box")
+    elif memory.C != min(float(meta["C_"]) * weights["uniform"], 1.0):
         raise ValueError(f"{where}: C_ is not the state file's C ({memory.C!r})")
     if memory.dim is not None and memory.gamma_value != meta["gamma_"]:
         raise ValueError(f"{where}: gamma_ is not the state file's gamma")

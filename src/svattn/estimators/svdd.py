@@ -98,7 +98,7 @@ from sklearn.base import BaseEstimator, OutlierMixin
 from sklearn.utils.validation import check_is_fitted, validate_data
 
 from svattn.estimators import saved
-from svattn.estimators.box import box_of, warn_if_uniform
+from svattn.estimators.box import InfeasibleBoxWarning, box_of, warn_if_uniform
 from svattn.estimators.receipt import ForgetReceipt
 from svattn.estimators.rows import (
     RowLedger,
@@ -106,6 +106,13 @@ from svattn.estimators.rows import (
     id_list,
     matching_tokens,
     subject_tags,
+)
+from svattn.estimators.weighted import (
+    WeightedMemory,
+    check_weights,
+    uniform_weight,
+    weight_digest,
+    weighted_variance,
 )
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kernels import get_kernel, kernel_names
@@ -245,10 +252,10 @@ class SVDD(OutlierMixin, BaseEstimator):
         self.audit_log = audit_log
 
     # ---------------------------------------------------------------- params
-    def _gamma(self, X: np.ndarray) -> float:
+    def _gamma(self, X: np.ndarray, w: np.ndarray | None = None) -> float:
         if isinstance(self.gamma, str):
-            if self.gamma == "scale":
-                var = float(X.var())
+            if self.gamma == "scale":  # weighted (non-uniform w): rows counted w_i times
+                var = float(X.var()) if w is None else weighted_variance(X, w)
                 return 1.0 / (X.shape[1] * var) if var > 0 else 1.0
             if self.gamma == "auto":
                 return 1.0 / X.shape[1]
@@ -286,13 +293,23 @@ class SVDD(OutlierMixin, BaseEstimator):
         return path
 
     # ------------------------------------------------------------------ fit
-    def fit(self, X, y=None, *, ids=None, subjects=None) -> SVDD:
+    def fit(self, X, y=None, sample_weight=None, *, ids=None, subjects=None) -> SVDD:
         """Fit on ``X`` (n_samples, n_features) from scratch; ``y`` is ignored.
 
         Parameters
         ----------
         X : array-like or DataFrame, shape (n_samples, n_features)
         y : ignored
+        sample_weight : array-like of shape (n_samples,) or float, optional
+            A weight ``w_i >= 0`` per row: row ``i``'s box is ``C_i = w_i · C_``, with
+            ``C_ = C`` given or ``1 / (nu · Σw)`` (libsvm's rule). A weight 0 equals
+            leaving the row out (it is held, has an id, never influences the model); an
+            integer weight ``k`` equals ``k`` copies of the row. Equal weights keep the
+            incremental solver (box ``w · C_``); unequal ones (a 0 among positive ones
+            included) solve the weighted dual exactly, and each later ``partial_fit`` /
+            ``forget`` re-solves it (no incremental speed-up; no ``audit_log`` or
+            ``subjects``). ``gamma="scale"`` then uses the weighted variance. See
+            :mod:`svattn.estimators.weighted` and docs/usage.md.
         ids : sequence of int or str, optional
             One id per row (default: a DataFrame's index labels, else the positions
             0 .. n − 1). Each row is forgotten by its id (:meth:`forget`).
@@ -304,22 +321,39 @@ class SVDD(OutlierMixin, BaseEstimator):
         Returns
         -------
         self
+
+        Raises
+        ------
+        ValueError
+            Bad parameters or data; ``sample_weight`` of another length or shape, with a
+            negative, NaN or infinite weight, all zero, or unequal with ``audit_log`` or
+            ``subjects`` (the model is then unchanged).
         """
         if self.kernel not in kernel_names():
             raise ValueError(f"kernel must be one of {sorted(kernel_names())}, got {self.kernel!r}")
         labels = frame_labels(X)
         X = validate_data(self, X, dtype=np.float64, order="C", ensure_min_samples=1)
-        C, gamma = box_of(self.nu, self.C, X.shape[0]), self._gamma(X)
+        w = check_weights(sample_weight, len(X))
+        unit = uniform_weight(w)
+        total = len(X) * unit if unit is not None else float(w.sum())
+        C, gamma = box_of(self.nu, self.C, total), self._gamma(X, None if unit else w)
+        if unit is None:
+            self._refuse_weighted(subjects)
         ledger = RowLedger()
         row_ids, positional = ledger.new_ids(ids, labels, 0, len(X), lambda t: False)
         key = self._key()
         tags = subject_tags(subjects, len(X), key)
-        log = self._new_log()
+        log = None if unit is None else self._new_log()
         created = log is not None and not log.exists()
-        memory = SVDDMemory(C, self.kernel, gamma, tol=self.tol, standby=self.standby,
-                            signing_key=key, audit_log=log)
+        if unit is None:
+            memory = WeightedMemory(C, self.kernel, gamma, self.tol)
+            tokens = memory.extend(X, w)
+        else:
+            memory = SVDDMemory(C * unit, self.kernel, gamma, tol=self.tol,
+                                standby=self.standby, signing_key=key, audit_log=log)
         try:
-            tokens = memory.extend(X, tags=tags)
+            if unit is not None:
+                tokens = memory.extend(X, tags=tags)
         except BaseException:
             memory.close_audit_log()
             if created:  # the chain this fit started: nothing of it stays
@@ -332,15 +366,44 @@ class SVDD(OutlierMixin, BaseEstimator):
         old = vars(self).get("memory_")
         self.memory_, self.C_, self.gamma_ = memory, C, gamma
         self._ledger, self._signing_key, self._support = ledger, key, {}
+        self._unit_weight = unit
         self.fit_path_ = memory.ingest_path
         vars(self).pop("_detached", None)  # a fresh fit holds what its parameters give
         if old is not None:
             old.close_audit_log()  # its chain ends with this model's previous fit
         self._support_attributes()  # computed with the fit (predict changes nothing)
-        warn_if_uniform(C, len(X), "fit")
+        self._warn_box("fit")
         return self
 
-    def partial_fit(self, X, y=None, *, ids=None, subjects=None) -> SVDD:
+    def _refuse_weighted(self, subjects) -> None:
+        """Unequal weights need the weighted solver, which keeps no audit log or subjects."""
+        for what, given in (("audit_log", self.audit_log is not None),
+                            ("subjects", subjects is not None)):
+            if given:
+                raise ValueError(
+                    f"sample_weight with unequal weights (or a zero among positive ones) is "
+                    f"solved by the weighted exact solver, which keeps no {what}: the exact "
+                    f"core's audit log and subject erasure hold one box for every row. Give "
+                    f"equal weights, or fit without {what}")
+
+    def _warn_box(self, after: str) -> None:
+        """:class:`InfeasibleBoxWarning` when the rows held cannot fill their boxes."""
+        memory = self.memory_
+        if not isinstance(memory, WeightedMemory):
+            warn_if_uniform(self.C_ * self._unit(), len(memory), after, stacklevel=4)
+        elif 0 < memory.boxes().sum() < 1.0 - 1e-12:
+            warnings.warn(
+                f"SVDD after {after}: the boxes C_i = w_i·C_ of the rows held sum to "
+                f"{memory.boxes().sum():.3g} < 1: no solution keeps every weight within its "
+                "box; the model is alpha_i = C_i / ΣC (not fitted to the rows' shape) until "
+                "they sum to 1 (raise C or the weights)", InfeasibleBoxWarning, stacklevel=4)
+
+    def _unit(self) -> float:
+        """The weight every row carries in the uniform regime (1.0: none given)."""
+        unit = vars(self).get("_unit_weight", 1.0)
+        return 1.0 if unit is None else unit
+
+    def partial_fit(self, X, y=None, sample_weight=None, *, ids=None, subjects=None) -> SVDD:
         """Add the rows of ``X`` exactly (the model equals a ``fit`` on every row held,
         with ``C_`` and ``gamma_`` kept); the first call is :meth:`fit`.
 
@@ -348,15 +411,37 @@ class SVDD(OutlierMixin, BaseEstimator):
         DataFrame) the rows get the next positions, which only a model whose ids are
         positions accepts. All or nothing: on any error the model is unchanged.
 
+        Parameters
+        ----------
+        X : array-like or DataFrame, shape (n_samples, n_features)
+        y : ignored
+        sample_weight : array-like of shape (n_samples,) or float, optional
+            The new rows' weights (None: 1 each), boxes ``w_i · C_`` with ``C_`` kept
+            from ``fit`` (as in :meth:`fit`; zeros allowed here). Rows of the weight the
+            model's rows all carry are added incrementally; other weights move the model
+            to the weighted solver, which re-solves every row held on each change
+            (refused for a model with ``audit_log`` or subjects).
+        ids, subjects
+            As in :meth:`fit`.
+
         Returns
         -------
         self
         """
         if "memory_" not in vars(self):
-            return self.fit(X, ids=ids, subjects=subjects)
+            return self.fit(X, sample_weight=sample_weight, ids=ids, subjects=subjects)
         labels = frame_labels(X)
         X = validate_data(self, X, dtype=np.float64, order="C", reset=False, ensure_min_samples=1)
+        w = check_weights(sample_weight, len(X), allow_all_zero=True)
         memory, ledger = self.memory_, self._ledger
+        weighted = isinstance(memory, WeightedMemory)
+        if not weighted and uniform_weight(w) != self._unit():
+            self._refuse_weighted(subjects)
+            if memory.solver_state.tags_by_id():
+                self._refuse_weighted(subjects=True)
+            weighted = True
+        elif weighted:
+            self._refuse_weighted(subjects)
         view = memory.view
         start = view.next_id
         row_ids, positional = ledger.new_ids(ids, labels, start, len(X), view.holds)
@@ -364,7 +449,11 @@ class SVDD(OutlierMixin, BaseEstimator):
         tokens = list(range(start, start + len(X)))  # the core's next ids, in order
         ledger.add(tokens, row_ids)  # (a name of a token not held is never read as held)
         try:
-            added = memory.extend(X, tags=tags)
+            if weighted:
+                memory = self._as_weighted()
+                added = memory.extend(X, np.ones(len(X)) if w is None else w)
+            else:
+                added = memory.extend(X, tags=tags)
             if added != tokens:
                 raise RuntimeError(f"the memory gave the rows ids {added[:3]}…, not the next "
                                    f"positions {tokens[:3]}…")
@@ -372,10 +461,27 @@ class SVDD(OutlierMixin, BaseEstimator):
             ledger.drop(tokens)
             raise
         ledger.positional = positional
+        if memory is not self.memory_:  # taken over by the weighted solver
+            self.memory_, self._unit_weight, self._support = memory, None, {}
         self.fit_path_ = memory.ingest_path
         self._warn_detached("these rows are not in the original's audit log")
-        warn_if_uniform(self.C_, len(memory), "partial_fit")
+        self._warn_box("partial_fit")
         return self
+
+    def _as_weighted(self) -> WeightedMemory:
+        """The memory under the weighted solver: itself, or a uniform model's rows (each of
+        weight ``_unit()``) at their optimum, in a new :class:`WeightedMemory`."""
+        memory = self.memory_
+        if isinstance(memory, WeightedMemory):
+            return memory
+        unit = self._unit()
+        ids = memory.ids
+        alpha, at = np.zeros(len(ids)), {t: i for i, t in enumerate(ids)}
+        support, _, a = memory.view.support()
+        alpha[[at[int(t)] for t in support]] = a
+        return WeightedMemory.from_rows(self.C_, memory.kernel, self.gamma_, self.tol, ids,
+                                        memory.keys, np.full(len(ids), unit), alpha,
+                                        memory.view.next_id)
 
     # --------------------------------------------------------------- forget
     def forget(self, X=None, *, ids=None, indices=None, subject=None) -> ForgetReceipt:
@@ -437,20 +543,41 @@ class SVDD(OutlierMixin, BaseEstimator):
         else:
             tokens = ledger.tokens(id_list(ids, "ids"), memory.view.holds)
         removed = ledger.ids_of(tokens)
+        if isinstance(memory, WeightedMemory):
+            return self._forget_weighted(memory, removed, tokens)
         certs = memory.remove_many(tokens)  # the change: atomic in the core
         ledger.drop(tokens)
         self._support.clear()  # the support before it holds the forgotten rows' values
         # the last certificate's digest is the state's after it (each removal's own)
+        unit = self._unit()
         return self._issued(ForgetReceipt(
             ids=tuple(removed), positions=tuple(tokens), subject=None,
             certificates=tuple(certs), erasure=None, state_digest=certs[-1].state_digest,
-            n_samples=len(memory), refit_with=self._recipe()))
+            n_samples=len(memory), refit_with=self._recipe(),
+            weights=None if unit == 1.0 else {"uniform": unit}))
+
+    def _forget_weighted(self, memory: WeightedMemory, removed: list, tokens: list[int]
+                         ) -> ForgetReceipt:
+        """Remove rows under the weighted solver: re-solve the rows left (exact; the
+        receipt declares the weights removed and those left, by digest)."""
+        at = {int(t): i for i, t in enumerate(memory.tokens)}
+        gone = [float(memory.weights[at[t]]) for t in tokens]
+        memory.remove_many(tokens)  # the change: the state moves only once solved
+        self._ledger.drop(tokens)
+        self._support.clear()
+        return self._issued(ForgetReceipt(
+            ids=tuple(removed), positions=tuple(tokens), subject=None, certificates=(),
+            erasure=None, state_digest=memory.state_digest(), n_samples=len(memory),
+            refit_with=self._recipe(), weights=weight_record(memory, gone)))
 
     unfit = forget
 
     def _forget_subject(self, subject) -> ForgetReceipt:
         if not (isinstance(subject, str) and subject):
             raise TypeError(f"subject must be a non-empty str, got {subject!r:.40}")
+        if isinstance(self.memory_, WeightedMemory):
+            raise ValueError("forget(subject=...): this model is under unequal sample "
+                             "weights and keeps no subjects; forget the rows by ids=")
         if vars(self).get("_signing_key") is None:
             raise ValueError("forget(subject=...): this model holds no key, so it keeps no "
                              "subjects (they are kept as keyed hashes: fit with "
@@ -472,7 +599,7 @@ class SVDD(OutlierMixin, BaseEstimator):
     def _issued(self, receipt: ForgetReceipt) -> ForgetReceipt:
         key = vars(self).get("_signing_key")
         self._warn_detached("this receipt is unsigned and the removal unlogged")
-        warn_if_uniform(self.C_, len(self.memory_), "forget", stacklevel=4)
+        self._warn_box("forget")
         if key is None and self.memory_.view.commit_key_id is not None and not vars(
                 self).get("_detached"):
             warnings.warn("this model was fitted under the controller's key and is held "
@@ -547,9 +674,18 @@ class SVDD(OutlierMixin, BaseEstimator):
 
     @property
     def nu_(self) -> float:
-        """``1 / (C_ · n)`` for the n samples held now."""
-        n = len(self.memory_)
-        return 1.0 / (self.C_ * n) if n else math.inf
+        """``1 / (C_ · Σw)`` for the samples held now (``Σw = n`` without weights)."""
+        total = float(self.weights_.sum())
+        return 1.0 / (self.C_ * total) if total else math.inf
+
+    @property
+    def weights_(self) -> np.ndarray:
+        """The ``sample_weight`` of every row held (aligned with ``ids_``; 1 when none
+        was given): row ``i``'s box is ``weights_[i] · C_``."""
+        memory = self.memory_
+        if isinstance(memory, WeightedMemory):
+            return memory.weights.copy()
+        return np.full(len(memory), self._unit())
 
     @property
     def ids_(self) -> np.ndarray:
@@ -653,6 +789,8 @@ class SVDD(OutlierMixin, BaseEstimator):
             "feature_names_in_": None if names is None else [str(n) for n in names],
             "rows": self._ledger.to_dict(memory.ids),
             "state_digest": memory.state_digest(),
+            "sample_weight": {"weighted": True} if isinstance(memory, WeightedMemory)
+            else {"uniform": self._unit()},
         }
         return saved.save_model(folder, memory, fields)
 
@@ -686,7 +824,14 @@ class SVDD(OutlierMixin, BaseEstimator):
             raise ValueError(f"{where}: params: {exc}") from None
         key = model._key()
         saved.check_state_file(meta, state_path, where)
-        memory = SVDDMemory.load(state_path, audit_log=audit_log, signing_key=key)
+        weights = meta.get("sample_weight", {"uniform": 1.0})
+        if "weighted" in weights:
+            if audit_log is not None:
+                raise ValueError(f"{where}: a model under unequal sample weights keeps no "
+                                 "audit log (load it without audit_log=)")
+            memory = WeightedMemory.load(state_path)
+        else:
+            memory = SVDDMemory.load(state_path, audit_log=audit_log, signing_key=key)
         try:
             ledger = RowLedger.from_dict(meta["rows"], memory.ids, where)
             saved.check_against_memory(meta, memory, where)
@@ -695,6 +840,7 @@ class SVDD(OutlierMixin, BaseEstimator):
             raise
         model.memory_, model.C_, model.gamma_ = memory, float(meta["C_"]), float(meta["gamma_"])
         model.fit_path_ = meta["fit_path_"]
+        model._unit_weight = weights.get("uniform")
         model.n_features_in_ = meta["n_features_in_"]
         if meta["feature_names_in_"] is not None:
             model.feature_names_in_ = np.array(meta["feature_names_in_"], dtype=object)
@@ -703,4 +849,13 @@ class SVDD(OutlierMixin, BaseEstimator):
         return model
 
 
-__all__ = ["SVDD", "SupportAttributes", "support_attributes"]
+def weight_record(memory: WeightedMemory, removed: list[float]) -> dict:
+    """What a forget under unequal weights declares of them: the weights of the rows
+    removed, and of the rows left their SHA-256 (``weight_digest``, in the order of
+    ``ids_``), count and sum; the KKT residual of the re-solve."""
+    return {"removed": removed, "sha256": weight_digest(memory.weights),
+            "n": len(memory), "sum": float(memory.weights.sum()),
+            "kkt_residual_after": float(memory.kkt_residual())}
+
+
+__all__ = ["SVDD", "SupportAttributes", "support_attributes", "weight_record"]

@@ -39,7 +39,7 @@ import scipy.linalg
 import scipy.linalg.lapack
 import scipy.sparse
 
-from svattn.exact.core.conventions import is_feasible, mu_for_empty_margin
+from svattn.exact.core.conventions import FEASIBILITY_SLACK, is_feasible, mu_for_empty_margin
 
 __all__ = ["solve_svdd", "kkt_residual", "partition", "svdd_objective"]
 
@@ -87,13 +87,16 @@ def _check_gram(K: object, name: str = "K") -> np.ndarray:
     return arr
 
 
-def _check_C(C: object) -> float:
-    if isinstance(C, bool) or not isinstance(C, numbers.Real):
-        raise ValueError(f"C must be a real number > 0, got {C!r}")
-    Cf = float(C)
-    if not math.isfinite(Cf) or Cf <= 0.0:
+def _check_C(C: object, n: int | None = None) -> float | np.ndarray:
+    if np.ndim(C) == 1 and not isinstance(C, (str, bytes)):
+        box = np.asarray(C, dtype=np.float64)
+        if (n is not None and box.shape != (n,)) or not np.all(np.isfinite(box) & (box > 0)):
+            raise ValueError(f"C as per-token boxes must be {n or 'n'} finite numbers > 0")
+        return box
+    ok = not isinstance(C, bool) and isinstance(C, numbers.Real) and 0.0 < float(C) < math.inf
+    if not ok:
         raise ValueError(f"C must be a finite number > 0, got {C!r}")
-    return Cf
+    return float(C)
 
 
 def _check_alpha(alpha: object, n: int | None = None) -> np.ndarray:
@@ -125,6 +128,14 @@ def _g_size(diag: np.ndarray, g: np.ndarray, mu: float) -> np.ndarray:
     conditions on every other token ~1e8 times looser.
     """
     return np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
+
+
+def _at(C: float | np.ndarray, idx):
+    return C if np.ndim(C) == 0 else C[idx]  # the box of the tokens idx
+
+
+def _box_total(C: float | np.ndarray, idx: np.ndarray) -> float:
+    return C * idx.size if np.ndim(C) == 0 else float(C[idx].sum())  # sum of idx's boxes
 
 
 def _g_scale(diag: np.ndarray) -> float:
@@ -165,7 +176,7 @@ def partition(alpha: np.ndarray, C: float, atol: float = 0.0) -> dict[str, list[
     {'margin': [1, 3], 'error': [2], 'reserve': [0]}
     """
     a = _check_alpha(alpha)
-    Cf = _check_C(C)
+    Cf = _check_C(C, a.size)
     at = _check_nonneg(atol, "atol")
     res = a <= at
     err = (a >= Cf - at) & ~res
@@ -257,7 +268,7 @@ def kkt_residual(
     """
     Kc = _check_gram(K)
     a = _check_alpha(alpha, Kc.shape[0])
-    Cf = _check_C(C)
+    Cf = _check_C(C, a.size)
     if isinstance(mu, bool) or not isinstance(mu, numbers.Real) or not math.isfinite(float(mu)):
         raise ValueError(f"mu must be a finite real number, got {mu!r}")
     at = _check_nonneg(atol, "atol")
@@ -334,8 +345,9 @@ def _solve_bordered(
     M[m, :m] = sb * u
     M[m, m] = 0.0
     rhs = np.empty(m + 1)
-    rhs[:m] = (diag[S] - 2.0 * C * K[np.ix_(S, E)].sum(axis=1)) * u
-    rhs[m] = sb * (1.0 - C * E.size)
+    KSE = K[np.ix_(S, E)]
+    rhs[:m] = (diag[S] - 2.0 * (C * KSE.sum(axis=1) if np.ndim(C) == 0 else KSE @ C[E])) * u
+    rhs[m] = sb * (1.0 - _box_total(C, E))
 
     def refine(solver) -> tuple[np.ndarray, float]:
         x = solver(rhs)
@@ -422,9 +434,9 @@ def _eqp(
     S = np.flatnonzero(state == 1)
     E = np.flatnonzero(state == 2)
     alpha = np.zeros(n)
-    alpha[E] = C
+    alpha[E] = _at(C, E)
     if S.size == 0:
-        if abs(1.0 - C * E.size) > 1e-12:
+        if abs(1.0 - _box_total(C, E)) > 1e-12:
             return None
         grad = 2.0 * (K @ alpha) - diag
         return alpha, mu_for_empty_margin(grad[E]), None
@@ -508,7 +520,7 @@ def _polish(
         alpha, mu, _ = sol
         S = np.flatnonzero(state == 1)
         low = S[alpha[S] < 0.0]
-        high = S[alpha[S] > C]
+        high = S[alpha[S] > _at(C, S)]
         g, e_bad, r_bad, last_res = dual_violators(alpha, mu, state)
         if low.size == 0 and high.size == 0:
             if e_bad.size == 0 and r_bad.size == 0:
@@ -537,7 +549,7 @@ def _polish(
             grad = 2.0 * (K @ x) - diag
             E = np.flatnonzero(state == 2)
             R = np.flatnonzero(state == 0)
-            if C * E.size < 1.0:
+            if _box_total(C, E) < 1.0:
                 j = int(R[np.argmin(grad[R])])
             else:
                 j = int(E[np.argmax(grad[E])])
@@ -551,18 +563,19 @@ def _polish(
             p = -direction if float(grad @ direction) > 0.0 else direction
         else:
             p = xs - x
-        out = S[(xs[S] < 0.0) | (xs[S] > C)] if direction is None else S
+        out = S[(xs[S] < 0.0) | (xs[S] > _at(C, S))] if direction is None else S
         if out.size:
             # ratio test: first margin token to hit a bound along x -> xs
             pS = p[S]
             with np.errstate(divide="ignore", invalid="ignore"):
-                t = np.where(pS < 0.0, x[S] / -pS, np.where(pS > 0.0, (C - x[S]) / pS, np.inf))
+                t = np.where(pS < 0.0, x[S] / -pS,
+                             np.where(pS > 0.0, (_at(C, S) - x[S]) / pS, np.inf))
             t = np.clip(t, 0.0, None)
             k = int(np.lexsort((S, t))[0])
             j, step = int(S[k]), float(t[k])
             x = np.clip(x + step * p, 0.0, C)
             to_error = pS[k] > 0.0
-            x[j] = C if to_error else 0.0
+            x[j] = _at(C, j) if to_error else 0.0
             state[j] = 2 if to_error else 0
             continue
         x = xs
@@ -573,7 +586,7 @@ def _polish(
 
     raise RuntimeError(
         f"solve_svdd: active-set polish did not converge in max_polish={max_polish} "
-        f"iterations (n={n}, C={C!r}, last KKT residual {last_res:.3g}, tol {tol:g})"
+        f"iterations (n={n}, C={C!r:.60}, last KKT residual {last_res:.3g}, tol {tol:g})"
     )
 
 
@@ -603,7 +616,8 @@ def solve_svdd(
         Symmetric positive semi-definite Gram matrix, shape ``(n, n)``, ``n >= 1``.
         Asymmetry up to ``1e-10 · max|K|`` is accepted and symmetrised away.
     C
-        Box bound, finite and ``> 0``.
+        Box bound, finite and ``> 0``; or one box per token (1-D: ``0 <= alpha_i <= C_i``,
+        ``SVDD``'s ``sample_weight``; ``sum(C) < 1``: ``alpha = C / sum(C)``, ``mu = 0``).
     tol
         Target KKT residual; dual violations are measured relative to
         ``max(diag(K))``.
@@ -656,7 +670,7 @@ def solve_svdd(
     array([0.25, 0.25, 0.25, 0.25])
     """
     Kc = _check_gram(K)
-    Cf = _check_C(C)
+    Cf = _check_C(C, Kc.shape[0])
     tolf = _check_nonneg(tol, "tol")
     n = Kc.shape[0]
     if max_polish is None:
@@ -668,14 +682,13 @@ def solve_svdd(
         if cap < 1:
             raise ValueError(f"max_polish must be an int >= 1, got {max_polish!r}")
 
-    if not is_feasible(n, Cf):
-        alpha = np.full(n, 1.0 / n)
-        mu = 0.0
+    if not (is_feasible(n, Cf) if np.ndim(Cf) == 0 else Cf.sum() >= 1.0 - FEASIBILITY_SLACK):
+        alpha, mu = (np.full(n, 1.0 / n) if np.ndim(Cf) == 0 else Cf / Cf.sum()), 0.0
     else:
         diag = np.diag(Kc)
         if n == 1:  # the only feasible point; the polish reads off its set and mu
             alpha0 = np.ones(1)
-            state = np.array([2 if Cf <= 1.0 else 1], dtype=np.int8)
+            state = np.array([2 if _at(Cf, 0) <= 1.0 else 1], dtype=np.int8)
         else:
             alpha0, mu0 = _clarabel_solve(Kc / _g_scale(diag), Cf)
             state = _initial_state(Kc, diag, Cf, alpha0, mu0)
