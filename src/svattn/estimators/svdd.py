@@ -705,8 +705,18 @@ class SVDD(OutlierMixin, BaseEstimator):
         Each row's value is computed alone (no BLAS blocking over the batch), so a
         sample scores the same in any batch and ``predict`` of a subset is the
         subset of ``predict``: points on the boundary sit at rounding distance from
-        0, and a batch-dependent rounding would flip their side.
+        0, and a batch-dependent rounding would flip their side. A score within
+        ``1e-11 · (|score| + |offset_|)`` of ``offset_`` is returned as ``offset_``: the
+        sample is on the boundary (a margin support vector, ``f = 0`` in exact
+        arithmetic), its decision exactly 0 and inside, so no last bit of a sum decides
+        its side (nor whether a weight ``k`` and ``k`` copies of a row predict alike).
         """
+        scores = self._raw_scores(X)
+        offset = self._support_attributes().offset
+        scores[np.abs(scores - offset) <= 1e-11 * (np.abs(scores) + abs(offset))] = offset
+        return scores
+
+    def _raw_scores(self, X) -> np.ndarray:
         check_is_fitted(self)
         X = validate_data(self, X, dtype=np.float64, order="C", reset=False)
         attrs = self._support_attributes()
@@ -726,12 +736,15 @@ class SVDD(OutlierMixin, BaseEstimator):
 
     def decision_function(self, X) -> np.ndarray:
         """``score_samples(X) − offset_`` = ``f(x) / (2 C_)``, with the SVDD's
-        ``f(x) = R² − ‖φ(x) − a‖²``: positive inside (OneClassSVM's sign and scale)."""
+        ``f(x) = R² − ‖φ(x) − a‖²``: positive inside (OneClassSVM's sign and scale).
+
+        A sample on the boundary to rounding gets exactly 0 (:meth:`score_samples`)."""
         scores = self.score_samples(X)
         return scores - self._support_attributes().offset
 
     def predict(self, X) -> np.ndarray:
-        """+1 for inliers (``decision_function >= 0``), −1 for outliers."""
+        """+1 for inliers (``decision_function >= 0``: on the boundary counts as
+        inside), −1 for outliers."""
         return np.where(self.decision_function(X) >= 0, 1, -1)
 
     # ------------------------------------------------------- pickle, save
