@@ -193,13 +193,18 @@ class SVDD(OutlierMixin, BaseEstimator):
 
     Attributes
     ----------
-    memory_ : SVDDMemory
-        The exact solver state (its certificates and audit tools apply).
+    memory_ : SVDDMemory or WeightedMemory
+        The exact solver state (its certificates and audit tools apply); under unequal
+        sample weights a :class:`~svattn.estimators.weighted.WeightedMemory` (rows,
+        weights and the exact per-sample-box optimum, re-solved on each change).
     C_, gamma_ : float
         The box bound and bandwidth in use (fixed from ``fit`` on); the solver's box
         is ``min(C_, 1)`` (a larger one never binds).
     nu_ : float
-        ``1 / (C_ · n)`` for the n samples held now.
+        ``1 / (C_ · Σw)`` for the samples held now (``Σw = n`` without weights).
+    weights_ : ndarray of float, shape (n_samples_,)
+        The ``sample_weight`` of every row held (1 where none was given); row ``i``'s
+        box is ``weights_[i] · C_``.
     ids_ : ndarray, shape (n_samples_,)
         The id of every row held, in the order given (int64 when every id is an int,
         else object): ``ids=``, a DataFrame's index labels, or positions.
@@ -222,7 +227,9 @@ class SVDD(OutlierMixin, BaseEstimator):
         How the last ``fit`` / ``partial_fit`` solved its rows: ``"libsvm+exact"``
         (rbf, a block much larger than the model: libsvm's one-class SVM as a warm
         start, then an exact float64 active-set finish) or ``"incremental"`` (the
-        exact solver adding rows one by one). Both reach the same optimum.
+        exact solver adding rows one by one). Both reach the same optimum. Under unequal
+        sample weights: ``"warm"`` (from the previous partition), ``"libsvm+exact"``
+        or ``"reference"`` (:func:`svattn.exact.oracle.solve_svdd` with per-sample boxes).
     feature_names_in_ : ndarray of str
         Only when fitted on data with string column names (a DataFrame).
 
