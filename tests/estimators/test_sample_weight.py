@@ -215,6 +215,14 @@ def test_unequal_weights_refuse_audit_logs_and_subjects(tmp_path):
     with pytest.raises(ValueError, match="sample_weight.*audit_log"):
         model.partial_fit(X[:2], sample_weight=[1.0, 2.0])
     assert model.memory_.state_digest() == digest and isinstance(model.memory_, SVDDMemory)
+    key, _ = write_keypair(tmp_path / "controller")
+    subjects = ["p1"] * 5 + [None] * (len(X) - 5)
+    with pytest.raises(ValueError, match="sample_weight.*subjects"):
+        SVDD(nu=0.3, signing_key=str(key)).fit(X, sample_weight=w, subjects=subjects)
+    model = SVDD(nu=0.3, signing_key=str(key)).fit(X, subjects=subjects)
+    with pytest.raises(ValueError, match="sample_weight.*subjects"):
+        model.partial_fit(X[:2] + 1.0, sample_weight=[1.0, 2.0])
+    assert len(model.forget(subject="p1").ids) == 5  # still the core's, erasing a subject
 
 
 def test_weights_survive_save_load_and_pickle(tmp_path):

@@ -374,6 +374,7 @@ class SVDD(OutlierMixin, BaseEstimator):
         self.memory_, self.C_, self.gamma_ = memory, C, gamma
         self._ledger, self._signing_key, self._support = ledger, key, {}
         self._unit_weight = unit
+        self._tagged = tags is not None and any(t is not None for t in tags)
         self.fit_path_ = memory.ingest_path
         vars(self).pop("_detached", None)  # a fresh fit holds what its parameters give
         if old is not None:
@@ -444,7 +445,8 @@ class SVDD(OutlierMixin, BaseEstimator):
         weighted = isinstance(memory, WeightedMemory)
         if not weighted and uniform_weight(w) != self._unit():
             self._refuse_weighted(subjects)
-            if memory.solver_state.tags_by_id():
+            # subjects held (a loaded model: it may hold some when fitted under a key)
+            if vars(self).get("_tagged", memory.view.commit_key_id is not None):
                 self._refuse_weighted(subjects=True)
             weighted = True
         elif weighted:
@@ -468,6 +470,8 @@ class SVDD(OutlierMixin, BaseEstimator):
             ledger.drop(tokens)
             raise
         ledger.positional = positional
+        if tags is not None and any(t is not None for t in tags):
+            self._tagged = True
         if memory is not self.memory_:  # taken over by the weighted solver
             self.memory_, self._unit_weight, self._support = memory, None, {}
         self.fit_path_ = memory.ingest_path
