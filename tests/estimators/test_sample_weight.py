@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -259,3 +261,23 @@ def test_infeasible_weighted_boxes_warn_and_follow_the_copies():
     assert any("sum to" in str(c.message) for c in caught)
     copies = SVDD(C=0.01, gamma=0.5).fit(np.repeat(X, w.astype(int), axis=0))
     assert _gap(model, copies, probes) <= 1e-9
+
+
+def test_the_guides_figures_are_the_records():
+    """docs/usage.md's sample-weight figures are results/bench_sample_weight.json's."""
+    root = Path(__file__).resolve().parents[2]
+    text = " ".join((root / "docs" / "usage.md").read_text().split())
+    rows = json.loads((root / "results" / "bench_sample_weight.json").read_text())["rows"]
+    tight, low, high, copies = (float(x) for x in re.search(
+        r"within (\S+) of `OneClassSVM\(tol=1e-12, shrinking=False\)` fitted with the same "
+        r"`sample_weight` \((\S+) … (\S+) with its defaults\), within (\S+) of the fit",
+        text).groups())
+    assert max(r["decision_dev_tight"] for r in rows) <= tight
+    assert f"{min(r['decision_dev_default'] for r in rows):.1e}" == f"{low:.1e}"
+    assert f"{max(r['decision_dev_default'] for r in rows):.1e}" == f"{high:.1e}"
+    assert max(r["decision_dev_copies"] for r in rows) <= copies
+    fit = re.search(r"weighted fit took (\S+)–(\S+)× `OneClassSVM.fit`", text).groups()
+    assert fit == tuple(f"{f(r['ratio_fit'] for r in rows):.1f}" for f in (min, max))
+    forget = re.search(r"a forget of one row (\S+)× a fresh weighted fit", text).group(1)
+    assert all(f"{r['ratio_forget_vs_refit']:.2f}" == forget for r in rows)
+    assert all(r["decision_dev_forget_vs_refit"] == 0.0 for r in rows)

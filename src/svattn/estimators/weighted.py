@@ -164,12 +164,14 @@ def _finish(K: np.ndarray, box: np.ndarray, guess: np.ndarray, tol: float):
 
 
 def solve_weighted(X: np.ndarray, box: np.ndarray, kernel: str, gamma: float, tol: float,
-                   guess: np.ndarray | None = None) -> tuple[np.ndarray, str]:
-    """The exact optimum of the per-sample-box dual on the rows ``X`` (every ``box > 0``)
-    and how it was reached: ``"warm"`` (from ``guess``), ``"libsvm+exact"`` (rbf: libsvm's
-    one-class SVM with ``sample_weight`` as the start) or ``"reference"``
+                   guess: np.ndarray | None = None, K: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, str]:
+    """The exact optimum of the per-sample-box dual on the rows ``X`` (every ``box > 0``;
+    ``K`` their Gram matrix when computed already) and how it was reached: ``"warm"``
+    (from ``guess``), ``"libsvm+exact"`` (rbf: libsvm's one-class SVM with
+    ``sample_weight`` as the start) or ``"reference"``
     (:func:`svattn.exact.oracle.solve_svdd`)."""
-    K = gram_matrix(X, kernel, gamma)
+    K = gram_matrix(X, kernel, gamma) if K is None else K
     if box.sum() < 1.0 - FEASIBILITY_SLACK:  # infeasible: the oracle's convention
         return solve_svdd(K, box), "reference"
     if guess is not None:
@@ -290,10 +292,10 @@ class WeightedMemory:
         if on.any():
             box = weights[on] * self.unit_C
             warm = guess[on] if guess[on].sum() > 0 else None
-            a, path = solve_weighted(keys[on], box, self.kernel, self.gamma_value, self.tol,
-                                     warm)
-            alpha[on] = a
             K = gram_matrix(keys[on], self.kernel, self.gamma_value)
+            a, path = solve_weighted(keys[on], box, self.kernel, self.gamma_value, self.tol,
+                                     warm, K)
+            alpha[on] = a
             g = 2.0 * K @ a - np.diag(K)
             mu = _mu_interval(g, a, box) if box.sum() >= 1 - FEASIBILITY_SLACK else (0.0, 0.0)
         self.tokens, self.keys, self.weights = tokens, keys, weights
