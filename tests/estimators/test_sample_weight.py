@@ -16,6 +16,7 @@ import pytest
 from sklearn.svm import OneClassSVM
 
 from svattn import SVDD
+from svattn.cli import main as cli_main
 from svattn.estimators import ForgetReceipt, verify_forget_receipt
 from svattn.estimators.weighted import WeightedMemory, weight_digest
 from svattn.exact import SVDDMemory
@@ -171,6 +172,11 @@ def test_partial_fit_and_forget_under_weights_equal_a_fresh_weighted_fit(params,
     assert any(r.startswith("weights") for r in verify_forget_receipt(model, other).reasons)
     with pytest.raises(ValueError, match="not held"):
         model.forget(ids=[gone[-1]])
+    # saved right after the forget: the command line verifies the receipt (exit 0)
+    model.save(tmp_path / "model")
+    (tmp_path / "receipt.json").write_text(receipt.to_json())
+    assert cli_main(["verify-forget-receipt", str(tmp_path / "model"),
+                     str(tmp_path / "receipt.json"), "--public-key", str(pub)]) == 0
 
 
 def test_uniform_weight_receipts_declare_the_weight():
@@ -281,3 +287,12 @@ def test_the_guides_figures_are_the_records():
     forget = re.search(r"a forget of one row (\S+)× a fresh weighted fit", text).group(1)
     assert all(f"{r['ratio_forget_vs_refit']:.2f}" == forget for r in rows)
     assert all(r["decision_dev_forget_vs_refit"] == 0.0 for r in rows)
+
+
+def test_a_model_left_with_zero_weights_only_says_so():
+    X, _, probes = _data(n=6, seed=9)
+    model = SVDD(nu=0.5, gamma=0.5).fit(X, sample_weight=[1, 2, 0, 0, 0, 0])
+    with pytest.warns(UserWarning, match="no row held carries a non-zero sample_weight"):
+        model.forget(ids=[0, 1])
+    assert model.n_samples_ == 4 and len(model.support_) == 0
+    assert np.all(model.predict(probes) == -1)

@@ -399,6 +399,10 @@ class SVDD(OutlierMixin, BaseEstimator):
         memory = self.memory_
         if not isinstance(memory, WeightedMemory):
             warn_if_uniform(self.C_ * self._unit(), len(memory), after, stacklevel=4)
+        elif len(memory) and not memory.boxes().sum():
+            warnings.warn(f"SVDD after {after}: no row held carries a non-zero sample_weight: "
+                          "the model has no support (every sample an outlier) until one "
+                          "does", InfeasibleBoxWarning, stacklevel=4)
         elif 0 < memory.boxes().sum() < 1.0 - 1e-12:
             warnings.warn(
                 f"SVDD after {after}: the boxes C_i = w_i·C_ of the rows held sum to "
