@@ -251,6 +251,11 @@ def test_weights_survive_save_load_and_pickle(tmp_path):
         keep = np.setdiff1d(np.arange(len(X)), [1])
         refit = SVDD(**receipt.refit_with).fit(X[keep], sample_weight=weights[keep])
         assert _gap(loaded, refit, probes) <= 1e-9
+    memory = SVDD(nu=0.25).fit(X, sample_weight=w).memory_
+    state = memory.__getstate__()
+    state["weights"] = state["weights"] * 2.0  # the arrays no longer match their digest
+    with pytest.raises(ValueError, match="digest"):
+        WeightedMemory.__new__(WeightedMemory).__setstate__(state)
     state = tmp_path / "weighted" / "memory.safetensors"
     data = bytearray(state.read_bytes())
     data[-9] ^= 1  # one flipped bit in the arrays

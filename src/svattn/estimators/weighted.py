@@ -224,6 +224,20 @@ class WeightedMemory:
         self.next_id = 0
         self.ingest_path = "reference"
 
+    def __getstate__(self) -> dict:
+        return {**vars(self), "digest": self.state_digest()}
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickle, refusing arrays whose digest is not the one pickled or whose alpha
+        is not the optimum of its rows and weights (as the core's pickles are checked)."""
+        state = dict(state)
+        digest = state.pop("digest", None)
+        vars(self).update(state)
+        if digest != self.state_digest():
+            raise ValueError("pickled WeightedMemory: its arrays do not match their digest")
+        if self.kkt_residual() > max(1e-8, 10 * self.tol):
+            raise ValueError("pickled WeightedMemory: alpha is not the optimum of its rows")
+
     # ------------------------------------------------------- the core's interface
     view = property(lambda self: self, doc="Itself (the core's ``view`` reads).")
     ids = property(lambda self: [int(t) for t in self.tokens], doc="Tokens held, in order.")
