@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall
+from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall, train_recall_resumable
 
 __all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval",
            "parse_only", "restore", "run_grid", "select", "summarize"]
@@ -215,7 +215,7 @@ def parse_only(text: str | None) -> dict[str, set[str]]:
     if not text:
         return {}
     out: dict[str, set[str]] = {}
-    known = set(RecallRun.__dataclass_fields__)
+    known = set(RecallRun.__dataclass_fields__) | {"C"}  # C: the hybrid's box
     for part in text.split(","):
         if "=" not in part:
             raise ValueError(f"--only: expected FIELD=VALUE[|VALUE...], got {part!r}")
@@ -234,9 +234,11 @@ def select(runs: Iterable[RecallRun], only: dict[str, set[str]] | None) -> list[
     >>> g = GRIDS["slice"]
     >>> len(select(g.runs(), parse_only("mixer=sliding,lr=0.003")))
     3
+    >>> [r.run_id for r in select(GRIDS["selection"].runs(), parse_only("C=0.125,seed=1"))]
+    ['selective-copy-T128-hybrid_sv-C0.125-d64-lr0.003-s1']
     """
     def ok(run: RecallRun) -> bool:
-        d = run.to_dict()
+        d = {**run.to_dict(), "C": float(run.hybrid_options()["C"])}
         return all((f"{d[k]:g}" if isinstance(d[k], float) else str(d[k])) in v
                    for k, v in (only or {}).items())
 
@@ -251,6 +253,7 @@ def run_grid(
     limit: int | None = None,
     command: str | None = None,
     log: Callable[[str], None] | None = None,
+    ckpt_every: int | None = None,
 ) -> list[Path]:
     """Train the grid's unfinished cells; one ``OUT/<id>.json`` per finished cell.
 
@@ -267,6 +270,10 @@ def run_grid(
         Recorded in each cell file.
     log : callable, optional
         Progress lines.
+    ckpt_every : int, optional
+        Train each cell resumably (:func:`~svattn.lm.recall.train_recall_resumable`):
+        a checkpoint in ``OUT/<id>/`` every ``ckpt_every`` steps, from which an
+        interrupted cell continues on the next call (the same batches and steps).
 
     Returns
     -------
@@ -287,7 +294,11 @@ def run_grid(
             log(f"[recall] {run.run_id} ...")
         start = time.perf_counter()
         weights = out / f"{run.run_id}.safetensors" if grid.save_models else None
-        rec = train_recall(run, log=log, model_path=weights)  # progress every 5 % of steps
+        if ckpt_every is None:  # progress every 5 % of steps
+            rec = train_recall(run, log=log, model_path=weights)
+        else:
+            rec = train_recall_resumable(run, out / run.run_id, ckpt_every=ckpt_every,
+                                         log=log, model_path=weights)
         rec.update(grid=grid.name, command=command, wall_seconds=time.perf_counter() - start,
                    machine=platform.machine(), threads=_threads())
         if weights is not None:
