@@ -18,7 +18,12 @@ cell and seed:
 * the training forward against the exact float64 forward of the retrained models
   (``--new-agreement``: a ``benchmarks/train_vs_exact.py`` record).
 
-Cells in one grid only are listed under ``only_old`` / ``only_new``.
+Cells in one grid only are listed under ``only_old`` / ``only_new``. ``--progress DIR``
+(the retrained grid's runs folder, ``svattn recall run --ckpt-every``) adds the cells
+still training: from each ``DIR/<id>/log.jsonl``, the training loss at every checkpoint
+step beside the old grid's recorded loss at the same step (the same initialisation and
+batches: only the finish differs; each loss is one batch's), and the test accuracy at
+the checkpoints (the old grid recorded its test accuracy at the end only).
 
     python benchmarks/recall_grid_compare.py \\
         --old results/recall_selection.json --new results/recall_selection_optimum.json \\
@@ -26,6 +31,9 @@ Cells in one grid only are listed under ``only_old`` / ``only_new``.
         --new-exact results/selection_on_optimum_retrained.json \\
         --new-agreement results/train_vs_exact_retrained.json \\
         --json results/recall_selection_optimum_vs_approximate.json
+    python benchmarks/recall_grid_compare.py --old results/recall_selection.json \\
+        --progress runs/recall-selection-optimum \\
+        --json results/recall_selection_optimum_progress.json   # cells still training
 """
 
 from __future__ import annotations
@@ -37,7 +45,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_records import portable_path, write_record  # noqa: E402
+from bench_records import add_conditions, portable_path, write_record  # noqa: E402
 from svattn.lm.recall import RecallRun, build_task  # noqa: E402
 from svattn.lm.recall_grid import cell_measures, mean_interval  # noqa: E402
 from svattn.tasks import IGNORE  # noqa: E402
@@ -159,18 +167,55 @@ def compare(old: dict, new: dict, old_exact: dict, new_exact: dict, agree: dict)
             "only_new": sorted(set(news) - set(olds))}
 
 
+def progress(old: dict, folder: Path, finished: set[str]) -> list[dict]:
+    """The cells of ``folder`` still training (no finished record in ``finished``):
+    loss per checkpoint step beside the old grid's at the same step, test accuracy."""
+    olds = {r["id"]: r for r in old["records"]}
+    out = []
+    for log in sorted(folder.glob("*/log.jsonl")):
+        rid = log.parent.name
+        if rid in finished:
+            continue
+        steps = {}
+        for line in log.read_text().splitlines():
+            row = json.loads(line)
+            steps[row["step"]] = row
+        was = dict(map(tuple, olds[rid]["loss_curve"])) if rid in olds else {}
+        rows = [{"step": k, "loss": steps[k]["loss"], "old_loss": was.get(k),
+                 "test_accuracy": steps[k]["accuracy"],
+                 "train_seconds": steps[k]["train_seconds"]} for k in sorted(steps)]
+        out.append({"id": rid, "steps_done": max(steps) if steps else 0,
+                    "old_accuracy": olds[rid]["accuracy"] if rid in olds else None,
+                    "curve": rows})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--old", type=Path, required=True)
-    parser.add_argument("--new", type=Path, required=True)
+    parser.add_argument("--new", type=Path, default=None,
+                        help="the retrained grid's collected results (absent: none finished)")
+    parser.add_argument("--progress", type=Path, default=None, metavar="DIR",
+                        help="the retrained grid's runs folder: cells still training")
     parser.add_argument("--old-exact", type=Path, default=None)
     parser.add_argument("--new-exact", type=Path, default=None)
     parser.add_argument("--new-agreement", type=Path, default=None)
     parser.add_argument("--json", type=Path, default=None)
+    add_conditions(parser)
     args = parser.parse_args(argv)
-    old, new = json.loads(args.old.read_text()), json.loads(args.new.read_text())
+    if args.new is None and args.progress is None:
+        parser.error("give --new, --progress or both")
+    old = json.loads(args.old.read_text())
+    new = json.loads(args.new.read_text()) if args.new else {"records": []}
     body = compare(old, new, exact_selection(args.old_exact), exact_selection(args.new_exact),
                    agreement(args.new_agreement))
+    if args.progress is not None:
+        if not args.progress.is_dir():
+            parser.error(f"--progress: no such folder: {args.progress}")
+        body["in_progress"] = progress(old, args.progress, {r["id"] for r in new["records"]})
+        for cell in body["in_progress"]:
+            print(cell["id"], [(r["step"], round(r["loss"], 3), r["old_loss"] and
+                                round(r["old_loss"], 3)) for r in cell["curve"]], flush=True)
     for box in body["boxes"]:
         print(f"{box['mixer']} C={box['C']}: seeds {box['seeds']}: new {_fmt(box['new'])}, "
               f"old (same seeds) {_fmt(box['old_same_seeds'])}, paired new − old "
@@ -178,12 +223,15 @@ def main(argv: list[str] | None = None) -> int:
         for r in box["rows"]:
             print(f"  s{r['seed']}: new {r['new']['accuracy']:.4f} old "
                   f"{r.get('old', {}).get('accuracy', float('nan')):.4f}", flush=True)
-    body = {"old": portable_path(args.old), "new": portable_path(args.new),
+    body = {"old": portable_path(args.old),
+            "new": portable_path(args.new) if args.new else None,
+            "progress": portable_path(args.progress) if args.progress else None,
             "old_exact": portable_path(args.old_exact) if args.old_exact else None,
             "new_exact": portable_path(args.new_exact) if args.new_exact else None,
             "new_agreement": (portable_path(args.new_agreement) if args.new_agreement
                               else None),
-            "old_command": old.get("command"), "new_command": new.get("command"), **body}
+            "old_command": old.get("command"), "new_command": new.get("command"),
+            "conditions": args.conditions, **body}
     if args.json:
         write_record(args.json, __file__, argv, body)
     return 0
