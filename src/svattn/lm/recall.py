@@ -140,7 +140,7 @@ class RecallRun:
         if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"RecallRun.lr must be a finite number > 0, got {self.lr!r}")
         unknown = set(self.hybrid) - set(RECALL_HYBRID) - {"lookback", "gate_init", "kernel",
-                                                           "gamma"}
+                                                           "gamma", "finish"}
         if unknown:
             raise ValueError(f"RecallRun.hybrid has unknown keys {sorted(unknown)}")
 

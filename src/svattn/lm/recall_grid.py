@@ -194,6 +194,14 @@ GRIDS: dict[str, RecallGrid] = {
              "with the hybrid's C in {1/4, 1/8, 1/16} (C forces at least 1/C tokens to "
              "carry weight), and the matched window once (its state counts tokens, not the "
              "box); each cell's weights kept for the compaction study"),
+    "selection-approximate": RecallGrid(
+        "selection-approximate", tasks=("selective-copy",), lengths=(128,),
+        mixers=("hybrid_sv",), lrs=(3e-3,), seeds=(0, 1, 2), Cs=(1.0 / 4, 1.0 / 8, 1.0 / 16),
+        base=dict(LONG_BASE, hybrid={**SMALL_HYBRID, "finish": "approximate"}), per_task=_SC,
+        save_models=True,
+        note="control of the selection grid retrained with the optimum finish: its hybrid "
+             "cells with the paper's approximate finish on the current code (the selection "
+             "grid's models trained with it on an earlier version); its own runs folder"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
