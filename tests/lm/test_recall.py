@@ -348,3 +348,18 @@ def test_resumable_cells_train_the_same_model_and_resume(tmp_path: Path):
         assert torch.equal(pa, pb), name
     assert [s for s, _ in b["loss_curve"]] == [2, 4]
     assert run_grid(grid, tmp_path / "ck", ckpt_every=2) == []  # finished: skipped
+
+
+def test_the_control_grid_trains_with_the_approximate_finish_the_retrained_with_the_optimum():
+    from svattn.lm.model import CharLM
+
+    def finish(grid: str) -> set[str]:
+        (run,) = [r for r in GRIDS[grid].runs() if r.seed == 0 and r.hybrid_options()["C"]
+                  == 0.125 and r.mixer == "hybrid_sv"]
+        model = CharLM(model_config(run, 10))
+        return {m.solver.finish for m in model.modules() if hasattr(m, "solver")}
+
+    assert finish("selection-approximate") == {"approximate"}
+    assert finish("selection") == {"optimum"}  # the library default
+    with pytest.raises(ValueError, match="unknown keys"):
+        RecallRun(hybrid={"finnish": "optimum"})
