@@ -32,7 +32,7 @@ the checkpoints (the old grid recorded its test accuracy at the end only).
         --new-agreement results/train_vs_exact_retrained.json \\
         --json results/recall_selection_optimum_vs_approximate.json
     python benchmarks/recall_grid_compare.py --old results/recall_selection.json \\
-        --progress runs/recall-selection-optimum \\
+        --progress runs/recall-selection-optimum runs/recall-selection-approximate \\
         --json results/recall_selection_optimum_progress.json   # cells still training
 """
 
@@ -46,8 +46,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_records import add_conditions, portable_path, write_record  # noqa: E402
+from svattn.lm.checkpoint import read_checkpoint  # noqa: E402
 from svattn.lm.recall import RecallRun, build_task  # noqa: E402
 from svattn.lm.recall_grid import cell_measures, mean_interval  # noqa: E402
+from svattn.nn import SolverOptions  # noqa: E402
 from svattn.tasks import IGNORE  # noqa: E402
 
 SELECTION = ("support_per_head", "distinct_support_per_head", "data_mass", "data_share")
@@ -169,7 +171,8 @@ def compare(old: dict, new: dict, old_exact: dict, new_exact: dict, agree: dict)
 
 def progress(old: dict, folder: Path, finished: set[str]) -> list[dict]:
     """The cells of ``folder`` still training (no finished record in ``finished``):
-    loss per checkpoint step beside the old grid's at the same step, test accuracy."""
+    loss per checkpoint step beside the old grid's at the same step, test accuracy, and
+    the finish the cell trains with (its checkpoint's run)."""
     olds = {r["id"]: r for r in old["records"]}
     out = []
     for log in sorted(folder.glob("*/log.jsonl")):
@@ -184,7 +187,10 @@ def progress(old: dict, folder: Path, finished: set[str]) -> list[dict]:
         rows = [{"step": k, "loss": steps[k]["loss"], "old_loss": was.get(k),
                  "test_accuracy": steps[k]["accuracy"],
                  "train_seconds": steps[k]["train_seconds"]} for k in sorted(steps)]
-        out.append({"id": rid, "steps_done": max(steps) if steps else 0,
+        run = read_checkpoint(log.parent / "ckpt.pt")["run"]
+        out.append({"id": rid, "folder": portable_path(folder),
+                    "finish": run["hybrid"].get("finish", SolverOptions().finish),
+                    "steps_done": max(steps) if steps else 0,
                     "old_accuracy": olds[rid]["accuracy"] if rid in olds else None,
                     "curve": rows})
     return out
@@ -195,8 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--old", type=Path, required=True)
     parser.add_argument("--new", type=Path, default=None,
                         help="the retrained grid's collected results (absent: none finished)")
-    parser.add_argument("--progress", type=Path, default=None, metavar="DIR",
-                        help="the retrained grid's runs folder: cells still training")
+    parser.add_argument("--progress", type=Path, nargs="+", default=None, metavar="DIR",
+                        help="runs folders of cells still training (the retrained grid's, "
+                        "a control's)")
     parser.add_argument("--old-exact", type=Path, default=None)
     parser.add_argument("--new-exact", type=Path, default=None)
     parser.add_argument("--new-agreement", type=Path, default=None)
@@ -210,9 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     body = compare(old, new, exact_selection(args.old_exact), exact_selection(args.new_exact),
                    agreement(args.new_agreement))
     if args.progress is not None:
-        if not args.progress.is_dir():
-            parser.error(f"--progress: no such folder: {args.progress}")
-        body["in_progress"] = progress(old, args.progress, {r["id"] for r in new["records"]})
+        body["in_progress"] = []
+        for folder in args.progress:
+            if not folder.is_dir():
+                parser.error(f"--progress: no such folder: {folder}")
+            body["in_progress"] += progress(old, folder, {r["id"] for r in new["records"]}
+                                            if folder == args.progress[0] else set())
         for cell in body["in_progress"]:
             print(cell["id"], [(r["step"], round(r["loss"], 3), r["old_loss"] and
                                 round(r["old_loss"], 3)) for r in cell["curve"]], flush=True)
@@ -225,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{r.get('old', {}).get('accuracy', float('nan')):.4f}", flush=True)
     body = {"old": portable_path(args.old),
             "new": portable_path(args.new) if args.new else None,
-            "progress": portable_path(args.progress) if args.progress else None,
+            "progress": [portable_path(f) for f in args.progress] if args.progress else None,
             "old_exact": portable_path(args.old_exact) if args.old_exact else None,
             "new_exact": portable_path(args.new_exact) if args.new_exact else None,
             "new_agreement": (portable_path(args.new_agreement) if args.new_agreement

@@ -43,3 +43,26 @@ def test_wilson_is_refused_without_trials_and_stays_in_the_unit_interval():
         cmp.wilson(0, 0)
     assert cmp.wilson(0, 10)[0] == pytest.approx(0.0, abs=1e-12)
     assert cmp.wilson(10, 10)[1] == pytest.approx(1.0)
+
+
+def test_cells_still_training_are_read_beside_the_old_curve(tmp_path):
+    import json
+
+    import torch
+
+    old_rec = {**_record(0, 0.9), "loss_curve": [[200, 1.6], [400, 1.1]]}
+    for name, hybrid in (("new", {}), ("control", {"finish": "approximate"})):
+        cell = tmp_path / name / old_rec["id"]
+        cell.mkdir(parents=True)
+        torch.save({"run": {"hybrid": hybrid}}, cell / "ckpt.pt")
+        (cell / "log.jsonl").write_text("".join(json.dumps(
+            {"step": s, "loss": loss, "accuracy": 0.3, "train_seconds": s}) + "\n"
+            for s, loss in ((200, 1.5), (400, 1.4), (400, 1.45))))  # 400 again: resumed
+    got = cmp.progress({"records": [old_rec]}, tmp_path / "new", set())
+    (cell,) = got
+    assert cell["finish"] == "optimum" and cell["steps_done"] == 400
+    assert [(r["step"], r["loss"], r["old_loss"]) for r in cell["curve"]] == [
+        (200, 1.5, 1.6), (400, 1.45, 1.1)]
+    assert cmp.progress({"records": [old_rec]}, tmp_path / "control", set())[0][
+        "finish"] == "approximate"
+    assert cmp.progress({"records": [old_rec]}, tmp_path / "new", {old_rec["id"]}) == []
