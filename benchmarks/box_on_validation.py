@@ -9,9 +9,11 @@ before it (C = 1/16, the grid's base) gave less. Here each kept model is scored 
 run's train and test draws; rows also present in the run's train or test split are
 counted) and on its test split, both under two forwards:
 
-* ``as_trained``: the grid's own forward, float32, the batched solver with the paper's
-  finish as the grid trained it (``finish="approximate"``, refine 0, no ridge steps,
-  the model's ``max_iter``): it gives the recorded test accuracies;
+* ``as_trained``: the grid's own forward, float32, the batched solver with the finish
+  the grid trained with (``--trained-finish``): the paper's (``approximate``, refine
+  0, no ridge steps, the model's ``max_iter``; the selection grid of 2026-12-02) or
+  the optimum (a grid retrained with the default finish, where the two forwards are
+  the same); it gives the recorded test accuracies;
 * ``optimum``: float32, the batched solver's verified-optimum finish
   (``SolverOptions(max_iter=...)``), the certified function to ~1e-4 in the logits
   (``results/train_vs_exact.json``).
@@ -20,7 +22,9 @@ For each forward the box is chosen on validation (:func:`choose_box`: per seed, 
 that seed's three models, and overall, by mean over seeds) and its test accuracy is
 reported beside the fixed box (``--fixed``, default 1/16) and the best box on test.
 The verdict names the condition under which the chosen box wins (C = 1/n_data, the
-task's number of data tokens).
+task's number of data tokens). Only boxes with a model for every seed present are
+compared (a grid retrained in part: the others are listed under ``incomplete_boxes``
+with their rows); a fixed box that is not among them is reported as missing.
 
     python benchmarks/box_on_validation.py \\
         --models results/recall_selection_models/*hybrid_sv*.safetensors \\
@@ -53,15 +57,17 @@ from svattn.nn import SolverOptions  # noqa: E402
 FORWARDS = ("as_trained", "optimum")
 
 
-def with_forward(model, name: str):
-    """A float32 copy of ``model`` whose hybrid layers run the ``name`` forward."""
+def with_forward(model, name: str, trained_finish: str = "approximate"):
+    """A float32 copy of ``model`` whose hybrid layers run the ``name`` forward
+    (``as_trained``: the ``trained_finish`` the grid trained with)."""
     twin = copy.deepcopy(model).to(torch.float32).eval()
     for mod in twin.modules():
         if isinstance(mod, HybridSVAttention):
             mod.mode = "batched"
             it = mod.solver.max_iter
             mod.solver = (SolverOptions(finish="approximate", refine=0, ridge_steps=0,
-                                        max_iter=it) if name == "as_trained"
+                                        max_iter=it)
+                          if name == "as_trained" and trained_finish == "approximate"
                           else SolverOptions(max_iter=it))
     return twin
 
@@ -82,10 +88,13 @@ def verdict(forward: dict, fixed: float, n_data: int) -> str:
     chosen, best = forward["chosen_overall"], forward["best_on_test"]
     cond = ("C = 1/n_data" if abs(chosen["C"] - 1 / n_data) < 1e-12 else
             f"C = {fraction(chosen['C'])}, not 1/n_data = 1/{n_data}")
-    return (f"validation chose C = {fraction(chosen['C'])} ({cond}, n_data = {n_data} data "
-            f"tokens): test {chosen['test']['mean']:.3f} against the fixed box "
-            f"C = {fraction(fixed)}'s {forward['fixed']['test']['mean']:.3f} and the best box "
-            f"on test, C = {fraction(best['C'])}, {best['test']['mean']:.3f}"
+    against = (f"the fixed box C = {fraction(fixed)}'s {forward['fixed']['test']['mean']:.3f}"
+               if forward["fixed"] is not None else
+               f"the fixed box C = {fraction(fixed)}: not among the compared boxes")
+    only = " (the only box compared)" if len(forward["by_box"]) == 1 else ""
+    return (f"validation chose C = {fraction(chosen['C'])}{only} ({cond}, n_data = {n_data} "
+            f"data tokens): test {chosen['test']['mean']:.3f} against {against}, and the "
+            f"best box on test, C = {fraction(best['C'])}, {best['test']['mean']:.3f}"
             + (" (the same box)" if best["C"] == chosen["C"] else ""))
 
 
@@ -94,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", type=Path, nargs="+", required=True)
     parser.add_argument("--fixed", type=float, default=1 / 16,
                         help="the box set before training (default 1/16, the grid's base)")
+    parser.add_argument("--trained-finish", choices=("approximate", "optimum"),
+                        default="approximate",
+                        help="the finish the models trained with (the as_trained forward)")
+    parser.add_argument("--note", default=None, help="what is not done, as recorded")
     parser.add_argument("--json", type=Path, default=None)
     add_conditions(parser)
     args = parser.parse_args(argv)
@@ -117,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
                "validation_rows_in_train_or_test": overlap(vx, data.train_inputs,
                                                            data.test_inputs)}
         for name in FORWARDS:
-            twin = with_forward(model, name)
+            twin = with_forward(model, name, args.trained_finish)
             t0 = time.perf_counter()
             row[name] = {"validation": query_accuracy(twin, vx, vy),
                          "test": query_accuracy(twin, data.test_inputs, data.test_targets),
@@ -125,11 +138,14 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print({k: row[k] for k in ("run", "validation_rows_in_train_or_test", *FORWARDS)},
               flush=True)
-    boxes = sorted({r["C"] for r in rows}, reverse=True)
-    if args.fixed not in boxes:
-        parser.error(f"--fixed {args.fixed} is not among the models' boxes {boxes}")
     seeds = sorted({r["seed"] for r in rows})
     cell = {(r["C"], r["seed"]): r for r in rows}
+    every = sorted({r["C"] for r in rows}, reverse=True)
+    boxes = [C for C in every if all((C, s) in cell for s in seeds)]
+    incomplete = {C: sorted(s for s in seeds if (C, s) in cell)
+                  for C in every if C not in boxes}
+    if not boxes:
+        parser.error(f"no box has a model for every seed {seeds}: {incomplete}")
     forwards = {}
     for name in FORWARDS:
         val = {C: {s: cell[C, s][name]["validation"] for s in seeds} for C in boxes}
@@ -148,18 +164,18 @@ def main(argv: list[str] | None = None) -> int:
             "chosen_per_seed": per_seed,
             "chosen_per_seed_test": mean_interval([v["test"] for v in per_seed.values()]),
             "chosen_overall": box_row(pick["overall"]),
-            "fixed": box_row(args.fixed),
+            "fixed": box_row(args.fixed) if args.fixed in boxes else None,
             "best_on_test": box_row(best_test),
             "ties": pick["ties"]}
         forwards[name]["verdict"] = verdict(forwards[name], args.fixed, n_data)
         print(name, forwards[name]["verdict"], flush=True)
     body = {"threads": 1, "conditions": args.conditions, "fixed": args.fixed,
-            "n_data": n_data, "validation_seed_offset": VALIDATION_SEED_OFFSET,
-            "forwards": forwards, "rows": rows,
-            "not_done": ("the selective-copy and MQAR grids retrained with the optimum finish "
-                         "(each selection cell takes 25–90 min on this machine) and the box "
-                         "chosen on validation for them: these models trained with the "
-                         "paper's approximate finish")}
+            "trained_finish": args.trained_finish, "n_data": n_data,
+            "validation_seed_offset": VALIDATION_SEED_OFFSET, "boxes_compared": boxes,
+            "incomplete_boxes": {f"{C:g}": s for C, s in incomplete.items()},
+            "forwards": forwards, "rows": rows}
+    if args.note:
+        body["not_done"] = args.note
     if args.json:
         write_record(args.json, __file__, argv, body)
     return 0

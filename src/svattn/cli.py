@@ -1158,7 +1158,8 @@ def _collect_run(args: argparse.Namespace) -> int:
 #: The names of svattn.lm.recall_grid.GRIDS, here so that --help imports no torch
 #: (tests/lm/test_recall.py holds the two equal).
 RECALL_GRIDS = ("quick", "slice", "slice-128", "slice-128-lr3e-3", "slice-copy", "long-64",
-                "long-64-full", "long-128", "long-copy", "selection", "full")
+                "long-64-full", "long-128", "long-copy", "selection", "selection-approximate",
+                "full")
 RECALL_RESULTS = "results/recall.json"
 
 
@@ -1171,11 +1172,15 @@ def _recall_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--out", type=Path, default=Path("runs/recall"), metavar="DIR",
                      help="folder of the cell files (default runs/recall)")
     run.add_argument("--only", default=None, metavar="FIELD=V[|V..],...",
-                     help="cells whose fields match, e.g. task=mqar,seq_len=64|128")
+                     help="cells whose fields match, e.g. task=mqar,seq_len=64|128 (C: the "
+                     "hybrid's box)")
     run.add_argument("--limit", type=_positive_int, default=None, metavar="N",
                      help="train at most N cells now (a resumable piece)")
     run.add_argument("--threads", type=_positive_int, default=1,
                      help="torch CPU threads (default 1)")
+    run.add_argument("--ckpt-every", type=_positive_int, default=None, metavar="N",
+                     help="train each cell resumably: a checkpoint in DIR/<cell id>/ every N "
+                     "steps, from which an interrupted cell continues on the next call")
     col = sub.add_parser("collect", help="write the results file from the finished cells")
     col.add_argument("--runs", type=Path, nargs="+", default=[Path("runs/recall")],
                      metavar="DIR", help="one or more folders of finished cells (default: "
@@ -1249,7 +1254,8 @@ def _recall_run(args: argparse.Namespace) -> int:
     grid, only = GRIDS[args.grid], parse_only(args.only)
     if args.recall_command == "run":
         written = run_grid(grid, args.out, only=only, limit=args.limit, command=command,
-                           log=lambda line: print(line, flush=True))
+                           log=lambda line: print(line, flush=True),
+                           ckpt_every=args.ckpt_every)
         print(f"{len(written)} cells written to {args.out}")
         return 0
     seen, rows = set(), []

@@ -319,3 +319,47 @@ def test_box_axis_and_kept_weights(tmp_path: Path):
     assert row["memories"] and all(m["readout_change"] == 0.0 for m in row["memories"])
     for m in row["memories"]:  # compaction drops the reserve tokens, nothing else
         assert m["compacted"] == m["reserve"] == m["held"] - m["margin"] - m["error"]
+
+
+@pytest.mark.slow  # ~10-20 s: two trainings and two exact memory inspections
+def test_resumable_cells_train_the_same_model_and_resume(tmp_path: Path):
+    from svattn.lm.recall import train_checkpointed
+
+    grid = RecallGrid("quick", tasks=("selective-copy",), lengths=(32,), mixers=("hybrid_sv",),
+                      d_models=(16,), seeds=(0,), Cs=(1.0 / 8,), save_models=True,
+                      base={**{k: v for k, v in _tiny(steps=4).to_dict().items()
+                               if k not in ("task", "seq_len", "mixer", "d_model", "lr",
+                                            "seed", "task_options")},
+                            "rope": True, "task_options": {"num_data": 4, "num_symbols": 4}})
+    (run,) = grid.runs()
+    (plain,) = run_grid(grid, tmp_path / "plain")
+    # a resumable cell interrupted after 2 of its 4 steps, then run again: it resumes
+    train_checkpointed(run, tmp_path / "ck" / run.run_id, ckpt_every=2, stop_after=2)
+    (resumed,) = run_grid(grid, tmp_path / "ck", ckpt_every=2, command="resumable")
+    a, b = json.loads(plain.read_text()), json.loads(resumed.read_text())
+    assert b["resumed_from_step"] == 2 and b["step_seconds_kind"] == "mean"
+    assert b["command"] == "resumable" and b["solver"] == a["solver"]
+    assert "finish='optimum'" in b["solver"]
+    assert b["accuracy"] == a["accuracy"] and b["memory"] == a["memory"]
+    assert b["final_loss"] == pytest.approx(a["final_loss"], rel=1e-5)
+    ma, _ = load_cell_model(tmp_path / "plain" / a["model_file"])
+    mb, _ = load_cell_model(tmp_path / "ck" / b["model_file"])
+    for (name, pa), pb in zip(ma.state_dict().items(), mb.state_dict().values(), strict=True):
+        assert torch.equal(pa, pb), name
+    assert [s for s, _ in b["loss_curve"]] == [2, 4]
+    assert run_grid(grid, tmp_path / "ck", ckpt_every=2) == []  # finished: skipped
+
+
+def test_the_control_grid_trains_with_the_approximate_finish_the_retrained_with_the_optimum():
+    from svattn.lm.model import CharLM
+
+    def finish(grid: str) -> set[str]:
+        (run,) = [r for r in GRIDS[grid].runs() if r.seed == 0 and r.hybrid_options()["C"]
+                  == 0.125 and r.mixer == "hybrid_sv"]
+        model = CharLM(model_config(run, 10))
+        return {m.solver.finish for m in model.modules() if hasattr(m, "solver")}
+
+    assert finish("selection-approximate") == {"approximate"}
+    assert finish("selection") == {"optimum"}  # the library default
+    with pytest.raises(ValueError, match="unknown keys"):
+        RecallRun(hybrid={"finnish": "optimum"})

@@ -64,6 +64,7 @@ __all__ = [
     "step_seconds",
     "train_checkpointed",
     "train_recall",
+    "train_recall_resumable",
 ]
 
 #: The hybrid's memory in the recall runs: chunks of 32, C = 1/16 (>= 16 tokens carry
@@ -139,7 +140,7 @@ class RecallRun:
         if not (isinstance(self.lr, int | float) and math.isfinite(self.lr) and self.lr > 0):
             raise ValueError(f"RecallRun.lr must be a finite number > 0, got {self.lr!r}")
         unknown = set(self.hybrid) - set(RECALL_HYBRID) - {"lookback", "gate_init", "kernel",
-                                                           "gamma"}
+                                                           "gamma", "finish"}
         if unknown:
             raise ValueError(f"RecallRun.hybrid has unknown keys {sorted(unknown)}")
 
@@ -440,7 +441,6 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None,
     data = task.build(run.seed) if data is None else data
     mcfg = model_config(run, data.vocab_size)
     model, opt, sched, batches = _training_setup(run, mcfg, data)
-    n = len(data.train_inputs)
     curve, times = [], []
     every = max(1, run.steps // 20)
     loss_val = float("nan")
@@ -453,13 +453,24 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None,
             curve.append([step, loss_val])
             if log is not None:
                 log(f"{run.run_id}: step {step}/{run.steps} loss {loss_val:.3f}")
+    return _cell_record(run, task, data, mcfg, model, loss_val=loss_val, curve=curve,
+                        step_seconds=float(np.median(times)), train_seconds=float(np.sum(times)),
+                        model_path=model_path)
+
+
+def _cell_record(run: RecallRun, task, data: RecallData, mcfg: CharLMConfig, model: CharLM, *,
+                 loss_val: float, curve: list, step_seconds: float, train_seconds: float,
+                 model_path=None) -> dict:
+    """The record of a trained cell (:func:`train_recall`'s return value): test and
+    train accuracy, the memory inspection, the weights written to ``model_path``."""
     acc = query_accuracy(model, data.test_inputs, data.test_targets)
-    m = min(n, len(data.test_inputs))
+    m = min(len(data.train_inputs), len(data.test_inputs))
     train_acc = query_accuracy(model, data.train_inputs[:m], data.train_targets[:m])
     k = min(run.inspect_sequences, len(data.test_inputs))
     memory = inspect_memory(model, data.test_inputs[:k], data.test_roles[:k])
     if model_path is not None:
         save_cell_model(model, run, model_path)
+    layers = hybrid_layers(model)
     return {
         "id": run.run_id,
         "run": run.to_dict(),
@@ -468,15 +479,50 @@ def train_recall(run: RecallRun, *, data: RecallData | None = None, log=None,
         "params": model.num_params(),
         "state_floats": _state_floats(model, run.seq_len),
         "window": mcfg.mixer_options.get("window"),
+        "solver": repr(layers[0].solver) if layers else None,
         "accuracy": acc,
         "train_accuracy": train_acc,
         "final_loss": loss_val,
         "loss_curve": curve,
-        "step_seconds": float(np.median(times)),
-        "train_seconds": float(np.sum(times)),
+        "step_seconds": step_seconds,
+        "train_seconds": train_seconds,
         "memory": memory,
         "torch": torch.__version__,
     }
+
+
+def train_recall_resumable(run: RecallRun, folder, *, ckpt_every: int = 200, log=None,
+                           model_path=None) -> dict:
+    """:func:`train_recall` through :func:`train_checkpointed` in ``folder``: the same
+    batches and steps, resumable from ``folder/ckpt.pt`` when interrupted.
+
+    Returns :func:`train_recall`'s record, with two differences: ``loss_curve`` holds
+    the losses of the checkpoint steps (every ``ckpt_every``: the same steps as
+    :func:`train_recall`'s when ``ckpt_every = steps / 20``), and ``step_seconds`` is
+    the mean (``train_seconds / steps``), not the median; ``resumed_from_step`` says
+    where this call started.
+    """
+    import json
+    from pathlib import Path
+
+    folder = Path(folder)
+    ckpt = folder / CKPT_NAME
+    start = int(read_checkpoint(ckpt)["step"]) if ckpt.exists() else 0
+    train_checkpointed(run, folder, ckpt_every=ckpt_every, log=log)
+    model, _, ck = load_recall_model(folder / MODEL_NAME)
+    steps = {}
+    for line in (folder / LOG_NAME).read_text().splitlines():
+        row = json.loads(line)
+        steps[row["step"]] = row["loss"]  # a step logged twice (a resumed piece): the last
+    curve = [[s, steps[s]] for s in sorted(steps)]
+    task = build_task(run)
+    data = task.build(run.seed)
+    rec = _cell_record(run, task, data, model.cfg, model, loss_val=curve[-1][1], curve=curve,
+                       step_seconds=float(ck["train_seconds"]) / run.steps,
+                       train_seconds=float(ck["train_seconds"]), model_path=model_path)
+    rec.update(step_seconds_kind="mean", resumed_from_step=start,
+               checkpoints=str(folder))
+    return rec
 
 
 def step_seconds(run: RecallRun, *, steps: int = 3, warm: int = 1) -> float:

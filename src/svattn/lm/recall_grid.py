@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall
+from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall, train_recall_resumable
 
 __all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval",
            "parse_only", "restore", "run_grid", "select", "summarize"]
@@ -194,6 +194,14 @@ GRIDS: dict[str, RecallGrid] = {
              "with the hybrid's C in {1/4, 1/8, 1/16} (C forces at least 1/C tokens to "
              "carry weight), and the matched window once (its state counts tokens, not the "
              "box); each cell's weights kept for the compaction study"),
+    "selection-approximate": RecallGrid(
+        "selection-approximate", tasks=("selective-copy",), lengths=(128,),
+        mixers=("hybrid_sv",), lrs=(3e-3,), seeds=(0, 1, 2), Cs=(1.0 / 4, 1.0 / 8, 1.0 / 16),
+        base=dict(LONG_BASE, hybrid={**SMALL_HYBRID, "finish": "approximate"}), per_task=_SC,
+        save_models=True,
+        note="control of the selection grid retrained with the optimum finish: its hybrid "
+             "cells with the paper's approximate finish on the current code (the selection "
+             "grid's models trained with it on an earlier version); its own runs folder"),
     "full": RecallGrid(
         "full", tasks=("mqar", "selective-copy"), lengths=(64, 128, 256, 512, 1024),
         d_models=(64, 128), lrs=(3e-4, 1e-3, 3e-3, 1e-2), seeds=(0, 1, 2),
@@ -215,7 +223,7 @@ def parse_only(text: str | None) -> dict[str, set[str]]:
     if not text:
         return {}
     out: dict[str, set[str]] = {}
-    known = set(RecallRun.__dataclass_fields__)
+    known = set(RecallRun.__dataclass_fields__) | {"C"}  # C: the hybrid's box
     for part in text.split(","):
         if "=" not in part:
             raise ValueError(f"--only: expected FIELD=VALUE[|VALUE...], got {part!r}")
@@ -234,9 +242,11 @@ def select(runs: Iterable[RecallRun], only: dict[str, set[str]] | None) -> list[
     >>> g = GRIDS["slice"]
     >>> len(select(g.runs(), parse_only("mixer=sliding,lr=0.003")))
     3
+    >>> [r.run_id for r in select(GRIDS["selection"].runs(), parse_only("C=0.125,seed=1"))]
+    ['selective-copy-T128-hybrid_sv-C0.125-d64-lr0.003-s1']
     """
     def ok(run: RecallRun) -> bool:
-        d = run.to_dict()
+        d = {**run.to_dict(), "C": float(run.hybrid_options()["C"])}
         return all((f"{d[k]:g}" if isinstance(d[k], float) else str(d[k])) in v
                    for k, v in (only or {}).items())
 
@@ -251,6 +261,7 @@ def run_grid(
     limit: int | None = None,
     command: str | None = None,
     log: Callable[[str], None] | None = None,
+    ckpt_every: int | None = None,
 ) -> list[Path]:
     """Train the grid's unfinished cells; one ``OUT/<id>.json`` per finished cell.
 
@@ -267,6 +278,10 @@ def run_grid(
         Recorded in each cell file.
     log : callable, optional
         Progress lines.
+    ckpt_every : int, optional
+        Train each cell resumably (:func:`~svattn.lm.recall.train_recall_resumable`):
+        a checkpoint in ``OUT/<id>/`` every ``ckpt_every`` steps, from which an
+        interrupted cell continues on the next call (the same batches and steps).
 
     Returns
     -------
@@ -287,7 +302,11 @@ def run_grid(
             log(f"[recall] {run.run_id} ...")
         start = time.perf_counter()
         weights = out / f"{run.run_id}.safetensors" if grid.save_models else None
-        rec = train_recall(run, log=log, model_path=weights)  # progress every 5 % of steps
+        if ckpt_every is None:  # progress every 5 % of steps
+            rec = train_recall(run, log=log, model_path=weights)
+        else:
+            rec = train_recall_resumable(run, out / run.run_id, ckpt_every=ckpt_every,
+                                         log=log, model_path=weights)
         rec.update(grid=grid.name, command=command, wall_seconds=time.perf_counter() - start,
                    machine=platform.machine(), threads=_threads())
         if weights is not None:
