@@ -8,8 +8,9 @@ schema, with the readers of older versions, is :mod:`svattn.exact.records.schema
 
 Storage is slot based. Slots ``[0, hi)`` have been used; a removed token's slot
 is wiped (zeros) and pushed on ``free_slots`` for reuse; ids are never reused.
-Kernel columns are cached for margin, error, driven and standby tokens only
-(the n×n Gram matrix is never built on the hot path): ``KC[:, col]`` is the
+Kernel columns are cached for margin, driven and standby tokens only (the n×n Gram
+matrix is never built on the hot path); error tokens keep none between operations —
+their share of every g is the kept error sum ``esum`` (issue #51): ``KC[:, col]`` is the
 column of slot ``slot_of_col[col]`` over every slot, stored column-major so that
 column moves and margin-block products are contiguous. Margin tokens occupy
 columns ``[0, nS)`` in the order of ``Qinv``'s rows ``1..nS``.
@@ -268,6 +269,27 @@ class SlotState(MarginGramScratch):
             scrub(old)
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
+    def shrink_cols(self) -> None:
+        """Give a mostly empty kernel cache back to the allocator: where fewer than half
+        of its columns (past a floor of 1 MB) are in use — a batch solve's error columns
+        folded into the error sum, say — the used ``[0, chi)`` move into a buffer with a
+        quarter to spare (and room for the standby columns); old buffers are scrubbed."""
+        chi = self.chi
+        want = chi + chi // 4 + self.standby + 8
+        if self.ccap <= max(2 * want, 16) or 8 * self.cap * self.ccap < (1 << 20):
+            return
+        KC = np.zeros((self.cap, want), order="F")
+        KC[:, :chi] = self.KC[:, :chi]
+        XC = np.zeros((want, self.X.shape[1]))
+        XC[:chi] = self.XC[:chi]
+        soc = np.full(want, -1, dtype=np.int64)
+        soc[:chi] = self.slot_of_col[:chi]
+        ac = np.zeros(want)
+        ac[:chi] = self.ac[:chi]
+        for old in (self.KC, self.XC, self.ac):
+            scrub(old)
+        self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, want
+
     def adopt_cols(self, KC: np.ndarray) -> None:
         """Make ``KC`` the kernel cache where it holds no column (``chi = 0``): a Fortran-
         ordered ``(cap, ccap)`` buffer whose leading columns the caller fills (the rest
@@ -329,7 +351,10 @@ class SlotState(MarginGramScratch):
 
     @property
     def error_sum_rebuild_due(self) -> bool:
-        return not self.esum_valid or self.esum_updates >= 32
+        """The error sum must be summed afresh (it is not that of a current solution).
+        Updated column by column otherwise: a rebuild computes every error token's
+        column (they keep none), ``O(n·|E|·d)``."""
+        return not self.esum_valid
 
     def bind_commit_key(self, key_id: str | None) -> None:
         """Refuse adds under another commitment key than the state's keyed commitments
@@ -392,14 +417,16 @@ class SlotState(MarginGramScratch):
         return np.flatnonzero(self.alpha[: self.hi] > 0)
 
     def cached_support_slots(self) -> np.ndarray:
-        """:meth:`support_slots`, the same array, read from the cache's columns in
-        O(|S ∪ E| + standby) instead of O(n): margin and error tokens always hold one
-        (``_restore_cache`` checks it on load), and nothing else has alpha > 0."""
+        """:meth:`support_slots`, the same array: the margin tokens read from the cache's
+        columns, the error tokens (which keep no column) from the error sum's members
+        (between operations exactly the error set), and nothing else has alpha > 0."""
         if self.warm:
             return self.live_slots()
         soc = self.slot_of_col[: self.chi]
         soc = soc[soc >= 0]
-        return np.sort(soc[self.alpha[soc] > 0])
+        members = np.flatnonzero(self.esum_member[: self.hi])
+        both = np.union1d(soc, members) if len(members) else np.sort(soc)
+        return both[self.alpha[both] > 0]
 
     def digest(self, ids: np.ndarray, values: np.ndarray) -> str:
         """The state digest (``docs/design.md`` §4) given the support's ids (int64) in id

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends import reference
+from svattn.exact.backends.compiled.reserve import error_share
 from svattn.exact.backends.protocol import Backend  # compiled or reference, held to it by a test
 from svattn.exact.core.cache import (
     adopt_rows,
@@ -135,13 +136,41 @@ def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
 
 
 def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel rows of new keys against the cached columns, and their g."""
+    """Kernel rows of new keys against the cached columns, and their g (the error
+    tokens that keep no column by their keys, :func:`error_shares`)."""
     chi = ss.chi
+    share, _ = error_shares(ss, xs)
     if chi == 0:
-        return np.zeros((len(xs), 0)), ss.mu - diag
+        return np.zeros((len(xs), 0)), ss.mu - diag + 2.0 * ss.C * share
     rows = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)
-    g = 2.0 * (rows @ ss.ac[:chi]) - diag + ss.mu
+    g = 2.0 * (rows @ ss.ac[:chi]) + 2.0 * ss.C * share - diag + ss.mu
     return rows, g
+
+
+def error_shares(ss: SlotState, xs) -> tuple[np.ndarray, np.ndarray]:
+    """For each key of ``xs``, its kernel values against the tokens without a cache
+    column in the error set (every error token between operations) and in the error
+    sum's members, summed over each: one compiled pass per key that copies no key
+    (:func:`svattn.exact.backends.compiled.reserve.error_share`)."""
+    m = len(xs)
+    share, member = np.zeros(m), np.zeros(m)
+    if ss.dim is None or not ss.hi:
+        return share, member
+    gamma, rbf = ss.gamma_value, ss.is_rbf
+    for i in range(m):
+        x = xs[i]
+        plain = x.dtype == np.float64 and x.flags.c_contiguous
+        x = x if plain else np.ascontiguousarray(x, dtype=np.float64)
+        try:
+            gp, es, top = error_share(x, ss.X, ss.state, ss.esum_member, ss.col_of_slot,
+                                      ss.hi, gamma, rbf)
+        finally:
+            if not plain:
+                scrub(x)  # a copy of the key
+        if not rbf:
+            get_kernel(ss.kernel).check_overflow(float(top), "log k(x, y)")
+        share[i], member[i] = gp, es
+    return share, member
 
 
 def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
@@ -193,17 +222,19 @@ def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
 
 
 def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
-    """The error sum on newly stored rows (their kernel rows over the cached columns)."""
+    """The error sum on newly stored rows: their kernel rows over the members' cached
+    columns, plus the members without one by their keys (:func:`error_shares`)."""
     ss.esum[slots] = 0.0
     if not ss.esum_valid:
         return
     members = np.flatnonzero(ss.esum_member[: ss.hi])
     cols = ss.col_of_slot[members]
-    if len(cols) and (cols.min() < 0 or cols.max() >= rows.shape[1]):
-        ss.esum_valid = False  # a member without a column here: rebuild on use
-        return
+    cols = cols[(cols >= 0) & (cols < rows.shape[1])]
+    uncached = len(cols) < len(members)
     if len(cols):
         ss.esum[slots] = rows[:, cols].sum(axis=1)
+    if uncached:
+        ss.esum[slots] += error_shares(ss, [ss.X[s] for s in slots.tolist()])[1]
 
 
 def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, diag: float, *,
@@ -250,6 +281,8 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
             canonical_mu(ss, be)
         return RemovalOutcome("reserve")
     try:
+        if ss.col_of_slot[slot] < 0:  # an error token keeps no column: the drive needs it
+            be.alloc_col(ss, slot)
         changed = give_to_copies(ss, be, slot)
         if changed is not None:  # its copies took its weight: nothing else moved
             wipe_slot(ss, be, slot)
@@ -401,7 +434,8 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
     E = ss.slots_in({ERROR})
     if len(E) == 0:
         return
-    grad = 2.0 * (ss.KC[E, : ss.chi] @ ss.ac[: ss.chi]) - ss.diag[E]
+    g_all = be.g_exact(ss)  # (mu's part removed below: the error sum holds E's columns)
+    grad = g_all[E] - ss.mu
     ss.mu = mu_for_empty_margin(grad)
     ss.g[: ss.hi] = be.g_exact(ss)
     ss.g_valid = True
