@@ -351,10 +351,15 @@ class SlotState(MarginGramScratch):
 
     @property
     def error_sum_rebuild_due(self) -> bool:
-        """The error sum must be summed afresh (it is not that of a current solution).
-        Updated column by column otherwise: a rebuild computes every error token's
-        column (they keep none), ``O(n·|E|·d)``."""
-        return not self.esum_valid
+        """The error sum must be summed afresh: it is not that of a current solution, or
+        it has taken as many column updates as it has members (at least 32), so its
+        rounding stays that of a direct sum. A rebuild computes every error token's
+        column (they keep none), ``O(n·|E|·d)``: after ``|E|`` updates, one column's
+        work per update, what each update costs already."""
+        if not self.esum_valid:
+            return True
+        return (self.esum_updates >= 32 and self.esum_updates
+                >= int(np.count_nonzero(self.esum_member[: self.hi])))
 
     def bind_commit_key(self, key_id: str | None) -> None:
         """Refuse adds under another commitment key than the state's keyed commitments
