@@ -257,17 +257,33 @@ def margin_health(ss: SlotState, KSS: np.ndarray) -> tuple[float, float]:
 
 # ------------------------------------------------------------------- checks
 def g_exact(ss: SlotState) -> np.ndarray:
-    """g over all used slots (not the drive's running updates): the error tokens' share
-    from the error sum (:func:`sync_error_sum`), every other cached column's by its
-    alpha (an error token's column, while it has one, counts once)."""
-    sync_error_sum(ss)
+    """g over all used slots (not the drive's running updates), reading the state only:
+    every cached column by its alpha, and the error tokens (at C; most keep no column)
+    by their kernel columns — the cached one, else computed from the keys — never by
+    the kept error sum that the compiled g reads (``O(n·|E|·d)``: the reference)."""
     hi, chi = ss.hi, ss.chi
     w = ss.ac[:chi].copy()
     soc = ss.slot_of_col[:chi]
     owned = soc >= 0
-    w[owned & (ss.state[np.where(owned, soc, 0)] == ERROR)] -= ss.C
-    g = 2.0 * (ss.KC[:hi, :chi] @ w) + 2.0 * ss.C * ss.esum[:hi] - ss.diag[:hi]
+    w[owned & (ss.state[np.where(owned, soc, 0)] == ERROR)] = 0.0  # (counted below)
+    g = 2.0 * (ss.KC[:hi, :chi] @ w) - ss.diag[:hi]
+    E = np.flatnonzero(ss.state[:hi] == ERROR)
+    if len(E):
+        share = np.zeros(hi)
+        tmp = np.zeros(hi)
+        try:
+            for s in E.tolist():
+                col = int(ss.col_of_slot[s])
+                if col >= 0:
+                    share += ss.KC[:hi, col]
+                else:
+                    kernel_column_into(ss, s, tmp)
+                    share += tmp
+        finally:
+            scrub(tmp)
+        g += 2.0 * ss.C * share
     g += ss.mu
+    g[ss.state[:hi] == FREE] = 0.0  # (a freed row is never read: both backends give 0)
     return g
 
 

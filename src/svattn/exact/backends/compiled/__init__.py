@@ -27,6 +27,7 @@ from svattn.exact.backends.compiled import checks, codes, columns, events, linal
 from svattn.exact.core.cache import mu_move
 from svattn.exact.core.gram import KeptFactor, locate, padded_square
 from svattn.exact.core.outcome import CertificateFacts, HealthReading, RemovalOutcome
+from svattn.exact.core.kktsets import FREE
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
 
 NAME = "compiled"
@@ -159,6 +160,7 @@ def g_exact(ss: SlotState) -> np.ndarray:
     g = np.empty(ss.hi)
     checks.g_from_error_sum(ss.KC, ss.ac, ss.slot_of_col, ss.state, ss.esum, ss.diag, ss.mu,
                             ss.C, ss.nS, ss.chi, ss.hi, g)
+    g[ss.state[: ss.hi] == FREE] = 0.0  # (a freed row is never read: both backends give 0)
     return g
 
 
