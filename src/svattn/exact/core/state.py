@@ -273,10 +273,11 @@ class SlotState(MarginGramScratch):
         """Give a mostly empty kernel cache back to the allocator: where fewer than half
         of its columns (past a floor of 1 MB) are in use — a batch solve's error columns
         folded into the error sum, say — the used ``[0, chi)`` move into a buffer with a
-        quarter to spare (and room for the standby columns); old buffers are scrubbed."""
+        quarter to spare (and room for the standby columns); old buffers are scrubbed.
+        (A doubling by :meth:`grow_cols` leaves half in use: never shrunk back at once.)"""
         chi = self.chi
         want = chi + chi // 4 + self.standby + 8
-        if self.ccap <= max(2 * want, 16) or 8 * self.cap * self.ccap < (1 << 20):
+        if self.ccap <= 2 * chi + self.standby + 64 or 8 * self.cap * self.ccap < (1 << 20):
             return
         KC = np.zeros((self.cap, want), order="F")
         KC[:, :chi] = self.KC[:, :chi]
