@@ -270,14 +270,16 @@ class SlotState(MarginGramScratch):
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
     def shrink_cols(self) -> None:
-        """Give a mostly empty kernel cache back to the allocator: where fewer than half
-        of its columns (past a floor of 1 MB) are in use — a batch solve's error columns
-        folded into the error sum, say — the used ``[0, chi)`` move into a buffer with a
-        quarter to spare (and room for the standby columns); old buffers are scrubbed.
-        (A doubling by :meth:`grow_cols` leaves half in use: never shrunk back at once.)"""
+        """Give kernel-cache room back to the allocator: where the buffer (past a floor
+        of 1 MB) holds more than 1.25× the columns in use with a quarter to spare (and
+        room for the standby columns) — a batch solve's buffer sized for its support,
+        error columns folded into the error sum, a doubling the margin set left — the
+        used ``[0, chi)`` move into a buffer of that size; old buffers are scrubbed. (A
+        copy of ``n·chi``: after a doubling, a quarter of the columns in use are added
+        before the next, so it costs about four entries per column added.)"""
         chi = self.chi
         want = chi + chi // 4 + self.standby + 8
-        if self.ccap <= 2 * chi + self.standby + 64 or 8 * self.cap * self.ccap < (1 << 20):
+        if self.ccap <= want + want // 4 or 8 * self.cap * self.ccap < (1 << 20):
             return
         KC = np.zeros((self.cap, want), order="F")
         KC[:, :chi] = self.KC[:, :chi]
@@ -287,7 +289,10 @@ class SlotState(MarginGramScratch):
         soc[:chi] = self.slot_of_col[:chi]
         ac = np.zeros(want)
         ac[:chi] = self.ac[:chi]
-        for old in (self.KC, self.XC, self.ac):
+        # the columns past chi hold zeros (free_col, compaction): only the used ones are
+        # scrubbed — a fill of the rest would touch pages a batch solve never wrote
+        self.KC[:, :chi] = 0.0
+        for old in (self.XC, self.ac):
             scrub(old)
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, want
 

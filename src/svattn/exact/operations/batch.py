@@ -28,6 +28,9 @@ class BatchSolution:
     error: np.ndarray  # indices with alpha = U
     reserve: np.ndarray  # indices with alpha = 0
     Qinv: np.ndarray | None = None  # the bordered inverse on ``margin`` (when computed)
+    # the sum of the error tokens' kernel columns over every token (when computed: the
+    # memory's error sum, so that no error column is kept; issue #51)
+    esum: np.ndarray | None = None
 
 
 def smo(K: np.ndarray, diag: np.ndarray, U: np.ndarray, *, gap_tol: float,
@@ -299,6 +302,37 @@ class KernelColumns:
             self.m += len(new)
         return self.pos[idx]
 
+    def rows_of(self, idx: np.ndarray, block: int = 0):
+        """``(part, rows)`` a block of ``idx`` at a time: the kernel rows of ``part`` (kept
+        ones read in place, the others computed into a temporary as :meth:`ensure`
+        computes them, zeroed once the caller moves on) — the columns of error tokens,
+        which are summed, never kept (issue #51)."""
+        from svattn.exact.core.kernels import sq_distances_t
+
+        block = block or max(1, min(256, (1 << 22) // max(1, len(self.X))))  # ≤ 32 MB
+        for p in idx[self.pos[idx] >= 0].tolist():  # (in place: no copy of kept rows)
+            q = int(self.pos[p])
+            yield np.array([p]), self.rows[q: q + 1]
+        new = idx[self.pos[idx] < 0]
+        if not len(new):
+            return
+        tmp = np.empty((min(block, len(new)), len(self.X)))
+        try:
+            for b in range(0, len(new), block):
+                part = new[b: b + block]
+                out = tmp[: len(part)]
+                keys = self.X[part]
+                try:
+                    sq_distances_t(keys, self.XT, out=out)
+                finally:
+                    keys.fill(0.0)  # a copy of keys: freed holding none
+                out *= -self.gamma
+                np.exp(out, out=out)
+                out[np.arange(len(part)), part] = 1.0
+                yield part, out
+        finally:
+            tmp.fill(0.0)
+
     def release(self) -> None:
         """Hand the kept rows over (the caller owns them now): this holds none after."""
         self.rows = np.zeros((1, len(self.X)))
@@ -350,6 +384,10 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     seen: set[bytes] = set()
     diag = np.ones(n)
     S = Q = factor = None  # the last solve's margin order, system and A's Cholesky factor
+    # the error tokens' share: eS = Σ w_j K[:, j] over the error set (w_j = U_j / C: 1, or
+    # m for a group of m copies), updated by the columns of the tokens whose weight
+    # changed — computed a block at a time, never kept (issue #51)
+    eS, ew = np.zeros(n), np.zeros(n)
     try:  # the systems and factors hold kernel values: each goes back zeroed
         for _ in range(max_iter):
             if not merge_copies(cols, state, U, rep, copies, C):
@@ -365,11 +403,17 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             Q, factor = Q2, factor2
             if len(S) == 0:
                 return None
-            pS, pE = cols.ensure(S), cols.ensure(E)
+            pS = cols.ensure(S)
+            want = np.zeros(n)
+            want[E] = U[E] / C
+            moved = np.flatnonzero(want != ew)
+            for part, rows in cols.rows_of(moved):
+                eS += (want[part] - ew[part]) @ rows
+            ew = want
             m = len(S)
             rhs = np.empty(m + 1)
             rhs[0] = 1.0 - U[E].sum()
-            rhs[1:] = diag[S] - 2.0 * (U[E] @ cols.rows[np.ix_(pE, S)])
+            rhs[1:] = diag[S] - 2.0 * C * eS[S]
             solve = _margin_solver(Q, check_finite=False, factor=factor)
             if solve is None:
                 return None
@@ -378,10 +422,9 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             for _ in range(2):  # iterative refinement
                 x += solve(rhs - Q @ x)
             aS, mu = x[1:], float(x[0])
-            a_rows = np.zeros(cols.m)  # alpha by kept row
+            a_rows = np.zeros(cols.m)  # alpha by kept row (the margin's)
             a_rows[pS] = aS
-            a_rows[pE] = U[E]
-            g = 2.0 * (a_rows @ cols.rows[: cols.m]) - diag + mu
+            g = 2.0 * (a_rows @ cols.rows[: cols.m]) + 2.0 * C * eS - diag + mu
             size = np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
             low = S[aS < -edge]
             high = S[aS > U[S] + edge]
@@ -393,11 +436,14 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
                 group[E] = U[E]
                 group[S] = np.clip(aS, 0.0, U[S])
                 alpha, margin = spread_copies(group, rep, S, C)
-                support = np.flatnonzero(alpha > 0)
-                cols.ensure(support)  # (a spread copy at C needs its own column)
+                cols.ensure(margin)  # (a spread copy on the margin needs its own column)
                 Qinv = bordered_inverse(Q, factor=factor)  # the memory keeps it
-                return BatchSolution(alpha, mu, margin, np.flatnonzero(alpha >= C),
-                                     np.flatnonzero(alpha <= 0.0), Qinv)
+                error = np.flatnonzero(alpha >= C)
+                # the memory's error sum: eS itself where every error token stands alone
+                # (a group's copies at C share their representative's column: summed anew)
+                same = not (rep >= 0).any() and np.array_equal(error, E)
+                return BatchSolution(alpha, mu, margin, error, np.flatnonzero(alpha <= 0.0),
+                                     Qinv, eS.copy() if same else None)
             state[low] = 0
             state[high] = 2
             state[r_bad] = 1
@@ -407,6 +453,7 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
         for a in (Q, factor):
             if a is not None:
                 a.fill(0.0)
+        eS.fill(0.0)
 
 
 # K_ij at or above this (rbf: 1 − K_ij the kernel distance) is a copy: the kernel
@@ -426,14 +473,14 @@ def merge_copies(cols: KernelColumns, state: np.ndarray, U: np.ndarray, rep: np.
     check = np.flatnonzero(((state == 1) | (state == 2)) & (copies == 0))
     if not len(check):
         return True
-    pos = cols.ensure(check)
-    for b in range(0, len(check), 256):  # (no copy of the rows: a block at a time)
-        copies[check[b: b + 256]] = np.count_nonzero(
-            cols.rows[pos[b: b + 256]] >= COPY_KERNEL, axis=1)
+    cols.ensure(check[state[check] == 1])  # (error tokens' rows: computed, not kept)
+    for part, rows in cols.rows_of(check):  # (no copy of the rows: a block at a time)
+        copies[part] = np.count_nonzero(rows >= COPY_KERNEL, axis=1)
     for i in check[copies[check] > 1].tolist():
         if state[i] == 3:
             continue  # merged into a group found earlier in this pass
-        members = np.flatnonzero(cols.rows[cols.pos[i]] >= COPY_KERNEL)
+        for _, row in cols.rows_of(np.array([i])):  # (read before the scratch is zeroed)
+            members = np.flatnonzero(row[0] >= COPY_KERNEL)
         if (rep[members] >= 0).any() or (U[members] > C).any():
             return False
         r = int(members[0])

@@ -704,7 +704,16 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     error = np.flatnonzero(alpha >= ss.C)
     ss.state[live[margin]] = MARGIN
     ss.state[live[error]] = ERROR
-    order = np.concatenate([margin, error])  # margin first: they fill columns [0, nS)
+    # margin first: they fill columns [0, nS); the error tokens' share is the finish's
+    # error sum where it has one (no error column is written: issue #51), else columns
+    # that the operation's end folds into a sum
+    order = margin if sol.esum is not None else np.concatenate([margin, error])
+    if sol.esum is not None:
+        ss.esum[: ss.hi] = 0.0
+        ss.esum[live] = sol.esum
+        ss.esum_member[: ss.hi] = False
+        ss.esum_member[live[error]] = True
+        ss.esum_valid, ss.esum_updates = True, 0
     if cols is not None and ss.chi == 0 and adopt_rows(ss, live, live[order], cols.rows,
                                                        cols.pos[order], cols.m):
         cols.release()  # the finish's buffer is the cache now, its columns in place
