@@ -16,7 +16,6 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends import reference
-from svattn.exact.backends.compiled.reserve import error_share
 from svattn.exact.backends.protocol import Backend  # compiled or reference, held to it by a test
 from svattn.exact.core.cache import (
     adopt_rows,
@@ -35,7 +34,6 @@ from svattn.exact.core.kernels import (
     gram_matrix,
     has_equal_rows,
     kernel_diag,
-    kernel_matrix,
     wide_diagonal_advice,
 )
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
@@ -53,6 +51,7 @@ from svattn.exact.operations.batch import (
     libsvm_solve,
 )
 from svattn.exact.operations.copies import give_to_copies, spread
+from svattn.exact.operations.scoring import esum_rows, score_rows
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -135,44 +134,6 @@ def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
     return diag, rows, g
 
 
-def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel rows of new keys against the cached columns, and their g (the error
-    tokens that keep no column by their keys, :func:`error_shares`)."""
-    chi = ss.chi
-    share, _ = error_shares(ss, xs)
-    if chi == 0:
-        return np.zeros((len(xs), 0)), ss.mu - diag + 2.0 * ss.C * share
-    rows = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)
-    g = 2.0 * (rows @ ss.ac[:chi]) + 2.0 * ss.C * share - diag + ss.mu
-    return rows, g
-
-
-def error_shares(ss: SlotState, xs) -> tuple[np.ndarray, np.ndarray]:
-    """For each key of ``xs``, its kernel values against the tokens without a cache
-    column in the error set (every error token between operations) and in the error
-    sum's members, summed over each: one compiled pass per key that copies no key
-    (:func:`svattn.exact.backends.compiled.reserve.error_share`)."""
-    m = len(xs)
-    share, member = np.zeros(m), np.zeros(m)
-    if ss.dim is None or not ss.hi:
-        return share, member
-    gamma, rbf = ss.gamma_value, ss.is_rbf
-    for i in range(m):
-        x = xs[i]
-        plain = x.dtype == np.float64 and x.flags.c_contiguous
-        x = x if plain else np.ascontiguousarray(x, dtype=np.float64)
-        try:
-            gp, es, top = error_share(x, ss.X, ss.state, ss.esum_member, ss.col_of_slot,
-                                      ss.hi, gamma, rbf)
-        finally:
-            if not plain:
-                scrub(x)  # a copy of the key
-        if not rbf:
-            get_kernel(ss.kernel).check_overflow(float(top), "log k(x, y)")
-        share[i], member[i] = gp, es
-    return share, member
-
-
 def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     """Store new tokens as reserve tokens with their kernel rows and g."""
     slots = next_slots(ss, len(xs))
@@ -219,22 +180,6 @@ def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
     ss.set_hash = (ss.set_hash + sum(ths)) % DIGEST_MOD
     ss.n += count
     return tids
-
-
-def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
-    """The error sum on newly stored rows: their kernel rows over the members' cached
-    columns, plus the members without one by their keys (:func:`error_shares`)."""
-    ss.esum[slots] = 0.0
-    if not ss.esum_valid:
-        return
-    members = np.flatnonzero(ss.esum_member[: ss.hi])
-    cols = ss.col_of_slot[members]
-    cols = cols[(cols >= 0) & (cols < rows.shape[1])]
-    uncached = len(cols) < len(members)
-    if len(cols):
-        ss.esum[slots] = rows[:, cols].sum(axis=1)
-    if uncached:
-        ss.esum[slots] += error_shares(ss, [ss.X[s] for s in slots.tolist()])[1]
 
 
 def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, diag: float, *,

@@ -26,8 +26,8 @@ from svattn.exact.backends import reference
 from svattn.exact.backends.compiled import checks, codes, columns, events, linalg, reserve, segments
 from svattn.exact.core.cache import mu_move
 from svattn.exact.core.gram import KeptFactor, locate, padded_square
-from svattn.exact.core.outcome import CertificateFacts, HealthReading, RemovalOutcome
 from svattn.exact.core.kktsets import FREE
+from svattn.exact.core.outcome import CertificateFacts, HealthReading, RemovalOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
 
 NAME = "compiled"
@@ -499,5 +499,5 @@ def _empty_values(m: int) -> np.ndarray:
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "settle_error_columns", "solve_margin", "store_row", "support_slots_by_id",
-           "tied_slots", "wipe_slot_arrays"]
+           "reserve_block", "settle_error_columns", "solve_margin", "store_row",
+           "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]
