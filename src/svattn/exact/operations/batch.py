@@ -636,7 +636,10 @@ def libsvm_solve(X: np.ndarray, C: float, gamma: float, *, tol: float,
         alpha0 = libsvm_warm_start(X, C, gamma, tol=libsvm_tol)
     except failures:
         return None, KernelColumns(X[:0], gamma, capacity=1)
-    cols = KernelColumns(X, gamma, capacity=int(1.25 * np.count_nonzero(alpha0)) + 64)
+    # room for libsvm's margin set and a quarter: only margin columns are kept (error
+    # tokens' are summed; issue #51), and the memory takes this buffer as its cache
+    free = np.count_nonzero((alpha0 > 0) & (alpha0 < C))
+    cols = KernelColumns(X, gamma, capacity=int(1.25 * free) + 64)
     try:
         return column_finish(cols, C, alpha0, tol=tol), cols
     except failures:
