@@ -435,3 +435,28 @@ def test_an_extended_then_removed_row_leaves_no_copy_in_freed_memory(rows, how):
     gc.collect()
     row.fill(0)
     assert _copies_in_process_memory(needle) == 0
+
+
+@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
+                    reason="needs Linux's /proc/self/mem to read the process's memory")
+def test_a_removed_error_token_leaves_no_copy_of_its_key_in_freed_memory():
+    # an error token keeps no column: its removal computes one afresh (and the error sum
+    # loses it), each temporary holding its key's data zeroed before it is freed
+    rng = np.random.default_rng(21)
+    mem = SVDDMemory(0.05)
+    mem.extend(rng.normal(size=(80, 4)))
+    X = rng.normal(size=(6, 4))
+    X[3] = 4.0 + rng.normal(size=4)  # far outside: an error token
+    row = X[3].copy()
+    needle = row.tobytes()
+    ids = mem.extend(X)
+    X.fill(0)
+    del X
+    tid = ids[3]
+    assert tid in mem.partition()["error"]
+    assert mem.solver_state.col_of_slot[mem.solver_state.id_to_slot[tid]] < 0
+    assert _copies_in_process_memory(needle) >= 2  # the stored key and `row`
+    mem.remove(tid)
+    gc.collect()
+    row.fill(0)
+    assert _copies_in_process_memory(needle) == 0
