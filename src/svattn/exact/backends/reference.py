@@ -218,11 +218,12 @@ def solve_margin(ss: SlotState) -> int | None:
     E = ss.slots_in({ERROR})  # (most keep no column: their share is the error sum)
     ss.alpha[E] = ss.C
     if nS:
-        sync_error_sum(ss)
         S = ss.slot_of_col[:nS]
         rhs = np.empty(nS + 1)
         rhs[0] = 1.0 - ss.C * len(E)
-        rhs[1:] = ss.diag[S] - 2.0 * ss.C * ss.esum[S]
+        # the error tokens' share at the margin rows, K[S, E] summed: read off the
+        # margin columns' error rows (K is symmetric), not the kept error sum
+        rhs[1:] = ss.diag[S] - 2.0 * ss.C * ss.KC[E, :nS].sum(axis=0)
         KSS = ss.KC[S, :nS]
         x = ss.Qinv @ rhs
         for _ in range(2):  # iterative refinement
