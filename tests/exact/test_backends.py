@@ -17,6 +17,7 @@ import pytest
 from exact_helpers import backend_of, check_scratch_between_operations
 from svattn.exact import SVDDMemory
 from svattn.exact.backends import compiled, reference
+from svattn.exact.core.kernels import kernel_diag, kernel_matrix
 from svattn.exact.core.kktsets import ERROR
 from svattn.exact.operations import solver
 
@@ -188,8 +189,12 @@ def test_error_sum_g_equals_the_full_cache_g_through_every_kind_of_change(kernel
         # used row (a freed row holds the kernel of the zero key it was wiped to)
         err = np.flatnonzero(mem.solver_state.state[: mem.solver_state.hi] == ERROR)
         assert set(np.flatnonzero(ss.esum_member[: ss.hi]).tolist()) == set(err.tolist())
-        direct = ss.KC[: ss.hi, ss.col_of_slot[err]].sum(axis=1)
-        np.testing.assert_allclose(mem.solver_state.esum[: mem.solver_state.hi], direct, rtol=0,
+        # (error tokens keep no cache column: their columns recomputed from the keys)
+        assert (ss.col_of_slot[err] < 0).all()
+        direct = kernel_matrix(ss.X[: ss.hi], ss.X[err], ss.kernel, ss.gamma_value).sum(axis=1)
+        direct[err] += ss.diag[err] - kernel_diag(ss.X[err], ss.kernel, ss.gamma_value)
+        live = ss.live_slots()  # (a freed row's sum is not read: wiped to 0)
+        np.testing.assert_allclose(ss.esum[live], direct[live], rtol=0,
                                    atol=1e-13 * max(1.0, float(np.abs(direct).max(initial=0))))
 
     check()

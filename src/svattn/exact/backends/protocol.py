@@ -46,7 +46,7 @@ class Backend(Protocol):
     Operations
         :meth:`drive` (the event loop), :meth:`remove_by_segments`,
         :meth:`reserve_add`, :meth:`reserve_block`, :meth:`nearest_reserve`,
-        :meth:`refresh_standby`.
+        :meth:`refresh_standby`, :meth:`settle_error_columns`.
     """
 
     NAME: str
@@ -119,6 +119,10 @@ class Backend(Protocol):
                       slots: np.ndarray, tids: np.ndarray
                       ) -> tuple[int, str, np.ndarray | None, float, float]:
         """Store a block's rows as reserve until the first that is not."""
+        ...
+
+    def settle_error_columns(self, ss: SlotState) -> None:
+        """End an operation: the error sum synced, no error token holding a column."""
         ...
 
     def solve_margin(self, ss: SlotState) -> int | None:

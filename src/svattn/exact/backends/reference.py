@@ -44,22 +44,88 @@ def alloc_col(ss: SlotState, slot: int) -> int:
     else:
         col = ss.nS + int(standby[0])
         ss.col_of_slot[ss.slot_of_col[col]] = -1
+    kernel_column_into(ss, slot, ss.KC[: ss.hi, col])  # a contiguous view: in place
+    ss.XC[col] = ss.X[slot]
+    ss.slot_of_col[col] = slot
+    ss.col_of_slot[slot] = col
+    ss.ac[col] = ss.alpha[slot]
+    return col
+
+
+def kernel_column_into(ss: SlotState, slot: int, column: np.ndarray) -> None:
+    """``column[:hi] = K[:hi, slot]`` as a cached column holds it (its own entry the
+    diagonal); the temporary of the distances is scrubbed."""
     x = ss.X[slot]
     hi = ss.hi
-    column = ss.KC[:hi, col]  # a contiguous view: fill it in place
     if ss.is_rbf:  # from differences, never ‖x‖² + ‖y‖² − 2x·y (docs/design.md §1)
-        column[:] = sq_distances(ss.X[:hi], x[None, :])[:, 0]
+        d2 = sq_distances(ss.X[:hi], x[None, :])
+        column[:] = d2[:, 0]
+        scrub(d2)
         column *= -ss.gamma_value
     else:
         column[:] = ss.X[:hi] @ x
         column *= ss.gamma_value
     np.exp(column, out=column)
     column[slot] = ss.diag[slot]
-    ss.XC[col] = x
-    ss.slot_of_col[col] = slot
-    ss.col_of_slot[slot] = col
-    ss.ac[col] = ss.alpha[slot]
-    return col
+
+
+def sync_error_sum(ss: SlotState) -> None:
+    """Bring the error sum (per slot: the sum of the error tokens' kernel values) up to
+    the error set: a departed member's column subtracted, a new error token's added —
+    computed afresh, then scrubbed, for a token without a cache column (every error
+    token between operations); summed afresh where it is not valid."""
+    hi = ss.hi
+    st = ss.state[:hi]
+    member = ss.esum_member[:hi]
+    esum = ss.esum[:hi]
+    tmp = np.zeros(hi)
+    try:
+        if ss.error_sum_rebuild_due:
+            esum[:] = 0.0
+            member[:] = False
+            ss.esum_updates = 0
+        for s in np.flatnonzero(member & (st != ERROR)).tolist():
+            _add_column(ss, s, -1.0, tmp)
+            member[s] = False
+        for s in np.flatnonzero(~member & (st == ERROR)).tolist():
+            _add_column(ss, s, 1.0, tmp)
+            member[s] = True
+    finally:
+        scrub(tmp)
+    ss.esum_valid = True
+
+
+def _add_column(ss: SlotState, s: int, sign: float, tmp: np.ndarray) -> None:
+    """``esum += sign · K[:, s]``: its cached column, or one computed into ``tmp``."""
+    col = int(ss.col_of_slot[s])
+    if col >= 0:
+        ss.esum[: ss.hi] += sign * ss.KC[: ss.hi, col]
+    else:
+        kernel_column_into(ss, s, tmp)
+        ss.esum[: ss.hi] += sign * tmp
+    ss.esum_updates += 1
+
+
+def settle_error_columns(ss: SlotState) -> None:
+    """:func:`svattn.exact.backends.compiled.settle_error_columns` in numpy: the error sum
+    synced, every error token's column freed, the used columns without holes, the
+    cache shrunk where mostly empty."""
+    if ss.dim is None or ss.warm or ss.n == 0:
+        return
+    sync_error_sum(ss)
+    for col in range(ss.nS, ss.chi):
+        s = int(ss.slot_of_col[col])
+        if s >= 0 and ss.state[s] == ERROR and ss.esum_member[s]:
+            free_col(ss, s)
+    dst = ss.nS
+    for col in range(ss.nS, ss.chi):
+        if ss.slot_of_col[col] >= 0:
+            if col != dst:
+                swap_cols(ss, dst, col)
+                ss.KC[:, col] = 0.0
+            dst += 1
+    ss.chi = dst
+    ss.shrink_cols()
 
 
 def nearest_reserve(ss: SlotState, m: int) -> np.ndarray:
@@ -149,19 +215,15 @@ def solve_margin(ss: SlotState) -> int | None:
     """Solve alpha_S, mu on the partition (error tokens at C). Returns how many margin
     coefficients sit on a bound, or None when not counted (the caller checks)."""
     nS = ss.nS
-    soc = ss.slot_of_col[nS : ss.chi]  # error tokens all have cached columns
-    E = soc[soc >= 0]
-    E = E[ss.state[E] == ERROR]
+    E = ss.slots_in({ERROR})  # (most keep no column: their share is the error sum)
     ss.alpha[E] = ss.C
     if nS:
         S = ss.slot_of_col[:nS]
         rhs = np.empty(nS + 1)
         rhs[0] = 1.0 - ss.C * len(E)
-        rhs[1:] = ss.diag[S]
-        if len(E):
-            e = np.zeros(ss.chi)
-            e[ss.col_of_slot[E]] = 2.0 * ss.C
-            rhs[1:] -= ss.KC[S, : ss.chi] @ e
+        # the error tokens' share at the margin rows, K[S, E] summed: read off the
+        # margin columns' error rows (K is symmetric), not the kept error sum
+        rhs[1:] = ss.diag[S] - 2.0 * ss.C * ss.KC[E, :nS].sum(axis=0)
         KSS = ss.KC[S, :nS]
         x = ss.Qinv @ rhs
         for _ in range(2):  # iterative refinement
@@ -196,10 +258,33 @@ def margin_health(ss: SlotState, KSS: np.ndarray) -> tuple[float, float]:
 
 # ------------------------------------------------------------------- checks
 def g_exact(ss: SlotState) -> np.ndarray:
-    """g over all used slots from every cached column (not the drive's running updates)."""
+    """g over all used slots (not the drive's running updates), reading the state only:
+    every cached column by its alpha, and the error tokens (at C; most keep no column)
+    by their kernel columns — the cached one, else computed from the keys — never by
+    the kept error sum that the compiled g reads (``O(n·|E|·d)``: the reference)."""
     hi, chi = ss.hi, ss.chi
-    g = 2.0 * (ss.KC[:hi, :chi] @ ss.ac[:chi]) - ss.diag[:hi]
+    w = ss.ac[:chi].copy()
+    soc = ss.slot_of_col[:chi]
+    owned = soc >= 0
+    w[owned & (ss.state[np.where(owned, soc, 0)] == ERROR)] = 0.0  # (counted below)
+    g = 2.0 * (ss.KC[:hi, :chi] @ w) - ss.diag[:hi]
+    E = np.flatnonzero(ss.state[:hi] == ERROR)
+    if len(E):
+        share = np.zeros(hi)
+        tmp = np.zeros(hi)
+        try:
+            for s in E.tolist():
+                col = int(ss.col_of_slot[s])
+                if col >= 0:
+                    share += ss.KC[:hi, col]
+                else:
+                    kernel_column_into(ss, s, tmp)
+                    share += tmp
+        finally:
+            scrub(tmp)
+        g += 2.0 * ss.C * share
     g += ss.mu
+    g[ss.state[:hi] == FREE] = 0.0  # (a freed row is never read: both backends give 0)
     return g
 
 
@@ -497,8 +582,37 @@ def _score_reserve(ss: SlotState, x: np.ndarray
         row = kernel_matrix(xs, ss.XC[: ss.chi], ss.kernel, ss.gamma_value)[0]
     except KernelOverflowError:
         return "overflow", np.zeros(1), None, None
-    g = 2.0 * (row @ ss.ac[: ss.chi]) - diag + ss.mu
+    try:
+        share, _ = _error_share(ss, x)
+    except KernelOverflowError:
+        scrub(row)
+        return "overflow", np.zeros(1), None, None
+    g = 2.0 * (row @ ss.ac[: ss.chi]) + 2.0 * ss.C * share - diag + ss.mu
     return ("outside" if outside_description(ss, diag, g)[0] else "stored"), diag, row, g
+
+
+def _uncached_errors(ss: SlotState) -> np.ndarray:
+    """Slots without a cache column in the error set or the error sum's members."""
+    hi = ss.hi
+    return np.flatnonzero(((ss.state[:hi] == ERROR) | ss.esum_member[:hi])
+                          & (ss.col_of_slot[:hi] < 0))
+
+
+def _error_share(ss: SlotState, x: np.ndarray) -> tuple[float, float]:
+    """``x``'s kernel values against the error tokens without a column: their sum over
+    the error set and over the error sum's members (the key copies scrubbed)."""
+    E = _uncached_errors(ss)
+    if not len(E):
+        return 0.0, 0.0
+    keys = ss.X[E]
+    try:
+        k = kernel_matrix(x[None, :], keys, ss.kernel, ss.gamma_value)[0]
+    finally:
+        scrub(keys)
+    share = float(k[ss.state[E] == ERROR].sum())
+    member = float(k[ss.esum_member[E]].sum())
+    scrub(k)
+    return share, member
 
 
 def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int,
@@ -509,10 +623,8 @@ def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot:
     esum = 0.0
     if ss.esum_valid:
         cols = ss.col_of_slot[np.flatnonzero(ss.esum_member[: ss.hi])]
-        if len(cols) and (cols.min() < 0 or cols.max() >= chi):
-            ss.esum_valid = False  # a member without a column here: rebuild on use
-        elif len(cols):
-            esum = float(row[cols].sum())
+        cols = cols[cols >= 0]
+        esum = float(row[cols].sum()) + _error_share(ss, x)[1]
     ss.X[slot] = x
     if v is not None:
         ss.V[slot] = v
@@ -525,5 +637,5 @@ def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot:
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "solve_margin", "store_row",
+           "reserve_block", "settle_error_columns", "solve_margin", "store_row",
            "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

@@ -101,8 +101,8 @@ def mu_move(s: SlotState, c: int, direction: int,
             alloc_col: Callable[[SlotState, int], int]) -> tuple[bool, int]:
     """Empty margin set: only mu moves. Return (drive done, token that joined).
 
-    ``alloc_col`` is the backend's column allocation (a joining reserve token
-    may need its column).
+    ``alloc_col`` is the backend's column allocation (a joining token may need its
+    column: error tokens keep none).
     """
     hi = s.hi
     st = s.state[:hi]
@@ -135,8 +135,8 @@ def mu_move(s: SlotState, c: int, direction: int,
         who, t = int(res[k]), max(float(g[res[k]]), 0.0)
         s.mu -= t
         g -= t
-        if s.col_of_slot[who] < 0:
-            alloc_col(s, who)
+    if s.col_of_slot[who] < 0:  # a reserve token, or an error token (they keep none)
+        alloc_col(s, who)
     g[who] = 0.0
     s.state[who] = MARGIN
     expand(s, who)

@@ -8,8 +8,9 @@ schema, with the readers of older versions, is :mod:`svattn.exact.records.schema
 
 Storage is slot based. Slots ``[0, hi)`` have been used; a removed token's slot
 is wiped (zeros) and pushed on ``free_slots`` for reuse; ids are never reused.
-Kernel columns are cached for margin, error, driven and standby tokens only
-(the n×n Gram matrix is never built on the hot path): ``KC[:, col]`` is the
+Kernel columns are cached for margin, driven and standby tokens only (the n×n Gram
+matrix is never built on the hot path); error tokens keep none between operations —
+their share of every g is the kept error sum ``esum`` (issue #51): ``KC[:, col]`` is the
 column of slot ``slot_of_col[col]`` over every slot, stored column-major so that
 column moves and margin-block products are contiguous. Margin tokens occupy
 columns ``[0, nS)`` in the order of ``Qinv``'s rows ``1..nS``.
@@ -268,6 +269,33 @@ class SlotState(MarginGramScratch):
             scrub(old)
         self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, ccap
 
+    def shrink_cols(self) -> None:
+        """Give kernel-cache room back to the allocator: where the buffer (past a floor
+        of 1 MB) holds more than 1.25× the columns in use with a quarter to spare (and
+        room for the standby columns) — a batch solve's buffer sized for its support,
+        error columns folded into the error sum, a doubling the margin set left — the
+        used ``[0, chi)`` move into a buffer of that size; old buffers are scrubbed. (A
+        copy of ``n·chi``: after a doubling, a quarter of the columns in use are added
+        before the next, so it costs about four entries per column added.)"""
+        chi = self.chi
+        want = chi + chi // 4 + self.standby + 8
+        if self.ccap <= want + want // 4 or 8 * self.cap * self.ccap < (1 << 20):
+            return
+        KC = np.zeros((self.cap, want), order="F")
+        KC[:, :chi] = self.KC[:, :chi]
+        XC = np.zeros((want, self.X.shape[1]))
+        XC[:chi] = self.XC[:chi]
+        soc = np.full(want, -1, dtype=np.int64)
+        soc[:chi] = self.slot_of_col[:chi]
+        ac = np.zeros(want)
+        ac[:chi] = self.ac[:chi]
+        # the columns past chi hold zeros (free_col, compaction): only the used ones are
+        # scrubbed — a fill of the rest would touch pages a batch solve never wrote
+        self.KC[:, :chi] = 0.0
+        for old in (self.XC, self.ac):
+            scrub(old)
+        self.KC, self.XC, self.slot_of_col, self.ac, self.ccap = KC, XC, soc, ac, want
+
     def adopt_cols(self, KC: np.ndarray) -> None:
         """Make ``KC`` the kernel cache where it holds no column (``chi = 0``): a Fortran-
         ordered ``(cap, ccap)`` buffer whose leading columns the caller fills (the rest
@@ -329,7 +357,15 @@ class SlotState(MarginGramScratch):
 
     @property
     def error_sum_rebuild_due(self) -> bool:
-        return not self.esum_valid or self.esum_updates >= 32
+        """The error sum must be summed afresh: it is not that of a current solution, or
+        it has taken as many column updates as it has members (at least 32), so its
+        rounding stays that of a direct sum. A rebuild computes every error token's
+        column (they keep none), ``O(n·|E|·d)``: after ``|E|`` updates, one column's
+        work per update, what each update costs already."""
+        if not self.esum_valid:
+            return True
+        return (self.esum_updates >= 32 and self.esum_updates
+                >= int(np.count_nonzero(self.esum_member[: self.hi])))
 
     def bind_commit_key(self, key_id: str | None) -> None:
         """Refuse adds under another commitment key than the state's keyed commitments
@@ -392,14 +428,16 @@ class SlotState(MarginGramScratch):
         return np.flatnonzero(self.alpha[: self.hi] > 0)
 
     def cached_support_slots(self) -> np.ndarray:
-        """:meth:`support_slots`, the same array, read from the cache's columns in
-        O(|S ∪ E| + standby) instead of O(n): margin and error tokens always hold one
-        (``_restore_cache`` checks it on load), and nothing else has alpha > 0."""
+        """:meth:`support_slots`, the same array: the margin tokens read from the cache's
+        columns, the error tokens (which keep no column) from the error sum's members
+        (between operations exactly the error set), and nothing else has alpha > 0."""
         if self.warm:
             return self.live_slots()
         soc = self.slot_of_col[: self.chi]
         soc = soc[soc >= 0]
-        return np.sort(soc[self.alpha[soc] > 0])
+        members = np.flatnonzero(self.esum_member[: self.hi])
+        both = np.union1d(soc, members) if len(members) else np.sort(soc)
+        return both[self.alpha[both] > 0]
 
     def digest(self, ids: np.ndarray, values: np.ndarray) -> str:
         """The state digest (``docs/design.md`` §4) given the support's ids (int64) in id

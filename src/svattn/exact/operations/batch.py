@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from svattn.exact.operations.kernel_columns import KernelColumns
+
 
 @dataclass(frozen=True)
 class BatchSolution:
@@ -28,6 +30,9 @@ class BatchSolution:
     error: np.ndarray  # indices with alpha = U
     reserve: np.ndarray  # indices with alpha = 0
     Qinv: np.ndarray | None = None  # the bordered inverse on ``margin`` (when computed)
+    # the sum of the error tokens' kernel columns over every token (when computed: the
+    # memory's error sum, so that no error column is kept; issue #51)
+    esum: np.ndarray | None = None
 
 
 def smo(K: np.ndarray, diag: np.ndarray, U: np.ndarray, *, gap_tol: float,
@@ -254,64 +259,6 @@ def _one_class_dual_by_estimator(X: np.ndarray, nu: float, gamma: float, tol: fl
     return oc.support_, oc.dual_coef_, oc.support_vectors_
 
 
-class KernelColumns:
-    """Kernel columns ``K[:, j]`` of rbf keys, computed on first use and kept.
-
-    Stored as rows of a C-ordered ``(m, n)`` array (``rows[pos[j]] = K[:, j]``, K is
-    symmetric): one block of new columns is one call of the compiled distance loop,
-    and ``g`` over every token is one matrix-vector product over the kept rows. The
-    values are those of the memory's cache columns (squared distances from
-    differences, :func:`svattn.exact.core.kernels.kernel_matrix`), ``K_jj = 1`` exactly.
-    """
-
-    def __init__(self, X: np.ndarray, gamma: float, capacity: int = 64) -> None:
-        self.X, self.gamma = X, gamma
-        self.XT = np.array(X.T, order="C")  # the keys transposed (a copy, also at d = 1): scrubbed
-        try:  # (the largest allocation of a batch solve: memory may run out here)
-            self.pos = np.full(len(X), -1, dtype=np.int64)
-            self.rows = np.zeros((max(capacity, 1), len(X)))
-        except BaseException:
-            self.XT.fill(0.0)  # no one else holds it to scrub
-            raise
-        self.m = 0
-
-    def ensure(self, idx: np.ndarray) -> np.ndarray:
-        """The row positions of ``idx`` (computing the missing ones in one block)."""
-        from svattn.exact.core.kernels import sq_distances_t
-
-        new = np.unique(idx[self.pos[idx] < 0])
-        if len(new):
-            if self.m + len(new) > len(self.rows):
-                grown = np.zeros((max(2 * len(self.rows), self.m + len(new)), len(self.X)))
-                grown[: self.m] = self.rows[: self.m]
-                self.rows[: self.m].fill(0.0)
-                self.rows = grown
-            block = self.rows[self.m: self.m + len(new)]
-            keys = self.X[new]
-            try:  # kernel_matrix's values (rbf: distances from differences, then exp)
-                sq_distances_t(keys, self.XT, out=block)
-            finally:
-                keys.fill(0.0)  # a copy of keys: freed holding none
-            block *= -self.gamma
-            np.exp(block, out=block)
-            block[np.arange(len(new)), new] = 1.0
-            self.pos[new] = self.m + np.arange(len(new))
-            self.m += len(new)
-        return self.pos[idx]
-
-    def release(self) -> None:
-        """Hand the kept rows over (the caller owns them now): this holds none after."""
-        self.rows = np.zeros((1, len(self.X)))
-        self.pos.fill(-1)
-        self.m = 0
-
-    def scrub(self) -> None:
-        """Zero the kept columns and the transposed keys (rows past ``m`` were never
-        written)."""
-        self.rows[: self.m].fill(0.0)
-        self.XT.fill(0.0)
-
-
 def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: float,
                   max_iter: int = 60) -> BatchSolution | None:
     """The exact SVDD optimum (rbf, bound ``C``) from an approximate one, or None.
@@ -350,6 +297,10 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
     seen: set[bytes] = set()
     diag = np.ones(n)
     S = Q = factor = None  # the last solve's margin order, system and A's Cholesky factor
+    # the error tokens' share: eS = Σ w_j K[:, j] over the error set (w_j = U_j / C: 1, or
+    # m for a group of m copies), updated by the columns of the tokens whose weight
+    # changed — computed a block at a time, never kept (issue #51)
+    eS, ew = np.zeros(n), np.zeros(n)
     try:  # the systems and factors hold kernel values: each goes back zeroed
         for _ in range(max_iter):
             if not merge_copies(cols, state, U, rep, copies, C):
@@ -365,11 +316,17 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             Q, factor = Q2, factor2
             if len(S) == 0:
                 return None
-            pS, pE = cols.ensure(S), cols.ensure(E)
+            pS = cols.ensure(S)
+            want = np.zeros(n)
+            want[E] = U[E] / C
+            moved = np.flatnonzero(want != ew)
+            for part, rows in cols.rows_of(moved):
+                eS += (want[part] - ew[part]) @ rows
+            ew = want
             m = len(S)
             rhs = np.empty(m + 1)
             rhs[0] = 1.0 - U[E].sum()
-            rhs[1:] = diag[S] - 2.0 * (U[E] @ cols.rows[np.ix_(pE, S)])
+            rhs[1:] = diag[S] - 2.0 * C * eS[S]
             solve = _margin_solver(Q, check_finite=False, factor=factor)
             if solve is None:
                 return None
@@ -378,10 +335,9 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
             for _ in range(2):  # iterative refinement
                 x += solve(rhs - Q @ x)
             aS, mu = x[1:], float(x[0])
-            a_rows = np.zeros(cols.m)  # alpha by kept row
+            a_rows = np.zeros(cols.m)  # alpha by kept row (the margin's)
             a_rows[pS] = aS
-            a_rows[pE] = U[E]
-            g = 2.0 * (a_rows @ cols.rows[: cols.m]) - diag + mu
+            g = 2.0 * (a_rows @ cols.rows[: cols.m]) + 2.0 * C * eS - diag + mu
             size = np.maximum(2.0 * diag + g - mu + abs(mu), 1.0)
             low = S[aS < -edge]
             high = S[aS > U[S] + edge]
@@ -393,11 +349,14 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
                 group[E] = U[E]
                 group[S] = np.clip(aS, 0.0, U[S])
                 alpha, margin = spread_copies(group, rep, S, C)
-                support = np.flatnonzero(alpha > 0)
-                cols.ensure(support)  # (a spread copy at C needs its own column)
+                cols.ensure(margin)  # (a spread copy on the margin needs its own column)
                 Qinv = bordered_inverse(Q, factor=factor)  # the memory keeps it
-                return BatchSolution(alpha, mu, margin, np.flatnonzero(alpha >= C),
-                                     np.flatnonzero(alpha <= 0.0), Qinv)
+                error = np.flatnonzero(alpha >= C)
+                # the memory's error sum: eS itself where every error token stands alone
+                # (a group's copies at C share their representative's column: summed anew)
+                same = not (rep >= 0).any() and np.array_equal(error, E)
+                return BatchSolution(alpha, mu, margin, error, np.flatnonzero(alpha <= 0.0),
+                                     Qinv, eS.copy() if same else None)
             state[low] = 0
             state[high] = 2
             state[r_bad] = 1
@@ -407,6 +366,7 @@ def column_finish(cols: KernelColumns, C: float, alpha0: np.ndarray, *, tol: flo
         for a in (Q, factor):
             if a is not None:
                 a.fill(0.0)
+        eS.fill(0.0)
 
 
 # K_ij at or above this (rbf: 1 − K_ij the kernel distance) is a copy: the kernel
@@ -426,14 +386,14 @@ def merge_copies(cols: KernelColumns, state: np.ndarray, U: np.ndarray, rep: np.
     check = np.flatnonzero(((state == 1) | (state == 2)) & (copies == 0))
     if not len(check):
         return True
-    pos = cols.ensure(check)
-    for b in range(0, len(check), 256):  # (no copy of the rows: a block at a time)
-        copies[check[b: b + 256]] = np.count_nonzero(
-            cols.rows[pos[b: b + 256]] >= COPY_KERNEL, axis=1)
+    cols.ensure(check[state[check] == 1])  # (error tokens' rows: computed, not kept)
+    for part, rows in cols.rows_of(check):  # (no copy of the rows: a block at a time)
+        copies[part] = np.count_nonzero(rows >= COPY_KERNEL, axis=1)
     for i in check[copies[check] > 1].tolist():
         if state[i] == 3:
             continue  # merged into a group found earlier in this pass
-        members = np.flatnonzero(cols.rows[cols.pos[i]] >= COPY_KERNEL)
+        for _, row in cols.rows_of(np.array([i])):  # (read before the scratch is zeroed)
+            members = np.flatnonzero(row[0] >= COPY_KERNEL)
         if (rep[members] >= 0).any() or (U[members] > C).any():
             return False
         r = int(members[0])
@@ -676,7 +636,10 @@ def libsvm_solve(X: np.ndarray, C: float, gamma: float, *, tol: float,
         alpha0 = libsvm_warm_start(X, C, gamma, tol=libsvm_tol)
     except failures:
         return None, KernelColumns(X[:0], gamma, capacity=1)
-    cols = KernelColumns(X, gamma, capacity=int(1.25 * np.count_nonzero(alpha0)) + 64)
+    # room for libsvm's margin set and a quarter: only margin columns are kept (error
+    # tokens' are summed; issue #51), and the memory takes this buffer as its cache
+    free = np.count_nonzero((alpha0 > 0) & (alpha0 < C))
+    cols = KernelColumns(X, gamma, capacity=int(1.25 * free) + 64)
     try:
         return column_finish(cols, C, alpha0, tol=tol), cols
     except failures:

@@ -22,7 +22,7 @@ from svattn.exact.backends.protocol import Backend
 from svattn.exact.core.cache import expand, free_col
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.core.kktsets import DRIVEN, ERROR, MARGIN, RESERVE
-from svattn.exact.core.state import SlotState
+from svattn.exact.core.state import SlotState, scrub
 
 # a pair is a copy when its kernel distance is at most this share of K_ii + K_jj
 COPY_SHARE = 1e-13
@@ -54,7 +54,11 @@ def kernel_copies(ss: SlotState, slot: int) -> np.ndarray:
     if col >= 0:
         kv = ss.KC[live, col]
     else:
-        kv = kernel_matrix(ss.X[slot][None, :], ss.X[live], ss.kernel, ss.gamma_value)[0]
+        keys = ss.X[live]  # (a copy of keys: scrubbed)
+        try:
+            kv = kernel_matrix(ss.X[slot][None, :], keys, ss.kernel, ss.gamma_value)[0]
+        finally:
+            scrub(keys)
     dd = ss.diag[live] + ss.diag[slot]
     sib = live[(dd - 2.0 * kv <= COPY_SHARE * dd) & (live != slot)]
     return sib[np.argsort(ss.slot_id[sib], kind="stable")]

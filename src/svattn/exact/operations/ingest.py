@@ -75,10 +75,14 @@ def add_rows(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None) ->
             finally:
                 scrub(row)
             r += 1
+            # the next rows are scored against the state an add leaves (no error columns,
+            # the error sum synced): what repeated adds score them against, bit for bit
+            be.settle_error_columns(ss)
         elif status == "overflow":  # the general scoring raises the kernel's error
             out += general_row(ss, be, k[r:r + 1], None if v is None else v[r:r + 1],
                                 diag[r:r + 1])
             r += 1
+            be.settle_error_columns(ss)
     return AddOutcome(out)
 
 

@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from svattn.exact.backends import compiled, reference
 from svattn.exact.core.errors import OperationError
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.core.state import SlotState, scrub
@@ -232,6 +233,8 @@ def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
     stack.append(cp)
     try:
         yield
+        # the operation's last step: error tokens keep no cache column between operations
+        (compiled if ss.compiled else reference).settle_error_columns(ss)
     except BaseException as exc:
         if log is not None:  # first: a record of what is being undone must not stay
             log.rollback(mark)

@@ -34,7 +34,6 @@ from svattn.exact.core.kernels import (
     gram_matrix,
     has_equal_rows,
     kernel_diag,
-    kernel_matrix,
     wide_diagonal_advice,
 )
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
@@ -52,6 +51,7 @@ from svattn.exact.operations.batch import (
     libsvm_solve,
 )
 from svattn.exact.operations.copies import give_to_copies, spread
+from svattn.exact.operations.scoring import esum_rows, score_rows
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -134,16 +134,6 @@ def reserve_score(ss: SlotState, k: np.ndarray) -> tuple | None:
     return diag, rows, g
 
 
-def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Kernel rows of new keys against the cached columns, and their g."""
-    chi = ss.chi
-    if chi == 0:
-        return np.zeros((len(xs), 0)), ss.mu - diag
-    rows = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)
-    g = 2.0 * (rows @ ss.ac[:chi]) - diag + ss.mu
-    return rows, g
-
-
 def store(ss: SlotState, xs, vs, diag, rows, g) -> list[int]:
     """Store new tokens as reserve tokens with their kernel rows and g."""
     slots = next_slots(ss, len(xs))
@@ -192,20 +182,6 @@ def record_rows(ss: SlotState, xs, vs, slots: np.ndarray) -> list[int]:
     return tids
 
 
-def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
-    """The error sum on newly stored rows (their kernel rows over the cached columns)."""
-    ss.esum[slots] = 0.0
-    if not ss.esum_valid:
-        return
-    members = np.flatnonzero(ss.esum_member[: ss.hi])
-    cols = ss.col_of_slot[members]
-    if len(cols) and (cols.min() < 0 or cols.max() >= rows.shape[1]):
-        ss.esum_valid = False  # a member without a column here: rebuild on use
-        return
-    if len(cols):
-        ss.esum[slots] = rows[:, cols].sum(axis=1)
-
-
 def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, diag: float, *,
              row: np.ndarray | None = None, g_c: float | None = None) -> int:
     """Add a token in warm-up (no ``row``), or one that :func:`add_rows` scored
@@ -250,6 +226,8 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
             canonical_mu(ss, be)
         return RemovalOutcome("reserve")
     try:
+        if ss.col_of_slot[slot] < 0:  # an error token keeps no column: the drive needs it
+            be.alloc_col(ss, slot)
         changed = give_to_copies(ss, be, slot)
         if changed is not None:  # its copies took its weight: nothing else moved
             wipe_slot(ss, be, slot)
@@ -401,7 +379,8 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
     E = ss.slots_in({ERROR})
     if len(E) == 0:
         return
-    grad = 2.0 * (ss.KC[E, : ss.chi] @ ss.ac[: ss.chi]) - ss.diag[E]
+    g_all = be.g_exact(ss)  # (mu's part removed below: the error sum holds E's columns)
+    grad = g_all[E] - ss.mu
     ss.mu = mu_for_empty_margin(grad)
     ss.g[: ss.hi] = be.g_exact(ss)
     ss.g_valid = True
@@ -670,7 +649,16 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     error = np.flatnonzero(alpha >= ss.C)
     ss.state[live[margin]] = MARGIN
     ss.state[live[error]] = ERROR
-    order = np.concatenate([margin, error])  # margin first: they fill columns [0, nS)
+    # margin first: they fill columns [0, nS); the error tokens' share is the finish's
+    # error sum where it has one (no error column is written: issue #51), else columns
+    # that the operation's end folds into a sum
+    order = margin if sol.esum is not None else np.concatenate([margin, error])
+    if sol.esum is not None:
+        ss.esum[: ss.hi] = 0.0
+        ss.esum[live] = sol.esum
+        ss.esum_member[: ss.hi] = False
+        ss.esum_member[live[error]] = True
+        ss.esum_valid, ss.esum_updates = True, 0
     if cols is not None and ss.chi == 0 and adopt_rows(ss, live, live[order], cols.rows,
                                                        cols.pos[order], cols.m):
         cols.release()  # the finish's buffer is the cache now, its columns in place

@@ -330,7 +330,8 @@ def _restore_cache(ss: SlotState, t, slots, col, states, ccap, chi, nS, d) -> No
     ss.XC[cols] = t["keys"][cached]
     _check(np.array_equal(np.sort(col[states == MARGIN]), np.arange(nS)),
            "margin tokens do not occupy cache columns 0..nS-1")
-    _check(bool(np.all(col[states == ERROR] >= nS)), "error tokens lack cache columns")
+    _check(bool(np.all(col[states == ERROR] < 0) or np.all(col[states == ERROR] >= nS)),
+           "error tokens hold margin columns")  # (none since issue #51; files before: all)
     q = t["qinv"]
     _check(q.shape == ((nS + 1, nS + 1) if nS else (0, 0)), "Qinv has the wrong shape")
     ss.Qinv = q.copy()
@@ -349,16 +350,29 @@ def _restore_error_sum(ss: SlotState, t, fields, slots) -> None:
     ss.esum_valid = bool(fields["esum_valid"])
     ss.esum_updates = int(fields["esum_updates"])
     _check(ss.esum_updates >= 0, "negative error sum update count")
-    cols = ss.col_of_slot[slots[member == 1]]
-    if ss.esum_valid and len(cols) and cols.min() >= 0:
-        # a forged sum would corrupt every later g: it must be the members' column sum
+    at = np.flatnonzero(member == 1)  # positions of the members among ``slots``
+    if ss.esum_valid and len(at):
+        # a forged sum would corrupt every later g: it must be the members' kernel sum,
+        # read from their cache columns where they have one (files before issue #51),
+        # else computed from the keys a block at a time (error tokens keep no column)
+        cols = ss.col_of_slot[slots[at]]
         direct = np.zeros(n)
-        for lo, hi in _column_blocks(len(cols), ss.cap):  # (the cache is column-major)
-            direct += ss.KC[:, cols[lo:hi]][slots].sum(axis=1)
+        cached = cols[cols >= 0]
+        for lo, hi in _column_blocks(len(cached), ss.cap):  # (the cache is column-major)
+            direct += ss.KC[:, cached[lo:hi]][slots].sum(axis=1)
+        by_key = at[cols < 0]
+        step = max(1, _BLOCK_ENTRIES // max(1, n))
+        for lo in range(0, len(by_key), step):
+            part = by_key[lo:lo + step]
+            keys = t["keys"][part]
+            block = kernel_matrix(t["keys"], keys, ss.kernel, ss.gamma_value)
+            keys.fill(0.0)  # (a copy of keys)
+            block[part, np.arange(len(part))] = ss.diag[slots[part]]  # (own entry: diag)
+            direct += block.sum(axis=1)
+            block.fill(0.0)
         dev = float(np.max(np.abs(esum - direct), initial=0.0))
-        _check(dev <= 1e-9 * ss.scale * len(cols),
+        _check(dev <= 1e-9 * ss.scale * len(at),
                f"error sum deviates from its members' kernel columns by {dev:.2e}")
-    # (a member without a column makes the next use rebuild the sum from the cache)
 
 
 def _check_cache_is_kernel(ss: SlotState, t, slots) -> None:

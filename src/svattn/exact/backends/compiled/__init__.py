@@ -26,6 +26,7 @@ from svattn.exact.backends import reference
 from svattn.exact.backends.compiled import checks, codes, columns, events, linalg, reserve, segments
 from svattn.exact.core.cache import mu_move
 from svattn.exact.core.gram import KeptFactor, locate, padded_square
+from svattn.exact.core.kktsets import FREE
 from svattn.exact.core.outcome import CertificateFacts, HealthReading, RemovalOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
 
@@ -121,11 +122,30 @@ def margin_health(ss: SlotState, KSS: np.ndarray) -> tuple[float, float]:
 
 # ------------------------------------------------------------------- checks
 def sync_error_sum(ss: SlotState) -> None:
-    """Bring the error-column sum up to the current error set; rebuilt from scratch
-    after every 32 column updates, so its rounding stays that of a direct sum."""
+    """Bring the error-column sum up to the current error set (one column added or
+    subtracted per change, computed afresh for a token that keeps none); rebuilt from
+    scratch only where it is not valid (a new solution)."""
     _error_sum_synced(ss, checks.error_sum_sync(
-        ss.esum, ss.esum_member, ss.KC, ss.slot_of_col, ss.col_of_slot, ss.state, ss.nS,
-        ss.chi, ss.hi, ss.error_sum_rebuild_due))
+        ss.esum, ss.esum_member, ss.KC, ss.slot_of_col, ss.col_of_slot, ss.state, ss.X,
+        ss.diag, ss.nS, ss.chi, ss.hi, ss.gamma_value if ss.dim is not None else 1.0,
+        ss.is_rbf, ss.error_sum_rebuild_due))
+
+
+def settle_error_columns(ss: SlotState) -> None:
+    """End an operation with the state's between-operations shape: the error sum
+    synced to the error set, no error token holding a cache column, and the cache's
+    used columns without holes (shrunk where it is mostly empty,
+    :meth:`~svattn.exact.core.state.SlotState.shrink_cols`)."""
+    if ss.dim is None:
+        return
+    if ss.warm or ss.n == 0:
+        return
+    sync_error_sum(ss)
+    chi = checks.fold_error_columns(ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot,
+                                    ss.state, ss.esum_member, ss.nS, ss.chi)
+    ss.chi = int(checks.compact_columns(ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot,
+                                        ss.nS, int(chi), ss.hi))
+    ss.shrink_cols()
 
 
 def _error_sum_synced(ss: SlotState, n: int) -> None:
@@ -140,6 +160,7 @@ def g_exact(ss: SlotState) -> np.ndarray:
     g = np.empty(ss.hi)
     checks.g_from_error_sum(ss.KC, ss.ac, ss.slot_of_col, ss.state, ss.esum, ss.diag, ss.mu,
                             ss.C, ss.nS, ss.chi, ss.hi, g)
+    g[ss.state[: ss.hi] == FREE] = 0.0  # (a freed row is never read: both backends give 0)
     return g
 
 
@@ -278,8 +299,8 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     out = np.zeros(codes.SEG_OUT, dtype=np.int64)
     out[codes.SEG_LAST_LEFT] = out[codes.SEG_LAST_ENTERED] = -1
     facts = np.zeros(3)
-    sup_ids = np.empty(ss.ccap, dtype=np.int64)
-    sup_values = np.empty(ss.ccap + 1)
+    sup_ids = np.empty(hi, dtype=np.int64)  # (error tokens hold no column: by slot)
+    sup_values = np.empty(hi + 1)
     kss = ss.gram_buffer()
     kept = ss.current_margin_gram() is not None  # K_SS as the last operation left it
     qb, qb_kept = ss.bordered_buffer()  # the compiled call zeroes what it used outside
@@ -419,8 +440,9 @@ def reserve_add(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, t
     status, valid = reserve.reserve_add(
         _plain(x), _NO_VALUE if v is None else _plain(v), ss.X,
         ss.V, ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac,
-        ss.slot_of_col, ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, ss.mu,
-        ss.gamma_value, ss.is_rbf, ss.esum_valid, ss.standby > 0 and ss.standby_stale,
+        ss.slot_of_col, ss.col_of_slot, ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi,
+        ss.mu, ss.C, ss.gamma_value, ss.is_rbf, ss.esum_valid,
+        ss.standby > 0 and ss.standby_stale,
         ss.standby_theta if ss.standby else -np.inf, row)
     row.fill(0.0)  # kernel values of the key: scrubbed like every temporary
     ss.esum_valid = bool(valid)
@@ -442,7 +464,8 @@ def store_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot: int, tid
     ss.esum_valid = bool(reserve.store_row(
         _plain(x), _NO_VALUE if v is None else _plain(v), ss.X,
         ss.V, ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.slot_of_col,
-        ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, g, diag, ss.esum_valid, col))
+        ss.col_of_slot, ss.esum, ss.esum_member, slot, tid, ss.chi, ss.hi, g, diag,
+        ss.esum_valid, ss.gamma_value, ss.is_rbf, col))
 
 
 _BLOCK_STATUS = {reserve.STORED: "stored", reserve.OUTSIDE: "outside",
@@ -458,8 +481,8 @@ def reserve_block(ss: SlotState, k: np.ndarray, v: np.ndarray | None, slots: np.
         stored, status, gx, kxx, valid = reserve.reserve_block(
             _plain(k), _empty_values(len(k)) if v is None else _plain(v), ss.X, ss.V,
             ss.xn2, ss.diag, ss.alpha, ss.g, ss.state, ss.slot_id, ss.KC, ss.XC, ss.ac,
-            ss.slot_of_col, ss.esum, ss.esum_member, slots, tids, ss.chi, ss.hi, ss.mu,
-            ss.gamma_value, ss.is_rbf, ss.esum_valid, row)
+            ss.slot_of_col, ss.col_of_slot, ss.esum, ss.esum_member, slots, tids, ss.chi,
+            ss.hi, ss.mu, ss.C, ss.gamma_value, ss.is_rbf, ss.esum_valid, row)
         ss.esum_valid = bool(valid)
         name = _BLOCK_STATUS[int(status)]
         return (int(stored), name, row[: ss.chi, 0].copy() if name == "outside" else None,
@@ -476,5 +499,5 @@ def _empty_values(m: int) -> np.ndarray:
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "solve_margin", "store_row", "support_slots_by_id",
-           "tied_slots", "wipe_slot_arrays"]
+           "reserve_block", "settle_error_columns", "solve_margin", "store_row",
+           "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

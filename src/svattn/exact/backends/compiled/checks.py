@@ -10,7 +10,14 @@ import numpy as np
 from numba import njit
 
 from svattn.exact.backends.compiled.codes import VEC
-from svattn.exact.backends.compiled.columns import add_block_matvec, add_column, alloc_col, free_col
+from svattn.exact.backends.compiled.columns import (
+    add_block_matvec,
+    add_column,
+    alloc_col,
+    free_col,
+    kernel_column,
+    swap_cols,
+)
 from svattn.exact.backends.compiled.linalg import positive_definite
 from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, FREE, MARGIN, RESERVE
@@ -256,25 +263,38 @@ def wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, memb
 # Error tokens all sit at alpha = C, so their share of g is C times the sum of
 # their kernel columns. Keeping that sum (libsvm keeps the same for its bounded
 # variables, "G_bar") lets an exact g read the margin block and one vector
-# instead of every cached column. The sum follows the error set lazily: each
-# sync compares the members it was built from with the current error tokens.
+# instead of every error column, and the error tokens keep no column: between
+# operations the cache holds margin and standby columns only (issue #51). Within an
+# operation a token that reaches C keeps the column it had until the operation
+# ends (:func:`fold_error_columns`); each sync compares the members the sum was
+# built from with the current error tokens and adds or subtracts one column per
+# change, computed afresh (then zeroed) for a token that has none.
 
 
 @njit(cache=True)
-def error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild):
+def _fresh_column_add(esum, X, diag, s, hi, gamma, is_rbf, sign, tmp):
+    """``esum[:hi] += sign · K[:hi, s]`` from a column computed into ``tmp`` (hi, 1)
+    as :func:`~.columns.kernel_column` computes a cached one; ``tmp`` is zeroed after
+    (it held a function of the token's key)."""
+    kernel_column(tmp, X, diag, s, 0, hi, gamma, is_rbf)
+    for i in range(hi):
+        esum[i] += sign * tmp[i, 0]
+        tmp[i, 0] = 0.0
+
+
+@njit(cache=True)
+def error_sum_sync(esum, member, KC, soc, cos, state, X, diag, nS, chi, hi, gamma, is_rbf,
+                   rebuild):
     """Bring ``esum`` (per slot: the sum of the error tokens' kernel values) up to
-    the current error set; rebuild it from the cached columns when ``rebuild`` is
-    set or a departed member has no column any more.
+    the current error set; rebuilt from scratch when ``rebuild`` is set. A token
+    without a cache column (every error token between operations) has its column
+    computed afresh for the update and zeroed after.
 
     ``member[s]`` marks the slots ``esum`` currently sums over. Returns the number
     of columns added or subtracted, or -1 after a rebuild from scratch.
     """
-    if not rebuild:
-        for s in range(hi):
-            if member[s] and state[s] != ERROR and cos[s] < 0:
-                rebuild = True  # its column is gone: cannot subtract it
-                break
     n = 0
+    tmp = np.zeros((0, 1))  # a scratch column, allocated on first need
     if rebuild:  # start empty: every error column is then added below
         for i in range(hi):
             esum[i] = 0.0
@@ -282,7 +302,12 @@ def error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild):
     else:  # take the departed members out
         for s in range(hi):
             if member[s] and state[s] != ERROR:
-                add_column(KC, cos[s], -1.0, hi, esum)
+                if cos[s] >= 0:
+                    add_column(KC, cos[s], -1.0, hi, esum)
+                else:
+                    if tmp.shape[0] < hi:
+                        tmp = np.zeros((hi, 1))
+                    _fresh_column_add(esum, X, diag, s, hi, gamma, is_rbf, -1.0, tmp)
                 member[s] = False
                 n += 1
     for col in range(nS, chi):
@@ -291,7 +316,41 @@ def error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild):
             add_column(KC, col, 1.0, hi, esum)
             member[s] = True
             n += 1
+    for s in range(hi):  # error tokens without a column (a rebuild, a restored state)
+        if state[s] == ERROR and not member[s]:
+            if tmp.shape[0] < hi:
+                tmp = np.zeros((hi, 1))
+            _fresh_column_add(esum, X, diag, s, hi, gamma, is_rbf, 1.0, tmp)
+            member[s] = True
+            n += 1
     return -1 if rebuild else n
+
+
+@njit(cache=True)
+def fold_error_columns(KC, XC, ac, soc, cos, state, member, nS, chi):
+    """Free the cache column of every error token the (synced) error sum holds: an
+    error token keeps no column between operations. Returns chi."""
+    for col in range(nS, chi):
+        s = soc[col]
+        if s >= 0 and state[s] == ERROR and member[s]:
+            chi = free_col(KC, XC, ac, soc, cos, s, chi)
+    return chi
+
+
+@njit(cache=True)
+def compact_columns(KC, XC, ac, soc, cos, nS, chi, hi):
+    """Move the cached columns past the margin block down into the holes below them, so
+    that the used columns are ``[0, chi)`` without gaps (a moved column's old place is
+    zeroed by the swap with the hole). Returns chi."""
+    dst = nS
+    for col in range(nS, chi):
+        if soc[col] >= 0:
+            if col != dst:
+                swap_cols(KC, XC, ac, soc, cos, hi, dst, col)
+                for i in range(KC.shape[0]):  # (the hole's old rows past hi: zero too)
+                    KC[i, col] = 0.0
+            dst += 1
+    return dst
 
 
 @njit(cache=True, fastmath=VEC)

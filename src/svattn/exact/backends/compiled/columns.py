@@ -270,8 +270,9 @@ def contract(Qb, KC, XC, ac, soc, cos, p, nS, hi):
 @njit(cache=True)
 def leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, who, to_error, nS, chi, hi, C):
     """Margin token ``who`` reaches a bound and leaves the bordered inverse: into the
-    error set at C (its column stays cached) or the reserve set at 0 (its column
-    is freed). Returns ``(nS, chi)``."""
+    error set at C (its column stays cached until the operation ends, when the error
+    sum takes it: :func:`~.checks.fold_error_columns`) or the reserve set at 0 (its
+    column is freed). Returns ``(nS, chi)``."""
     nS = contract(Qb, KC, XC, ac, soc, cos, cos[who], nS, hi)
     if to_error:
         alpha[who] = C
@@ -339,14 +340,15 @@ def leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who, to
 @njit(cache=True)
 def join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, esum, member, who,
                    nS, chi, hi, gamma, is_rbf, scale, out):
-    """:func:`join_margin` for the segment loop: an error
-    token leaves the error sum first."""
+    """:func:`join_margin` for the segment loop: an error token leaves the error sum
+    (by the column it gets for the margin set: error tokens keep none)."""
+    ok, chi = join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi,
+                          hi, gamma, is_rbf, scale)
     if member[who]:
         add_column(KC, cos[who], -1.0, hi, esum)
         member[who] = False
         out[SEG_ESUM_UPDATES] += 1
-    return join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi,
-                        hi, gamma, is_rbf, scale)
+    return ok, chi
 
 
 @njit(cache=True)

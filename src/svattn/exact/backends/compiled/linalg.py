@@ -48,10 +48,9 @@ def solve_gathered(KC, Qinv, soc, state, diag, esum, nS, chi, C, x, KSS):
     segments of one removal: the gather, the largest part of a segment's margin solve
     at hundreds of margin tokens — its reads are scattered over the cache's rows —
     is paid once per removal, not once per segment)."""
-    nE = 0
-    for col in range(nS, chi):
-        sl = soc[col]
-        if sl >= 0 and state[sl] == ERROR:
+    nE = 0  # (error tokens keep no cache column: counted by slot)
+    for i in range(state.shape[0]):
+        if state[i] == ERROR:
             nE += 1
     m = nS + 1
     rhs = np.empty(m)

@@ -109,12 +109,11 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
         out[SEG_UNIQUE] = -2  # the caller's kept factor decides (svattn.exact.core.gram)
     else:
         out[SEG_UNIQUE] = 1 if positive_definite(KSS[:nS, :nS], 1e-10) else 0
-    # the support: margin and error tokens, all of them cached columns
+    # the support: margin and error tokens (error tokens keep no cache column)
     n = 0
-    slots = np.empty(chi, dtype=np.int64)
-    for col in range(chi):
-        sl = soc[col]
-        if sl >= 0 and sl != c and alpha[sl] > 0:
+    slots = np.empty(nm + ne + 1, dtype=np.int64)
+    for sl in range(hi):
+        if sl != c and alpha[sl] > 0:
             slots[n] = sl
             sup_ids[n] = slot_id[sl]
             n += 1
@@ -196,7 +195,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         nS = contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
         kss_ok = kss_ok and nS > 0
     x = np.empty(ccap + 1)
-    out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, nS, chi, hi, rebuild)
+    out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, X, diag, nS, chi, hi,
+                                   gamma, is_rbf, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE

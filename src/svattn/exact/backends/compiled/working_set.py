@@ -201,10 +201,9 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
     ccap = KC.shape[1]
     room = tord.shape[0]
     tol_a = 1e-13 * C
-    nE = 0
-    for col in range(nS, chi):
-        sl = soc[col]
-        if sl >= 0 and state[sl] == ERROR:
+    nE = 0  # (the error tokens: most keep no cache column, so counted by slot)
+    for i in range(hi):
+        if state[i] == ERROR:
             nE += 1
     nT = nS
     n_max = nS

@@ -1,0 +1,68 @@
+"""New keys scored against the state, and their error sums: the error tokens keep no
+kernel column (issue #51), so their share is read from their keys, one compiled pass
+per key that copies none (:func:`svattn.exact.backends.compiled.reserve.error_share`)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from svattn.exact.backends.compiled.reserve import error_share
+from svattn.exact.core.kernels import get_kernel, kernel_matrix
+from svattn.exact.core.state import SlotState, scrub
+
+
+def score_rows(ss: SlotState, xs: np.ndarray, diag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Kernel rows of new keys against the cached columns, and their g (the error
+    tokens that keep no column by their keys, :func:`error_shares`)."""
+    chi = ss.chi
+    share, _ = error_shares(ss, xs)
+    if chi == 0:
+        return np.zeros((len(xs), 0)), ss.mu - diag + 2.0 * ss.C * share
+    rows = kernel_matrix(xs, ss.XC[:chi], ss.kernel, ss.gamma_value)
+    g = 2.0 * (rows @ ss.ac[:chi]) + 2.0 * ss.C * share - diag + ss.mu
+    return rows, g
+
+
+def error_shares(ss: SlotState, xs) -> tuple[np.ndarray, np.ndarray]:
+    """For each key of ``xs``, its kernel values against the tokens without a cache
+    column in the error set (every error token between operations) and in the error
+    sum's members, summed over each: one compiled pass per key that copies no key
+    (:func:`svattn.exact.backends.compiled.reserve.error_share`)."""
+    m = len(xs)
+    share, member = np.zeros(m), np.zeros(m)
+    if ss.dim is None or not ss.hi:
+        return share, member
+    gamma, rbf = ss.gamma_value, ss.is_rbf
+    for i in range(m):
+        x = xs[i]
+        plain = x.dtype == np.float64 and x.flags.c_contiguous
+        x = x if plain else np.ascontiguousarray(x, dtype=np.float64)
+        try:
+            gp, es, top = error_share(x, ss.X, ss.state, ss.esum_member, ss.col_of_slot,
+                                      ss.hi, gamma, rbf)
+        finally:
+            if not plain:
+                scrub(x)  # a copy of the key
+        if not rbf:
+            get_kernel(ss.kernel).check_overflow(float(top), "log k(x, y)")
+        share[i], member[i] = gp, es
+    return share, member
+
+
+def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
+    """The error sum on newly stored rows: their kernel rows over the members' cached
+    columns, plus the members without one by their keys (:func:`error_shares`)."""
+    ss.esum[slots] = 0.0
+    if not ss.esum_valid:
+        return
+    members = np.flatnonzero(ss.esum_member[: ss.hi])
+    cols = ss.col_of_slot[members]
+    cols = cols[(cols >= 0) & (cols < rows.shape[1])]
+    uncached = len(cols) < len(members)
+    if len(cols):
+        ss.esum[slots] = rows[:, cols].sum(axis=1)
+    if uncached:
+        ss.esum[slots] += error_shares(ss, [ss.X[s] for s in slots.tolist()])[1]
+
+
+__all__ = ["error_shares", "esum_rows", "score_rows"]
