@@ -29,8 +29,6 @@ def near_copy_rows() -> np.ndarray:
     return np.concatenate([base, base[:2] + 1e-7 * rng.normal(size=(2, 2))])
 
 
-@pytest.mark.xfail(strict=True, reason="near-copies 1e-7 apart are merged as copies; "
-                   "their g differ by ~1e-8 > tol (reported, not fixed)")
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_near_copies_below_the_copy_test_end_at_the_optimum(backend):
     mem = SVDDMemory(0.25, "rbf", 0.5, backend=backend)
@@ -51,9 +49,6 @@ def interleaved_stream(seed: int) -> np.ndarray:
     return X
 
 
-@pytest.mark.xfail(strict=True, reason="after the 23rd add's interleaved forget (status "
-                   "'finish', two re-solves) KKT 2.7e-10 > tol, decision 6.1e-9 off, a "
-                   "group's sum 2.3e-8 off (reported, not fixed)")
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_interleaved_adds_and_forgets_beside_near_copies_stay_at_the_optimum(backend):
     """Rows added one by one; after each of the sixth on, with probability 0.3, a

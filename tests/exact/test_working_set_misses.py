@@ -14,13 +14,10 @@ costs more than the path it replaces. Reported, not fixed.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from svattn.exact import SVDDMemory
 
 
-@pytest.mark.xfail(strict=True, reason="a working-set miss at both checks, then the "
-                   "path: 6 passes (reported, not fixed)")
 def test_a_support_forget_beside_near_copies_takes_at_most_three_passes():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 4))
