@@ -18,10 +18,16 @@ Its end is checked by one pass computing every token's exact g
 (:func:`~svattn.exact.backends.compiled.checks.g_from_error_sum`, the exact g's own
 formula); convexity makes a point that meets every KKT condition the optimum, however
 it was found. A token the pass finds violating its condition joins the working set and
-the path is followed again from the start, up to ``max_rounds`` checking passes; past
+the path is followed again from the start, with every token the checked end's g shows
+heading for its boundary (:func:`predict_again`: the first segment's line can be a
+near-null move, as when a removed token's weight goes to its copy), up to
+``max_rounds`` checking passes; past
 them, or on a tie, a singular system or a full cache, the caller goes on along the path
 over all tokens from its first event — the slow reference this is held to
-(``tests/exact/test_working_set.py``). A checked end is applied by
+(``tests/exact/test_working_set.py``). Copies follow the path's rule: a copy of a
+margin token never crosses (nor is it a miss: its g is its sibling's up to a
+near-copy's offset), and when a margin token leaves for a bound its copy at the other
+bound takes over at once (a zero-length event, not a tie). A checked end is applied by
 :func:`commit_in_place`: the cache's columns are swapped into the margin order the path
 left, ``O(n)`` work per set change. A support removal thus costs three passes or fewer
 where the prediction holds: the first segment's, the check, and one more check after a
