@@ -1,14 +1,22 @@
 """A support forget takes at most three passes over the margin block, also beside
-near-copies: the claim of :mod:`svattn.exact.backends.compiled.working_set` where its
-prediction misses.
+copies and near-copies: the claim of :mod:`svattn.exact.backends.compiled.working_set`
+where its prediction misses.
 
 200 rows in d = 4 (100 keys and a near-copy of each 1e-6 away), C = 1/60, gamma = 1,
-about 70 margin tokens. The tenth of a seeded series of support forgets (an error
-token) took 6 passes: the working set missed at both checking passes (``max_jumps =
-2``) and handed the removal back to the path, which took 4 more — where the path alone
-(``max_jumps = 0``) takes 4 and three checking passes (``max_jumps = 3``) finish in 4.
-The state is exact either way (KKT 9e-16); what fails is the pass bound, and a miss
-costs more than the path it replaces. Reported, not fixed.
+about 70 margin tokens. The tenth of a seeded series of support forgets (error token
+64) took 6 passes: removing it moves its weight to its near-copy 164 on the margin, a
+near-null move for every other g, so the first segment predicted no token at all; 164
+reached C, the path bent, and each check found one more near-copy pair across its
+boundary (46/146, then 7/107) until ``max_jumps = 2`` handed the removal back to the
+path (4 more passes). A miss now re-predicts from the checked end's g (the start-to-end
+line, which saw the bend: ``working_set.predict_again``), and the removal takes 3.
+
+Exact copies and near-copies the copy test merges (1e-7, 1e-8 apart) missed in two more
+ways, up to 8 and 15 passes: a copy of a margin token whose g sat 3e-12 across zero
+(its sibling's g and the near-copy's offset, within tol) counted as a miss at every
+check, where the path never lets it cross; and when a margin token left for a bound,
+its copy in the other bound — the group's next member, entering at share 0 — was a
+zero-length event the round gave up on.
 """
 
 from __future__ import annotations
@@ -19,8 +27,6 @@ import pytest
 from svattn.exact import SVDDMemory
 
 
-@pytest.mark.xfail(strict=True, reason="a working-set miss at both checks, then the "
-                   "path: 6 passes (reported, not fixed)")
 def test_a_support_forget_beside_near_copies_takes_at_most_three_passes():
     rng = np.random.default_rng(0)
     X = rng.normal(size=(200, 4))
@@ -39,3 +45,51 @@ def test_a_support_forget_beside_near_copies_takes_at_most_three_passes():
         assert mem.kkt_residual() <= mem.tol
     assert mem.solver_state.nS >= 16  # the working set's regime throughout
     assert max(passes) <= 3, passes
+
+
+# (spacing, seed): 0.0 is exact copies; 1e-7 and 1e-8 pass the copy test. Each took 5 to
+# 15 passes on one of its forgets before (the seeds where it did).
+CASES = [(0.0, 1), (0.0, 2), (1e-8, 0), (1e-8, 1), (1e-7, 0)]
+
+
+@pytest.mark.parametrize(("spacing", "seed"), CASES)
+def test_support_forgets_beside_copies_take_at_most_three_passes(spacing, seed):
+    """100 keys and a copy (or a near-copy ``spacing`` away) of each, 30 forgets of
+    margin and support tokens in turn: each takes three passes or fewer, and the
+    memory ends at the oracle's optimum."""
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(100, 4))
+    keys = np.concatenate([X, X + spacing * rng.normal(size=X.shape)])
+    mem = SVDDMemory(1 / 60, "rbf", 1.0)
+    mem.extend(keys)
+    order = np.random.default_rng(seed)
+    passes = []
+    for k in range(30):
+        if mem.solver_state.nS < 16:  # (below it the path alone removes)
+            break
+        part = mem.partition()
+        pool = part["margin"] if k % 2 == 0 else part["margin"] + part["error"]
+        before = mem.view.counters()["n_block_passes"]
+        mem.remove(int(pool[order.integers(len(pool))]))
+        passes.append(mem.view.counters()["n_block_passes"] - before)
+        assert mem.kkt_residual() <= mem.tol
+    assert len(passes) >= 20
+    assert max(passes) <= 3, passes
+
+
+# Not fixed: near-copies the copy test does not merge (1e-5, 1e-6 apart: kernel distance
+# ~1e-10 to 1e-12) make the margin system ill-conditioned when a pair meets on it: the
+# path's exchange between the two is nearly flat, a member leaves at a share ~1e-4 after
+# its partner enters and its g then re-crosses at a negative share (or the partner's
+# expansion is refused as singular), so the round gives up and the path, then the event
+# loop, takes 5-11 passes. Merged near-copies still miss twice where removing a token
+# first moves its weight to its copy (a near-null first segment predicts nothing) and
+# the bent path finds new tokens at both checks (1e-7, 1e-8: 7-9 passes).
+REMAINING = [(1e-8, 4), (1e-7, 1), (1e-6, 1), (1e-5, 1)]
+
+
+@pytest.mark.xfail(strict=True, reason="near-copies on the margin together, and a "
+                   "near-null first segment: more than three passes (reported, not fixed)")
+@pytest.mark.parametrize(("spacing", "seed"), REMAINING)
+def test_support_forgets_beside_near_copies_the_copy_test_keeps_apart(spacing, seed):
+    test_support_forgets_beside_copies_take_at_most_three_passes(spacing, seed)

@@ -12,6 +12,18 @@ group's weight in id order, the first members at ``C``, one remainder, the rest 
 Removing one of several copies then needs no solve when the others have room for its
 weight (:func:`give_to_copies`): the group's sum, hence every ``g``, ``mu`` and the
 decision function, is unchanged, and the weight is spread again over the members left.
+
+Near-copies pass the same test yet are not interchangeable: the kernel distance is
+quadratic in ``‖x − y‖``, ``g_x − g_y`` linear in it (keys 1e-7 apart, gamma 0.5:
+``2 − 2K ≈ 1e-14``, g apart by ~6e-8 ≫ tol). Exchanging weight between two members moves
+the objective at the rate ``g_x − g_y`` with a curvature ``~2(2 − 2K)`` too small to
+stop it inside the box, so at the optimum of the unmerged problem a group still holds
+one free member at most, and which member sits where is fixed by each member's own
+``g``: lowest ``g`` at ``C`` (``g <= 0``), the free one, highest at 0 (``g >= 0``). So
+every split orders the members by their own ``g`` (:func:`split_order`; id order where
+the group's ``g`` agree to rounding, as exact copies' do), and after a re-solve
+:func:`split_by_own_g` moves the groups whose split disagrees with their ``g``; the
+caller's polish then solves the margin system on the members' own columns.
 """
 
 from __future__ import annotations
@@ -46,6 +58,24 @@ def spread(weight: float, m: int, C: float) -> np.ndarray:
     return out
 
 
+def split_order(ids: np.ndarray, g: np.ndarray, tie: float) -> np.ndarray:
+    """Order of a group's members for :func:`spread`: ascending own ``g`` (the first
+    go to ``C``, where ``g <= 0`` holds), id order among ties; id order throughout where
+    the group's ``g`` agree to within ``tie`` (exact copies: any split is optimal).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> split_order(np.array([3, 5, 7]), np.array([2e-8, -6e-8, 2e-8]), 1e-12).tolist()
+    [1, 0, 2]
+    >>> split_order(np.array([3, 5]), np.array([1e-15, 0.0]), 1e-12).tolist()
+    [0, 1]
+    """
+    if not len(g) or float(g.max() - g.min()) <= tie:
+        return np.argsort(ids, kind="stable")
+    return np.lexsort((ids, g))
+
+
 def kernel_copies(ss: SlotState, slot: int) -> np.ndarray:
     """The live slots other than ``slot`` whose keys the kernel cannot tell from
     ``slot``'s, in id order: one pass over ``slot``'s cache column (or its kernel row)."""
@@ -78,18 +108,34 @@ def give_to_copies(ss: SlotState, be: Backend, slot: int) -> int | None:
     sib = kernel_copies(ss, slot)
     if not len(sib) or float(np.sum(ss.C - ss.alpha[sib])) < a * (1 - COPY_SHARE):
         return None
-    new = spread(a + float(ss.alpha[sib].sum()), len(sib), ss.C)
-    group = np.concatenate([[slot], sib])
-    # every member on the margin leaves it first (descending columns: a contraction
-    # moves only the last margin column), so the new free member joins a margin set
-    # that holds none of its copies
+    new = np.empty(len(sib))  # (the members' g: the drives' running values suffice)
+    new[split_order(ss.slot_id[sib], ss.g[sib], _tie(ss))] = spread(
+        a + float(ss.alpha[sib].sum()), len(sib), ss.C)
+    _leave_margin(ss, be, np.concatenate([[slot], sib]))
+    ss.state[slot] = DRIVEN  # (the caller wipes it)
+    return 1 + _assign(ss, be, sib, new)
+
+
+def _tie(ss: SlotState) -> float:
+    """``g`` differences below which a group's split is immaterial (0.01·tol)."""
+    return 0.01 * ss.tol * ss.scale
+
+
+def _leave_margin(ss: SlotState, be: Backend, group: np.ndarray) -> None:
+    """Every member of ``group`` on the margin leaves it (descending columns: a
+    contraction moves only the last margin column), so a new free member joins a
+    margin set that holds none of its copies."""
     on_margin = group[(ss.state[group] == MARGIN) & (ss.col_of_slot[group] < ss.nS)]
     for s in sorted(on_margin.tolist(), key=lambda t: -int(ss.col_of_slot[t])):
         be.contract(ss, int(ss.col_of_slot[s]))
         ss.state[s] = ERROR if ss.alpha[s] > 0.5 * ss.C else RESERVE
-    ss.state[slot] = DRIVEN  # (the caller wipes it)
-    changed = 1
-    for s, w in zip(sib.tolist(), new.tolist(), strict=True):
+
+
+def _assign(ss: SlotState, be: Backend, members: np.ndarray, new: np.ndarray) -> int:
+    """Give ``members`` (none on the margin) the coefficients ``new`` and the sets they
+    imply, the free one joining the margin; return how many changed set."""
+    changed = 0
+    for s, w in zip(members.tolist(), new.tolist(), strict=True):
         st = ERROR if w >= ss.C else (RESERVE if w <= 0.0 else MARGIN)
         changed += int(ss.state[s] != st)
         ss.alpha[s] = w
@@ -107,4 +153,49 @@ def give_to_copies(ss: SlotState, be: Backend, slot: int) -> int | None:
     return changed
 
 
-__all__ = ["COPY_SHARE", "give_to_copies", "kernel_copies", "spread"]
+def margin_copy_groups(ss: SlotState) -> list[np.ndarray]:
+    """The groups of copies (:data:`COPY_SHARE`) that hold a margin token, each as its
+    live slots: one pass over the margin block of the cache. A group without a free
+    member has every member at ``C`` or at 0 (its split is then the only one)."""
+    live = ss.live_slots()
+    if not ss.nS or len(live) < 2:
+        return []
+    dl = ss.diag[live]
+    seen = np.zeros(ss.hi, dtype=bool)
+    groups = []
+    step = max(1, (1 << 20) // len(live))  # (temporaries of ~1M entries)
+    for b in range(0, ss.nS, step):
+        S = ss.slot_of_col[b: min(ss.nS, b + step)]
+        dd = dl[:, None] + ss.diag[S][None, :]
+        hit = dd - 2.0 * ss.KC[live, b: b + len(S)] <= COPY_SHARE * dd
+        for j in np.flatnonzero(np.count_nonzero(hit, axis=0) > 1).tolist():
+            members = live[hit[:, j] & ~seen[live]]
+            seen[members] = True
+            if len(members) > 1:
+                groups.append(members)
+    return groups
+
+
+def split_by_own_g(ss: SlotState, be: Backend) -> bool:
+    """Re-split every group of copies holding a margin token in the order of its
+    members' own ``g`` (:func:`split_order`; ``ss.g`` exact): where a member at ``C``
+    has a larger ``g`` than one below ``C``, or one above 0 than one at 0, the group's
+    weight is spread again. True when a group changed (the caller then polishes: the
+    new free member's column is not the old one's, by ``O(‖x − y‖)``)."""
+    changed = False
+    tie = _tie(ss)
+    for members in margin_copy_groups(ss):
+        new = np.empty(len(members))
+        new[split_order(ss.slot_id[members], ss.g[members], tie)] = spread(
+            float(ss.alpha[members].sum()), len(members), ss.C)
+        now = np.where(ss.alpha[members] >= ss.C, 2, ss.alpha[members] > 0.0)
+        if np.array_equal(now, np.where(new >= ss.C, 2, new > 0.0)):
+            continue  # the same members at C, free and at 0: the polish keeps it
+        _leave_margin(ss, be, members)
+        _assign(ss, be, members, new)
+        changed = True
+    return changed
+
+
+__all__ = ["COPY_SHARE", "give_to_copies", "kernel_copies", "margin_copy_groups", "split_by_own_g",
+           "split_order", "spread"]

@@ -38,19 +38,9 @@ from svattn.exact.core.kernels import (
 )
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
-from svattn.exact.core.state import (
-    DIGEST_MOD,
-    NeedResolve,
-    SlotState,
-    scrub,
-)
-from svattn.exact.operations.batch import (
-    BatchSolution,
-    KernelColumns,
-    batch_solve,
-    libsvm_solve,
-)
-from svattn.exact.operations.copies import give_to_copies, spread
+from svattn.exact.core.state import DIGEST_MOD, NeedResolve, SlotState, scrub
+from svattn.exact.operations.batch import BatchSolution, KernelColumns, batch_solve, libsvm_solve
+from svattn.exact.operations.copies import give_to_copies, split_by_own_g, spread
 from svattn.exact.operations.scoring import esum_rows, score_rows
 
 
@@ -348,6 +338,16 @@ def polish(ss: SlotState, be: Backend, *, refresh_g: bool = True) -> None:
         solve_margin(ss, be, refresh_g)
 
 
+def polish_split(ss: SlotState, be: Backend) -> None:
+    """:func:`polish`, with each group of copies split by its members' own g first
+    (:func:`~svattn.exact.operations.copies.split_by_own_g`: near-copies' g differ)."""
+    for _ in range(3):
+        moved = split_by_own_g(ss, be)
+        polish(ss, be)
+        if not moved:
+            return
+
+
 def solve_margin(ss: SlotState, be: Backend, refresh_g: bool = True) -> int | None:
     """Solve alpha_S, mu on the partition; return how many margin coefficients
     sit on a bound (None when not counted: the caller checks)."""
@@ -439,7 +439,7 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
         return None
     refactorize(ss)
-    polish(ss, be)
+    polish_split(ss, be)
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
         return None
     resolve(ss, be)  # (no residual returned: the certificate computes it)
@@ -565,9 +565,9 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
 
     Keys that the kernel cannot tell apart (``k(x,x) + k(y,y) − 2k(x,y)``
     below 1e-13 of ``k(x,x) + k(y,y)``) are solved as one token with bound ``m·C``
-    and the weight is spread back in id order: the first members at C,
-    one remainder, the rest 0. Copies are interchangeable, so this is an
-    optimum, and it keeps the margin set free of copies (Q invertible).
+    and the weight is spread back in id order: the first members at C, one remainder,
+    the rest 0; then in the order of the members' own g where near-copies' g differ
+    (:func:`polish_split`). The margin set stays free of copies (Q invertible).
     """
     drop_solution(ss)
     live = ss.ordered_slots()
@@ -605,7 +605,7 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
     settle_solution(ss, be, sol.mu)
     if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
         try:
-            polish(ss, be)
+            polish_split(ss, be)
         except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
             resolve_by_gram(ss, be, polish_after=False)
 
@@ -675,7 +675,7 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
     settle_solution(ss, be, sol.mu, sol.Qinv if same else None)
     ss.ops_since_exact_g = 0
     if ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
-        polish(ss, be)
+        polish_split(ss, be)
         if be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
             raise NeedResolve
 

@@ -18,10 +18,16 @@ Its end is checked by one pass computing every token's exact g
 (:func:`~svattn.exact.backends.compiled.checks.g_from_error_sum`, the exact g's own
 formula); convexity makes a point that meets every KKT condition the optimum, however
 it was found. A token the pass finds violating its condition joins the working set and
-the path is followed again from the start, up to ``max_rounds`` checking passes; past
+the path is followed again from the start, with every token the checked end's g shows
+heading for its boundary (:func:`predict_again`: the first segment's line can be a
+near-null move, as when a removed token's weight goes to its copy), up to
+``max_rounds`` checking passes; past
 them, or on a tie, a singular system or a full cache, the caller goes on along the path
 over all tokens from its first event — the slow reference this is held to
-(``tests/exact/test_working_set.py``). A checked end is applied by
+(``tests/exact/test_working_set.py``). Copies follow the path's rule: a copy of a
+margin token never crosses (nor is it a miss: its g is its sibling's up to a
+near-copy's offset), and when a margin token leaves for a bound its copy at the other
+bound takes over at once (a zero-length event, not a tie). A checked end is applied by
 :func:`commit_in_place`: the cache's columns are swapped into the margin order the path
 left, ``O(n)`` work per set change. A support removal thus costs three passes or fewer
 where the prediction holds: the first segment's, the check, and one more check after a
@@ -54,6 +60,9 @@ from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 # towards its boundary slower than the first segment suggests is still caught
 # (a miss costs one more pass, never a wrong answer).
 WS_REACH = 4.0
+# After a miss, a token whose g would reach zero were the checked path this many times
+# as long again joins the working set with the missed ones (:func:`predict_again`).
+WS_REACH_AGAIN = 4.0
 # How many more margin tokens than now the path on the working set may hold.
 WS_ROOM = 64
 
@@ -185,6 +194,31 @@ def predict(g, g_end, state, hi, c, cap, out):
 
 
 @njit(cache=True)
+def predict_again(g, g_try, state, tstate, hi, c, pred, nP, cap):
+    """After a miss: add to ``pred[:nP]`` every error or reserve token the checked end
+    left in its set whose g moved towards zero from the start to that end and would
+    reach it were the path :data:`WS_REACH_AGAIN` times as long again (the end's g saw
+    the path bend at its events; the first segment's line did not: near-copies make that
+    line a near-null move), up to ``cap`` tokens in all. Returns the new count."""
+    inp = np.zeros(hi, dtype=np.bool_)
+    for q in range(nP):
+        inp[pred[q]] = True
+    for i in range(hi):
+        st = tstate[i]
+        if nP >= cap:
+            break
+        if i == c or inp[i] or st != state[i] or (st != RESERVE and st != ERROR):
+            continue
+        d = g_try[i] - g[i]
+        ge = g_try[i]
+        if (st == RESERVE and d < 0.0 and ge <= WS_REACH_AGAIN * -d) or (
+                st == ERROR and d > 0.0 and -ge <= WS_REACH_AGAIN * d):
+            pred[nP] = i
+            nP += 1
+    return nP
+
+
+@njit(cache=True)
 def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
                  hi, C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow,
                  err_in, err_out, fresh, col_budget):
@@ -236,6 +270,7 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
     changes = 0
     n_cols = 0
     first = True
+    left = np.full(1, -1, dtype=np.int64)  # the token the last event took off the margin
     while True:
         if not first:
             t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C,
@@ -258,15 +293,21 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
                     kind = 3 if a1 < 0.0 else 4
                     who = j
         rate_tol = 1e-13 * scale * t_rem
+        swap = False
         for r in range(nR):
             s = wrow[r]
             f = crossing_share(tstate[s], gw[r], gwe[r], rate_tol)
+            takes_over = f < np.inf and copy_of_any(KC, cos, diag, s, left, 1)
+            if takes_over:
+                f = 0.0  # the group's next member takes over from the copy that left
             # (a copy of a margin token has its sibling's g, 0: it never crosses)
-            if f < best and not copy_of_any(KC, cos, diag, s, tord, nT):
+            if (f < best or takes_over and kind != 5) and not copy_of_any(
+                    KC, cos, diag, s, tord, nT):
                 best = f
                 kind = 5
                 who = r
-        if best <= 0.0 or (kind != 2 and best >= 1.0):
+                swap = takes_over
+        if (best <= 0.0 and not (kind == 5 and swap)) or (kind != 2 and best >= 1.0):
             return False, nT, changes, chi, n_max, n_in, n_out
         if kind == 2:
             break
@@ -302,6 +343,7 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
             kss_drop(KSS, who, nT)
             nT = t_contract(Qb, tord, who, nT)
             tstate[s] = ERROR if to_error else RESERVE
+            left[0] = s
             if to_error:
                 if state[s] == ERROR:  # back where it was
                     for z in range(n_out):
@@ -352,6 +394,7 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
             xc[nT + 1] = C if was_error else 0.0
             nT += 1
             tstate[s] = MARGIN
+            left[0] = -1
             gw[who] = 0.0
     # the end: refined (a segment before it only located its event)
     t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KSS,
@@ -434,12 +477,13 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
             if r == c or (st != RESERVE and st != ERROR):
                 continue
             gr = g_try[r]
+            off = (st == RESERVE and gr < 0.0) or (st == ERROR and gr > 0.0)
+            if (off or abs(gr) <= tie) and copy_of_any(KC, cos, diag, r, tord, nT):
+                continue  # a copy of a margin token: its sibling's g, it stays (the path's rule)
             if abs(gr) <= tie:
-                if copy_of_any(KC, cos, diag, r, tord, nT):
-                    continue  # a copy of a token on the margin: tied with it, stays
                 failed = True
                 break
-            if (st == RESERVE and gr < 0.0) or (st == ERROR and gr > 0.0):
+            if off:
                 if nP >= cap + WS_ROOM:
                     failed = True  # (many misses: the prediction did not hold)
                     break
@@ -452,6 +496,7 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
             return passes, nT, changes, chi, n_max, n_in, n_out
         if passes >= max_rounds:
             break
+        nP = predict_again(g, g_try, state, tstate, hi, c, pred, nP, cap + WS_ROOM)
         pred[:nP] = np.sort(pred[:nP])  # (slot order: the rows' gathers run down a column)
         restore(Qb, Qsave, m)  # the next round starts where this one did
         gather_margin_gram_into(KC, soc, nS, KSS)
