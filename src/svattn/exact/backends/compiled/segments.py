@@ -142,8 +142,9 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
         facts[FACT_INV_RES] = res
     else:  # the final solve's probe residual (facts[FACT_INV_RES]); cond1 not measured
         facts[FACT_COND] = np.nan
-    # (c's whole kernel row zeroed, past chi too: numba caches this caller with the
-    # callee inlined, so a change to the wipe needs a change here to be recompiled)
+    # (c's whole kernel row zeroed where nonzero, past chi too: numba caches this caller
+    # with the callee inlined, so a change to the wipe needs a change here to be
+    # recompiled)
     chi, _ = wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, c, chi, hi, True)
     return chi
