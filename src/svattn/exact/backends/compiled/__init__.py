@@ -306,13 +306,13 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     qb, qb_kept = ss.bordered_buffer()  # the compiled call zeroes what it used outside
     # the error sum is synced first, without c: its share of the end state is 0
     try:
-        status, nS, chi, mu, Qinv = segments.remove_segments(
+        status, nS, chi, mu, Qinv, in_spare = segments.remove_segments(
             ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.V, ss.xn2, ss.diag,
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb, kept, qb_kept)
+            FACTOR_KEPT_FROM, qb, kept, qb_kept, ss.qspare)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # the work copy of the inverse still held c's row and column
         ss.qwork_for, ss.qwork_n = None, 0
@@ -322,6 +322,9 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     jumped = int(out[codes.SEG_JUMPED])
     ss.n_jumps += jumped > 0
     ss.n_jump_fallbacks += jumped < 0
+    if in_spare:  # the inverse was written into the spare's memory: a view of it
+        m = int(nS) + 1
+        Qinv, ss.qspare = ss.qspare[: m * m].reshape(m, m), _NO_SPARE
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
     ss.kept_bordered_copy(ss.nS)  # (its block is Qinv's values, zeros elsewhere)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
@@ -427,6 +430,9 @@ def _factor_plan(fids: np.ndarray, ids: np.ndarray
     in_factor = np.zeros(len(ids), dtype=bool)
     in_factor[held] = True
     return drops, fpos, np.flatnonzero(~in_factor)
+
+
+_NO_SPARE = np.zeros(0)
 
 
 # ---------------------------------------------------------------- the streaming add

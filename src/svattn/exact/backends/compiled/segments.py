@@ -154,7 +154,7 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb, kss_in, qb_in):
+                    KSS, pd_defer, Qb, kss_in, qb_in, spare):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -184,8 +184,11 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the first segment
     gathers it. ``qb_in``: ``Qb``'s leading block is ``Qinv`` already (the last
     removal's result); on return it is the inverse returned, every other entry zero.
+    ``spare``: zeroed memory for the inverse returned (a replaced inverse's,
+    ``SlotState.qspare``), used when it holds ``(nS + 1)²`` floats.
     Returns
-    ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
+    ``(status, nS, chi, mu, Qinv, in_spare)``, ``in_spare`` when the inverse is in
+    ``spare[:(nS + 1)²]`` (row-major; ``Qinv`` then empty): DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
     with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
@@ -344,11 +347,18 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         chi = finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
                               sup_ids, sup_values, pd_defer)
-    Qout = bordered_out(Qb, nS)
     m = nS + 1 if nS else 0  # Qb keeps the inverse returned (the next removal's start)
+    in_spare = m > 0 and spare.shape[0] >= m * m
+    if in_spare:  # (memory in use already: no fresh array faulted in and zeroed)
+        for i in range(m):
+            for j in range(m):
+                spare[i * m + j] = Qb[i, j]
+        Qout = np.zeros((0, 0))
+    else:
+        Qout = bordered_out(Qb, nS)
     for i in range(qb_ext):  # the rest held c's row and column: zeroed
         for j in range(m if i < m else 0, qb_ext):
             Qb[i, j] = 0.0
-    return status, nS, chi, mu, Qout
+    return status, nS, chi, mu, Qout, in_spare
 
 quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)
