@@ -92,18 +92,23 @@ def kss_append(KSS, KC, soc, n):
         KSS[i, n] = KC[soc[i], n]
 
 
-# A first residual this small (relative to the right-hand side) leaves nothing for a
-# second refinement step: the step's error is the inverse's defect times the first
-# error, about cond · r², and r² <= 1e-16 is below the rounding of the residual the
-# second step would read (inverses the health monitor keeps have r near 1e-13).
+# A first residual this small (relative to the right-hand side) and a first correction
+# this small (relative to mu and to the largest alpha) leave nothing for a second
+# refinement step: its correction is the inverse's defect times the first one. On a
+# well-conditioned margin system (the ICU vitals: r near 1e-13, corrections near 1e-11)
+# one step does; near-copies (cond 1e8 and more) make the first correction large, and
+# the second step runs (without it a group of copies' alpha sum ended 1e-7 off the
+# oracle's, tests/exact/test_copies_on_the_drive.py).
 REFINE_ONE_STEP = 1e-8
+REFINE_ONE_STEP_DX = 1e-10
 
 
 @njit(cache=True, fastmath=VEC)
 def refine(Qinv, K, rhs, x, n):
     """Iterative refinement of ``x = Qinv rhs`` against ``Q = [[0, 1^T], [1, 2 K]]``
-    (``K`` the Gram block of the ``n`` margin tokens): two steps, the second only when
-    the first residual is above :data:`REFINE_ONE_STEP` (a drifted inverse). Each step
+    (``K`` the Gram block of the ``n`` margin tokens): two steps, the second skipped when
+    the first residual is at most :data:`REFINE_ONE_STEP` and the first correction at
+    most :data:`REFINE_ONE_STEP_DX` of mu and of the largest alpha. Each step
     reads ``K`` and ``Qinv`` once (``O(|S|²)``): the second was half of a settled
     removal's solve.
 
@@ -135,7 +140,13 @@ def refine(Qinv, K, rhs, x, n):
             for i in range(m):
                 rmax = max(rmax, abs(res[i]))
             first = rmax / bmax if bmax > 0.0 else rmax
-            if first <= REFINE_ONE_STEP:
+            amax = 0.0
+            dmax = 0.0
+            for i in range(1, m):
+                amax = max(amax, abs(x[i]))
+                dmax = max(dmax, abs(dx[i]))
+            if (first <= REFINE_ONE_STEP and dmax <= REFINE_ONE_STEP_DX * amax
+                    and abs(dx[0]) <= REFINE_ONE_STEP_DX * abs(x[0])):
                 break
     return first
 
