@@ -58,7 +58,8 @@ def check_scratch_between_operations(ss) -> bool:
     holds, when kept, exactly the current margin block as a gather reads it and zeros
     everywhere else (a removed or departed token's kernel values included); else it is
     all zeros. The removal's work copy of the bordered inverse likewise holds the
-    current inverse or nothing. Returns whether the Gram copy is kept."""
+    current inverse or nothing, and the spare (``qspare``) zeros. Returns whether the Gram
+    copy is kept."""
     from svattn.exact.backends.compiled import linalg
 
     q = ss.qwork.copy()
@@ -68,6 +69,8 @@ def check_scratch_between_operations(ss) -> bool:
         np.testing.assert_array_equal(q[:m, :m], ss.Qinv)
         q[:m, :m] = 0.0
     assert not q.any()
+    # a replaced inverse's memory kept for the next removal's: zeros, not the inverse's
+    assert not ss.qspare.any() and not np.shares_memory(ss.qspare, ss.Qinv)
     if ss.kss_for is None:
         assert not ss.kss.any()
         return False

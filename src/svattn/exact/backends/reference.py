@@ -134,6 +134,10 @@ def nearest_reserve(ss: SlotState, m: int) -> np.ndarray:
     return reserve[np.argsort(ss.g[reserve], kind="stable")[:m]]
 
 
+def ready_for_removals(ss: SlotState) -> None:
+    """Nothing: this backend keeps nothing between operations (see the protocol)."""
+
+
 def refresh_standby(ss: SlotState) -> None:
     """Cache the kernel columns of the ``standby`` reserve tokens nearest the
     boundary (smallest g) and free those of other reserve tokens.
@@ -636,6 +640,6 @@ def _store_reserve_row(ss: SlotState, x: np.ndarray, v: np.ndarray | None, slot:
 
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
-           "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "settle_error_columns", "solve_margin", "store_row",
+           "positive_definite", "ready_for_removals", "refresh_standby", "remove_by_segments",
+           "reserve_add", "reserve_block", "settle_error_columns", "solve_margin", "store_row",
            "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

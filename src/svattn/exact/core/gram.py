@@ -124,7 +124,8 @@ class MarginGramScratch:
         """The scratch fields, empty (a new state, a pickle, a state pickled before one
         of them existed)."""
         return {"kss": np.zeros((0, 0)), "kss_for": None, "kss_ext": 0,
-                "qwork": np.zeros((0, 0)), "qwork_for": None, "qwork_n": 0, "pd_factor": None}
+                "qwork": np.zeros((0, 0)), "qwork_for": None, "qwork_n": 0, "pd_factor": None,
+                "qspare": np.zeros(0)}
 
     def gram_buffer(self) -> np.ndarray:
         """Where margin solves write ``K_SS``: room for every cache column."""

@@ -188,6 +188,8 @@ class SlotState(MarginGramScratch):
     qwork_for: np.ndarray | None = None
     qwork_n: int = 0
     pd_factor: KeptFactor | None = None
+    # a replaced inverse's memory, zeroed: where the next removal writes its own
+    qspare: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
     # ------------------------------------------------------------ construction
     @classmethod

@@ -131,6 +131,7 @@ def add_block(ss: SlotState, be: Backend, k: np.ndarray, v: np.ndarray | None
             install_solution(ss, be, ss.ordered_slots(), sol, cols)
         except NeedResolve:  # the polish met a degeneracy: the memory's own batch solve
             resolve(ss, be)
+        be.ready_for_removals(ss)  # the first forget after a fit costs a settled one's
     finally:
         cols.scrub()
     ss.standby_stale = True

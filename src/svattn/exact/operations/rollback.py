@@ -62,7 +62,7 @@ _DERIVED = ("KC", "XC", "Qinv", "ac", "slot_of_col", "free_slots", "id_to_slot")
 # (what an operation found is returned to its caller, svattn.exact.core.outcome: not state)
 _SCRATCH = {"kss": lambda: np.zeros((0, 0)), "kss_for": lambda: None, "kss_ext": lambda: 0,
             "qwork": lambda: np.zeros((0, 0)), "qwork_for": lambda: None,
-            "qwork_n": lambda: 0, "pd_factor": lambda: None}
+            "qwork_n": lambda: 0, "pd_factor": lambda: None, "qspare": lambda: np.zeros(0)}
 
 
 @dataclass
@@ -286,6 +286,23 @@ def _scrub_after_success(ss: SlotState, cp: Checkpoint, *, keep_inverse: bool = 
             arr[slots] = 0
     if cp.qinv_obj is not ss.Qinv and not keep_inverse:
         scrub(cp.qinv_obj)
+        _keep_spare(ss, cp.qinv_obj)
+
+
+def _keep_spare(ss: SlotState, old: np.ndarray) -> None:
+    """The replaced inverse's memory, zeroed, becomes the state's spare
+    (``SlotState.qspare``): the next removal writes its inverse there
+    (:func:`svattn.exact.backends.compiled.remove_by_segments`) instead of into a fresh
+    array, whose |S|² floats the kernel faulted in and zeroed first (tens to hundreds
+    of ms at 2,468 margin tokens, more than a pass over the margin block). Only memory
+    nothing else refers to: a plain array, or the flat buffer a spare-made inverse is a
+    view of."""
+    flat = old.base if old.base is not None else old
+    if not isinstance(flat, np.ndarray) or flat.dtype != np.float64 or flat.base is not None:
+        return
+    if not flat.flags.c_contiguous or flat.size <= ss.qspare.size:
+        return
+    ss.qspare = flat.reshape(-1)
 
 
 __all__ = ["Checkpoint", "atomic", "checkpoint", "restore"]

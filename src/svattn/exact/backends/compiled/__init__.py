@@ -106,6 +106,27 @@ def solve_margin(ss: SlotState) -> int | None:
     return int(at_bound)
 
 
+def ready_for_removals(ss: SlotState) -> None:
+    """After a batch solve (a fit), what the first removal would otherwise build and
+    every later one keeps: ``K_SS`` gathered into the kept buffer, the uniqueness
+    test's factor (:func:`margin_positive_definite`: one LAPACK factorization,
+    O(|S|³)) and the removal's work copy of the inverse. The first forget after a
+    fit was 1.5-3.9× a settled one for these three (#51); the fit pays them once."""
+    nS = ss.nS
+    if ss.warm or nS < FACTOR_KEPT_FROM:
+        return
+    kss = ss.current_margin_gram()
+    if kss is None:
+        kss = ss.gram_buffer()
+        linalg.gather_margin_gram_into(ss.KC, ss.slot_of_col, nS, kss)
+        ss.kept_margin_gram(nS)
+    margin_positive_definite(ss, ss.gram_buffer())
+    qb, current = ss.bordered_buffer()
+    if not current:
+        columns.bordered_into(ss.Qinv, nS, qb)
+        ss.kept_bordered_copy(nS)
+
+
 def margin_gram(ss: SlotState) -> np.ndarray:
     """``K_SS``: the last margin solve's copy when current, else a gather."""
     kss = ss.current_margin_gram()
@@ -174,9 +195,32 @@ def tied_slots(ss: SlotState, g: np.ndarray, tie: float) -> np.ndarray:
     return checks.tied_slots(g, ss.state, ss.hi, tie)
 
 
+# From this many rows the general uniqueness test factors by LAPACK's blocked dpotrf
+# (the reference's own factorization), below by the compiled loop (µs, no copy).
+PD_LAPACK_FROM = 128
+
+
 def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
-    """:func:`svattn.exact.backends.reference.positive_definite`, compiled (a Cholesky loop)."""
-    return bool(linalg.positive_definite(K, rel_shift))
+    """:func:`svattn.exact.backends.reference.positive_definite`, compiled: a Cholesky loop
+    below :data:`PD_LAPACK_FROM` rows, LAPACK's ``dpotrf`` from there (the test of the
+    margin and tied tokens a removal beside near-copies asks for: 0.2-0.7 s by the loop
+    at 1,160 rows, the largest part of the first forget after a fit on the ICU vitals)."""
+    n = K.shape[0]
+    if n < PD_LAPACK_FROM:
+        return bool(linalg.positive_definite(K, rel_shift))
+    shift = rel_shift * float(np.trace(K))
+    A = np.empty((n, n), order="F")  # (scrubbed: kernel values stay only in the cache)
+    try:
+        np.add(K, K.T, out=A)
+        A *= 0.5
+        A.flat[:: n + 1] -= shift
+        c, info = dpotrf(A, lower=1, clean=0, overwrite_a=1)
+        ok = info == 0 and bool(np.isfinite(np.diagonal(c)).all())
+        if c is not A:
+            c.fill(0.0)
+        return ok
+    finally:
+        A.fill(0.0)
 
 
 def count_states(ss: SlotState) -> tuple[int, int, int]:
@@ -306,13 +350,13 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     qb, qb_kept = ss.bordered_buffer()  # the compiled call zeroes what it used outside
     # the error sum is synced first, without c: its share of the end state is 0
     try:
-        status, nS, chi, mu, Qinv = segments.remove_segments(
+        status, nS, chi, mu, Qinv, in_spare = segments.remove_segments(
             ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.V, ss.xn2, ss.diag,
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb, kept, qb_kept)
+            FACTOR_KEPT_FROM, qb, kept, qb_kept, ss.qspare)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # the work copy of the inverse still held c's row and column
         ss.qwork_for, ss.qwork_n = None, 0
@@ -322,6 +366,9 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     jumped = int(out[codes.SEG_JUMPED])
     ss.n_jumps += jumped > 0
     ss.n_jump_fallbacks += jumped < 0
+    if in_spare:  # the inverse was written into the spare's memory: a view of it
+        m = int(nS) + 1
+        Qinv, ss.qspare = ss.qspare[: m * m].reshape(m, m), _NO_SPARE
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
     ss.kept_bordered_copy(ss.nS)  # (its block is Qinv's values, zeros elsewhere)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
@@ -429,6 +476,9 @@ def _factor_plan(fids: np.ndarray, ids: np.ndarray
     return drops, fpos, np.flatnonzero(~in_factor)
 
 
+_NO_SPARE = np.zeros(0)
+
+
 # ---------------------------------------------------------------- the streaming add
 _NO_VALUE = np.zeros(0)  # the value of a memory whose values are its keys
 
@@ -498,6 +548,6 @@ def _empty_values(m: int) -> np.ndarray:
 
 __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states", "drive",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
-           "positive_definite", "refresh_standby", "remove_by_segments", "reserve_add",
-           "reserve_block", "settle_error_columns", "solve_margin", "store_row",
+           "positive_definite", "ready_for_removals", "refresh_standby", "remove_by_segments",
+           "reserve_add", "reserve_block", "settle_error_columns", "solve_margin", "store_row",
            "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]

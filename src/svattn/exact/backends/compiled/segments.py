@@ -77,6 +77,15 @@ JUMP_MIN_MARGIN = 16
 # the memory, else the path goes on from its first event.
 
 
+# From this many margin tokens a removal reports the health of the inverse it leaves by
+# its final solve's probe residual alone (``cond1`` NaN: not measured), where the full
+# measure reads the inverse and the Gram block once more (two |S|² passes, a third of
+# a pass over the margin block at a thousand margin tokens); the health monitor takes
+# a full measure every few removals and on any suspicion
+# (:class:`~svattn.exact.operations.health.HealthMonitor`).
+HEALTH_PROBE_FROM = 256
+
+
 @njit(cache=True)
 def working_set_cap(nS, hi):
     """How many tokens outside the margin set the working set may hold: the set's g
@@ -93,7 +102,9 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
     with its alphas and mu (the digest's input), the health measure of the
     bordered inverse; then ``c``'s array entries are wiped (it left the error
     sum at the start). Equal to :func:`kkt_residual`, :func:`certificate_facts`
-    and :func:`bordered_health` (the references). Returns chi.
+    and :func:`bordered_health` (the references; from :data:`HEALTH_PROBE_FROM` margin
+    tokens the health is the final solve's probe residual, already in
+    ``facts[FACT_INV_RES]``, and ``cond1`` NaN). Returns chi.
     """
     # c is skipped: wiped below (alpha 0, no set)
     facts[FACT_KKT], nm, ne, nr, n_tied = kkt_pass(g, alpha, state, diag, mu, C, hi, c,
@@ -124,11 +135,15 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
         sup_ids[k] = slot_id[sl]
     sup_values[n] = mu
     out[SEG_SUPPORT] = n
-    cond, res = bordered_health(Qb, KSS, nS)
-    facts[FACT_COND] = cond
-    facts[FACT_INV_RES] = res
-    # (c's whole kernel row zeroed, past chi too: numba caches this caller with the
-    # callee inlined, so a change to the wipe needs a change here to be recompiled)
+    if nS < HEALTH_PROBE_FROM:
+        cond, res = bordered_health(Qb, KSS, nS)
+        facts[FACT_COND] = cond
+        facts[FACT_INV_RES] = res
+    else:  # the final solve's probe residual (facts[FACT_INV_RES]); cond1 not measured
+        facts[FACT_COND] = np.nan
+    # (c's whole kernel row zeroed where nonzero, past chi too: numba caches this caller
+    # with the callee inlined, so a change to the wipe needs a change here to be
+    # recompiled)
     chi, _ = wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, c, chi, hi, True)
     return chi
@@ -138,7 +153,7 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb, kss_in, qb_in):
+                    KSS, pd_defer, Qb, kss_in, qb_in, spare):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -168,8 +183,11 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the first segment
     gathers it. ``qb_in``: ``Qb``'s leading block is ``Qinv`` already (the last
     removal's result); on return it is the inverse returned, every other entry zero.
+    ``spare``: zeroed memory for the inverse returned (a replaced inverse's,
+    ``SlotState.qspare``), used when it holds ``(nS + 1)²`` floats.
     Returns
-    ``(status, nS, chi, mu, Qinv)``: DONE; FALLBACK when a case is left to
+    ``(status, nS, chi, mu, Qinv, in_spare)``, ``in_spare`` when the inverse is in
+    ``spare[:(nS + 1)²]`` (row-major; ``Qinv`` then empty): DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
     with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
@@ -188,6 +206,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     if not qb_in:
         bordered_into(Qinv, nS, Qb)
     qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
+    n0, p0 = nS, contract_col  # Qinv's size, and c's position in it (the path's restart)
     kss_ok = kss_in and nS > 0  # KSS holds the current margin block (kept across events)
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
         if kss_ok:
@@ -208,9 +227,11 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         out[SEG_EVENTS] += 1
         t_rem = alpha[c]
         if kss_ok:
-            solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
+            facts[FACT_INV_RES] = solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x,
+                                                 KSS)
         else:
-            solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C, x, KSS)
+            facts[FACT_INV_RES] = solve_partition(KC, Qb, soc, state, diag, esum, nS, chi, C,
+                                                  x, KSS)
             kss_ok = True
         out[SEG_GRAM] = max(out[SEG_GRAM], nS)
         col_c = cos[c]
@@ -266,7 +287,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             passes, nT, changes, chi, n_max, n_in, n_out = working_set_path(
                 KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
                 hi, C, mu, scale, gamma, is_rbf, c, x, max_jumps, working_set_cap(nS, hi), room,
-                tstate, tord, xt, g_try, fresh, err_in, err_out)
+                tstate, tord, xt, g_try, fresh, err_in, err_out, Qinv, n0, p0, facts)
             g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             out[SEG_GRAM] = max(out[SEG_GRAM], n_max)
@@ -326,11 +347,18 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         chi = finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
                               sup_ids, sup_values, pd_defer)
-    Qout = bordered_out(Qb, nS)
     m = nS + 1 if nS else 0  # Qb keeps the inverse returned (the next removal's start)
+    in_spare = m > 0 and spare.shape[0] >= m * m
+    if in_spare:  # (memory in use already: no fresh array faulted in and zeroed)
+        for i in range(m):
+            for j in range(m):
+                spare[i * m + j] = Qb[i, j]
+        Qout = np.zeros((0, 0))
+    else:
+        Qout = bordered_out(Qb, nS)
     for i in range(qb_ext):  # the rest held c's row and column: zeroed
         for j in range(m if i < m else 0, qb_ext):
             Qb[i, j] = 0.0
-    return status, nS, chi, mu, Qout
+    return status, nS, chi, mu, Qout, in_spare
 
 quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

@@ -11,8 +11,9 @@ would reach it were the line :data:`WS_REACH` times longer (:func:`predict`) —
 path is followed on them alone: a segment is one product with the bordered inverse and
 the g of the working set at its end from its kernel values against the margin set
 (``O(|W|·|S|)``, :func:`g_on_rows`), never a pass. The bordered inverse and the margin
-Gram block follow the path's events in place (a copy of the inverse restores it where
-the path is not taken); cache columns do not move.
+Gram block follow the path's events in place (the memory's own inverse, which no
+removal writes, restores it where the path is not taken: :func:`restart`); cache
+columns do not move.
 
 Its end is checked by one pass computing every token's exact g
 (:func:`~svattn.exact.backends.compiled.checks.g_from_error_sum`, the exact g's own
@@ -40,10 +41,11 @@ import numpy as np
 from numba import njit
 
 from svattn.exact.backends.compiled.checks import g_from_error_sum
-from svattn.exact.backends.compiled.codes import SEG_ESUM_UPDATES, VEC
+from svattn.exact.backends.compiled.codes import FACT_INV_RES, SEG_ESUM_UPDATES, VEC
 from svattn.exact.backends.compiled.columns import (
     add_column,
     alloc_col,
+    bordered_into,
     copy_of_any,
     free_col,
     matvec_lead,
@@ -116,6 +118,7 @@ def t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE,
     """``xt = [mu, alpha_T]`` on the path's partition (the removed token at 0), with
     two steps of iterative refinement against its Gram block ``KSS[:nT, :nT]`` when
     ``refined`` (the end of the path; a segment in between only locates its event).
+    Returns the refinement's probe residual (:func:`refine`; 0 unrefined).
 
     The error tokens' share of the right-hand side is the synced error sum
     plus the columns of tokens the path's partition puts at C (``err_in``)
@@ -133,8 +136,7 @@ def t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE,
             e -= KC[s, cos[err_out[q]]]
         rhs[i + 1] = diag[s] - 2.0 * C * e
     matvec_lead(Qb, rhs, m, xt, 1.0)
-    if refined:
-        refine(Qb, KSS, rhs, xt, nT)
+    return refine(Qb, KSS, rhs, xt, nT) if refined else 0.0
 
 
 @njit(cache=True, fastmath=VEC)
@@ -221,7 +223,7 @@ def predict_again(g, g_try, state, tstate, hi, c, pred, nP, cap):
 @njit(cache=True)
 def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
                  hi, C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow,
-                 err_in, err_out, fresh, col_budget):
+                 err_in, err_out, fresh, col_budget, facts):
     """One round: the path from the current point to ``c``'s exit, its events found on
     the working set (the margin set and the tokens ``pred[:nP]``), ``Qb`` and ``KSS``
     following them in place in the margin order ``tord``.
@@ -231,7 +233,8 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
     ``tstate``; the error set's changes ``err_in[:n_in]`` and ``err_out[:n_out]``),
     False on a tie, a singular Q, a full cache, a spent column budget (``col_budget``
     columns computed for entering tokens, marked in ``fresh``) or no room left.
-    ``n_max``: the largest margin set written into ``Qb`` and ``KSS``."""
+    ``n_max``: the largest margin set written into ``Qb`` and ``KSS``; the final
+    solve's probe residual goes to ``facts[FACT_INV_RES]``."""
     ccap = KC.shape[1]
     room = tord.shape[0]
     tol_a = 1e-13 * C
@@ -397,8 +400,8 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
             left[0] = -1
             gw[who] = 0.0
     # the end: refined (a segment before it only located its event)
-    t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KSS,
-            True)
+    facts[FACT_INV_RES] = t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out,
+                                  n_out, nE, C, xt, KSS, True)
     for j in range(nT):
         a = xt[j + 1]
         if a <= tol_a or a >= C - tol_a:
@@ -407,17 +410,23 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
 
 
 @njit(cache=True)
-def restore(Qb, Qsave, m):
-    """``Qb``'s leading ``m × m`` block back from ``Qsave``."""
-    for i in range(m):
-        for j in range(m):
-            Qb[i, j] = Qsave[i, j]
+def restart(Qb, Qinv, n0, p0):
+    """``Qb``'s leading block back to the path's start: the memory's inverse ``Qinv`` of
+    ``n0`` margin tokens (which no removal writes), less margin position ``p0`` when the
+    removed token was one (the same :func:`~svattn.exact.backends.compiled.columns.qb_drop`
+    on the same values: the same bits). Only a round that misses or fails pays it,
+    where a copy of the start was taken for every removal (two |S|² passes and a fresh
+    array's page faults, the largest part of a working-set round at a thousand margin
+    tokens)."""
+    bordered_into(Qinv, n0, Qb)
+    if p0 >= 0 and n0 > 1:
+        qb_drop(Qb, p0, n0)
 
 
 @njit(cache=True)
 def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS,
                      nS, chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room,
-                     tstate, tord, xt, g_try, fresh, err_in, err_out):
+                     tstate, tord, xt, g_try, fresh, err_in, err_out, Qinv, n0, p0, facts):
     """Follow the removal of ``c`` (driven, outside the margin set of ``nS`` tokens)
     from the current point (``alpha``, ``mu``, ``g``) on a working set predicted from
     the first segment (its end ``x`` on the current partition, every token's g there
@@ -431,7 +440,10 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     the error set gains and loses, ``fresh`` the tokens given a cache column: what
     :func:`commit_in_place` applies —; -1 when no round did within ``max_rounds``
     passes or one met a tie, a singular Q, a full cache or more than ``room`` margin
-    tokens: ``Qb``'s leading block is then restored and ``KSS`` gathered again.
+    tokens: ``Qb``'s leading block is then restored (:func:`restart`, from the memory's
+    inverse ``Qinv`` of ``n0`` margin tokens less position ``p0``, -1 for none: ``Qb``'s
+    block on entry) and ``KSS`` gathered again. ``facts[FACT_INV_RES]``: the final
+    solve's probe residual.
     ``changes``: the set changes of the result; ``n_max``: the largest margin set
     written into ``Qb`` and ``KSS``. Only cache columns of entering tokens are written
     to the memory (a column in a hole or past ``chi``, never an eviction; ``fresh``).
@@ -440,11 +452,6 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     ccap = KC.shape[1]
     tie = 1e-12 * scale
     col_budget = max(2, nS // max(X.shape[1], 1))  # a column costs n·d, a pass n·|S|
-    m = nS + 1
-    Qsave = np.empty((m, m))
-    for i in range(m):
-        for j in range(m):
-            Qsave[i, j] = Qb[i, j]
     pred = np.empty(hi, dtype=np.int64)  # the working set outside the margin set
     nP = predict(g, g_end, state, hi, c, cap, pred)
     rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
@@ -456,7 +463,7 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
         ok, nT, changes, chi, n_round, n_in, n_out = path_on_rows(
             KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi, hi,
             C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow, err_in,
-            err_out, fresh, col_budget)
+            err_out, fresh, col_budget, facts)
         n_max = max(n_max, n_round)
         if not ok:
             break
@@ -498,9 +505,9 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
             break
         nP = predict_again(g, g_try, state, tstate, hi, c, pred, nP, cap + WS_ROOM)
         pred[:nP] = np.sort(pred[:nP])  # (slot order: the rows' gathers run down a column)
-        restore(Qb, Qsave, m)  # the next round starts where this one did
+        restart(Qb, Qinv, n0, p0)  # the next round starts where this one did
         gather_margin_gram_into(KC, soc, nS, KSS)
-    restore(Qb, Qsave, m)
+    restart(Qb, Qinv, n0, p0)
     gather_margin_gram_into(KC, soc, nS, KSS)
     return passes, -1, 0, chi, n_max, 0, 0
 
