@@ -229,7 +229,7 @@ def test_svddmemory_is_orchestration():
 # time the core's kernels or A/B a solver setting: those listed here, and only them.
 REPO = SRC.parents[1]
 INSTRUMENTED = {"benchmarks/ab_jumps.py", "benchmarks/bench_erase.py",
-                "benchmarks/bench_stream_speed.py"}
+                "benchmarks/bench_stream_speed.py", "benchmarks/profile_forget_parts.py"}
 
 
 def _state_readers(path: Path) -> list[str]:
