@@ -176,3 +176,35 @@ def test_a_fit_beside_near_copies_whose_kernel_entry_rounds_to_one_passes_the_cr
     oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
     assert oc.decision_dev <= 1e-9
     assert not oc.reasons, oc.reasons
+
+
+# Eleven keys (two exact copies, near-copies 1e-7 to 1e-6 apart), gamma = 1/600, C = 1/5
+# (seed 388 of the attack's streams): the optimum is unique and holds a token at a tie,
+# alpha = C and g at the margin; the memory calls it an error token, the oracle's polish
+# returns alpha = C - 8e-17 (a margin token).
+_ELEVEN = np.array([
+    [-0.9458828578697506, 0.46235225153649795, -0.5030094057655624],
+    [-0.9458828578697506, 0.46235225153649795, -0.5030094057655624],
+    [-0.5016386661282591, 0.6353693786594669, -0.14832909980344866],
+    [-0.945882951852244, 0.4623527139807304, -0.5030101628589015],
+    [-0.9458828336123611, 0.4623522756662129, -0.5030093769931887],
+    [0.5817297005875097, 0.1171407686010115, -0.40522076754957576],
+    [1.378367349692071, -1.1273397169792305, -0.562859994589789],
+    [1.4241933577205297, 2.2712564729611504, -0.35887242895036575],
+    [0.5817293613698492, 0.1171424214907842, -0.40522661571802526],
+    [0.37671621409393663, -0.8930019426425657, -0.7241105154865255],
+    [-0.9221236064986403, 1.1010794654190716, -0.332450475757209],
+])
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_the_cross_check_reads_a_token_at_a_bound_to_rounding_as_the_same_partition(backend):
+    """A token the oracle returns a few ulps inside its bound, where the memory holds it
+    at the bound, is the same token at the same optimum: the cross-check (and so
+    ``verify_deletion(oracle=True)``) does not reject the state for it."""
+    mem = SVDDMemory(C=0.2, kernel="rbf", gamma=1 / 600, backend=backend)
+    mem.extend(_ELEVEN)
+    assert mem.unique_optimum() and mem.kkt_residual() <= mem.tol
+    oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=True)
+    assert oc.max_alpha_dev <= 1e-15
+    assert oc.partition_equal and not oc.reasons, oc.reasons
