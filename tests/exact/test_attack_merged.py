@@ -208,3 +208,45 @@ def test_the_cross_check_reads_a_token_at_a_bound_to_rounding_as_the_same_partit
     oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=True)
     assert oc.max_alpha_dev <= 1e-15
     assert oc.partition_equal and not oc.reasons, oc.reasons
+
+
+def _rows_with_copies(seed: int, n: int, d: int) -> np.ndarray:
+    """Normal rows where about 12 % repeat an earlier row and 18 % sit 1e-9..1e-4 from
+    one (the attack's streams)."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=(n, d))
+    out = [base[0]]
+    for i in range(1, n):
+        r = rng.random()
+        if r < 0.12:
+            out.append(out[rng.integers(len(out))].copy())
+        elif r < 0.3:
+            eps = 10 ** rng.uniform(-9, -4)
+            out.append(out[rng.integers(len(out))] + eps * rng.normal(size=d))
+        else:
+            out.append(base[i])
+    return np.array(out)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_a_fit_whose_split_copies_reach_the_margin_after_the_finish_keeps_their_columns(
+        backend):
+    """A fit of 158 rows with copies and near-copies (gamma = 0.01, C = 1/8): the split
+    by own g put four copies on the margin whose kernel columns the finish never
+    computed; their positions (-1) made the fit fail (``could not broadcast``; the path
+    that writes columns instead would read the buffer's last row). The fit ends at the
+    oracle's optimum with every cached column the kernel's."""
+    from svattn.exact.core.kernels import kernel_matrix
+
+    X = _rows_with_copies(5, 400, 3)[:158]
+    mem = SVDDMemory(C=1 / 8, kernel="rbf", gamma=0.01, backend=backend)
+    mem.extend(X)
+    assert mem.kkt_residual() <= mem.tol
+    oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
+    assert oc.decision_dev <= 1e-9
+    ss = mem.solver_state
+    live = ss.live_slots()
+    cols = np.flatnonzero(ss.slot_of_col[: ss.chi] >= 0)
+    want = kernel_matrix(ss.X[live], ss.X[ss.slot_of_col[cols]], "rbf", 0.01)
+    want[np.searchsorted(live, ss.slot_of_col[cols]), np.arange(len(cols))] = 1.0
+    np.testing.assert_allclose(ss.KC[np.ix_(live, cols)], want, rtol=0, atol=1e-15)
