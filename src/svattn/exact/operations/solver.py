@@ -659,17 +659,17 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
         ss.esum_member[: ss.hi] = False
         ss.esum_member[live[error]] = True
         ss.esum_valid, ss.esum_updates = True, 0
-    # a copy's split can free a member whose column the finish did not compute: then
-    # every column is computed afresh, in order
-    kept = cols is not None and ss.chi == 0 and bool((cols.pos[order] >= 0).all())
-    if kept and adopt_rows(ss, live, live[order], cols.rows, cols.pos[order], cols.m):
+    # (a copy that a split after the finish put on the margin may have no column there:
+    # computed now, where a position of -1 read the buffer's last row)
+    pos = cols.ensure(order) if cols is not None and ss.chi == 0 else None
+    if pos is not None and adopt_rows(ss, live, live[order], cols.rows, pos, cols.m):
         cols.release()  # the finish's buffer is the cache now, its columns in place
     else:
         need = len(order) + ss.standby
         if ss.ccap < need:  # one allocation, not a doubling per column
             ss.grow_cols(need + need // 4)
-        if kept:
-            write_columns(ss, live, live[order], cols.rows, cols.pos[order])
+        if pos is not None:
+            write_columns(ss, live, live[order], cols.rows, pos)
         else:
             for s in live[order]:
                 be.alloc_col(ss, int(s))
