@@ -4,80 +4,18 @@ judges after removals next to near-copies and tiny n near 1/C."""
 
 from __future__ import annotations
 
-import types
-
 import numpy as np
 import pytest
+from fault_injection import Injected, assert_same, install_faults, snapshot
 
 from exact_helpers import check_scratch_between_operations
 from svattn.exact import OperationError, SVDDMemory
-from svattn.exact import memory as memory_module
 from svattn.exact.auditor.crosscheck import oracle_comparison
-from svattn.exact.backends import compiled, reference
-from svattn.exact.operations import solver
-from svattn.exact.records import schema
-from svattn.exact.records.audit import AuditLog
-
-
-# (the fault injection of test_atomic.py)
-class Injected(RuntimeError):
-    pass
-
-
-class Faults:
-    """Counts calls of the wrapped functions; the ``fail_at``-th call raises."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.fail_at = -1
-
-    def wrap(self, fn):
-        def wrapped(*args, **kwargs):
-            self.calls += 1
-            if self.calls == self.fail_at:
-                raise Injected(f"fault at call {self.calls} ({fn.__name__})")
-            return fn(*args, **kwargs)
-        return wrapped
 
 
 @pytest.fixture
 def faults(monkeypatch):
-    f = Faults()
-    for module in (compiled, reference):
-        for name in module.__all__:
-            obj = getattr(module, name)
-            if isinstance(obj, types.FunctionType):
-                monkeypatch.setattr(module, name, f.wrap(obj))
-    for name in ("resolve", "standby_upkeep", "finish_op"):
-        if hasattr(solver, name):
-            monkeypatch.setattr(solver, name, f.wrap(getattr(solver, name)))
-    monkeypatch.setattr(memory_module, "sign", f.wrap(memory_module.sign))
-    monkeypatch.setattr(AuditLog, "_write", f.wrap(AuditLog._write))
-    return f
-
-
-def snapshot(mem: SVDDMemory, log) -> tuple:
-    ss = mem.solver_state
-    t, fields = schema.to_tensors(ss)
-    for name in schema.RECIPE_TENSORS:  # (the cache's recipe: the cache itself compared)
-        del t[name]
-    cache = ss.KC[np.ix_(ss.ordered_slots(), np.arange(ss.chi))].copy()
-    return (mem.state_digest(), mem.ids, {k: v.tobytes() for k, v in t.items()},
-            {k: v for k, v in fields.items()}, cache, mem.health.to_dict(mem.solver_state.Qinv),
-            None if log is None else log.read_bytes())
-
-
-def assert_same(before: tuple, after: tuple) -> None:
-    assert after[0] == before[0], "digest changed"
-    assert after[1] == before[1], "ids changed"
-    assert after[2].keys() == before[2].keys()
-    for k in before[2]:
-        assert after[2][k] == before[2][k], f"tensor {k} changed"
-    assert after[3] == before[3], "solver fields changed"
-    # the cache is recomputed from the keys: equal to rounding (module docs)
-    assert after[4].shape == before[4].shape
-    np.testing.assert_allclose(after[4], before[4], rtol=0, atol=1e-13)
-
+    return install_faults(monkeypatch)
 
 
 def _margin_memory(backend: str) -> SVDDMemory:
