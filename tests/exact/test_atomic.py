@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fault_injection import Injected, assert_same, install_faults, snapshot
 
+from fault_injection import Injected, assert_same, install_faults, snapshot
 from svattn.exact import OperationError, SVDDMemory
 from svattn.exact.operations import solver
 from svattn.exact.records.audit import AuditLogError, verify_chain

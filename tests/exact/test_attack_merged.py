@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fault_injection import Injected, assert_same, install_faults, snapshot
 
 from exact_helpers import check_scratch_between_operations
+from fault_injection import Injected, assert_same, install_faults, snapshot
 from svattn.exact import OperationError, SVDDMemory
 from svattn.exact.auditor.crosscheck import oracle_comparison
 
