@@ -23,7 +23,8 @@ input or usage; 3 nothing failed but something could not be checked (an unsigned
 no key given, entries after the checkpoint), named on the ``UNCHECKED`` lines.
 
 Run by :mod:`svattn.cli` (the ``audit`` entry of its command table); imports what it
-needs inside each action, so the command line starts without them.
+needs inside each action, so the command line starts without them; the checks of its
+input that it shares with the other commands are in :mod:`svattn.cli.inputs`.
 """
 
 from __future__ import annotations
@@ -33,26 +34,10 @@ import json
 import sys
 from pathlib import Path
 
-__all__ = ["add_arguments", "check_audit_log", "check_file", "log_authenticity", "run",
-           "worst_status"]
+from svattn.cli.inputs import check_audit_log, check_file
+from svattn.cli.verdict import exit_codes
 
-
-def worst_status(*statuses: int) -> int:
-    """The exit status of several checks together: 1 if one failed, else 3 if one could
-    not check everything, else 0."""
-    return 1 if 1 in statuses else 3 if 3 in statuses else 0
-
-
-def log_authenticity(log: Path, state: Path | None, public_key: Path | None):
-    """The audit log's checkpoints (and the state's) against the log's Merkle tree and the
-    controller's key: :func:`svattn.exact.auditor.logcheck.check_authenticity`."""
-    from svattn.exact.auditor.logcheck import check_authenticity
-    from svattn.exact.records.audit import verify_chain
-    from svattn.exact.records.signing import load_public_key
-    from svattn.exact.records.tlog import controller_verifier
-
-    keys = [] if public_key is None else [controller_verifier(load_public_key(public_key))]
-    return check_authenticity(log, verify_chain(log), keys, state)
+__all__ = ["add_arguments", "run"]
 
 
 def _keys(parser: argparse.ArgumentParser) -> None:
@@ -65,6 +50,8 @@ def _keys(parser: argparse.ArgumentParser) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``audit`` actions' arguments."""
+    exit_codes(parser, "Without STATE the log's end cannot be checked (exit 3): only a "
+               "state saved after its last records anchors the end.")
     sub = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
     p = sub.add_parser("verify", help="check a log: hash chain, certificates, its checkpoint "
                        "(and the state's) against its Merkle tree and the controller's key",
@@ -158,33 +145,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------ helpers
-def check_file(path: Path | None, what: str) -> None:
-    """Usage errors for a path that should be an existing file (``None``: nothing given)."""
-    if path is None:
-        return
-    if not path.exists():
-        raise FileNotFoundError(f"{what}: no such file: {path}")
-    if path.is_dir():
-        raise ValueError(f"{what}: {path} is a directory, not a file")
-
-
-def check_audit_log(path: Path) -> None:
-    """A usage error unless ``path`` looks like an svattn audit log (its first line is the
-    log's ``open`` record). A log whose records were edited still passes, and the
-    verifiers name the broken record."""
-    check_file(path, "LOG")
-    with open(path, "rb") as fh:
-        first = fh.readline(1 << 16)
-    try:
-        rec = json.loads(first)
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
-        rec = None
-    if not (isinstance(rec, dict) and rec.get("format") == "svattn.audit"
-            or b"svattn.audit" in first):
-        raise ValueError(f"LOG: {path} is not an svattn audit log (its first line is not "
-                         "the log's 'open' record)")
-
-
 def _log(path: Path):
     """The verified chain of an svattn audit log (usage error when not a log)."""
     from svattn.exact.records.audit import verify_chain
