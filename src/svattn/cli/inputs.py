@@ -18,6 +18,7 @@ __all__ = ["check_audit_log", "check_file", "nonnegative_int", "positive_float",
 
 
 def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (a count: ``--stays``, ``--limit``)."""
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
@@ -25,6 +26,7 @@ def positive_int(text: str) -> int:
 
 
 def positive_float(text: str) -> float:
+    """argparse type: a finite number > 0 (``--C``, ``--tol``)."""
     value = float(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
@@ -34,10 +36,18 @@ def positive_float(text: str) -> float:
 
 
 def nonnegative_int(text: str) -> int:
+    """argparse type: an integer >= 0 (``generate -n``, an occurrence)."""
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
     return value
+
+
+# argparse names the type in its message for a value that is no number at all ("argument
+# --stays: invalid _positive_int value: 'abc'"): the names the command line has printed
+positive_int.__name__ = "_positive_int"
+positive_float.__name__ = "_positive_float"
+nonnegative_int.__name__ = "_nonnegative_int"
 
 
 def check_file(path: Path | None, what: str) -> None:
