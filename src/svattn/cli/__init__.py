@@ -42,10 +42,10 @@ __all__ = ["COMMANDS", "RECALL_GRIDS", "Command", "build_parser", "main"]
 
 
 def __getattr__(name: str):
-    # svattn.cli.apply_overrides, from where it lives (svattn.lm.train, beside the
-    # TrainConfig it edits), imported on use: the command line starts without torch
+    # svattn.cli.apply_overrides, from where it lives (svattn.lm.train_config, beside
+    # the TrainConfig it edits), imported on use: the command line starts without torch
     if name == "apply_overrides":
-        from svattn.lm.train import apply_overrides
+        from svattn.lm.train_config import apply_overrides
 
         return apply_overrides
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

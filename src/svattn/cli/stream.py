@@ -210,7 +210,7 @@ def generate_run(args: argparse.Namespace) -> int:
         check_file(args.signing_key, "--signing-key")
     import copy
 
-    from svattn.lm.train import load_checkpoint_model
+    from svattn.lm.load import load_checkpoint_model
 
     model, _, _ = load_checkpoint_model(args.checkpoint)
     try:
@@ -313,9 +313,9 @@ def forget_run(args: argparse.Namespace) -> int:
     if args.occurrence is not None and args.text is None:
         raise ValueError("--occurrence picks among the occurrences of --text")
     _check_new_file(args.receipt, "--receipt", args.force)
+    from svattn.lm.load import load_checkpoint_model
     from svattn.lm.stream import LMStream
     from svattn.lm.stream_folder import MANIFEST, read_manifest
-    from svattn.lm.train import load_checkpoint_model
 
     signer = read_manifest(args.stream).get("signer")
     if signer is not None and args.signing_key is None:
@@ -376,8 +376,8 @@ def verify_forget_run(args: argparse.Namespace) -> int:
     if not args.stream.is_dir():
         raise FileNotFoundError(f"STREAM: no such folder: {args.stream}")
     from svattn.lm.forget import ModelErasureReceipt, verify_forget
+    from svattn.lm.load import load_checkpoint_model
     from svattn.lm.stream import LMStream, StreamIntegrityError
-    from svattn.lm.train import load_checkpoint_model
 
     try:
         receipt = ModelErasureReceipt.from_json(args.receipt.read_text())

@@ -70,7 +70,8 @@ def train_run(args: argparse.Namespace) -> int:
 
     from svattn.experiments.runner import command_line
     from svattn.lm.records import append_records, read_records, run_record
-    from svattn.lm.train import TrainConfig, apply_overrides, check_run, train
+    from svattn.lm.train import check_run, train
+    from svattn.lm.train_config import TrainConfig, apply_overrides
 
     if args.record is not None:
         read_records(args.record)  # a bad results file fails now, not after training
@@ -136,8 +137,9 @@ def eval_run(args: argparse.Namespace) -> int:
     import json
 
     from svattn.experiments.runner import command_line
+    from svattn.lm.bpc import evaluate_bpc
+    from svattn.lm.load import load_checkpoint_for_eval, load_checkpoint_model
     from svattn.lm.records import append_records, eval_record
-    from svattn.lm.train import evaluate_bpc, load_checkpoint_for_eval, load_checkpoint_model
 
     check_file(args.checkpoint, "CHECKPOINT")
     if args.data is not None:

@@ -39,10 +39,10 @@ import torch
 import torch.nn.functional as F
 
 from svattn.lm.checkpoint import read_checkpoint
+from svattn.lm.load import RECALL_CELL, RECALL_FORMAT, read_cell_model
 from svattn.lm.loop import OptimConfig, build_optimizer, optimizer_step, training_steps
 from svattn.lm.model import CharLM, CharLMConfig
 from svattn.lm.recall_memory import hybrid_layers, optimum_selection
-from svattn.lm.train import RECALL_CELL, RECALL_FORMAT
 from svattn.mixers import MIXERS
 from svattn.tasks import IGNORE, TASKS, MQARConfig, RecallData, SelectiveCopyConfig
 
@@ -677,8 +677,6 @@ def load_cell_model(path) -> tuple[CharLM, RecallRun]:
         If the file is not such a file.
     """
     import json
-
-    from svattn.lm.train import read_cell_model
 
     model, meta = read_cell_model(path)
     return model, RecallRun.from_dict(json.loads(meta["run"]))
