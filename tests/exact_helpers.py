@@ -7,6 +7,8 @@ import numpy as np
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kernels import gram_matrix
 
+HUGE = 10**400  # a JSON int no float holds
+
 
 def gram(mem: SVDDMemory, keys: np.ndarray | None = None) -> np.ndarray:
     """The Gram matrix of the memory's keys (or of ``keys``) with exact diagonal."""
