@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from stream_helpers import cell_model
 from svattn.cli import main
 from svattn.exact import SVDDMemory
 
@@ -288,3 +289,19 @@ print(sorted(m for m in ("torch", "numba", "scipy", "sklearn") if m in sys.modul
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=120, check=True)
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout[-2000:]
+
+
+# --tol inf: every float comparison of verify-forget (logits, readouts, keys,
+# caches) passes, and it printed VERIFIED (exit 0) whatever the floats held; a
+# tolerance must be finite (verify-deletion / verify-erasure share the parser)
+@pytest.mark.parametrize("command", ["verify-forget", "verify-deletion", "verify-erasure"])
+def test_an_infinite_tolerance_is_a_usage_error(forgot, tmp_path, capsys, command):
+    model, folder, receipt = forgot
+    path = cell_model(tmp_path / "cell.safetensors", model)
+    (tmp_path / "r.json").write_text(receipt.to_json())
+    argv = {"verify-forget": [str(path), str(folder)], "verify-deletion": [str(path)],
+            "verify-erasure": [str(path)]}[command]
+    with pytest.raises(SystemExit) as exc:
+        main([command, *argv, str(tmp_path / "r.json"), "--tol", "inf"])
+    assert exc.value.code == 2
+    assert "finite" in capsys.readouterr().err

@@ -1,9 +1,11 @@
-"""The audit log: chain, tamper detection at the exact record, CLI verifiers."""
+"""The audit log: chain, tamper detection at the exact record (a re-hashed chain
+included), CLI verifiers."""
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -382,3 +384,57 @@ def test_an_edited_and_rehashed_last_remove_record_is_caught_by_its_counts(tmp_p
         _write(log, lines[:-1] + [canonical(rec)])
         rep = verify_log(log)
         assert not rep.ok and field in rep.error, rep.error
+
+
+def _rehashed_log(src: Path, dst: Path, edit) -> None:
+    """``src``'s records with ``edit(records)`` applied, the chain re-hashed from the
+    first edited record on (an unkeyed chain: anyone can)."""
+    import hashlib
+
+    from svattn.exact.records.audit import canonical, record_hash
+
+    recs = [json.loads(line) for line in src.read_text().splitlines()]
+    first = edit(recs)
+    prev = hashlib.sha256(canonical(recs[first - 1]).encode()).hexdigest()
+    for rec in recs[first:]:
+        rec["prev"] = prev
+        rec["sha256"] = record_hash(rec)
+        prev = hashlib.sha256(canonical(rec).encode()).hexdigest()
+    dst.write_text("".join(canonical(r) + "\n" for r in recs))
+    from svattn.exact.records.openings import openings_path
+
+    if openings_path(src).exists():  # the openings, beside it (by record index)
+        openings_path(dst).write_bytes(openings_path(src).read_bytes())
+
+
+# an audit log whose erase (or remove) record lacks its digest, the chain
+# re-hashed: verify_chain accepts it, and verify_erasure / verify_deletion --log raised
+# KeyError (a traceback); now the missing digest is a mismatch
+def test_a_rehashed_log_record_without_its_digest_fails(tmp_path):
+    from svattn.exact.auditor.verify import verify_deletion, verify_erasure
+    from svattn.exact.records.audit import verify_chain
+    from svattn.exact.records.signing import generate_key
+
+    log = tmp_path / "audit.jsonl"
+    mem = SVDDMemory(0.2, audit_log=log, signing_key=generate_key())
+    mem.extend(np.random.default_rng(0).normal(size=(20, 2)), tags=["a"] * 3 + ["b"] * 17)
+    receipt = mem.erase("a")
+
+    def drop(op):
+        def edit(recs):
+            k = max(i for i, r in enumerate(recs) if r["op"] == op)
+            recs[k].pop("digest")
+            return k
+        return edit
+
+    _rehashed_log(log, tmp_path / "e.jsonl", drop("erase"))
+    assert verify_chain(tmp_path / "e.jsonl").ok
+    v = verify_erasure(mem, receipt, log=tmp_path / "e.jsonl", retrain=False)
+    assert v.status == "FAILED" and any("state_digest" in r for r in v.reasons)
+
+    mem.extend(np.random.default_rng(1).normal(size=(3, 2)))  # moved on: checked later
+    cert = receipt.deletion_certificates()[-1]
+    _rehashed_log(log, tmp_path / "r.jsonl", drop("remove"))
+    if verify_chain(tmp_path / "r.jsonl").ok:  # (the chain may itself refuse it)
+        v = verify_deletion(mem, cert, retrain=False, log=tmp_path / "r.jsonl")
+        assert v.status == "FAILED"

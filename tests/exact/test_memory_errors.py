@@ -1,11 +1,12 @@
-"""Bad input gets a precise error and leaves the memory unchanged."""
+"""Bad input gets a precise error and leaves the memory unchanged (the constructors'
+parameters included, for SVDD too)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from exact_helpers import snapshot
+from exact_helpers import HUGE, snapshot
 from svattn.exact import KernelOverflowError, SVDDMemory, UnknownTokenError
 
 
@@ -175,3 +176,18 @@ def test_rbf_near_copies_never_raise_mid_operation():
         for t in ids[:10]:
             mem.remove(t)
         assert len(mem) == 40
+
+
+# the same huge int given to the constructors
+def test_huge_int_parameters_are_refused_by_the_constructors():
+    from svattn import SVDD
+
+    with pytest.raises(ValueError, match="C must be"):
+        SVDDMemory(C=HUGE)
+    with pytest.raises(ValueError, match="gamma must be"):
+        SVDDMemory(C=0.5, gamma=HUGE)
+    X = np.random.default_rng(0).normal(size=(10, 2))
+    with pytest.raises(ValueError, match="C must be"):
+        SVDD(C=HUGE).fit(X)
+    with pytest.raises(ValueError, match="gamma must be"):
+        SVDD(gamma=HUGE).fit(X)

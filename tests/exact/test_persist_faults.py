@@ -1,4 +1,6 @@
-"""Fault injection: crashes during save, corrupted files, failing writers."""
+"""Fault injection: crashes during save, corrupted files, failing writers, and files whose
+metadata (checksums recomputed) holds a parameter no float holds or a KKT residual off by
+more than rounding."""
 
 from __future__ import annotations
 
@@ -15,10 +17,11 @@ import time
 import numpy as np
 import pytest
 
-from exact_helpers import backend_of
+from exact_helpers import HUGE, backend_of
 from persist_helpers import make_memory
+from svattn.cli import main
 from svattn.exact import SVDDMemory
-from svattn.exact.auditor.persist import StateFileError, StateVersionError, load
+from svattn.exact.auditor.persist import StateFileError, StateVersionError, load, save
 from svattn.exact.backends import reference
 
 # ----------------------------------------------------------------- SIGKILL
@@ -420,3 +423,56 @@ def test_a_state_no_solve_can_bring_within_tol_still_loads(tmp_path):
     back = SVDDMemory.load(path)
     assert back.state_digest() == mem.state_digest()
     assert back.remove(back.ids[3]).unique_optimum is False
+
+
+# ------------------------------------- parameters in the metadata, checksums recomputed
+
+# a memory state file whose metadata carries a huge int as C, gamma, tol or
+# kkt_residual (the metadata's own checksum recomputed; it is unkeyed): load raised
+# OverflowError, so verify-deletion / verify-erasure printed a traceback
+@pytest.mark.parametrize("name", ["C", "gamma", "tol", "kkt_residual"])
+def test_a_state_file_with_a_huge_int_parameter_is_refused(certificate, tmp_path, capsys,
+                                                            name):
+    from safetensors.numpy import safe_open
+
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.fileformat import serialize
+
+    mem, cert = certificate
+    save(mem, tmp_path / "m.svdd")
+    with safe_open(str(tmp_path / "m.svdd"), "numpy") as fh:
+        meta = json.loads(fh.metadata()["svattn"])
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    meta[name] = HUGE
+    (tmp_path / "x.svdd").write_bytes(serialize(tensors, meta))
+    with pytest.raises(ValueError):
+        load(tmp_path / "x.svdd")
+    (tmp_path / "cert.json").write_text(cert.to_json())
+    assert main(["verify-deletion", str(tmp_path / "x.svdd"), str(tmp_path / "cert.json")]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+# a state file's saved KKT residual may differ from the one recomputed on load by
+# rounding only (another numpy or BLAS sums the terms in another order): a claim off by
+# more — a hidden violation — is refused
+@pytest.mark.parametrize(("shift", "loads"), [(0.0, True), (5e-17, True), (-5e-17, True),
+                                              (1e-13, False), (-1e-9, False), (1e-3, False)])
+def test_a_saved_kkt_residual_off_by_more_than_rounding_is_refused(certificate, tmp_path,
+                                                                   shift, loads):
+    from safetensors.numpy import safe_open
+
+    from svattn.exact.auditor.persist import load
+    from svattn.exact.records.fileformat import serialize
+
+    mem, _ = certificate
+    save(mem, tmp_path / "m.svdd")
+    with safe_open(str(tmp_path / "m.svdd"), "numpy") as fh:
+        meta = json.loads(fh.metadata()["svattn"])
+        tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+    meta["kkt_residual"] += shift
+    (tmp_path / "x.svdd").write_bytes(serialize(tensors, meta))
+    if loads:
+        assert load(tmp_path / "x.svdd").state_digest() == mem.state_digest()
+    else:
+        with pytest.raises(ValueError, match="recomputed on load differs"):
+            load(tmp_path / "x.svdd")
