@@ -84,7 +84,7 @@ def test_a_checkpoint_whose_model_is_not_tensors_is_refused(forgot, tmp_path):
     path = tmp_path / "ckpt.pt"
     torch.save({"format": "svattn.RecallCheckpoint", "step": 1, "model": [1, 2],
                 "model_config": model.cfg.to_dict()}, path)
-    with pytest.raises(ValueError, match="model"):  # held before the review too
+    with pytest.raises(ValueError, match="model"):  # refused from the start
         load_checkpoint_model(path)
 
 
