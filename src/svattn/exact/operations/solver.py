@@ -40,7 +40,7 @@ from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
 from svattn.exact.core.state import DIGEST_MOD, NeedResolve, SlotState, scrub
 from svattn.exact.operations.batch import BatchSolution, KernelColumns, batch_solve, libsvm_solve
-from svattn.exact.operations.copies import give_to_copies, split_by_own_g, spread
+from svattn.exact.operations.copies import give_to_copies, resplit_violating, split_by_own_g, spread
 from svattn.exact.operations.scoring import esum_rows, score_rows
 
 
@@ -230,7 +230,8 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
             return RemovalOutcome("fallback", events, kkt=finish_op(ss, be, exact_g=True))
         # c's arrays are wiped (it left the error sum first: g stays exact)
         forget_slot(ss, slot)
-        if out.status == "finish":  # the general finish: polish, refactorize, re-solve
+        if out.status == "finish" or (  # the general finish: polish, refactorize, re-solve
+                out.kkt is not None and resplit_violating(ss, be, out.kkt, ROUNDING_KKT)):
             return RemovalOutcome("finish", out.events, kkt=finish_op(ss, be, exact_g=True))
         return out
     except NeedResolve:
@@ -418,6 +419,9 @@ def mu_interval(ss: SlotState) -> tuple[float, float]:
     return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
 
 
+ROUNDING_KKT = 1e-13  # above it, under tol: copies split out of order? (resplit_violating)
+
+
 def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | None:
     """End an incremental step exactly: polish, check, refactorize, re-solve. Return
     the KKT residual of the first check when it passed on an exact g (a removal's
@@ -433,7 +437,13 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
         ss.ops_since_exact_g = 0
     kkt = be.kkt(ss, ss.g[: ss.hi])
     if kkt <= 0.1 * ss.tol:
-        return kkt if ss.g_valid else None
+        if not resplit_violating(ss, be, kkt, ROUNDING_KKT):
+            return kkt if ss.g_valid else None
+        polish_split(ss, be)  # a split out of order under tol: polished on an exact g
+        ss.ops_since_exact_g = 0
+        kkt = be.kkt(ss, ss.g[: ss.hi])
+        if kkt <= 0.1 * ss.tol:
+            return kkt
     fresh_g(ss, be)
     ss.ops_since_exact_g = 0
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
@@ -603,7 +613,8 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
         ss.state[s] = ERROR
         be.alloc_col(ss, int(s))
     settle_solution(ss, be, sol.mu)
-    if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+    # (above rounding: mu fits the group's representative, not its free member's row)
+    if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > ROUNDING_KKT:
         try:
             polish_split(ss, be)
         except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
