@@ -419,9 +419,6 @@ def mu_interval(ss: SlotState) -> tuple[float, float]:
     return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
 
 
-ROUNDING_KKT = 1e-13  # above it, under tol: copies split out of order? (resplit_violating)
-
-
 def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | None:
     """End an incremental step exactly: polish, check, refactorize, re-solve. Return
     the KKT residual of the first check when it passed on an exact g (a removal's
@@ -505,6 +502,7 @@ class WrongOptimum(ArithmeticError):
 # (libsvm, then the exact finish on the support's kernel columns): O(n·|S ∪ E|) memory,
 # where the Gram solve holds n² (128 MB and 0.3-0.7 s at n = 4,000; 8 GB at 32,000).
 RESOLVE_BY_COLUMNS_FROM = 512
+ROUNDING_KKT = 1e-13  # a KKT residual above it is not rounding (copies.resplit_violating)
 
 
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
@@ -613,11 +611,13 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
         ss.state[s] = ERROR
         be.alloc_col(ss, int(s))
     settle_solution(ss, be, sol.mu)
-    # (above rounding: mu fits the group's representative, not its free member's row)
-    if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > ROUNDING_KKT:
+    # above rounding (mu fits a group's representative); not where it worsens one under tol
+    if polish_after and ss.nS and (kkt := be.kkt(ss, ss.g[: ss.hi])) > ROUNDING_KKT:
         try:
             polish_split(ss, be)
         except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
+            kkt = -1.0
+        if kkt <= 0.1 * ss.tol and not be.kkt(ss, ss.g[: ss.hi]) <= kkt:
             resolve_by_gram(ss, be, polish_after=False)
 
 
