@@ -147,7 +147,7 @@ def test_streams_under_a_wide_kernel_end_each_operation_at_rounding(backend, see
     splits the drives made out of order (a copy kept off the margin while its own g
     crossed 0), a re-solve's mu fitted to the group's representative, a batch finish
     stopped under tol, a split tie of 0.01·tol and an oracle polished only to 1e-12 left
-    KKT residuals up to 7.6e-12 and cross-checks 4e-9 off (13 of 40 seeds; these five
+    KKT residuals up to 9.0e-12 and cross-checks 4.3e-9 off (13 of 40 seeds; these five
     each failed). After every operation the residual is at rounding and the oracle
     (polished to 1e-14) agrees."""
     rng = np.random.default_rng(seed)
