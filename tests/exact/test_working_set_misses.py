@@ -48,8 +48,14 @@ def test_a_support_forget_beside_near_copies_takes_at_most_three_passes():
 
 
 # (spacing, seed): 0.0 is exact copies; 1e-7 and 1e-8 pass the copy test. Each took 5 to
-# 15 passes on one of its forgets before (the seeds where it did).
-CASES = [(0.0, 1), (0.0, 2), (1e-8, 0), (1e-8, 1), (1e-7, 0)]
+# 15 passes on one of its forgets before (the seeds where it did); (1e-8, 4) took 7 where
+# a removal left a copy split out of order under tol (KKT 3.4e-13; its next forget
+# then missed), and 9 where removing an error token first handed its weight to its copy
+# on the margin (a near-null first segment: the working set is now predicted from the
+# second, ``segments.handover_share``); (1e-7, 1) took 9 there, and missed near-copies of
+# margin tokens whose g sat ~1e-9 from 0 (now in the working set whichever way their g
+# moves: ``working_set.WS_NEAR``).
+CASES = [(0.0, 1), (0.0, 2), (1e-8, 0), (1e-8, 1), (1e-7, 0), (1e-8, 4), (1e-7, 1)]
 
 
 @pytest.mark.parametrize(("spacing", "seed"), CASES)
@@ -77,19 +83,23 @@ def test_support_forgets_beside_copies_take_at_most_three_passes(spacing, seed):
     assert max(passes) <= 3, passes
 
 
-# Not fixed: near-copies the copy test does not merge (1e-5, 1e-6 apart: kernel distance
-# ~1e-10 to 1e-12) make the margin system ill-conditioned when a pair meets on it: the
-# path's exchange between the two is nearly flat, a member leaves at a share ~1e-4 after
-# its partner enters and its g then re-crosses at a negative share (or the partner's
-# expansion is refused as singular), so the round gives up and the path, then the event
-# loop, takes 5-11 passes. Merged near-copies still miss twice where removing a token
-# first moves its weight to its copy (a near-null first segment predicts nothing) and
-# the bent path finds new tokens at both checks (1e-7, 1e-8: 7-9 passes).
-REMAINING = [(1e-8, 4), (1e-7, 1), (1e-6, 1), (1e-5, 1)]
+# Not fixed: near-copies the copy test does not merge (1e-6, 1e-5 apart: kernel distance
+# ~1e-11 to 1e-9, above its 1e-13·(K_ii + K_jj)) can still make the expansion's Schur
+# complement fall below its singularity bound 1e-10·scale when one joins the margin
+# beside its partner (the complement is the distance to the span of the whole margin
+# set, not to the partner alone): the round's ``t_expand`` refuses it (numba disabled:
+# forgets 0, 4, 5 of seed 1 at 1e-5, 3-5 at 1e-6), or a flat exchange between the two
+# re-crosses at share 0, and the path, then the event loop with a refactorization, takes
+# 4-9 passes. Between the two bounds a key is neither merged with its partner nor
+# allowed beside it; closing that gap changes the copy test or the singularity bound
+# everywhere (docs/design.md §3, known gap).
+REMAINING = [(1e-6, 1), (1e-5, 1)]
 
 
-@pytest.mark.xfail(strict=True, reason="near-copies on the margin together, and a "
-                   "near-null first segment: more than three passes (reported, not fixed)")
+@pytest.mark.xfail(strict=True, reason="a near-copy the copy test keeps apart whose "
+                   "expansion beside its partner is refused as singular (Schur complement "
+                   "<= 1e-10·scale), or a flat exchange at share 0: the round gives up, "
+                   "4-9 passes (reported, not fixed)")
 @pytest.mark.parametrize(("spacing", "seed"), REMAINING)
 def test_support_forgets_beside_near_copies_the_copy_test_keeps_apart(spacing, seed):
     test_support_forgets_beside_copies_take_at_most_three_passes(spacing, seed)

@@ -116,9 +116,16 @@ def give_to_copies(ss: SlotState, be: Backend, slot: int) -> int | None:
     return 1 + _assign(ss, be, sib, new)
 
 
+# ``g`` differences (units of the scale) below which a group's split is immaterial:
+# rounding (~450 ulps). Exact copies' g agree to the last bits; near-copies' differ by
+# 1e-13 to 1e-11 under a wide kernel, under tol, and the split they fix matters there
+# (0.01·tol before: two keys 3e-6 apart, their g 9.8e-13 apart, split in id order).
+SPLIT_TIE = 1e-13
+
+
 def _tie(ss: SlotState) -> float:
-    """``g`` differences below which a group's split is immaterial (0.01·tol)."""
-    return 0.01 * ss.tol * ss.scale
+    """``g`` differences below which a group's split is immaterial (:data:`SPLIT_TIE`)."""
+    return SPLIT_TIE * ss.scale
 
 
 def _leave_margin(ss: SlotState, be: Backend, group: np.ndarray) -> None:
@@ -183,19 +190,81 @@ def split_by_own_g(ss: SlotState, be: Backend) -> bool:
     weight is spread again. True when a group changed (the caller then polishes: the
     new free member's column is not the old one's, by ``O(‖x − y‖)``)."""
     changed = False
-    tie = _tie(ss)
     for members in margin_copy_groups(ss):
-        new = np.empty(len(members))
-        new[split_order(ss.slot_id[members], ss.g[members], tie)] = spread(
-            float(ss.alpha[members].sum()), len(members), ss.C)
-        now = np.where(ss.alpha[members] >= ss.C, 2, ss.alpha[members] > 0.0)
-        if np.array_equal(now, np.where(new >= ss.C, 2, new > 0.0)):
-            continue  # the same members at C, free and at 0: the polish keeps it
-        _leave_margin(ss, be, members)
-        _assign(ss, be, members, new)
-        changed = True
+        changed |= _resplit(ss, be, members)
     return changed
 
 
-__all__ = ["COPY_SHARE", "give_to_copies", "kernel_copies", "margin_copy_groups", "split_by_own_g",
-           "split_order", "spread"]
+def violating_copies(ss: SlotState, floor: float) -> list[np.ndarray]:
+    """The groups of copies in which a token at a bound violates its condition by more
+    than ``floor`` (units of g; ``ss.g``) while a copy of it is on the margin, each as
+    its live slots: ``O(nS)`` per violating token (its row of the margin block) and one
+    pass over a column per group found.
+
+    The drives let no copy of a margin token (nor, on an add, of the driven token) join
+    the margin, since in exact arithmetic its g is its sibling's; a near-copy's own g,
+    ~1e-11 off its sibling's, then crosses 0 unseen and leaves the split out of order
+    under ``tol`` (two keys 6.7e-9 apart, rows 6e-11 apart: a multiplier of 2e-11 with
+    the wrong sign, 4.9e-12 below the optimum's dual objective)."""
+    if not ss.nS:
+        return []
+    hi = ss.hi
+    st, g = ss.state[:hi], ss.g[:hi]
+    bad = np.flatnonzero(((st == RESERVE) & (g < -floor)) | ((st == ERROR) & (g > floor)))
+    S = ss.slot_of_col[: ss.nS]
+    seen = np.zeros(hi, dtype=bool)
+    groups = []
+    for v in bad.tolist():
+        if seen[v]:
+            continue
+        dd = ss.diag[S] + ss.diag[v]
+        on_margin = S[dd - 2.0 * ss.KC[v, : ss.nS] <= COPY_SHARE * dd]
+        if len(on_margin):
+            head = int(on_margin[0])
+            members = np.concatenate([[head], kernel_copies(ss, head)])
+            seen[members] = True
+            groups.append(members)
+    return groups
+
+
+def split_violating_copies(ss: SlotState, be: Backend, floor: float) -> bool:
+    """Re-split the groups :func:`violating_copies` finds in the order of their members'
+    own ``g`` (``ss.g``, which must be exact: a drive's running g on an ill-conditioned
+    margin block is off by more than the offsets that order near-copies). True when a
+    group changed (the caller then polishes on an exact g)."""
+    changed = False
+    for members in violating_copies(ss, floor):
+        changed |= _resplit(ss, be, members)
+    return changed
+
+
+def resplit_violating(ss: SlotState, be: Backend, kkt: float, floor: float) -> bool:
+    """After an operation whose KKT residual ``kkt`` (relative) is above ``floor``:
+    :func:`split_violating_copies` at ``floor·scale``, on an exact g (recomputed first
+    where ``ss.g`` is a drive's running g and the running g shows such a group).
+    True when a group changed (the caller then polishes on an exact g)."""
+    if not (kkt > floor and violating_copies(ss, floor * ss.scale)):
+        return False
+    if not ss.g_valid:
+        ss.g[: ss.hi] = be.g_exact(ss)
+        ss.g_valid = True
+    return split_violating_copies(ss, be, floor * ss.scale)
+
+
+def _resplit(ss: SlotState, be: Backend, members: np.ndarray) -> bool:
+    """Spread ``members``' weight again in the order of their own ``g``; True when a
+    member changed set."""
+    new = np.empty(len(members))
+    new[split_order(ss.slot_id[members], ss.g[members], _tie(ss))] = spread(
+        float(ss.alpha[members].sum()), len(members), ss.C)
+    now = np.where(ss.alpha[members] >= ss.C, 2, ss.alpha[members] > 0.0)
+    if np.array_equal(now, np.where(new >= ss.C, 2, new > 0.0)):
+        return False  # the same members at C, free and at 0: the polish keeps it
+    _leave_margin(ss, be, members)
+    _assign(ss, be, members, new)
+    return True
+
+
+__all__ = ["COPY_SHARE", "SPLIT_TIE", "give_to_copies", "kernel_copies", "margin_copy_groups",
+           "resplit_violating", "split_by_own_g", "split_order", "split_violating_copies",
+           "spread", "violating_copies"]

@@ -40,7 +40,7 @@ from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
 from svattn.exact.core.state import DIGEST_MOD, NeedResolve, SlotState, scrub
 from svattn.exact.operations.batch import BatchSolution, KernelColumns, batch_solve, libsvm_solve
-from svattn.exact.operations.copies import give_to_copies, split_by_own_g, spread
+from svattn.exact.operations.copies import give_to_copies, resplit_violating, split_by_own_g, spread
 from svattn.exact.operations.scoring import esum_rows, score_rows
 
 
@@ -230,7 +230,8 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
             return RemovalOutcome("fallback", events, kkt=finish_op(ss, be, exact_g=True))
         # c's arrays are wiped (it left the error sum first: g stays exact)
         forget_slot(ss, slot)
-        if out.status == "finish":  # the general finish: polish, refactorize, re-solve
+        if out.status == "finish" or (  # the general finish: polish, refactorize, re-solve
+                out.kkt is not None and resplit_violating(ss, be, out.kkt, ROUNDING_KKT)):
             return RemovalOutcome("finish", out.events, kkt=finish_op(ss, be, exact_g=True))
         return out
     except NeedResolve:
@@ -433,7 +434,13 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
         ss.ops_since_exact_g = 0
     kkt = be.kkt(ss, ss.g[: ss.hi])
     if kkt <= 0.1 * ss.tol:
-        return kkt if ss.g_valid else None
+        if not resplit_violating(ss, be, kkt, ROUNDING_KKT):
+            return kkt if ss.g_valid else None
+        polish_split(ss, be)  # a split out of order under tol: polished on an exact g
+        ss.ops_since_exact_g = 0
+        kkt = be.kkt(ss, ss.g[: ss.hi])
+        if kkt <= 0.1 * ss.tol:
+            return kkt
     fresh_g(ss, be)
     ss.ops_since_exact_g = 0
     if be.kkt(ss, ss.g[: ss.hi]) <= 0.1 * ss.tol:
@@ -495,6 +502,7 @@ class WrongOptimum(ArithmeticError):
 # (libsvm, then the exact finish on the support's kernel columns): O(n·|S ∪ E|) memory,
 # where the Gram solve holds n² (128 MB and 0.3-0.7 s at n = 4,000; 8 GB at 32,000).
 RESOLVE_BY_COLUMNS_FROM = 512
+ROUNDING_KKT = 1e-13  # a KKT residual above it is not rounding (copies.resplit_violating)
 
 
 def resolve(ss: SlotState, be: Backend, *, fallback: bool = True,
@@ -603,10 +611,13 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
         ss.state[s] = ERROR
         be.alloc_col(ss, int(s))
     settle_solution(ss, be, sol.mu)
-    if polish_after and ss.nS and be.kkt(ss, ss.g[: ss.hi]) > 0.1 * ss.tol:
+    # above rounding (mu fits a group's representative); not where it worsens one under tol
+    if polish_after and ss.nS and (kkt := be.kkt(ss, ss.g[: ss.hi])) > ROUNDING_KKT:
         try:
             polish_split(ss, be)
         except NeedResolve:  # the polish met a degeneracy: the batch solution, unpolished
+            kkt = -1.0
+        if kkt <= 0.1 * ss.tol and not be.kkt(ss, ss.g[: ss.hi]) <= kkt:
             resolve_by_gram(ss, be, polish_after=False)
 
 

@@ -86,6 +86,20 @@ JUMP_MIN_MARGIN = 16
 HEALTH_PROBE_FROM = 256
 
 
+# The first segment hands the removed token's weight over when one margin token takes
+# at least this share of it on the line (a copy or near-copy of it: their kernel columns
+# agree to ~1e-11, so no other g moves by more than that): the working set is then
+# predicted from the second segment, where the path has bent.
+HANDOVER_SHARE = 0.9
+
+
+@njit(cache=True)
+def handover_share(a_now, a_end, t_rem):
+    """Whether a margin token going from ``a_now`` to ``a_end`` on the line takes
+    :data:`HANDOVER_SHARE` or more of the removed token's ``t_rem``."""
+    return a_end - a_now >= HANDOVER_SHARE * t_rem
+
+
 @njit(cache=True)
 def working_set_cap(nS, hi):
     """How many tokens outside the margin set the working set may hold: the set's g
@@ -219,6 +233,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE
+    handover = False
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
                 or not free_column_available(soc, state, nS, chi, ccap)):
@@ -274,8 +289,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             status = FALLBACK
             break
         out[SEG_PASSES] += 1
-        # an event on the first segment: the path on a working set, checked by a pass
-        if kind != 2 and out[SEG_EVENTS] == 1 and max_jumps > 0 and nS >= JUMP_MIN_MARGIN:
+        # an event on the first segment: the path on a working set, checked by a pass;
+        # on the second where the first hands c's weight over to one margin token
+        # (``handover``: its line moves every other g by rounding and predicts nothing)
+        if out[SEG_EVENTS] == 1:
+            handover = kind == 4 and handover_share(alpha[who], x[cos[who] + 1], t_rem)
+        if (kind != 2 and max_jumps > 0 and nS >= JUMP_MIN_MARGIN and (
+                out[SEG_EVENTS] == 1 and not handover or out[SEG_EVENTS] == 2 and handover)):
             room = min(ccap, nS + WS_ROOM)  # the tentative margin sets stay below this
             tstate = np.empty(hi, dtype=state.dtype)
             tord = np.empty(room, dtype=np.int64)
@@ -284,10 +304,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             fresh = np.zeros(hi, dtype=np.bool_)
             err_in = np.empty(ccap, dtype=np.int64)
             err_out = np.empty(ccap, dtype=np.int64)
+            Qstart, m0, q0 = Qinv, n0, p0  # where a round restarts: the removal's start
+            if handover:  # or this segment's (the inverse after the first event)
+                Qstart, m0, q0 = Qb[: nS + 1, : nS + 1].copy(), nS, -1
             passes, nT, changes, chi, n_max, n_in, n_out = working_set_path(
                 KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
                 hi, C, mu, scale, gamma, is_rbf, c, x, max_jumps, working_set_cap(nS, hi), room,
-                tstate, tord, xt, g_try, fresh, err_in, err_out, Qinv, n0, p0, facts)
+                tstate, tord, xt, g_try, fresh, err_in, err_out, Qstart, m0, q0, facts)
             g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             out[SEG_GRAM] = max(out[SEG_GRAM], n_max)

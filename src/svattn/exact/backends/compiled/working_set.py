@@ -65,6 +65,9 @@ WS_REACH = 4.0
 # After a miss, a token whose g would reach zero were the checked path this many times
 # as long again joins the working set with the missed ones (:func:`predict_again`).
 WS_REACH_AGAIN = 4.0
+# A token whose |g| is within this share of the first segment's largest move of a g is
+# in the working set whichever way its g moves (:func:`predict`).
+WS_NEAR = 1e-2
 # How many more margin tokens than now the path on the working set may hold.
 WS_ROOM = 64
 
@@ -167,15 +170,28 @@ def predict(g, g_end, state, hi, c, cap, out):
     """The working set's tokens outside the margin set, into ``out`` (in slot order):
     every error or reserve token whose g moves towards zero on the first segment and
     would reach it within :data:`WS_REACH` segments, the ``cap`` nearest (in segments)
-    where more would. Returns how many."""
+    where more would; and every one whose g is within :data:`WS_NEAR` of the line's
+    largest move from zero, whichever way it moves (a near-copy of a margin token, g
+    ~1e-9 where the path moves g by ~1e-3: its g follows its sibling's 0 plus an offset
+    the bends of the path turn either way). Returns how many."""
     f = np.empty(hi)
     n = 0
+    span = 0.0
+    for i in range(hi):
+        if i != c and (state[i] == RESERVE or state[i] == ERROR):
+            span = max(span, abs(g_end[i] - g[i]))
+    near = WS_NEAR * span
     for i in range(hi):
         st = state[i]
         if i == c or (st != RESERVE and st != ERROR):
             continue
         d = g_end[i] - g[i]
         gi = g[i]
+        if abs(gi) <= near:  # (ranked by |g| among the predicted: 0 to WS_REACH)
+            f[n] = WS_REACH * abs(gi) / near
+            out[n] = i
+            n += 1
+            continue
         if st == RESERVE:
             if d >= 0.0:
                 continue
