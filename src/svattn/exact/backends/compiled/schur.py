@@ -246,7 +246,9 @@ def materialise(Q0, m0, sy, aug, mT, out):
     """The bordered inverse of the margin system, into ``out[:mT, :mT]``: its row ``i``
     is row ``aug[i]`` of the augmented system (``aug[i] >= 0``: a row of ``Q0``; ``-1 − q``:
     the joined token of capacitance column ``q``; ``aug[0]`` is 0, mu's row). One read of
-    ``Q0`` and one write of the result, ``O(|S|²·k)`` operations (a rank-k update)."""
+    ``Q0`` and one write of the result, ``O(|S|²·k)`` operations (a rank-k update): each
+    row of ``Q0`` updated whole in a small buffer (contiguous, vectorized), then gathered
+    into the result's order."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
     k = cnt[0]
     G = np.zeros((k, m0))  # G = (Q0 U) S⁻¹, by rows
@@ -255,27 +257,58 @@ def materialise(Q0, m0, sy, aug, mT, out):
             s = Si[q, r]
             for j in range(m0):
                 G[r, j] += s * Wc[q, j]
-    g = np.empty(k)
+    # the columns as runs of consecutive rows of Q0 (a removal's order moves a few)
+    run_j = np.empty(mT, dtype=np.int64)  # a run's first column, its length, its row
+    run_n = np.empty(mT, dtype=np.int64)
+    run_b = np.empty(mT, dtype=np.int64)
+    nr = 0
+    j = 0
+    while j < mT:
+        if aug[j] < 0:
+            j += 1
+            continue
+        run_j[nr] = j
+        run_b[nr] = aug[j]
+        j += 1
+        while j < mT and aug[j] >= 0 and aug[j] == aug[j - 1] + 1:
+            j += 1
+        run_n[nr] = j - run_j[nr]
+        nr += 1
+    joined = np.empty(mT, dtype=np.int64)  # the joined tokens' columns
+    nj = 0
+    for j in range(mT):
+        if aug[j] < 0:
+            joined[nj] = j
+            nj += 1
+    row = np.empty(m0)
     for i in range(mT):
         A = aug[i]
-        if A >= 0:
+        if A >= 0:  # (1-D views and range loops: numba vectorizes these copies)
+            qa = Q0[A]
+            for j in range(m0):
+                row[j] = qa[j]
             for r in range(k):
-                g[r] = G[r, A]
-            for j in range(mT):
-                B = aug[j]
-                if B >= 0:
-                    acc = Q0[A, B]
-                    for r in range(k):
-                        acc += g[r] * Wc[r, B]
-                    out[i, j] = acc
-                else:
-                    out[i, j] = -g[-1 - B]
+                gr = G[r, A]
+                w = Wc[r]
+                for j in range(m0):
+                    row[j] += gr * w[j]
+            o = out[i]
+            for q in range(nr):
+                n = run_n[q]  # (a local: the copy loop's bound must not be reloaded)
+                src = row[run_b[q]:]
+                dst = o[run_j[q]:]
+                for t in range(n):
+                    dst[t] = src[t]
+            for q in range(nj):
+                j = joined[q]
+                out[i, j] = -G[-1 - aug[j], A]
         else:
             qa = -1 - A
             for j in range(mT):
                 B = aug[j]
                 out[i, j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
     G.fill(0.0)
+    row.fill(0.0)
 
 
 @njit(cache=True)
