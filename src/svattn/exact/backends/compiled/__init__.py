@@ -365,6 +365,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
             FACTOR_KEPT_FROM, qb, kept, ss.qspare)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # a work copy of the inverse held c's row and column
+        ss.qspare.fill(0.0)  # (the inverse may have been written into it)
         ss.qwork_for, ss.qwork_n = None, 0
         ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
