@@ -47,9 +47,36 @@ DROP, JOIN = 0, 1
 @njit(cache=True)
 def _inverse(Sm, Si, k):
     """``Si[:k, :k]`` = the inverse of ``Sm[:k, :k]`` (nonsingular: each change checks
-    its pivot first)."""
-    if k:
-        Si[:k, :k] = np.linalg.inv(np.ascontiguousarray(Sm[:k, :k]))
+    its pivot first), by Gauss-Jordan elimination with partial pivoting: ``k`` is small,
+    and a LAPACK call would make a fresh process load numba's registries to link the
+    cached kernel (``core.compiling``)."""
+    A = np.empty((k, 2 * k))
+    for i in range(k):
+        for j in range(k):
+            A[i, j] = Sm[i, j]
+            A[i, k + j] = 1.0 if i == j else 0.0
+    for col in range(k):
+        piv = col
+        for i in range(col + 1, k):
+            if abs(A[i, col]) > abs(A[piv, col]):
+                piv = i
+        if piv != col:
+            for j in range(2 * k):
+                t = A[col, j]
+                A[col, j] = A[piv, j]
+                A[piv, j] = t
+        d = A[col, col]
+        for j in range(2 * k):
+            A[col, j] /= d
+        for i in range(k):
+            if i != col:
+                f = A[i, col]
+                if f != 0.0:
+                    for j in range(2 * k):
+                        A[i, j] -= f * A[col, j]
+    for i in range(k):
+        for j in range(k):
+            Si[i, j] = A[i, k + j]
 
 
 @njit(cache=True)
