@@ -96,7 +96,7 @@ def _memory(n: int = 1200) -> SVDDMemory:
 
 @pytest.mark.slow
 def test_a_fit_leaves_what_the_first_removal_would_build(monkeypatch):
-    """After a batch fit the kept factor, K_SS and the work copy of the inverse exist; the
+    """After a batch fit the kept factor, K_SS and the spare for the inverse exist; the
     first removal then factorizes nothing whole (the first forget after a fit cost
     1.5-3.9× a settled one for these), and its certificate is the same as a memory's
     whose fit did not prepare them."""
@@ -104,7 +104,7 @@ def test_a_fit_leaves_what_the_first_removal_would_build(monkeypatch):
     ss = mem.solver_state
     assert mem.ingest_path == "libsvm+exact" and ss.nS >= compiled.FACTOR_KEPT_FROM
     assert ss.pd_factor is not None and ss.pd_factor.n == ss.nS
-    assert ss.current_margin_gram() is not None and ss.bordered_buffer()[1]
+    assert ss.current_margin_gram() is not None and ss.qspare.size >= (ss.nS + 2) ** 2
     twin = _memory()
     twin.solver_state._zero_margin_gram()
     twin.solver_state.drop_factor()
@@ -144,3 +144,42 @@ def test_removals_over_a_large_margin_set_read_probe_health_and_reuse_the_invers
     assert mem.health.n_checks - checks == 20
     assert views >= 15
     assert mem.health.probes <= health_mod.PROBE_RUN
+
+
+def test_an_inverse_a_kernel_allocated_becomes_the_spare():
+    """A compiled kernel's array has numba's memory owner as its base, not an array: the
+    replaced inverse is still kept as the spare (it was dropped, and every other removal
+    faulted a fresh |S|² array in)."""
+    from svattn.exact.backends.compiled import columns
+    from svattn.exact.operations import rollback
+
+    Q = np.eye(6)
+    made = columns.bordered_out(Q, 5)  # (a kernel's allocation)
+    assert not isinstance(made.base, np.ndarray)
+    ss = _margin_memory_state()
+    ss.qspare = np.zeros(0)
+    rollback._keep_spare(ss, made)
+    assert np.shares_memory(ss.qspare, made) and ss.qspare.size == made.size
+
+
+def _margin_memory_state():
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(C=0.01, kernel="rbf", gamma=0.3)
+    mem.extend(rng.normal(size=(400, 3)))
+    return mem.solver_state
+
+
+def test_consecutive_removals_write_their_inverse_into_the_spare():
+    """Each margin removal after a fit writes its inverse into the spare the last one
+    left (the two buffers take turns: no fresh array), and zeros stay between."""
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(C=0.01, kernel="rbf", gamma=3.0)
+    mem.extend(rng.normal(size=(400, 3)))
+    ss = mem.solver_state
+    assert ss.nS >= 16
+    for _ in range(6):
+        spare = ss.qspare
+        assert spare.size >= (ss.nS + 2) ** 2
+        mem.remove(int(rng.choice(mem.partition()["margin"])))
+        assert np.shares_memory(ss.Qinv, spare)
+        check_scratch_between_operations(ss)

@@ -136,11 +136,11 @@ class MarginGramScratch:
 
     def bordered_buffer(self) -> tuple[np.ndarray, bool]:
         """The removal's work copy of the bordered inverse, room for every cache column,
-        ``(ccap + 1)²`` (padded, :func:`padded_square`), kept between operations, and
-        whether its leading block is a copy of the current inverse already (the last
-        removal's result: the removal then skips its copy-in, and zeroes only what lies
-        outside the inverse it makes, where it copied and zeroed |S|² floats each time,
-        ~1.3 ms at 781 margin tokens). Zeros elsewhere."""
+        ``(ccap + 1)²`` (padded, :func:`padded_square`), and whether its leading block is
+        a copy of the current inverse already. The compiled removal solves against the
+        inverse itself (``backends/compiled/schur.py``) and fills this buffer only where
+        its segment loop goes on past the first segment, zeroing it before it returns:
+        between operations it is all zeros (``qwork_for`` None)."""
         if self.qwork.shape[0] < self.ccap + 1:
             self.qwork.fill(0.0)
             self.qwork = padded_square(self.ccap + 1)

@@ -295,10 +295,12 @@ def _keep_spare(ss: SlotState, old: np.ndarray) -> None:
     (:func:`svattn.exact.backends.compiled.remove_by_segments`) instead of into a fresh
     array, whose |S|² floats the kernel faulted in and zeroed first (tens to hundreds
     of ms at 2,468 margin tokens, more than a pass over the margin block). Only memory
-    nothing else refers to: a plain array, or the flat buffer a spare-made inverse is a
+    nothing else refers to: a plain array, one a compiled kernel allocated (its base is
+    numba's memory owner, not an array: such inverses were dropped, and every other
+    removal faulted a fresh array in), or the flat buffer a spare-made inverse is a
     view of."""
-    flat = old.base if old.base is not None else old
-    if not isinstance(flat, np.ndarray) or flat.dtype != np.float64 or flat.base is not None:
+    flat = old.base if isinstance(old.base, np.ndarray) else old
+    if flat.dtype != np.float64 or isinstance(flat.base, np.ndarray):
         return
     if not flat.flags.c_contiguous or flat.size <= ss.qspare.size:
         return

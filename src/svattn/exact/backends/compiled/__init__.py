@@ -110,10 +110,17 @@ def ready_for_removals(ss: SlotState) -> None:
     """After a batch solve (a fit), what the first removal would otherwise build and
     every later one keeps: ``K_SS`` gathered into the kept buffer, the uniqueness
     test's factor (:func:`margin_positive_definite`: one LAPACK factorization,
-    O(|S|³)) and the removal's work copy of the inverse. The first forget after a
-    fit was 1.5-3.9× a settled one for these three (#51); the fit pays them once."""
+    O(|S|³)) and the spare buffer the removal's inverse is written into
+    (:data:`SPARE_ROOM`). The first forget after a fit was 1.5-3.9× a
+    settled one for these (#51); the fit pays them once."""
     nS = ss.nS
-    if ss.warm or nS < FACTOR_KEPT_FROM:
+    if ss.warm or not nS:
+        return
+    m = nS + 2 + SPARE_ROOM
+    if ss.qspare.size < m * m:  # the spare the first removal writes its inverse into,
+        ss.qspare = np.zeros(m * m)  # faulted in here (zeroed by the fill: its pages
+        ss.qspare.fill(0.0)  # are written now, not by the removal)
+    if nS < FACTOR_KEPT_FROM:
         return
     kss = ss.current_margin_gram()
     if kss is None:
@@ -121,10 +128,6 @@ def ready_for_removals(ss: SlotState) -> None:
         linalg.gather_margin_gram_into(ss.KC, ss.slot_of_col, nS, kss)
         ss.kept_margin_gram(nS)
     margin_positive_definite(ss, ss.gram_buffer())
-    qb, current = ss.bordered_buffer()
-    if not current:
-        columns.bordered_into(ss.Qinv, nS, qb)
-        ss.kept_bordered_copy(nS)
 
 
 def margin_gram(ss: SlotState) -> np.ndarray:
@@ -347,7 +350,10 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     sup_values = np.empty(hi + 1)
     kss = ss.gram_buffer()
     kept = ss.current_margin_gram() is not None  # K_SS as the last operation left it
-    qb, qb_kept = ss.bordered_buffer()  # the compiled call zeroes what it used outside
+    qb, _ = ss.bordered_buffer()  # zeros: the compiled call zeroes what it used
+    m = ss.nS + 2  # (room for one more margin token than now)
+    if ss.nS and ss.qspare.size < m * m:  # a spare with room to grow (see SPARE_ROOM)
+        ss.qspare = np.zeros((m + SPARE_ROOM) ** 2)
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv, in_spare = segments.remove_segments(
@@ -356,9 +362,10 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb, kept, qb_kept, ss.qspare)
+            FACTOR_KEPT_FROM, qb, kept, ss.qspare)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
-        qb.fill(0.0)  # the work copy of the inverse still held c's row and column
+        qb.fill(0.0)  # a work copy of the inverse held c's row and column
+        ss.qspare.fill(0.0)  # (the inverse may have been written into it)
         ss.qwork_for, ss.qwork_n = None, 0
         ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
@@ -370,7 +377,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
         m = int(nS) + 1
         Qinv, ss.qspare = ss.qspare[: m * m].reshape(m, m), _NO_SPARE
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
-    ss.kept_bordered_copy(ss.nS)  # (its block is Qinv's values, zeros elsewhere)
+    ss.qwork_for, ss.qwork_n = None, 0  # (the work copy is zeros again)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
     _error_sum_synced(ss, int(out[codes.SEG_SYNC]))
     ss.esum_updates += int(out[codes.SEG_ESUM_UPDATES])
@@ -477,6 +484,12 @@ def _factor_plan(fids: np.ndarray, ids: np.ndarray
 
 
 _NO_SPARE = np.zeros(0)
+# The removal's inverse is written into a spare buffer (``SlotState.qspare``: the
+# replaced inverse's memory, kept zeroed between operations); where none is large
+# enough, one with room for this many more margin tokens is made, so that the two
+# buffers take turns and a fresh array (|S|² page faults: 2-4 passes over the margin
+# block at 2,468 margin tokens) is rare.
+SPARE_ROOM = 16
 
 
 # ---------------------------------------------------------------- the streaming add

@@ -38,30 +38,33 @@ from svattn.exact.backends.compiled.codes import (
     SEG_UNIQUE,
 )
 from svattn.exact.backends.compiled.columns import (
-    bordered_into,
-    bordered_out,
-    contract,
     copy_of_any,
     free_column_available,
     join_with_sum,
     leave_with_sum,
+    swap_cols,
 )
 from svattn.exact.backends.compiled.linalg import (
     bordered_health,
+    gather_margin_gram_into,
     kss_append,
     kss_drop,
     positive_definite,
     solve_gathered,
     solve_partition,
 )
+from svattn.exact.backends.compiled.schur import materialise, new_system, solve_refined
+from svattn.exact.backends.compiled.schur import scrub as schur_scrub
 from svattn.exact.backends.compiled.working_set import (
     WS_ROOM,
     commit_in_place,
     crossing_share,
+    restart,
+    start_system,
     working_set_path,
 )
 from svattn.exact.core.compiling import quick_load
-from svattn.exact.core.kktsets import MARGIN
+from svattn.exact.core.kktsets import ERROR, MARGIN
 
 # Below this many margin tokens the path alone removes a token: a pass over so narrow
 # a block costs little next to the working set's copies of the inverse. Measured for
@@ -86,20 +89,6 @@ JUMP_MIN_MARGIN = 16
 HEALTH_PROBE_FROM = 256
 
 
-# The first segment hands the removed token's weight over when one margin token takes
-# at least this share of it on the line (a copy or near-copy of it: their kernel columns
-# agree to ~1e-11, so no other g moves by more than that): the working set is then
-# predicted from the second segment, where the path has bent.
-HANDOVER_SHARE = 0.9
-
-
-@njit(cache=True)
-def handover_share(a_now, a_end, t_rem):
-    """Whether a margin token going from ``a_now`` to ``a_end`` on the line takes
-    :data:`HANDOVER_SHARE` or more of the removed token's ``t_rem``."""
-    return a_end - a_now >= HANDOVER_SHARE * t_rem
-
-
 @njit(cache=True)
 def working_set_cap(nS, hi):
     """How many tokens outside the margin set the working set may hold: the set's g
@@ -109,12 +98,12 @@ def working_set_cap(nS, hi):
 
 @njit(cache=True)
 def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member, state,
-                    slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts, sup_ids,
+                    slot_id, Qres, KSS, nS, chi, hi, mu, C, scale, c, out, facts, sup_ids,
                     sup_values, pd_defer):
     """What a finished removal reports, computed where its arrays are in cache:
     the KKT residual, set sizes, ties and uniqueness, the support in id order
     with its alphas and mu (the digest's input), the health measure of the
-    bordered inverse; then ``c``'s array entries are wiped (it left the error
+    bordered inverse ``Qres`` it leaves; then ``c``'s array entries are wiped (it left the error
     sum at the start). Equal to :func:`kkt_residual`, :func:`certificate_facts`
     and :func:`bordered_health` (the references; from :data:`HEALTH_PROBE_FROM` margin
     tokens the health is the final solve's probe residual, already in
@@ -150,7 +139,7 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
     sup_values[n] = mu
     out[SEG_SUPPORT] = n
     if nS < HEALTH_PROBE_FROM:
-        cond, res = bordered_health(Qb, KSS, nS)
+        cond, res = bordered_health(Qres, KSS, nS)
         facts[FACT_COND] = cond
         facts[FACT_INV_RES] = res
     else:  # the final solve's probe residual (facts[FACT_INV_RES]); cond1 not measured
@@ -167,7 +156,7 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb, kss_in, qb_in, spare):
+                    KSS, pd_defer, Qb, kss_in, spare):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -191,14 +180,16 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     final margin Gram block and ``out[SEG_GRAM]`` the largest block written. With
     ``pd_defer`` margin tokens or more the
     uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
-    ``Qb`` ((ccap + 1)², the caller's, which zeroes it if this call raises) is the
-    work copy of the bordered inverse; its used block is zeroed before returning.
-    ``kss_in``: ``KSS`` holds the margin block already (the previous operation's,
-    :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the first segment
-    gathers it. ``qb_in``: ``Qb``'s leading block is ``Qinv`` already (the last
-    removal's result); on return it is the inverse returned, every other entry zero.
-    ``spare``: zeroed memory for the inverse returned (a replaced inverse's,
-    ``SlotState.qspare``), used when it holds ``(nS + 1)²`` floats.
+    The memory's inverse ``Qinv`` is never written: the first segment and the working
+    set solve against it with the set's changes in a small capacitance system
+    (:mod:`~svattn.exact.backends.compiled.schur`), and the inverse returned is written
+    from it once. ``Qb`` ((ccap + 1)², zeros; the caller's, which zeroes it if this call
+    raises) takes a work copy only where the segment loop goes on past the first
+    segment (:func:`~svattn.exact.backends.compiled.working_set.restart`); zeroed again
+    before returning. ``kss_in``: ``KSS`` holds the margin block already (the previous
+    operation's, :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the
+    first segment gathers it. ``spare``: zeroed memory for the inverse returned (a
+    replaced inverse's, ``SlotState.qspare``), used when it holds ``(nS + 1)²`` floats.
     Returns
     ``(status, nS, chi, mu, Qinv, in_spare)``, ``in_spare`` when the inverse is in
     ``spare[:(nS + 1)²]`` (row-major; ``Qinv`` then empty): DONE; FALLBACK when a case is left to
@@ -217,23 +208,42 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     and is the result.
     """
     ccap = KC.shape[1]
-    if not qb_in:
-        bordered_into(Qinv, nS, Qb)
-    qb_ext = nS + 1  # rows and columns of Qb in use so far (scrubbed at the end)
+    qb_ready = False  # Qb holds the path's inverse (the segment loop's work copy)
+    qb_ext = 0  # rows and columns of Qb in use so far (scrubbed at the end)
     n0, p0 = nS, contract_col  # Qinv's size, and c's position in it (the path's restart)
+    m0 = n0 + 1
     kss_ok = kss_in and nS > 0  # KSS holds the current margin block (kept across events)
     if contract_col >= 0:  # c is a margin token: it leaves the margin set first
         if kss_ok:
             kss_drop(KSS, contract_col, nS)
-        nS = contract(Qb, KC, XC, ac, soc, cos, contract_col, nS, hi)
+        if nS > 1:  # (its cache column goes last; Qinv keeps its row: dropped below)
+            swap_cols(KC, XC, ac, soc, cos, hi, contract_col, nS - 1)
+        nS -= 1
         kss_ok = kss_ok and nS > 0
+    # the margin set by position (schur's text): cache column j, row pq[j] of Qinv
+    p0row = p0 + 1 if p0 >= 0 else -1
+    pslot = np.empty(max(nS, 1), dtype=np.int64)
+    pq = np.empty(max(nS, 1), dtype=np.int64)
+    pe = np.full(max(nS, 1), -1, dtype=np.int64)
+    pact = np.ones(max(nS, 1), dtype=np.bool_)
+    qrow_col = np.full(m0, -1, dtype=np.int64)  # (c's row: -1, its values never read)
+    aug = np.empty(ccap + 2, dtype=np.int64)  # the rows the inverse returned is written from
+    aug[0] = 0
+    for j in range(nS):
+        pslot[j] = soc[j]
+        pq[j] = nS + 1 if j == p0 else j + 1  # (the last token took c's place)
+        qrow_col[pq[j]] = j
+        aug[j + 1] = pq[j]
+    sy = new_system(m0, 2 * WS_ROOM + 4, WS_ROOM + 1)
+    z0 = np.zeros(m0)  # Qinv b of the start's right-hand side
+    no_err = np.empty(0, dtype=np.int64)
+    sys_ok = nS > 0 and start_system(Qinv, m0, p0row, KC, cos, diag, sy)
     x = np.empty(ccap + 1)
     out[SEG_SYNC] = error_sum_sync(esum, member, KC, soc, cos, state, X, diag, nS, chi, hi,
                                    gamma, is_rbf, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
     status = DONE
-    handover = False
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
                 or not free_column_available(soc, state, nS, chi, ccap)):
@@ -241,7 +251,22 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             break
         out[SEG_EVENTS] += 1
         t_rem = alpha[c]
-        if kss_ok:
+        if not qb_ready and not sys_ok:  # (a lost pivot: the work copy's own solve)
+            restart(Qb, Qinv, n0, p0)
+            qb_ready = True
+            qb_ext = max(qb_ext, n0 + 1)
+        if not qb_ready:  # the first segment: against Qinv, c's row dropped
+            if not kss_ok:
+                gather_margin_gram_into(KC, soc, nS, KSS)
+                kss_ok = True
+            nE = 0
+            for i in range(hi):
+                if state[i] == ERROR:
+                    nE += 1
+            facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum, no_err,
+                                                0, no_err, 0, nE, C, pslot, pq, pe, pact, nS,
+                                                x, z0)
+        elif kss_ok:
             facts[FACT_INV_RES] = solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x,
                                                  KSS)
         else:
@@ -289,13 +314,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             status = FALLBACK
             break
         out[SEG_PASSES] += 1
-        # an event on the first segment: the path on a working set, checked by a pass;
-        # on the second where the first hands c's weight over to one margin token
-        # (``handover``: its line moves every other g by rounding and predicts nothing)
-        if out[SEG_EVENTS] == 1:
-            handover = kind == 4 and handover_share(alpha[who], x[cos[who] + 1], t_rem)
-        if (kind != 2 and max_jumps > 0 and nS >= JUMP_MIN_MARGIN and (
-                out[SEG_EVENTS] == 1 and not handover or out[SEG_EVENTS] == 2 and handover)):
+        # an event on the first segment: the path on a working set, checked by a pass
+        if kind != 2 and out[SEG_EVENTS] == 1 and max_jumps > 0 and nS >= JUMP_MIN_MARGIN:
             room = min(ccap, nS + WS_ROOM)  # the tentative margin sets stay below this
             tstate = np.empty(hi, dtype=state.dtype)
             tord = np.empty(room, dtype=np.int64)
@@ -304,17 +324,14 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             fresh = np.zeros(hi, dtype=np.bool_)
             err_in = np.empty(ccap, dtype=np.int64)
             err_out = np.empty(ccap, dtype=np.int64)
-            Qstart, m0, q0 = Qinv, n0, p0  # where a round restarts: the removal's start
-            if handover:  # or this segment's (the inverse after the first event)
-                Qstart, m0, q0 = Qb[: nS + 1, : nS + 1].copy(), nS, -1
             passes, nT, changes, chi, n_max, n_in, n_out = working_set_path(
-                KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
-                hi, C, mu, scale, gamma, is_rbf, c, x, max_jumps, working_set_cap(nS, hi), room,
-                tstate, tord, xt, g_try, fresh, err_in, err_out, Qstart, m0, q0, facts)
+                KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
+                C, mu, scale, gamma, is_rbf, c, x, max_jumps, working_set_cap(nS, hi), room,
+                tstate, tord, xt, g_try, fresh, err_in, err_out, facts, Qinv, m0, qrow_col,
+                p0row, sy, z0, aug)
             g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             out[SEG_GRAM] = max(out[SEG_GRAM], n_max)
-            qb_ext = max(qb_ext, min(n_max + 2, ccap + 1))  # (+1: a join that failed)
             if nT > 0:
                 chi, mu = commit_in_place(
                     KC, XC, ac, soc, cos, alpha, g, state, esum, member, nT, chi, hi, C, c,
@@ -345,6 +362,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                 g[i] += best * (g_end[i] - g[i])
         out[SEG_LAST_LEFT] = -1
         out[SEG_LAST_ENTERED] = -1
+        if not qb_ready:  # the segment loop goes on: its work copy of the inverse
+            restart(Qb, Qinv, n0, p0)
+            qb_ready = True
+            qb_ext = max(qb_ext, n0 + 1)
         if kind == 3 or kind == 4:
             p, n_was = cos[who], nS
             nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member, who,
@@ -366,22 +387,35 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             nS += 1
             out[SEG_LAST_ENTERED] = who
     g_end[c] = 0.0  # the one entry that c's key makes (freed memory keeps no key data)
-    if status == DONE:
-        chi = finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
-                              state, slot_id, Qb, KSS, nS, chi, hi, mu, C, scale, c, out, facts,
-                              sup_ids, sup_values, pd_defer)
-    m = nS + 1 if nS else 0  # Qb keeps the inverse returned (the next removal's start)
+    # the inverse returned, written once: into the spare (memory in use already: no
+    # fresh array faulted in and zeroed) where it is large enough
+    m = nS + 1 if nS else 0
+    if m and not qb_ready and not sys_ok:  # (no system: the work copy's rank-one drop)
+        restart(Qb, Qinv, n0, p0)
+        qb_ready = True
+        qb_ext = max(qb_ext, n0 + 1)
     in_spare = m > 0 and spare.shape[0] >= m * m
-    if in_spare:  # (memory in use already: no fresh array faulted in and zeroed)
-        for i in range(m):
-            for j in range(m):
-                spare[i * m + j] = Qb[i, j]
+    if in_spare:
+        Qres = spare[: m * m].reshape((m, m))
         Qout = np.zeros((0, 0))
     else:
-        Qout = bordered_out(Qb, nS)
-    for i in range(qb_ext):  # the rest held c's row and column: zeroed
-        for j in range(m if i < m else 0, qb_ext):
+        Qout = np.zeros((m, m))
+        Qres = Qout
+    if m and qb_ready:  # the segment loop's work copy
+        for i in range(m):
+            for j in range(m):
+                Qres[i, j] = Qb[i, j]
+    elif m:  # Qinv with the path's changes (c's row dropped, at least)
+        materialise(Qinv, m0, sy, aug, m, Qres)
+    if status == DONE:
+        chi = finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
+                              state, slot_id, Qres, KSS, nS, chi, hi, mu, C, scale, c, out,
+                              facts, sup_ids, sup_values, pd_defer)
+    for i in range(qb_ext):  # the work copy held c's row and column: zeroed
+        for j in range(qb_ext):
             Qb[i, j] = 0.0
+    schur_scrub(sy, m0)
+    z0.fill(0.0)
     return status, nS, chi, mu, Qout, in_spare
 
 quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

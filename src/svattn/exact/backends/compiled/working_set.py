@@ -8,12 +8,16 @@ direction does not bring them there. From the first segment (one pass: every tok
 at the end of the line on the current partition) the tokens the removal can reach are
 predicted — the margin set, and every token whose g moves towards zero on that line and
 would reach it were the line :data:`WS_REACH` times longer (:func:`predict`) — and the
-path is followed on them alone: a segment is one product with the bordered inverse and
-the g of the working set at its end from its kernel values against the margin set
-(``O(|W|·|S|)``, :func:`g_on_rows`), never a pass. The bordered inverse and the margin
-Gram block follow the path's events in place (the memory's own inverse, which no
-removal writes, restores it where the path is not taken: :func:`restart`); cache
-columns do not move.
+path is followed on them alone: a segment's margin solve is ``O(|S|·k)`` against the
+memory's own inverse, held fixed, with the ``k`` set changes so far in a small
+capacitance system (:mod:`~svattn.exact.backends.compiled.schur`; a joining token costs
+one product with the inverse, a leaving one nothing), and the g of the working set at
+its end comes from its kernel values against the margin set (``O(|W|·|S|)``,
+:func:`g_on_rows`), never a pass. Nothing of size ``|S|²`` is written on the way: the
+margin Gram block gains the joining tokens' rows beside it, cache columns do not move,
+and a round that misses starts again from the start's system at no cost; the inverse
+of the end is written once, by the caller
+(:func:`~svattn.exact.backends.compiled.schur.materialise`).
 
 Its end is checked by one pass computing every token's exact g
 (:func:`~svattn.exact.backends.compiled.checks.g_from_error_sum`, the exact g's own
@@ -48,12 +52,22 @@ from svattn.exact.backends.compiled.columns import (
     bordered_into,
     copy_of_any,
     free_col,
-    matvec_lead,
-    qb_append,
     qb_drop,
     swap_cols,
 )
-from svattn.exact.backends.compiled.linalg import gather_margin_gram_into, kss_drop, refine
+from svattn.exact.backends.compiled.schur import (
+    DROP,
+    JOIN,
+    add_drop,
+    add_join,
+    col_index,
+    new_join,
+    remove_col,
+    solve_from_z,
+    solve_refined,
+    to_positions,
+)
+from svattn.exact.backends.compiled.schur import scrub as schur_scrub
 from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
@@ -87,59 +101,39 @@ def crossing_share(st, gi, ge, rate_tol):
     return gi / (gi - ge) if moving else np.inf
 
 @njit(cache=True)
-def t_contract(Qb, tord, p, nT):
-    """Drop position ``p`` from the margin order ``tord`` and the bordered inverse
-    (``contract`` without moving cache columns); return the new size."""
-    if nT == 1:
-        return 0
-    t = tord[p]
-    tord[p] = tord[nT - 1]
-    tord[nT - 1] = t
-    return qb_drop(Qb, p, nT)
-
-
-@njit(cache=True)
-def t_expand(Qb, tord, KC, cos, diag, k, nT, scale):
-    """Append token ``k`` (its column cached) to the margin order ``tord`` and the
-    bordered inverse (``expand`` without moving cache columns); False when the set is
-    empty or Q would turn singular (``Qb`` then untouched)."""
-    if nT == 0:
-        return False
-    u = np.empty(nT + 1)
-    u[0] = 1.0
-    for j in range(nT):
-        u[j + 1] = 2.0 * KC[tord[j], cos[k]]
-    if not qb_append(Qb, u, nT, diag[k], scale):
-        return False
-    tord[nT] = k
-    return True
-
-
-@njit(cache=True)
-def t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, xt, KSS,
-            refined):
-    """``xt = [mu, alpha_T]`` on the path's partition (the removed token at 0), with
-    two steps of iterative refinement against its Gram block ``KSS[:nT, :nT]`` when
-    ``refined`` (the end of the path; a segment in between only locates its event).
-    Returns the refinement's probe residual (:func:`refine`; 0 unrefined).
-
-    The error tokens' share of the right-hand side is the synced error sum
-    plus the columns of tokens the path's partition puts at C (``err_in``)
-    minus those of real error tokens it takes off (``err_out``).
-    """
-    m = nT + 1
-    rhs = np.empty(m)
-    rhs[0] = 1.0 - C * (nE + n_in - n_out)
-    for i in range(nT):
-        s = tord[i]
-        e = esum[s]
-        for q in range(n_in):
-            e += KC[s, cos[err_in[q]]]
-        for q in range(n_out):
-            e -= KC[s, cos[err_out[q]]]
-        rhs[i + 1] = diag[s] - 2.0 * C * e
-    matvec_lead(Qb, rhs, m, xt, 1.0)
-    return refine(Qb, KSS, rhs, xt, nT) if refined else 0.0
+def unrefined_solve(Q0, m0, sy, z0, zb, xb, xj, bj, KC, cos, diag, esum, err_in, n_in, err_out,
+                    n_out, C, pslot, pq, pe, pact, pof, nPos, xt):
+    """``xt`` (by position) on the path's partition from the start's ``z0 = Q0 b``: the
+    error set's changes move ``Q0 b`` by columns known already (a token of the start's
+    margin set: a unit vector; a joined one: its ``Q0 u``), so a segment's solve costs
+    ``O(|S|·k)``, no read of ``Q0`` (it only locates the segment's event; the end is
+    refined, :func:`~svattn.exact.backends.compiled.schur.solve_refined`)."""
+    Wt = sy[6]
+    for i in range(m0):
+        zb[i] = z0[i]
+    for q in range(n_out):  # (a real error token that joined: a joined one)
+        e = pe[pof[err_out[q]]]
+        for i in range(m0):
+            zb[i] += C * Wt[e, i]
+    for q in range(n_in):
+        j = pof[err_in[q]]
+        if pe[j] < 0:
+            zb[pq[j]] -= C
+        else:
+            e = pe[j]
+            for i in range(m0):
+                zb[i] -= C * Wt[e, i]
+    for j in range(nPos):
+        if pact[j] and pe[j] >= 0:
+            s = pslot[j]
+            ev = esum[s]
+            for q in range(n_in):
+                ev += KC[s, cos[err_in[q]]]
+            for q in range(n_out):
+                ev -= KC[s, cos[err_out[q]]]
+            bj[pe[j]] = diag[s] - 2.0 * C * ev
+    solve_from_z(zb, m0, bj, sy, xb, xj)
+    to_positions(xb, xj, pq, pe, pact, nPos, xt)
 
 
 @njit(cache=True, fastmath=VEC)
@@ -147,7 +141,7 @@ def g_on_rows(KWt, nT, nR, wrow, xe, esum, err_in, n_in, err_out, n_out, KC, cos
               ge):
     """``ge[r]``: the g of row token ``wrow[r]`` at the point ``xe`` of the path's
     partition, from its block ``KWt[:nT, r]`` (the kernel values against the
-    tentative margin order) and the error set's changes: ``O(nR·nT)``, the part of
+    path's positions) and the error set's changes: ``O(nR·nT)``, the part of
     :func:`g_from_error_sum` the working set needs (a margin token's entry is not 0
     here: the caller skips it)."""
     mu = xe[0]
@@ -161,8 +155,11 @@ def g_on_rows(KWt, nT, nR, wrow, xe, esum, err_in, n_in, err_out, n_out, KC, cos
         ge[r] = 2.0 * C * e - diag[s] + mu
     for j in range(nT):
         a2 = 2.0 * xe[j + 1]
+        if a2 == 0.0:
+            continue
         for r in range(nR):
             ge[r] += a2 * KWt[j, r]
+
 
 
 @njit(cache=True)
@@ -237,33 +234,60 @@ def predict_again(g, g_try, state, tstate, hi, c, pred, nP, cap):
 
 
 @njit(cache=True)
-def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi,
-                 hi, C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow,
-                 err_in, err_out, fresh, col_budget, facts):
-    """One round: the path from the current point to ``c``'s exit, its events found on
-    the working set (the margin set and the tokens ``pred[:nP]``), ``Qb`` and ``KSS``
-    following them in place in the margin order ``tord``.
+def _act_remove(act, aof, nA, s):
+    """Take slot ``s`` off the list ``act[:nA]`` of margin slots (``aof``: its place)."""
+    i = aof[s]
+    last = act[nA - 1]
+    act[i] = last
+    aof[last] = i
+    aof[s] = -1
+    return nA - 1
 
-    Returns ``(ok, nT, changes, chi, n_max, n_in, n_out)``: ``ok`` when the end was
-    reached (margin order ``tord[:nT]``, its solution ``xt``, refined; the states
-    ``tstate``; the error set's changes ``err_in[:n_in]`` and ``err_out[:n_out]``),
-    False on a tie, a singular Q, a full cache, a spent column budget (``col_budget``
-    columns computed for entering tokens, marked in ``fresh``) or no room left.
-    ``n_max``: the largest margin set written into ``Qb`` and ``KSS``; the final
-    solve's probe residual goes to ``facts[FACT_INV_RES]``."""
+
+@njit(cache=True)
+def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi,
+                 hi, C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, xt, KWt, wrow,
+                 err_in, err_out, fresh, col_budget, facts, Q0, m0, qrow_col, sy, pslot, pq,
+                 pe, pact, z0):
+    """One round: the path from the current point to ``c``'s exit, its events found on
+    the working set (the margin set and the tokens ``pred[:nP]``), the margin systems
+    solved against the fixed inverse ``Q0`` with the set's changes in the system ``sy``
+    (:mod:`~svattn.exact.backends.compiled.schur`; on entry: the start's, ``c`` dropped
+    when it was a margin token; ``z0``: ``Q0 b`` of the start's right-hand side).
+
+    Positions (``pslot``, ``pq``, ``pe``, ``pact``; the schur module's text): the first
+    ``nS`` are the margin order ``soc[:nS]`` (``pq`` set by the caller), then each token
+    that joins. Returns ``(ok, nT, nPos, changes, chi, n_max, n_in, n_out)``: ``ok`` when
+    the end was reached (``nT`` margin tokens over ``nPos`` positions, their solution
+    ``xt`` by position, refined; the states ``tstate``; the error set's changes
+    ``err_in[:n_in]`` and ``err_out[:n_out]``), False on a tie, a singular Q, a full
+    cache, a spent column budget (``col_budget`` columns computed for entering tokens,
+    marked in ``fresh``) or no room left. ``n_max``: the rows of ``KSS`` written; the
+    final solve's probe residual goes to ``facts[FACT_INV_RES]``."""
     ccap = KC.shape[1]
-    room = tord.shape[0]
+    room = pslot.shape[0]
+    ecap = sy[5].shape[0]
     tol_a = 1e-13 * C
     nE = 0  # (the error tokens: most keep no cache column, so counted by slot)
     for i in range(hi):
         if state[i] == ERROR:
             nE += 1
     nT = nS
+    nPos = nS
     n_max = nS
-    xc = np.empty(room + 1)  # the current point of the path
-    for i in range(nS):
-        tord[i] = soc[i]
-        xc[i + 1] = alpha[soc[i]]
+    pof = np.full(hi, -1, dtype=np.int64)
+    act = np.empty(room, dtype=np.int64)  # the margin slots (copy tests)
+    aof = np.full(hi, -1, dtype=np.int64)
+    xc = np.empty(room + 1)  # the current point of the path, by position
+    for j in range(nS):
+        s = soc[j]
+        pslot[j] = s
+        pe[j] = -1
+        pact[j] = True
+        pof[s] = j
+        act[j] = s
+        aof[s] = j
+        xc[j + 1] = alpha[s]
     xc[0] = mu
     for i in range(hi):
         tstate[i] = state[i]
@@ -278,11 +302,15 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
         rowof[s] = r
         gw[r] = g[s]
         gwe[r] = g_end[s]
-    for j in range(nS):  # (margin position j is cache column j)
+    for j in range(nS):  # (position j is cache column j)
         for r in range(nR):
             KWt[j, r] = KC[wrow[r], j]
     for i in range(nS + 1):
         xt[i] = x[i]  # the first segment's end
+    zb = np.empty(m0)
+    xb = np.empty(m0)
+    xj = np.zeros(ecap)
+    bj = np.zeros(ecap)
     t_rem = alpha[c]
     n_in = 0
     n_out = 0
@@ -292,19 +320,21 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
     left = np.full(1, -1, dtype=np.int64)  # the token the last event took off the margin
     while True:
         if not first:
-            t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C,
-                    xt, KSS, False)
-            g_on_rows(KWt, nT, nR, wrow, xt, esum, err_in, n_in, err_out, n_out, KC, cos,
+            unrefined_solve(Q0, m0, sy, z0, zb, xb, xj, bj, KC, cos, diag, esum, err_in, n_in,
+                            err_out, n_out, C, pslot, pq, pe, pact, pof, nPos, xt)
+            g_on_rows(KWt, nPos, nR, wrow, xt, esum, err_in, n_in, err_out, n_out, KC, cos,
                       diag, C, gwe)
         first = False
         best = 1.0
         kind = 2  # c leaves: the end is the result
         who = -1
-        for j in range(nT):
+        for j in range(nPos):
+            if not pact[j]:
+                continue
             a0 = xc[j + 1]
             a1 = xt[j + 1]
             if abs(a1) <= tol_a or abs(a1 - C) <= tol_a:
-                return False, nT, changes, chi, n_max, n_in, n_out  # lands on a bound: a tie
+                return False, nT, nPos, changes, chi, n_max, n_in, n_out  # a tie
             if a1 < 0.0 or a1 > C:
                 f = a0 / (a0 - a1) if a1 < 0.0 else (C - a0) / (a1 - a0)
                 if f < best:
@@ -321,46 +351,46 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
                 f = 0.0  # the group's next member takes over from the copy that left
             # (a copy of a margin token has its sibling's g, 0: it never crosses)
             if (f < best or takes_over and kind != 5) and not copy_of_any(
-                    KC, cos, diag, s, tord, nT):
+                    KC, cos, diag, s, act, nT):
                 best = f
                 kind = 5
                 who = r
                 swap = takes_over
         if (best <= 0.0 and not (kind == 5 and swap)) or (kind != 2 and best >= 1.0):
-            return False, nT, changes, chi, n_max, n_in, n_out
+            return False, nT, nPos, changes, chi, n_max, n_in, n_out
         if kind == 2:
             break
         # move to the event along the line
-        for j in range(nT + 1):
+        for j in range(nPos + 1):
             xc[j] += best * (xt[j] - xc[j])
         t_rem *= 1.0 - best
         for r in range(nR):
             if tstate[wrow[r]] != MARGIN:
                 gw[r] += best * (gwe[r] - gw[r])
         changes += 1
-        if kind != 5:  # margin position `who` leaves, to the error set (4) or reserve
-            s = tord[who]
+        if kind != 5:  # position `who` leaves, to the error set (4) or reserve
+            s = pslot[who]
             to_error = kind == 4
-            last = nT - 1
-            if last == 0:
-                return False, nT, changes, chi, n_max, n_in, n_out
-            if rowof[s] < 0:  # its kernel values against the margin order: K_SS's row
+            if nT == 1:
+                return False, nT, nPos, changes, chi, n_max, n_in, n_out
+            if rowof[s] < 0:  # its kernel values against the positions: K_SS's row
                 if nR >= rcap:
-                    return False, nT, changes, chi, n_max, n_in, n_out
+                    return False, nT, nPos, changes, chi, n_max, n_in, n_out
                 rowof[s] = nR
                 wrow[nR] = s
-                for j in range(nT):
+                for j in range(nPos):
                     KWt[j, nR] = KSS[who, j]
                 nR += 1
             gw[rowof[s]] = 0.0  # (it was on the margin)
-            if who != last:  # t_contract: the last position takes its place
-                xc[who + 1] = xc[last + 1]
-                for r in range(nR):
-                    t = KWt[who, r]
-                    KWt[who, r] = KWt[last, r]
-                    KWt[last, r] = t
-            kss_drop(KSS, who, nT)
-            nT = t_contract(Qb, tord, who, nT)
+            if pe[who] < 0:
+                ok = add_drop(Q0, m0, pq[who], KC, cos, diag, sy)
+            else:
+                ok = remove_col(JOIN, pe[who], m0, sy, scale)
+            if not ok:
+                return False, nT, nPos, changes, chi, n_max, n_in, n_out
+            pact[who] = False
+            xc[who + 1] = 0.0
+            nT = _act_remove(act, aof, nT, s)
             tstate[s] = ERROR if to_error else RESERVE
             left[0] = s
             if to_error:
@@ -376,23 +406,46 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
         else:  # row token `wrow[who]` reaches g = 0 and joins
             s = wrow[who]
             was_error = tstate[s] == ERROR
-            if nT + 1 >= room:
-                return False, nT, changes, chi, n_max, n_in, n_out
-            if cos[s] < 0:
-                n_cols += 1
-                free = chi < ccap
-                for col in range(nS, chi):
-                    if soc[col] < 0:
-                        free = True
-                        break
-                if not free or n_cols > col_budget:  # never evict for a guess
-                    return False, nT, changes, chi, n_max, n_in, n_out
-                chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, s, nS, chi, hi,
-                                 gamma, is_rbf)
-                fresh[s] = True
-            n_max = max(n_max, nT + 1)  # (Qb's row nT + 1 is written even if this fails)
-            if not t_expand(Qb, tord, KC, cos, diag, s, nT, scale):
-                return False, nT, changes, chi, n_max, n_in, n_out
+            j = pof[s]
+            if j >= 0:  # a position it held before: back into the system
+                if pe[j] < 0:
+                    ok = remove_col(DROP, pq[j], m0, sy, scale)
+                else:
+                    ok = add_join(Q0, m0, pe[j], KC, cos, diag, sy, scale)
+                if not ok:
+                    return False, nT, nPos, changes, chi, n_max, n_in, n_out
+            else:
+                if nPos >= room:
+                    return False, nT, nPos, changes, chi, n_max, n_in, n_out
+                if cos[s] < 0:
+                    n_cols += 1
+                    free = chi < ccap
+                    for col in range(nS, chi):
+                        if soc[col] < 0:
+                            free = True
+                            break
+                    if not free or n_cols > col_budget:  # never evict for a guess
+                        return False, nT, nPos, changes, chi, n_max, n_in, n_out
+                    chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, s, nS, chi,
+                                    hi, gamma, is_rbf)
+                    fresh[s] = True
+                e = new_join(Q0, m0, s, qrow_col, KC, sy)
+                if e < 0 or not add_join(Q0, m0, e, KC, cos, diag, sy, scale):
+                    return False, nT, nPos, changes, chi, n_max, n_in, n_out
+                j = nPos
+                nPos += 1
+                n_max = max(n_max, nPos)
+                pslot[j] = s
+                pq[j] = -1
+                pe[j] = e
+                pof[s] = j
+                cs = cos[s]
+                for i in range(j + 1):
+                    KSS[j, i] = KC[s, cos[pslot[i]]]
+                for i in range(j):
+                    KSS[i, j] = KC[pslot[i], cs]
+                for r in range(nR):
+                    KWt[j, r] = KC[wrow[r], cs]
             if was_error:
                 if state[s] == ERROR:
                     err_out[n_out] = s
@@ -403,67 +456,112 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb
                             n_in -= 1
                             err_in[z] = err_in[n_in]
                             break
-            cs = cos[s]
-            for j in range(nT + 1):
-                KSS[nT, j] = KC[s, cos[tord[j]]]
-            for i in range(nT):
-                KSS[i, nT] = KC[tord[i], cs]
-            for r in range(nR):
-                KWt[nT, r] = KC[wrow[r], cs]
-            xc[nT + 1] = C if was_error else 0.0
+            pact[j] = True
+            act[nT] = s
+            aof[s] = nT
             nT += 1
+            xc[j + 1] = C if was_error else 0.0
             tstate[s] = MARGIN
             left[0] = -1
             gw[who] = 0.0
     # the end: refined (a segment before it only located its event)
-    facts[FACT_INV_RES] = t_solve(Qb, tord, nT, KC, cos, diag, esum, err_in, n_in, err_out,
-                                  n_out, nE, C, xt, KSS, True)
-    for j in range(nT):
-        a = xt[j + 1]
-        if a <= tol_a or a >= C - tol_a:
-            return False, nT, changes, chi, n_max, n_in, n_out
-    return True, nT, changes, chi, n_max, n_in, n_out
+    facts[FACT_INV_RES] = solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, err_in, n_in,
+                                        err_out, n_out, nE, C, pslot, pq, pe, pact, nPos, xt,
+                                        zb)
+    for j in range(nPos):
+        if pact[j]:
+            a = xt[j + 1]
+            if a <= tol_a or a >= C - tol_a:
+                return False, nT, nPos, changes, chi, n_max, n_in, n_out
+    return True, nT, nPos, changes, chi, n_max, n_in, n_out
 
 
 @njit(cache=True)
 def restart(Qb, Qinv, n0, p0):
-    """``Qb``'s leading block back to the path's start: the memory's inverse ``Qinv`` of
-    ``n0`` margin tokens (which no removal writes), less margin position ``p0`` when the
-    removed token was one (the same :func:`~svattn.exact.backends.compiled.columns.qb_drop`
-    on the same values: the same bits). Only a round that misses or fails pays it,
-    where a copy of the start was taken for every removal (two |S|² passes and a fresh
-    array's page faults, the largest part of a working-set round at a thousand margin
-    tokens)."""
+    """``Qb``'s leading block: the memory's inverse ``Qinv`` of ``n0`` margin tokens (which
+    no removal writes), less margin position ``p0`` when the removed token was one (a
+    rank-one drop, :func:`~svattn.exact.backends.compiled.columns.qb_drop`): the work
+    copy the segment loop and the event loop go on with where the working set is not
+    taken, or fails."""
     bordered_into(Qinv, n0, Qb)
     if p0 >= 0 and n0 > 1:
         qb_drop(Qb, p0, n0)
 
 
 @njit(cache=True)
-def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS,
-                     nS, chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room,
-                     tstate, tord, xt, g_try, fresh, err_in, err_out, Qinv, n0, p0, facts):
+def start_system(Q0, m0, p0row, KC, cos, diag, sy):
+    """The system of the path's start: empty, or ``c``'s row ``p0row`` of ``Q0`` dropped."""
+    schur_scrub(sy, m0)
+    if p0row > 0:
+        return add_drop(Q0, m0, p0row, KC, cos, diag, sy)
+    return True
+
+
+@njit(cache=True)
+def final_order(pslot, pq, pe, pact, nPos, nT, sy, KSS, xt, tord, xf, aug):
+    """The margin order of a checked end: the positions below ``nT`` in the set keep their
+    place, the holes take the set's positions from ``nT`` on (the cache's columns then
+    move for those alone, :func:`commit_in_place`); ``tord[:nT]`` its slots, ``xf`` its
+    solution, ``aug`` each row's row of the augmented system (for
+    :func:`~svattn.exact.backends.compiled.schur.materialise`), and ``KSS``'s block
+    rearranged to it (rows, then columns: ``O(|S|)`` per hole)."""
+    fpos = np.empty(nT, dtype=np.int64)
+    src = nT
+    for i in range(nT):
+        if i < nPos and pact[i]:
+            fpos[i] = i
+            continue
+        while not pact[src]:
+            src += 1
+        fpos[i] = src
+        src += 1
+    for i in range(nT):
+        p = fpos[i]
+        if p != i:
+            for j in range(nPos):
+                KSS[i, j] = KSS[p, j]
+    for i in range(nT):
+        p = fpos[i]
+        if p != i:
+            for r in range(nT):
+                KSS[r, i] = KSS[r, p]
+    xf[0] = xt[0]
+    aug[0] = 0
+    for i in range(nT):
+        p = fpos[i]
+        tord[i] = pslot[p]
+        xf[i + 1] = xt[p + 1]
+        aug[i + 1] = pq[p] if pe[p] < 0 else -1 - col_index(sy, JOIN, pe[p])
+
+
+@njit(cache=True)
+def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS,
+                     chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room, tstate,
+                     tord, xf, g_try, fresh, err_in, err_out, facts, Q0, m0, qrow_col, p0row,
+                     sy, z0, aug):
     """Follow the removal of ``c`` (driven, outside the margin set of ``nS`` tokens)
     from the current point (``alpha``, ``mu``, ``g``) on a working set predicted from
     the first segment (its end ``x`` on the current partition, every token's g there
     ``g_end``; at most ``cap`` tokens outside the margin set), then check the end by
-    one pass (see the module's text).
+    one pass (see the module's text). The margin systems are solved against the
+    memory's inverse ``Q0`` (``m0`` rows; never written) with the path's set changes in
+    the capacitance system ``sy`` (:mod:`~svattn.exact.backends.compiled.schur`), which
+    holds the start's on entry (``c``'s row ``p0row`` dropped, -1: none) and ``z0`` its
+    ``Q0 b``; ``qrow_col``: the cache column of each row's token.
 
     Returns ``(passes, nT, changes, chi, n_max, n_in, n_out)``: ``nT`` >= 1 when the
-    checked end meets every KKT condition — ``Qb`` and ``KSS`` hold the bordered inverse
-    and Gram block of the margin order ``tord[:nT]``, ``xt`` its solution, ``g_try`` the
-    exact g, ``tstate`` the states, ``err_in[:n_in]`` / ``err_out[:n_out]`` the tokens
-    the error set gains and loses, ``fresh`` the tokens given a cache column: what
-    :func:`commit_in_place` applies —; -1 when no round did within ``max_rounds``
-    passes or one met a tie, a singular Q, a full cache or more than ``room`` margin
-    tokens: ``Qb``'s leading block is then restored (:func:`restart`, from the memory's
-    inverse ``Qinv`` of ``n0`` margin tokens less position ``p0``, -1 for none: ``Qb``'s
-    block on entry) and ``KSS`` gathered again. ``facts[FACT_INV_RES]``: the final
-    solve's probe residual.
-    ``changes``: the set changes of the result; ``n_max``: the largest margin set
-    written into ``Qb`` and ``KSS``. Only cache columns of entering tokens are written
-    to the memory (a column in a hole or past ``chi``, never an eviction; ``fresh``).
-    ``KSS`` holds the current margin block on entry.
+    checked end meets every KKT condition — ``tord[:nT]`` is its margin order, ``xf`` its
+    solution, ``aug`` the rows :func:`~svattn.exact.backends.compiled.schur.materialise`
+    writes its inverse from (``sy`` holds the end's system), ``KSS`` its Gram block,
+    ``g_try`` the exact g, ``tstate`` the states, ``err_in[:n_in]`` / ``err_out[:n_out]``
+    the tokens the error set gains and loses, ``fresh`` the tokens given a cache column:
+    what :func:`commit_in_place` applies —; -1 when no round did within ``max_rounds``
+    passes or one met a tie, a singular Q, a full cache or no room (``room`` positions):
+    ``sy`` then holds the start's system again and ``KSS`` its block (rows from ``nS`` on
+    written). ``facts[FACT_INV_RES]``: the final solve's probe residual. ``changes``: the
+    set changes of the result; ``n_max``: the rows of ``KSS`` written. Only cache columns
+    of entering tokens are written to the memory (a column in a hole or past ``chi``,
+    never an eviction; ``fresh``).
     """
     ccap = KC.shape[1]
     tie = 1e-12 * scale
@@ -473,13 +571,22 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
     wrow = np.empty(rcap, dtype=np.int64)
     KWt = np.empty((room, rcap))
+    pslot = np.empty(room, dtype=np.int64)
+    pq = np.empty(room, dtype=np.int64)
+    pe = np.empty(room, dtype=np.int64)
+    pact = np.zeros(room, dtype=np.bool_)
+    for j in range(nS):
+        pq[j] = j + 1
+    if p0row > 0 and p0row <= nS:  # (contracted: the last token took c's place)
+        pq[p0row - 1] = nS + 1
+    xt = np.empty(room + 1)
     passes = 0
     n_max = nS
     while True:
-        ok, nT, changes, chi, n_round, n_in, n_out = path_on_rows(
-            KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, Qb, KSS, nS, chi, hi,
-            C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, tord, xt, KWt, wrow, err_in,
-            err_out, fresh, col_budget, facts)
+        ok, nT, nPos, changes, chi, n_round, n_in, n_out = path_on_rows(
+            KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
+            C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, xt, KWt, wrow, err_in,
+            err_out, fresh, col_budget, facts, Q0, m0, qrow_col, sy, pslot, pq, pe, pact, z0)
         n_max = max(n_max, n_round)
         if not ok:
             break
@@ -488,11 +595,18 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
         for col in range(chi):
             sl = soc[col]
             ac_try[col] = C if sl >= 0 and tstate[sl] == ERROR else 0.0
-        for i in range(nT):
-            ac_try[cos[tord[i]]] = xt[i + 1]
+        for j in range(nPos):
+            if pact[j]:
+                ac_try[cos[pslot[j]]] = xt[j + 1]
         ac_try[cos[c]] = 0.0
         g_from_error_sum(KC, ac_try, soc, state, esum, diag, xt[0], C, nS, chi, hi, g_try)
         passes += 1
+        act = np.empty(nT, dtype=np.int64)
+        q = 0
+        for j in range(nPos):
+            if pact[j]:
+                act[q] = pslot[j]
+                q += 1
         n_miss = 0
         failed = False
         for r in range(hi):
@@ -501,7 +615,7 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
                 continue
             gr = g_try[r]
             off = (st == RESERVE and gr < 0.0) or (st == ERROR and gr > 0.0)
-            if (off or abs(gr) <= tie) and copy_of_any(KC, cos, diag, r, tord, nT):
+            if (off or abs(gr) <= tie) and copy_of_any(KC, cos, diag, r, act, nT):
                 continue  # a copy of a margin token: its sibling's g, it stays (the path's rule)
             if abs(gr) <= tie:
                 failed = True
@@ -516,15 +630,15 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
         if failed:
             break
         if n_miss == 0:
+            final_order(pslot, pq, pe, pact, nPos, nT, sy, KSS, xt, tord, xf, aug)
             return passes, nT, changes, chi, n_max, n_in, n_out
         if passes >= max_rounds:
             break
         nP = predict_again(g, g_try, state, tstate, hi, c, pred, nP, cap + WS_ROOM)
         pred[:nP] = np.sort(pred[:nP])  # (slot order: the rows' gathers run down a column)
-        restart(Qb, Qinv, n0, p0)  # the next round starts where this one did
-        gather_margin_gram_into(KC, soc, nS, KSS)
-    restart(Qb, Qinv, n0, p0)
-    gather_margin_gram_into(KC, soc, nS, KSS)
+        if not start_system(Q0, m0, p0row, KC, cos, diag, sy):  # the next round starts
+            break  # where this one did
+    start_system(Q0, m0, p0row, KC, cos, diag, sy)
     return passes, -1, 0, chi, n_max, 0, 0
 
 

@@ -1,0 +1,497 @@
+"""A removal's margin systems solved against the memory's own inverse, held fixed.
+
+A removal's path changes the margin set a few times: a token leaves, another joins.
+Following each change with a rank-one update of the bordered inverse reads and writes
+its ``(|S| + 1)²`` floats per event, and a copy of the result is written once more at
+the end. Here the memory's inverse ``Q0`` of the bordered system ``A0`` of the margin
+set ``S0`` the removal starts from is never written: the set changes are held in a
+small Schur-complement system beside it, as in the Schur-complement active-set
+methods for quadratic programs (Gill, Murray, Saunders and Wright, "Sparse matrix
+methods in optimization", SIAM J. Sci. Stat. Comput. 5, 1984; Bartlett and Biegler,
+"QPSchur: a dual, active-set, Schur-complement method for large-scale and
+structured convex quadratic programming", Optim. Eng. 7, 2006). With ``U`` the
+columns of the changes and ``V`` their own block, the augmented system
+
+    [[A0, U], [Uᵀ, V]] [x; w] = [b; b']
+
+has the solution ``z = Q0 b``, ``S w = b' − Uᵀ z`` with the capacitance matrix
+``S = V − Uᵀ Q0 U`` (``k × k``), ``x = z − (Q0 U) w``. A token of ``S0`` that leaves the
+margin set is a column ``e_a`` (its coefficient held at 0; its row's equation is
+taken up by its multiplier, so the rest of the system is the margin system without
+it); a token that joins is its column of the bordered matrix, ``u = [1, 2 K(S0, s)]``,
+with ``V``'s entries ``2 K(s, s')``. A change costs ``O(|S|·k)`` (a joining token one
+product with ``Q0``, ``Q0 u``), a solve ``O(|S|·k + k³)``; the inverse of the margin
+set the path ends on is written once (:func:`materialise`):
+``Q0 + (Q0 U) S⁻¹ (Q0 U)ᵀ`` on the tokens of ``S0`` kept, ``−(Q0 U) S⁻¹`` beside the
+joined ones and ``S⁻¹`` between them.
+
+The arrays of one system: ``cols`` ((kcap, 2): each capacitance column's kind,
+:data:`DROP` or :data:`JOIN`, and its index: a row of ``Q0`` or a joined token's
+entry), ``Sm`` / ``Si`` (``S`` and its inverse), ``Wc`` (``Q0 U``, one row per column),
+``Ut`` / ``Wt`` / ``UW`` (each joined token's ``u``, ``Q0 u`` and ``u · Q0 u'``), ``eslot``
+(the joined tokens' slots) and ``cnt`` (``[k, joined, the largest k so far]``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from svattn.exact.backends.compiled.codes import VEC
+from svattn.exact.backends.compiled.linalg import REFINE_ONE_STEP, REFINE_ONE_STEP_DX
+from svattn.exact.core.compiling import quick_load
+
+DROP, JOIN = 0, 1
+
+
+@njit(cache=True)
+def _inverse(Sm, Si, k):
+    """``Si[:k, :k]`` = the inverse of ``Sm[:k, :k]`` (nonsingular: each change checks
+    its pivot first), by Gauss-Jordan elimination with partial pivoting: ``k`` is small,
+    and a LAPACK call would make a fresh process load numba's registries to link the
+    cached kernel (``core.compiling``)."""
+    A = np.empty((k, 2 * k))
+    for i in range(k):
+        for j in range(k):
+            A[i, j] = Sm[i, j]
+            A[i, k + j] = 1.0 if i == j else 0.0
+    for col in range(k):
+        piv = col
+        for i in range(col + 1, k):
+            if abs(A[i, col]) > abs(A[piv, col]):
+                piv = i
+        if piv != col:
+            for j in range(2 * k):
+                t = A[col, j]
+                A[col, j] = A[piv, j]
+                A[piv, j] = t
+        d = A[col, col]
+        for j in range(2 * k):
+            A[col, j] /= d
+        for i in range(k):
+            if i != col:
+                f = A[i, col]
+                if f != 0.0:
+                    for j in range(2 * k):
+                        A[i, j] -= f * A[col, j]
+    for i in range(k):
+        for j in range(k):
+            Si[i, j] = A[i, k + j]
+
+
+@njit(cache=True)
+def _pivot(Sm, Si, k):
+    """The pivot of column ``k`` of ``Sm`` against the first ``k``: its diagonal less
+    ``s · S⁻¹ s`` (``O(k²)``)."""
+    p = Sm[k, k]
+    for i in range(k):
+        acc = 0.0
+        for j in range(k):
+            acc += Si[i, j] * Sm[j, k]
+        p -= Sm[i, k] * acc
+    return p
+
+
+@njit(cache=True)
+def _fill_column(Q0, KC, cos, diag, sy, k):
+    """``Sm``'s row and column ``k`` (the new column ``cols[k]``) against the others."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    kind, ref = cols[k, 0], cols[k, 1]
+    for q in range(k + 1):
+        kq, rq = cols[q, 0], cols[q, 1]
+        if kind == DROP and kq == DROP:
+            v = -Q0[ref, rq]
+        elif kind == DROP:
+            v = -Wt[rq, ref]
+        elif kq == DROP:
+            v = -Wt[ref, rq]
+        elif rq == ref:
+            v = 2.0 * diag[eslot[ref]] - UW[ref, ref]
+        else:
+            v = 2.0 * KC[eslot[ref], cos[eslot[rq]]] - UW[rq, ref]
+        Sm[k, q] = v
+        Sm[q, k] = v
+
+
+@njit(cache=True)
+def add_drop(Q0, m0, a, KC, cos, diag, sy):
+    """A token of ``S0`` (row ``a`` of ``Q0``) leaves the margin set; False, the system
+    unchanged, when its pivot is not negative (the inverse's diagonal entry there, which
+    a rank-one drop divides by, would not be positive)."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    k = cnt[0]
+    if k >= cols.shape[0]:
+        return False
+    cols[k, 0], cols[k, 1] = DROP, a
+    _fill_column(Q0, KC, cos, diag, sy, k)
+    if not _pivot(Sm, Si, k) < 0.0:
+        return False
+    for j in range(m0):
+        Wc[k, j] = Q0[a, j]
+    cnt[0] = k + 1
+    cnt[2] = max(cnt[2], k + 1)
+    _inverse(Sm, Si, k + 1)
+    return True
+
+
+@njit(cache=True, fastmath=VEC)
+def new_join(Q0, m0, s, qrow_col, KC, sy):
+    """Enter slot ``s`` (its cache column computed) as joined token ``cnt[1]``: its
+    column ``u = [1, 2 K(S0, s)]`` (``qrow_col[a]``: the cache column of row ``a``'s
+    token; -1: a row left at 0, whose value the multiplier takes up), ``Q0 u`` (one
+    product with the inverse) and ``u · Q0 u'`` against the joined tokens. Returns its
+    index, -1 when there is no room."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    e = cnt[1]
+    if e >= Ut.shape[0]:
+        return -1
+    Ut[e, 0] = 1.0
+    for a in range(1, m0):
+        col = qrow_col[a]
+        Ut[e, a] = 2.0 * KC[s, col] if col >= 0 else 0.0
+    for i in range(m0):
+        acc = 0.0
+        for j in range(m0):
+            acc += Q0[i, j] * Ut[e, j]
+        Wt[e, i] = acc
+    for f in range(e + 1):
+        acc = 0.0
+        for j in range(m0):
+            acc += Ut[f, j] * Wt[e, j]
+        UW[f, e] = acc
+        if f != e:
+            acc = 0.0
+            for j in range(m0):
+                acc += Ut[e, j] * Wt[f, j]
+            UW[e, f] = acc
+    eslot[e] = s
+    cnt[1] = e + 1
+    return e
+
+
+@njit(cache=True)
+def add_join(Q0, m0, e, KC, cos, diag, sy, scale):
+    """Joined token ``e`` enters the margin system; False, the system unchanged, when its
+    pivot (the bordered Schur complement a rank-one append tests) is at most
+    ``1e-10 · scale``: Q would turn singular."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    k = cnt[0]
+    if k >= cols.shape[0]:
+        return False
+    cols[k, 0], cols[k, 1] = JOIN, e
+    _fill_column(Q0, KC, cos, diag, sy, k)
+    if not _pivot(Sm, Si, k) > 1e-10 * scale:
+        return False
+    for j in range(m0):
+        Wc[k, j] = Wt[e, j]
+    cnt[0] = k + 1
+    cnt[2] = max(cnt[2], k + 1)
+    _inverse(Sm, Si, k + 1)
+    return True
+
+
+@njit(cache=True)
+def remove_col(kind, ref, m0, sy, scale):
+    """Take capacitance column ``(kind, ref)`` out: a dropped token of ``S0`` rejoins
+    (False unless its bordered Schur complement, the append's pivot, ``−Si[q, q]``,
+    exceeds ``1e-10 · scale``) or a joined token leaves (False unless the inverse's
+    diagonal entry there, ``Si[q, q]``, is positive). False leaves the system as it was."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    k = cnt[0]
+    q = col_index(sy, kind, ref)
+    if q < 0:
+        return False
+    piv = Si[q, q]
+    if kind == DROP:
+        if not -piv > 1e-10 * scale:
+            return False
+    elif not piv > 0.0:
+        return False
+    last = k - 1
+    if q != last:
+        cols[q, 0], cols[q, 1] = cols[last, 0], cols[last, 1]
+        for j in range(k):
+            Sm[q, j] = Sm[last, j]
+        for i in range(k):
+            Sm[i, q] = Sm[i, last]
+        Sm[q, q] = Sm[last, last]
+        for j in range(m0):
+            Wc[q, j] = Wc[last, j]
+    cnt[0] = last
+    _inverse(Sm, Si, last)
+    return True
+
+
+@njit(cache=True, fastmath=VEC)
+def solve_from_z(z, m0, bj, sy, x, xj):
+    """With ``z = Q0 b`` (``m0`` entries), the solution ``x`` (``m0``; a dropped row's
+    entry 0) and each joined token's value ``xj[e]`` (``bj[e]``: its right-hand side)."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    k = cnt[0]
+    r = np.empty(k)
+    for q in range(k):
+        ref = cols[q, 1]
+        if cols[q, 0] == DROP:
+            r[q] = -z[ref]
+        else:
+            acc = 0.0
+            for j in range(m0):
+                acc += Ut[ref, j] * z[j]
+            r[q] = bj[ref] - acc
+    w = np.empty(k)
+    for q in range(k):
+        acc = 0.0
+        for p in range(k):
+            acc += Si[q, p] * r[p]
+        w[q] = acc
+    for j in range(m0):
+        x[j] = z[j]
+    for q in range(k):
+        wq = w[q]
+        for j in range(m0):
+            x[j] -= wq * Wc[q, j]
+    for q in range(k):
+        ref = cols[q, 1]
+        if cols[q, 0] == DROP:
+            x[ref] = 0.0
+        else:
+            xj[ref] = w[q]
+
+
+@njit(cache=True, fastmath=VEC)
+def matvec(Q0, m0, b, z):
+    """``z = Q0 b``: one read of the inverse."""
+    for i in range(m0):
+        acc = 0.0
+        for j in range(m0):
+            acc += Q0[i, j] * b[j]
+        z[i] = acc
+
+
+@njit(cache=True, fastmath=VEC)
+def materialise(Q0, m0, sy, aug, mT, out):
+    """The bordered inverse of the margin system, into ``out[:mT, :mT]``: its row ``i``
+    is row ``aug[i]`` of the augmented system (``aug[i] >= 0``: a row of ``Q0``; ``-1 − q``:
+    the joined token of capacitance column ``q``; ``aug[0]`` is 0, mu's row). One read of
+    ``Q0`` and one write of the result, ``O(|S|²·k)`` operations (a rank-k update): each
+    row of ``Q0`` updated whole in a small buffer (contiguous, vectorized), then gathered
+    into the result's order."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    k = cnt[0]
+    G = np.zeros((k, m0))  # G = (Q0 U) S⁻¹, by rows
+    for r in range(k):
+        for q in range(k):
+            s = Si[q, r]
+            for j in range(m0):
+                G[r, j] += s * Wc[q, j]
+    # the columns as runs of consecutive rows of Q0 (a removal's order moves a few)
+    run_j = np.empty(mT, dtype=np.int64)  # a run's first column, its length, its row
+    run_n = np.empty(mT, dtype=np.int64)
+    run_b = np.empty(mT, dtype=np.int64)
+    nr = 0
+    j = 0
+    while j < mT:
+        if aug[j] < 0:
+            j += 1
+            continue
+        run_j[nr] = j
+        run_b[nr] = aug[j]
+        j += 1
+        while j < mT and aug[j] >= 0 and aug[j] == aug[j - 1] + 1:
+            j += 1
+        run_n[nr] = j - run_j[nr]
+        nr += 1
+    joined = np.empty(mT, dtype=np.int64)  # the joined tokens' columns
+    nj = 0
+    for j in range(mT):
+        if aug[j] < 0:
+            joined[nj] = j
+            nj += 1
+    row = np.empty(m0)
+    for i in range(mT):
+        A = aug[i]
+        if A >= 0:  # (1-D views and range loops: numba vectorizes these copies)
+            qa = Q0[A]
+            for j in range(m0):
+                row[j] = qa[j]
+            for r in range(k):
+                gr = G[r, A]
+                w = Wc[r]
+                for j in range(m0):
+                    row[j] += gr * w[j]
+            o = out[i]
+            for q in range(nr):
+                n = run_n[q]  # (a local: the copy loop's bound must not be reloaded)
+                src = row[run_b[q]:]
+                dst = o[run_j[q]:]
+                for t in range(n):
+                    dst[t] = src[t]
+            for q in range(nj):
+                j = joined[q]
+                out[i, j] = -G[-1 - aug[j], A]
+        else:
+            qa = -1 - A
+            for j in range(mT):
+                B = aug[j]
+                out[i, j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
+    G.fill(0.0)
+    row.fill(0.0)
+
+
+@njit(cache=True)
+def scrub(sy, m0):
+    """Zero what a system held (rows of the old inverse, kernel values of the tokens it
+    touched)."""
+    cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
+    k = min(cnt[2] + 1, cols.shape[0])  # (a column that failed its pivot wrote Sm)
+    e = cnt[1]
+    Sm[:k, :k] = 0.0
+    Si[:k, :k] = 0.0
+    Wc[:k, :m0] = 0.0
+    Ut[:e, :m0] = 0.0
+    Wt[:e, :m0] = 0.0
+    UW[:e, :e] = 0.0
+    cnt[:] = 0
+
+
+@njit(cache=True)
+def new_system(m0, kcap, ecap):
+    """The arrays of an empty system over an inverse of ``m0`` rows (module docs)."""
+    return (np.zeros((kcap, 2), dtype=np.int64), np.zeros(3, dtype=np.int64),
+            np.empty((kcap, kcap)), np.empty((kcap, kcap)), np.empty((kcap, m0)),
+            np.empty((ecap, m0)), np.empty((ecap, m0)), np.empty((ecap, ecap)),
+            np.empty(ecap, dtype=np.int64))
+
+
+@njit(cache=True)
+def col_index(sy, kind, ref):
+    """The capacitance column of ``(kind, ref)``, -1 for none."""
+    cols, cnt = sy[0], sy[1]
+    for q in range(cnt[0]):
+        if cols[q, 0] == kind and cols[q, 1] == ref:
+            return q
+    return -1
+
+
+
+# ------------------------------------------------- the path's margin set by position
+# A removal's margin tokens keep a position for its whole course (``pslot[j]``): the
+# first ``nS`` are the margin order the removal starts from (row ``pq[j]`` of ``Q0``),
+# then every token that joined (``pe[j]``: its joined index; -1 for the first kind);
+# ``pact[j]``: whether it is in the margin set now. A position out of the set has
+# coefficient 0 in every solution by position (``xt``).
+
+
+@njit(cache=True)
+def rhs_on(KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, pslot, pq, pe, pact,
+           nPos, m0, b, bj, rP):
+    """The margin system's right-hand side on the path's partition (the error set with
+    ``err_in`` added and ``err_out`` taken off): by rows of ``Q0`` (``b``; a dropped row
+    0), joined token (``bj``) and position (``rP``, mu's row first)."""
+    b[:m0] = 0.0
+    r0 = 1.0 - C * (nE + n_in - n_out)
+    b[0] = r0
+    rP[0] = r0
+    for j in range(nPos):
+        if not pact[j]:
+            rP[j + 1] = 0.0
+            continue
+        s = pslot[j]
+        e = esum[s]
+        for q in range(n_in):
+            e += KC[s, cos[err_in[q]]]
+        for q in range(n_out):
+            e -= KC[s, cos[err_out[q]]]
+        v = diag[s] - 2.0 * C * e
+        rP[j + 1] = v
+        if pe[j] < 0:
+            b[pq[j]] = v
+        else:
+            bj[pe[j]] = v
+
+
+@njit(cache=True)
+def to_positions(xb, xj, pq, pe, pact, nPos, xt):
+    """A solution by rows and joined tokens, by position (0 out of the margin set)."""
+    xt[0] = xb[0]
+    for j in range(nPos):
+        if not pact[j]:
+            xt[j + 1] = 0.0
+        elif pe[j] < 0:
+            xt[j + 1] = xb[pq[j]]
+        else:
+            xt[j + 1] = xj[pe[j]]
+
+
+@njit(cache=True, fastmath=VEC)
+def solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C,
+                  pslot, pq, pe, pact, nPos, xt, z):
+    """``xt`` (by position) = the solution on the path's partition, with the iterative
+    refinement of :func:`~svattn.exact.backends.compiled.linalg.refine` (two steps, the
+    second skipped on the same test) against the Gram block by position
+    ``KSS[:nPos, :nPos]``; ``z`` keeps ``Q0 b`` (the start of the unrefined solves that
+    follow). Each step reads ``KSS`` and ``Q0`` once. Returns the first residual's relative
+    size, ``‖rhs − Q x‖∞ / ‖rhs‖∞`` for ``x`` as the inverse gives it (the probe residual
+    the health reading takes)."""
+    ecap = sy[5].shape[0]
+    b = np.empty(m0)
+    bj = np.zeros(ecap)
+    rP = np.empty(nPos + 1)
+    rhs_on(KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, pslot, pq, pe, pact,
+           nPos, m0, b, bj, rP)
+    matvec(Q0, m0, b, z)
+    xb = np.empty(m0)
+    xj = np.zeros(ecap)
+    solve_from_z(z, m0, bj, sy, xb, xj)
+    to_positions(xb, xj, pq, pe, pact, nPos, xt)
+    bmax = 0.0
+    for i in range(nPos + 1):
+        bmax = max(bmax, abs(rP[i]))
+    res = np.empty(nPos + 1)
+    dxt = np.empty(nPos + 1)
+    zr = np.empty(m0)
+    first = 0.0
+    for step in range(2):
+        acc = 0.0
+        for j in range(nPos):
+            acc += xt[j + 1]
+        res[0] = rP[0] - acc
+        for i in range(nPos):
+            if not pact[i]:
+                res[i + 1] = 0.0
+                continue
+            r = rP[i + 1] - xt[0]
+            for j in range(nPos):
+                r -= KSS[i, j] * (2.0 * xt[j + 1])
+            res[i + 1] = r
+        b[:m0] = 0.0
+        b[0] = res[0]
+        bj[:] = 0.0
+        for i in range(nPos):
+            if pact[i]:
+                if pe[i] < 0:
+                    b[pq[i]] = res[i + 1]
+                else:
+                    bj[pe[i]] = res[i + 1]
+        matvec(Q0, m0, b, zr)
+        solve_from_z(zr, m0, bj, sy, xb, xj)
+        to_positions(xb, xj, pq, pe, pact, nPos, dxt)
+        for i in range(nPos + 1):
+            xt[i] += dxt[i]
+        if step == 0:
+            rmax = 0.0
+            for i in range(nPos + 1):
+                rmax = max(rmax, abs(res[i]))
+            first = rmax / bmax if bmax > 0.0 else rmax
+            amax = 0.0
+            dmax = 0.0
+            for i in range(1, nPos + 1):
+                amax = max(amax, abs(xt[i]))
+                dmax = max(dmax, abs(dxt[i]))
+            if (first <= REFINE_ONE_STEP and dmax <= REFINE_ONE_STEP_DX * amax
+                    and abs(dxt[0]) <= REFINE_ONE_STEP_DX * abs(xt[0])):
+                break
+    return first
+
+
+quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

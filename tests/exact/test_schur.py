@@ -1,0 +1,126 @@
+"""The capacitance system of a removal's path (``backends/compiled/schur.py``) against
+its obviously correct reference: the bordered margin system of the active set, formed
+and inverted (or solved) densely, after each change of a sequence of drops, joins and
+rejoins."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from svattn.exact.backends.compiled import schur
+
+N0, EXTRA = 24, 4
+
+
+def _setup(seed: int):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(N0 + EXTRA, 3))
+    K = np.exp(-0.4 * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    KC = np.ascontiguousarray(K)  # slot i holds cache column i
+    cos = np.arange(N0 + EXTRA)
+    diag = np.diag(K).copy()
+    A0 = _bordered(K, np.arange(N0))
+    Q0 = np.linalg.inv(A0)
+    qrow_col = np.arange(-1, N0)  # row a of Q0 is slot a - 1 (row 0: mu's)
+    return K, KC, cos, diag, Q0, qrow_col
+
+
+def _bordered(K, slots):
+    n = len(slots)
+    A = np.zeros((n + 1, n + 1))
+    A[0, 1:] = A[1:, 0] = 1.0
+    A[1:, 1:] = 2.0 * K[np.ix_(slots, slots)]
+    return A
+
+
+def _check(K, Q0, sy, base_active, joined):
+    """materialise and solve_from_z against the dense reference on the active set."""
+    slots = [a - 1 for a in base_active] + [s for s, _ in joined]
+    cols, cnt = sy[0], sy[1]
+    aug = [0] + list(base_active)
+    for _, e in joined:
+        q = schur.col_index(sy, schur.JOIN, e)
+        assert q >= 0
+        aug.append(-1 - q)
+    m = len(aug)
+    out = np.zeros((m, m))
+    schur.materialise(Q0, Q0.shape[0], sy, np.array(aug, dtype=np.int64), m, out)
+    want = np.linalg.inv(_bordered(K, np.array(slots)))
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    # a solve: z = Q0 b over rows of Q0 (dropped rows 0), bj for the joined
+    rng = np.random.default_rng(len(slots))
+    rhs = rng.normal(size=m)
+    b = np.zeros(Q0.shape[0])
+    b[0] = rhs[0]
+    for i, a in enumerate(base_active):
+        b[a] = rhs[1 + i]
+    bj = np.zeros(sy[5].shape[0])
+    for i, (_, e) in enumerate(joined):
+        bj[e] = rhs[1 + len(base_active) + i]
+    z = Q0 @ b
+    x, xj = np.empty(Q0.shape[0]), np.zeros(sy[5].shape[0])
+    schur.solve_from_z(z, Q0.shape[0], bj, sy, x, xj)
+    got = np.concatenate([[x[0]], x[list(base_active)], [xj[e] for _, e in joined]])
+    exact = np.linalg.solve(_bordered(K, np.array(slots)), rhs)
+    np.testing.assert_allclose(got, exact, rtol=0, atol=1e-9 * np.abs(exact).max())
+    dropped = set(range(1, N0 + 1)) - set(base_active)
+    assert all(x[a] == 0.0 for a in dropped)
+    assert cnt[0] == len(dropped) + len(joined) and cols.shape[1] == 2
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_drops_joins_and_rejoins_match_the_dense_system(seed):
+    K, KC, cos, diag, Q0, qrow_col = _setup(seed)
+    m0 = Q0.shape[0]
+    sy = schur.new_system(m0, 12, 6)
+    schur.scrub(sy, m0)
+    base = list(range(1, N0 + 1))
+    joined = []
+    _check(K, Q0, sy, base, joined)  # (no change: Q0 itself)
+    assert schur.add_drop(Q0, m0, 4, KC, cos, diag, sy)
+    base.remove(4)
+    _check(K, Q0, sy, base, joined)
+    e = schur.new_join(Q0, m0, N0, qrow_col, KC, sy)
+    assert schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)
+    joined.append((N0, e))
+    _check(K, Q0, sy, base, joined)
+    assert schur.add_drop(Q0, m0, 9, KC, cos, diag, sy)
+    base.remove(9)
+    f = schur.new_join(Q0, m0, N0 + 1, qrow_col, KC, sy)
+    assert schur.add_join(Q0, m0, f, KC, cos, diag, sy, 1.0)
+    joined.append((N0 + 1, f))
+    _check(K, Q0, sy, base, joined)
+    assert schur.remove_col(schur.DROP, 4, m0, sy, 1.0)  # token 3 rejoins
+    base = sorted(base + [4])
+    _check(K, Q0, sy, base, joined)
+    assert schur.remove_col(schur.JOIN, e, m0, sy, 1.0)  # the first joined leaves
+    joined = [(N0 + 1, f)]
+    _check(K, Q0, sy, base, joined)
+    assert schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)  # and comes back
+    joined.append((N0, e))
+    _check(K, Q0, sy, base, joined)
+    schur.scrub(sy, m0)
+    assert not sy[1].any() and not sy[4][:3].any() and not sy[5][:2].any()
+
+
+def test_a_copy_joining_fails_its_pivot_and_leaves_the_system_unchanged():
+    """A token whose kernel column equals a margin token's makes the bordered system
+    singular: the join reports False (as a rank-one append does) and the system is as
+    before."""
+    K, KC, cos, diag, Q0, qrow_col = _setup(3)
+    K[N0, :] = K[2, :]
+    K[:, N0] = K[:, 2]
+    K[N0, N0] = K[2, 2]
+    KC = np.ascontiguousarray(K)
+    diag = np.diag(K).copy()
+    m0 = Q0.shape[0]
+    sy = schur.new_system(m0, 8, 4)
+    schur.scrub(sy, m0)
+    assert schur.add_drop(Q0, m0, 6, KC, cos, diag, sy)
+    before = [a.copy() for a in sy]
+    e = schur.new_join(Q0, m0, N0, qrow_col, KC, sy)
+    assert not schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)
+    assert sy[1][0] == before[1][0] == 1
+    np.testing.assert_array_equal(sy[3][:1, :1], before[3][:1, :1])
+    _check(K, Q0, sy, [a for a in range(1, N0 + 1) if a != 6], [])
