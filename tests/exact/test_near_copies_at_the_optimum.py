@@ -249,9 +249,9 @@ _TWENTY_NINE = np.array([
 
 @pytest.mark.xfail(strict=True, reason=(
     "the fit leaves key 2 free with 0.0448 and its near-copies 4, 9 (2 − 2K = "
-    "8.7e-12) at 0, at KKT 2.7e-11: under tol (1e-10), so neither the finish's rounding "
-    "floor nor the split by own g (a group of copies only, and 2 is not a copy of 4, 9) "
-    "moves it; the oracle, at rounding, gives the pair the 0.0448 and key 2 nothing: the "
+    "8.7e-12) at 0, at KKT 2.7e-11: under tol (1e-10), not at rounding (the split by own "
+    "g re-splits a group of copies, and 2 is not a copy of 4, 9); the oracle, at "
+    "rounding, gives the pair the 0.0448 and key 2 nothing: the "
     "decision function 9.6e-8 off, the pair's alpha sum 0.0448 off"))
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_a_fit_beside_near_copies_above_the_copy_test_ends_at_rounding(backend):
