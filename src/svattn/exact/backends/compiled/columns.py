@@ -114,6 +114,19 @@ def free_col(KC, XC, ac, soc, cos, slot, chi):
 
 
 @njit(cache=True)
+def error_sum_after(KC, cos, esum, s, err_in, n_in, err_out, n_out):
+    """Token ``s``'s error sum (``esum[s]``: its kernel values summed over the error
+    set) after the error set gains ``err_in[:n_in]`` and loses ``err_out[:n_out]``,
+    one cache entry read per change."""
+    e = esum[s]
+    for q in range(n_in):
+        e += KC[s, cos[err_in[q]]]
+    for q in range(n_out):
+        e -= KC[s, cos[err_out[q]]]
+    return e
+
+
+@njit(cache=True)
 def free_column_available(soc, state, nS, chi, ccap):
     """A column can be had: a hole, room past ``chi``, or a standby column to evict."""
     if chi < ccap:

@@ -38,6 +38,7 @@ import numpy as np
 from numba import njit
 
 from svattn.exact.backends.compiled.codes import VEC
+from svattn.exact.backends.compiled.columns import error_sum_after
 from svattn.exact.backends.compiled.linalg import REFINE_ONE_STEP, REFINE_ONE_STEP_DX
 from svattn.exact.core.compiling import quick_load
 
@@ -397,11 +398,7 @@ def rhs_on(KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, pslot, pq, 
             rP[j + 1] = 0.0
             continue
         s = pslot[j]
-        e = esum[s]
-        for q in range(n_in):
-            e += KC[s, cos[err_in[q]]]
-        for q in range(n_out):
-            e -= KC[s, cos[err_out[q]]]
+        e = error_sum_after(KC, cos, esum, s, err_in, n_in, err_out, n_out)
         v = diag[s] - 2.0 * C * e
         rP[j + 1] = v
         if pe[j] < 0:

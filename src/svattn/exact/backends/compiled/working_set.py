@@ -51,6 +51,7 @@ from svattn.exact.backends.compiled.columns import (
     alloc_col,
     bordered_into,
     copy_of_any,
+    error_sum_after,
     free_col,
     qb_drop,
     swap_cols,
@@ -126,11 +127,7 @@ def unrefined_solve(Q0, m0, sy, z0, zb, xb, xj, bj, KC, cos, diag, esum, err_in,
     for j in range(nPos):
         if pact[j] and pe[j] >= 0:
             s = pslot[j]
-            ev = esum[s]
-            for q in range(n_in):
-                ev += KC[s, cos[err_in[q]]]
-            for q in range(n_out):
-                ev -= KC[s, cos[err_out[q]]]
+            ev = error_sum_after(KC, cos, esum, s, err_in, n_in, err_out, n_out)
             bj[pe[j]] = diag[s] - 2.0 * C * ev
     solve_from_z(zb, m0, bj, sy, xb, xj)
     to_positions(xb, xj, pq, pe, pact, nPos, xt)
@@ -147,11 +144,7 @@ def g_on_rows(KWt, nT, nR, wrow, xe, esum, err_in, n_in, err_out, n_out, KC, cos
     mu = xe[0]
     for r in range(nR):
         s = wrow[r]
-        e = esum[s]
-        for q in range(n_in):
-            e += KC[s, cos[err_in[q]]]
-        for q in range(n_out):
-            e -= KC[s, cos[err_out[q]]]
+        e = error_sum_after(KC, cos, esum, s, err_in, n_in, err_out, n_out)
         ge[r] = 2.0 * C * e - diag[s] + mu
     for j in range(nT):
         a2 = 2.0 * xe[j + 1]
