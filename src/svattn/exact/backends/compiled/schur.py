@@ -115,24 +115,34 @@ def _fill_column(Q0, KC, cos, diag, sy, k):
 
 
 @njit(cache=True)
-def add_drop(Q0, m0, a, KC, cos, diag, sy):
-    """A token of ``S0`` (row ``a`` of ``Q0``) leaves the margin set; False, the system
-    unchanged, when its pivot is not negative (the inverse's diagonal entry there, which
-    a rank-one drop divides by, would not be positive)."""
+def _append(Q0, m0, kind, ref, row, KC, cos, diag, sy, floor):
+    """Append set change ``(kind, ref)`` to the capacitance system, ``row`` its
+    ``Q0 u`` (a row of ``Q0`` for a drop, of ``Wt`` for a join); False, the system
+    unchanged, when its pivot fails the change's test (a drop's must be negative, a
+    join's above ``floor``)."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
     k = cnt[0]
     if k >= cols.shape[0]:
         return False
-    cols[k, 0], cols[k, 1] = DROP, a
+    cols[k, 0], cols[k, 1] = kind, ref
     _fill_column(Q0, KC, cos, diag, sy, k)
-    if not _pivot(Sm, Si, k) < 0.0:
+    pivot = _pivot(Sm, Si, k)
+    if not (pivot < 0.0 if kind == DROP else pivot > floor):
         return False
     for j in range(m0):
-        Wc[k, j] = Q0[a, j]
+        Wc[k, j] = row[j]
     cnt[0] = k + 1
     cnt[2] = max(cnt[2], k + 1)
     _inverse(Sm, Si, k + 1)
     return True
+
+
+@njit(cache=True)
+def add_drop(Q0, m0, a, KC, cos, diag, sy):
+    """A token of ``S0`` (row ``a`` of ``Q0``) leaves the margin set; False, the system
+    unchanged, when its pivot is not negative (the inverse's diagonal entry there, which
+    a rank-one drop divides by, would not be positive)."""
+    return _append(Q0, m0, DROP, a, Q0[a], KC, cos, diag, sy, 0.0)
 
 
 @njit(cache=True, fastmath=VEC)
@@ -176,19 +186,7 @@ def add_join(Q0, m0, e, KC, cos, diag, sy, scale):
     pivot (the bordered Schur complement a rank-one append tests) is at most
     ``1e-10 · scale``: Q would turn singular."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
-    k = cnt[0]
-    if k >= cols.shape[0]:
-        return False
-    cols[k, 0], cols[k, 1] = JOIN, e
-    _fill_column(Q0, KC, cos, diag, sy, k)
-    if not _pivot(Sm, Si, k) > 1e-10 * scale:
-        return False
-    for j in range(m0):
-        Wc[k, j] = Wt[e, j]
-    cnt[0] = k + 1
-    cnt[2] = max(cnt[2], k + 1)
-    _inverse(Sm, Si, k + 1)
-    return True
+    return _append(Q0, m0, JOIN, e, Wt[e], KC, cos, diag, sy, 1e-10 * scale)
 
 
 @njit(cache=True)
