@@ -192,12 +192,6 @@ _NINETEEN = np.array([
 _NINETEEN_C, _NINETEEN_GAMMA = 0.05263952309028058, 1.3267513473899102
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the batch fit (copies merged) puts key 0 on the margin and its "
-    "near-copies 13, 17 (kernel distance ~2.5e-12 from it, not merged with it) at C: "
-    "a bound multiplier of the wrong sign, KKT 3.4e-9 > tol 1e-10, kept because it is "
-    "under WRONG_OPTIMUM (1e-6); the oracle puts key 17 on the margin and key 0 at C, "
-    "1.0e-12 higher in the dual objective (decision function 7e-9 away, alpha 1.5e-4)"))
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_a_fit_at_n_c_just_above_one_picks_the_margin_token_among_near_copies_by_own_g(
         backend):
@@ -247,12 +241,6 @@ _TWENTY_NINE = np.array([
 ])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the fit leaves key 2 free with 0.0448 and its near-copies 4, 9 (2 − 2K = "
-    "8.7e-12) at 0, at KKT 2.7e-11: under tol (1e-10), not at rounding (the split by own "
-    "g re-splits a group of copies, and 2 is not a copy of 4, 9); the oracle, at "
-    "rounding, gives the pair the 0.0448 and key 2 nothing: the "
-    "decision function 9.6e-8 off, the pair's alpha sum 0.0448 off"))
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_a_fit_beside_near_copies_above_the_copy_test_ends_at_rounding(backend):
     """Near-copies a kernel distance above the copy test but g ~1e-8 apart: the fit goes

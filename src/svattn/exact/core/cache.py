@@ -17,6 +17,14 @@ from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import NeedResolve, SlotState
 
 
+# The expansion's singularity bound: a token whose Schur complement against the margin set
+# is at most this share of the scale does not join it (Q would turn singular; both
+# backends: ``expand`` here, ``compiled.columns`` and ``compiled.schur``). Such a token is
+# nearly in the span of the margin keys; its weight moves by a flat exchange instead
+# (``operations.copies.exchange_near_span``; docs/design.md §3).
+SINGULAR_SCHUR = 1e-10
+
+
 def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
     """Which scored rows lie outside the description (g below zero beyond a rounding-level
     tie, relative to the terms g is made of, as the KKT residual measures it: a tie
@@ -67,7 +75,7 @@ def expand(s: SlotState, k: int) -> None:
         u[1:] = 2.0 * s.KC[s.slot_of_col[:nS], col_k]
         w = s.Qinv @ u
         schur = 2.0 * s.diag[k] - float(u @ w)
-        if schur <= 1e-10 * s.scale:
+        if schur <= SINGULAR_SCHUR * s.scale:
             # a (near) copy of margin keys: Q would be singular. Neither jitter
             # (another problem) nor skipping (a corrupt inverse): re-solve.
             raise NeedResolve
@@ -227,5 +235,5 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ss.chi = na
 
 
-__all__ = ["adopt_rows", "expand", "free_col", "index_columns", "mu_move", "permute_rows",
-           "refactorize", "swap_cols", "write_columns"]
+__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "free_col", "index_columns", "mu_move",
+           "permute_rows", "refactorize", "swap_cols", "write_columns"]

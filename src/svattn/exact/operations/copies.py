@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends.protocol import Backend
-from svattn.exact.core.cache import expand, free_col
+from svattn.exact.core.cache import SINGULAR_SCHUR, expand, free_col
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.core.kktsets import DRIVEN, ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import SlotState, scrub
@@ -188,11 +188,13 @@ def split_by_own_g(ss: SlotState, be: Backend) -> bool:
     members' own ``g`` (:func:`split_order`; ``ss.g`` exact): where a member at ``C``
     has a larger ``g`` than one below ``C``, or one above 0 than one at 0, the group's
     weight is spread again. True when a group changed (the caller then polishes: the
-    new free member's column is not the old one's, by ``O(‖x − y‖)``)."""
+    new free member's column is not the old one's, by ``O(‖x − y‖)``). Where no group
+    moved, a bound token nearly in the span of the margin keys on the wrong side makes
+    its flat exchange (:func:`exchange_near_span`): a copy of a margin combination."""
     changed = False
     for members in margin_copy_groups(ss):
         changed |= _resplit(ss, be, members)
-    return changed
+    return changed or exchange_near_span(ss, be, EXCHANGE_FLOOR)
 
 
 def violating_copies(ss: SlotState, floor: float) -> list[np.ndarray]:
@@ -241,14 +243,118 @@ def split_violating_copies(ss: SlotState, be: Backend, floor: float) -> bool:
 def resplit_violating(ss: SlotState, be: Backend, kkt: float, floor: float) -> bool:
     """After an operation whose KKT residual ``kkt`` (relative) is above ``floor``:
     :func:`split_violating_copies` at ``floor·scale``, on an exact g (recomputed first
-    where ``ss.g`` is a drive's running g and the running g shows such a group).
+    where ``ss.g`` is a drive's running g and the running g shows such a group), then
+    :func:`exchange_near_span` (a bound token the expansion refuses, on the wrong side).
     True when a group changed (the caller then polishes on an exact g)."""
-    if not (kkt > floor and violating_copies(ss, floor * ss.scale)):
+    if not (kkt > floor and (violating_copies(ss, floor * ss.scale)
+                             or near_span_violators(ss, floor))):
         return False
     if not ss.g_valid:
         ss.g[: ss.hi] = be.g_exact(ss)
         ss.g_valid = True
-    return split_violating_copies(ss, be, floor * ss.scale)
+    return (split_violating_copies(ss, be, floor * ss.scale)
+            or exchange_near_span(ss, be, floor))
+
+
+# Where a bound token's Schur complement against the margin set is at most
+# ``SINGULAR_SCHUR·scale`` the expansion refuses it (Q would turn singular): the token is
+# nearly in the span of the margin keys, and the move that lets it in is a flat exchange
+# with that combination (:func:`exchange_near_span`). At most this many per call, each
+# for a bound token violating its condition by more than EXCHANGE_FLOOR (relative, as
+# the KKT residual; rounding: ``solver.ROUNDING_KKT``).
+NEAR_SPAN_EXCHANGES = 16
+EXCHANGE_FLOOR = 1e-13
+
+
+def near_span_violators(ss: SlotState, floor: float) -> list[tuple[int, np.ndarray, float]]:
+    """The bound tokens that violate their condition by more than ``floor`` (relative,
+    ``ss.g``) and that the expansion refuses (Schur complement ``s`` against the margin
+    set at most :data:`~svattn.exact.core.cache.SINGULAR_SCHUR`·scale), worst first, at
+    most :data:`NEAR_SPAN_EXCHANGES`: each as ``(slot, Q⁻¹u, s)`` with
+    ``u = (1, 2K_Sv)``. ``O(nS²)`` per violator."""
+    nS, hi = ss.nS, ss.hi
+    if not nS:
+        return []
+    st, g, d = ss.state[:hi], ss.g[:hi], ss.diag[:hi]
+    size = np.maximum(2.0 * d + g - ss.mu + abs(ss.mu), 1.0)
+    viol = np.where(st == RESERVE, -g, np.where(st == ERROR, g, -np.inf)) / size
+    bad = np.flatnonzero(viol > floor)
+    out = []
+    for v in bad[np.argsort(-viol[bad], kind="stable")][:NEAR_SPAN_EXCHANGES].tolist():
+        u = np.empty(nS + 1)
+        u[0] = 1.0
+        u[1:] = 2.0 * ss.KC[v, :nS]
+        w = ss.Qinv @ u
+        schur = 2.0 * float(d[v]) - float(u @ w)
+        if schur <= SINGULAR_SCHUR * ss.scale:
+            out.append((v, w, schur))
+    return out
+
+
+def exchange_near_span(ss: SlotState, be: Backend, floor: float) -> bool:
+    """The flat exchanges of bound tokens the expansion refuses (``docs/design.md`` §3,
+    "Near-copies between the copy test and the singularity bound"); ``ss.g`` exact.
+
+    A reserve token with ``g < 0`` or an error token with ``g > 0`` beyond ``floor``
+    whose Schur complement ``s = 2K_vv − uᵀQ⁻¹u`` against the margin set is at most
+    :data:`~svattn.exact.core.cache.SINGULAR_SCHUR`·scale cannot join the margin: its
+    key is within ``√s`` of the affine span of the margin keys, a copy of a combination
+    of them to the expansion. Its weight moves along the direction that keeps every
+    margin g at 0 and Σα = 1 — ``α_v += t``, ``(μ, α_S) −= t·Q⁻¹u`` — on which the
+    objective falls at the rate ``|g_v|`` with curvature ``s`` only, as far as the first
+    bound: that margin token (the near-copy v exchanged weight with) leaves the margin
+    and v joins it, or v reaches its other bound. Where ``g_v`` would reach 0 first
+    (``|g_v| < s·t``, at most ``SINGULAR_SCHUR·scale·C``) v stays. After each exchange
+    the margin system is solved and g recomputed; at most :data:`NEAR_SPAN_EXCHANGES`.
+    True when one was made (the caller polishes)."""
+    made = False
+    for _ in range(NEAR_SPAN_EXCHANGES):
+        if not any(_exchange(ss, be, v, w, s) for v, w, s in near_span_violators(ss, floor)):
+            return made
+        made = True
+        be.solve_margin(ss)
+        ss.g[: ss.hi] = be.g_exact(ss)
+        ss.g_valid = True
+    return made
+
+
+def _exchange(ss: SlotState, be: Backend, v: int, w: np.ndarray, schur: float) -> bool:
+    """One flat exchange of bound token ``v`` (``w = Q⁻¹u``, ``schur`` its complement;
+    :func:`exchange_near_span`); False where it has no room or ``g_v`` meets 0 first."""
+    S = ss.slot_of_col[: ss.nS]
+    up = ss.state[v] == RESERVE  # alpha_v grows (g_v < 0) or falls (g_v > 0)
+    dS = -w[1:] if up else w[1:]
+    aS = ss.alpha[S]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_each = np.where(dS < 0, -aS / dS, np.where(dS > 0, (ss.C - aS) / dS, np.inf))
+    p = int(np.argmin(t_each))
+    t = min(float(t_each[p]), ss.C)
+    if not t > 0.0 or (schur > 0.0 and abs(float(ss.g[v])) < schur * t):
+        return False
+    ss.alpha[S] += t * dS
+    ss.mu -= (t if up else -t) * float(w[0])
+    if t < ss.C:  # the margin token p reached its bound: it leaves, v joins
+        slot = int(S[p])
+        at_c = bool(dS[p] > 0)
+        ss.alpha[slot] = ss.C if at_c else 0.0
+        be.contract(ss, p)
+        ss.state[slot] = ERROR if at_c else RESERVE
+        if not at_c:
+            free_col(ss, slot)
+        ss.alpha[v] = t if up else ss.C - t
+        ss.state[v] = MARGIN
+        if ss.col_of_slot[v] < 0:
+            be.alloc_col(ss, v)
+        ss.g[v] = 0.0
+        expand(ss, v)
+    else:  # v crossed its box: the other bound
+        ss.alpha[v] = ss.C if up else 0.0
+        ss.state[v] = ERROR if up else RESERVE
+        if not up:
+            free_col(ss, v)
+    ss.sync_ac()
+    ss.standby_stale = True
+    return True
 
 
 def _resplit(ss: SlotState, be: Backend, members: np.ndarray) -> bool:
@@ -265,6 +371,7 @@ def _resplit(ss: SlotState, be: Backend, members: np.ndarray) -> bool:
     return True
 
 
-__all__ = ["COPY_SHARE", "SPLIT_TIE", "give_to_copies", "kernel_copies", "margin_copy_groups",
-           "resplit_violating", "split_by_own_g", "split_order", "split_violating_copies",
-           "spread", "violating_copies"]
+__all__ = ["COPY_SHARE", "EXCHANGE_FLOOR", "NEAR_SPAN_EXCHANGES", "SPLIT_TIE",
+           "exchange_near_span", "give_to_copies", "kernel_copies", "margin_copy_groups",
+           "near_span_violators", "resplit_violating", "split_by_own_g", "split_order",
+           "split_violating_copies", "spread", "violating_copies"]
