@@ -14,7 +14,14 @@ import math
 
 import numpy as np
 
-from svattn.exact.core.cache import expand, free_col, mu_move, outside_description, swap_cols
+from svattn.exact.core.cache import (
+    expand,
+    flat_exchange,
+    free_col,
+    mu_move,
+    outside_description,
+    swap_cols,
+)
 from svattn.exact.core.kernels import KernelOverflowError, kernel_diag, kernel_matrix, sq_distances
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
@@ -509,6 +516,19 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
                     g[who] = 0.0
                     if ss.col_of_slot[who] < 0:  # a standby token has its column
                         alloc_col(ss, who)
+                    # nearly in the span of the margin keys: the flat exchange first
+                    left = flat_exchange(ss, who, sgn[who] < 0, gtol)
+                    if left == -1:  # it crossed its box: the other bound
+                        ss.state[who] = ERROR if a[who] > 0 else RESERVE
+                        sgn[who] = -sgn[who]
+                        continue
+                    if left is not None:  # its partner reached a bound and leaves
+                        contract(ss, int(ss.col_of_slot[left]))
+                        ss.state[left] = ERROR if a[left] > 0 else RESERVE
+                        sgn[left] = 1.0 if a[left] > 0 else -1.0
+                        if a[left] <= 0:
+                            free_col(ss, left)
+                        last_left = left
                     ss.state[who] = MARGIN
                     expand(ss, who)
                     sgn[who] = 0.0

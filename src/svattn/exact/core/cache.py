@@ -89,6 +89,57 @@ def expand(s: SlotState, k: int) -> None:
     s.nS = nS + 1
 
 
+def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
+    """Bound token ``v`` (with a cache column) reaches ``g = 0`` on the path and would
+    join the margin set: None where its Schur complement is above
+    :data:`SINGULAR_SCHUR`·scale (the caller expands). Else ``v`` is nearly in the span
+    of the margin keys (``docs/design.md`` §3, near-copies): its weight moves first by
+    the flat exchange with that combination — ``α_v`` up (``up``: from the reserve
+    set) or down by ``t``, ``(μ, α_S)`` by ``∓t·Q⁻¹u``, the g of every other row by
+    ``±t·(2K_iv − 2K_iS w_S − w_μ)`` — as far as the first bound. Returns the margin
+    slot that reached its bound (its alpha set there; the caller contracts it, then
+    expands ``v``), or -1 where ``v`` reached its other bound first (its alpha set; the
+    caller moves it to that set). Raises :class:`NeedResolve` where a bound token's g
+    would cross 0 (beyond ``gtol``) on the way: the exchange is not the path there."""
+    nS, hi, C = s.nS, s.hi, s.C
+    S = s.slot_of_col[:nS]
+    col_v = int(s.col_of_slot[v])
+    u = np.empty(nS + 1)
+    u[0] = 1.0
+    u[1:] = 2.0 * s.KC[S, col_v]
+    w = s.Qinv @ u
+    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * s.scale:
+        return None
+    sgn = 1.0 if up else -1.0
+    dS = -sgn * w[1:]
+    aS = s.alpha[S]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_each = np.where(dS < 0, -aS / dS, np.where(dS > 0, (C - aS) / dS, np.inf))
+    p = int(np.argmin(t_each)) if nS else -1
+    t = C if p < 0 or not t_each[p] < C else max(float(t_each[p]), 0.0)
+    rate = 2.0 * s.KC[:hi, col_v] - 2.0 * (s.KC[:hi, :nS] @ w[1:]) - w[0]
+    g_new = s.g[:hi] + (sgn * t) * rate
+    st = s.state[:hi]
+    cross = ((st == RESERVE) & (g_new < -gtol)) | ((st == ERROR) & (g_new > gtol))
+    cross[v] = False
+    if cross.any():
+        raise NeedResolve
+    off = st != MARGIN
+    s.g[:hi][off] = g_new[off]
+    s.g[v] = 0.0
+    s.alpha[S] += t * dS
+    s.mu -= sgn * t * float(w[0])
+    if t >= C:
+        s.alpha[v] = C if up else 0.0
+        s.sync_ac()
+        return -1
+    s.alpha[v] = t if up else C - t
+    left = int(S[p])
+    s.alpha[left] = C if dS[p] > 0 else 0.0
+    s.sync_ac()
+    return left
+
+
 def refactorize(s: SlotState, *, count: bool = True) -> None:
     """Rebuild ``Qinv`` from the cached margin block (``count``: an event worth counting)."""
     nS = s.nS
@@ -235,5 +286,5 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ss.chi = na
 
 
-__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "free_col", "index_columns", "mu_move",
-           "permute_rows", "refactorize", "swap_cols", "write_columns"]
+__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "flat_exchange", "free_col", "index_columns",
+           "mu_move", "permute_rows", "refactorize", "swap_cols", "write_columns"]

@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from svattn.exact.backends.compiled.codes import SEG_ESUM_UPDATES, VEC
+from svattn.exact.core.cache import SINGULAR_SCHUR
 from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
@@ -227,7 +228,7 @@ def expand(Qb, KC, XC, ac, soc, cos, diag, k, nS, hi, scale):
 def qb_append(Qb, u, n, d_k, scale):
     """Border the inverse of ``n`` margin tokens with one more, whose column of Q is
     ``u = [1, 2 K(S, k)]`` and diagonal ``2 d_k`` (a Schur-complement update);
-    False, and ``Qb`` untouched, when the complement is below ``1e-10·scale``."""
+    False, and ``Qb`` untouched, when the complement is below ``SINGULAR_SCHUR·scale``."""
     m = n + 1
     w = np.empty(m)
     matvec_lead(Qb, u, m, w, 1.0)
@@ -235,7 +236,7 @@ def qb_append(Qb, u, n, d_k, scale):
     for i in range(m):
         uw += u[i] * w[i]
     schur = 2.0 * d_k - uw
-    if schur <= 1e-10 * scale:
+    if schur <= SINGULAR_SCHUR * scale:
         return False
     for i in range(m):
         wi = w[i] / schur
@@ -335,6 +336,79 @@ def join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi
                          gamma, is_rbf)
     state[who] = MARGIN
     return expand(Qb, KC, XC, ac, soc, cos, diag, who, nS, hi, scale), chi
+
+
+@njit(cache=True)
+def flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, v, up, nS, hi, C, scale, gtol,
+                  mu):
+    """:func:`svattn.exact.core.cache.flat_exchange` on the work inverse ``Qb``: bound
+    token ``v`` (with a cache column) reaches ``g = 0``; where its Schur complement is
+    at most ``SINGULAR_SCHUR·scale`` it first exchanges weight with the margin
+    combination it is nearly in the span of (``α_v`` up from the reserve set with
+    ``up``, else down; ``(μ, α_S)`` by ``∓t·Q⁻¹u``; every other row's g by
+    ``±t·(2K_iv − 2K_iS w_S − w_μ)``), as far as the first bound. Returns
+    ``(code, left, mu)``: 0, nothing moved (``v`` can join); 1, the margin slot ``left``
+    reached its bound (alpha set there; the caller takes it off the margin, then lets
+    ``v`` join); 2, ``v`` reached its other bound (alpha set); 3, nothing moved, a bound
+    token's g would cross 0 on the way (beyond ``gtol``): the caller re-solves."""
+    m = nS + 1
+    cv = cos[v]
+    u = np.empty(m)
+    w = np.empty(m)
+    u[0] = 1.0
+    for j in range(nS):
+        u[j + 1] = 2.0 * KC[soc[j], cv]
+    matvec_lead(Qb, u, m, w, 1.0)
+    uw = 0.0
+    for i in range(m):
+        uw += u[i] * w[i]
+    if 2.0 * diag[v] - uw > SINGULAR_SCHUR * scale:
+        return 0, -1, mu
+    sg = 1.0 if up else -1.0
+    t = C
+    p = -1
+    for j in range(nS):
+        d = -sg * w[j + 1]
+        a = alpha[soc[j]]
+        tj = math.inf
+        if d < 0.0:
+            tj = max(a, 0.0) / -d
+        elif d > 0.0:
+            tj = max(C - a, 0.0) / d
+        if tj < t:
+            t = tj
+            p = j
+    rate = np.empty(hi)
+    for i in range(hi):
+        rate[i] = 2.0 * KC[i, cv] - w[0]
+    for j in range(nS):
+        wj = 2.0 * w[j + 1]
+        for i in range(hi):
+            rate[i] -= wj * KC[i, j]
+    st_t = sg * t
+    for i in range(hi):
+        gi = g[i] + st_t * rate[i]
+        if i != v and ((state[i] == RESERVE and gi < -gtol)
+                       or (state[i] == ERROR and gi > gtol)):
+            return 3, -1, mu
+    for i in range(hi):
+        if state[i] != MARGIN:
+            g[i] += st_t * rate[i]
+    g[v] = 0.0
+    for j in range(nS):
+        alpha[soc[j]] -= st_t * w[j + 1]
+        ac[j] = alpha[soc[j]]
+    mu -= st_t * w[0]
+    if p < 0:
+        alpha[v] = C if up else 0.0
+        ac[cv] = alpha[v]
+        return 2, -1, mu
+    alpha[v] = t if up else C - t
+    ac[cv] = alpha[v]
+    left = soc[p]
+    alpha[left] = C if -sg * w[p + 1] > 0.0 else 0.0
+    ac[p] = alpha[left]
+    return 1, left, mu
 
 
 @njit(cache=True)

@@ -25,6 +25,7 @@ from svattn.exact.backends.compiled.codes import (
     FALLBACK,
     NEED_RESOLVE,
     SEG_ERROR,
+    SEG_ESUM_UPDATES,
     SEG_EVENTS,
     SEG_GRAM,
     SEG_JUMPED,
@@ -38,7 +39,10 @@ from svattn.exact.backends.compiled.codes import (
     SEG_UNIQUE,
 )
 from svattn.exact.backends.compiled.columns import (
+    add_column,
+    alloc_col,
     copy_of_any,
+    flat_exchange,
     free_column_available,
     join_with_sum,
     leave_with_sum,
@@ -64,7 +68,7 @@ from svattn.exact.backends.compiled.working_set import (
     working_set_path,
 )
 from svattn.exact.core.compiling import quick_load
-from svattn.exact.core.kktsets import ERROR, MARGIN
+from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
 # Below this many margin tokens the path alone removes a token: a pass over so narrow
 # a block costs little next to the working set's copies of the inverse. Measured for
@@ -377,6 +381,29 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             out[SEG_LAST_LEFT] = who
         else:
             qb_ext = max(qb_ext, min(nS + 2, ccap + 1))  # (its row, even if it fails)
+            if cos[who] < 0:  # (a standby reserve token has its column already)
+                chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, who, nS, chi,
+                                hi, gamma, is_rbf)
+            # nearly in the span of the margin keys: the flat exchange first
+            code, left, mu = flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, who,
+                                           state[who] == RESERVE, nS, hi, C, scale, gtol, mu)
+            if code == 3:
+                status = NEED_RESOLVE
+                break
+            if code == 2:  # it crossed its box: the other bound, and the error sum
+                to_error = alpha[who] > 0.0
+                state[who] = ERROR if to_error else RESERVE
+                if to_error != member[who]:
+                    add_column(KC, cos[who], 1.0 if to_error else -1.0, hi, esum)
+                    member[who] = to_error
+                    out[SEG_ESUM_UPDATES] += 1
+                continue
+            if code == 1:  # its partner reached a bound and leaves
+                p, n_was = cos[left], nS
+                nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member,
+                                          left, alpha[left] > 0.0, nS, chi, hi, C, out)
+                kss_drop(KSS, p, n_was)  # (nS >= 1 left: the exchange had a partner)
+                out[SEG_LAST_LEFT] = left
             ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state,
                                      esum, member, who, nS, chi, hi, gamma, is_rbf, scale, out)
             if not ok:
