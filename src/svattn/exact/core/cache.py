@@ -16,7 +16,6 @@ import numpy as np
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import NeedResolve, SlotState
 
-
 # The expansion's singularity bound: a token whose Schur complement against the margin set
 # is at most this share of the scale does not join it (Q would turn singular; both
 # backends: ``expand`` here, ``compiled.columns`` and ``compiled.schur``). Such a token is
