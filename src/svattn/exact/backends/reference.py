@@ -516,21 +516,25 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
                     g[who] = 0.0
                     if ss.col_of_slot[who] < 0:  # a standby token has its column
                         alloc_col(ss, who)
-                    # nearly in the span of the margin keys: the flat exchange first
-                    left = flat_exchange(ss, who, sgn[who] < 0, gtol)
-                    if left == -1:  # it crossed its box: the other bound
-                        ss.state[who] = ERROR if a[who] > 0 else RESERVE
-                        sgn[who] = -sgn[who]
-                        continue
-                    if left is not None:  # its partner reached a bound and leaves
+                    try:
+                        expand(ss, who)
+                    except NeedResolve:  # nearly in the span of the margin keys
+                        left = flat_exchange(ss, who, sgn[who] < 0, gtol)
+                        if left == -1:  # it crossed its box: the other bound
+                            ss.state[who] = ERROR if a[who] > 0 else RESERVE
+                            sgn[who] = -sgn[who]
+                            continue
+                        if left is None:
+                            raise
+                        # its partner reached a bound and leaves, it joins
                         contract(ss, int(ss.col_of_slot[left]))
                         ss.state[left] = ERROR if a[left] > 0 else RESERVE
                         sgn[left] = 1.0 if a[left] > 0 else -1.0
                         if a[left] <= 0:
                             free_col(ss, left)
                         last_left = left
+                        expand(ss, who)
                     ss.state[who] = MARGIN
-                    expand(ss, who)
                     sgn[who] = 0.0
                     last_entered = who
     finally:  # a removed token's kernel column must not stay in freed memory

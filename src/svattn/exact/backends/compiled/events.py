@@ -24,7 +24,6 @@ from svattn.exact.backends.compiled.codes import (
 )
 from svattn.exact.backends.compiled.columns import (
     add_block_matvec,
-    alloc_col,
     bordered_out,
     bordered_work,
     copy_of_any,
@@ -211,27 +210,25 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
             sgn[who] = 1.0 if kind == 4 else -1.0
             loop[LAST_LEFT] = who
         else:
-            if cos[who] < 0:  # (a standby reserve token has its column already)
-                chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, who, nS, chi,
-                                hi, gamma, is_rbf)
-            # nearly in the span of the margin keys: the flat exchange first
-            code, left, mu = flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, who,
-                                           sgn[who] < 0.0, nS, hi, C, scale, gtol, mu)
-            if code == 3:
-                status = NEED_RESOLVE
-                break
-            if code == 2:  # it crossed its box: the other bound
-                state[who] = ERROR if alpha[who] > 0.0 else RESERVE
-                sgn[who] = -sgn[who]
-                continue
-            if code == 1:  # its partner reached a bound and leaves
-                up = alpha[left] > 0.0
-                nS, chi = leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, left, up, nS,
-                                        chi, hi, C)
-                sgn[left] = 1.0 if up else -1.0
-                loop[LAST_LEFT] = left
             ok, chi = join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who,
                                    nS, chi, hi, gamma, is_rbf, scale)
+            if not ok:  # nearly in the span of the margin keys: the flat exchange first
+                up = sgn[who] < 0.0
+                state[who] = RESERVE if up else ERROR
+                code, left, mu = flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state,
+                                               who, up, nS, hi, C, scale, gtol, mu)
+                if code == 2:  # it crossed its box: the other bound
+                    state[who] = ERROR if up else RESERVE
+                    sgn[who] = -sgn[who]
+                    continue
+                if code == 1:  # its partner reached a bound and leaves, it joins
+                    to_error = alpha[left] > 0.0
+                    nS, chi = leave_margin(Qb, KC, XC, ac, soc, cos, alpha, state, left,
+                                            to_error, nS, chi, hi, C)
+                    sgn[left] = 1.0 if to_error else -1.0
+                    loop[LAST_LEFT] = left
+                    ok, chi = join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state,
+                                           who, nS, chi, hi, gamma, is_rbf, scale)
             if not ok:
                 status = NEED_RESOLVE
                 break

@@ -40,7 +40,6 @@ from svattn.exact.backends.compiled.codes import (
 )
 from svattn.exact.backends.compiled.columns import (
     add_column,
-    alloc_col,
     copy_of_any,
     flat_exchange,
     free_column_available,
@@ -381,31 +380,30 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             out[SEG_LAST_LEFT] = who
         else:
             qb_ext = max(qb_ext, min(nS + 2, ccap + 1))  # (its row, even if it fails)
-            if cos[who] < 0:  # (a standby reserve token has its column already)
-                chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, who, nS, chi,
-                                hi, gamma, is_rbf)
-            # nearly in the span of the margin keys: the flat exchange first
-            code, left, mu = flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, who,
-                                           state[who] == RESERVE, nS, hi, C, scale, gtol, mu)
-            if code == 3:
-                status = NEED_RESOLVE
-                break
-            if code == 2:  # it crossed its box: the other bound, and the error sum
-                to_error = alpha[who] > 0.0
-                state[who] = ERROR if to_error else RESERVE
-                if to_error != member[who]:
-                    add_column(KC, cos[who], 1.0 if to_error else -1.0, hi, esum)
-                    member[who] = to_error
-                    out[SEG_ESUM_UPDATES] += 1
-                continue
-            if code == 1:  # its partner reached a bound and leaves
-                p, n_was = cos[left], nS
-                nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum, member,
-                                          left, alpha[left] > 0.0, nS, chi, hi, C, out)
-                kss_drop(KSS, p, n_was)  # (nS >= 1 left: the exchange had a partner)
-                out[SEG_LAST_LEFT] = left
+            up = alpha[who] <= 0.0  # (from the reserve set)
             ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state,
                                      esum, member, who, nS, chi, hi, gamma, is_rbf, scale, out)
+            if not ok:  # nearly in the span of the margin keys: the flat exchange first
+                state[who] = RESERVE if up else ERROR  # (and out of the error sum)
+                code, left, mu = flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state,
+                                               who, up, nS, hi, C, scale, gtol, mu)
+                if code == 2:  # it crossed its box: the other bound, and the error sum
+                    state[who] = ERROR if up else RESERVE
+                    if up:
+                        add_column(KC, cos[who], 1.0, hi, esum)
+                        member[who] = True
+                        out[SEG_ESUM_UPDATES] += 1
+                    continue
+                if code == 1:  # its partner reached a bound and leaves, it joins
+                    p, n_was = cos[left], nS
+                    nS, chi = leave_with_sum(Qb, KC, XC, ac, soc, cos, alpha, state, esum,
+                                              member, left, alpha[left] > 0.0, nS, chi, hi,
+                                              C, out)
+                    kss_drop(KSS, p, n_was)  # (nS >= 1 left: the exchange had a partner)
+                    out[SEG_LAST_LEFT] = left
+                    ok, chi = join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state,
+                                            esum, member, who, nS, chi, hi, gamma, is_rbf,
+                                            scale, out)
             if not ok:
                 status = NEED_RESOLVE
                 break
