@@ -251,3 +251,15 @@ def test_a_fit_beside_near_copies_above_the_copy_test_ends_at_rounding(backend):
     assert mem.kkt_residual() <= 1e-13
     oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
     assert not oc.reasons, oc.reasons
+
+
+def test_every_pair_the_copy_test_merges_is_one_the_expansion_refuses():
+    """The threshold relation (docs/design.md §3): a pair the copy test merges
+    (``δ = K_ii + K_jj − 2K_ij <= COPY_SHARE·(K_ii + K_jj)``) has a Schur complement
+    ``<= 2δ <= 4·COPY_SHARE·scale`` beside its partner, under the expansion's bound, so
+    no copy joins beside its sibling; every other bound token is admitted or makes the
+    flat exchange (``copies.exchange_near_span``)."""
+    from svattn.exact.core.cache import SINGULAR_SCHUR
+    from svattn.exact.operations.copies import COPY_SHARE
+
+    assert 4.0 * COPY_SHARE <= SINGULAR_SCHUR
