@@ -531,7 +531,7 @@ def final_order(pslot, pq, pe, pact, nPos, nT, sy, KSS, xt, tord, xf, aug):
 def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS,
                      chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room, tstate,
                      tord, xf, g_try, fresh, err_in, err_out, facts, Q0, m0, qrow_col, p0row,
-                     sy, z0, aug):
+                     sy, z0, aug, gp, gp_end):
     """Follow the removal of ``c`` (driven, outside the margin set of ``nS`` tokens)
     from the current point (``alpha``, ``mu``, ``g``) on a working set predicted from
     the first segment (its end ``x`` on the current partition, every token's g there
@@ -560,7 +560,7 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     tie = 1e-12 * scale
     col_budget = max(2, nS // max(X.shape[1], 1))  # a column costs n·d, a pass n·|S|
     pred = np.empty(hi, dtype=np.int64)  # the working set outside the margin set
-    nP = predict(g, g_end, state, hi, c, cap, pred)
+    nP = predict(gp, gp_end, state, hi, c, cap, pred)
     rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
     wrow = np.empty(rcap, dtype=np.int64)
     KWt = np.empty((room, rcap))
