@@ -249,9 +249,11 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
 
     When the first segment has an event and ``max_jumps`` > 0, the rest of the path
     is followed on a working set and its end checked by a pass, up to ``max_jumps``
-    checking passes (:func:`~svattn.exact.backends.compiled.working_set.working_set_path`);
-    a checked end is applied (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`)
-    and is the result.
+    checking passes (:func:`~svattn.exact.backends.compiled.working_set.working_set_path`),
+    predicted from the second segment (one more pass, :func:`handover_line`) where the
+    first hands ``c``'s weight over to one margin token; a checked end is applied
+    (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`) and is the
+    result.
     """
     ccap = KC.shape[1]
     qb_ready = False  # Qb holds the path's inverse (the segment loop's work copy)
