@@ -281,12 +281,13 @@ def test_the_cross_check_accepts_an_optimum_whose_near_copies_split_their_sum_ot
 
 
 def test_the_cross_check_rejects_group_sums_further_off_than_the_residuals_allow():
-    """The allowance counts the memory's residual only up to the standard the oracle is
-    polished to (``crosscheck.ORACLE_POLISH_TOL`` of each row's terms): the trained
-    model's keys (merged margin system's smallest eigenvalue 5e-8) at their optimum, then
-    moved along that eigenvector by 1e-4 in the group sums — a state whose KKT residual
-    (~5e-12) and decision function (at the keys) are within tol 1e-9, but whose group
-    sums are 1e-4 off the optimum's — are rejected for those sums."""
+    """The allowance counts the memory's residual only where it meets the standard the
+    oracle is polished to (``crosscheck.ORACLE_POLISH_TOL`` of each row's terms): the
+    trained model's keys (merged margin system's smallest eigenvalue 5e-8) at their
+    optimum, then moved along that eigenvector by 1e-4 in the group sums — a state whose
+    KKT residual (~5e-12) and decision function (at the keys) are within tol 1e-9, but
+    whose group sums are 1e-4 off the optimum's — are rejected for those sums (counted
+    in full, the residual would excuse any move on the oracle's partition)."""
     from svattn.exact.auditor.crosscheck import oracle_comparison
     from svattn.exact.core.kernels import copy_groups
     from svattn.exact.oracle import kkt_residual
