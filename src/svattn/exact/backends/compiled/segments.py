@@ -132,6 +132,8 @@ def handover_line(KC, ac, soc, cos, state, esum, diag, Qinv, m0, sy, z0, p0row, 
                     np.zeros(ecap), KC, cos, diag, esum, err_in, 1, no_err, 0, C, pslot, pq,
                     pe, pact, cos, nS, x2)
     pact[j] = True
+    if not start_system(Qinv, m0, p0row, KC, cos, diag, sy):  # (its drop held at the start)
+        return False
     for q in range(nS):
         ac[q] = x2[q + 1]
     ac[j] = C  # (its column at C: its share of every g as an error token's)
@@ -139,7 +141,7 @@ def handover_line(KC, ac, soc, cos, state, esum, diag, Qinv, m0, sy, z0, p0row, 
     g_from_error_sum(KC, ac, soc, state, esum, diag, x2[0], C, nS, chi, hi, g_next)
     for i in range(hi):
         g_mid[i] = g[i] + best * (g_end[i] - g[i])
-    return start_system(Qinv, m0, p0row, KC, cos, diag, sy)
+    return True
 
 
 @njit(cache=True)
