@@ -56,7 +56,12 @@ from svattn.exact.backends.compiled.linalg import (
     solve_gathered,
     solve_partition,
 )
-from svattn.exact.backends.compiled.schur import materialise, new_system, solve_refined
+from svattn.exact.backends.compiled.schur import (
+    add_drop,
+    materialise,
+    new_system,
+    solve_refined,
+)
 from svattn.exact.backends.compiled.schur import scrub as schur_scrub
 from svattn.exact.backends.compiled.working_set import (
     WS_ROOM,
@@ -64,6 +69,7 @@ from svattn.exact.backends.compiled.working_set import (
     crossing_share,
     restart,
     start_system,
+    unrefined_solve,
     working_set_path,
 )
 from svattn.exact.core.compiling import quick_load
@@ -90,6 +96,12 @@ JUMP_MIN_MARGIN = 16
 # a full measure every few removals and on any suspicion
 # (:class:`~svattn.exact.operations.health.HealthMonitor`).
 HEALTH_PROBE_FROM = 256
+# The first segment hands the removed token's weight over when one margin token takes
+# at least this share of it on the line and reaches C (a copy or near-copy of it: their
+# kernel columns agree to ~1e-11, so no other g moves by more than that): the working
+# set is then predicted from the second segment, where the path has bent
+# (:func:`handover_line`).
+HANDOVER_SHARE = 0.9
 
 
 @njit(cache=True)
@@ -97,6 +109,42 @@ def working_set_cap(nS, hi):
     """How many tokens outside the margin set the working set may hold: the set's g
     costs ``|W|·|S|`` a segment, a pass ``n·|S|``."""
     return min(hi, nS // 2 + 64)
+
+
+@njit(cache=True)
+def handover_line(KC, ac, soc, cos, state, esum, diag, Qinv, m0, sy, z0, p0row, g, g_end, C,
+                  nS, chi, hi, c, who, best, pslot, pq, pe, pact, g_mid, g_next):
+    """The second segment's line where the first hands ``c``'s weight over to margin
+    token ``who`` (it reaches C at share ``best`` of the first; :data:`HANDOVER_SHARE`):
+    ``g_mid`` the g at that event (linear on the first line), ``g_next`` every token's g at
+    the end of the second (``who`` in the error set, one pass). The second segment's
+    solve is the working set's own: ``who``'s row of ``Qinv`` dropped in the capacitance
+    system ``sy`` (which holds the start's: ``c``'s row ``p0row`` dropped), ``Qinv b``
+    moved from the start's ``z0`` by its column (:func:`~svattn.exact.backends.compiled.
+    working_set.unrefined_solve`, ``O(|S|·k)``); ``sy`` holds the start's system again on
+    return. False, nothing computed, when ``who``'s drop fails its pivot."""
+    j = cos[who]  # (the first segment's positions are the cache columns)
+    if not add_drop(Qinv, m0, pq[j], KC, cos, diag, sy):
+        return False
+    pact[j] = False
+    ecap = sy[5].shape[0]
+    err_in = np.full(1, who, dtype=np.int64)
+    no_err = np.empty(0, dtype=np.int64)
+    x2 = np.empty(nS + 1)
+    unrefined_solve(Qinv, m0, sy, z0, np.empty(m0), np.empty(m0), np.zeros(ecap),
+                    np.zeros(ecap), KC, cos, diag, esum, err_in, 1, no_err, 0, C, pslot, pq,
+                    pe, pact, cos, nS, x2)
+    pact[j] = True
+    if not start_system(Qinv, m0, p0row, KC, cos, diag, sy):  # (its drop held at the start)
+        return False
+    for q in range(nS):
+        ac[q] = x2[q + 1]
+    ac[j] = C  # (its column at C: its share of every g as an error token's)
+    ac[cos[c]] = 0.0
+    g_from_error_sum(KC, ac, soc, state, esum, diag, x2[0], C, nS, chi, hi, g_next)
+    for i in range(hi):
+        g_mid[i] = g[i] + best * (g_end[i] - g[i])
+    return True
 
 
 @njit(cache=True)
@@ -206,9 +254,11 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
 
     When the first segment has an event and ``max_jumps`` > 0, the rest of the path
     is followed on a working set and its end checked by a pass, up to ``max_jumps``
-    checking passes (:func:`~svattn.exact.backends.compiled.working_set.working_set_path`);
-    a checked end is applied (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`)
-    and is the result.
+    checking passes (:func:`~svattn.exact.backends.compiled.working_set.working_set_path`),
+    predicted from the second segment (one more pass, :func:`handover_line`) where the
+    first hands ``c``'s weight over to one margin token; a checked end is applied
+    (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`) and is the
+    result.
     """
     ccap = KC.shape[1]
     qb_ready = False  # Qb holds the path's inverse (the segment loop's work copy)
@@ -317,8 +367,20 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             status = FALLBACK
             break
         out[SEG_PASSES] += 1
-        # an event on the first segment: the path on a working set, checked by a pass
+        # an event on the first segment: the path on a working set, checked by a pass;
+        # predicted from the second segment where the first hands c's weight over to one
+        # margin token (its line moves every other g by rounding and predicts nothing)
         if kind != 2 and out[SEG_EVENTS] == 1 and max_jumps > 0 and nS >= JUMP_MIN_MARGIN:
+            gp, gp_end = g, g_end  # the line the working set is predicted from
+            if (kind == 4 and not qb_ready and x[cos[who] + 1] - alpha[who]
+                    >= HANDOVER_SHARE * t_rem):
+                g_mid = np.empty(hi)
+                g_next = np.empty(hi)
+                if handover_line(KC, ac, soc, cos, state, esum, diag, Qinv, m0, sy, z0,
+                                 p0row, g, g_end, C, nS, chi, hi, c, who, best, pslot, pq,
+                                 pe, pact, g_mid, g_next):
+                    out[SEG_PASSES] += 1
+                    gp, gp_end = g_mid, g_next
             room = min(ccap, nS + WS_ROOM)  # the tentative margin sets stay below this
             tstate = np.empty(hi, dtype=state.dtype)
             tord = np.empty(room, dtype=np.int64)
@@ -331,7 +393,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                 KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
                 C, mu, scale, gamma, is_rbf, c, x, max_jumps, working_set_cap(nS, hi), room,
                 tstate, tord, xt, g_try, fresh, err_in, err_out, facts, Qinv, m0, qrow_col,
-                p0row, sy, z0, aug)
+                p0row, sy, z0, aug, gp, gp_end)
             g_try[c] = 0.0  # c's own entry (see g_end below)
             out[SEG_PASSES] += passes
             out[SEG_GRAM] = max(out[SEG_GRAM], n_max)

@@ -25,7 +25,8 @@ formula); convexity makes a point that meets every KKT condition the optimum, ho
 it was found. A token the pass finds violating its condition joins the working set and
 the path is followed again from the start, with every token the checked end's g shows
 heading for its boundary (:func:`predict_again`: the first segment's line can be a
-near-null move, as when a removed token's weight goes to its copy), up to
+near-null move, as when a removed token's weight goes to its copy; where that copy
+reaches C on it, the prediction is the second segment's from the start), up to
 ``max_rounds`` checking passes; past
 them, or on a tie, a singular system or a full cache, the caller goes on along the path
 over all tokens from its first event — the slow reference this is held to
@@ -36,7 +37,7 @@ bound takes over at once (a zero-length event, not a tie). A checked end is appl
 :func:`commit_in_place`: the cache's columns are swapped into the margin order the path
 left, ``O(n)`` work per set change. A support removal thus costs three passes or fewer
 where the prediction holds: the first segment's, the check, and one more check after a
-miss.
+miss (after a handover to a copy: the first segment's, the second's and the check).
 """
 
 from __future__ import annotations
@@ -531,12 +532,14 @@ def final_order(pslot, pq, pe, pact, nPos, nT, sy, KSS, xt, tord, xf, aug):
 def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS,
                      chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room, tstate,
                      tord, xf, g_try, fresh, err_in, err_out, facts, Q0, m0, qrow_col, p0row,
-                     sy, z0, aug):
+                     sy, z0, aug, gp, gp_end):
     """Follow the removal of ``c`` (driven, outside the margin set of ``nS`` tokens)
     from the current point (``alpha``, ``mu``, ``g``) on a working set predicted from
-    the first segment (its end ``x`` on the current partition, every token's g there
-    ``g_end``; at most ``cap`` tokens outside the margin set), then check the end by
-    one pass (see the module's text). The margin systems are solved against the
+    the line ``gp`` → ``gp_end`` (:func:`predict`; at most ``cap`` tokens outside the
+    margin set): the first segment's, its end ``x`` on the current partition and every
+    token's g there ``g_end``, or the second's where the first hands ``c``'s weight over
+    to a copy (:func:`~svattn.exact.backends.compiled.segments.handover_line`); then
+    check the end by one pass (see the module's text). The margin systems are solved against the
     memory's inverse ``Q0`` (``m0`` rows; never written) with the path's set changes in
     the capacitance system ``sy`` (:mod:`~svattn.exact.backends.compiled.schur`), which
     holds the start's on entry (``c``'s row ``p0row`` dropped, -1: none) and ``z0`` its
@@ -560,7 +563,7 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     tie = 1e-12 * scale
     col_budget = max(2, nS // max(X.shape[1], 1))  # a column costs n·d, a pass n·|S|
     pred = np.empty(hi, dtype=np.int64)  # the working set outside the margin set
-    nP = predict(g, g_end, state, hi, c, cap, pred)
+    nP = predict(gp, gp_end, state, hi, c, cap, pred)
     rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
     wrow = np.empty(rcap, dtype=np.int64)
     KWt = np.empty((room, rcap))
