@@ -295,7 +295,7 @@ def chol_delete(L, p, n):
     once row ``k`` is reached, so the rows are updated in blocks of eight, all earlier
     rotations applied to the block's rows side by side (eight independent chains
     streaming along their rows: one read and write of ``L33``, where rotating column
-    pairs of row-major rows ran at one cache line per entry, 4-40 ms per deletion at
+    pairs of row-major rows ran at one cache line per entry, 4-13 ms per deletion at
     2,468 margin tokens), and each block's rows then move up one row and left of
     column ``p``. The factor of the smaller matrix is unique, so in exact arithmetic it
     holds nothing of the deleted row (its rounding does, as the bordered inverse's
