@@ -47,6 +47,22 @@ def test_delete_and_append_give_the_factor_of_the_changed_matrix():
         assert not np.triu(L, 1).any() and not L[n:].any() and not L[:, n:].any()
 
 
+@pytest.mark.parametrize("n", [1, 2, 8, 9, 16, 17, 26])
+def test_a_deletion_at_every_position_gives_numpys_factor(n):
+    # (the deletion updates rows in blocks of eight: sizes around a block's edge)
+    rng = np.random.default_rng(n)
+    K = _gram(rng, n) + 1e-3 * np.eye(n)
+    for p in range(n):
+        L = np.zeros((n + 1, n + 9))  # (padded rows, as the kept buffer's)
+        L[:n, :n] = _numpy_factor(K, 0.0)
+        assert linalg.chol_delete(L, p, n) == n - 1
+        keep = [i for i in range(n) if i != p]
+        if keep:
+            np.testing.assert_allclose(L[: n - 1, : n - 1],
+                                       _numpy_factor(K[np.ix_(keep, keep)], 0.0), atol=1e-12)
+        assert not np.triu(L, 1).any() and not L[n - 1:].any() and not L[:, n - 1:].any()
+
+
 def test_an_append_that_loses_definiteness_is_refused_and_changes_nothing():
     rng = np.random.default_rng(1)
     K = _gram(rng, 12)

@@ -124,3 +124,45 @@ def test_a_copy_joining_fails_its_pivot_and_leaves_the_system_unchanged():
     assert sy[1][0] == before[1][0] == 1
     np.testing.assert_array_equal(sy[3][:1, :1], before[3][:1, :1])
     _check(K, Q0, sy, [a for a in range(1, N0 + 1) if a != 6], [])
+
+
+def test_a_warm_refined_solve_starts_from_the_given_solution_and_reads_no_product():
+    """``solve_refined(..., warm=True)``: the working set's final solve refines the
+    solution it is handed (its last unrefined one) instead of forming ``Q0 b`` again;
+    from a start off by 1e-9 it ends where the cold solve and the dense system do, and
+    leaves ``z`` unwritten."""
+    K, KC, cos, diag, Q0, qrow_col = _setup(4)
+    m0 = Q0.shape[0]
+    sy = schur.new_system(m0, 12, 6)
+    schur.scrub(sy, m0)
+    assert schur.add_drop(Q0, m0, 4, KC, cos, diag, sy)  # slot 3 leaves
+    e = schur.new_join(Q0, m0, N0, qrow_col, KC, sy)
+    assert schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)  # slot N0 joins
+    nPos = N0 + 1
+    pslot = np.arange(nPos, dtype=np.int64)
+    pq = np.append(np.arange(1, N0 + 1), -1).astype(np.int64)
+    pe = np.full(nPos, -1, dtype=np.int64)
+    pe[N0] = e
+    pact = np.ones(nPos, dtype=np.bool_)
+    pact[3] = False
+    KSS = np.ascontiguousarray(K[:nPos, :nPos])
+    esum = np.zeros(N0 + EXTRA)
+    none = np.zeros(0, dtype=np.int64)
+    active = np.flatnonzero(pact)
+    exact = np.linalg.solve(_bordered(K, active), np.concatenate([[1.0], diag[active]]))
+
+    def solve(xt, z, warm):
+        schur.solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, none, 0, none, 0, 0, 0.1,
+                            pslot, pq, pe, pact, nPos, xt, z, warm)
+        return np.concatenate([[xt[0]], xt[1:][pact]])
+
+    cold = solve(np.empty(nPos + 1), np.empty(m0), False)
+    np.testing.assert_allclose(cold, exact, rtol=0, atol=1e-11)
+    start = np.zeros(nPos + 1)
+    start[0] = exact[0]
+    start[1:][pact] = exact[1:]
+    start *= 1.0 + 1e-9 * np.random.default_rng(0).standard_normal(nPos + 1)
+    z = np.full(m0, np.nan)
+    warm = solve(start, z, True)
+    np.testing.assert_allclose(warm, exact, rtol=0, atol=1e-11)
+    assert np.isnan(z).all()  # no product with Q0 formed for the start

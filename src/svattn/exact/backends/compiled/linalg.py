@@ -287,33 +287,100 @@ def positive_definite(K, rel_shift):
 
 @njit(cache=True, fastmath=VEC)
 def chol_delete(L, p, n):
-    """Delete row and column ``p`` of the matrix ``L[:n, :n] L[:n, :n]ᵀ`` in its factor:
-    the rows below ``p`` move up one (each then has one entry right of the diagonal)
-    and Givens rotations of column pairs ``(k, k+1)``, which keep ``L Lᵀ``, clear those
-    entries (each rotation's rows are independent: it vectorizes, where rotations
-    applied row by row form one dependent chain and ran ~2x slower at 300 rows). The
-    factor of the smaller matrix is unique, so in exact arithmetic it holds nothing of
-    the deleted row (its rounding does, as the bordered inverse's downdate's does);
-    the freed last row and column are zeroed. Returns ``n - 1``."""
-    for i in range(p, n - 1):
-        for j in range(i + 2):
-            L[i, j] = L[i + 1, j]
+    """Delete row and column ``p`` of the matrix ``L[:n, :n] L[:n, :n]ᵀ`` in its factor.
+    With ``L``'s rows below ``p`` split as ``[L31, l32, L33]`` (before, at, after column
+    ``p``), the smaller matrix's factor is ``[[L11, 0], [L31, L33']]`` with
+    ``L33' L33'ᵀ = L33 L33ᵀ + l32 l32ᵀ``: a rank-one update of ``L33``, by Givens
+    rotations that each fold ``l32``'s entry into one diagonal. Rotation ``k`` is known
+    once row ``k`` is reached, so the rows are updated in blocks of eight, all earlier
+    rotations applied to the block's rows side by side (eight independent chains
+    streaming along their rows: one read and write of ``L33``, where rotating column
+    pairs of row-major rows ran at one cache line per entry, 4-13 ms per deletion at
+    2,468 margin tokens), and each block's rows then move up one row and left of
+    column ``p``. The factor of the smaller matrix is unique, so in exact arithmetic it
+    holds nothing of the deleted row (its rounding does, as the bordered inverse's
+    downdate's does); the freed last row and column are zeroed. Returns ``n - 1``."""
+    m = n - 1 - p  # the rows below p
+    cs = np.empty(max(m, 1))
+    sn = np.empty(max(m, 1))
+    q = p + 1  # L33's first row and column
+    B = 8
+    for i0 in range(0, m, B):
+        i1 = min(i0 + B, m)
+        if i1 - i0 == B:  # all earlier rotations, eight rows side by side
+            r0 = q + i0
+            x0 = L[r0, p]
+            x1 = L[r0 + 1, p]
+            x2 = L[r0 + 2, p]
+            x3 = L[r0 + 3, p]
+            x4 = L[r0 + 4, p]
+            x5 = L[r0 + 5, p]
+            x6 = L[r0 + 6, p]
+            x7 = L[r0 + 7, p]
+            for k in range(i0):
+                c = cs[k]
+                s = sn[k]
+                col = q + k
+                t = L[r0, col]
+                L[r0, col] = c * t + s * x0
+                x0 = c * x0 - s * t
+                t = L[r0 + 1, col]
+                L[r0 + 1, col] = c * t + s * x1
+                x1 = c * x1 - s * t
+                t = L[r0 + 2, col]
+                L[r0 + 2, col] = c * t + s * x2
+                x2 = c * x2 - s * t
+                t = L[r0 + 3, col]
+                L[r0 + 3, col] = c * t + s * x3
+                x3 = c * x3 - s * t
+                t = L[r0 + 4, col]
+                L[r0 + 4, col] = c * t + s * x4
+                x4 = c * x4 - s * t
+                t = L[r0 + 5, col]
+                L[r0 + 5, col] = c * t + s * x5
+                x5 = c * x5 - s * t
+                t = L[r0 + 6, col]
+                L[r0 + 6, col] = c * t + s * x6
+                x6 = c * x6 - s * t
+                t = L[r0 + 7, col]
+                L[r0 + 7, col] = c * t + s * x7
+                x7 = c * x7 - s * t
+            L[r0, p] = x0
+            L[r0 + 1, p] = x1
+            L[r0 + 2, p] = x2
+            L[r0 + 3, p] = x3
+            L[r0 + 4, p] = x4
+            L[r0 + 5, p] = x5
+            L[r0 + 6, p] = x6
+            L[r0 + 7, p] = x7
+            k0 = i0
+        else:
+            k0 = 0
+        for i in range(i0, i1):  # the rest, row by row; then the row's own rotation
+            r = q + i
+            x = L[r, p]
+            for k in range(k0, i):
+                c = cs[k]
+                s = sn[k]
+                t = L[r, q + k]
+                L[r, q + k] = c * t + s * x
+                x = c * x - s * t
+            a = L[r, r]
+            h = math.hypot(a, x)
+            cs[i] = a / h
+            sn[i] = x / h
+            L[r, r] = h
+        for i in range(i0, i1):  # the block's rows move up one row, left of column p
+            src = L[q + i]
+            dst = L[p + i]
+            for j in range(p):
+                dst[j] = src[j]
+            for k in range(i + 1):
+                dst[p + k] = src[q + k]
     for j in range(n):
         L[n - 1, j] = 0.0
-    for k in range(p, n - 1):
-        a = L[k, k]
-        b = L[k, k + 1]
-        r = math.hypot(a, b)
-        c = a / r
-        s = b / r
-        for i in range(k, n - 1):
-            x = L[i, k]
-            y = L[i, k + 1]
-            L[i, k] = c * x + s * y
-            L[i, k + 1] = c * y - s * x
-        L[k, k + 1] = 0.0
-    for i in range(n):
-        L[i, n - 1] = 0.0
+    cs.fill(0.0)  # rotations of kernel-derived values: freed zeroed
+    sn.fill(0.0)
     return n - 1
 
 

@@ -420,25 +420,30 @@ def to_positions(xb, xj, pq, pe, pact, nPos, xt):
 
 @njit(cache=True, fastmath=VEC)
 def solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C,
-                  pslot, pq, pe, pact, nPos, xt, z):
+                  pslot, pq, pe, pact, nPos, xt, z, warm):
     """``xt`` (by position) = the solution on the path's partition, with the iterative
     refinement of :func:`~svattn.exact.backends.compiled.linalg.refine` (two steps, the
     second skipped on the same test) against the Gram block by position
     ``KSS[:nPos, :nPos]``; ``z`` keeps ``Q0 b`` (the start of the unrefined solves that
-    follow). Each step reads ``KSS`` and ``Q0`` once. Returns the first residual's relative
-    size, ``‖rhs − Q x‖∞ / ‖rhs‖∞`` for ``x`` as the inverse gives it (the probe residual
-    the health reading takes)."""
+    follow). Each step reads ``KSS`` and ``Q0`` once. ``warm``: ``xt`` holds the
+    partition's solution as the inverse gives it already (the working set's last
+    unrefined solve, :func:`~svattn.exact.backends.compiled.working_set.unrefined_solve`:
+    ``Q0 b`` moved by known columns), so the refinement starts from it, one read of
+    ``Q0`` fewer (``z`` not written). Returns the first residual's relative size,
+    ``‖rhs − Q x‖∞ / ‖rhs‖∞`` for ``x`` as the inverse gives it (the probe residual the
+    health reading takes)."""
     ecap = sy[5].shape[0]
     b = np.empty(m0)
     bj = np.zeros(ecap)
     rP = np.empty(nPos + 1)
     rhs_on(KC, cos, diag, esum, err_in, n_in, err_out, n_out, nE, C, pslot, pq, pe, pact,
            nPos, m0, b, bj, rP)
-    matvec(Q0, m0, b, z)
     xb = np.empty(m0)
     xj = np.zeros(ecap)
-    solve_from_z(z, m0, bj, sy, xb, xj)
-    to_positions(xb, xj, pq, pe, pact, nPos, xt)
+    if not warm:
+        matvec(Q0, m0, b, z)
+        solve_from_z(z, m0, bj, sy, xb, xj)
+        to_positions(xb, xj, pq, pe, pact, nPos, xt)
     bmax = 0.0
     for i in range(nPos + 1):
         bmax = max(bmax, abs(rP[i]))

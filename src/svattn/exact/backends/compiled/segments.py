@@ -318,7 +318,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                     nE += 1
             facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum, no_err,
                                                 0, no_err, 0, nE, C, pslot, pq, pe, pact, nS,
-                                                x, z0)
+                                                x, z0, False)
         elif kss_ok:
             facts[FACT_INV_RES] = solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x,
                                                  KSS)

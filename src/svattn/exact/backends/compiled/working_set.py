@@ -461,7 +461,7 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KS
     # the end: refined (a segment before it only located its event)
     facts[FACT_INV_RES] = solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, err_in, n_in,
                                         err_out, n_out, nE, C, pslot, pq, pe, pact, nPos, xt,
-                                        zb)
+                                        zb, True)  # (xt: the last unrefined solve's)
     for j in range(nPos):
         if pact[j]:
             a = xt[j + 1]
