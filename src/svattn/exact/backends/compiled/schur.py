@@ -40,6 +40,7 @@ from numba import njit
 from svattn.exact.backends.compiled.codes import VEC
 from svattn.exact.backends.compiled.columns import error_sum_after
 from svattn.exact.backends.compiled.linalg import REFINE_ONE_STEP, REFINE_ONE_STEP_DX
+from svattn.exact.core.cache import SINGULAR_SCHUR
 from svattn.exact.core.compiling import quick_load
 
 DROP, JOIN = 0, 1
@@ -184,16 +185,16 @@ def new_join(Q0, m0, s, qrow_col, KC, sy):
 def add_join(Q0, m0, e, KC, cos, diag, sy, scale):
     """Joined token ``e`` enters the margin system; False, the system unchanged, when its
     pivot (the bordered Schur complement a rank-one append tests) is at most
-    ``1e-10 · scale``: Q would turn singular."""
+    ``SINGULAR_SCHUR · scale``: Q would turn singular."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
-    return _append(Q0, m0, JOIN, e, Wt[e], KC, cos, diag, sy, 1e-10 * scale)
+    return _append(Q0, m0, JOIN, e, Wt[e], KC, cos, diag, sy, SINGULAR_SCHUR * scale)
 
 
 @njit(cache=True)
 def remove_col(kind, ref, m0, sy, scale):
     """Take capacitance column ``(kind, ref)`` out: a dropped token of ``S0`` rejoins
     (False unless its bordered Schur complement, the append's pivot, ``−Si[q, q]``,
-    exceeds ``1e-10 · scale``) or a joined token leaves (False unless the inverse's
+    exceeds ``SINGULAR_SCHUR · scale``) or a joined token leaves (False unless the inverse's
     diagonal entry there, ``Si[q, q]``, is positive). False leaves the system as it was."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
     k = cnt[0]
@@ -202,7 +203,7 @@ def remove_col(kind, ref, m0, sy, scale):
         return False
     piv = Si[q, q]
     if kind == DROP:
-        if not -piv > 1e-10 * scale:
+        if not -piv > SINGULAR_SCHUR * scale:
             return False
     elif not piv > 0.0:
         return False
