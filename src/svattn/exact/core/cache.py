@@ -88,6 +88,19 @@ def expand(s: SlotState, k: int) -> None:
     s.nS = nS + 1
 
 
+def first_bound(aS: np.ndarray, dS: np.ndarray, C: float) -> tuple[int, float]:
+    """How far the margin weights ``aS`` can move along ``dS`` per unit step before one
+    reaches 0 or ``C``, capped at ``C`` (the moving bound token's whole box): ``(p, t)``
+    with ``p`` the margin column that reaches its bound first, or ``(-1, C)`` where none
+    does within the box. A step already at a bound gives ``t = 0``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        t_each = np.where(dS < 0, -aS / dS, np.where(dS > 0, (C - aS) / dS, np.inf))
+    p = int(np.argmin(t_each)) if len(t_each) else -1
+    if p < 0 or not t_each[p] < C:
+        return -1, C
+    return p, max(float(t_each[p]), 0.0)
+
+
 def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
     """Bound token ``v`` (with a cache column) reaches ``g = 0`` on the path and would
     join the margin set: None where its Schur complement is above
@@ -111,11 +124,7 @@ def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
         return None
     sgn = 1.0 if up else -1.0
     dS = -sgn * w[1:]
-    aS = s.alpha[S]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_each = np.where(dS < 0, -aS / dS, np.where(dS > 0, (C - aS) / dS, np.inf))
-    p = int(np.argmin(t_each)) if nS else -1
-    t = C if p < 0 or not t_each[p] < C else max(float(t_each[p]), 0.0)
+    p, t = first_bound(s.alpha[S], dS, C)
     rate = 2.0 * s.KC[:hi, col_v] - 2.0 * (s.KC[:hi, :nS] @ w[1:]) - w[0]
     g_new = s.g[:hi] + (sgn * t) * rate
     st = s.state[:hi]
@@ -128,7 +137,7 @@ def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
     s.g[v] = 0.0
     s.alpha[S] += t * dS
     s.mu -= sgn * t * float(w[0])
-    if t >= C:
+    if p < 0:
         s.alpha[v] = C if up else 0.0
         s.sync_ac()
         return -1
@@ -285,5 +294,6 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ss.chi = na
 
 
-__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "flat_exchange", "free_col", "index_columns",
-           "mu_move", "permute_rows", "refactorize", "swap_cols", "write_columns"]
+__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "first_bound", "flat_exchange", "free_col",
+           "index_columns", "mu_move", "permute_rows", "refactorize", "swap_cols",
+           "write_columns"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends.protocol import Backend
-from svattn.exact.core.cache import SINGULAR_SCHUR, expand, free_col
+from svattn.exact.core.cache import SINGULAR_SCHUR, expand, first_bound, free_col
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.core.kktsets import DRIVEN, ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import SlotState, scrub
@@ -324,16 +324,12 @@ def _exchange(ss: SlotState, be: Backend, v: int, w: np.ndarray, schur: float) -
     S = ss.slot_of_col[: ss.nS]
     up = ss.state[v] == RESERVE  # alpha_v grows (g_v < 0) or falls (g_v > 0)
     dS = -w[1:] if up else w[1:]
-    aS = ss.alpha[S]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        t_each = np.where(dS < 0, -aS / dS, np.where(dS > 0, (ss.C - aS) / dS, np.inf))
-    p = int(np.argmin(t_each))
-    t = min(float(t_each[p]), ss.C)
+    p, t = first_bound(ss.alpha[S], dS, ss.C)
     if not t > 0.0 or (schur > 0.0 and abs(float(ss.g[v])) < schur * t):
         return False
     ss.alpha[S] += t * dS
     ss.mu -= (t if up else -t) * float(w[0])
-    if t < ss.C:  # the margin token p reached its bound: it leaves, v joins
+    if p >= 0:  # the margin token p reached its bound: it leaves, v joins
         slot = int(S[p])
         at_c = bool(dS[p] > 0)
         ss.alpha[slot] = ss.C if at_c else 0.0

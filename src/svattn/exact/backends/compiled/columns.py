@@ -225,17 +225,26 @@ def expand(Qb, KC, XC, ac, soc, cos, diag, k, nS, hi, scale):
 
 
 @njit(cache=True)
+def schur_complement(Qb, u, m, w, d_k):
+    """The Schur complement ``2 d_k − uᵀ Q⁻¹ u`` of a token against the ``m − 1`` margin
+    tokens whose bordered inverse leads ``Qb`` (``u = [1, 2 K(S, k)]``), with
+    ``w[:m] = Q⁻¹ u`` written: twice the squared feature-space distance from the token
+    to the affine span of the margin keys."""
+    matvec_lead(Qb, u, m, w, 1.0)
+    uw = 0.0
+    for i in range(m):
+        uw += u[i] * w[i]
+    return 2.0 * d_k - uw
+
+
+@njit(cache=True)
 def qb_append(Qb, u, n, d_k, scale):
     """Border the inverse of ``n`` margin tokens with one more, whose column of Q is
     ``u = [1, 2 K(S, k)]`` and diagonal ``2 d_k`` (a Schur-complement update);
     False, and ``Qb`` untouched, when the complement is below ``SINGULAR_SCHUR·scale``."""
     m = n + 1
     w = np.empty(m)
-    matvec_lead(Qb, u, m, w, 1.0)
-    uw = 0.0
-    for i in range(m):
-        uw += u[i] * w[i]
-    schur = 2.0 * d_k - uw
+    schur = schur_complement(Qb, u, m, w, d_k)
     if schur <= SINGULAR_SCHUR * scale:
         return False
     for i in range(m):
@@ -358,11 +367,7 @@ def flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, v, up, nS, hi, C,
     u[0] = 1.0
     for j in range(nS):
         u[j + 1] = 2.0 * KC[soc[j], cv]
-    matvec_lead(Qb, u, m, w, 1.0)
-    uw = 0.0
-    for i in range(m):
-        uw += u[i] * w[i]
-    if 2.0 * diag[v] - uw > SINGULAR_SCHUR * scale:
+    if schur_complement(Qb, u, m, w, diag[v]) > SINGULAR_SCHUR * scale:
         return 0, -1, mu
     sg = 1.0 if up else -1.0
     t = C
