@@ -123,12 +123,13 @@ _RBF_COPIES = np.array([
 ])
 
 
-@pytest.mark.xfail(strict=True, reason="pre-existing (also at 5f694f6): the add of key 33, "
-                   "a copy of key 21 to the copy test but 1.8e-7 away, leaves the running g "
-                   "2.2e-7 off the exact g on margin key 28; finish_op judges the running g "
-                   "(KKT 1.1e-15, no exact g on an add), so the finish's flat exchange of "
-                   "key 2 (error, g = +9.4e-8, Schur complement 6.3e-11) never runs: KKT "
-                   "4.7e-8, alpha 1.3e-2 and the decision function 1.7e-7 off the oracle")
+@pytest.mark.xfail(strict=True, reason="pre-existing (also at 5f694f6): the add's path "
+                   "admits key 28 beside its near-copy 2 on the margin (Schur complement just "
+                   "above 1e-10·scale), then 2 leaves: the downdated inverse is 6e-5 off "
+                   "inv(Q) (cond(Q) 68 after), the running g 2.2e-7 off the exact g, and "
+                   "finish_op judges the running g (KKT 1.1e-15; no exact g on an add), so "
+                   "key 2 stays in the error set at g = +9.4e-8: KKT 4.7e-8, alpha 1.3e-2 "
+                   "and the decision function 1.7e-7 off the oracle")
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_an_add_of_a_copy_beside_near_copies_ends_at_the_oracles_optimum(backend):
     """Both backends' fit of :data:`_RBF_COPIES` ends at KKT ≤ tol and at the oracle."""
