@@ -138,3 +138,39 @@ def test_an_add_of_a_copy_beside_near_copies_ends_at_the_oracles_optimum(backend
     assert mem.kkt_residual() <= mem.tol
     oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
     assert not oc.reasons, oc.reasons
+
+
+# 15 keys in 4-d under rbf (gamma 2.76) at C = 0.146 with near-copies 2.3e-6 apart (seed
+# 484 of the outside attack's streams, near-copies 1e-6 to 3e-5 apart, reduced).
+_STUCK = np.array([
+    [-0.0008046834351103356, -1.1307294887062713, -1.562742684897276, 0.3215138586746251],
+    [-0.938874046460422, -0.821941936931433, -0.43355036228940586, -0.30831722889769175],
+    [0.044209412896610185, 0.3851157092514013, -0.5825465814987991, 1.4773062196980498],
+    [0.8045560903958883, -1.3852275842963686, -1.2437666639756577, -0.17241313614240406],
+    [-0.036855082428422545, 1.1221801168532826, -0.44154041562149104, -0.529016671023259],
+    [-0.47261978793803205, 0.714646338533705, 0.4055114825015583, -0.26000405984582803],
+    [-0.07618418601391146, -1.141981879805626, 0.67865390858844, -1.6088863759792482],
+    [2.0674600490258395, 0.3728455985111936, -0.12407790585258216, 1.4081175032034563],
+    [0.020640322069646316, 1.8153654390375014, -0.7516728426274949, -0.19282549721635672],
+    [0.8073720985157145, -1.2029207831723612, -0.15696344326576836, 2.2747385532977424],
+    [0.2729237981901336, 2.628898185416353, -0.33039115032827066, -0.6169047980439072],
+    [2.170974055008438, 1.229755729781052, 0.5032970647930325, 0.4830620333715458],
+    [0.020638746227576357, 1.8153646949643483, -0.7516733090682975, -0.1928268653905322],
+    [0.03410549346795255, 0.9985686853347987, -0.6550896303827727, 0.7609574289952276],
+    [-0.07618367778207154, -1.1419794099728258, 0.678654246330885, -1.608884860708618],
+])
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_a_forget_whose_flat_exchange_leaves_its_partner_on_the_wrong_side_re_solves(backend):
+    """Forgetting the second key: the path's flat exchange moves key 14 in from the
+    reserve set and key 6 out, whose g then ends at -5.8e-12 in the reserve set; the
+    finish's exchange of 6 back does not move (its g meets 0 first: at the optimum 6 and
+    14 are both free, which the expansion refuses). That state (KKT 2.9e-12, within tol)
+    was 2.8e-7 off the oracle's decision function; the finish now re-solves there."""
+    mem = SVDDMemory(0.14561779479913403, "rbf", 2.764795283733886, backend=backend)
+    ids = mem.extend(_STUCK)
+    mem.remove(ids[1])
+    assert mem.kkt_residual() <= 1e-14
+    oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
+    assert not oc.reasons, oc.reasons
