@@ -103,8 +103,13 @@ def first_bound(aS: np.ndarray, dS: np.ndarray, C: float) -> tuple[int, float]:
 
 def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
     """Bound token ``v`` (with a cache column) reaches ``g = 0`` on the path and would
-    join the margin set: None where its Schur complement is above
-    :data:`SINGULAR_SCHUR`·scale (the caller expands). Else ``v`` is nearly in the span
+    join the margin set: None where its Schur complement ``s`` is above
+    :data:`SINGULAR_SCHUR`·``min(scale, max(1, K_vv))`` (the caller expands; where the expansion
+    refuses it, it re-solves). The exchange ignores the curvature ``s`` and leaves
+    ``g_v`` at ``±s·t`` (``t <= C``): against ``K_vv``, the size of ``g_v``'s terms, not
+    the scale (the largest diagonal), or under a kernel whose diagonal varies (``exp``)
+    a token with a complement of ~1e3 beside a scale of 7e14 made a far-off state
+    (KKT 0.02, the oracle's partition missed). Else ``v`` is nearly in the span
     of the margin keys (``docs/design.md`` §3, near-copies): its weight moves first by
     the flat exchange with that combination — ``α_v`` up (``up``: from the reserve
     set) or down by ``t``, ``(μ, α_S)`` by ``∓t·Q⁻¹u``, the g of every other row by
@@ -120,7 +125,7 @@ def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
     u[0] = 1.0
     u[1:] = 2.0 * s.KC[S, col_v]
     w = s.Qinv @ u
-    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * s.scale:
+    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * min(s.scale, max(1.0, float(s.diag[v]))):
         return None
     sgn = 1.0 if up else -1.0
     dS = -sgn * w[1:]

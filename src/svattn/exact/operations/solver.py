@@ -40,7 +40,13 @@ from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
 from svattn.exact.core.state import DIGEST_MOD, NeedResolve, SlotState, scrub
 from svattn.exact.operations.batch import BatchSolution, KernelColumns, batch_solve, libsvm_solve
-from svattn.exact.operations.copies import give_to_copies, resplit_violating, split_by_own_g, spread
+from svattn.exact.operations.copies import (
+    give_to_copies,
+    near_span_violators,
+    resplit_violating,
+    split_by_own_g,
+    spread,
+)
 from svattn.exact.operations.scoring import esum_rows, score_rows
 
 
@@ -435,6 +441,12 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     kkt = be.kkt(ss, ss.g[: ss.hi])
     if kkt <= 0.1 * ss.tol:
         if not resplit_violating(ss, be, kkt, ROUNDING_KKT):
+            if kkt > ROUNDING_KKT and ss.g_valid and near_span_violators(ss, ROUNDING_KKT):
+                # a bound token on the wrong side nearly in the span of the margin keys
+                # that no flat exchange moves (its g meets 0 first: the optimum has it
+                # and its partner both free, which the expansion refuses): re-solve
+                resolve(ss, be)
+                return None
             return kkt if ss.g_valid else None
         polish_split(ss, be)  # a split out of order under tol: polished on an exact g
         ss.ops_since_exact_g = 0

@@ -352,7 +352,9 @@ def flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, v, up, nS, hi, C,
                   mu):
     """:func:`svattn.exact.core.cache.flat_exchange` on the work inverse ``Qb``: bound
     token ``v`` (with a cache column) reaches ``g = 0``; where its Schur complement is
-    at most ``SINGULAR_SCHUR·scale`` it first exchanges weight with the margin
+    at most ``SINGULAR_SCHUR·min(scale, max(1, K_vv))`` (the size of ``g_v``'s terms, which the
+    exchange's neglected curvature moves ``g_v`` against; the core's docstring) it
+    first exchanges weight with the margin
     combination it is nearly in the span of (``α_v`` up from the reserve set with
     ``up``, else down; ``(μ, α_S)`` by ``∓t·Q⁻¹u``; every other row's g by
     ``±t·(2K_iv − 2K_iS w_S − w_μ)``), as far as the first bound. Returns
@@ -367,7 +369,7 @@ def flat_exchange(Qb, KC, ac, soc, cos, diag, alpha, g, state, v, up, nS, hi, C,
     u[0] = 1.0
     for j in range(nS):
         u[j + 1] = 2.0 * KC[soc[j], cv]
-    if schur_complement(Qb, u, m, w, diag[v]) > SINGULAR_SCHUR * scale:
+    if schur_complement(Qb, u, m, w, diag[v]) > SINGULAR_SCHUR * min(scale, max(1.0, diag[v])):
         return 0, -1, mu
     sg = 1.0 if up else -1.0
     t = C
