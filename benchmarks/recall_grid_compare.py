@@ -134,9 +134,10 @@ def compare(old: dict, new: dict, old_exact: dict, new_exact: dict, agree: dict)
     groups: dict[tuple, list[str]] = {}
     for rid, rec in sorted(news.items()):
         m = cell_measures(rec)
-        groups.setdefault((m["mixer"], m["C"]), []).append(rid)
+        groups.setdefault(_group(rec), []).append(rid)
     boxes = []
-    for (mixer, C), ids in sorted(groups.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or 0))):
+    for (task, seq_len, mixer, C), ids in sorted(
+            groups.items(), key=lambda kv: (kv[0][:3], -(kv[0][3] or 0))):
         seeds = []
         for rid in ids:
             rec, m = news[rid], cell_measures(news[rid])
@@ -147,6 +148,10 @@ def compare(old: dict, new: dict, old_exact: dict, new_exact: dict, agree: dict)
             if rid in olds:
                 row["old"] = accuracy_row(olds[rid])
                 row["new_minus_old"] = row["new"]["accuracy"] - row["old"]["accuracy"]
+                # training loss at each recorded step (one batch's), old beside new
+                was = dict(map(tuple, olds[rid].get("loss_curve", [])))
+                row["loss_curve_new_old"] = [[k, v, was.get(k)]
+                                             for k, v in rec.get("loss_curve", [])]
             if rid in old_exact:
                 row["old_exact_selection"] = old_exact[rid]
             if rid in new_exact:
@@ -155,10 +160,17 @@ def compare(old: dict, new: dict, old_exact: dict, new_exact: dict, agree: dict)
                 row["train_vs_exact"] = agree[rid]
             seeds.append(row)
         common = [r for r in seeds if "old" in r]
-        old_ids = [i for i, r in olds.items() if r["run"]["mixer"] == mixer
-                   and cell_measures(r)["C"] == C]
+        old_ids = [i for i, r in olds.items() if _group(r) == (task, seq_len, mixer, C)]
+        lrs = {news[i]["run"]["lr"] for i in ids}
+        baselines: dict[str, list[float]] = {}  # the old grid's other mixers, same task
+        for r in olds.values():
+            if (r["run"]["task"], r["run"]["seq_len"]) == (task, seq_len) \
+                    and r["run"]["mixer"] != mixer and r["run"]["lr"] in lrs:
+                baselines.setdefault(r["run"]["mixer"], []).append(r["accuracy"])
         boxes.append({
+            "task": task, "seq_len": seq_len,
             "mixer": mixer, "C": C, "seeds": [r["seed"] for r in seeds],
+            "old_other_mixers_same_lr": {k: _interval(v) for k, v in sorted(baselines.items())},
             "new": _interval([r["new"]["accuracy"] for r in seeds]),
             "old_same_seeds": _interval([r["old"]["accuracy"] for r in common]),
             "old_all_seeds": _interval([olds[i]["accuracy"] for i in sorted(old_ids)]),
@@ -167,6 +179,12 @@ def compare(old: dict, new: dict, old_exact: dict, new_exact: dict, agree: dict)
     return {"boxes": boxes,
             "only_old": sorted(set(olds) - set(news)),
             "only_new": sorted(set(news) - set(olds))}
+
+
+def _group(rec: dict) -> tuple:
+    """A cell's box: task, length, mixer and C (its seeds and finish aside)."""
+    return (rec["run"]["task"], rec["run"]["seq_len"], rec["run"]["mixer"],
+            cell_measures(rec)["C"])
 
 
 def progress(old: dict, folder: Path, finished: set[str]) -> list[dict]:
@@ -227,9 +245,12 @@ def main(argv: list[str] | None = None) -> int:
             print(cell["id"], [(r["step"], round(r["loss"], 3), r["old_loss"] and
                                 round(r["old_loss"], 3)) for r in cell["curve"]], flush=True)
     for box in body["boxes"]:
-        print(f"{box['mixer']} C={box['C']}: seeds {box['seeds']}: new {_fmt(box['new'])}, "
+        others = ", ".join(f"{k} {_fmt(v)}" for k, v in box["old_other_mixers_same_lr"].items())
+        print(f"{box['task']} T={box['seq_len']} {box['mixer']} C={box['C']}: "
+              f"seeds {box['seeds']}: new {_fmt(box['new'])}, "
               f"old (same seeds) {_fmt(box['old_same_seeds'])}, paired new − old "
-              f"{_fmt(box['new_minus_old_paired'])}", flush=True)
+              f"{_fmt(box['new_minus_old_paired'])}"
+              + (f"; old grid's other mixers: {others}" if others else ""), flush=True)
         for r in box["rows"]:
             print(f"  s{r['seed']}: new {r['new']['accuracy']:.4f} old "
                   f"{r.get('old', {}).get('accuracy', float('nan')):.4f}", flush=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -348,6 +349,22 @@ def test_resumable_cells_train_the_same_model_and_resume(tmp_path: Path):
         assert torch.equal(pa, pb), name
     assert [s for s, _ in b["loss_curve"]] == [2, 4]
     assert run_grid(grid, tmp_path / "ck", ckpt_every=2) == []  # finished: skipped
+    # a resumable cell of a grid that keeps no weights: collect keeps its last step's
+    unkept = replace(grid, save_models=False)
+    (bare,) = run_grid(unkept, tmp_path / "bare", ckpt_every=2)
+    assert "model_file" not in json.loads(bare.read_text())
+    res = collect(tmp_path / "bare", tmp_path / "bare.json", models_into=tmp_path / "kept")
+    (rec,) = res["records"]
+    mc, rc = load_cell_model(tmp_path / "kept" / rec["model_file"])
+    assert rc.run_id == rec["id"]
+    for (name, pa), pc in zip(ma.state_dict().items(), mc.state_dict().values(), strict=True):
+        assert torch.equal(pa, pc), name  # the same weights as the kept grid's
+    data = build_task(rc).build(rc.seed)
+    assert query_accuracy(mc, data.test_inputs, data.test_targets) == rec["accuracy"]
+    with (tmp_path / "bare" / rec["id"] / "model.pt").open("r+b") as f:
+        f.truncate(100)  # a cell whose final weights are damaged is not kept silently
+    with pytest.raises(ValueError):
+        collect(tmp_path / "bare", None, models_into=tmp_path / "kept2")
 
 
 def test_the_control_grid_trains_with_the_approximate_finish_the_retrained_with_the_optimum():

@@ -28,7 +28,15 @@ from pathlib import Path
 import numpy as np
 from scipy import stats
 
-from svattn.lm.recall import RECALL_HYBRID, RecallRun, train_recall, train_recall_resumable
+from svattn.lm.recall import (
+    MODEL_NAME,
+    RECALL_HYBRID,
+    RecallRun,
+    load_recall_model,
+    save_cell_model,
+    train_recall,
+    train_recall_resumable,
+)
 
 __all__ = ["GRIDS", "RecallGrid", "cell_measures", "collect", "estimate_hours", "mean_interval",
            "parse_only", "restore", "run_grid", "select", "summarize"]
@@ -501,7 +509,9 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         (:func:`summarize`), "train_seconds" (total of the cells' wall time)}``.
 
     ``models_into`` (a folder): copy each cell's kept weights (``model_file``, grids
-    with ``save_models``) there, beside the results file.
+    with ``save_models``) there, beside the results file; a resumable cell of a grid
+    without them has its last step's weights (``<id>/model.pt``) written there as a
+    cell model, and its record names it.
 
     Raises
     ------
@@ -554,6 +564,11 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
                 if not src.exists():
                     raise FileNotFoundError(f"runs: {rec['id']} names {src}, which is gone")
                 shutil.copyfile(src, dest / rec["model_file"])
+            elif (where[rec["id"]] / rec["id"] / MODEL_NAME).exists():
+                # a resumable cell of a grid without save_models: its final weights
+                # (the run folder's model.pt), kept as the cell model a kept grid writes
+                rec["model_file"] = _keep_final_weights(where[rec["id"]] / rec["id"], rec,
+                                                        dest)
         result["models_in"] = str(dest)
     if into is not None:
         into = Path(into)
@@ -562,6 +577,25 @@ def collect(runs: str | os.PathLike | Sequence[str | os.PathLike],
         tmp.write_text(json.dumps(result, indent=1, allow_nan=False) + "\n")
         os.replace(tmp, into)
     return result
+
+
+def _keep_final_weights(folder: Path, rec: dict, dest: Path) -> str:
+    """Write a resumable cell's last-step weights (``folder/model.pt``) into ``dest`` as
+    a cell model (:func:`svattn.lm.recall.save_cell_model`); returns its file name.
+
+    Raises
+    ------
+    ValueError
+        If the weights are not the finished run's (their step is not the run's steps).
+    """
+    model, _, ck = load_recall_model(folder / MODEL_NAME)
+    run = RecallRun.from_dict(rec["run"])
+    if ck["step"] != run.steps:
+        raise ValueError(f"runs: {folder / MODEL_NAME} holds step {ck['step']}, "
+                         f"not the run's last ({run.steps})")
+    name = f"{rec['id']}.safetensors"
+    save_cell_model(model, run, dest / name)
+    return name
 
 
 def restore(results: str | os.PathLike, out: str | os.PathLike) -> list[Path]:
