@@ -378,5 +378,10 @@ def test_the_control_grid_trains_with_the_approximate_finish_the_retrained_with_
 
     assert finish("selection-approximate") == {"approximate"}
     assert finish("selection") == {"optimum"}  # the library default
+    ctrl = GRIDS["long-64-approximate"].runs()
+    assert {r.run_id for r in ctrl} == {r.run_id for r in GRIDS["long-64"].runs()
+                                        if r.mixer == "hybrid_sv" and r.lr == 3e-3}
+    assert {m.solver.finish for r in ctrl for m in CharLM(model_config(r, 10)).modules()
+            if hasattr(m, "solver")} == {"approximate"}
     with pytest.raises(ValueError, match="unknown keys"):
         RecallRun(hybrid={"finnish": "optimum"})

@@ -175,6 +175,14 @@ GRIDS: dict[str, RecallGrid] = {
              "the budget; its state is not matched to the window), at the learning rate "
              "long-64's support-policy hybrid did best with; its own runs folder and "
              "results file (its cell ids repeat long-64's)"),
+    "long-64-approximate": RecallGrid(
+        "long-64-approximate", tasks=("mqar",), lengths=(64,), mixers=("hybrid_sv",),
+        lrs=(3e-3,), seeds=(0, 1, 2),
+        base=dict(LONG_BASE, hybrid={**SMALL_HYBRID, "finish": "approximate"}),
+        note="control of long-64's hybrid retrained with the optimum finish: the same "
+             "cells (lr 3e-3) with the paper's approximate finish on the current code "
+             "(long-64's models trained with it on an earlier version); its own runs "
+             "folder and results file (its cell ids repeat long-64's)"),
     "long-128": RecallGrid(
         "long-128", tasks=("mqar",), lengths=(128,), mixers=("hybrid_sv", "sliding", "softmax"),
         lrs=(1e-3, 3e-3), seeds=(0, 1, 2),
