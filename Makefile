@@ -19,6 +19,7 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(BIN)/python -m pip install -q -e ".[dev]"
 	$(BIN)/python -m svattn.exact.compile_kernels  # compile once here, never inside a timing
+	$(BIN)/python -m svattn.mixers.compile_kernels  # the batched training solver's
 	touch $@
 
 setup: $(BIN)/.installed
@@ -45,6 +46,7 @@ $(PRESS_BIN)/.installed: pyproject.toml
 	$(PRESS_BIN)/python -m pip install -q $(TORCH_SPEC)
 	$(PRESS_BIN)/python -m pip install -q -e ".[dev,press]"
 	$(PRESS_BIN)/python -m svattn.exact.compile_kernels
+	$(PRESS_BIN)/python -m svattn.mixers.compile_kernels
 	touch $@
 
 test-press: $(PRESS_BIN)/.installed

@@ -32,8 +32,8 @@ from numba.core.caching import FunctionCache
 from numba.core.dispatcher import Dispatcher
 
 MESSAGE = ("svattn: compiling numba kernels for this machine (first use only: up to a "
-           "minute; cached on disk after; `make setup` or `python -m "
-           "svattn.exact.compile_kernels` does it ahead)")
+           "minute; cached on disk after; `make setup` does it ahead: `python -m "
+           "svattn.exact.compile_kernels` and `python -m svattn.mixers.compile_kernels`)")
 
 
 class CompileNotice(event.Listener):
