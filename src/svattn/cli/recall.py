@@ -20,8 +20,8 @@ __all__ = ["RECALL_GRIDS", "RECALL_RESULTS", "recall_arguments", "recall_run"]
 #: The names of svattn.lm.recall_grid.GRIDS, here so that --help imports no torch
 #: (tests/lm/test_recall.py holds the two equal).
 RECALL_GRIDS = ("quick", "slice", "slice-128", "slice-128-lr3e-3", "slice-copy", "long-64",
-                "long-64-full", "long-128", "long-copy", "selection", "selection-approximate",
-                "full")
+                "long-64-full", "long-64-approximate", "long-128", "long-copy", "selection",
+                "selection-approximate", "full")
 
 
 RECALL_RESULTS = "results/recall.json"
