@@ -7,7 +7,7 @@ import pytest
 from sklearn.svm import OneClassSVM
 
 from svattn import SVDD
-from svattn.exact.operations.solver import mu_interval
+from svattn.exact.operations.scoring import mu_interval
 
 
 def _blobs(n: int, d: int, seed: int) -> np.ndarray:

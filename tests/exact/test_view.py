@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from svattn.exact import SVDDMemory
-from svattn.exact.operations.solver import mu_interval
+from svattn.exact.operations.scoring import mu_interval
 
 
 @pytest.fixture(scope="module")

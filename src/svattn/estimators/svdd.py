@@ -25,7 +25,7 @@ is libsvm's one-class dual ``min ½ βᵀKβ, Σβ = νn, 0 <= β <= 1`` with
 where, when every support vector sits at the bound (an empty margin set, e.g. ν·n an
 integer), μ is not unique: the core keeps the largest optimal value (its convention:
 certificates and digests are over it), and the estimator reports the middle of the
-interval of optimal values, as libsvm chooses ρ (``svattn.exact.operations.solver.mu_interval``),
+interval of optimal values, as libsvm chooses ρ (``svattn.exact.operations.scoring.mu_interval``),
 
 which for rbf equal ``OneClassSVM``'s attributes of the same names (to the
 precision libsvm reaches: it caches the kernel in float32). For kernels with a

@@ -24,7 +24,7 @@ import numpy as np
 
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.state import SlotState
-from svattn.exact.operations import solver
+from svattn.exact.operations import scoring, solver
 from svattn.exact.records.signing import tag_hashes
 
 
@@ -180,13 +180,13 @@ class MemoryView:
 
     def mu_interval(self) -> tuple[float, float]:
         """The optimal values of ``mu``, ``(low, high)``: one point unless the margin set
-        is empty (see :func:`svattn.exact.operations.solver.mu_interval`).
+        is empty (see :func:`svattn.exact.operations.scoring.mu_interval`).
 
         Returns
         -------
         tuple of float
         """
-        return solver.mu_interval(self._ss)
+        return scoring.mu_interval(self._ss)
 
     def kkt_residual_all_columns(self) -> float:
         """The KKT residual with ``g`` recomputed by the numpy reference from every

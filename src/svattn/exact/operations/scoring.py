@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from svattn.exact.backends import reference
 from svattn.exact.backends.compiled.reserve import error_share
 from svattn.exact.core.kernels import get_kernel, kernel_matrix
+from svattn.exact.core.kktsets import RESERVE
 from svattn.exact.core.state import SlotState, scrub
 
 
@@ -65,4 +67,25 @@ def esum_rows(ss: SlotState, slots: np.ndarray, rows: np.ndarray) -> None:
         ss.esum[slots] += error_shares(ss, [ss.X[s] for s in slots.tolist()])[1]
 
 
-__all__ = ["error_shares", "esum_rows", "score_rows"]
+def mu_interval(ss: SlotState) -> tuple[float, float]:
+    """The optimal values of ``mu``, ``(low, high)``.
+
+    One point, ``(mu, mu)``, while the margin set is non-empty (and in warm-up). With an
+    empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal: from
+    ``mu − min_R g`` (the reserve token nearest the boundary on it) up to ``ss.mu``, the
+    largest, which the memory keeps
+    (:func:`svattn.exact.operations.solver.canonical_mu`); ``low`` is ``-inf`` when no
+    token is in the reserve. libsvm takes the middle (its ``rho``), and so does the
+    offset of :class:`svattn.SVDD`. Reads the state only (g from the cached columns).
+    """
+    mu = float(ss.mu)
+    if ss.n == 0 or ss.warm or ss.nS:
+        return mu, mu
+    live = ss.live_slots()
+    reserve = live[ss.state[live] == RESERVE]
+    if not len(reserve):
+        return -np.inf, mu
+    return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
+
+
+__all__ = ["error_shares", "esum_rows", "mu_interval", "score_rows"]

@@ -405,26 +405,6 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
         ss.mu, ss.g[: ss.hi] = high, g_high
 
 
-def mu_interval(ss: SlotState) -> tuple[float, float]:
-    """The optimal values of ``mu``, ``(low, high)``.
-
-    One point, ``(mu, mu)``, while the margin set is non-empty (and in warm-up). With an
-    empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal: from
-    ``mu − min_R g`` (the reserve token nearest the boundary on it) up to ``ss.mu``, the
-    largest, which the memory keeps (:func:`canonical_mu`); ``low`` is ``-inf`` when no
-    token is in the reserve. libsvm takes the middle (its ``rho``), and so does the
-    offset of :class:`svattn.SVDD`. Reads the state only (g from the cached columns).
-    """
-    mu = float(ss.mu)
-    if ss.n == 0 or ss.warm or ss.nS:
-        return mu, mu
-    live = ss.live_slots()
-    reserve = live[ss.state[live] == RESERVE]
-    if not len(reserve):
-        return -np.inf, mu
-    return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
-
-
 def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | None:
     """End an incremental step exactly: polish, check, refactorize, re-solve. Return
     the KKT residual of the first check when it passed on an exact g (a removal's
@@ -706,7 +686,7 @@ def install_solution(ss: SlotState, be: Backend, live: np.ndarray, sol: BatchSol
 
 
 __all__ = ["WRONG_OPTIMUM", "Backend", "WrongOptimum", "add_one", "certificate_facts",
-           "fresh_g", "install_solution", "mu_interval", "next_slots", "record_rows",
+           "fresh_g", "install_solution", "next_slots", "record_rows",
            "remove_slot", "reserve_score", "resolve", "resolve_by_columns", "resolve_by_gram",
            "set_sizes", "settle_solution", "solve_by_columns", "standby_upkeep",
            "state_digest", "store", "wipe_slot"]
