@@ -24,7 +24,7 @@ import numpy as np
 
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.state import SlotState
-from svattn.exact.operations import scoring, solver
+from svattn.exact.operations import scoring
 from svattn.exact.records.signing import tag_hashes
 
 

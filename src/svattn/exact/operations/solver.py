@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from svattn.exact.backends import reference
 from svattn.exact.backends.protocol import Backend  # compiled or reference, held to it by a test
 from svattn.exact.core.cache import (
     adopt_rows,
