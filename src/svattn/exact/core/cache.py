@@ -22,6 +22,21 @@ from svattn.exact.core.state import NeedResolve, SlotState
 # nearly in the span of the margin keys; its weight moves by a flat exchange instead
 # (``operations.copies.exchange_near_span``; docs/design.md §3).
 SINGULAR_SCHUR = 1e-10
+# A token that joins with a Schur complement at most this share of its size
+# (:func:`border_size`) borders the inverse ill-conditioned: Q⁻¹'s new row is ~1/s, and
+# a later downdate (its near-copy partner leaving) is off inv(Q) by far more than
+# rounding (6e-5, the running g 2.2e-7 off the exact g: issue #51). The expansion sets
+# ``SlotState.ill_border``; the operation's finish then refactorizes and judges an
+# exact g (``operations.solver.finish_op``). Both backends (``compiled.columns``).
+ILL_SCHUR = 1e-4
+
+
+def border_size(s: SlotState, k: int) -> float:
+    """The size against which token ``k``'s Schur complement is judged (the terms
+    ``g_k`` is made of): ``min(scale, max(1, K_kk))``. Under a kernel whose diagonal
+    varies (``exp``) the scale (the largest diagonal, up to 1e14) hid complements
+    of 1e3 beside a token whose own diagonal is 10."""
+    return min(s.scale, max(1.0, float(s.diag[k])))
 
 
 def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -74,10 +89,13 @@ def expand(s: SlotState, k: int) -> None:
         u[1:] = 2.0 * s.KC[s.slot_of_col[:nS], col_k]
         w = s.Qinv @ u
         schur = 2.0 * s.diag[k] - float(u @ w)
-        if schur <= SINGULAR_SCHUR * s.scale:
+        size = border_size(s, k)
+        if schur <= SINGULAR_SCHUR * size:
             # a (near) copy of margin keys: Q would be singular. Neither jitter
             # (another problem) nor skipping (a corrupt inverse): re-solve.
             raise NeedResolve
+        if schur <= ILL_SCHUR * size:
+            s.ill_border = True
         Qn = np.empty((nS + 2, nS + 2))
         Qn[: nS + 1, : nS + 1] = s.Qinv + np.outer(w, w) / schur
         Qn[: nS + 1, nS + 1] = -w / schur
@@ -125,7 +143,7 @@ def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
     u[0] = 1.0
     u[1:] = 2.0 * s.KC[S, col_v]
     w = s.Qinv @ u
-    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * min(s.scale, max(1.0, float(s.diag[v]))):
+    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * border_size(s, v):
         return None
     sgn = 1.0 if up else -1.0
     dS = -sgn * w[1:]
@@ -299,6 +317,6 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ss.chi = na
 
 
-__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "first_bound", "flat_exchange", "free_col",
+__all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound", "flat_exchange", "free_col",
            "index_columns", "mu_move", "permute_rows", "refactorize", "swap_cols",
            "write_columns"]

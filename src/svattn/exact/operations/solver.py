@@ -414,7 +414,10 @@ def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | N
     # g) and before any decision below; in between the drive's own linear
     # updates are accurate to rounding, which the KKT check on them would expose.
     ss.ops_since_exact_g += 1
-    refresh = exact_g or ss.ops_since_exact_g >= 32 or diagonal_span(ss) > WIDE_DIAGONAL
+    ill, ss.ill_border = ss.ill_border, False
+    if ill:  # a border beside a near-copy (core.cache.ILL_SCHUR): its downdates drift
+        refactorize(ss)
+    refresh = ill or exact_g or ss.ops_since_exact_g >= 32 or diagonal_span(ss) > WIDE_DIAGONAL
     polish(ss, be, refresh_g=refresh)
     if refresh:
         ss.ops_since_exact_g = 0
@@ -455,7 +458,7 @@ def diagonal_span(ss: SlotState) -> float:
 
 def drop_solution(ss: SlotState) -> None:
     """Forget the solution: no margin set, no inverse, no cached columns."""
-    ss.esum_valid = False
+    ss.esum_valid = ss.ill_border = False
     ss.nS = 0
     ss.Qinv = np.zeros((0, 0))
     for s in ss.slot_of_col[: ss.chi].tolist():  # standby columns too
