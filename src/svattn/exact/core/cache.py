@@ -17,9 +17,9 @@ from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import NeedResolve, SlotState
 
 # The expansion's singularity bound: a token whose Schur complement against the margin set
-# is at most this share of the scale does not join it (Q would turn singular; both
-# backends: ``expand`` here, ``compiled.columns`` and ``compiled.schur``). Such a token is
-# nearly in the span of the margin keys; its weight moves by a flat exchange instead
+# is at most this share of its size (:func:`border_size`; the scale in ``compiled.schur``'s
+# capacitance joins) does not join it (Q would turn singular; both backends: ``expand``
+# here, ``compiled.columns``). Such a token is nearly in the span of the margin keys; its weight moves by a flat exchange instead
 # (``operations.copies.exchange_near_span``; docs/design.md §3).
 SINGULAR_SCHUR = 1e-10
 # A token that joins with a Schur complement at most this share of its size
@@ -317,6 +317,6 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ss.chi = na
 
 
-__all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound", "flat_exchange", "free_col",
-           "index_columns", "mu_move", "permute_rows", "refactorize", "swap_cols",
+__all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound",
+           "flat_exchange", "free_col", "index_columns", "mu_move", "permute_rows", "refactorize", "swap_cols",
            "write_columns"]
