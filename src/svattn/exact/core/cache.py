@@ -19,8 +19,9 @@ from svattn.exact.core.state import NeedResolve, SlotState
 # The expansion's singularity bound: a token whose Schur complement against the margin set
 # is at most this share of its size (:func:`border_size`; the scale in ``compiled.schur``'s
 # capacitance joins) does not join it (Q would turn singular; both backends: ``expand``
-# here, ``compiled.columns``). Such a token is nearly in the span of the margin keys; its weight moves by a flat exchange instead
-# (``operations.copies.exchange_near_span``; docs/design.md §3).
+# here, ``compiled.columns``). Such a token is nearly in the span of the margin keys;
+# its weight moves by a flat exchange instead (``operations.copies.exchange_near_span``;
+# docs/design.md §3).
 SINGULAR_SCHUR = 1e-10
 # A token that joins with a Schur complement at most this share of its size
 # (:func:`border_size`) borders the inverse ill-conditioned: Q⁻¹'s new row is ~1/s, and
@@ -318,5 +319,5 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
 
 
 __all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound",
-           "flat_exchange", "free_col", "index_columns", "mu_move", "permute_rows", "refactorize", "swap_cols",
-           "write_columns"]
+           "flat_exchange", "free_col", "index_columns", "mu_move", "permute_rows",
+           "refactorize", "swap_cols", "write_columns"]

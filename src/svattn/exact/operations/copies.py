@@ -124,8 +124,9 @@ def give_to_copies(ss: SlotState, be: Backend, slot: int) -> int | None:
 
 # ``g`` differences (units of the group's size, :func:`g_size`) below which a group's
 # split is immaterial: rounding (~450 ulps). Exact copies' g agree to the last bits;
-# near-copies' differ by 1e-13 to 1e-11 under a wide kernel, under tol, and the split they fix matters there
-# (0.01·tol before: two keys 3e-6 apart, their g 9.8e-13 apart, split in id order).
+# near-copies' differ by 1e-13 to 1e-11 under a wide kernel, under tol, and the split
+# they fix matters there (0.01·tol before: two keys 3e-6 apart, their g 9.8e-13 apart,
+# split in id order).
 SPLIT_TIE = 1e-13
 
 
