@@ -69,13 +69,12 @@ _EXP_COPIES = np.array([
 ])
 
 
-@pytest.mark.xfail(strict=True, reason="pre-existing (also at 5f694f6): under exp the copy "
-                   "test (dd - 2K <= 1e-13 dd) merges keys 8e-9 apart whose g differ by "
-                   "4.5e-7 (a row of size 173); the fit leaves the margin member at "
-                   "g = -4.5e-7, KKT 2.6e-9 > tol 1e-10, where the oracle reaches 2.2e-16")
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_a_fit_beside_near_copies_under_a_kernel_with_a_large_diagonal_reaches_tol(backend):
-    """Both backends' fit of :data:`_EXP_COPIES` ends at KKT ≤ tol."""
+    """Both backends' fit of :data:`_EXP_COPIES` ends at KKT ≤ tol. It ended at 2.6e-9:
+    the copy test merged keys 8e-9 apart whose g differ by 4.5e-7, the margin member
+    left at g = -4.5e-7, where the expansion judged its Schur complement against the
+    scale (1e14), not the token's own size (``core.cache.border_size``)."""
     mem = SVDDMemory(0.058801035427853705, "exp", 2.861298349712619, backend=backend)
     mem.extend(_EXP_COPIES)
     assert mem.kkt_residual() <= mem.tol
@@ -123,16 +122,15 @@ _RBF_COPIES = np.array([
 ])
 
 
-@pytest.mark.xfail(strict=True, reason="pre-existing (also at 5f694f6): the add's path "
-                   "admits key 28 beside its near-copy 2 on the margin (Schur complement just "
-                   "above 1e-10·scale), then 2 leaves: the downdated inverse is 6e-5 off "
-                   "inv(Q) (cond(Q) 68 after), the running g 2.2e-7 off the exact g, and "
-                   "finish_op judges the running g (KKT 1.1e-15; no exact g on an add), so "
-                   "key 2 stays in the error set at g = +9.4e-8: KKT 4.7e-8, alpha 1.3e-2 "
-                   "and the decision function 1.7e-7 off the oracle")
 @pytest.mark.parametrize("backend", ["compiled", "reference"])
 def test_an_add_of_a_copy_beside_near_copies_ends_at_the_oracles_optimum(backend):
-    """Both backends' fit of :data:`_RBF_COPIES` ends at KKT ≤ tol and at the oracle."""
+    """Both backends' fit of :data:`_RBF_COPIES` ends at KKT ≤ tol and at the oracle.
+    The add's path admits key 28 beside its near-copy 2 on the margin (Schur complement
+    just above 1e-10), then 2 leaves: the downdated inverse was 6e-5 off inv(Q), the
+    running g 2.2e-7 off the exact g, and the finish judged the running g (key 2 left in
+    the error set at g = +9.4e-8: KKT 4.7e-8, alpha 1.3e-2 off the oracle). Such a
+    border (complement under ``ILL_SCHUR``) now flags the operation, whose finish
+    refactorizes and judges an exact g."""
     mem = SVDDMemory(0.0418089635970266, "rbf", 1.4999689926873498, backend=backend)
     mem.extend(_RBF_COPIES)
     assert mem.kkt_residual() <= mem.tol
