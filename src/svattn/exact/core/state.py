@@ -327,8 +327,9 @@ class SlotState(MarginGramScratch):
     def __setstate__(self, state: dict) -> None:
         """Unpickle; what the last operation found, which a state pickled before
         :mod:`svattn.exact.core.outcome` carried (:data:`_RESULT_FIELDS`), is dropped, and
-        scratch a state pickled before it existed lacks starts empty."""
-        vars(self).update(self.empty_scratch())
+        scratch a state pickled before it existed lacks starts empty (and ``ill_border``,
+        a flag no operation leaves set, False)."""
+        vars(self).update(self.empty_scratch(), ill_border=False)
         vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:
