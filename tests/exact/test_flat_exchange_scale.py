@@ -172,3 +172,55 @@ def test_a_forget_whose_flat_exchange_leaves_its_partner_on_the_wrong_side_re_so
     assert mem.kkt_residual() <= 1e-14
     oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
     assert not oc.reasons, oc.reasons
+
+
+def _near_copy_stream() -> tuple[np.ndarray, float]:
+    """26 normal keys in 2-d and near-copies of three of them (1.1e-5 to 2.5e-5 apart:
+    rbf at gamma 1, ``2 − 2K`` from 2e-10 to 1.3e-9, between the singularity bound and
+    ``ILL_SCHUR``), shuffled, at C = 1.49/29. The 23rd add's path admits key 12 beside
+    its near-copy 21 on the margin; then 21 leaves."""
+    rng = np.random.default_rng(4)
+    n = int(rng.integers(16, 30))
+    X = rng.normal(size=(n, 2))
+    near = [X[i] + 10 ** rng.uniform(-5, -4) * rng.normal(size=2)
+            for i in (int(rng.integers(0, n)) for _ in range(3))]
+    X = np.concatenate([X, np.array(near)])
+    X = X[rng.permutation(len(X))]
+    return X, float(rng.uniform(1.05, 3.0)) / len(X)
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_adds_beside_near_copies_keep_the_running_g_exact(backend, monkeypatch):
+    """An add whose path borders the inverse with a near-copy beside its partner (Schur
+    complement under ``ILL_SCHUR``) flags the operation: its finish refactorizes and
+    judges an exact g. Before, the partner's leaving downdated an inverse that far off
+    inv(Q) and the running g carried the error on (1.6e-8 after the 23rd add, 1.4e-8
+    still at the last; ``finish_op`` judges the running g between exact refreshes).
+    Now the running g is the exact g to rounding after every add, and the memory ends
+    at the oracle's optimum (alpha to 1e-9) at KKT ≤ tol."""
+    from svattn.exact.backends import reference
+    from svattn.exact.operations import solver
+
+    flagged = []
+    finish = solver._finish
+
+    def spy(ss, be, exact_g):
+        flagged.append(ss.ill_border)
+        return finish(ss, be, exact_g)
+
+    monkeypatch.setattr(solver, "_finish", spy)
+    X, C = _near_copy_stream()
+    mem = SVDDMemory(C, "rbf", 1.0, backend=backend)
+    worst = 0.0
+    for x in X:
+        mem.add(x)
+        ss = mem.solver_state
+        if not ss.warm:
+            live = ss.live_slots()
+            worst = max(worst, float(np.abs(ss.g[live] - reference.g_exact(ss)[live]).max()))
+    assert any(flagged)
+    assert not mem.solver_state.ill_border
+    assert worst <= 1e-12, worst
+    assert mem.kkt_residual() <= mem.tol
+    oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
+    assert not oc.reasons, oc.reasons
