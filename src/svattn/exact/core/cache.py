@@ -27,8 +27,9 @@ SINGULAR_SCHUR = 1e-10
 # (:func:`border_size`) borders the inverse ill-conditioned: Q⁻¹'s new row is ~1/s, and
 # a later downdate (its near-copy partner leaving) is off inv(Q) by far more than
 # rounding (6e-5, the running g 2.2e-7 off the exact g: issue #51). The expansion sets
-# ``SlotState.ill_border``; the operation's finish then refactorizes and judges an
-# exact g (``operations.solver.finish_op``). Both backends (``compiled.columns``).
+# ``SlotState.ill_border`` (both backends: ``compiled.columns``), and so does an add or a
+# removal that begins on a margin set holding such a border (:func:`ill_margin`); the
+# operation's finish then refactorizes and judges an exact g (``solver.finish_op``).
 ILL_SCHUR = 1e-4
 
 
@@ -105,6 +106,21 @@ def expand(s: SlotState, k: int) -> None:
         s.Qinv = Qn
     swap_cols(s, col_k, nS)
     s.nS = nS + 1
+
+
+def ill_margin(s: SlotState) -> bool:
+    """Whether the margin set holds a token whose Schur complement against the others
+    is at most :data:`ILL_SCHUR` times its :func:`border_size` (a near-copy pair on the
+    margin): the bordered inverse's diagonal entry of margin token ``j`` is
+    ``1/s_j``, so one pass over it, ``O(|S|)``. The running g drifts with every
+    update of such an inverse, not only at the border that made it: an add that
+    downdated a margin with a pair ``2 − 2K = 1.5e-10`` apart left it 3.5e-10 off."""
+    nS = s.nS
+    if nS < 2 or s.Qinv.shape[0] != nS + 1:
+        return False
+    S = s.slot_of_col[:nS]
+    size = np.minimum(s.scale, np.maximum(1.0, s.diag[S]))
+    return bool((np.diagonal(s.Qinv)[1:] * size).max() * ILL_SCHUR >= 1.0)
 
 
 def first_bound(aS: np.ndarray, dS: np.ndarray, C: float) -> tuple[int, float]:
@@ -319,5 +335,5 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
 
 
 __all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound",
-           "flat_exchange", "free_col", "index_columns", "mu_move", "permute_rows",
+           "flat_exchange", "free_col", "ill_margin", "index_columns", "mu_move", "permute_rows",
            "refactorize", "swap_cols", "write_columns"]

@@ -159,8 +159,9 @@ class SlotState(MarginGramScratch):
     mu: float = 0.0
     g_valid: bool = True  # g[:hi] is exact (recomputed from the cache)
     ops_since_exact_g: int = 0
-    # an expansion of this operation bordered the inverse ill-conditioned (core.cache.ILL_SCHUR):
-    # its finish refactorizes and judges an exact g, then clears it
+    # an expansion of this operation bordered the inverse ill-conditioned, or the margin set
+    # it began on held such a border (core.cache.ILL_SCHUR, ill_margin): its finish
+    # refactorizes and judges an exact g, then clears it
     ill_border: bool = False
     # ---- error-column sum: per slot, the sum of the error tokens' kernel values
     esum: np.ndarray = field(default_factory=_f64)

@@ -20,6 +20,7 @@ from svattn.exact.backends.protocol import Backend  # compiled or reference, hel
 from svattn.exact.core.cache import (
     adopt_rows,
     free_col,
+    ill_margin,
     outside_description,
     refactorize,
     write_columns,
@@ -189,6 +190,7 @@ def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, dia
         tid = record_rows(ss, x[None, :], None if v is None else v[None, :], slots)[0]
         ss.state[slot] = DRIVEN
         be.alloc_col(ss, slot)
+        ss.ill_border = ill_margin(ss)  # (its downdates drift: judged on an exact g)
         try:
             be.drive(ss, slot, +1)
             finish_op(ss, be)
@@ -220,6 +222,7 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
         if not ss.nS:
             canonical_mu(ss, be)
         return RemovalOutcome("reserve")
+    ss.ill_border = ill_margin(ss)
     try:
         if ss.col_of_slot[slot] < 0:  # an error token keeps no column: the drive needs it
             be.alloc_col(ss, slot)
@@ -395,7 +398,8 @@ def _finish(ss: SlotState, be: Backend, exact_g: bool) -> float | None:
     ill, ss.ill_border = ss.ill_border, False
     if ill:  # a border beside a near-copy (core.cache.ILL_SCHUR): its downdates drift
         refactorize(ss)
-    refresh = ill or exact_g or ss.ops_since_exact_g >= 32 or diagonal_span(ss) > WIDE_DIAGONAL
+    refresh = (ill or exact_g or ss.ops_since_exact_g >= 32 or ill_margin(ss)
+               or diagonal_span(ss) > WIDE_DIAGONAL)
     polish(ss, be, refresh_g=refresh)
     if refresh:
         ss.ops_since_exact_g = 0
