@@ -134,8 +134,8 @@ def g_size(ss: SlotState, slots: np.ndarray) -> np.ndarray:
     """The size of each of ``slots``' g (the terms it is made of), as the expansion
     judges a Schur complement (:func:`~svattn.exact.core.cache.border_size`):
     ``min(scale, max(1, K_ii))``. Under a kernel whose diagonal varies (``exp``, scale
-    1e14) the scale made a tie of 10 and a violating floor of 10: near-copies 8e-9
-    apart, their g 4.5e-7 apart, were split in id order (KKT 2.6e-9)."""
+    1e14) the scale made a tie of 10 and a violating floor of 10 (relative 1e-13): a
+    group of near-copies whose g differ by 1e-7 was split in id order."""
     return np.minimum(ss.scale, np.maximum(1.0, ss.diag[slots]))
 
 
