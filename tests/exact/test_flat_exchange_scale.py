@@ -224,3 +224,44 @@ def test_adds_beside_near_copies_keep_the_running_g_exact(backend, monkeypatch):
     assert mem.kkt_residual() <= mem.tol
     oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
     assert not oc.reasons, oc.reasons
+
+
+# 18 keys in 4-d under rbf (gamma 2.47) at C = 0.1228: keys 4 and 13 are copies to the
+# copy test (2 − 2K = 5.6e-14), 9 and 14 near-copies (6.3e-10), 16 and 17 (2.8e-9) and 12
+# near both (seed 733 of ``benchmarks/near_copy_sequences.py``, its first 18 adds).
+_ILL_MARGIN = np.array([
+    [-0.29214285211423746, 0.19918315144189916, -0.1161487924403042, -0.9244710847250445],
+    [0.2829309380288161, 1.2250024054300408, -1.084123897533977, -0.05841861361519786],
+    [0.28112460716445575, -1.6578061388030545, 1.8801518885854778, -0.15365846517985385],
+    [-1.124838214872024, -0.7157312103949662, -0.5570549125349668, -0.16269239971999694],
+    [-0.8407954450746495, -0.6230860183733785, 0.3748262463131789, 0.1184025969321844],
+    [1.1178746621938516, 2.1769716336610796, -1.027624893484228, -0.6653165249470313],
+    [-0.5630745007536405, -0.6213392399043408, -0.4038189034336204, -0.4020523378475676],
+    [-1.5570341527154166, -0.03578489133472184, 2.9173773120079707, -1.0687978106602178],
+    [-1.3109071668326227, 0.08020296109215264, 0.4059332126014769, 0.23303196107431703],
+    [-0.8712485409215663, 1.2826696161077924, -0.797525923419476, -0.011926260699599333],
+    [-0.6113853555234903, 0.6293653046985341, -1.5376730478667895, 0.4485891360704554],
+    [-0.6205193947224728, -0.20819982620412122, 1.2742846000809185, -0.7775872786084446],
+    [0.034990992207145945, -0.6280708320775217, 0.5313766716684883, 1.986628921428177],
+    [-0.8407953802354996, -0.6230859711238746, 0.37482617640089433, 0.11840259183386452],
+    [-0.8712569155982859, 1.282663404314914, -0.797521684362448, -0.011926179717757382],
+    [-0.7794142012731479, -0.7918493205457011, 0.6840280247892154, -1.5802932218171577],
+    [0.035035276610946534, -0.6280655798926494, 0.5313628599058869, 1.9866182688802212],
+    [0.03504842472371723, -0.6280502728592323, 0.5313640503105654, 1.986631164772535],
+])
+
+
+@pytest.mark.parametrize("backend", ["compiled", "reference"])
+def test_an_add_that_begins_on_an_ill_conditioned_margin_is_judged_on_an_exact_g(backend):
+    """The last add begins on a margin set that holds a near-copy pair (an ill-conditioned
+    border made by an earlier add) and downdates it: no new border, yet its running g
+    ended 3.5e-10 off the exact g, which the finish judged (KKT 1.1e-16 on it, 3.46e-10
+    on the exact g, dual objective 6.2e-12 above the oracle's; the compiled backend at
+    9adf96a). An operation that begins on such a margin (``core.cache.ill_margin``) is
+    flagged as one that makes the border: the finish refactorizes and judges an exact g."""
+    mem = SVDDMemory(0.12280230418675397, "rbf", 2.4716226339875784, backend=backend)
+    for x in _ILL_MARGIN:
+        mem.add(x)
+    assert mem.kkt_residual() <= mem.tol
+    oc = oracle_comparison(mem, probes=None, tol=1e-9, seed=0, unique=mem.unique_optimum())
+    assert not oc.reasons, oc.reasons
