@@ -13,7 +13,7 @@ order. After every operation past the first half of the adds, on both backends:
   of the same objective, both at KKT ~1e-16).
 
 Usage: ``PYTHONPATH=src python benchmarks/near_copy_sequences.py 0 900`` (seeds 0 to
-899; about 5 minutes on one core).
+899; about 15 minutes on a shared core).
 """
 
 from __future__ import annotations
