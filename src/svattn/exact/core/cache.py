@@ -17,11 +17,28 @@ from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import NeedResolve, SlotState
 
 # The expansion's singularity bound: a token whose Schur complement against the margin set
-# is at most this share of the scale does not join it (Q would turn singular; both
-# backends: ``expand`` here, ``compiled.columns`` and ``compiled.schur``). Such a token is
-# nearly in the span of the margin keys; its weight moves by a flat exchange instead
-# (``operations.copies.exchange_near_span``; docs/design.md §3).
+# is at most this share of its size (:func:`border_size`; the scale in ``compiled.schur``'s
+# capacitance joins) does not join it (Q would turn singular; both backends: ``expand``
+# here, ``compiled.columns``). Such a token is nearly in the span of the margin keys;
+# its weight moves by a flat exchange instead (``operations.copies.exchange_near_span``;
+# docs/design.md §3).
 SINGULAR_SCHUR = 1e-10
+# A token that joins with a Schur complement at most this share of its size
+# (:func:`border_size`) borders the inverse ill-conditioned: Q⁻¹'s new row is ~1/s, and
+# a later downdate (its near-copy partner leaving) is off inv(Q) by far more than
+# rounding (6e-5, the running g 2.2e-7 off the exact g: issue #51). The expansion sets
+# ``SlotState.ill_border`` (both backends: ``compiled.columns``), and so does an add or a
+# removal that begins on a margin set holding such a border (:func:`ill_margin`); the
+# operation's finish then refactorizes and judges an exact g (``solver.finish_op``).
+ILL_SCHUR = 1e-4
+
+
+def border_size(s: SlotState, k: int) -> float:
+    """The size against which token ``k``'s Schur complement is judged (the terms
+    ``g_k`` is made of): ``min(scale, max(1, K_kk))``. Under a kernel whose diagonal
+    varies (``exp``) the scale (the largest diagonal, up to 1e14) hid complements
+    of 1e3 beside a token whose own diagonal is 10."""
+    return min(s.scale, max(1.0, float(s.diag[k])))
 
 
 def outside_description(ss: SlotState, diag: np.ndarray, g: np.ndarray) -> np.ndarray:
@@ -74,10 +91,13 @@ def expand(s: SlotState, k: int) -> None:
         u[1:] = 2.0 * s.KC[s.slot_of_col[:nS], col_k]
         w = s.Qinv @ u
         schur = 2.0 * s.diag[k] - float(u @ w)
-        if schur <= SINGULAR_SCHUR * s.scale:
+        size = border_size(s, k)
+        if schur <= SINGULAR_SCHUR * size:
             # a (near) copy of margin keys: Q would be singular. Neither jitter
             # (another problem) nor skipping (a corrupt inverse): re-solve.
             raise NeedResolve
+        if schur <= ILL_SCHUR * size:
+            s.ill_border = True
         Qn = np.empty((nS + 2, nS + 2))
         Qn[: nS + 1, : nS + 1] = s.Qinv + np.outer(w, w) / schur
         Qn[: nS + 1, nS + 1] = -w / schur
@@ -86,6 +106,21 @@ def expand(s: SlotState, k: int) -> None:
         s.Qinv = Qn
     swap_cols(s, col_k, nS)
     s.nS = nS + 1
+
+
+def ill_margin(s: SlotState) -> bool:
+    """Whether the margin set holds a token whose Schur complement against the others
+    is at most :data:`ILL_SCHUR` times its :func:`border_size` (a near-copy pair on the
+    margin): the bordered inverse's diagonal entry of margin token ``j`` is
+    ``1/s_j``, so one pass over it, ``O(|S|)``. The running g drifts with every
+    update of such an inverse, not only at the border that made it: an add that
+    downdated a margin with a pair ``2 − 2K = 1.5e-10`` apart left it 3.5e-10 off."""
+    nS = s.nS
+    if nS < 2 or s.Qinv.shape[0] != nS + 1:
+        return False
+    S = s.slot_of_col[:nS]
+    size = np.minimum(s.scale, np.maximum(1.0, s.diag[S]))
+    return bool((np.diagonal(s.Qinv)[1:] * size).max() * ILL_SCHUR >= 1.0)
 
 
 def first_bound(aS: np.ndarray, dS: np.ndarray, C: float) -> tuple[int, float]:
@@ -125,7 +160,7 @@ def flat_exchange(s: SlotState, v: int, up: bool, gtol: float) -> int | None:
     u[0] = 1.0
     u[1:] = 2.0 * s.KC[S, col_v]
     w = s.Qinv @ u
-    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * min(s.scale, max(1.0, float(s.diag[v]))):
+    if 2.0 * s.diag[v] - float(u @ w) > SINGULAR_SCHUR * border_size(s, v):
         return None
     sgn = 1.0 if up else -1.0
     dS = -sgn * w[1:]
@@ -299,6 +334,6 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ss.chi = na
 
 
-__all__ = ["SINGULAR_SCHUR", "adopt_rows", "expand", "first_bound", "flat_exchange", "free_col",
-           "index_columns", "mu_move", "permute_rows", "refactorize", "swap_cols",
-           "write_columns"]
+__all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound",
+           "flat_exchange", "free_col", "ill_margin", "index_columns", "mu_move", "permute_rows",
+           "refactorize", "swap_cols", "write_columns"]

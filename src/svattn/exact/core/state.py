@@ -159,6 +159,10 @@ class SlotState(MarginGramScratch):
     mu: float = 0.0
     g_valid: bool = True  # g[:hi] is exact (recomputed from the cache)
     ops_since_exact_g: int = 0
+    # an expansion of this operation bordered the inverse ill-conditioned, or the margin set
+    # it began on held such a border (core.cache.ILL_SCHUR, ill_margin): its finish
+    # refactorizes and judges an exact g, then clears it
+    ill_border: bool = False
     # ---- error-column sum: per slot, the sum of the error tokens' kernel values
     esum: np.ndarray = field(default_factory=_f64)
     esum_member: np.ndarray = field(default_factory=lambda: np.zeros(0, np.bool_))
@@ -324,8 +328,9 @@ class SlotState(MarginGramScratch):
     def __setstate__(self, state: dict) -> None:
         """Unpickle; what the last operation found, which a state pickled before
         :mod:`svattn.exact.core.outcome` carried (:data:`_RESULT_FIELDS`), is dropped, and
-        scratch a state pickled before it existed lacks starts empty."""
-        vars(self).update(self.empty_scratch())
+        scratch a state pickled before it existed lacks starts empty (and ``ill_border``,
+        a flag no operation leaves set, False)."""
+        vars(self).update(self.empty_scratch(), ill_border=False)
         vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:

@@ -31,7 +31,13 @@ from __future__ import annotations
 import numpy as np
 
 from svattn.exact.backends.protocol import Backend
-from svattn.exact.core.cache import SINGULAR_SCHUR, expand, first_bound, free_col
+from svattn.exact.core.cache import (
+    SINGULAR_SCHUR,
+    border_size,
+    expand,
+    first_bound,
+    free_col,
+)
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.core.kktsets import DRIVEN, ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import SlotState, scrub
@@ -109,23 +115,34 @@ def give_to_copies(ss: SlotState, be: Backend, slot: int) -> int | None:
     if not len(sib) or float(np.sum(ss.C - ss.alpha[sib])) < a * (1 - COPY_SHARE):
         return None
     new = np.empty(len(sib))  # (the members' g: the drives' running values suffice)
-    new[split_order(ss.slot_id[sib], ss.g[sib], _tie(ss))] = spread(
+    new[split_order(ss.slot_id[sib], ss.g[sib], _tie(ss, sib))] = spread(
         a + float(ss.alpha[sib].sum()), len(sib), ss.C)
     _leave_margin(ss, be, np.concatenate([[slot], sib]))
     ss.state[slot] = DRIVEN  # (the caller wipes it)
     return 1 + _assign(ss, be, sib, new)
 
 
-# ``g`` differences (units of the scale) below which a group's split is immaterial:
-# rounding (~450 ulps). Exact copies' g agree to the last bits; near-copies' differ by
-# 1e-13 to 1e-11 under a wide kernel, under tol, and the split they fix matters there
-# (0.01·tol before: two keys 3e-6 apart, their g 9.8e-13 apart, split in id order).
+# ``g`` differences (units of the group's size, :func:`g_size`) below which a group's
+# split is immaterial: rounding (~450 ulps). Exact copies' g agree to the last bits;
+# near-copies' differ by 1e-13 to 1e-11 under a wide kernel, under tol, and the split
+# they fix matters there (0.01·tol before: two keys 3e-6 apart, their g 9.8e-13 apart,
+# split in id order).
 SPLIT_TIE = 1e-13
 
 
-def _tie(ss: SlotState) -> float:
-    """``g`` differences below which a group's split is immaterial (:data:`SPLIT_TIE`)."""
-    return SPLIT_TIE * ss.scale
+def g_size(ss: SlotState, slots: np.ndarray) -> np.ndarray:
+    """The size of each of ``slots``' g (the terms it is made of), as the expansion
+    judges a Schur complement (:func:`~svattn.exact.core.cache.border_size`):
+    ``min(scale, max(1, K_ii))``. Under a kernel whose diagonal varies (``exp``, scale
+    1e14) the scale made a tie of 10 and a violating floor of 10 (relative 1e-13): a
+    group of near-copies whose g differ by 1e-7 was split in id order."""
+    return np.minimum(ss.scale, np.maximum(1.0, ss.diag[slots]))
+
+
+def _tie(ss: SlotState, members: np.ndarray) -> float:
+    """``g`` differences below which a group's split is immaterial (:data:`SPLIT_TIE`
+    times its largest :func:`g_size`)."""
+    return SPLIT_TIE * float(g_size(ss, members).max(initial=1.0))
 
 
 def _leave_margin(ss: SlotState, be: Backend, group: np.ndarray) -> None:
@@ -199,7 +216,8 @@ def split_by_own_g(ss: SlotState, be: Backend) -> bool:
 
 def violating_copies(ss: SlotState, floor: float) -> list[np.ndarray]:
     """The groups of copies in which a token at a bound violates its condition by more
-    than ``floor`` (units of g; ``ss.g``) while a copy of it is on the margin, each as
+    than ``floor`` (relative: times its :func:`g_size`; ``ss.g``) while a copy of it is on
+    the margin, each as
     its live slots: ``O(nS)`` per violating token (its row of the margin block) and one
     pass over a column per group found.
 
@@ -212,7 +230,8 @@ def violating_copies(ss: SlotState, floor: float) -> list[np.ndarray]:
         return []
     hi = ss.hi
     st, g = ss.state[:hi], ss.g[:hi]
-    bad = np.flatnonzero(((st == RESERVE) & (g < -floor)) | ((st == ERROR) & (g > floor)))
+    fl = floor * g_size(ss, np.arange(hi))
+    bad = np.flatnonzero(((st == RESERVE) & (g < -fl)) | ((st == ERROR) & (g > fl)))
     S = ss.slot_of_col[: ss.nS]
     seen = np.zeros(hi, dtype=bool)
     groups = []
@@ -242,22 +261,22 @@ def split_violating_copies(ss: SlotState, be: Backend, floor: float) -> bool:
 
 def resplit_violating(ss: SlotState, be: Backend, kkt: float, floor: float) -> bool:
     """After an operation whose KKT residual ``kkt`` (relative) is above ``floor``:
-    :func:`split_violating_copies` at ``floor·scale``, on an exact g (recomputed first
+    :func:`split_violating_copies` at ``floor`` (relative), on an exact g (recomputed first
     where ``ss.g`` is a drive's running g and the running g shows such a group), then
     :func:`exchange_near_span` (a bound token the expansion refuses, on the wrong side).
     True when a group changed (the caller then polishes on an exact g)."""
-    if not (kkt > floor and (violating_copies(ss, floor * ss.scale)
+    if not (kkt > floor and (violating_copies(ss, floor)
                              or near_span_violators(ss, floor))):
         return False
     if not ss.g_valid:
         ss.g[: ss.hi] = be.g_exact(ss)
         ss.g_valid = True
-    return (split_violating_copies(ss, be, floor * ss.scale)
+    return (split_violating_copies(ss, be, floor)
             or exchange_near_span(ss, be, floor))
 
 
 # Where a bound token's Schur complement against the margin set is at most
-# ``SINGULAR_SCHUR·scale`` the expansion refuses it (Q would turn singular): the token is
+# ``SINGULAR_SCHUR·size`` the expansion refuses it (Q would turn singular): the token is
 # nearly in the span of the margin keys, and the move that lets it in is a flat exchange
 # with that combination (:func:`exchange_near_span`). At most this many per call, each
 # for a bound token violating its condition by more than EXCHANGE_FLOOR (relative, as
@@ -269,7 +288,7 @@ EXCHANGE_FLOOR = 1e-13
 def near_span_violators(ss: SlotState, floor: float) -> list[tuple[int, np.ndarray, float]]:
     """The bound tokens that violate their condition by more than ``floor`` (relative,
     ``ss.g``) and that the expansion refuses (Schur complement ``s`` against the margin
-    set at most :data:`~svattn.exact.core.cache.SINGULAR_SCHUR`·scale), worst first, at
+    set at most :data:`~svattn.exact.core.cache.SINGULAR_SCHUR`·size), worst first, at
     most :data:`NEAR_SPAN_EXCHANGES`: each as ``(slot, Q⁻¹u, s)`` with
     ``u = (1, 2K_Sv)``. ``O(nS²)`` per violator."""
     nS, hi = ss.nS, ss.hi
@@ -286,7 +305,7 @@ def near_span_violators(ss: SlotState, floor: float) -> list[tuple[int, np.ndarr
         u[1:] = 2.0 * ss.KC[v, :nS]
         w = ss.Qinv @ u
         schur = 2.0 * float(d[v]) - float(u @ w)
-        if schur <= SINGULAR_SCHUR * ss.scale:
+        if schur <= SINGULAR_SCHUR * border_size(ss, v):
             out.append((v, w, schur))
     return out
 
@@ -297,14 +316,14 @@ def exchange_near_span(ss: SlotState, be: Backend, floor: float) -> bool:
 
     A reserve token with ``g < 0`` or an error token with ``g > 0`` beyond ``floor``
     whose Schur complement ``s = 2K_vv − uᵀQ⁻¹u`` against the margin set is at most
-    :data:`~svattn.exact.core.cache.SINGULAR_SCHUR`·scale cannot join the margin: its
+    :data:`~svattn.exact.core.cache.SINGULAR_SCHUR`·size cannot join the margin: its
     key is within ``√s`` of the affine span of the margin keys, a copy of a combination
     of them to the expansion. Its weight moves along the direction that keeps every
     margin g at 0 and Σα = 1 — ``α_v += t``, ``(μ, α_S) −= t·Q⁻¹u`` — on which the
     objective falls at the rate ``|g_v|`` with curvature ``s`` only, as far as the first
     bound: that margin token (the near-copy v exchanged weight with) leaves the margin
     and v joins it, or v reaches its other bound. Where ``g_v`` would reach 0 first
-    (``|g_v| < s·t``, at most ``SINGULAR_SCHUR·scale·C``) v stays. After each exchange
+    (``|g_v| < s·t``, at most ``SINGULAR_SCHUR·size·C``) v stays. After each exchange
     the margin system is solved and g recomputed; at most :data:`NEAR_SPAN_EXCHANGES`.
     True when one was made (the caller polishes)."""
     made = False
@@ -357,7 +376,7 @@ def _resplit(ss: SlotState, be: Backend, members: np.ndarray) -> bool:
     """Spread ``members``' weight again in the order of their own ``g``; True when a
     member changed set."""
     new = np.empty(len(members))
-    new[split_order(ss.slot_id[members], ss.g[members], _tie(ss))] = spread(
+    new[split_order(ss.slot_id[members], ss.g[members], _tie(ss, members))] = spread(
         float(ss.alpha[members].sum()), len(members), ss.C)
     now = np.where(ss.alpha[members] >= ss.C, 2, ss.alpha[members] > 0.0)
     if np.array_equal(now, np.where(new >= ss.C, 2, new > 0.0)):
@@ -368,6 +387,6 @@ def _resplit(ss: SlotState, be: Backend, members: np.ndarray) -> bool:
 
 
 __all__ = ["COPY_SHARE", "EXCHANGE_FLOOR", "NEAR_SPAN_EXCHANGES", "SPLIT_TIE",
-           "exchange_near_span", "give_to_copies", "kernel_copies", "margin_copy_groups",
+           "exchange_near_span", "g_size", "give_to_copies", "kernel_copies", "margin_copy_groups",
            "near_span_violators", "resplit_violating", "split_by_own_g", "split_order",
            "split_violating_copies", "spread", "violating_copies"]

@@ -8,8 +8,10 @@ import numpy as np
 
 from svattn.exact.backends import reference
 from svattn.exact.backends.compiled.reserve import error_share
+from svattn.exact.backends.protocol import Backend
+from svattn.exact.core.conventions import mu_for_empty_margin
 from svattn.exact.core.kernels import get_kernel, kernel_matrix
-from svattn.exact.core.kktsets import RESERVE
+from svattn.exact.core.kktsets import ERROR, RESERVE
 from svattn.exact.core.state import SlotState, scrub
 
 
@@ -74,7 +76,7 @@ def mu_interval(ss: SlotState) -> tuple[float, float]:
     empty margin set every ``mu`` with ``g_E <= 0 <= g_R`` is optimal: from
     ``mu − min_R g`` (the reserve token nearest the boundary on it) up to ``ss.mu``, the
     largest, which the memory keeps
-    (:func:`svattn.exact.operations.solver.canonical_mu`); ``low`` is ``-inf`` when no
+    (:func:`canonical_mu`); ``low`` is ``-inf`` when no
     token is in the reserve. libsvm takes the middle (its ``rho``), and so does the
     offset of :class:`svattn.SVDD`. Reads the state only (g from the cached columns).
     """
@@ -88,4 +90,35 @@ def mu_interval(ss: SlotState) -> tuple[float, float]:
     return min(mu, mu - float(reference.g_exact(ss)[reserve].min())), mu
 
 
-__all__ = ["error_shares", "esum_rows", "mu_interval", "score_rows"]
+def canonical_mu(ss: SlotState, be: Backend) -> None:
+    """Empty margin set: the largest optimal mu (docs/design.md §3).
+
+    Where no mu fits both sides exactly — the largest leaves a reserve token below the
+    boundary, beyond tol in the KKT measure, which keys whose ``k(x, x)`` differ by many
+    orders of magnitude allow (exp kernel: an error token's rounding at 1e15 is larger
+    than a reserve token's whole g at 1) — the smallest mu that keeps every reserve
+    token inside is taken when its residual is smaller: the optimum then has a margin
+    token at alpha = 0, as the oracle finds it."""
+    E = ss.slots_in({ERROR})
+    if len(E) == 0:
+        return
+    g_all = be.g_exact(ss)  # (mu's part removed below: the error sum holds E's columns)
+    grad = g_all[E] - ss.mu
+    ss.mu = mu_for_empty_margin(grad)
+    ss.g[: ss.hi] = be.g_exact(ss)
+    ss.g_valid = True
+    kkt = float(be.kkt(ss, ss.g[: ss.hi]))
+    if not kkt > ss.tol:
+        return
+    live = ss.live_slots()
+    reserve = live[ss.state[live] == RESERVE]
+    if not len(reserve):
+        return
+    high, g_high = ss.mu, ss.g[: ss.hi].copy()
+    ss.mu = high - float(g_high[reserve].min())
+    ss.g[: ss.hi] = be.g_exact(ss)
+    if not float(be.kkt(ss, ss.g[: ss.hi])) < kkt:
+        ss.mu, ss.g[: ss.hi] = high, g_high
+
+
+__all__ = ["canonical_mu", "error_shares", "esum_rows", "mu_interval", "score_rows"]

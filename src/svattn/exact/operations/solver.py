@@ -19,11 +19,11 @@ from svattn.exact.backends.protocol import Backend  # compiled or reference, hel
 from svattn.exact.core.cache import (
     adopt_rows,
     free_col,
+    ill_margin,
     outside_description,
     refactorize,
     write_columns,
 )
-from svattn.exact.core.conventions import mu_for_empty_margin
 from svattn.exact.core.hashes import block_hashes
 from svattn.exact.core.kernels import (
     WIDE_DIAGONAL,
@@ -46,7 +46,7 @@ from svattn.exact.operations.copies import (
     split_by_own_g,
     spread,
 )
-from svattn.exact.operations.scoring import esum_rows, score_rows
+from svattn.exact.operations.scoring import canonical_mu, esum_rows, score_rows
 
 
 def forget_slot(ss: SlotState, slot: int) -> None:
@@ -189,6 +189,7 @@ def add_one(ss: SlotState, be: Backend, x: np.ndarray, v: np.ndarray | None, dia
         tid = record_rows(ss, x[None, :], None if v is None else v[None, :], slots)[0]
         ss.state[slot] = DRIVEN
         be.alloc_col(ss, slot)
+        ss.ill_border = ill_margin(ss)  # (its downdates drift: judged on an exact g)
         try:
             be.drive(ss, slot, +1)
             finish_op(ss, be)
@@ -220,6 +221,7 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
         if not ss.nS:
             canonical_mu(ss, be)
         return RemovalOutcome("reserve")
+    ss.ill_border = ill_margin(ss)
     try:
         if ss.col_of_slot[slot] < 0:  # an error token keeps no column: the drive needs it
             be.alloc_col(ss, slot)
@@ -373,47 +375,30 @@ def after_margin_solve(ss: SlotState, be: Backend, refresh_g: bool) -> None:
         ss.g_valid = False
 
 
-def canonical_mu(ss: SlotState, be: Backend) -> None:
-    """Empty margin set: the largest optimal mu (docs/design.md §3).
-
-    Where no mu fits both sides exactly — the largest leaves a reserve token below the
-    boundary, beyond tol in the KKT measure, which keys whose ``k(x, x)`` differ by many
-    orders of magnitude allow (exp kernel: an error token's rounding at 1e15 is larger
-    than a reserve token's whole g at 1) — the smallest mu that keeps every reserve
-    token inside is taken when its residual is smaller: the optimum then has a margin
-    token at alpha = 0, as the oracle finds it."""
-    E = ss.slots_in({ERROR})
-    if len(E) == 0:
-        return
-    g_all = be.g_exact(ss)  # (mu's part removed below: the error sum holds E's columns)
-    grad = g_all[E] - ss.mu
-    ss.mu = mu_for_empty_margin(grad)
-    ss.g[: ss.hi] = be.g_exact(ss)
-    ss.g_valid = True
-    kkt = float(be.kkt(ss, ss.g[: ss.hi]))
-    if not kkt > ss.tol:
-        return
-    live = ss.live_slots()
-    reserve = live[ss.state[live] == RESERVE]
-    if not len(reserve):
-        return
-    high, g_high = ss.mu, ss.g[: ss.hi].copy()
-    ss.mu = high - float(g_high[reserve].min())
-    ss.g[: ss.hi] = be.g_exact(ss)
-    if not float(be.kkt(ss, ss.g[: ss.hi])) < kkt:
-        ss.mu, ss.g[: ss.hi] = high, g_high
-
-
 def finish_op(ss: SlotState, be: Backend, *, exact_g: bool = False) -> float | None:
     """End an incremental step exactly: polish, check, refactorize, re-solve. Return
     the KKT residual of the first check when it passed on an exact g (a removal's
-    certificate reports it), else None."""
+    certificate reports it), else None. An operation that bordered the inverse
+    ill-conditioned (``ss.ill_border``) refactorizes first and is judged on an exact g;
+    the flag is cleared (it never outlives the operation)."""
+    try:
+        return _finish(ss, be, exact_g)
+    finally:
+        ss.ill_border = False
+
+
+def _finish(ss: SlotState, be: Backend, exact_g: bool) -> float | None:
+    """:func:`finish_op`'s steps."""
     # g is recomputed from the cached columns every 32 operations, on
     # ``exact_g`` (a removal: its certificate reports the residual of the exact
     # g) and before any decision below; in between the drive's own linear
     # updates are accurate to rounding, which the KKT check on them would expose.
     ss.ops_since_exact_g += 1
-    refresh = exact_g or ss.ops_since_exact_g >= 32 or diagonal_span(ss) > WIDE_DIAGONAL
+    ill, ss.ill_border = ss.ill_border, False
+    if ill:  # a border beside a near-copy (core.cache.ILL_SCHUR): its downdates drift
+        refactorize(ss)
+    refresh = (ill or exact_g or ss.ops_since_exact_g >= 32 or ill_margin(ss)
+               or diagonal_span(ss) > WIDE_DIAGONAL)
     polish(ss, be, refresh_g=refresh)
     if refresh:
         ss.ops_since_exact_g = 0
@@ -454,7 +439,7 @@ def diagonal_span(ss: SlotState) -> float:
 
 def drop_solution(ss: SlotState) -> None:
     """Forget the solution: no margin set, no inverse, no cached columns."""
-    ss.esum_valid = False
+    ss.esum_valid = ss.ill_border = False
     ss.nS = 0
     ss.Qinv = np.zeros((0, 0))
     for s in ss.slot_of_col[: ss.chi].tolist():  # standby columns too

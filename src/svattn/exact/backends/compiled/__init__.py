@@ -282,7 +282,8 @@ def drive(ss: SlotState, c: int, direction: int, seed: np.ndarray | None = None)
     ss.g_valid = False
     hi = ss.hi
     k_c, sgn = np.empty(hi), np.empty(hi)  # filled by the first call
-    loop = np.array([0, 0, -1, -1], dtype=np.int64)
+    loop = np.zeros(codes.LOOP_SLOTS, dtype=np.int64)
+    loop[codes.LAST_LEFT] = loop[codes.LAST_ENTERED] = -1
     done = 0
     if seed is not None:
         done = int(seed[codes.SEG_EVENTS])
@@ -308,6 +309,7 @@ def _drive_loop(ss: SlotState, c: int, direction: int, k_c: np.ndarray, sgn: np.
         except ZeroDivisionError as exc:  # a lost pivot (see the note above)
             raise NeedResolve from exc
         ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
+        ss.ill_border |= bool(loop[codes.ILL_BORDER])
         if status == codes.DONE:
             return done + int(loop[codes.EVENTS])
         if status == codes.NEED_RESOLVE:
@@ -381,6 +383,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
     _error_sum_synced(ss, int(out[codes.SEG_SYNC]))
     ss.esum_updates += int(out[codes.SEG_ESUM_UPDATES])
+    ss.ill_border |= bool(out[codes.SEG_ILL])
     # (g_end holds g values of live tokens; c's own entry was zeroed)
     if status == codes.NEED_RESOLVE:
         raise NeedResolve
@@ -392,7 +395,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     ss.kept_margin_gram(int(out[codes.SEG_GRAM]))  # the last segment solved the final margin set
     kkt_end = float(facts[codes.FACT_KKT])
     events_taken = int(out[codes.SEG_EVENTS])
-    if kkt_end > 0.1 * ss.tol:
+    if kkt_end > 0.1 * ss.tol or ss.ill_border:  # (an ill border: the finish refactorizes)
         return RemovalOutcome("finish", events_taken)
     n = int(out[codes.SEG_SUPPORT])
     unique = int(out[codes.SEG_UNIQUE])

@@ -9,8 +9,8 @@ import math
 import numpy as np
 from numba import njit
 
-from svattn.exact.backends.compiled.codes import SEG_ESUM_UPDATES, VEC
-from svattn.exact.core.cache import SINGULAR_SCHUR
+from svattn.exact.backends.compiled.codes import SEG_ESUM_UPDATES, SEG_ILL, VEC
+from svattn.exact.core.cache import ILL_SCHUR, SINGULAR_SCHUR
 from svattn.exact.core.compiling import quick_load
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 
@@ -206,22 +206,25 @@ def alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, slot, nS, chi, hi, ga
 
 @njit(cache=True)
 def expand(Qb, KC, XC, ac, soc, cos, diag, k, nS, hi, scale):
-    """Add margin token ``k`` to the bordered inverse; False if Q turns singular."""
+    """Add margin token ``k`` to the bordered inverse: :func:`qb_append`'s code (0: Q would
+    turn singular, nothing changed; 1: joined; 2: joined, the border ill-conditioned)."""
     col_k = cos[k]
     if nS == 0:
         Qb[0, 0] = -2.0 * diag[k]
         Qb[0, 1] = 1.0
         Qb[1, 0] = 1.0
         Qb[1, 1] = 0.0
+        code = 1
     else:
         u = np.empty(nS + 1)
         u[0] = 1.0
         for j in range(nS):
             u[j + 1] = 2.0 * KC[soc[j], col_k]
-        if not qb_append(Qb, u, nS, diag[k], scale):
-            return False
+        code = qb_append(Qb, u, nS, diag[k], scale)
+        if code == 0:
+            return 0
     swap_cols(KC, XC, ac, soc, cos, hi, col_k, nS)
-    return True
+    return code
 
 
 @njit(cache=True)
@@ -240,13 +243,16 @@ def schur_complement(Qb, u, m, w, d_k):
 @njit(cache=True)
 def qb_append(Qb, u, n, d_k, scale):
     """Border the inverse of ``n`` margin tokens with one more, whose column of Q is
-    ``u = [1, 2 K(S, k)]`` and diagonal ``2 d_k`` (a Schur-complement update);
-    False, and ``Qb`` untouched, when the complement is below ``SINGULAR_SCHUR·scale``."""
+    ``u = [1, 2 K(S, k)]`` and diagonal ``2 d_k`` (a Schur-complement update). Returns
+    0, ``Qb`` untouched, when the complement is at most ``SINGULAR_SCHUR·size`` (``size =
+    min(scale, max(1, d_k))``, :func:`svattn.exact.core.cache.border_size`), 2 when it is
+    at most ``ILL_SCHUR·size`` (an ill-conditioned border), else 1."""
     m = n + 1
     w = np.empty(m)
     schur = schur_complement(Qb, u, m, w, d_k)
-    if schur <= SINGULAR_SCHUR * scale:
-        return False
+    size = min(scale, max(1.0, d_k))
+    if schur <= SINGULAR_SCHUR * size:
+        return 0
     for i in range(m):
         wi = w[i] / schur
         for j in range(m):
@@ -254,7 +260,7 @@ def qb_append(Qb, u, n, d_k, scale):
         Qb[i, m] = -wi
         Qb[m, i] = -wi
     Qb[m, m] = 1.0 / schur
-    return True
+    return 2 if schur <= ILL_SCHUR * size else 1
 
 
 @njit(cache=True)
@@ -337,8 +343,9 @@ def is_copy(diag, k_c, i, c):
 def join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi, hi,
                  gamma, is_rbf, scale):
     """An error or reserve token reaches g = 0 and joins the margin set (a reserve
-    token gets its kernel column first). Returns ``(ok, chi)``; ``ok`` is False
-    when Q would turn singular (the caller re-solves)."""
+    token gets its kernel column first). Returns ``(ok, chi)``; ``ok`` is :func:`expand`'s
+    code: 0 when Q would turn singular (the caller re-solves), 2 on an ill-conditioned
+    border."""
     g[who] = 0.0
     if cos[who] < 0:  # a standby reserve token has its column already
         chi = alloc_col(KC, XC, ac, soc, cos, X, diag, alpha, state, who, nS, chi, hi,
@@ -438,6 +445,8 @@ def join_with_sum(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, esum, memb
     (by the column it gets for the margin set: error tokens keep none)."""
     ok, chi = join_margin(Qb, KC, XC, ac, soc, cos, X, diag, alpha, g, state, who, nS, chi,
                           hi, gamma, is_rbf, scale)
+    if ok == 2:
+        out[SEG_ILL] = 1
     if member[who]:
         add_column(KC, cos[who], -1.0, hi, esum)
         member[who] = False

@@ -15,6 +15,7 @@ from svattn.exact.backends.compiled.codes import (
     DONE,
     EMPTY_MARGIN,
     EVENTS,
+    ILL_BORDER,
     LAST_ENTERED,
     LAST_LEFT,
     NEED_COLUMNS,
@@ -192,9 +193,12 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
             g[c] = 0.0
             state[c] = MARGIN
             ac[cos[c]] = alpha[c]
-            if not expand(Qb, KC, XC, ac, soc, cos, diag, c, nS, hi, scale):
+            code = expand(Qb, KC, XC, ac, soc, cos, diag, c, nS, hi, scale)
+            if code == 0:
                 status = NEED_RESOLVE
                 break
+            if code == 2:  # an ill-conditioned border: the finish refactorizes
+                loop[ILL_BORDER] = 1
             nS += 1
             break
         if kind == 1:
@@ -232,6 +236,8 @@ def drive_events(KC, XC, ac, soc, cos, X, diag, alpha, g, state, Qinv,
             if not ok:
                 status = NEED_RESOLVE
                 break
+            if ok == 2:
+                loop[ILL_BORDER] = 1
             nS += 1
             sgn[who] = 0.0
             loop[LAST_ENTERED] = who
