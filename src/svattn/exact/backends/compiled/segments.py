@@ -138,18 +138,28 @@ def line_ahead(KC, alpha, soc, cos, x, mu, g, c, nS, hi, g_ahead):
 
 
 @njit(cache=True)
-def first_unrefined(Q0, m0, sy, KC, cos, diag, esum, nE, C, pslot, pq, pe, pact, nS, x, z0):
-    """The first segment's end ``x`` as the inverse gives it (``z0 = Q0 b``, one read of
-    ``Q0``; the refinement, :func:`~svattn.exact.backends.compiled.schur.solve_refined`,
-    goes on from it where needed)."""
+def first_unrefined(Q0, m0, sy, KC, cos, diag, esum, nE, C, pslot, pq, pe, pact, nS, x, z0,
+                    alpha, mu, c, p0row):
+    """The first segment's end ``x`` as the inverse gives it from ``z0 = Q0 b`` (the
+    refinement, :func:`~svattn.exact.backends.compiled.schur.solve_refined`, goes on from
+    it where needed). Where ``c`` is a margin token (row ``p0row`` of ``Q0``, dropped) the
+    right-hand side is the one the current point solves (its row's value is taken up by
+    the drop's multiplier), so ``z0`` is that point, mu and the alphas by row: no read of
+    ``Q0``; else one matrix-vector product with it."""
     ecap = sy[5].shape[0]
-    no_err = np.empty(0, dtype=np.int64)
-    b = np.empty(m0)
     bj = np.zeros(ecap)
-    rP = np.empty(nS + 1)
-    rhs_on(KC, cos, diag, esum, no_err, 0, no_err, 0, nE, C, pslot, pq, pe, pact, nS, m0, b,
-           bj, rP)
-    matvec(Q0, m0, b, z0)
+    if p0row > 0:
+        z0[0] = mu
+        for j in range(nS):
+            z0[pq[j]] = alpha[pslot[j]]
+        z0[p0row] = alpha[c]
+    else:
+        no_err = np.empty(0, dtype=np.int64)
+        b = np.empty(m0)
+        rP = np.empty(nS + 1)
+        rhs_on(KC, cos, diag, esum, no_err, 0, no_err, 0, nE, C, pslot, pq, pe, pact, nS, m0,
+               b, bj, rP)
+        matvec(Q0, m0, b, z0)
     xb = np.empty(m0)
     xj = np.zeros(ecap)
     solve_from_z(z0, m0, bj, sy, xb, xj)
@@ -439,7 +449,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                 if state[i] == ERROR:
                     nE += 1
             first_unrefined(Qinv, m0, sy, KC, cos, diag, esum, nE, C, pslot, pq, pe, pact, nS,
-                            x, z0)
+                            x, z0, alpha, mu, c, p0row)
             best, kind, who, tie = margin_event(x, alpha, soc, nS, C, CLEAR_OF_BOUND * C)
             handover = kind == 4 and x[cos[who] + 1] - alpha[who] >= HANDOVER_SHARE * t_rem
             if kind == 2 or handover or tie:  # (else only its first event is used)
