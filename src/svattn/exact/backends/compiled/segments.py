@@ -452,7 +452,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                             x, z0, alpha, mu, c, p0row)
             best, kind, who, tie = margin_event(x, alpha, soc, nS, C, CLEAR_OF_BOUND * C)
             handover = kind == 4 and x[cos[who] + 1] - alpha[who] >= HANDOVER_SHARE * t_rem
-            if kind == 2 or handover or tie:  # (else only its first event is used)
+            refined = tie or handover
+            if refined:  # (else only its first event is used, or the working set refines)
                 facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum,
                                                     no_err, 0, no_err, 0, nE, C, pslot, pq, pe,
                                                     pact, nS, x, z0, True)
@@ -471,6 +472,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                         if nT > 0:
                             nS = nT
                             break
+            if kind == 2 and not refined:  # the end may be the result: refined
+                facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum,
+                                                    no_err, 0, no_err, 0, nE, C, pslot, pq, pe,
+                                                    pact, nS, x, z0, True)
         elif kss_ok:
             facts[FACT_INV_RES] = solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x,
                                                  KSS)

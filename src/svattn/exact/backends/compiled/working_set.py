@@ -566,9 +566,6 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     col_budget = max(2, nS // max(X.shape[1], 1))  # a column costs n·d, a pass n·|S|
     pred = np.empty(hi, dtype=np.int64)  # the working set outside the margin set
     nP = predict(gp, gp_end, state, hi, c, cap, pred)
-    rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
-    wrow = np.empty(rcap, dtype=np.int64)
-    KWt = np.empty((room, rcap))
     pslot = np.empty(room, dtype=np.int64)
     pq = np.empty(room, dtype=np.int64)
     pe = np.empty(room, dtype=np.int64)
@@ -580,7 +577,9 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     xt = np.empty(room + 1)
     passes = 0
     n_max = nS
-    while True:
+    while True:  # (the rows: predicted, missed and leaving tokens; sized to the round)
+        wrow = np.empty(nP + 2 * WS_ROOM, dtype=np.int64)
+        KWt = np.empty((room, nP + 2 * WS_ROOM))
         ok, nT, nPos, changes, chi, n_round, n_in, n_out = path_on_rows(
             KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
             C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, xt, KWt, wrow, err_in,
