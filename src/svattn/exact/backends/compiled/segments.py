@@ -3,7 +3,10 @@
 On a fixed partition the solution path is a straight line, so one margin solve
 gives a segment's end and one pass over the margin block the exact g there. After
 the first segment the path goes on on a working set, checked by one pass
-(:mod:`svattn.exact.backends.compiled.working_set`).
+(:mod:`svattn.exact.backends.compiled.working_set`). From :data:`JUMP_MIN_MARGIN`
+margin tokens the working set is predicted ahead of any pass (:func:`line_ahead`):
+the first segment's g estimated from the cache columns that move most on it, so that
+the check alone, one pass, verifies a removal whose prediction holds.
 """
 
 from __future__ import annotations

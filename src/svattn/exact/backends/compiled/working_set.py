@@ -37,7 +37,8 @@ bound takes over at once (a zero-length event, not a tie). A checked end is appl
 :func:`commit_in_place`: the cache's columns are swapped into the margin order the path
 left, ``O(n)`` work per set change. A support removal thus costs three passes or fewer
 where the prediction holds: the first segment's, the check, and one more check after a
-miss (after a handover to a copy: the first segment's, the second's and the check).
+miss (after a handover to a copy: the first segment's, the second's and the check); one,
+the check alone, where it is predicted ahead of the first segment's pass (``ahead``).
 """
 
 from __future__ import annotations
