@@ -392,7 +392,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     predicted from the second segment (one more pass, :func:`handover_line`) where the
     first hands ``c``'s weight over to one margin token; a checked end is applied
     (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`) and is the
-    result.
+    result. From :data:`JUMP_MIN_MARGIN` margin tokens the working set is first predicted
+    ahead of the first segment's pass (:func:`line_ahead`; where the first segment has a
+    margin event or its estimated line a crossing), its end checked by the same passes
+    (``max_jumps`` in all); where it misses, the first segment's pass is taken as above.
     """
     ccap = KC.shape[1]
     qb_ready = False  # Qb holds the path's inverse (the segment loop's work copy)
