@@ -114,3 +114,32 @@ def test_working_set_forgets_equal_the_path_and_a_fresh_solve(fitted, rows, max_
     alpha, mu = solve_svdd(K, fast.C, return_mu=True)
     np.testing.assert_allclose(fast.alpha, alpha, rtol=0, atol=1e-9)
     assert fast.mu == pytest.approx(mu, abs=1e-9)
+
+
+def test_a_working_set_predicted_ahead_takes_the_check_alone(fitted, rows, statuses):
+    """The working set is predicted ahead of any pass (``segments.line_ahead``: every
+    token's g at the first segment's end estimated from the 32 cache columns whose
+    coefficients move most), so the path's end is verified by the check alone: a
+    removal the working set finishes takes one pass over the margin block, where the
+    first segment's pass and the check took two (each of the 21 of these 30 it finished
+    before). The state is the path's (``max_jumps = 0``) and the oracle's."""
+    fast = copy.deepcopy(fitted)
+    path = copy.deepcopy(fitted)
+    path.solver_state.max_jumps = 0
+    jumped_passes = []
+    for tid in _removals(fitted, 30, seed=1):
+        before = fast.solver_state.n_jumps
+        passes = _remove_counted(fast, tid)
+        if fast.solver_state.n_jumps > before:
+            jumped_passes.append(passes)
+        path.remove(tid)
+    assert set(statuses) == {"done"}, statuses
+    assert len(jumped_passes) >= 15, jumped_passes
+    assert sum(p == 1 for p in jumped_passes) >= 0.8 * len(jumped_passes), jumped_passes
+    assert max(jumped_passes) <= 3, jumped_passes
+    assert fast.partition() == path.partition()
+    np.testing.assert_allclose(fast.alpha, path.alpha, rtol=0, atol=1e-12)
+    held = rows[np.asarray(fast.ids)]
+    alpha, mu = solve_svdd(gram_matrix(held, "rbf", 1.0), fast.C, return_mu=True)
+    np.testing.assert_allclose(fast.alpha, alpha, rtol=0, atol=1e-9)
+    assert fast.mu == pytest.approx(mu, abs=1e-9)

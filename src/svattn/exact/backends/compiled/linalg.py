@@ -408,26 +408,88 @@ def chol_append(L, n, b, d, shift):
     return ok
 
 
+@njit(cache=True, fastmath=VEC)
+def chol_append_block(L, n, B, D, shift):
+    """Append the rows ``B[t]`` (``t < nn``: each new token against the ``n`` of
+    ``L[:n, :n]``) with their own block ``D`` (``nn × nn``, then shifted on its diagonal)
+    at once: one forward substitution with ``nn`` right-hand sides (one read of ``L``,
+    where :func:`chol_append` row by row reads it ``nn`` times), then the factor of the
+    ``nn × nn`` Schur complement ``D − shift·I − Y Yᵀ`` — the appended rows' own block,
+    the same factor up to rounding. False, ``L`` unchanged, when the grown matrix would
+    not be positive definite."""
+    nn = B.shape[0]
+    Y = np.empty((nn, n))
+    for i in range(n):
+        Li = L[i]
+        d = Li[i]
+        for t in range(nn):
+            yt = Y[t]
+            v = B[t, i]
+            for k in range(i):
+                v -= Li[k] * yt[k]
+            yt[i] = v / d
+    S = np.zeros((nn, nn))
+    for t in range(nn):
+        for u in range(t + 1):
+            acc = D[t, u]
+            for k in range(n):
+                acc -= Y[t, k] * Y[u, k]
+            S[t, u] = acc
+        S[t, t] -= shift
+    ok = True
+    for t in range(nn):  # (its factor in place, row by row: chol_append's pivots)
+        for u in range(t + 1):
+            acc = S[t, u]
+            for k in range(u):
+                acc -= S[t, k] * S[u, k]
+            if u < t:
+                S[t, u] = acc / S[u, u]
+            elif acc > 0.0:
+                S[t, t] = math.sqrt(acc)
+            else:
+                ok = False
+        if not ok:
+            break
+    if ok:
+        for t in range(nn):
+            for k in range(n):
+                L[n + t, k] = Y[t, k]
+            for u in range(t + 1):
+                L[n + t, n + u] = S[t, u]
+    Y.fill(0.0)  # kernel-derived temporaries: freed zeroed
+    S.fill(0.0)
+    return ok
+
+
 @njit(cache=True)
 def chol_update(L, n, drops, fpos, news, K, shift):
     """The kept factor of ``K``'s block at margin positions ``fpos[:n]`` (after deleting
     factor rows ``drops``, in descending order) grown by the margin positions ``news``
-    in order, read from ``K`` (margin order, symmetric part). Returns the new size, or
-    -1 when an appended row would leave the matrix not positive definite (the factor
-    is then partly updated: the caller discards it)."""
+    in order, read from ``K`` (margin order, symmetric part; all appended at once,
+    :func:`chol_append_block`). Returns the new size, or -1 when the appended rows would
+    leave the matrix not positive definite (the factor is then partly updated: the
+    caller discards it)."""
     for q in range(drops.shape[0]):
         n = chol_delete(L, drops[q], n)
-    b = np.zeros(n + news.shape[0])
-    for t in range(news.shape[0]):
+    nn = news.shape[0]
+    if nn == 0:
+        return n
+    B = np.empty((nn, n))
+    D = np.empty((nn, nn))
+    for t in range(nn):
         j = news[t]
         for i in range(n):
-            b[i] = 0.5 * (K[fpos[i], j] + K[j, fpos[i]])
-        if not chol_append(L, n, b, K[j, j], shift):
-            n = -1
-            break
-        fpos[n] = j
-        n += 1
-    b.fill(0.0)  # kernel values: freed zeroed
-    return n
+            B[t, i] = 0.5 * (K[fpos[i], j] + K[j, fpos[i]])
+        for u in range(nn):
+            D[t, u] = 0.5 * (K[j, news[u]] + K[news[u], j])
+    ok = chol_append_block(L, n, B, D, shift)
+    B.fill(0.0)  # kernel values: freed zeroed
+    D.fill(0.0)
+    if not ok:
+        return -1
+    for t in range(nn):
+        fpos[n + t] = news[t]
+    return n + nn
+
 
 quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

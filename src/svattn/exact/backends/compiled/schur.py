@@ -269,22 +269,97 @@ def matvec(Q0, m0, b, z):
 
 
 @njit(cache=True, fastmath=VEC)
+def _rank_update_into(dst, src, W, gk, b, n, k):
+    """``dst[:n] = src[b:b + n] + Σ_r gk[r] · W[r, b:b + n]``: the rank-``k`` update of a run
+    of a row of ``Q0`` written where it goes, four terms a sweep (one write of ``dst``
+    for ``k <= 4``; a loop vectorizes over ``t``)."""
+    s = src[b:b + n]
+    if k == 0:
+        for t in range(n):
+            dst[t] = s[t]
+        return
+    r = 0
+    first = True
+    while r < k:  # (a term past k: a valid row times 0)
+        m = min(4, k - r)
+        g0 = gk[r]
+        g1 = gk[r + 1] if m > 1 else 0.0
+        g2 = gk[r + 2] if m > 2 else 0.0
+        g3 = gk[r + 3] if m > 3 else 0.0
+        w0 = W[r, b:b + n]
+        w1 = W[r + 1 if m > 1 else r, b:b + n]
+        w2 = W[r + 2 if m > 2 else r, b:b + n]
+        w3 = W[r + 3 if m > 3 else r, b:b + n]
+        if first:
+            for t in range(n):
+                dst[t] = s[t] + g0 * w0[t] + g1 * w1[t] + g2 * w2[t] + g3 * w3[t]
+        else:
+            for t in range(n):
+                dst[t] += g0 * w0[t] + g1 * w1[t] + g2 * w2[t] + g3 * w3[t]
+        first = False
+        r += 4
+
+
+@njit(cache=True, fastmath=VEC)
+def _rank_update_pair(da, db, sa, sb, W, ga, gb, b, n, k):
+    """:func:`_rank_update_into` for two rows at once (``sa`` into ``da``, ``sb`` into
+    ``db``): each load of ``W``'s rows serves both (1.6× the speed of one row a time at
+    2,468 margin tokens, ``k = 3``)."""
+    ra = sa[b:b + n]
+    rb = sb[b:b + n]
+    r = 0
+    first = True
+    while r < k:  # (a term past k: a valid row times 0)
+        m = min(4, k - r)
+        a0 = ga[r]
+        b0 = gb[r]
+        a1 = ga[r + 1] if m > 1 else 0.0
+        b1 = gb[r + 1] if m > 1 else 0.0
+        a2 = ga[r + 2] if m > 2 else 0.0
+        b2 = gb[r + 2] if m > 2 else 0.0
+        a3 = ga[r + 3] if m > 3 else 0.0
+        b3 = gb[r + 3] if m > 3 else 0.0
+        w0 = W[r, b:b + n]
+        w1 = W[r + 1 if m > 1 else r, b:b + n]
+        w2 = W[r + 2 if m > 2 else r, b:b + n]
+        w3 = W[r + 3 if m > 3 else r, b:b + n]
+        if first:
+            for t in range(n):
+                x0 = w0[t]
+                x1 = w1[t]
+                x2 = w2[t]
+                x3 = w3[t]
+                da[t] = ra[t] + a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
+                db[t] = rb[t] + b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
+        else:
+            for t in range(n):
+                x0 = w0[t]
+                x1 = w1[t]
+                x2 = w2[t]
+                x3 = w3[t]
+                da[t] += a0 * x0 + a1 * x1 + a2 * x2 + a3 * x3
+                db[t] += b0 * x0 + b1 * x1 + b2 * x2 + b3 * x3
+        first = False
+        r += 4
+
+
+@njit(cache=True, fastmath=VEC)
 def materialise(Q0, m0, sy, aug, mT, out):
     """The bordered inverse of the margin system, into ``out[:mT, :mT]``: its row ``i``
     is row ``aug[i]`` of the augmented system (``aug[i] >= 0``: a row of ``Q0``; ``-1 − q``:
     the joined token of capacitance column ``q``; ``aug[0]`` is 0, mu's row). One read of
     ``Q0`` and one write of the result, ``O(|S|²·k)`` operations (a rank-k update): each
-    row of ``Q0`` updated whole in a small buffer (contiguous, vectorized), then gathered
-    into the result's order."""
+    run of consecutive rows of ``Q0`` in a row of the result (a removal's order moves a
+    few) written once, updated as it is, two rows at a time (:func:`_rank_update_pair`)."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
     k = cnt[0]
-    G = np.zeros((k, m0))  # G = (Q0 U) S⁻¹, by rows
+    G = np.zeros((max(k, 1), m0))  # G = (Q0 U) S⁻¹, by rows
     for r in range(k):
         for q in range(k):
             s = Si[q, r]
             for j in range(m0):
                 G[r, j] += s * Wc[q, j]
-    # the columns as runs of consecutive rows of Q0 (a removal's order moves a few)
+    # the columns as runs of consecutive rows of Q0
     run_j = np.empty(mT, dtype=np.int64)  # a run's first column, its length, its row
     run_n = np.empty(mT, dtype=np.int64)
     run_b = np.empty(mT, dtype=np.int64)
@@ -307,25 +382,36 @@ def materialise(Q0, m0, sy, aug, mT, out):
         if aug[j] < 0:
             joined[nj] = j
             nj += 1
-    row = np.empty(m0)
-    for i in range(mT):
+    gk = np.zeros(max(k, 1))
+    gk2 = np.zeros(max(k, 1))
+    i = 0
+    while i < mT:
         A = aug[i]
-        if A >= 0:  # (1-D views and range loops: numba vectorizes these copies)
-            qa = Q0[A]
-            for j in range(m0):
-                row[j] = qa[j]
+        if A >= 0 and k > 0 and i + 1 < mT and aug[i + 1] >= 0:  # two rows of Q0 at once
+            B = aug[i + 1]
             for r in range(k):
-                gr = G[r, A]
-                w = Wc[r]
-                for j in range(m0):
-                    row[j] += gr * w[j]
+                gk[r] = G[r, A]
+                gk2[r] = G[r, B]
+            o = out[i]
+            o2 = out[i + 1]
+            for q in range(nr):
+                j0 = run_j[q]
+                _rank_update_pair(o[j0:], o2[j0:], Q0[A], Q0[B], Wc, gk, gk2, run_b[q],
+                                  run_n[q], k)
+            for q in range(nj):
+                j = joined[q]
+                out[i, j] = -G[-1 - aug[j], A]
+                out[i + 1, j] = -G[-1 - aug[j], B]
+            i += 2
+            continue
+        if A >= 0:
+            qa = Q0[A]
+            for r in range(k):
+                gk[r] = G[r, A]
             o = out[i]
             for q in range(nr):
-                n = run_n[q]  # (a local: the copy loop's bound must not be reloaded)
-                src = row[run_b[q]:]
-                dst = o[run_j[q]:]
-                for t in range(n):
-                    dst[t] = src[t]
+                j0 = run_j[q]
+                _rank_update_into(o[j0:], qa, Wc, gk, run_b[q], run_n[q], k)
             for q in range(nj):
                 j = joined[q]
                 out[i, j] = -G[-1 - aug[j], A]
@@ -334,8 +420,10 @@ def materialise(Q0, m0, sy, aug, mT, out):
             for j in range(mT):
                 B = aug[j]
                 out[i, j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
+        i += 1
     G.fill(0.0)
-    row.fill(0.0)
+    gk.fill(0.0)
+    gk2.fill(0.0)
 
 
 @njit(cache=True)

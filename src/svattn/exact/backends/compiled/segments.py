@@ -3,7 +3,10 @@
 On a fixed partition the solution path is a straight line, so one margin solve
 gives a segment's end and one pass over the margin block the exact g there. After
 the first segment the path goes on on a working set, checked by one pass
-(:mod:`svattn.exact.backends.compiled.working_set`).
+(:mod:`svattn.exact.backends.compiled.working_set`). From :data:`JUMP_MIN_MARGIN`
+margin tokens the working set is predicted ahead of any pass (:func:`line_ahead`):
+the first segment's g estimated from the cache columns that move most on it, so that
+the check alone, one pass, verifies a removal whose prediction holds.
 """
 
 from __future__ import annotations
@@ -59,8 +62,12 @@ from svattn.exact.backends.compiled.linalg import (
 from svattn.exact.backends.compiled.schur import (
     add_drop,
     materialise,
+    matvec,
     new_system,
+    rhs_on,
+    solve_from_z,
     solve_refined,
+    to_positions,
 )
 from svattn.exact.backends.compiled.schur import scrub as schur_scrub
 from svattn.exact.backends.compiled.working_set import (
@@ -102,6 +109,133 @@ HEALTH_PROBE_FROM = 256
 # set is then predicted from the second segment, where the path has bent
 # (:func:`handover_line`).
 HANDOVER_SHARE = 0.9
+# The working set is predicted ahead of any pass (:func:`line_ahead`): every token's g at
+# the first segment's end estimated from this many cache columns, those whose coefficient
+# moves most on the line (``c``'s among them; a removal moves its neighbours' weights), so
+# that one pass, the check, verifies the path's end (a miss costs one more pass, never a
+# wrong answer).
+AHEAD_COLUMNS = 32
+# An unrefined first segment whose end leaves the box with no coefficient within this
+# share of C of a bound skips its refinement: only its first event is used.
+CLEAR_OF_BOUND = 1e-9
+
+
+@njit(cache=True)
+def line_ahead(KC, alpha, soc, cos, x, mu, g, c, nS, hi, g_ahead):
+    """``g_ahead[:hi]``: every token's g at the first segment's end ``x`` estimated from
+    :data:`AHEAD_COLUMNS` cache columns, those whose coefficient moves most on the line
+    (``c``'s column, its weight going to 0, among the candidates): ``g`` plus their share
+    of the move, ``O(n·AHEAD_COLUMNS)`` where the exact g is a pass (``n·|S|``)."""
+    d = np.empty(nS + 1)
+    for j in range(nS):
+        d[j] = x[j + 1] - alpha[soc[j]]
+    d[nS] = -alpha[c]
+    k = min(AHEAD_COLUMNS, nS + 1)
+    top = np.argsort(-np.abs(d))[:k]
+    dmu = x[0] - mu
+    for i in range(hi):
+        g_ahead[i] = g[i] + dmu
+    for t in range(k):
+        q = top[t]
+        add_column(KC, cos[c] if q == nS else q, 2.0 * d[q], hi, g_ahead)
+
+
+@njit(cache=True)
+def first_unrefined(Q0, m0, sy, KC, cos, diag, esum, nE, C, pslot, pq, pe, pact, nS, x, z0,
+                    alpha, mu, c, p0row):
+    """The first segment's end ``x`` as the inverse gives it from ``z0 = Q0 b`` (the
+    refinement, :func:`~svattn.exact.backends.compiled.schur.solve_refined`, goes on from
+    it where needed). Where ``c`` is a margin token (row ``p0row`` of ``Q0``, dropped) the
+    right-hand side is the one the current point solves (its row's value is taken up by
+    the drop's multiplier), so ``z0`` is that point, mu and the alphas by row: no read of
+    ``Q0``; else one matrix-vector product with it."""
+    ecap = sy[5].shape[0]
+    bj = np.zeros(ecap)
+    if p0row > 0:
+        z0[0] = mu
+        for j in range(nS):
+            z0[pq[j]] = alpha[pslot[j]]
+        z0[p0row] = alpha[c]
+    else:
+        no_err = np.empty(0, dtype=np.int64)
+        b = np.empty(m0)
+        rP = np.empty(nS + 1)
+        rhs_on(KC, cos, diag, esum, no_err, 0, no_err, 0, nE, C, pslot, pq, pe, pact, nS, m0,
+               b, bj, rP)
+        matvec(Q0, m0, b, z0)
+    xb = np.empty(m0)
+    xj = np.zeros(ecap)
+    solve_from_z(z0, m0, bj, sy, xb, xj)
+    to_positions(xb, xj, pq, pe, pact, nS, x)
+
+
+@njit(cache=True)
+def margin_event(x, alpha, soc, nS, C, tol_a):
+    """The first margin coefficient to reach 0 or C on the line to ``x``: ``(best, kind,
+    who, tie)`` (kind 2: none; 3 / 4: ``who`` leaves for 0 / C at share ``best``; ``tie``:
+    a coefficient lands within ``tol_a`` of a bound)."""
+    best = 1.0
+    kind = 2
+    who = -1
+    tie = False
+    for j in range(nS):
+        a0 = alpha[soc[j]]
+        a1 = x[j + 1]
+        if abs(a1) <= tol_a or abs(a1 - C) <= tol_a:
+            tie = True  # lands on a bound: the polish's case, left to the drive
+        elif a1 < 0.0 or a1 > C:
+            f = a0 / (a0 - a1) if a1 < 0.0 else (C - a0) / (a1 - a0)
+            if f < best:
+                best = f
+                kind = 3 if a1 < 0.0 else 4
+                who = soc[j]
+    return best, kind, who, tie
+
+
+@njit(cache=True)
+def crossing_ahead(g, g_ahead, state, hi, c, rate_tol):
+    """Whether an error or reserve token crosses on the line ``g`` → ``g_ahead``."""
+    for i in range(hi):
+        if i != c and crossing_share(state[i], g[i], g_ahead[i], rate_tol) < 1.0:
+            return True
+    return False
+
+
+@njit(cache=True)
+def jump(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, member, KSS, nS, chi,
+         hi, C, mu, scale, gamma, is_rbf, c, x, rounds, facts, Qinv, m0, qrow_col, p0row, sy,
+         z0, aug, gp, gp_end, ahead, out):
+    """The rest of the path on a working set predicted from ``gp`` → ``gp_end``, checked by
+    up to ``rounds`` passes (:func:`~svattn.exact.backends.compiled.working_set.
+    working_set_path`), applied where checked (:func:`~svattn.exact.backends.compiled.
+    working_set.commit_in_place`). Returns ``(nT, chi, mu, passes)``, ``nT`` -1 where no
+    round held (nothing applied)."""
+    ccap = KC.shape[1]
+    room = min(ccap, nS + WS_ROOM)  # the tentative margin sets stay below this
+    tstate = np.empty(hi, dtype=state.dtype)
+    tord = np.empty(room, dtype=np.int64)
+    xt = np.empty(room + 1)
+    g_try = np.empty(hi)
+    fresh = np.zeros(hi, dtype=np.bool_)
+    err_in = np.empty(ccap, dtype=np.int64)
+    err_out = np.empty(ccap, dtype=np.int64)
+    passes, nT, changes, chi, n_max, n_in, n_out = working_set_path(
+        KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
+        C, mu, scale, gamma, is_rbf, c, x, rounds, working_set_cap(nS, hi), room,
+        tstate, tord, xt, g_try, fresh, err_in, err_out, facts, Qinv, m0, qrow_col,
+        p0row, sy, z0, aug, gp, gp_end, ahead)
+    g_try[c] = 0.0  # c's own entry (see g_end below)
+    out[SEG_PASSES] += passes
+    out[SEG_GRAM] = max(out[SEG_GRAM], n_max)
+    if nT <= 0:
+        out[SEG_JUMPED] = -1  # tried: the path goes on from its first event
+        return -1, chi, mu, passes
+    chi, mu = commit_in_place(
+        KC, XC, ac, soc, cos, alpha, g, state, esum, member, nT, chi, hi, C, c,
+        tstate, tord, xt, g_try, fresh, err_in, n_in, err_out, n_out, out)
+    out[SEG_EVENTS] += changes  # with the segment: every set change and c's exit
+    out[SEG_JUMPED] = 1
+    return nT, chi, mu, passes
 
 
 @njit(cache=True)
@@ -258,7 +392,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     predicted from the second segment (one more pass, :func:`handover_line`) where the
     first hands ``c``'s weight over to one margin token; a checked end is applied
     (:func:`~svattn.exact.backends.compiled.working_set.commit_in_place`) and is the
-    result.
+    result. From :data:`JUMP_MIN_MARGIN` margin tokens the working set is first predicted
+    ahead of the first segment's pass (:func:`line_ahead`; where the first segment has a
+    margin event or its estimated line a crossing), its end checked by the same passes
+    (``max_jumps`` in all); where it misses, the first segment's pass is taken as above.
     """
     ccap = KC.shape[1]
     qb_ready = False  # Qb holds the path's inverse (the segment loop's work copy)
@@ -296,6 +433,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                                    gamma, is_rbf, rebuild)
     tol_a = 1e-13 * C  # the polish's at-bound tie
     gtol = 1e-13 * scale  # drive_events' smallest rate
+    rounds = max_jumps  # the working set's checking passes left
     status = DONE
     while True:
         if (nS == 0 or out[SEG_EVENTS] >= max_segments
@@ -316,9 +454,34 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             for i in range(hi):
                 if state[i] == ERROR:
                     nE += 1
-            facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum, no_err,
-                                                0, no_err, 0, nE, C, pslot, pq, pe, pact, nS,
-                                                x, z0, False)
+            first_unrefined(Qinv, m0, sy, KC, cos, diag, esum, nE, C, pslot, pq, pe, pact, nS,
+                            x, z0, alpha, mu, c, p0row)
+            best, kind, who, tie = margin_event(x, alpha, soc, nS, C, CLEAR_OF_BOUND * C)
+            handover = kind == 4 and x[cos[who] + 1] - alpha[who] >= HANDOVER_SHARE * t_rem
+            refined = tie or handover
+            if refined:  # (else only its first event is used, or the working set refines)
+                facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum,
+                                                    no_err, 0, no_err, 0, nE, C, pslot, pq, pe,
+                                                    pact, nS, x, z0, True)
+            if rounds > 0 and nS >= JUMP_MIN_MARGIN and not handover:
+                # the working set predicted ahead of the first pass: the check alone
+                best, kind, who, tie = margin_event(x, alpha, soc, nS, C, tol_a)
+                if not tie and best > 0.0:
+                    line_ahead(KC, alpha, soc, cos, x, mu, g, c, nS, hi, g_end)
+                    if kind != 2 or crossing_ahead(g, g_end, state, hi, c, gtol * t_rem):
+                        nT, chi, mu, passes = jump(
+                            KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum,
+                            member, KSS, nS, chi, hi, C, mu, scale, gamma, is_rbf, c, x,
+                            rounds, facts, Qinv, m0, qrow_col, p0row, sy, z0, aug, g, g_end,
+                            True, out)
+                        rounds -= passes
+                        if nT > 0:
+                            nS = nT
+                            break
+            if kind == 2 and not refined:  # the end may be the result: refined
+                facts[FACT_INV_RES] = solve_refined(Qinv, m0, sy, KSS, KC, cos, diag, esum,
+                                                    no_err, 0, no_err, 0, nE, C, pslot, pq, pe,
+                                                    pact, nS, x, z0, True)
         elif kss_ok:
             facts[FACT_INV_RES] = solve_gathered(KC, Qb, soc, state, diag, esum, nS, chi, C, x,
                                                  KSS)
@@ -370,7 +533,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         # an event on the first segment: the path on a working set, checked by a pass;
         # predicted from the second segment where the first hands c's weight over to one
         # margin token (its line moves every other g by rounding and predicts nothing)
-        if kind != 2 and out[SEG_EVENTS] == 1 and max_jumps > 0 and nS >= JUMP_MIN_MARGIN:
+        if kind != 2 and out[SEG_EVENTS] == 1 and rounds > 0 and nS >= JUMP_MIN_MARGIN:
             gp, gp_end = g, g_end  # the line the working set is predicted from
             if (kind == 4 and not qb_ready and x[cos[who] + 1] - alpha[who]
                     >= HANDOVER_SHARE * t_rem):
@@ -381,31 +544,13 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
                                  pe, pact, g_mid, g_next):
                     out[SEG_PASSES] += 1
                     gp, gp_end = g_mid, g_next
-            room = min(ccap, nS + WS_ROOM)  # the tentative margin sets stay below this
-            tstate = np.empty(hi, dtype=state.dtype)
-            tord = np.empty(room, dtype=np.int64)
-            xt = np.empty(room + 1)
-            g_try = np.empty(hi)
-            fresh = np.zeros(hi, dtype=np.bool_)
-            err_in = np.empty(ccap, dtype=np.int64)
-            err_out = np.empty(ccap, dtype=np.int64)
-            passes, nT, changes, chi, n_max, n_in, n_out = working_set_path(
-                KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
-                C, mu, scale, gamma, is_rbf, c, x, max_jumps, working_set_cap(nS, hi), room,
-                tstate, tord, xt, g_try, fresh, err_in, err_out, facts, Qinv, m0, qrow_col,
-                p0row, sy, z0, aug, gp, gp_end)
-            g_try[c] = 0.0  # c's own entry (see g_end below)
-            out[SEG_PASSES] += passes
-            out[SEG_GRAM] = max(out[SEG_GRAM], n_max)
+            nT, chi, mu, _ = jump(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum,
+                                  member, KSS, nS, chi, hi, C, mu, scale, gamma, is_rbf, c, x,
+                                  rounds, facts, Qinv, m0, qrow_col, p0row, sy, z0, aug, gp,
+                                  gp_end, False, out)
             if nT > 0:
-                chi, mu = commit_in_place(
-                    KC, XC, ac, soc, cos, alpha, g, state, esum, member, nT, chi, hi, C, c,
-                    tstate, tord, xt, g_try, fresh, err_in, n_in, err_out, n_out, out)
                 nS = nT
-                out[SEG_EVENTS] += changes  # with the segment: every set change and c's exit
-                out[SEG_JUMPED] = 1
                 break
-            out[SEG_JUMPED] = -1  # tried: the path goes on from its first event
         if kind == 2:  # the end of the line: final alpha, mu and exact g
             for j in range(nS):
                 alpha[soc[j]] = x[j + 1]

@@ -37,7 +37,8 @@ bound takes over at once (a zero-length event, not a tie). A checked end is appl
 :func:`commit_in_place`: the cache's columns are swapped into the margin order the path
 left, ``O(n)`` work per set change. A support removal thus costs three passes or fewer
 where the prediction holds: the first segment's, the check, and one more check after a
-miss (after a handover to a copy: the first segment's, the second's and the check).
+miss (after a handover to a copy: the first segment's, the second's and the check); one,
+the check alone, where it is predicted ahead of the first segment's pass (``ahead``).
 """
 
 from __future__ import annotations
@@ -86,7 +87,6 @@ WS_REACH_AGAIN = 4.0
 WS_NEAR = 1e-2
 # How many more margin tokens than now the path on the working set may hold.
 WS_ROOM = 64
-
 
 
 @njit(cache=True)
@@ -153,7 +153,6 @@ def g_on_rows(KWt, nT, nR, wrow, xe, esum, err_in, n_in, err_out, n_out, KC, cos
             continue
         for r in range(nR):
             ge[r] += a2 * KWt[j, r]
-
 
 
 @njit(cache=True)
@@ -242,7 +241,7 @@ def _act_remove(act, aof, nA, s):
 def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi,
                  hi, C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, xt, KWt, wrow,
                  err_in, err_out, fresh, col_budget, facts, Q0, m0, qrow_col, sy, pslot, pq,
-                 pe, pact, z0):
+                 pe, pact, z0, ahead):
     """One round: the path from the current point to ``c``'s exit, its events found on
     the working set (the margin set and the tokens ``pred[:nP]``), the margin systems
     solved against the fixed inverse ``Q0`` with the set's changes in the system ``sy``
@@ -251,7 +250,9 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KS
 
     Positions (``pslot``, ``pq``, ``pe``, ``pact``; the schur module's text): the first
     ``nS`` are the margin order ``soc[:nS]`` (``pq`` set by the caller), then each token
-    that joins. Returns ``(ok, nT, nPos, changes, chi, n_max, n_in, n_out)``: ``ok`` when
+    that joins. ``ahead``: ``g_end`` is not the first segment's exact g (a line predicted
+    ahead of its pass): the first segment is solved on the rows too. Returns
+    ``(ok, nT, nPos, changes, chi, n_max, n_in, n_out)``: ``ok`` when
     the end was reached (``nT`` margin tokens over ``nPos`` positions, their solution
     ``xt`` by position, refined; the states ``tstate``; the error set's changes
     ``err_in[:n_in]`` and ``err_out[:n_out]``), False on a tie, a singular Q, a full
@@ -310,7 +311,7 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KS
     n_out = 0
     changes = 0
     n_cols = 0
-    first = True
+    first = not ahead
     left = np.full(1, -1, dtype=np.int64)  # the token the last event took off the margin
     while True:
         if not first:
@@ -532,13 +533,15 @@ def final_order(pslot, pq, pe, pact, nPos, nT, sy, KSS, xt, tord, xf, aug):
 def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS,
                      chi, hi, C, mu, scale, gamma, is_rbf, c, x, max_rounds, cap, room, tstate,
                      tord, xf, g_try, fresh, err_in, err_out, facts, Q0, m0, qrow_col, p0row,
-                     sy, z0, aug, gp, gp_end):
+                     sy, z0, aug, gp, gp_end, ahead):
     """Follow the removal of ``c`` (driven, outside the margin set of ``nS`` tokens)
     from the current point (``alpha``, ``mu``, ``g``) on a working set predicted from
     the line ``gp`` → ``gp_end`` (:func:`predict`; at most ``cap`` tokens outside the
     margin set): the first segment's, its end ``x`` on the current partition and every
     token's g there ``g_end``, or the second's where the first hands ``c``'s weight over
-    to a copy (:func:`~svattn.exact.backends.compiled.segments.handover_line`); then
+    to a copy (:func:`~svattn.exact.backends.compiled.segments.handover_line`), or a line
+    predicted ahead of any pass (``ahead``, :func:`~svattn.exact.backends.compiled.
+    segments.line_ahead`: the first segment's g then comes from the rows); then
     check the end by one pass (see the module's text). The margin systems are solved against the
     memory's inverse ``Q0`` (``m0`` rows; never written) with the path's set changes in
     the capacitance system ``sy`` (:mod:`~svattn.exact.backends.compiled.schur`), which
@@ -564,9 +567,6 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     col_budget = max(2, nS // max(X.shape[1], 1))  # a column costs n·d, a pass n·|S|
     pred = np.empty(hi, dtype=np.int64)  # the working set outside the margin set
     nP = predict(gp, gp_end, state, hi, c, cap, pred)
-    rcap = cap + 2 * WS_ROOM  # predicted, missed and leaving tokens
-    wrow = np.empty(rcap, dtype=np.int64)
-    KWt = np.empty((room, rcap))
     pslot = np.empty(room, dtype=np.int64)
     pq = np.empty(room, dtype=np.int64)
     pe = np.empty(room, dtype=np.int64)
@@ -578,11 +578,14 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     xt = np.empty(room + 1)
     passes = 0
     n_max = nS
-    while True:
+    while True:  # (the rows: predicted, missed and leaving tokens; sized to the round)
+        wrow = np.empty(nP + 2 * WS_ROOM, dtype=np.int64)
+        KWt = np.empty((room, nP + 2 * WS_ROOM))
         ok, nT, nPos, changes, chi, n_round, n_in, n_out = path_on_rows(
             KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KSS, nS, chi, hi,
             C, mu, scale, gamma, is_rbf, c, x, pred, nP, tstate, xt, KWt, wrow, err_in,
-            err_out, fresh, col_budget, facts, Q0, m0, qrow_col, sy, pslot, pq, pe, pact, z0)
+            err_out, fresh, col_budget, facts, Q0, m0, qrow_col, sy, pslot, pq, pe, pact, z0,
+            ahead)
         n_max = max(n_max, n_round)
         if not ok:
             break
