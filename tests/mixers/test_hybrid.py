@@ -124,6 +124,20 @@ def test_truncated_counts_the_last_forward_under_every_policy():
     assert mix.truncated_ == 0
 
 
+@pytest.mark.parametrize("policy", ["full", "support"])
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")], ids=["nan", "inf"])
+def test_non_finite_input_is_refused_by_the_batched_memory(policy, bad):
+    """Batched mode refuses a non-finite input as exact mode does (it returned a non-finite
+    output, the solver's alpha summing to 0.5, without a word)."""
+    T, L, D = 32, 8, 6
+    mix = HybridSVAttention(D, 1, policy=policy, chunk=L, C=0.25)
+    x = torch.randn(2, T, D, generator=torch.Generator().manual_seed(0))
+    x[1, 12, 2] = bad
+    with pytest.raises(ValueError, match="non-finite entries"):
+        mix(x)
+    assert torch.isfinite(mix(torch.nan_to_num(x, nan=0.0, posinf=0.0))).all()
+
+
 @pytest.mark.parametrize("rope", [False, True], ids=["nope", "rope"])
 @pytest.mark.parametrize("policy", ["full", "support"])
 def test_exact_mode_agrees_with_batched(policy, rope):

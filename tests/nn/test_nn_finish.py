@@ -11,6 +11,9 @@ summed over clusters of copies (``benchmarks/trained_keys.py``, shared with
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -24,6 +27,7 @@ from svattn.nn.batched import solve_batched
 
 trained_keys = load_script("benchmarks/trained_keys.py")
 L1_BAR = {torch.float64: 1e-6, torch.float32: 1e-4}
+DATA = Path(__file__).parent / "data"
 
 
 @pytest.mark.parametrize("boundaries", [3, pytest.param(None, marks=pytest.mark.slow)],
@@ -44,6 +48,57 @@ def test_trained_boundary_problems_solve_to_the_oracle_optimum(dtype, boundaries
     assert int(info.unsettled) == 0 and int(info.box_violations) == 0
     dist = trained_keys.distance_to_oracle(k, valid, alpha, C, meta["kernel"], gamma)
     assert dist.max() <= L1_BAR[dtype], (dist.max(), int(np.argmax(dist)))
+
+
+def test_near_copy_boundary_problems_of_a_retrained_model_solve_to_the_oracle_optimum():
+    """Three boundary problems of a model retrained with the optimum finish (keys 2.7e-7 to
+    1.2e-6 apart, cond(K) ~1e16; ``tests/nn/data/near_copy_problems.json`` says where they
+    come from): at a KKT tolerance of 1e-9 the finish stopped 1.6e-6 to 4.5e-6 (L1 over
+    clusters of copies) from the oracle's optimum; held to rounding it reaches it."""
+    data = np.load(DATA / "near_copy_problems.npz")
+    meta = json.loads((DATA / "near_copy_problems.json").read_text())
+    k, valid = torch.from_numpy(data["keys"]), torch.from_numpy(data["valid"])
+    C, kernel, gamma = meta["C"], meta["kernel"], meta["gamma"]
+    alpha, _, info = solve_batched(k, C, kernel=kernel, gamma=gamma, valid=valid)
+    assert int(info.unsettled) == 0 and int(trained_keys.outside_box(alpha, valid, C).sum()) == 0
+    dist = trained_keys.distance_to_oracle(k, valid, alpha, C, kernel, gamma)
+    assert dist.max() <= L1_BAR[torch.float64], dist
+
+
+@pytest.mark.parametrize(("dtype", "ridge"), [(torch.float64, 1e-16), (torch.float64, 1e-300),
+                                           (torch.float32, 1e-9)])
+def test_a_ridge_below_the_working_precision_is_refused_by_name(dtype, ridge):
+    """The approximate finish on duplicate keys with a positive ridge too small for the
+    keys' precision: a ValueError naming the ridge (it was a ZeroDivisionError from the
+    compiled repair loop); a ridge the precision carries solves."""
+    k = torch.randn(2, 3, 8, 4, dtype=dtype, generator=torch.Generator().manual_seed(0))
+    k[..., 4:, :] = k[..., :4, :]
+    valid = torch.ones(2, 3, 8, dtype=torch.bool)
+    with pytest.raises(ValueError, match=f"ridge={ridge!r} is too small"):
+        solve_batched(k, 0.25, kernel="rbf", gamma=0.25, valid=valid,
+                      solver=SolverOptions(ridge=ridge, finish="approximate"))
+    alpha, _, _ = solve_batched(k, 0.25, kernel="rbf", gamma=0.25, valid=valid,
+                                solver=SolverOptions(ridge=1e-3, finish="approximate"))
+    assert torch.isfinite(alpha).all()
+
+
+@pytest.mark.xfail(strict=True, reason="copies are merged at a threshold relative to the "
+                   "keys' norm (finish_cpu.MERGE_EPS · eps), but the rbf kernel sees only "
+                   "differences: 16 float32 keys 0.02 apart around 1e4 (off-diagonal K <= "
+                   "0.24) are merged into one group and alpha comes back [C]*8 + [0]*8, "
+                   "reported settled with max_kkt_violation 0.30 (the oracle's optimum is "
+                   "spread over all 16); not yet fixed (centre the keys "
+                   "of a translation-invariant kernel before merging and expanding)")
+def test_keys_far_from_the_origin_are_not_merged_by_their_norm():
+    """A settled solve of float32 keys far from the origin is the oracle's optimum."""
+    g = torch.Generator().manual_seed(0)
+    X = (torch.randn(16, 8, dtype=torch.float64, generator=g) * 0.02 + 1e4).float()
+    alpha, _, info = solve_batched(X[None, None], 0.125, kernel="rbf", gamma=1e3,
+                                   valid=torch.ones(1, 1, 16, dtype=torch.bool))
+    Xc = X.double().numpy() - X.double().numpy().mean(0)  # rbf: the same kernel, centred
+    ref = solve_svdd(kernel_matrix(Xc, Xc, "rbf", 1e3), 0.125)
+    settled_at_the_optimum = np.abs(alpha[0, 0].double().numpy() - ref).sum() <= 1e-4
+    assert int(info.unsettled) == 1 or settled_at_the_optimum
 
 
 def test_the_papers_path_leaves_the_box_on_trained_keys_and_says_so():

@@ -522,6 +522,11 @@ class HybridSVAttention(SoftmaxAttention):
         # FISTA, the active set and the margin solve are not meant for bf16.
         dtype = q.dtype
         work = torch.promote_types(dtype, torch.float32)
+        if host_reads(k):  # as sv_attention's checks: only where a read costs no sync
+            for name, t in (("queries", q), ("keys", k), ("values", v)):
+                if not bool(torch.isfinite(t).all()):
+                    raise ValueError(f"the layer's {name} have non-finite entries (nan or "
+                                     "inf): the input x or the layer's weights hold them")
         with torch.autocast(device_type=q.device.type, enabled=False):
             q, k, v = (z.to(work) for z in (q, k, v))
             glob = (self._global_full if self.policy == "full" else self._global_support)(q, k, v)

@@ -496,22 +496,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         ac[col_c] = 0.0
         g_from_error_sum(KC, ac, soc, state, esum, diag, x[0], C, nS, chi, hi, g_end)
         # the first event on the line, as a fraction of the segment: a margin
-        # coefficient reaching 0 or C ...
-        best = 1.0
-        kind = 2  # c leaves: the end is the result
-        who = -1
-        tie = False
-        for j in range(nS):
-            a0 = alpha[soc[j]]
-            a1 = x[j + 1]
-            if abs(a1) <= tol_a or abs(a1 - C) <= tol_a:
-                tie = True  # lands on a bound: the polish's case, left to the drive
-            elif a1 < 0.0 or a1 > C:
-                f = a0 / (a0 - a1) if a1 < 0.0 else (C - a0) / (a1 - a0)
-                if f < best:
-                    best = f
-                    kind = 3 if a1 < 0.0 else 4
-                    who = soc[j]
+        # coefficient reaching 0 or C (kind 2: none, c leaves: the end is the result) ...
+        best, kind, who, tie = margin_event(x, alpha, soc, nS, C, tol_a)
         # ... or an error / reserve token whose g changes sign (g is linear on it)
         rate_tol = gtol * t_rem
         for i in range(hi):
