@@ -9,7 +9,7 @@ import pytest
 import svattn.exact.backends.compiled as backend
 from svattn.exact import SVDDMemory
 from svattn.exact.backends.compiled import linalg
-from svattn.exact.core.gram import MarginGramScratch
+from svattn.exact.core.gram import MarginGramScratch, padded_square
 
 
 def _gram(rng, n: int, d: int = 4, gamma: float = 0.5) -> np.ndarray:
@@ -47,13 +47,15 @@ def test_delete_and_append_give_the_factor_of_the_changed_matrix():
         assert not np.triu(L, 1).any() and not L[n:].any() and not L[:, n:].any()
 
 
-@pytest.mark.parametrize("n", [1, 2, 8, 9, 16, 17, 26])
-def test_a_deletion_at_every_position_gives_numpys_factor(n):
-    # (the deletion updates rows in blocks of eight: sizes around a block's edge)
+@pytest.mark.parametrize("order", ["F", "C"], ids=["column-major", "row-major"])
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8, 9, 16, 17, 26])
+def test_a_deletion_at_every_position_gives_numpys_factor(n, order):
+    """Column-major is the kept factor's order (``padded_square(columns=True)``); a
+    row-major factor gives the same result."""
     rng = np.random.default_rng(n)
     K = _gram(rng, n) + 1e-3 * np.eye(n)
     for p in range(n):
-        L = np.zeros((n + 1, n + 9))  # (padded rows, as the kept buffer's)
+        L = np.zeros((n + 9, n + 1), order=order)  # (padded, as the kept buffer)
         L[:n, :n] = _numpy_factor(K, 0.0)
         assert linalg.chol_delete(L, p, n) == n - 1
         keep = [i for i in range(n) if i != p]
@@ -83,8 +85,8 @@ def test_update_plan_and_update_follow_the_margin_order():
     drops, fpos, news = backend._factor_plan(fids, ids)
     assert drops.tolist() == [1]  # token 11, factor row 1
     assert fpos[:5].tolist() == [3, 1, 4, 5, 0] and news.tolist() == [2, 6]
-    L = np.zeros((8, 8))
-    assert linalg.cholesky_into(K[np.ix_(fids, fids)].copy(), 6, 1e-9, L)
+    L = padded_square(8, columns=True)  # the kept factor's buffer and order
+    L[:6, :6] = _numpy_factor(K[np.ix_(fids, fids)], 1e-9)
     KM = K[np.ix_(ids, ids)].copy()  # the Gram block in margin order
     n = linalg.chol_update(L, 6, drops, fpos, news, KM, 1e-9)
     assert n == 7
@@ -293,6 +295,39 @@ def test_a_token_leaving_the_margin_set_on_an_add_is_deleted_from_the_factor(mon
         np.testing.assert_allclose(f.L[: f.n, : f.n], _numpy_factor(block, f.shift), atol=1e-10)
         assert not f.L[f.n:].any() and not f.L[:, f.n:].any()
     assert sum(trims) >= 5  # rows were deleted on adds, not only whole factors dropped
+
+
+def test_hundreds_of_updates_keep_the_factor_of_the_current_block():
+    """The kept factor (column-major, padded) after 400 rounds of row deletions and
+    appends by :func:`linalg.chol_update` (1,200 updates, never computed whole on the way)
+    is still numpy's factor of the block it covers, to 1e-12: the updates' rounding does
+    not accumulate towards the doubled shift's margin (1e-10 · trace), which is why a
+    whole factorization is due only every ``backend.FACTOR_REFRESH`` updates."""
+    rng = np.random.default_rng(7)
+    N, shift = 260, 1e-9
+    K = _gram(rng, N, d=6) + 1e-3 * np.eye(N)
+    L = padded_square(N, columns=True)
+    members = list(range(120))
+    L[:120, :120] = _numpy_factor(K[np.ix_(members, members)], shift)
+    updates = 0
+    for _ in range(400):
+        ndrop, nnew = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        drops = np.sort(rng.choice(len(members), ndrop, replace=False))[::-1].copy()
+        kept = [t for k, t in enumerate(members) if k not in set(drops.tolist())]
+        new = rng.choice([t for t in range(N) if t not in members], nnew, replace=False)
+        order = kept + new.tolist()  # the margin order: the kept tokens, then the new
+        KM = K[np.ix_(order, order)].copy()
+        fpos = np.arange(len(order), dtype=np.int64)
+        news = np.arange(len(kept), len(order), dtype=np.int64)
+        n = linalg.chol_update(L, len(members), drops.astype(np.int64), fpos, news, KM, shift)
+        assert n == len(order)
+        members = order
+        updates += ndrop + nnew
+    block = K[np.ix_(members, members)]
+    n = len(members)
+    assert updates >= 1000
+    np.testing.assert_allclose(L[:n, :n], _numpy_factor(block, shift), rtol=0, atol=1e-12)
+    assert not np.triu(L[:n, :n], 1).any() and not L[n:].any() and not L[:, n:].any()
 
 
 def test_the_whole_factor_by_lapack_equals_the_compiled_loop():

@@ -28,14 +28,15 @@ def _compile_kept_factor(rng: np.random.Generator) -> None:
     x = rng.normal(size=(8, 2))
     K = padded_square(8)  # the buffers' own shape and order
     K[:, :8] = np.exp(-((x[:, None] - x[None]) ** 2).sum(-1))
-    L = padded_square(8)
-    linalg.cholesky_into(K, 6, 1e-9, L)
+    L = padded_square(8, columns=True)  # (column-major, as the kept factor)
+    L[:6, :6] = np.linalg.cholesky(K[:6, :6] - 1e-9 * np.eye(6))
     fpos = np.arange(8, dtype=np.int64)
     linalg.chol_update(L, 6, np.array([2], dtype=np.int64), fpos,
                        np.array([6, 7], dtype=np.int64), K, 1e-9)
+    linalg.chol_delete(L, 1, 7)  # (the kept factor's trim, SlotState.release_margin_gram)
     linalg.positive_definite(np.ascontiguousarray(K[:6, :6]), 1e-10)
     # the batch finish's delete from its factor (operations.batch._margin_system)
-    linalg.chol_delete(np.ascontiguousarray(np.linalg.cholesky(K[:6, :6] + np.eye(6))), 2, 6)
+    linalg.chol_delete(np.asfortranarray(np.linalg.cholesky(K[:6, :6] + np.eye(6))), 2, 6)
 
 
 def _compile_cache_rebuild(rng: np.random.Generator) -> None:

@@ -44,12 +44,16 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def padded_square(n: int) -> np.ndarray:
+def padded_square(n: int, *, columns: bool = False) -> np.ndarray:
     """Zeros for an n × n matrix, n rows of n + 8 columns (the first n used), so that
     rows are not a multiple of 4 KiB apart: at n = 512 (the cache's column count at 16k
     tokens) every row of a dense buffer maps to the same cache sets, and the column
     reads of a factorization evict each other (a row deletion ran 1.7× slower).
-    C-ordered, unlike a view of its first n columns: compiled loops stay vectorized."""
+    C-ordered, unlike a view of its first n columns: compiled loops stay vectorized.
+    ``columns``: the same, column-major (Fortran order, n + 8 rows of n columns: a
+    column's entries adjacent), the kept factor's order (:class:`KeptFactor`)."""
+    if columns:
+        return np.zeros((n + 8, n), order="F")
     return np.zeros((n, n + 8))
 
 
@@ -67,8 +71,10 @@ def locate(ids: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 @dataclass
 class KeptFactor:
     """``L[:n, :n]``: the lower Cholesky factor of the symmetric part of the Gram block
-    of the margin tokens ``ids`` (in the factor's order) minus ``shift · I``; ``updates``
-    counts the rows deleted and appended since it was computed whole."""
+    of the margin tokens ``ids`` (in the factor's order) minus ``shift · I``, column-major
+    (``padded_square(..., columns=True)``: the row deletion's rotations and the appended
+    rows' substitution run down adjacent entries); ``updates`` counts the rows deleted
+    and appended since it was computed whole."""
 
     L: np.ndarray
     n: int

@@ -509,13 +509,13 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
         new = np.setdiff1d(now, S, assume_unique=True)
         if 0 < len(gone) + len(new) <= APPEND_SHARE * len(S) and len(gone) < len(S):
             if len(gone):
-                L = factor if factor.flags.c_contiguous else np.ascontiguousarray(factor)
+                L = factor if factor.flags.f_contiguous else np.asfortranarray(factor)
                 n = len(S)
-                for p in gone[::-1].tolist():
+                for p in gone[::-1].tolist():  # (column-major: the rotations vectorize)
                     n = chol_delete(L, p, n)
                 factor = np.ascontiguousarray(L[:n, :n])
                 L.fill(0.0)  # kernel-derived values: the dropped buffer holds none (a
-                # copied F-ordered factor: its caller, column_finish, zeroes that one)
+                # copied C-ordered factor: its caller, column_finish, zeroes that one)
                 keep = np.concatenate([[0], 1 + np.flatnonzero(kept)])
                 S, Q = S[kept], Q[np.ix_(keep, keep)]
             if len(new) == 0:
