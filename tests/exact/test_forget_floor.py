@@ -103,7 +103,7 @@ def test_a_fit_leaves_what_the_first_removal_would_build(monkeypatch):
     mem = _memory()
     ss = mem.solver_state
     assert mem.ingest_path == "libsvm+exact" and ss.nS >= compiled.FACTOR_KEPT_FROM
-    assert ss.pd_factor is not None and ss.pd_factor.n == ss.nS
+    assert ss.pd_factor is not None and ss.pd_factor.size == ss.nS
     assert ss.current_margin_gram() is not None and ss.qspare.size >= (ss.nS + 2) ** 2
     twin = _memory()
     twin.solver_state._zero_margin_gram()

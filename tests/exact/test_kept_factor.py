@@ -22,6 +22,25 @@ def _numpy_factor(K: np.ndarray, shift: float) -> np.ndarray:
     return np.linalg.cholesky(0.5 * (K + K.T) - shift * np.eye(len(K)))
 
 
+def _check_kept(f, ss, atol: float) -> None:
+    """The kept factor ``f`` of memory state ``ss``: its live rows and columns are numpy's
+    factor of their tokens' block, each hole a row and column of the unit matrix, and
+    nothing past its rows."""
+    n, live = f.n, f.live()
+    assert len(f.ids) == n and f.size == int(live.sum()) and f.holes == n - f.size
+    slots = np.array([ss.id_to_slot[int(t)] for t in f.ids[live]])
+    block = ss.KC[slots][:, ss.col_of_slot[slots]]
+    np.testing.assert_allclose(f.L[np.ix_(live, live)], _numpy_factor(block, f.shift),
+                               atol=atol)
+    holes = np.flatnonzero(~live)
+    for p in holes:
+        unit = np.zeros(n)
+        unit[p] = 1.0
+        np.testing.assert_array_equal(f.L[p, :n], unit)
+        np.testing.assert_array_equal(f.L[:n, p], unit)
+    assert not f.L[n:].any() and not f.L[:, n:].any()
+
+
 def test_delete_and_append_give_the_factor_of_the_changed_matrix():
     rng = np.random.default_rng(0)
     K = _gram(rng, 40)
@@ -83,25 +102,36 @@ def test_update_plan_and_update_follow_the_margin_order():
     fids = np.array([10, 11, 12, 13, 14, 15])  # the factor's tokens, in its order
     ids = np.array([15, 12, 20, 10, 13, 14, 21])  # the margin's: 11 left, 20 and 21 came
     drops, fpos, news = backend._factor_plan(fids, ids)
-    assert drops.tolist() == [1]  # token 11, factor row 1
-    assert fpos[:5].tolist() == [3, 1, 4, 5, 0] and news.tolist() == [2, 6]
+    assert drops.tolist() == [1]  # token 11, factor row 1: a hole
+    assert fpos[:6].tolist() == [3, -1, 1, 4, 5, 0] and news.tolist() == [2, 6]
     L = padded_square(8, columns=True)  # the kept factor's buffer and order
     L[:6, :6] = _numpy_factor(K[np.ix_(fids, fids)], 1e-9)
     KM = K[np.ix_(ids, ids)].copy()  # the Gram block in margin order
     n = linalg.chol_update(L, 6, drops, fpos, news, KM, 1e-9)
-    assert n == 7
-    order = ids[fpos]  # the factor's new order: kept tokens, then 20 and 21
+    assert n == 8  # six rows (one a hole) and two appended
+    live = fpos[:n] >= 0
+    order = ids[fpos[:n][live]]  # the factor's tokens in its order: kept, then 20 and 21
     assert order.tolist() == [10, 12, 13, 14, 15, 20, 21]
+    np.testing.assert_allclose(L[np.ix_(live, live)],
+                               _numpy_factor(K[np.ix_(order, order)], 1e-9), atol=1e-12)
+    unit = np.eye(n)[1]
+    np.testing.assert_array_equal(L[1, :n], unit)  # the hole: a row and column of I
+    np.testing.assert_array_equal(L[:n, 1], unit)
+    assert linalg.chol_compact(L, n, live) == 7  # closed: the factor of the seven
     np.testing.assert_allclose(L[:7, :7], _numpy_factor(K[np.ix_(order, order)], 1e-9),
                                atol=1e-12)
+    assert not L[7:].any() and not L[:, 7:].any()
 
 
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=pytest.mark.slow)])
-def test_removal_certificates_say_what_the_whole_test_says(monkeypatch, seed):
+@pytest.mark.parametrize(("seed", "max_holes"), [
+    (0, 64), (2, 1), pytest.param(1, 64, marks=pytest.mark.slow)])
+def test_removal_certificates_say_what_the_whole_test_says(monkeypatch, seed, max_holes):
     """With the factor kept from 4 margin tokens on, every removal's uniqueness claim
     equals the claim of a twin that computes the test whole (the factor's use is then
     forced on small sets, where the test suite can afford many removals); the twins'
-    states agree bit for bit (the test changes no coefficient)."""
+    states agree bit for bit (the test changes no coefficient). ``max_holes`` 1: the
+    factor's holes closed at almost every update."""
+    monkeypatch.setattr(backend, "MAX_HOLES", max_holes)
     rng = np.random.default_rng(seed)
     X = rng.normal(size=(300, 3))
     kept, whole = (SVDDMemory(1 / 60, gamma=2.0) for _ in range(2))
@@ -124,11 +154,8 @@ def test_removal_certificates_say_what_the_whole_test_says(monkeypatch, seed):
         f = kept.solver_state.pd_factor
         if f is not None:  # the kept factor is the factor of the margin's block now
             ss = kept.solver_state
-            slots = np.array([ss.id_to_slot[int(t)] for t in f.ids])
-            block = ss.KC[slots][:, ss.col_of_slot[slots]]
-            np.testing.assert_allclose(f.L[: f.n, : f.n], _numpy_factor(block, f.shift),
-                                       atol=1e-10)
-            assert set(f.ids.tolist()) == set(kept.solver_state.margin_ids().tolist())
+            _check_kept(f, ss, 1e-10)
+            assert set(f.ids[f.live()].tolist()) == set(ss.margin_ids().tolist())
         x = rng.normal(size=3)
         kept.add(x)
         whole.add(x)
@@ -151,11 +178,12 @@ def test_the_factor_never_holds_a_token_outside_the_margin_set(monkeypatch):
         f = mem.solver_state.pd_factor
         if f is not None:
             seen += 1
-            assert set(f.ids.tolist()) <= set(ss.margin_ids().tolist())
+            assert set(f.ids[f.live()].tolist()) <= set(ss.margin_ids().tolist())
             assert not f.L[f.n:].any() and not f.L[:, f.n:].any()
     mem.compact()
     f = mem.solver_state.pd_factor
-    assert f is None or set(f.ids.tolist()) <= set(mem.solver_state.margin_ids().tolist())
+    assert f is None or set(f.ids[f.live()].tolist()) <= set(
+        mem.solver_state.margin_ids().tolist())
     assert seen >= 10
 
 
@@ -198,7 +226,7 @@ def test_a_kept_factor_says_not_positive_definite_when_a_copy_joins():
     first = _Margin(list(range(10)))
     assert backend.margin_positive_definite(first, _block(K, first.ids))
     f = first.pd_factor
-    assert f is not None and f.n == 10
+    assert f is not None and f.size == 10
     grown = _Margin(list(range(10)) + [12], factor=f)
     kss = _block(K, grown.ids)
     assert not linalg.positive_definite(np.ascontiguousarray(kss[:11, :11]), 1e-10)
@@ -237,7 +265,7 @@ def test_a_reserve_removal_certifies_uniqueness_from_the_kept_factor(monkeypatch
     reserve = [t for t in mem.ids if t not in support]
     first = mem.remove(reserve[0])  # computes the factor (or keeps the one it has)
     assert first.unique_optimum == ref.remove(reserve[0]).unique_optimum
-    assert ss.pd_factor is not None and ss.pd_factor.n == ss.nS
+    assert ss.pd_factor is not None and ss.pd_factor.size == ss.nS
     assert backend.factor_covers_margin(ss)
 
     def no_gather(*args, **kwargs):
@@ -289,44 +317,55 @@ def test_a_token_leaving_the_margin_set_on_an_add_is_deleted_from_the_factor(mon
         f = ss.pd_factor
         if f is None:
             continue
-        assert set(f.ids.tolist()) <= set(ss.margin_ids().tolist())
-        slots = np.array([ss.id_to_slot[int(t)] for t in f.ids])
-        block = ss.KC[slots][:, ss.col_of_slot[slots]]
-        np.testing.assert_allclose(f.L[: f.n, : f.n], _numpy_factor(block, f.shift), atol=1e-10)
-        assert not f.L[f.n:].any() and not f.L[:, f.n:].any()
+        assert set(f.ids[f.live()].tolist()) <= set(ss.margin_ids().tolist())
+        _check_kept(f, ss, 1e-10)
     assert sum(trims) >= 5  # rows were deleted on adds, not only whole factors dropped
 
 
 def test_hundreds_of_updates_keep_the_factor_of_the_current_block():
-    """The kept factor (column-major, padded) after 400 rounds of row deletions and
-    appends by :func:`linalg.chol_update` (1,200 updates, never computed whole on the way)
-    is still numpy's factor of the block it covers, to 1e-12: the updates' rounding does
-    not accumulate towards the doubled shift's margin (1e-10 · trace), which is why a
-    whole factorization is due only every ``backend.FACTOR_REFRESH`` updates."""
+    """The kept factor (column-major, padded) after 400 rounds of row deletions (holes)
+    and appends by :func:`linalg.chol_update`, its holes closed by
+    :func:`linalg.chol_compact` whenever more than 16 (1,200 updates, never computed
+    whole on the way), is still numpy's factor of the block it covers, to 1e-12: the
+    updates' rounding does not accumulate towards the doubled shift's margin
+    (1e-10 · trace), which is why a whole factorization is due only every
+    ``backend.FACTOR_REFRESH`` updates."""
     rng = np.random.default_rng(7)
     N, shift = 260, 1e-9
     K = _gram(rng, N, d=6) + 1e-3 * np.eye(N)
     L = padded_square(N, columns=True)
-    members = list(range(120))
-    L[:120, :120] = _numpy_factor(K[np.ix_(members, members)], shift)
-    updates = 0
+    rows = list(range(120))  # the factor's token by row; -1: a hole
+    L[:120, :120] = _numpy_factor(K[np.ix_(rows, rows)], shift)
+    updates = closed = 0
     for _ in range(400):
+        live_rows = [r for r, t in enumerate(rows) if t >= 0]
+        if len(rows) - len(live_rows) > 16:
+            live = np.array([t >= 0 for t in rows])
+            assert linalg.chol_compact(L, len(rows), live) == len(live_rows)
+            rows = [t for t in rows if t >= 0]
+            closed += 1
+            live_rows = list(range(len(rows)))
         ndrop, nnew = int(rng.integers(1, 3)), int(rng.integers(1, 3))
-        drops = np.sort(rng.choice(len(members), ndrop, replace=False))[::-1].copy()
-        kept = [t for k, t in enumerate(members) if k not in set(drops.tolist())]
-        new = rng.choice([t for t in range(N) if t not in members], nnew, replace=False)
+        drops = np.sort(rng.choice(live_rows, ndrop, replace=False))[::-1].astype(np.int64)
+        for p in drops:
+            rows[p] = -1
+        kept = [t for t in rows if t >= 0]
+        new = rng.choice([t for t in range(N) if t not in rows], nnew, replace=False)
         order = kept + new.tolist()  # the margin order: the kept tokens, then the new
-        KM = K[np.ix_(order, order)].copy()
-        fpos = np.arange(len(order), dtype=np.int64)
+        where = {t: i for i, t in enumerate(order)}
+        fpos = np.array([where.get(t, -1) for t in rows] + [0] * nnew, dtype=np.int64)
         news = np.arange(len(kept), len(order), dtype=np.int64)
-        n = linalg.chol_update(L, len(members), drops.astype(np.int64), fpos, news, KM, shift)
-        assert n == len(order)
-        members = order
+        KM = K[np.ix_(order, order)].copy()
+        n = linalg.chol_update(L, len(rows), drops, fpos, news, KM, shift)
+        assert n == len(rows) + nnew
+        rows += new.tolist()
         updates += ndrop + nnew
-    block = K[np.ix_(members, members)]
-    n = len(members)
-    assert updates >= 1000
-    np.testing.assert_allclose(L[:n, :n], _numpy_factor(block, shift), rtol=0, atol=1e-12)
+    live = np.array([t >= 0 for t in rows])
+    tokens = [t for t in rows if t >= 0]
+    n = len(rows)
+    assert updates >= 1000 and closed >= 10
+    np.testing.assert_allclose(L[np.ix_(live, live)], _numpy_factor(K[np.ix_(tokens, tokens)],
+                                                                    shift), rtol=0, atol=1e-12)
     assert not np.triu(L[:n, :n], 1).any() and not L[n:].any() and not L[:, n:].any()
 
 

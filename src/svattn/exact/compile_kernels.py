@@ -33,7 +33,8 @@ def _compile_kept_factor(rng: np.random.Generator) -> None:
     fpos = np.arange(8, dtype=np.int64)
     linalg.chol_update(L, 6, np.array([2], dtype=np.int64), fpos,
                        np.array([6, 7], dtype=np.int64), K, 1e-9)
-    linalg.chol_delete(L, 1, 7)  # (the kept factor's trim, SlotState.release_margin_gram)
+    n = linalg.chol_hole(L, 1, 7)  # (the kept factor's trim, SlotState.release_margin_gram)
+    linalg.chol_compact(L, n, np.arange(n) != 1)  # (its holes closed)
     linalg.positive_definite(np.ascontiguousarray(K[:6, :6]), 1e-10)
     # the batch finish's delete from its factor (operations.batch._margin_system)
     linalg.chol_delete(np.asfortranarray(np.linalg.cholesky(K[:6, :6] + np.eye(6))), 2, 6)

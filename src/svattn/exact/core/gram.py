@@ -11,7 +11,8 @@ cache, which removals scrub). Its rows are padded off multiples of 4 KiB
 A large margin set keeps the Cholesky factor of its uniqueness test between operations
 (:class:`KeptFactor`, ``SlotState.pd_factor``): the test asks that ``K_SS`` minus
 ``1e-10 · trace · I`` be positive definite, and a removal usually changes the margin
-set by a token or two, so the factor is updated (a row deleted by Givens rotations, a
+set by a token or two, so the factor is updated (a deleted row made a hole by Givens
+rotations in place, closed later all at once (:meth:`KeptFactor.compact`), a
 row appended by one forward substitution: O(|S|²)) instead of computed again (O(|S|³),
 ~1 ms at 300 tokens). It is kept for twice the test's shift: positive definite with
 the larger shift implies it with the smaller, by a margin (1e-10 · trace) far above
@@ -68,6 +69,9 @@ def locate(ids: np.ndarray, among: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return among[order][at] == ids, order[at]
 
 
+HOLE = -1  # a kept factor's id of a row whose token was deleted (token ids are >= 0)
+
+
 @dataclass
 class KeptFactor:
     """``L[:n, :n]``: the lower Cholesky factor of the symmetric part of the Gram block
@@ -77,11 +81,21 @@ class KeptFactor:
     and appended since it was computed whole."""
 
     L: np.ndarray
-    n: int
-    ids: np.ndarray
+    n: int  # rows in use, holes included
+    ids: np.ndarray  # by row; HOLE where a deleted token's row is a hole
     shift: float
     updates: int = 0
     seen: np.ndarray | None = None  # the margin ids (in order) it was last found within
+    holes: int = 0
+
+    @property
+    def size(self) -> int:
+        """The tokens factored: the rows in use less the holes."""
+        return self.n - self.holes
+
+    def live(self) -> np.ndarray:
+        """The rows that hold a token (not a hole), as a mask over ``ids``."""
+        return self.ids != HOLE
 
     def within(self, margin_ids: np.ndarray) -> bool:
         """Whether every token of the factor is in the margin set ``margin_ids``: at once
@@ -90,27 +104,39 @@ class KeptFactor:
         seen = self.seen
         if seen is not None and len(seen) == len(margin_ids) and (seen == margin_ids).all():
             return True
-        if not locate(self.ids, margin_ids)[0].all():
+        if not locate(self.ids[self.live()], margin_ids)[0].all():
             return False
         self.seen = margin_ids.copy()
         return True
 
     def trim(self, margin_ids: np.ndarray, delete_row) -> bool:
-        """Delete the rows of the tokens not in ``margin_ids`` (``delete_row(L, p, n)``
-        returns ``n - 1``, the freed row and column zeroed) when they are at most
-        ``max(2, n // 32)`` (the update budget of
+        """Make holes of the rows of the tokens not in ``margin_ids`` (``delete_row(L, p,
+        n)``, the compiled :func:`~svattn.exact.backends.compiled.linalg.chol_hole`)
+        when they are at most ``max(2, size // 32)`` (the update budget of
         :func:`svattn.exact.backends.compiled.margin_positive_definite`) and some token stays;
         False, nothing changed, otherwise."""
-        found = locate(self.ids, margin_ids)[0]
+        found = locate(self.ids, margin_ids)[0] | ~self.live()
         gone = np.flatnonzero(~found)
-        if len(gone) > max(2, self.n // 32) or len(gone) >= self.n:
+        if len(gone) > max(2, self.size // 32) or len(gone) >= self.size:
             return False
-        for p in gone[::-1]:  # descending: a deletion moves only the rows below it
+        for p in gone[::-1]:  # descending, as the removal's own updates
             self.n = int(delete_row(self.L, int(p), self.n))
-        self.ids = self.ids[found]
+        self.ids = self.ids.copy()
+        self.ids[gone] = HOLE
+        self.holes += len(gone)
         self.updates += len(gone)
         self.seen = None
         return True
+
+    def compact(self, close) -> None:
+        """Close the holes (``close(L, n, live)``, the compiled
+        :func:`~svattn.exact.backends.compiled.linalg.chol_compact`: one read and write
+        of the factor)."""
+        if self.holes:
+            live = self.live()
+            self.n = int(close(self.L, self.n, live))
+            self.ids = self.ids[live]
+            self.holes = 0
 
     def scrub(self, rows: int | None = None) -> None:
         """Zero the factor's block, or its first ``rows`` rows and columns when an update
@@ -225,4 +251,4 @@ class MarginGramScratch:
         self.kss_for, self.kss_ext = None, 0
 
 
-__all__ = ["KeptFactor", "MarginGramScratch", "locate", "padded_square"]
+__all__ = ["HOLE", "KeptFactor", "MarginGramScratch", "locate", "padded_square"]

@@ -25,7 +25,7 @@ from scipy.linalg.lapack import dpotrf
 from svattn.exact.backends import reference
 from svattn.exact.backends.compiled import checks, codes, columns, events, linalg, reserve, segments
 from svattn.exact.core.cache import mu_move
-from svattn.exact.core.gram import KeptFactor, locate, padded_square
+from svattn.exact.core.gram import HOLE, KeptFactor, locate, padded_square
 from svattn.exact.core.kktsets import FREE
 from svattn.exact.core.outcome import CertificateFacts, HealthReading, RemovalOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
@@ -267,7 +267,7 @@ def factor_covers_margin(ss: SlotState) -> bool:
     as it was; :func:`margin_positive_definite` would make no update)."""
     f = ss.pd_factor
     nS = ss.nS
-    if f is None or f.n != nS or f.updates >= FACTOR_REFRESH:
+    if f is None or f.size != nS or f.updates >= FACTOR_REFRESH:
         return False
     if f.shift < 1e-10 * float(ss.diag[ss.slot_of_col[:nS]].sum()):
         return False
@@ -435,15 +435,21 @@ def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
             and f.L.shape[1] >= nS):
         drops, fpos, news = _factor_plan(f.ids, ids)
         if len(drops) + len(news) <= max(2, nS // 32):
+            if f.holes + len(drops) > MAX_HOLES or f.n + len(news) > f.L.shape[1]:
+                drops, fpos, news = _close_holes(f, ids)
             n = int(linalg.chol_update(f.L, f.n, drops, fpos, news, kss, f.shift))
-            if n == nS:
-                f.n, f.ids, f.updates = n, ids[fpos], f.updates + len(drops) + len(news)
+            if n >= 0 and n - f.holes - len(drops) == nS:
+                live = fpos[:n] >= 0
+                f.ids = np.where(live, ids[np.maximum(fpos[:n], 0)], HOLE)
+                f.n, f.holes = n, n - nS
+                f.updates += len(drops) + len(news)
                 f.seen = ids.copy()
                 return True
     # the old factor's buffer, zeroed, takes the new one when it is large enough
     L = (f.L if f is not None and f.L.shape[1] >= ss.ccap
          else padded_square(ss.ccap, columns=True))
-    ss.drop_factor(rows=nS)  # (an update may have written rows up to the margin's size)
+    if f is not None:  # (a failed update may have written its appended rows past n)
+        ss.drop_factor(rows=min(f.L.shape[1], max(nS, f.n + max(2, nS // 32))))
     if factor_into(kss, nS, 2.0 * shift, L):
         ss.pd_factor = KeptFactor(L, nS, ids.copy(), 2.0 * shift, seen=ids.copy())
         return True
@@ -480,17 +486,35 @@ def factor_into(K: np.ndarray, n: int, shift: float, L: np.ndarray) -> bool:
 
 def _factor_plan(fids: np.ndarray, ids: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """How the factor of tokens ``fids`` becomes one of the margin tokens ``ids``: the
-    factor rows to delete (descending), the margin positions of the tokens it keeps
-    (in its order; room for the appended), and the margin positions to append."""
+    """How the factor of tokens ``fids`` (by row; ``HOLE``: a hole) becomes one of the
+    margin tokens ``ids``: the factor rows to make holes of (descending), each row's
+    margin position (-1: a hole, old or new; then room for the appended), and the
+    margin positions to append."""
     kept, where = locate(fids, ids)
-    drops = np.flatnonzero(~kept)[::-1].copy()
-    fpos = np.empty(len(ids), dtype=np.int64)
-    held = where[kept]
-    fpos[: len(held)] = held
-    in_factor = np.zeros(len(ids), dtype=bool)
-    in_factor[held] = True
-    return drops, fpos, np.flatnonzero(~in_factor)
+    hole = fids == HOLE
+    kept &= ~hole
+    drops = np.flatnonzero(~kept & ~hole)[::-1].copy()
+    n = len(fids)
+    new = np.ones(len(ids), dtype=bool)
+    new[where[kept]] = False
+    news = np.flatnonzero(new)
+    fpos = np.empty(n + len(news), dtype=np.int64)
+    fpos[:n] = np.where(kept, where, -1)
+    return drops, fpos, news
+
+
+# Holes a kept factor may hold (deleted rows left in place, linalg.chol_hole) before
+# they are closed all at once (linalg.chol_compact: one read and write of the factor,
+# about one deletion's cost), or when the appended rows would not fit.
+MAX_HOLES = 64
+
+
+def _close_holes(f: KeptFactor, ids: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Close the kept factor's holes (:meth:`KeptFactor.compact`) and plan its update to
+    the margin tokens ``ids`` again."""
+    f.compact(linalg.chol_compact)
+    return _factor_plan(f.ids, ids)
 
 
 _NO_SPARE = np.zeros(0)

@@ -335,6 +335,84 @@ def chol_delete(L, p, n):
 
 
 @njit(cache=True, fastmath=VEC)
+def chol_hole(L, p, n):
+    """Delete row and column ``p`` of ``L[:n, :n] L[:n, :n]ᵀ`` from its factor in place,
+    leaving a hole: the rank-one update of :func:`chol_delete` on ``L33`` where it lies
+    (column-major: each column's rest rotated with ``l32``'s, adjacent entries), then
+    row and column ``p`` those of the unit matrix. The matrix factored is then the one
+    without ``p``, with a decoupled unit entry in its place: positive definite exactly
+    when the smaller matrix is, a row appended against a zero in its column gets the
+    smaller matrix's factor row with a zero there (:func:`chol_append_block`), and
+    nothing moves — :func:`chol_delete` moves every row below ``p`` up one row, as many
+    entries again as it rotates (more for ``p`` past a third). A hole's own entries
+    (zeros, its unit diagonal) pass the later rotations unchanged (skipped). Holes go
+    at :func:`chol_compact`. Returns ``n``."""
+    q = p + 1
+    m = n - q
+    Lt = L.T  # (Lt[j]: column j of L)
+    x = np.empty(max(m, 1))
+    lp = Lt[p]
+    for i in range(m):
+        x[i] = lp[q + i]
+    for k in range(m):
+        xk = x[k]
+        if xk == 0.0:  # (a hole below p, or an exact zero: the identity rotation)
+            continue
+        col = q + k
+        a = L[col, col]
+        h = math.hypot(a, xk)
+        c = a / h
+        s = xk / h
+        L[col, col] = h
+        cl = Lt[col][col + 1:n]
+        xr = x[k + 1:m]
+        for i in range(m - 1 - k):
+            t = cl[i]
+            xi = xr[i]
+            cl[i] = c * t + s * xi
+            xr[i] = c * xi - s * t
+    for j in range(p):  # the hole: row and column p of the unit matrix
+        L[p, j] = 0.0
+    for i in range(p, n):
+        lp[i] = 0.0
+    L[p, p] = 1.0
+    x.fill(0.0)  # rotated kernel-derived values: freed zeroed
+    return n
+
+
+@njit(cache=True)
+def chol_compact(L, n, live):
+    """Close the holes of ``L[:n, :n]`` (column-major): the rows and columns with
+    ``live`` set move up and left in order, one read and write of the factor (each entry
+    goes to an address at or before its own, read in address order); the freed rows
+    and columns are zeroed. Returns the rows left."""
+    Lt = L.T
+    newpos = np.empty(n, dtype=np.int64)
+    k = 0
+    for i in range(n):
+        newpos[i] = k
+        if live[i]:
+            k += 1
+    for j in range(n):
+        if not live[j]:
+            continue
+        src = Lt[j]
+        dst = Lt[newpos[j]]
+        for i in range(j, n):
+            if live[i]:
+                dst[newpos[i]] = src[i]
+    for j in range(k):  # below the new block, in its columns
+        dst = Lt[j]
+        for i in range(k, n):
+            dst[i] = 0.0
+    for j in range(k, n):  # the freed columns
+        dst = Lt[j]
+        for i in range(n):
+            dst[i] = 0.0
+    return k
+
+
+@njit(cache=True, fastmath=VEC)
 def chol_append(L, n, b, d, shift):
     """Append a row ``b`` (its diagonal entry ``d``, then shifted) to the matrix that
     ``L[:n, :n]`` factors: one forward substitution; False, ``L`` unchanged, when the
@@ -418,14 +496,14 @@ def chol_append_block(L, n, B, D, shift):
 
 @njit(cache=True)
 def chol_update(L, n, drops, fpos, news, K, shift):
-    """The kept factor of ``K``'s block at margin positions ``fpos[:n]`` (after deleting
-    factor rows ``drops``, in descending order) grown by the margin positions ``news``
-    in order, read from ``K`` (margin order, symmetric part; all appended at once,
-    :func:`chol_append_block`). Returns the new size, or -1 when the appended rows would
-    leave the matrix not positive definite (the factor is then partly updated: the
-    caller discards it)."""
+    """The kept factor of ``K``'s block at margin positions ``fpos[:n]`` (-1: a hole;
+    factor rows ``drops``, in descending order, made holes first, :func:`chol_hole`)
+    grown by the margin positions ``news`` in order, read from ``K`` (margin order,
+    symmetric part; all appended at once, :func:`chol_append_block`). Returns the rows
+    in use (holes included), or -1 when the appended rows would leave the matrix not
+    positive definite (the factor is then partly updated: the caller discards it)."""
     for q in range(drops.shape[0]):
-        n = chol_delete(L, drops[q], n)
+        n = chol_hole(L, drops[q], n)
     nn = news.shape[0]
     if nn == 0:
         return n
@@ -434,7 +512,8 @@ def chol_update(L, n, drops, fpos, news, K, shift):
     for t in range(nn):
         j = news[t]
         for i in range(n):
-            B[t, i] = 0.5 * (K[fpos[i], j] + K[j, fpos[i]])
+            f = fpos[i]
+            B[t, i] = 0.5 * (K[f, j] + K[j, f]) if f >= 0 else 0.0  # (-1: a hole)
         for u in range(nn):
             D[t, u] = 0.5 * (K[j, news[u]] + K[news[u], j])
     ok = chol_append_block(L, n, B, D, shift)
