@@ -166,3 +166,20 @@ def test_a_warm_refined_solve_starts_from_the_given_solution_and_reads_no_produc
     warm = solve(start, z, True)
     np.testing.assert_allclose(warm, exact, rtol=0, atol=1e-11)
     assert np.isnan(z).all()  # no product with Q0 formed for the start
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 15, 16, 17, 64, 101])
+def test_the_symmetric_product_reads_the_upper_triangle_and_equals_numpys(n):
+    """``sym_matvec`` (eight rows at a time, then one by one) is ``A @ x`` for a symmetric
+    ``A``, to rounding, for sizes around its blocks; it reads nothing below the diagonal
+    (made NaN here) past each block of eight, and writes nothing past ``n``."""
+    rng = np.random.default_rng(n)
+    A = rng.normal(size=(n + 3, n + 3))
+    A = A + A.T
+    x, y = rng.normal(size=n + 3), np.full(n + 3, 7.0)
+    ref = A[:n, :n] @ x[:n]
+    for i in range(n):  # below the diagonal blocks of eight: never read
+        A[i, : (i // 8) * 8 if i < (n // 8) * 8 else i] = np.nan
+    schur.sym_matvec(A, n, x, y)
+    np.testing.assert_allclose(y[:n], ref, rtol=1e-13, atol=1e-12)
+    assert (y[n:] == 7.0).all()
