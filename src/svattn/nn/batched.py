@@ -71,7 +71,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.exact.core.kernels import get_kernel
-from svattn.nn.common import Partition, host_reads, log_kernel_diag
+from svattn.nn.common import Partition, centre_keys, host_reads, log_kernel_diag
 from svattn.nn.finish import finish_optimum, optimum_factors
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
@@ -540,7 +540,10 @@ def boundary_partition(
     :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
     hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
     same function compiled. With ``finish="optimum"``, ``K`` and ``d`` are float64.
+    The keys of a translation-invariant kernel are centred first
+    (:func:`~svattn.nn.common.centre_keys`), as in :func:`solve_batched`.
     """
+    kd = centre_keys(kd, valid, kernel, gamma)
     if solver.finish == "optimum":
         return _optimum_partition(_warm_start, kd, valid, C, kernel, gamma, solver)
     K, d, shift = kernel_problem(kd, valid, kernel, gamma)
@@ -629,12 +632,20 @@ def solve_batched(
     solved with ``K = I`` over their present keys (a well-conditioned problem with
     the uniform optimum, so the batch keeps its static shape without a host read)
     and their keys get no gradient.
+
+    The keys of a translation-invariant kernel (rbf) are centred on the mean of each
+    problem's valid keys first (:func:`~svattn.nn.common.centre_keys`, differentiable):
+    the same memory, but the kernel matrix's dot form and the optimum finish's merge of
+    copies (relative to the keys' norm) no longer lose the differences of keys far from
+    the origin.
     """
     opts = SolverOptions() if solver is None else solver
     B, H, n, D = k.shape
     P = B * H
-    kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
+    # rbf sees only differences: centred keys give the same memory, without the
+    # cancellation of keys far from the origin in K's dot form and the finish's merge
+    kf = centre_keys(k.reshape(P, n, D), vf, kernel, gamma)  # (P, n, D), differentiable
     K, d, shift = kernel_problem(working_keys(kf.detach(), opts), vf, kernel, gamma)
     if stand_in is not None:
         s = stand_in.reshape(P, 1)

@@ -24,6 +24,8 @@ __all__ = [
     "log_kernel_diag",
     "check_qkv",
     "check_key_mask",
+    "centre_keys",
+    "translation_invariant",
     "Partition",
     "flat_rows",
     "gather_rows",
@@ -96,6 +98,37 @@ def log_kernel_diag(x: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
     if kern.unit_diagonal:
         return x.new_zeros(x.shape[:-1])
     return kern.log_diag((x * x).sum(-1), gamma)
+
+
+def translation_invariant(kernel: str, gamma: float) -> bool:
+    """Whether ``k(x + t, y + t) = k(x, y)`` for every shift ``t``: a dot form with
+    ``s = 2c > 0`` (``log k = −c‖x − y‖²``, rbf), the test
+    :func:`svattn.nn.margin.key_gradient` makes. ``exp`` (``c = 0``) is not."""
+    s, c = get_kernel(kernel).dot_form(gamma)
+    return bool(c) and s == 2.0 * c
+
+
+def centre_keys(x: torch.Tensor, valid: torch.Tensor, kernel: str, gamma: float
+                ) -> torch.Tensor:
+    """Keys ``x`` (P, n, D) less the mean of each problem's valid keys, for a
+    translation-invariant kernel (:func:`translation_invariant`); ``x`` itself otherwise.
+
+    The kernel sees only differences, so the memory is the same function of the
+    centred keys; but the solver's arithmetic is not translation-invariant: the kernel
+    matrix's dot form ``‖x‖² + ‖y‖² − 2 x·y`` and the finish's merge of copies
+    (:data:`svattn.nn.finish_cpu.MERGE_EPS`, relative to ``‖x‖``) lose the differences
+    of keys far from the origin to cancellation. Differentiable (the mean is of the
+    keys themselves; its gradient is zero to rounding, as the kernel's is along a
+    common shift). The mean is taken in ``x``'s dtype; keys far from the origin and
+    close to one another lose nothing to the subtraction (it is exact where ``x_i``
+    and the mean are within a factor 2 of each other). Absent keys are left as they are.
+    """
+    if not translation_invariant(kernel, gamma):
+        return x
+    v = valid.unsqueeze(-1)  # (P, n, 1)
+    count = v.sum(-2, keepdim=True).clamp_min(1).to(x.dtype)
+    mean = torch.where(v, x, 0.0).sum(-2, keepdim=True) / count  # (P, 1, D)
+    return torch.where(v, x - mean, x)
 
 
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
