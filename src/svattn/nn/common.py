@@ -9,7 +9,7 @@ Layout everywhere in this package: ``[B, H, T, D]`` (batch, head, token, feature
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -24,6 +24,7 @@ __all__ = [
     "log_kernel_diag",
     "check_qkv",
     "check_key_mask",
+    "non_finite",
     "centre_keys",
     "translation_invariant",
     "Partition",
@@ -166,11 +167,26 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if k.shape[2] < 1:
         raise ValueError(f"k must hold at least one token, got shape {tuple(k.shape)}")
-    if not host_reads(k):  # a value check would synchronise: non-finite inputs propagate
-        return
-    for name, t in (("k", k), ("q", q), ("v", v)):
+    bad = non_finite((("k", k), ("q", q), ("v", v)))
+    if bad is not None:
+        raise ValueError(f"{bad} has non-finite entries (nan or inf)")
+
+
+def non_finite(named: Iterable[tuple[str, torch.Tensor]]) -> str | None:
+    """The name of the first of the ``(name, tensor)`` pairs with a non-finite entry
+    (nan or inf), None if there is none, or if a value check would synchronise
+    (:func:`host_reads` false for the first tensor: non-finite inputs then propagate).
+
+    The finite-entries check of :func:`check_qkv` and of the hybrid mixer's global path
+    (:meth:`svattn.mixers.hybrid.HybridSVAttention._global`), each with its own message.
+    """
+    named = list(named)
+    if not named or not host_reads(named[0][1]):
+        return None
+    for name, t in named:
         if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} has non-finite entries (nan or inf)")
+            return name
+    return None
 
 
 def check_key_mask(key_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor:
