@@ -410,15 +410,9 @@ def _repair(K, d, C, valid, a, solver, tol):
     if solver.refine == 0:
         return S, E, settled
     if host_reads(K):  # CPU, eager: the same rounds as one compiled loop (nn/partition_cpu.py)
-        try:
-            return repair_loop(K, d, valid, S, E, C, solver.ridge,
-                               solver.ridge_steps if solver.ridge > 0 else 0, solver.refine, tol)
-        except ZeroDivisionError:  # a ridge below the working precision: a singular pivot
-            raise ValueError(
-                f"SolverOptions ridge={solver.ridge!r} is too small for the 'approximate' "
-                f"finish on {K.dtype} keys: the ridged margin system is singular in that "
-                f"precision (on duplicate keys; e.g. 1e-6 for float32, 1e-14 for float64, or "
-                f"finish='optimum', which needs no ridge)") from None
+        # (a ValueError naming the ridge where a margin system has a zero pivot)
+        return repair_loop(K, d, valid, S, E, C, solver.ridge,
+                           solver.ridge_steps if solver.ridge > 0 else 0, solver.refine, tol)
     dense = dense_ok(K, K.shape[-1])
     system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense else None
     big = torch.finfo(K.dtype).max
