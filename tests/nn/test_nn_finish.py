@@ -22,7 +22,7 @@ from nn_keys import random_keys
 from script_helpers import load_script
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.oracle import solve_svdd
-from svattn.nn import SolverOptions, sv_attention, sv_attention_state
+from svattn.nn import SolverOptions, batched, sv_attention, sv_attention_state
 from svattn.nn.batched import solve_batched
 from svattn.nn.common import centre_keys
 
@@ -93,6 +93,22 @@ def test_keys_far_from_the_origin_are_not_merged_by_their_norm():
     ref = solve_svdd(kernel_matrix(Xc, Xc, "rbf", 1e3), 0.125)
     assert int(info.unsettled) == 0  # the keys are centred first (rbf): nothing merged
     assert np.abs(alpha[0, 0].double().numpy() - ref).sum() <= L1_BAR[torch.float32]
+
+
+def test_the_hybrids_boundary_partition_centres_far_keys_too():
+    """boundary_partition (the "support" policy's solve) and _optimum_partition (which
+    the compiled path calls with its compiled warm start) on the far keys above."""
+    g = torch.Generator().manual_seed(0)
+    X = (torch.randn(16, 8, dtype=torch.float64, generator=g) * 0.02 + 1e4).float()
+    Xc = X.double().numpy() - X.double().numpy().mean(0)
+    ref = solve_svdd(kernel_matrix(Xc, Xc, "rbf", 1e3), 0.125)
+    valid = torch.ones(1, 16, dtype=torch.bool)
+    opts = SolverOptions()
+    for sol, *_ in (batched.boundary_partition(X[None], valid, 0.125, "rbf", 1e3, opts),
+                    batched._optimum_partition(batched._warm_start, X[None], valid, 0.125,
+                                               "rbf", 1e3, opts)):
+        assert bool(sol.settled.all())
+        assert np.abs(sol.alpha[0].numpy() - ref).sum() <= L1_BAR[torch.float32]
 
 
 def _far_masked_keys(seed, offset):

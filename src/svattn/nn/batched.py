@@ -515,6 +515,7 @@ def _warm_start(kd, valid, C, kernel, gamma, max_iter):
 
 
 def _optimum_partition(warm, kd, valid, C, kernel, gamma, solver):
+    kd = centre_keys(kd, valid, kernel, gamma)  # eager, so the compiled warm start's too
     K, d, shift, a, iters = warm(kd, valid, C, kernel, gamma, solver.max_iter)
     with torch.no_grad():
         return _optimum(K, d, kd, valid, a, C, iters), K, d, shift
@@ -537,9 +538,9 @@ def boundary_partition(
     The keys of a translation-invariant kernel are centred first
     (:func:`~svattn.nn.common.centre_keys`), as in :func:`solve_batched`.
     """
-    kd = centre_keys(kd, valid, kernel, gamma)
     if solver.finish == "optimum":
         return _optimum_partition(_warm_start, kd, valid, C, kernel, gamma, solver)
+    kd = centre_keys(kd, valid, kernel, gamma)
     K, d, shift = kernel_problem(kd, valid, kernel, gamma)
     return solve_partition(K, d, C, valid, solver), K, d, shift
 
