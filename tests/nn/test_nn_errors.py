@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from svattn.nn import SVAttention, sv_attention, sv_readout
+from svattn.nn.common import no_host_reads, non_finite
 
 
 def _qkv(B=1, H=2, Tq=4, Tk=10, D=3):
@@ -36,6 +37,18 @@ def test_non_finite_keys(bad):
     k[0, 1, 4, 2] = bad
     with pytest.raises(ValueError, match="k has non-finite entries"):
         sv_attention(q, k, v, C=0.5)
+
+
+def test_the_shared_finite_check_names_the_first_bad_tensor_where_reads_are_free():
+    """svattn.nn.common.non_finite: check_qkv's and the hybrid mixer's one check."""
+    q, k, v = _qkv()
+    v[0, 0, 1, 0] = float("nan")
+    k[0, 1, 2, 0] = float("inf")
+    assert non_finite((("q", q), ("k", k), ("v", v))) == "k"
+    assert non_finite((("q", q), ("v", v))) == "v"
+    assert non_finite((("q", q),)) is None
+    with no_host_reads():  # a read would synchronise: nothing is checked
+        assert non_finite((("k", k),)) is None
 
 
 def test_bad_options():

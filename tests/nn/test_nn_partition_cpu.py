@@ -90,3 +90,25 @@ def test_partition_ops_do_not_grow_with_iterations_or_rounds():
         assert bool(batched.solve_partition(K, d, 0.2, valid, opts).settled.all())
         counts[it] = _aten_calls(lambda o=opts: batched.solve_partition(K, d, 0.2, valid, o))
     assert counts[8] == counts[40] < 150, counts
+
+
+def test_the_small_lu_reports_a_zero_pivot_and_the_repair_refuses_by_name():
+    """lu_factor_small returns whether every pivot is nonzero; the compiled repair stops
+    at a margin system with a zero pivot and repair_loop raises (no ZeroDivisionError)."""
+    import numpy as np
+
+    from svattn.nn.partition_cpu import lu_factor_small, repair_loop
+
+    piv = np.empty(3, dtype=np.int64)
+    assert lu_factor_small(np.array([[2.0, 1.0, 0.0], [1.0, 3.0, 1.0], [0.0, 1.0, 4.0]]), piv)
+    assert not lu_factor_small(np.array([[2.0, 2.0, 1.0], [2.0, 2.0, 1.0], [1.0, 1.0, 0.0]]),
+                               piv)
+    K = torch.ones(2, 4, 4, dtype=torch.float64)  # every key a copy of one
+    d = torch.ones(2, 4, dtype=torch.float64)
+    valid = torch.ones(2, 4, dtype=torch.bool)
+    S = torch.ones(2, 4, dtype=torch.bool)
+    E = torch.zeros(2, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"ridge=1e-17 is too small .* problem 0 is singular"):
+        repair_loop(K, d, valid, S, E, 0.5, 1e-17, 1, 5, 1e-9)
+    S2, E2, settled = repair_loop(K, d, valid, S, E, 0.5, 1e-3, 1, 5, 1e-9)
+    assert settled.all() and torch.equal(S2, S)

@@ -66,7 +66,7 @@ from svattn.nn.batched import (
     compiled_boundary_partition,
     solve_batched,
 )
-from svattn.nn.common import Partition, host_reads, resolve_gamma
+from svattn.nn.common import Partition, host_reads, non_finite, resolve_gamma
 from svattn.nn.gather_cpu import token_rows
 from svattn.nn.margin import margin_solve_factored
 from svattn.nn.options import SolverOptions, resolve_solver
@@ -522,11 +522,11 @@ class HybridSVAttention(SoftmaxAttention):
         # FISTA, the active set and the margin solve are not meant for bf16.
         dtype = q.dtype
         work = torch.promote_types(dtype, torch.float32)
-        if host_reads(k):  # as sv_attention's checks: only where a read costs no sync
-            for name, t in (("queries", q), ("keys", k), ("values", v)):
-                if not bool(torch.isfinite(t).all()):
-                    raise ValueError(f"the layer's {name} have non-finite entries (nan or "
-                                     "inf): the input x or the layer's weights hold them")
+        # as sv_attention's checks: only where a read costs no sync
+        bad = non_finite((("queries", q), ("keys", k), ("values", v)))
+        if bad is not None:
+            raise ValueError(f"the layer's {bad} have non-finite entries (nan or inf): the "
+                             "input x or the layer's weights hold them")
         with torch.autocast(device_type=q.device.type, enabled=False):
             q, k, v = (z.to(work) for z in (q, k, v))
             glob = (self._global_full if self.policy == "full" else self._global_support)(q, k, v)

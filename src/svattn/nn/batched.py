@@ -71,7 +71,7 @@ from typing import NamedTuple
 import torch
 
 from svattn.exact.core.kernels import get_kernel
-from svattn.nn.common import Partition, host_reads, log_kernel_diag
+from svattn.nn.common import Partition, centre_keys, host_reads, log_kernel_diag
 from svattn.nn.finish import finish_optimum, optimum_factors
 from svattn.nn.margin import Factors, margin_solve, margin_solve_factored, rows, solve_system
 from svattn.nn.options import SolverOptions
@@ -410,15 +410,9 @@ def _repair(K, d, C, valid, a, solver, tol):
     if solver.refine == 0:
         return S, E, settled
     if host_reads(K):  # CPU, eager: the same rounds as one compiled loop (nn/partition_cpu.py)
-        try:
-            return repair_loop(K, d, valid, S, E, C, solver.ridge,
-                               solver.ridge_steps if solver.ridge > 0 else 0, solver.refine, tol)
-        except ZeroDivisionError:  # a ridge below the working precision: a singular pivot
-            raise ValueError(
-                f"SolverOptions ridge={solver.ridge!r} is too small for the 'approximate' "
-                f"finish on {K.dtype} keys: the ridged margin system is singular in that "
-                f"precision (on duplicate keys; e.g. 1e-6 for float32, 1e-14 for float64, or "
-                f"finish='optimum', which needs no ridge)") from None
+        # (a ValueError naming the ridge where a margin system has a zero pivot)
+        return repair_loop(K, d, valid, S, E, C, solver.ridge,
+                           solver.ridge_steps if solver.ridge > 0 else 0, solver.refine, tol)
     dense = dense_ok(K, K.shape[-1])
     system = _RepairSystem(K, d, C, solver.ridge, solver.ridge_steps) if dense else None
     big = torch.finfo(K.dtype).max
@@ -521,6 +515,7 @@ def _warm_start(kd, valid, C, kernel, gamma, max_iter):
 
 
 def _optimum_partition(warm, kd, valid, C, kernel, gamma, solver):
+    kd = centre_keys(kd, valid, kernel, gamma)  # eager, so the compiled warm start's too
     K, d, shift, a, iters = warm(kd, valid, C, kernel, gamma, solver.max_iter)
     with torch.no_grad():
         return _optimum(K, d, kd, valid, a, C, iters), K, d, shift
@@ -540,9 +535,12 @@ def boundary_partition(
     :func:`kernel_problem` then :func:`solve_partition`; what one boundary of the
     hybrid's ``"support"`` policy solves. :func:`compiled_boundary_partition` is the
     same function compiled. With ``finish="optimum"``, ``K`` and ``d`` are float64.
+    The keys of a translation-invariant kernel are centred first
+    (:func:`~svattn.nn.common.centre_keys`), as in :func:`solve_batched`.
     """
     if solver.finish == "optimum":
         return _optimum_partition(_warm_start, kd, valid, C, kernel, gamma, solver)
+    kd = centre_keys(kd, valid, kernel, gamma)
     K, d, shift = kernel_problem(kd, valid, kernel, gamma)
     return solve_partition(K, d, C, valid, solver), K, d, shift
 
@@ -629,12 +627,20 @@ def solve_batched(
     solved with ``K = I`` over their present keys (a well-conditioned problem with
     the uniform optimum, so the batch keeps its static shape without a host read)
     and their keys get no gradient.
+
+    The keys of a translation-invariant kernel (rbf) are centred on the mean of each
+    problem's valid keys first (:func:`~svattn.nn.common.centre_keys`, differentiable):
+    the same memory, but the kernel matrix's dot form and the optimum finish's merge of
+    copies (relative to the keys' norm) no longer lose the differences of keys far from
+    the origin.
     """
     opts = SolverOptions() if solver is None else solver
     B, H, n, D = k.shape
     P = B * H
-    kf = k.reshape(P, n, D)  # (P, n, D)
     vf = valid.reshape(P, n)
+    # rbf sees only differences: centred keys give the same memory, without the
+    # cancellation of keys far from the origin in K's dot form and the finish's merge
+    kf = centre_keys(k.reshape(P, n, D), vf, kernel, gamma)  # (P, n, D), differentiable
     K, d, shift = kernel_problem(working_keys(kf.detach(), opts), vf, kernel, gamma)
     if stand_in is not None:
         s = stand_in.reshape(P, 1)

@@ -9,7 +9,7 @@ Layout everywhere in this package: ``[B, H, T, D]`` (batch, head, token, feature
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -24,6 +24,9 @@ __all__ = [
     "log_kernel_diag",
     "check_qkv",
     "check_key_mask",
+    "non_finite",
+    "centre_keys",
+    "translation_invariant",
     "Partition",
     "flat_rows",
     "gather_rows",
@@ -98,6 +101,37 @@ def log_kernel_diag(x: torch.Tensor, kernel: str, gamma: float) -> torch.Tensor:
     return kern.log_diag((x * x).sum(-1), gamma)
 
 
+def translation_invariant(kernel: str, gamma: float) -> bool:
+    """Whether ``k(x + t, y + t) = k(x, y)`` for every shift ``t``: a dot form with
+    ``s = 2c > 0`` (``log k = −c‖x − y‖²``, rbf), the test
+    :func:`svattn.nn.margin.key_gradient` makes. ``exp`` (``c = 0``) is not."""
+    s, c = get_kernel(kernel).dot_form(gamma)
+    return bool(c) and s == 2.0 * c
+
+
+def centre_keys(x: torch.Tensor, valid: torch.Tensor, kernel: str, gamma: float
+                ) -> torch.Tensor:
+    """Keys ``x`` (P, n, D) less the mean of each problem's valid keys, for a
+    translation-invariant kernel (:func:`translation_invariant`); ``x`` itself otherwise.
+
+    The kernel sees only differences, so the memory is the same function of the
+    centred keys; but the solver's arithmetic is not translation-invariant: the kernel
+    matrix's dot form ``‖x‖² + ‖y‖² − 2 x·y`` and the finish's merge of copies
+    (:data:`svattn.nn.finish_cpu.MERGE_EPS`, relative to ``‖x‖``) lose the differences
+    of keys far from the origin to cancellation. Differentiable (the mean is of the
+    keys themselves; its gradient is zero to rounding, as the kernel's is along a
+    common shift). The mean is taken in ``x``'s dtype; keys far from the origin and
+    close to one another lose nothing to the subtraction (it is exact where ``x_i``
+    and the mean are within a factor 2 of each other). Absent keys are left as they are.
+    """
+    if not translation_invariant(kernel, gamma):
+        return x
+    v = valid.unsqueeze(-1)  # (P, n, 1)
+    count = v.sum(-2, keepdim=True).clamp_min(1).to(x.dtype)
+    mean = torch.where(v, x, 0.0).sum(-2, keepdim=True) / count  # (P, 1, D)
+    return torch.where(v, x - mean, x)
+
+
 def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise ``ValueError`` unless q, k, v are ``[B, H, Tq, D]``, ``[B, H, Tk, D]``,
     ``[B, H, Tk, Dv]`` floating tensors of one dtype and device with finite entries.
@@ -133,11 +167,26 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         )
     if k.shape[2] < 1:
         raise ValueError(f"k must hold at least one token, got shape {tuple(k.shape)}")
-    if not host_reads(k):  # a value check would synchronise: non-finite inputs propagate
-        return
-    for name, t in (("k", k), ("q", q), ("v", v)):
+    bad = non_finite((("k", k), ("q", q), ("v", v)))
+    if bad is not None:
+        raise ValueError(f"{bad} has non-finite entries (nan or inf)")
+
+
+def non_finite(named: Iterable[tuple[str, torch.Tensor]]) -> str | None:
+    """The name of the first of the ``(name, tensor)`` pairs with a non-finite entry
+    (nan or inf), None if there is none, or if a value check would synchronise
+    (:func:`host_reads` false for the first tensor: non-finite inputs then propagate).
+
+    The finite-entries check of :func:`check_qkv` and of the hybrid mixer's global path
+    (:meth:`svattn.mixers.hybrid.HybridSVAttention._global`), each with its own message.
+    """
+    named = list(named)
+    if not named or not host_reads(named[0][1]):
+        return None
+    for name, t in named:
         if not bool(torch.isfinite(t).all()):
-            raise ValueError(f"{name} has non-finite entries (nan or inf)")
+            return name
+    return None
 
 
 def check_key_mask(key_mask: torch.Tensor | None, k: torch.Tensor) -> torch.Tensor:

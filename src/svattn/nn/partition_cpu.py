@@ -209,8 +209,11 @@ def fista_loop(
 @njit(cache=True, nogil=True)
 def lu_factor_small(M, piv):  # pragma: no cover - compiled
     """In-place LU with partial pivoting of a small square ``M`` (LAPACK getrf's method);
-    a call to LAPACK costs more than the arithmetic at the repair's sizes."""
+    a call to LAPACK costs more than the arithmetic at the repair's sizes. Returns
+    whether every pivot is nonzero (LAPACK's ``info == 0``): :func:`lu_solve_small`
+    divides by them."""
     m = M.shape[0]
+    nonsingular = True
     for k in range(m):
         p = k
         best = abs(M[k, k])
@@ -224,6 +227,8 @@ def lu_factor_small(M, piv):  # pragma: no cover - compiled
                 t = M[k, j]
                 M[k, j] = M[p, j]
                 M[p, j] = t
+        if M[k, k] == 0.0:
+            nonsingular = False
         inv = 1.0 / M[k, k] if M[k, k] != 0.0 else 0.0
         for i in range(k + 1, m):
             f = M[i, k] * inv
@@ -231,11 +236,13 @@ def lu_factor_small(M, piv):  # pragma: no cover - compiled
             if f != 0.0:
                 for j in range(k + 1, m):
                     M[i, j] -= f * M[k, j]
+    return nonsingular
 
 
 @njit(cache=True, nogil=True)
 def lu_solve_small(M, piv, b):  # pragma: no cover - compiled
-    """Solve with the factors of :func:`lu_factor_small`; ``b`` is overwritten by the solution."""
+    """Solve with the factors of :func:`lu_factor_small` (every pivot nonzero: its
+    return); ``b`` is overwritten by the solution."""
     m = M.shape[0]
     for k in range(m):
         p = piv[k]
@@ -282,9 +289,12 @@ def _hold_the_mass(S, E, valid, g, C):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: no cover
+def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol, settled):  # pragma: no cover
+    """The rounds of :func:`repair_loop`, ``settled`` (P,) written. Returns the first
+    problem whose margin system has a zero pivot (singular in ``K``'s precision: the
+    rounds stop there), or -1."""
     P, n = S.shape
-    settled = np.ones(P, dtype=np.bool_)
+    settled[:] = True
     dt = K.dtype
     big = np.finfo(dt).max
     alpha = np.empty(n, dtype=dt)
@@ -316,7 +326,9 @@ def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: n
                     rhs[a] = d[p, ia] - 2.0 * C * ke
                 rhs[s] = 1.0 - C * nE
                 piv = np.empty(s + 1, dtype=np.int64)
-                lu_factor_small(M, piv)
+                if not lu_factor_small(M, piv):
+                    settled[p] = False
+                    return p
                 z = rhs.copy()
                 lu_solve_small(M, piv, z)
                 if ridge > 0:
@@ -358,7 +370,7 @@ def _repair(K, d, valid, S, E, C, ridge, ridge_steps, refine, tol):  # pragma: n
             settled[p] = same
             if same:
                 break
-    return settled
+    return -1
 
 
 def repair_loop(
@@ -375,10 +387,24 @@ def repair_loop(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Up to ``refine`` active-set rounds per problem from the sets ``S``, ``E`` (P, n) on
     CPU tensors (``K`` (P, n, n), ``d`` (P, n)). Returns the new ``S``, ``E`` and
-    ``settled`` (P,): whether the problem's last round moved nothing."""
+    ``settled`` (P,): whether the problem's last round moved nothing.
+
+    Raises
+    ------
+    ValueError
+        A margin system has a zero pivot in ``K``'s precision: a ``ridge`` below the
+        keys' working precision, on duplicate keys.
+    """
     S2, E2 = S.contiguous().clone(), E.contiguous().clone()
     dt = K.dtype
-    settled = _repair(K.contiguous().numpy(), d.to(dt).contiguous().numpy(),
-                      valid.contiguous().numpy(), S2.numpy(), E2.numpy(), float(C),
-                      float(ridge), int(ridge_steps), int(refine), float(tol))
+    settled = np.empty(S2.shape[0], dtype=np.bool_)
+    singular = _repair(K.contiguous().numpy(), d.to(dt).contiguous().numpy(),
+                       valid.contiguous().numpy(), S2.numpy(), E2.numpy(), float(C),
+                       float(ridge), int(ridge_steps), int(refine), float(tol), settled)
+    if singular >= 0:
+        raise ValueError(
+            f"SolverOptions ridge={ridge!r} is too small for the 'approximate' finish on "
+            f"{dt} keys: the ridged margin system of problem {singular} is singular in "
+            f"that precision (on duplicate keys; e.g. 1e-6 for float32, 1e-14 for "
+            f"float64, or finish='optimum', which needs no ridge)")
     return S2, E2, torch.from_numpy(settled)

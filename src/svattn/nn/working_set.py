@@ -60,7 +60,14 @@ from svattn.nn.batched import (
     scaled_kernel_matrix,
     solve_batched,
 )
-from svattn.nn.common import Partition, flat_rows, gather_rows, host_reads, log_kernel_diag
+from svattn.nn.common import (
+    Partition,
+    centre_keys,
+    flat_rows,
+    gather_rows,
+    host_reads,
+    log_kernel_diag,
+)
 from svattn.nn.finish import FINISH_TOL, optimum_factors, oracle_solve
 from svattn.nn.finish_cpu import MERGE_EPS, solve_reduced, spread_groups
 from svattn.nn.groups_cpu import copy_groups
@@ -349,8 +356,8 @@ def solve_working_set(
     :class:`~svattn.nn.batched.BatchedInfo`, as that function returns them."""
     B, H, n, D = k.shape
     P = B * H
-    kf = k.reshape(P, n, D)
     vf = valid.reshape(P, n)
+    kf = centre_keys(k.reshape(P, n, D), vf, kernel, gamma)  # as solve_batched
     with torch.no_grad():
         res, d, shift = working_set_optimum(kf.detach(), vf, C, kernel, gamma,
                                             solver.max_iter)
