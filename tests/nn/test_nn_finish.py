@@ -140,6 +140,18 @@ def test_centring_is_differentiable_and_keeps_alpha_and_its_gradient():
     torch.testing.assert_close(res[0][0], res[1][0], rtol=0, atol=1e-12)
     torch.testing.assert_close(res[0][1], res[1][1], rtol=1e-7, atol=1e-9)
 
+def _batched_and_exact(q, k, v, w, C, **kwargs):
+    """The output and alpha of both modes, and the gradient of a loss on both to ``k``:
+    ``([(out, alpha) batched, (out, alpha) exact], [grad batched, grad exact])``."""
+    grads, outs = [], []
+    for mode in ("batched", "exact"):
+        out, alpha = sv_attention(q, k, v, C=C, mode=mode, return_alpha=True, **kwargs)
+        (g,) = torch.autograd.grad((out * w).sum() + (alpha * alpha).sum(), k)
+        grads.append(g)
+        outs.append((out.detach(), alpha.detach()))
+    return outs, grads
+
+
 
 def test_keys_far_from_the_origin_match_the_exact_path():
     """Masked keys around 100 (float64): the output, alpha and gradients of the batched
@@ -148,12 +160,7 @@ def test_keys_far_from_the_origin_match_the_exact_path():
     k.requires_grad_(True)
     q, v = random_keys(1, 2, 5, 3, seed=23) + 100.0, random_keys(1, 2, 14, 2, seed=24)
     w = torch.randn(1, 2, 5, 2, generator=torch.Generator().manual_seed(25), dtype=torch.float64)
-    grads, outs = [], []
-    for mode in ("batched", "exact"):
-        out, alpha = sv_attention(q, k, v, C=0.15, mode=mode, key_mask=valid, return_alpha=True)
-        (g,) = torch.autograd.grad((out * w).sum() + (alpha * alpha).sum(), k)
-        grads.append(g)
-        outs.append((out.detach(), alpha.detach()))
+    outs, grads = _batched_and_exact(q, k, v, w, 0.15, key_mask=valid)
     torch.testing.assert_close(outs[0][1], outs[1][1], rtol=0, atol=1e-10)
     torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=1e-9)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-6, atol=1e-8)
@@ -278,12 +285,7 @@ def test_values_and_gradients_match_autograd_through_the_exact_solve():
     k = random_keys(2, 2, 30, 4, seed=13).requires_grad_(True)
     q, v = random_keys(2, 2, 6, 4, seed=14), random_keys(2, 2, 30, 3, seed=15)
     w = torch.randn(2, 2, 6, 3, generator=torch.Generator().manual_seed(16), dtype=torch.float64)
-    grads, outs = [], []
-    for mode in ("batched", "exact"):
-        out, alpha = sv_attention(q, k, v, C=0.08, mode=mode, return_alpha=True)
-        (g,) = torch.autograd.grad((out * w).sum() + (alpha * alpha).sum(), k)
-        grads.append(g)
-        outs.append((out.detach(), alpha.detach()))
+    outs, grads = _batched_and_exact(q, k, v, w, 0.08)
     torch.testing.assert_close(outs[0][0], outs[1][0], rtol=0, atol=1e-12)
     torch.testing.assert_close(outs[0][1], outs[1][1], rtol=0, atol=1e-12)
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-7, atol=1e-9)
