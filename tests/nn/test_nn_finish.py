@@ -140,6 +140,7 @@ def test_centring_is_differentiable_and_keeps_alpha_and_its_gradient():
     torch.testing.assert_close(res[0][0], res[1][0], rtol=0, atol=1e-12)
     torch.testing.assert_close(res[0][1], res[1][1], rtol=1e-7, atol=1e-9)
 
+
 def _batched_and_exact(q, k, v, w, C, **kwargs):
     """The output and alpha of both modes, and the gradient of a loss on both to ``k``:
     ``([(out, alpha) batched, (out, alpha) exact], [grad batched, grad exact])``."""
@@ -150,7 +151,6 @@ def _batched_and_exact(q, k, v, w, C, **kwargs):
         grads.append(g)
         outs.append((out.detach(), alpha.detach()))
     return outs, grads
-
 
 
 def test_keys_far_from_the_origin_match_the_exact_path():
