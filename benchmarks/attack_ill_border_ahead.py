@@ -1,0 +1,267 @@
+"""Randomized attack on the ill-conditioned border flag and the forget predicted ahead.
+
+Each seed: rbf keys (d 1-4, 12-40 base keys, gamma 10^-1.5..10^1, ``n·C`` 1.05-4, some
+seeds with keys shifted far from the origin) and a stream of interleaved operations:
+add a fresh key, add a near-copy of a live key (kernel-space distance 1e-12 to 1e-3
+apart, one in five an exact duplicate), forget a random token, forget a support token
+(margin or error), forget one member of a near-copy pair. After every operation, on
+both backends (the same stream), against the oracle (:func:`svattn.exact.oracle.
+solve_svdd`, polished to 1e-14 as the cross-check does):
+
+* failing: KKT residual above tol; the memory's dual objective above the oracle's by
+  more than 1e-12; the decision function (probes: the keys and points beside them) off
+  the oracle's by more than 1e-9; where the optimum is unique (the memory's own test),
+  alpha off the oracle's by more than 1e-7; the two backends' decision functions more
+  than 1e-9 apart;
+* counted: how often an operation began on an ill-conditioned margin
+  (``core.cache.ill_margin``) and how often its finish found the flag set
+  (``SlotState.ill_border``; the difference is an expansion during the operation).
+
+Usage::
+
+    PYTHONPATH=src python benchmarks/attack_ill_border_ahead.py --seeds 0 200 \\
+        --json results/attack_ill_border_ahead.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from svattn.exact import SVDDMemory
+from svattn.exact.auditor.crosscheck import _oracle_optimum
+from svattn.exact.core.kernels import decision_values, gram_matrix
+from svattn.exact.operations import solver
+
+REPO = Path(__file__).resolve().parents[1]
+TOL_OBJ, TOL_DEC, TOL_ALPHA = 1e-12, 1e-9, 1e-7
+
+
+@contextmanager
+def ill_counter():
+    """Count, per finish, whether ``ss.ill_border`` was set on entry, and each
+    operation's start verdict of :func:`ill_margin`; time the refactorizations those
+    finishes take. Yields the counter (a :class:`collections.Counter`, seconds under
+    ``"refactor_s"``)."""
+    counts: Counter = Counter()
+    real_finish, real_ill, real_refac = solver._finish, solver.ill_margin, solver.refactorize
+    phase = {"finish": False, "ill": False, "first": False}
+
+    def finish(ss, be, exact_g):
+        ill = bool(ss.ill_border)
+        counts["finishes"] += 1
+        counts["finish_ill"] += ill
+        phase.update(finish=True, ill=ill, first=ill)
+        try:
+            return real_finish(ss, be, exact_g)
+        finally:
+            phase.update(finish=False, ill=False, first=False)
+
+    def ill_margin(ss):
+        out = real_ill(ss)
+        if not phase["finish"]:
+            counts["starts"] += 1
+            counts["start_ill_margin"] += out
+        return out
+
+    def refactorize(ss, *args, **kw):
+        t = time.perf_counter()
+        try:
+            return real_refac(ss, *args, **kw)
+        finally:
+            dt = time.perf_counter() - t
+            counts["refactor_s"] += dt
+            if phase["first"]:  # the ill flag's own refactorization
+                counts["ill_refactor_s"] += dt
+                counts["ill_refactors"] += 1
+                phase["first"] = False
+
+    solver._finish, solver.ill_margin, solver.refactorize = finish, ill_margin, refactorize
+    try:
+        yield counts
+    finally:
+        solver._finish, solver.ill_margin, solver.refactorize = real_finish, real_ill, real_refac
+
+
+def objective(K: np.ndarray, a: np.ndarray) -> float:
+    """The SVDD dual objective ``aᵀKa − diag(K)ᵀa`` (minimised)."""
+    return float(a @ K @ a - np.diag(K) @ a)
+
+
+def probes_for(keys: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The keys and 32 points beside them."""
+    spread = keys.std(axis=0) + 1e-6
+    around = keys[rng.integers(0, len(keys), 32)] + rng.normal(size=(32, keys.shape[1])) * spread
+    return np.concatenate([keys, around])
+
+
+def judge(mem: SVDDMemory, probes: np.ndarray) -> dict:
+    """The memory against the oracle: numbers and the failures among them."""
+    keys = mem.keys
+    K = gram_matrix(keys, mem.kernel, mem.gamma_value)
+    a_r, mu_r = _oracle_optimum(K, mem.C)
+    a = mem.alpha
+    scale = max(1.0, float(np.diag(K).max()))
+    gap = objective(K, a) - objective(K, a_r)
+    dec = float(np.abs(mem.decision_function(probes) - decision_values(
+        probes, keys, a_r, mu_r, mem.kernel, mem.gamma_value)).max()) / scale
+    kkt = mem.kkt_residual()
+    unique = mem.unique_optimum()
+    alpha_dev = float(np.abs(a - a_r).max())
+    fails = []
+    if not kkt <= mem.tol:
+        fails.append(f"KKT {kkt:.2e}")
+    if not gap <= TOL_OBJ * scale:
+        fails.append(f"objective {gap:.2e} above the oracle's")
+    if not dec <= TOL_DEC:
+        fails.append(f"decision {dec:.2e} off the oracle's")
+    if unique and not alpha_dev <= TOL_ALPHA:
+        fails.append(f"alpha {alpha_dev:.2e} off the oracle's (unique)")
+    return {"kkt": kkt, "gap": gap, "dec": dec, "alpha_dev": alpha_dev, "unique": unique,
+            "fails": fails}
+
+
+def stream(seed: int) -> dict:
+    """Seed ``seed``'s parameters, base keys and operation plan."""
+    rng = np.random.default_rng(seed)
+    d = int(rng.integers(1, 5))
+    n0 = int(rng.integers(12, 41))
+    gamma = float(10 ** rng.uniform(-1.5, 1.0)) / d
+    X = rng.normal(size=(n0, d))
+    if rng.random() < 0.2:  # keys far from the origin
+        X += 1e4 * rng.normal(size=d)
+    nC = float(rng.uniform(1.05, 4.0))
+    return {"rng": rng, "d": d, "X": X, "gamma": gamma, "C": nC / n0, "ops": int(rng.integers(25, 45))}
+
+
+def near_of(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A near-copy of ``x`` (1e-12 to 1e-3 apart; one in five exactly equal)."""
+    if rng.random() < 0.2:
+        return x.copy()
+    u = rng.normal(size=x.shape)
+    return x + 10 ** rng.uniform(-12, -3) * u / np.linalg.norm(u)
+
+
+def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = True) -> dict:
+    """Seed ``seed``'s stream on both backends, judged after every operation."""
+    s = stream(seed)
+    rng = s["rng"]
+    mems = {b: SVDDMemory(s["C"], "rbf", s["gamma"], backend=b) for b in backends}
+    keys: dict[int, np.ndarray] = {}
+    log, fails, worst = [], [], Counter()
+    worst_vals = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0,
+                  "backend_dec": 0.0}
+
+    def do_add(x):
+        ids = {b: m.add(x) for b, m in mems.items()}
+        tid = next(iter(ids.values()))
+        assert all(v == tid for v in ids.values())
+        keys[tid] = x
+        return tid
+
+    for x in s["X"]:
+        do_add(x)
+    floor = int(np.ceil(1.0 / s["C"])) + 2
+    m0 = mems[backends[0]]
+    for step in range(s["ops"]):
+        r = rng.random()
+        part = m0.partition()
+        support = part["margin"] + part["error"]
+        if len(keys) <= floor or r < 0.2:
+            op = ("add", do_add(rng.normal(size=s["d"]) + s["X"].mean(axis=0)))
+        elif r < 0.45:
+            pool = support or list(keys)
+            base = keys[int(pool[rng.integers(len(pool))])]
+            op = ("add-near", do_add(near_of(base, rng)))
+        else:
+            if r < 0.6:
+                tid = int(list(keys)[rng.integers(len(keys))])
+                kind = "forget"
+            elif r < 0.8 and support:
+                tid = int(support[rng.integers(len(support))])
+                kind = "forget-support"
+            else:
+                ids = np.array(list(keys))
+                P = np.array([keys[i] for i in ids])
+                D = ((P[:, None, :] - P[None, :, :]) ** 2).sum(-1) + np.eye(len(P)) * 1e300
+                i = int(np.argmin(D.min(axis=1)))
+                tid = int(ids[i])
+                kind = "forget-copy"
+            for m in mems.values():
+                m.remove(tid)
+            del keys[tid]
+            op = (kind, tid)
+        log.append(op)
+        probes = probes_for(m0.keys, np.random.default_rng(step))
+        dec = {}
+        for b, m in mems.items():
+            j = judge(m, probes)
+            dec[b] = m.decision_function(probes)
+            worst_vals["kkt"] = max(worst_vals["kkt"], j["kkt"])
+            worst_vals["gap"] = max(worst_vals["gap"], j["gap"])
+            worst_vals["dec"] = max(worst_vals["dec"], j["dec"])
+            if j["unique"]:
+                worst_vals["alpha_dev_unique"] = max(worst_vals["alpha_dev_unique"], j["alpha_dev"])
+            for f in j["fails"]:
+                fails.append({"step": step, "op": op[0], "backend": b, "fail": f})
+        if len(dec) == 2:
+            a, b = dec.values()
+            bd = float(np.abs(a - b).max())
+            worst_vals["backend_dec"] = max(worst_vals["backend_dec"], bd)
+            if bd > TOL_DEC:
+                fails.append({"step": step, "op": op[0], "backend": "both",
+                              "fail": f"backends' decisions {bd:.2e} apart"})
+        if fails and stop_at_first:
+            break
+        worst[op[0]] += 1
+    return {"seed": seed, "fails": fails, "worst": worst_vals, "ops": dict(worst)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, nargs=2, default=(0, 50), metavar=("FIRST", "STOP"))
+    ap.add_argument("--backend", action="append", choices=["compiled", "reference"])
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    backends = tuple(args.backend or ["compiled", "reference"])
+    t0 = time.time()
+    rows, total_ops = [], Counter()
+    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0, "backend_dec": 0.0}
+    with ill_counter() as counts:
+        for seed in range(*args.seeds):
+            try:
+                out = run(seed, backends=backends)
+            except Exception as exc:  # noqa: BLE001 (a failure to report)
+                out = {"seed": seed, "fails": [{"fail": f"raised {type(exc).__name__}: {exc}"}],
+                       "worst": {}, "ops": {}}
+            total_ops.update(out["ops"])
+            for k, v in out["worst"].items():
+                worst[k] = max(worst[k], v)
+            if out["fails"]:
+                rows.append({"seed": seed, "first_fail": out["fails"][0]})
+                print(f"FAIL seed {seed}: {out['fails'][0]}", flush=True)
+    print(f"seeds {args.seeds[0]}..{args.seeds[1] - 1} ({', '.join(backends)}): "
+          f"{len(rows)} failing; ops {dict(total_ops)}; worst {worst}; counts {dict(counts)}")
+    if args.json:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip()
+        rec = {"command": "PYTHONPATH=src python " + " ".join(shlex.quote(a) for a in sys.argv),
+               "commit": commit, "seconds": time.time() - t0, "backends": backends,
+               "seeds": list(args.seeds), "failing": rows, "ops": dict(total_ops),
+               "worst": worst, "ill_counts": dict(counts),
+               "tolerances": {"objective": TOL_OBJ, "decision": TOL_DEC, "alpha_unique": TOL_ALPHA}}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rec, indent=1, default=float) + "\n")
+
+
+if __name__ == "__main__":
+    main()
