@@ -39,6 +39,7 @@ import numpy as np
 
 from svattn.exact import SVDDMemory
 from svattn.exact.auditor.crosscheck import _oracle_optimum
+from svattn.exact.core.cache import ill_margin as real_ill_margin
 from svattn.exact.core.kernels import decision_values, gram_matrix
 from svattn.exact.operations import solver
 
@@ -60,6 +61,7 @@ def ill_counter():
         ill = bool(ss.ill_border)
         counts["finishes"] += 1
         counts["finish_ill"] += ill
+        counts["op_finish_ill"] += ill  # (per operation: run() reads and clears it)
         phase.update(finish=True, ill=ill, first=ill)
         try:
             return real_finish(ss, be, exact_g)
@@ -90,6 +92,20 @@ def ill_counter():
         yield counts
     finally:
         solver._finish, solver.ill_margin, solver.refactorize = real_finish, real_ill, real_refac
+
+
+def inverse_residual(mem: SVDDMemory) -> float:
+    """``max|Q⁻¹ Q − I|`` of the memory's bordered inverse against its margin keys'
+    bordered Gram matrix (0 without a margin set)."""
+    ss = mem.solver_state
+    nS = ss.nS
+    if nS == 0 or ss.warm or ss.Qinv.shape[0] != nS + 1:
+        return 0.0
+    S = ss.slot_of_col[:nS]
+    Q = np.zeros((nS + 1, nS + 1))
+    Q[0, 1:] = Q[1:, 0] = 1.0
+    Q[1:, 1:] = 2.0 * gram_matrix(ss.X[S], mem.kernel, mem.gamma_value)
+    return float(np.abs(ss.Qinv @ Q - np.eye(nS + 1)).max())
 
 
 def objective(K: np.ndarray, a: np.ndarray) -> float:
@@ -130,12 +146,14 @@ def judge(mem: SVDDMemory, probes: np.ndarray) -> dict:
             "fails": fails}
 
 
-def stream(seed: int) -> dict:
-    """Seed ``seed``'s parameters, base keys and operation plan."""
+def stream(seed: int, big: bool = False) -> dict:
+    """Seed ``seed``'s parameters, base keys and operation plan (``big``: 60-160 base
+    keys under a narrower kernel, margin sets of 16 and more, where a support forget
+    takes the working set predicted ahead)."""
     rng = np.random.default_rng(seed)
     d = int(rng.integers(1, 5))
-    n0 = int(rng.integers(12, 41))
-    gamma = float(10 ** rng.uniform(-1.5, 1.0)) / d
+    n0 = int(rng.integers(60, 161)) if big else int(rng.integers(12, 41))
+    gamma = float(10 ** (rng.uniform(0.0, 1.2) if big else rng.uniform(-1.5, 1.0))) / d
     X = rng.normal(size=(n0, d))
     if rng.random() < 0.2:  # keys far from the origin
         X += 1e4 * rng.normal(size=d)
@@ -151,25 +169,48 @@ def near_of(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return x + 10 ** rng.uniform(-12, -3) * u / np.linalg.norm(u)
 
 
-def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = True) -> dict:
-    """Seed ``seed``'s stream on both backends, judged after every operation."""
-    s = stream(seed)
+def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = True,
+        big: bool = False, counts: Counter | None = None) -> dict:
+    """Seed ``seed``'s stream on both backends, judged after every operation. With
+    ``counts`` (:func:`ill_counter`'s), each compiled operation is also classified:
+    ``unflagged_ill``, an operation that left an ill-conditioned margin
+    (:func:`ill_margin`) where it began on none, and neither its finish saw the flag
+    nor a refactorization or re-solve ran (the inverse it left: ``inv_res_unflagged``)."""
+    s = stream(seed, big)
     rng = s["rng"]
     mems = {b: SVDDMemory(s["C"], "rbf", s["gamma"], backend=b) for b in backends}
     keys: dict[int, np.ndarray] = {}
-    log, fails, worst = [], [], Counter()
-    worst_vals = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0,
-                  "backend_dec": 0.0}
+    fails, ops = [], Counter()
+    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0,
+             "backend_dec": 0.0, "inv_res": 0.0, "inv_res_unflagged": 0.0}
+    unflagged = []
 
-    def do_add(x):
-        ids = {b: m.add(x) for b, m in mems.items()}
-        tid = next(iter(ids.values()))
-        assert all(v == tid for v in ids.values())
+    def on_each(step, name, fn):
+        for b, m in mems.items():
+            if counts is None or b != "compiled":
+                fn(m)
+                continue
+            ss = m.solver_state
+            before = (counts["start_ill_margin"], counts["op_finish_ill"],
+                      ss.n_refactorizations, ss.n_resolves)
+            fn(m)
+            after = (counts["start_ill_margin"], counts["op_finish_ill"],
+                     ss.n_refactorizations, ss.n_resolves)
+            res = inverse_residual(m)
+            worst["inv_res"] = max(worst["inv_res"], res)
+            if real_ill_margin(ss) and after == before:
+                worst["inv_res_unflagged"] = max(worst["inv_res_unflagged"], res)
+                unflagged.append({"step": step, "op": name, "nS": int(ss.nS), "inv_res": res})
+
+    def do_add(step, name, x):
+        on_each(step, name, lambda m: m.add(x))
+        tid = next(iter(mems.values())).ids[-1]
+        assert all(m.ids[-1] == tid for m in mems.values())
         keys[tid] = x
         return tid
 
     for x in s["X"]:
-        do_add(x)
+        do_add(-1, "add", x)
     floor = int(np.ceil(1.0 / s["C"])) + 2
     m0 = mems[backends[0]]
     for step in range(s["ops"]):
@@ -177,11 +218,13 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
         part = m0.partition()
         support = part["margin"] + part["error"]
         if len(keys) <= floor or r < 0.2:
-            op = ("add", do_add(rng.normal(size=s["d"]) + s["X"].mean(axis=0)))
+            kind = "add"
+            do_add(step, kind, rng.normal(size=s["d"]) + s["X"].mean(axis=0))
         elif r < 0.45:
             pool = support or list(keys)
             base = keys[int(pool[rng.integers(len(pool))])]
-            op = ("add-near", do_add(near_of(base, rng)))
+            kind = "add-near"
+            do_add(step, kind, near_of(base, rng))
         else:
             if r < 0.6:
                 tid = int(list(keys)[rng.integers(len(keys))])
@@ -193,37 +236,37 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
                 ids = np.array(list(keys))
                 P = np.array([keys[i] for i in ids])
                 D = ((P[:, None, :] - P[None, :, :]) ** 2).sum(-1) + np.eye(len(P)) * 1e300
-                i = int(np.argmin(D.min(axis=1)))
-                tid = int(ids[i])
+                tid = int(ids[int(np.argmin(D.min(axis=1)))])
                 kind = "forget-copy"
-            for m in mems.values():
-                m.remove(tid)
+            on_each(step, kind, lambda m, t=tid: m.remove(t))
             del keys[tid]
-            op = (kind, tid)
-        log.append(op)
+        ops[kind] += 1
+        ops["max_margin"] = max(ops["max_margin"], len(m0.partition()["margin"]))
         probes = probes_for(m0.keys, np.random.default_rng(step))
         dec = {}
         for b, m in mems.items():
             j = judge(m, probes)
             dec[b] = m.decision_function(probes)
-            worst_vals["kkt"] = max(worst_vals["kkt"], j["kkt"])
-            worst_vals["gap"] = max(worst_vals["gap"], j["gap"])
-            worst_vals["dec"] = max(worst_vals["dec"], j["dec"])
+            worst["kkt"] = max(worst["kkt"], j["kkt"])
+            worst["gap"] = max(worst["gap"], j["gap"])
+            worst["dec"] = max(worst["dec"], j["dec"])
             if j["unique"]:
-                worst_vals["alpha_dev_unique"] = max(worst_vals["alpha_dev_unique"], j["alpha_dev"])
+                worst["alpha_dev_unique"] = max(worst["alpha_dev_unique"], j["alpha_dev"])
             for f in j["fails"]:
-                fails.append({"step": step, "op": op[0], "backend": b, "fail": f})
+                fails.append({"step": step, "op": kind, "backend": b, "fail": f})
         if len(dec) == 2:
             a, b = dec.values()
             bd = float(np.abs(a - b).max())
-            worst_vals["backend_dec"] = max(worst_vals["backend_dec"], bd)
+            worst["backend_dec"] = max(worst["backend_dec"], bd)
             if bd > TOL_DEC:
-                fails.append({"step": step, "op": op[0], "backend": "both",
+                fails.append({"step": step, "op": kind, "backend": "both",
                               "fail": f"backends' decisions {bd:.2e} apart"})
         if fails and stop_at_first:
             break
-        worst[op[0]] += 1
-    return {"seed": seed, "fails": fails, "worst": worst_vals, "ops": dict(worst)}
+    c = m0.view.counters()
+    ops.update({k: v for k, v in c.items() if k != "n_block_passes"})
+    return {"seed": seed, "fails": fails, "worst": worst, "ops": dict(ops),
+            "unflagged": unflagged}
 
 
 def main() -> None:
@@ -231,18 +274,25 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs=2, default=(0, 50), metavar=("FIRST", "STOP"))
     ap.add_argument("--backend", action="append", choices=["compiled", "reference"])
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--big", action="store_true", help="60-160 base keys (margin sets >= 16)")
     args = ap.parse_args()
     backends = tuple(args.backend or ["compiled", "reference"])
     t0 = time.time()
-    rows, total_ops = [], Counter()
-    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0, "backend_dec": 0.0}
+    rows, total_ops, unflagged = [], Counter(), []
+    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0, "backend_dec": 0.0,
+             "inv_res": 0.0, "inv_res_unflagged": 0.0}
     with ill_counter() as counts:
         for seed in range(*args.seeds):
             try:
-                out = run(seed, backends=backends)
+                out = run(seed, backends=backends, big=args.big, counts=counts)
             except Exception as exc:  # noqa: BLE001 (a failure to report)
                 out = {"seed": seed, "fails": [{"fail": f"raised {type(exc).__name__}: {exc}"}],
-                       "worst": {}, "ops": {}}
+                       "worst": {}, "ops": {}, "unflagged": []}
+            unflagged += [{"seed": seed, **u} for u in out["unflagged"]]
+            for u in out["unflagged"]:
+                print(f"  unflagged ill margin: seed {seed} {u}", flush=True)
+            mm = out["ops"].pop("max_margin", 0)
+            total_ops["max_margin"] = max(total_ops["max_margin"], mm)
             total_ops.update(out["ops"])
             for k, v in out["worst"].items():
                 worst[k] = max(worst[k], v)
@@ -250,14 +300,15 @@ def main() -> None:
                 rows.append({"seed": seed, "first_fail": out["fails"][0]})
                 print(f"FAIL seed {seed}: {out['fails'][0]}", flush=True)
     print(f"seeds {args.seeds[0]}..{args.seeds[1] - 1} ({', '.join(backends)}): "
-          f"{len(rows)} failing; ops {dict(total_ops)}; worst {worst}; counts {dict(counts)}")
+          f"{len(rows)} failing; ops {dict(total_ops)}; worst {worst}; counts {dict(counts)}; "
+          f"{len(unflagged)} operations left an unflagged ill-conditioned margin")
     if args.json:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
                                 text=True).stdout.strip()
         rec = {"command": "PYTHONPATH=src python " + " ".join(shlex.quote(a) for a in sys.argv),
                "commit": commit, "seconds": time.time() - t0, "backends": backends,
-               "seeds": list(args.seeds), "failing": rows, "ops": dict(total_ops),
-               "worst": worst, "ill_counts": dict(counts),
+               "seeds": list(args.seeds), "big": args.big, "failing": rows, "ops": dict(total_ops),
+               "worst": worst, "ill_counts": dict(counts), "unflagged_ill_margin": unflagged,
                "tolerances": {"objective": TOL_OBJ, "decision": TOL_DEC, "alpha_unique": TOL_ALPHA}}
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rec, indent=1, default=float) + "\n")
