@@ -158,7 +158,8 @@ def stream(seed: int, big: bool = False) -> dict:
     if rng.random() < 0.2:  # keys far from the origin
         X += 1e4 * rng.normal(size=d)
     nC = float(rng.uniform(1.05, 4.0))
-    return {"rng": rng, "d": d, "X": X, "gamma": gamma, "C": nC / n0, "ops": int(rng.integers(25, 45))}
+    return {"rng": rng, "d": d, "X": X, "gamma": gamma, "C": nC / n0,
+            "ops": int(rng.integers(25, 45))}
 
 
 def near_of(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
