@@ -270,13 +270,66 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
             "unflagged": unflagged}
 
 
+def icu(first: int, forgets: int, seed: int, gamma: float = 1.0, nu: float = 0.05) -> dict:
+    """The first ``first`` rows of the ICU vitals (the project's loader, z-scored, as
+    ``bench_real_data.py``), ``SVDD(nu, gamma).fit``, then ``forgets`` support forgets:
+    how often an operation began on an ill-conditioned margin and how often a finish
+    found the flag, the time of the refactorizations the flag caused against the
+    forgets' time, and the forgets' result against a fresh fit."""
+    from svattn import SVDD
+    from svattn.data.icu import default_slice_path, load_mimic3_vitals
+    full = REPO.parent / "shared" / "data" / "icu" / "mimic3_demo_vitals.csv.gz"
+    data = full if full.exists() else default_slice_path()
+    X = np.ascontiguousarray(load_mimic3_vitals(data).standardised().keys)[:first]
+    rng = np.random.default_rng(seed)
+    SVDD(nu=0.2, gamma=gamma).fit(X[:600]).forget(indices=[0])  # compile, uncounted
+    with ill_counter() as counts:
+        t = time.perf_counter()
+        model = SVDD(nu=nu, gamma=gamma).fit(X)
+        fit_s = time.perf_counter() - t
+        fit_counts = dict(counts)
+        counts.clear()
+        mem = model.memory_
+        held = np.ones(len(X), bool)
+        times, margin = [], []
+        for _ in range(forgets):
+            victim = int(model.support_[rng.integers(len(model.support_))])
+            t = time.perf_counter()
+            model.forget(indices=[victim])
+            times.append(time.perf_counter() - t)
+            held[victim] = False
+            margin.append(int(mem.solver_state.nS))
+    fresh = SVDD(C=model.C_, gamma=model.gamma_).fit(X[held])
+    dev = float(np.abs(model.decision_function(X) - fresh.decision_function(X)).max())
+    c = dict(counts)
+    return {"data": str(data.name), "rows": len(X), "gamma": gamma, "nu": nu,
+            "fit_s": fit_s, "fit_counts": fit_counts, "forgets": forgets,
+            "forget_total_s": float(sum(times)), "forget_median_ms": 1e3 * float(np.median(times)),
+            "margin_sizes": [min(margin), max(margin)],
+            "starts_ill_margin": c.get("start_ill_margin", 0), "starts": c.get("starts", 0),
+            "finishes": c.get("finishes", 0), "finishes_ill": c.get("finish_ill", 0),
+            "ill_refactor_s": c.get("ill_refactor_s", 0.0),
+            "ill_refactor_share_of_forget_time": c.get("ill_refactor_s", 0.0) / sum(times),
+            "all_refactor_s": c.get("refactor_s", 0.0),
+            "max_decision_dev_vs_fresh_fit": dev}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, nargs=2, default=(0, 50), metavar=("FIRST", "STOP"))
     ap.add_argument("--backend", action="append", choices=["compiled", "reference"])
     ap.add_argument("--json", type=Path)
     ap.add_argument("--big", action="store_true", help="60-160 base keys (margin sets >= 16)")
+    ap.add_argument("--icu", type=int, nargs=2, metavar=("FIRST", "FORGETS"),
+                    help="instead: the ICU rows' ill flag counts over FORGETS support forgets")
     args = ap.parse_args()
+    if args.icu:
+        t0 = time.time()
+        rec = icu(*args.icu, seed=args.seeds[0])
+        print(json.dumps(rec, indent=1))
+        if args.json:
+            _write(args, {**rec, "seconds": time.time() - t0})
+        return
     backends = tuple(args.backend or ["compiled", "reference"])
     t0 = time.time()
     rows, total_ops, unflagged = [], Counter(), []
@@ -304,15 +357,21 @@ def main() -> None:
           f"{len(rows)} failing; ops {dict(total_ops)}; worst {worst}; counts {dict(counts)}; "
           f"{len(unflagged)} operations left an unflagged ill-conditioned margin")
     if args.json:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True).stdout.strip()
-        rec = {"command": "PYTHONPATH=src python " + " ".join(shlex.quote(a) for a in sys.argv),
-               "commit": commit, "seconds": time.time() - t0, "backends": backends,
+        _write(args, {"seconds": time.time() - t0, "backends": backends,
                "seeds": list(args.seeds), "big": args.big, "failing": rows, "ops": dict(total_ops),
                "worst": worst, "ill_counts": dict(counts), "unflagged_ill_margin": unflagged,
-               "tolerances": {"objective": TOL_OBJ, "decision": TOL_DEC, "alpha_unique": TOL_ALPHA}}
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(rec, indent=1, default=float) + "\n")
+               "tolerances": {"objective": TOL_OBJ, "decision": TOL_DEC,
+                              "alpha_unique": TOL_ALPHA}})
+
+
+def _write(args, body: dict) -> None:
+    """The record: the command that wrote it, the commit, then ``body``."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True,
+                            text=True).stdout.strip()
+    rec = {"command": "PYTHONPATH=src python " + " ".join(shlex.quote(a) for a in sys.argv),
+           "commit": commit, **body}
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(rec, indent=1, default=float) + "\n")
 
 
 if __name__ == "__main__":
