@@ -291,7 +291,7 @@ def icu(first: int, forgets: int, seed: int, gamma: float = 1.0, nu: float = 0.0
         counts.clear()
         mem = model.memory_
         held = np.ones(len(X), bool)
-        times, margin = [], []
+        times, margin, ill_after = [], [], 0
         for _ in range(forgets):
             victim = int(model.support_[rng.integers(len(model.support_))])
             t = time.perf_counter()
@@ -299,6 +299,7 @@ def icu(first: int, forgets: int, seed: int, gamma: float = 1.0, nu: float = 0.0
             times.append(time.perf_counter() - t)
             held[victim] = False
             margin.append(int(mem.solver_state.nS))
+            ill_after += real_ill_margin(mem.solver_state)  # (outside the counted calls)
     fresh = SVDD(C=model.C_, gamma=model.gamma_).fit(X[held])
     dev = float(np.abs(model.decision_function(X) - fresh.decision_function(X)).max())
     c = dict(counts)
@@ -308,6 +309,7 @@ def icu(first: int, forgets: int, seed: int, gamma: float = 1.0, nu: float = 0.0
             "margin_sizes": [min(margin), max(margin)],
             "starts_ill_margin": c.get("start_ill_margin", 0), "starts": c.get("starts", 0),
             "finishes": c.get("finishes", 0), "finishes_ill": c.get("finish_ill", 0),
+            "forgets_leaving_an_ill_margin": ill_after,
             "ill_refactor_s": c.get("ill_refactor_s", 0.0),
             "ill_refactor_share_of_forget_time": c.get("ill_refactor_s", 0.0) / sum(times),
             "all_refactor_s": c.get("refactor_s", 0.0),
