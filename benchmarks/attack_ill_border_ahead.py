@@ -175,8 +175,9 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
     """Seed ``seed``'s stream on both backends, judged after every operation. With
     ``counts`` (:func:`ill_counter`'s), each compiled operation is also classified:
     ``unflagged_ill``, an operation that left an ill-conditioned margin
-    (:func:`ill_margin`) where it began on none, and neither its finish saw the flag
-    nor a refactorization or re-solve ran (the inverse it left: ``inv_res_unflagged``)."""
+    (:func:`ill_margin`) where it began on none (a reserve add that leaves the inverse
+    alone keeps the last one's), and neither its finish saw the flag nor a
+    refactorization or re-solve ran (the inverse it left: ``inv_res_unflagged``)."""
     s = stream(seed, big)
     rng = s["rng"]
     mems = {b: SVDDMemory(s["C"], "rbf", s["gamma"], backend=b) for b in backends}
@@ -192,6 +193,7 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
                 fn(m)
                 continue
             ss = m.solver_state
+            was_ill = real_ill_margin(ss)
             before = (counts["start_ill_margin"], counts["op_finish_ill"],
                       ss.n_refactorizations, ss.n_resolves)
             fn(m)
@@ -199,7 +201,7 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
                      ss.n_refactorizations, ss.n_resolves)
             res = inverse_residual(m)
             worst["inv_res"] = max(worst["inv_res"], res)
-            if real_ill_margin(ss) and after == before:
+            if real_ill_margin(ss) and not was_ill and after == before:
                 worst["inv_res_unflagged"] = max(worst["inv_res_unflagged"], res)
                 unflagged.append({"step": step, "op": name, "nS": int(ss.nS), "inv_res": res})
 
