@@ -42,6 +42,7 @@ from svattn.exact.auditor.crosscheck import _oracle_optimum
 from svattn.exact.core.cache import ill_margin as real_ill_margin
 from svattn.exact.core.kernels import decision_values, gram_matrix
 from svattn.exact.operations import solver
+from svattn.exact.view import instrument
 
 REPO = Path(__file__).resolve().parents[1]
 TOL_OBJ, TOL_DEC, TOL_ALPHA = 1e-12, 1e-9, 1e-7
@@ -97,7 +98,7 @@ def ill_counter():
 def inverse_residual(mem: SVDDMemory) -> float:
     """``max|Q⁻¹ Q − I|`` of the memory's bordered inverse against its margin keys'
     bordered Gram matrix (0 without a margin set)."""
-    ss = mem.solver_state
+    ss = instrument(mem)
     nS = ss.nS
     if nS == 0 or ss.warm or ss.Qinv.shape[0] != nS + 1:
         return 0.0
@@ -192,7 +193,7 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
             if counts is None or b != "compiled":
                 fn(m)
                 continue
-            ss = m.solver_state
+            ss = instrument(m)
             was_ill = real_ill_margin(ss)
             before = (counts["start_ill_margin"], counts["op_finish_ill"],
                       ss.n_refactorizations, ss.n_resolves)
@@ -300,8 +301,8 @@ def icu(first: int, forgets: int, seed: int, gamma: float = 1.0, nu: float = 0.0
             model.forget(indices=[victim])
             times.append(time.perf_counter() - t)
             held[victim] = False
-            margin.append(int(mem.solver_state.nS))
-            ill_after += real_ill_margin(mem.solver_state)  # (outside the counted calls)
+            margin.append(int(instrument(mem).nS))
+            ill_after += real_ill_margin(instrument(mem))  # (outside the counted calls)
     # the inverse each forget left is checked after the timed loop is over: replayed
     rng = np.random.default_rng(seed)
     replay = SVDD(nu=nu, gamma=gamma).fit(X)
