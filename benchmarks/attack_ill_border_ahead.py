@@ -9,10 +9,11 @@ both backends (the same stream), against the oracle (:func:`svattn.exact.oracle.
 solve_svdd`, polished to 1e-14 as the cross-check does):
 
 * failing: KKT residual above tol; the memory's dual objective above the oracle's by
-  more than 1e-12; the decision function (probes: the keys and points beside them) off
-  the oracle's by more than 1e-9; where the optimum is unique (the memory's own test),
-  alpha off the oracle's by more than 1e-7; the two backends' decision functions more
-  than 1e-9 apart;
+  more than 1e-12; the decision function at the keys off the oracle's by more than
+  1e-9; where the optimum is unique (the memory's own test), alpha off the oracle's by
+  more than 1e-7 and the decision function at 32 points beside the keys by more than
+  1e-9 (elsewhere reported as ``dec_off_keys``: two optima at rounding differ there by
+  up to ~2·|Φδ|); the two backends' decision functions more than 1e-9 apart;
 * counted: how often an operation began on an ill-conditioned margin
   (``core.cache.ill_margin``) and how often its finish found the flag set
   (``SlotState.ill_border``; the difference is an expansion during the operation).
@@ -129,8 +130,9 @@ def judge(mem: SVDDMemory, probes: np.ndarray) -> dict:
     a = mem.alpha
     scale = max(1.0, float(np.diag(K).max()))
     gap = objective(K, a) - objective(K, a_r)
-    dec = float(np.abs(mem.decision_function(probes) - decision_values(
-        probes, keys, a_r, mu_r, mem.kernel, mem.gamma_value)).max()) / scale
+    devs = np.abs(mem.decision_function(probes) - decision_values(
+        probes, keys, a_r, mu_r, mem.kernel, mem.gamma_value)) / scale
+    dec, dec_off = float(devs[: len(keys)].max()), float(devs[len(keys):].max())
     kkt = mem.kkt_residual()
     unique = mem.unique_optimum()
     alpha_dev = float(np.abs(a - a_r).max())
@@ -139,12 +141,16 @@ def judge(mem: SVDDMemory, probes: np.ndarray) -> dict:
         fails.append(f"KKT {kkt:.2e}")
     if not gap <= TOL_OBJ * scale:
         fails.append(f"objective {gap:.2e} above the oracle's")
-    if not dec <= TOL_DEC:
-        fails.append(f"decision {dec:.2e} off the oracle's")
+    # (off the keys the decision function of a near-singular K is fixed only to about
+    # 2·|Φδ| between two optima at rounding: big seed 8, |Φδ|² = 4.2e-18 beside exact
+    # duplicates, 2.2e-9 at points beside the keys, 2.4e-14 at the keys; judged where
+    # the optimum is unique)
+    if not dec <= TOL_DEC or (unique and not dec_off <= TOL_DEC):
+        fails.append(f"decision {max(dec, dec_off):.2e} off the oracle's")
     if unique and not alpha_dev <= TOL_ALPHA:
         fails.append(f"alpha {alpha_dev:.2e} off the oracle's (unique)")
-    return {"kkt": kkt, "gap": gap, "dec": dec, "alpha_dev": alpha_dev, "unique": unique,
-            "fails": fails}
+    return {"kkt": kkt, "gap": gap, "dec": dec, "dec_off": dec_off, "alpha_dev": alpha_dev,
+            "unique": unique, "fails": fails}
 
 
 def stream(seed: int, big: bool = False) -> dict:
@@ -184,8 +190,9 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
     mems = {b: SVDDMemory(s["C"], "rbf", s["gamma"], backend=b) for b in backends}
     keys: dict[int, np.ndarray] = {}
     fails, ops = [], Counter()
-    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0,
-             "backend_dec": 0.0, "inv_res": 0.0, "inv_res_unflagged": 0.0}
+    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "dec_off_keys": 0.0,
+             "alpha_dev_unique": 0.0, "backend_dec": 0.0, "inv_res": 0.0,
+             "inv_res_unflagged": 0.0}
     unflagged = []
 
     def on_each(step, name, fn):
@@ -254,6 +261,7 @@ def run(seed: int, *, backends=("compiled", "reference"), stop_at_first: bool = 
             worst["kkt"] = max(worst["kkt"], j["kkt"])
             worst["gap"] = max(worst["gap"], j["gap"])
             worst["dec"] = max(worst["dec"], j["dec"])
+            worst["dec_off_keys"] = max(worst["dec_off_keys"], j["dec_off"])
             if j["unique"]:
                 worst["alpha_dev_unique"] = max(worst["alpha_dev_unique"], j["alpha_dev"])
             for f in j["fails"]:
@@ -346,8 +354,9 @@ def main() -> None:
     backends = tuple(args.backend or ["compiled", "reference"])
     t0 = time.time()
     rows, total_ops, unflagged = [], Counter(), []
-    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "alpha_dev_unique": 0.0, "backend_dec": 0.0,
-             "inv_res": 0.0, "inv_res_unflagged": 0.0}
+    worst = {"kkt": 0.0, "gap": -np.inf, "dec": 0.0, "dec_off_keys": 0.0,
+             "alpha_dev_unique": 0.0, "backend_dec": 0.0, "inv_res": 0.0,
+             "inv_res_unflagged": 0.0}
     with ill_counter() as counts:
         for seed in range(*args.seeds):
             try:
