@@ -228,7 +228,8 @@ def test_svddmemory_is_orchestration():
 # (svattn.exact.view.MemoryView). ``instrument`` hands the state to the benchmarks that
 # time the core's kernels or A/B a solver setting: those listed here, and only them.
 REPO = SRC.parents[1]
-INSTRUMENTED = {"benchmarks/ab_jumps.py", "benchmarks/bench_erase.py",
+INSTRUMENTED = {"benchmarks/ab_jumps.py", "benchmarks/attack_ill_border_ahead.py",
+                "benchmarks/bench_erase.py",
                 "benchmarks/bench_stream_speed.py", "benchmarks/profile_forget_parts.py"}
 
 

@@ -29,7 +29,9 @@ SINGULAR_SCHUR = 1e-10
 # rounding (6e-5, the running g 2.2e-7 off the exact g: issue #51). The expansion sets
 # ``SlotState.ill_border`` (both backends: ``compiled.columns``), and so does an add or a
 # removal that begins on a margin set holding such a border (:func:`ill_margin`); the
-# operation's finish then refactorizes and judges an exact g (``solver.finish_op``).
+# operation's finish then refactorizes and judges an exact g (``solver.finish_op``), as
+# it does where the margin set it ends on holds one (a joining token's own complement
+# does not bound its partner's against the grown set).
 ILL_SCHUR = 1e-4
 
 

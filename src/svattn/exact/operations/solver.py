@@ -237,8 +237,9 @@ def remove_slot(ss: SlotState, be: Backend, slot: int) -> RemovalOutcome:
             return RemovalOutcome("fallback", events, kkt=finish_op(ss, be, exact_g=True))
         # c's arrays are wiped (it left the error sum first: g stays exact)
         forget_slot(ss, slot)
-        if out.status == "finish" or (  # the general finish: polish, refactorize, re-solve
+        if out.status == "finish" or ill_margin(ss) or (  # the general finish: polish,
                 out.kkt is not None and resplit_violating(ss, be, out.kkt, ROUNDING_KKT)):
+            # refactorize, re-solve (an ill border the path's own tests missed: refactorized)
             return RemovalOutcome("finish", out.events, kkt=finish_op(ss, be, exact_g=True))
         return out
     except NeedResolve:
@@ -348,9 +349,17 @@ def polish(ss: SlotState, be: Backend, *, refresh_g: bool = True) -> None:
 
 def polish_split(ss: SlotState, be: Backend) -> None:
     """:func:`polish`, with each group of copies split by its members' own g first
-    (:func:`~svattn.exact.operations.copies.split_by_own_g`: near-copies' g differ)."""
+    (:func:`~svattn.exact.operations.copies.split_by_own_g`: near-copies' g differ).
+    Where a split (or the re-split before it) bordered the inverse ill-conditioned
+    (``ss.ill_border``, set after :func:`finish_op` took the operation's flag) the
+    inverse is refactorized before the polish solves with it: at gamma 1e-8 on keys
+    1e4 from the origin the drifted inverse left the margin g 1.7e-11 and the dual
+    objective 8.5e-12 above the optimum, and a near-copy stream an inverse 5e-9 off."""
     for _ in range(3):
         moved = split_by_own_g(ss, be)
+        if ss.ill_border:
+            refactorize(ss)
+            ss.ill_border = False
         polish(ss, be)
         if not moved:
             return
@@ -394,10 +403,13 @@ def _finish(ss: SlotState, be: Backend, exact_g: bool) -> float | None:
     # g) and before any decision below; in between the drive's own linear
     # updates are accurate to rounding, which the KKT check on them would expose.
     ss.ops_since_exact_g += 1
-    ill, ss.ill_border = ss.ill_border, False
+    # (the margin it ends on too: a joining token's own complement can be well above
+    # ILL_SCHUR while its partner's against the grown set is not; seed 47 of
+    # attack_ill_border_ahead.py left an unflagged inverse 5.1e-9 off, Q⁻¹Q − I)
+    ill, ss.ill_border = ss.ill_border or ill_margin(ss), False
     if ill:  # a border beside a near-copy (core.cache.ILL_SCHUR): its downdates drift
         refactorize(ss)
-    refresh = (ill or exact_g or ss.ops_since_exact_g >= 32 or ill_margin(ss)
+    refresh = (ill or exact_g or ss.ops_since_exact_g >= 32
                or diagonal_span(ss) > WIDE_DIAGONAL)
     polish(ss, be, refresh_g=refresh)
     if refresh:
