@@ -437,7 +437,10 @@ def margin_positive_definite(ss: SlotState, kss: np.ndarray) -> bool:
         if len(drops) + len(news) <= max(2, nS // 32):
             if f.holes + len(drops) > MAX_HOLES or f.n + len(news) > f.L.shape[1]:
                 drops, fpos, news = _close_holes(f, ids)
-            n = int(linalg.chol_update(f.L, f.n, drops, fpos, news, kss, f.shift))
+            # (closed, the rows deleted now still take room until the next closing: when
+            # the appended rows would not fit the buffer, the factor is computed whole)
+            fits = f.n + len(news) <= f.L.shape[1]
+            n = int(linalg.chol_update(f.L, f.n, drops, fpos, news, kss, f.shift)) if fits else -1
             if n >= 0 and n - f.holes - len(drops) == nS:
                 live = fpos[:n] >= 0
                 f.ids = np.where(live, ids[np.maximum(fpos[:n], 0)], HOLE)
