@@ -512,6 +512,17 @@ def _factor_plan(fids: np.ndarray, ids: np.ndarray
 MAX_HOLES = 64
 
 
+def trim_factor(f: KeptFactor, margin_ids: np.ndarray) -> bool:
+    """After an operation, :meth:`KeptFactor.trim` (holes made by :func:`linalg.chol_hole`)
+    and, past ``MAX_HOLES``, the holes closed (trims alone had left 25 holes with
+    ``MAX_HOLES`` 2: ``tests/exact/test_attack_kept_factor_holes.py``)."""
+    if not f.trim(margin_ids, linalg.chol_hole):
+        return False
+    if f.holes > MAX_HOLES:
+        f.compact(linalg.chol_compact)
+    return True
+
+
 def _close_holes(f: KeptFactor, ids: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Close the kept factor's holes (:meth:`KeptFactor.compact`) and plan its update to
