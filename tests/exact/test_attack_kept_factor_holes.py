@@ -393,3 +393,49 @@ def test_a_failed_forget_scrubs_the_factor_and_keeps_no_row(monkeypatch):
             _check_factor(mem, set())
     mem.remove(t)
     _check_factor(mem, {t})
+
+
+def test_a_thousand_synthetic_updates_across_the_refresh_keep_the_block_and_the_verdict():
+    """One token out and one in per step, 1,100 steps (past ``FACTOR_REFRESH``), holes
+    closed at 64; the pool holds near-copies (a margin with both: not positive definite).
+    Each verdict is the whole test's; the factor reproduces its block to 1e-12."""
+    rng = np.random.default_rng(11)
+    pool = 120
+    X = rng.normal(size=(pool, 4))
+    X[117:] = X[:3] + 1e-9 * rng.normal(size=(3, 4))  # near-copies of tokens 0..2
+    K = np.exp(-0.5 * ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1))
+    ccap = 128  # (room for 64 holes beside 40 tokens: closed at MAX_HOLES)
+    margin = [int(t) for t in rng.choice(np.arange(3, 117), size=40, replace=False)]
+    f, verdicts, kept_steps, worst, closed, refreshed = None, [], 0, 0.0, 0, 0
+    f_holes = f_updates = 0
+    for step in range(1100):
+        out = margin.pop(int(rng.integers(len(margin))))
+        outside = [t for t in range(pool) if t not in margin and t != out
+                   and (step >= 1072 or 3 <= t < 117)]
+        # past the refresh: token 0, then its near-copy join (not positive definite)
+        margin.append({1070: 0, 1071: 117}.get(step, int(rng.choice(outside))))
+        if step == 1071:
+            assert 0 in margin
+        m = _Margin(margin, ccap=ccap, factor=f)
+        kss = _block(K, margin, ccap)
+        verdict = backend.margin_positive_definite(m, kss)
+        whole = linalg.positive_definite(np.ascontiguousarray(kss[:40, :40]), 1e-10)
+        assert verdict == whole
+        verdicts.append(verdict)
+        g = m.pd_factor
+        kept_steps += g is not None and g is f
+        closed += g is not None and g is f and g.holes < f_holes
+        refreshed += g is not None and g is not f and f is not None and f_updates >= 1024
+        f = g
+        f_holes, f_updates = (f.holes, f.updates) if f is not None else (0, 0)
+        if f is not None:
+            assert f.n <= f.L.shape[1] and f.holes <= backend.MAX_HOLES
+            live = f.live()
+            Ll = f.L[np.ix_(live, live)]
+            B = K[np.ix_(f.ids[live], f.ids[live])]
+            worst = max(worst, float(np.abs(Ll @ Ll.T - (B - f.shift * np.eye(len(B)))).max()))
+            _assert_holes_are_unit(f.L, f.n, live)
+    assert worst < 1e-12
+    assert 0 < sum(verdicts) < len(verdicts)
+    assert kept_steps >= 1000 and closed >= 3 and refreshed >= 1
+    assert not verdicts[1071]  # (the near-copy pair)
