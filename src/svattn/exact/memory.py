@@ -541,7 +541,7 @@ class SVDDMemory:
         if ss.nS and not ss.warm:
             measure = reading_first(measured, self._measure_health)
             events = self._health.check(ss.Qinv, measure, self._refactorize)
-        ss.release_margin_gram(compiled.linalg.chol_hole)  # (only compiled keeps a factor)
+        ss.release_margin_gram(compiled.trim_factor)  # (only compiled keeps a factor)
         if self._audit is not None:
             self._audit.record(self._audit_facts(kkt=op in ("add", "extend")), op,
                                events=events, **info)

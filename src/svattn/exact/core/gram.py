@@ -207,23 +207,22 @@ class MarginGramScratch:
             return self.kss[: self.nS, : self.nS]
         return None
 
-    def release_margin_gram(self, delete_row=None) -> None:
+    def release_margin_gram(self, trim=None) -> None:
         """After an operation: keep the Gram copy's block while it is current (the live
         margin tokens' values, as a gather reads them), zeroing every entry outside it
         (a removed margin token's row and column among them), else zero it whole; the
         same for the removal's copy of the bordered inverse (the removal itself zeroes
         what lies outside the inverse it made); keep the uniqueness factor while every
         token of it is in the margin set. Rows of tokens that left the margin set are
-        deleted (``delete_row(L, p, n)``, the compiled backend's
-        :func:`~svattn.exact.backends.compiled.linalg.chol_delete`: O(|S|²) each, where dropping
+        made holes (``trim(factor, margin_ids)``, the compiled backend's
+        :func:`~svattn.exact.backends.compiled.trim_factor`: O(|S|²) each, where dropping
         the factor cost the next removal a whole O(|S|³) factorization, 16-37 ms at 781
         margin tokens), a few at most; else the factor is dropped (one of them may be
         removed later)."""
         f = self.pd_factor
         if f is not None:
             margin = self.margin_ids()
-            if not f.within(margin) and not (delete_row is not None
-                                             and f.trim(margin, delete_row)):
+            if not f.within(margin) and not (trim is not None and trim(f, margin)):
                 self.drop_factor()
         if self.qwork_for is not None and self.qwork_for is not self.Qinv:
             self._zero_bordered_copy()  # (a copy of an inverse that is gone)

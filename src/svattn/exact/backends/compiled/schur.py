@@ -274,9 +274,12 @@ def sym_matvec(A, n, x, y):
     while i + 8 <= n:
         r0, r1, r2, r3 = A[i], A[i + 1], A[i + 2], A[i + 3]
         r4, r5, r6, r7 = A[i + 4], A[i + 5], A[i + 6], A[i + 7]
-        for a in range(8):  # the diagonal block, whole
-            for b in range(8):
-                y[i + a] += A[i + a, i + b] * x[i + b]
+        for a in range(8):  # the diagonal block, from its upper triangle (its lower
+            y[i + a] += A[i + a, i + a] * x[i + a]  # one is never read: not even a NaN
+            for b in range(a + 1, 8):  # there reaches y)
+                v = A[i + a, i + b]
+                y[i + a] += v * x[i + b]
+                y[i + b] += v * x[i + a]
         x0, x1, x2, x3 = x[i], x[i + 1], x[i + 2], x[i + 3]
         x4, x5, x6, x7 = x[i + 4], x[i + 5], x[i + 6], x[i + 7]
         a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = 0.0
