@@ -13,21 +13,15 @@ import numpy as np
 import pytest
 
 import svattn.exact.backends.compiled as backend
+from kept_factor_helpers import MarginStub as _Margin
+from kept_factor_helpers import numpy_factor as _numpy_factor
+from kept_factor_helpers import padded_block as _block
+from kept_factor_helpers import rbf_gram as _gram
 from svattn.exact import SVDDMemory
 from svattn.exact.backends.compiled import linalg, schur
-from svattn.exact.core.gram import HOLE, MarginGramScratch, padded_square
+from svattn.exact.core.gram import HOLE, padded_square
 
 HUGE = 1 << 30
-
-
-def _gram(rng, n: int, d: int = 4, gamma: float = 0.5) -> np.ndarray:
-    X = rng.normal(size=(n, d))
-    sq = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
-    return np.exp(-gamma * sq)
-
-
-def _numpy_factor(K: np.ndarray, shift: float) -> np.ndarray:
-    return np.linalg.cholesky(0.5 * (K + K.T) - shift * np.eye(len(K)))
 
 
 # ------------------------------------------------------------------ sym_matvec
@@ -119,22 +113,6 @@ def test_a_hole_at_the_only_row_and_compaction_to_nothing():
     np.testing.assert_array_equal(L[:1, :1], [[1.0]])
     assert linalg.chol_compact(L, 1, live) == 0
     assert not L.any()
-
-
-class _Margin(MarginGramScratch):
-    """The little of a SlotState that margin_positive_definite reads."""
-
-    def __init__(self, ids, ccap=16, factor=None):
-        self.ids, self.nS, self.ccap, self.pd_factor = np.asarray(ids), len(ids), ccap, factor
-
-    def margin_ids(self):
-        return self.ids
-
-
-def _block(K, ids, ccap):
-    kss = np.zeros((ccap, ccap + 8))
-    kss[: len(ids), : len(ids)] = K[np.ix_(ids, ids)]
-    return kss
 
 
 def test_an_update_whose_rows_do_not_fit_after_the_closing_writes_nothing_past_the_buffer():

@@ -7,19 +7,13 @@ import numpy as np
 import pytest
 
 import svattn.exact.backends.compiled as backend
+from kept_factor_helpers import MarginStub as _Margin
+from kept_factor_helpers import numpy_factor as _numpy_factor
+from kept_factor_helpers import padded_block as _block
+from kept_factor_helpers import rbf_gram as _gram
 from svattn.exact import SVDDMemory
 from svattn.exact.backends.compiled import linalg
-from svattn.exact.core.gram import MarginGramScratch, padded_square
-
-
-def _gram(rng, n: int, d: int = 4, gamma: float = 0.5) -> np.ndarray:
-    X = rng.normal(size=(n, d))
-    sq = ((X[:, None, :] - X[None, :, :]) ** 2).sum(-1)
-    return np.exp(-gamma * sq)
-
-
-def _numpy_factor(K: np.ndarray, shift: float) -> np.ndarray:
-    return np.linalg.cholesky(0.5 * (K + K.T) - shift * np.eye(len(K)))
+from svattn.exact.core.gram import padded_square
 
 
 def _check_kept(f, ss, atol: float) -> None:
@@ -198,22 +192,6 @@ def test_within_is_set_inclusion_whatever_the_order():
     assert not f.within(np.array([3, 7]))
     assert not f.within(np.zeros(0, dtype=np.int64))
     assert not f.within(np.array([10, 11, 12, 13]))
-
-
-class _Margin(MarginGramScratch):
-    """The little of a SlotState that margin_positive_definite reads."""
-
-    def __init__(self, ids, ccap=16, factor=None):
-        self.ids, self.nS, self.ccap, self.pd_factor = np.asarray(ids), len(ids), ccap, factor
-
-    def margin_ids(self):
-        return self.ids
-
-
-def _block(K, ids, ccap=16):
-    kss = np.zeros((ccap, ccap + 8))
-    kss[: len(ids), : len(ids)] = K[np.ix_(ids, ids)]
-    return kss
 
 
 def test_a_kept_factor_says_not_positive_definite_when_a_copy_joins():
