@@ -104,6 +104,30 @@ def test_drops_joins_and_rejoins_match_the_dense_system(seed):
     assert not sy[1].any() and not sy[4][:3].any() and not sy[5][:2].any()
 
 
+@pytest.mark.parametrize("drops", [5, 6])
+@pytest.mark.parametrize("joins", [0, 1])
+def test_a_rank_past_four_matches_the_dense_system_with_a_row_alone(drops, joins):
+    """More than four capacitance columns (two sweeps of the rank update) with an odd
+    number of rows of Q0 (6 drops: 19), so that a row is updated alone: the inverse
+    materialised equals the dense one (a row alone passed as both rows of the pair had
+    its second sweep added twice)."""
+    K, KC, cos, diag, Q0, qrow_col = _setup(drops + 10 * joins)
+    m0 = Q0.shape[0]
+    sy = schur.new_system(m0, 12, 6)
+    schur.scrub(sy, m0)
+    base = list(range(1, N0 + 1))
+    for a in (3, 7, 8, 15, 20, 22)[:drops]:
+        assert schur.add_drop(Q0, m0, a, KC, cos, diag, sy)
+        base.remove(a)
+    joined = []
+    for s in range(N0, N0 + joins):
+        e = schur.new_join(Q0, m0, s, qrow_col, KC, sy)
+        assert schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)
+        joined.append((s, e))
+    assert sy[1][0] == drops + joins > 4
+    _check(K, Q0, sy, base, joined)
+
+
 def test_a_copy_joining_fails_its_pivot_and_leaves_the_system_unchanged():
     """A token whose kernel column equals a margin token's makes the bordered system
     singular: the join reports False (as a rank-one append does) and the system is as

@@ -513,7 +513,7 @@ def _margin_system(cols: KernelColumns, state: np.ndarray, S: np.ndarray | None,
                 n = len(S)
                 for p in gone[::-1].tolist():  # (column-major: the rotations vectorize)
                     n = chol_delete(L, p, n)
-                factor = np.ascontiguousarray(L[:n, :n])
+                factor = np.asfortranarray(L[:n, :n])  # (a copy: L is zeroed below)
                 L.fill(0.0)  # kernel-derived values: the dropped buffer holds none (a
                 # copied C-ordered factor: its caller, column_finish, zeroes that one)
                 keep = np.concatenate([[0], 1 + np.flatnonzero(kept)])

@@ -255,12 +255,6 @@ def solve_from_z(z, m0, bj, sy, x, xj):
 
 
 @njit(cache=True, fastmath=VEC)
-def matvec(Q0, m0, b, z):
-    """``z = Q0 b`` for the symmetric inverse: :func:`sym_matvec`, half a read of it."""
-    sym_matvec(Q0, m0, b, z)
-
-
-@njit(cache=True, fastmath=VEC)
 def sym_matvec(A, n, x, y):
     """``y[:n] = A[:n, :n] x`` for a symmetric ``A`` (the bordered inverse, the margin Gram
     block: symmetric to rounding) from its upper triangle, eight rows at a time: each
@@ -319,44 +313,20 @@ def sym_matvec(A, n, x, y):
 
 
 @njit(cache=True, fastmath=VEC)
-def _rank_update_into(dst, src, W, gk, b, n, k):
-    """``dst[:n] = src[b:b + n] + Σ_r gk[r] · W[r, b:b + n]``: the rank-``k`` update of a run
-    of a row of ``Q0`` written where it goes, four terms a sweep (one write of ``dst``
-    for ``k <= 4``; a loop vectorizes over ``t``)."""
-    s = src[b:b + n]
-    if k == 0:
-        for t in range(n):
-            dst[t] = s[t]
-        return
-    r = 0
-    first = True
-    while r < k:  # (a term past k: a valid row times 0)
-        m = min(4, k - r)
-        g0 = gk[r]
-        g1 = gk[r + 1] if m > 1 else 0.0
-        g2 = gk[r + 2] if m > 2 else 0.0
-        g3 = gk[r + 3] if m > 3 else 0.0
-        w0 = W[r, b:b + n]
-        w1 = W[r + 1 if m > 1 else r, b:b + n]
-        w2 = W[r + 2 if m > 2 else r, b:b + n]
-        w3 = W[r + 3 if m > 3 else r, b:b + n]
-        if first:
-            for t in range(n):
-                dst[t] = s[t] + g0 * w0[t] + g1 * w1[t] + g2 * w2[t] + g3 * w3[t]
-        else:
-            for t in range(n):
-                dst[t] += g0 * w0[t] + g1 * w1[t] + g2 * w2[t] + g3 * w3[t]
-        first = False
-        r += 4
-
-
-@njit(cache=True, fastmath=VEC)
 def _rank_update_pair(da, db, sa, sb, W, ga, gb, b, n, k):
-    """:func:`_rank_update_into` for two rows at once (``sa`` into ``da``, ``sb`` into
-    ``db``): each load of ``W``'s rows serves both (1.6× the speed of one row a time at
-    2,468 margin tokens, ``k = 3``)."""
+    """``da[:n] = sa[b:b + n] + Σ_r ga[r] · W[r, b:b + n]`` and the same for ``sb`` into
+    ``db``: the rank-``k`` update of a run of two rows of ``Q0`` written where they go,
+    four terms a sweep (one write for ``k <= 4``; the loops vectorize over ``t``), each
+    load of ``W``'s rows serving both rows (1.6× the speed of one row a time at 2,468
+    margin tokens, ``k = 3``). ``da`` and ``db`` must not overlap (past four terms a
+    sweep adds to them)."""
     ra = sa[b:b + n]
     rb = sb[b:b + n]
+    if k == 0:
+        for t in range(n):
+            da[t] = ra[t]
+            db[t] = rb[t]
+        return
     r = 0
     first = True
     while r < k:  # (a term past k: a valid row times 0)
@@ -434,46 +404,37 @@ def materialise(Q0, m0, sy, aug, mT, out):
             nj += 1
     gk = np.zeros(max(k, 1))
     gk2 = np.zeros(max(k, 1))
+    alone = np.empty(mT)  # the second row of a row alone's update (discarded)
     i = 0
     while i < mT:
         A = aug[i]
-        if A >= 0 and k > 0 and i + 1 < mT and aug[i + 1] >= 0:  # two rows of Q0 at once
-            B = aug[i + 1]
-            for r in range(k):
-                gk[r] = G[r, A]
-                gk2[r] = G[r, B]
-            o = out[i]
-            o2 = out[i + 1]
-            for q in range(nr):
-                j0 = run_j[q]
-                _rank_update_pair(o[j0:], o2[j0:], Q0[A], Q0[B], Wc, gk, gk2, run_b[q],
-                                  run_n[q], k)
-            for q in range(nj):
-                j = joined[q]
-                out[i, j] = -G[-1 - aug[j], A]
-                out[i + 1, j] = -G[-1 - aug[j], B]
-            i += 2
-            continue
-        if A >= 0:
-            qa = Q0[A]
-            for r in range(k):
-                gk[r] = G[r, A]
-            o = out[i]
-            for q in range(nr):
-                j0 = run_j[q]
-                _rank_update_into(o[j0:], qa, Wc, gk, run_b[q], run_n[q], k)
-            for q in range(nj):
-                j = joined[q]
-                out[i, j] = -G[-1 - aug[j], A]
-        else:
+        if A < 0:  # a joined token's row
             qa = -1 - A
             for j in range(mT):
                 B = aug[j]
                 out[i, j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
-        i += 1
+            i += 1
+            continue
+        i2 = i + 1 if i + 1 < mT and aug[i + 1] >= 0 else i  # two rows of Q0 at once
+        B = aug[i2]  # (a row alone: its own row again, written to a scratch row)
+        for r in range(k):
+            gk[r] = G[r, A]
+            gk2[r] = G[r, B]
+        o = out[i]
+        o2 = out[i2] if i2 > i else alone
+        for q in range(nr):
+            j0 = run_j[q]
+            _rank_update_pair(o[j0:], o2[j0:], Q0[A], Q0[B], Wc, gk, gk2, run_b[q],
+                              run_n[q], k)
+        for q in range(nj):
+            j = joined[q]
+            out[i, j] = -G[-1 - aug[j], A]
+            out[i2, j] = -G[-1 - aug[j], B]
+        i = i2 + 1
     G.fill(0.0)
     gk.fill(0.0)
     gk2.fill(0.0)
+    alone.fill(0.0)
 
 
 @njit(cache=True)
@@ -580,7 +541,7 @@ def solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, err_in, n_in, err_out, n
     xb = np.empty(m0)
     xj = np.zeros(ecap)
     if not warm:
-        matvec(Q0, m0, b, z)
+        sym_matvec(Q0, m0, b, z)
         solve_from_z(z, m0, bj, sy, xb, xj)
         to_positions(xb, xj, pq, pe, pact, nPos, xt)
     bmax = 0.0
@@ -610,7 +571,7 @@ def solve_refined(Q0, m0, sy, KSS, KC, cos, diag, esum, err_in, n_in, err_out, n
                     b[pq[i]] = res[i + 1]
                 else:
                     bj[pe[i]] = res[i + 1]
-        matvec(Q0, m0, b, zr)
+        sym_matvec(Q0, m0, b, zr)
         solve_from_z(zr, m0, bj, sy, xb, xj)
         to_positions(xb, xj, pq, pe, pact, nPos, dxt)
         for i in range(nPos + 1):

@@ -62,11 +62,11 @@ from svattn.exact.backends.compiled.linalg import (
 from svattn.exact.backends.compiled.schur import (
     add_drop,
     materialise,
-    matvec,
     new_system,
     rhs_on,
     solve_from_z,
     solve_refined,
+    sym_matvec,
     to_positions,
 )
 from svattn.exact.backends.compiled.schur import scrub as schur_scrub
@@ -162,7 +162,7 @@ def first_unrefined(Q0, m0, sy, KC, cos, diag, esum, nE, C, pslot, pq, pe, pact,
         rP = np.empty(nS + 1)
         rhs_on(KC, cos, diag, esum, no_err, 0, no_err, 0, nE, C, pslot, pq, pe, pact, nS, m0,
                b, bj, rP)
-        matvec(Q0, m0, b, z0)
+        sym_matvec(Q0, m0, b, z0)
     xb = np.empty(m0)
     xj = np.zeros(ecap)
     solve_from_z(z0, m0, bj, sy, xb, xj)
