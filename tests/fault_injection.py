@@ -59,9 +59,10 @@ def snapshot(mem: SVDDMemory, log) -> tuple:
     for name in schema.RECIPE_TENSORS:  # (the cache's recipe: the cache itself compared)
         del t[name]
     cache = ss.KC[np.ix_(ss.ordered_slots(), np.arange(ss.chi))].copy()
+    qinv = t.pop("qinv")  # (compared on its own: a restore may recompute it)
     return (mem.state_digest(), mem.ids, {k: v.tobytes() for k, v in t.items()},
             {k: v for k, v in fields.items()}, cache, mem.health.to_dict(mem.solver_state.Qinv),
-            None if log is None else log.read_bytes())
+            None if log is None else log.read_bytes(), qinv)
 
 
 def assert_same(before: tuple, after: tuple) -> None:
@@ -76,3 +77,10 @@ def assert_same(before: tuple, after: tuple) -> None:
     np.testing.assert_allclose(after[4], before[4], rtol=0, atol=1e-13)
     assert after[5] == before[5], "health record changed"
     assert after[6] == before[6], "audit log changed"
+    # the bordered inverse: bit for bit, or recomputed from the restored margin block
+    # where the operation had written its own over it (rollback's module docs): the
+    # same matrix to rounding
+    assert after[7].shape == before[7].shape
+    if not np.array_equal(after[7], before[7]):
+        scale = np.abs(before[7]).max()
+        np.testing.assert_allclose(after[7], before[7], rtol=0, atol=1e-9 * scale)

@@ -14,7 +14,8 @@ _SLOT_ARRAYS = ("X", "V", "diag", "xn2", "slot_id", "alpha", "g", "state", "col_
 # compared below (cache, inverse), per-operation scratch that no later step reads, or the
 # kept uniqueness factor, whose reuse changes no result (tests/exact/test_kept_factor.py)
 _SKIP = {"KC", "XC", "slot_of_col", "ac", "Qinv", "kss", "kss_for", "kss_ext", "qwork", "qwork_for",
-         "qwork_n", "pd_factor", "qspare"}
+         "qwork_n", "pd_factor", "qspare",
+         "inverse_overwrites"}  # (how often the inverse's memory was written over: not saved)
 
 
 def live_state(mem: SVDDMemory) -> dict:

@@ -169,17 +169,26 @@ def _margin_memory_state():
     return mem.solver_state
 
 
-def test_consecutive_removals_write_their_inverse_into_the_spare():
-    """Each margin removal after a fit writes its inverse into the spare the last one
-    left (the two buffers take turns: no fresh array), and zeros stay between."""
+def test_consecutive_removals_write_their_inverse_over_the_old_one_or_the_spare():
+    """Each margin removal after a fit writes its inverse over the old one where it
+    fits (zeros past it), else into the spare (the buffers take turns): never into a
+    fresh array; the spare holds zeros between operations."""
     rng = np.random.default_rng(4)
     mem = SVDDMemory(C=0.01, kernel="rbf", gamma=3.0)
     mem.extend(rng.normal(size=(400, 3)))
     ss = mem.solver_state
     assert ss.nS >= 16
+    where = []
     for _ in range(6):
-        spare = ss.qspare
+        spare, old, count = ss.qspare, ss.Qinv, ss.inverse_overwrites
         assert spare.size >= (ss.nS + 2) ** 2
         mem.remove(int(rng.choice(mem.partition()["margin"])))
-        assert np.shares_memory(ss.Qinv, spare)
+        if np.shares_memory(ss.Qinv, old):
+            assert ss.inverse_overwrites == count + 1 and ss.Qinv.size <= old.size
+            assert not old.reshape(-1)[ss.Qinv.size:].any()
+            where.append("over the old")
+        else:
+            assert np.shares_memory(ss.Qinv, spare) and ss.inverse_overwrites == count
+            where.append("spare")
         check_scratch_between_operations(ss)
+    assert "over the old" in where, where

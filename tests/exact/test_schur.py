@@ -45,9 +45,11 @@ def _check(K, Q0, sy, base_active, joined):
         aug.append(-1 - q)
     m = len(aug)
     out = np.zeros((m, m))
-    schur.materialise(Q0, Q0.shape[0], sy, np.array(aug, dtype=np.int64), m, out)
+    aug = np.array(aug, dtype=np.int64)
+    schur.materialise(Q0, Q0.shape[0], sy, aug, m, out.reshape(-1), False)
     want = np.linalg.inv(_bordered(K, np.array(slots)))
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    _check_in_place(Q0, sy, aug, out)
     # a solve: z = Q0 b over rows of Q0 (dropped rows 0), bj for the joined
     rng = np.random.default_rng(len(slots))
     rhs = rng.normal(size=m)
@@ -67,6 +69,21 @@ def _check(K, Q0, sy, base_active, joined):
     dropped = set(range(1, N0 + 1)) - set(base_active)
     assert all(x[a] == 0.0 for a in dropped)
     assert cnt[0] == len(dropped) + len(joined) and cols.shape[1] == 2
+
+
+def _check_in_place(Q0, sy, aug, out):
+    """Written over a copy of ``Q0`` where it fits: the same floats as ``out`` (the
+    rows of ``Q0`` read before the result's rows reach them), zeros past the result in
+    the old inverse's memory, and nothing written past that memory (NaN guards)."""
+    m0, m = Q0.shape[0], out.shape[0]
+    if not schur.fits_in_place(aug, m, m0, m0 * m0):
+        assert m > m0 or any(0 <= a < i for i, a in enumerate(aug))
+        return
+    flat = np.full(m0 * m0 + 16, np.nan)
+    flat[: m0 * m0] = Q0.reshape(-1)
+    schur.materialise(flat[: m0 * m0].reshape(m0, m0), m0, sy, aug, m, flat[: m0 * m0], True)
+    np.testing.assert_array_equal(flat[: m * m].reshape(m, m), out)
+    assert not flat[m * m: m0 * m0].any() and np.isnan(flat[m0 * m0:]).all()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -126,6 +143,41 @@ def test_a_rank_past_four_matches_the_dense_system_with_a_row_alone(drops, joins
         joined.append((s, e))
     assert sy[1][0] == drops + joins > 4
     _check(K, Q0, sy, base, joined)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_inverse_written_over_the_old_one_in_a_removal_s_order(seed):
+    """A removal's order (``working_set.final_order``): every kept row in its place,
+    the holes the dropped rows leave taken by rows from the end and by the joined
+    tokens. Written over the old inverse's memory it equals the dense inverse and the
+    out-of-place result bit for bit; an order that moves a row of ``Q0`` down
+    (``aug[i] < i``: the row would be overwritten before it is read), or a result larger
+    than the old inverse, is refused."""
+    K, KC, cos, diag, Q0, qrow_col = _setup(seed)
+    m0 = Q0.shape[0]
+    sy = schur.new_system(m0, 12, 6)
+    schur.scrub(sy, m0)
+    for a in (2, 5, 11):
+        assert schur.add_drop(Q0, m0, a, KC, cos, diag, sy)
+    e = schur.new_join(Q0, m0, N0, qrow_col, KC, sy)
+    assert schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)
+    # holes at rows 2 and 5 taken by the last two rows, hole 11 by the joined token
+    aug = list(range(m0))
+    aug[2], aug[5], aug[11] = m0 - 1, m0 - 2, -1 - schur.col_index(sy, schur.JOIN, e)
+    aug = np.array(aug[: m0 - 2], dtype=np.int64)
+    m = len(aug)
+    assert schur.fits_in_place(aug, m, m0, m0 * m0)
+    slots = [a - 1 if a >= 0 else N0 for a in aug[1:]]
+    out = np.zeros((m, m))
+    schur.materialise(Q0, m0, sy, aug, m, out.reshape(-1), False)
+    want = np.linalg.inv(_bordered(K, np.array(slots)))
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    _check_in_place(Q0, sy, aug, out)
+    moved_down = aug.copy()
+    moved_down[8], moved_down[3] = aug[3], aug[8]  # row 3 of Q0 to row 8: the result's
+    assert not schur.fits_in_place(moved_down, m, m0, m0 * m0)  # rows 0-7 overwrite it
+    assert not schur.fits_in_place(aug, m, m0, m * m - 1)  # no room
+    assert not schur.fits_in_place(np.arange(m0 + 1), m0 + 1, m0, (m0 + 1) ** 2)
 
 
 def test_a_copy_joining_fails_its_pivot_and_leaves_the_system_unchanged():

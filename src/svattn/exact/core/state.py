@@ -156,6 +156,10 @@ class SlotState(MarginGramScratch):
     # ---- the bordered system (docs/design.md §2)
     nS: int = 0  # margin tokens = cache columns [0, nS)
     Qinv: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    # inverses a removal wrote over the old one's memory, over the state's life (the old
+    # one is then gone: a restore to a checkpoint taken before one recomputes it, and
+    # leaves this count as it is, svattn.exact.operations.rollback)
+    inverse_overwrites: int = 0
     mu: float = 0.0
     g_valid: bool = True  # g[:hi] is exact (recomputed from the cache)
     ops_since_exact_g: int = 0
@@ -329,8 +333,9 @@ class SlotState(MarginGramScratch):
         """Unpickle; what the last operation found, which a state pickled before
         :mod:`svattn.exact.core.outcome` carried (:data:`_RESULT_FIELDS`), is dropped, and
         scratch a state pickled before it existed lacks starts empty (and ``ill_border``,
-        a flag no operation leaves set, False)."""
-        vars(self).update(self.empty_scratch(), ill_border=False)
+        a flag no operation leaves set, False; ``inverse_overwrites``, a count no
+        operation's checkpoint spans a pickle with, 0)."""
+        vars(self).update(self.empty_scratch(), ill_border=False, inverse_overwrites=0)
         vars(self).update({k: v for k, v in state.items() if k not in _RESULT_FIELDS})
 
     def copy(self) -> SlotState:

@@ -157,6 +157,12 @@ class HealthMonitor:
         """Whether ``qinv`` (this very object) was checked last."""
         return self._last is not None and self._last() is qinv
 
+    def carry_check(self, old: np.ndarray, new: np.ndarray) -> None:
+        """``new`` is ``old`` recomputed (a restore after ``old``'s memory was written
+        over, :mod:`svattn.exact.operations.rollback`): checked if ``old`` was."""
+        if self.checked(old):
+            self._last = weakref.ref(new)
+
     # ------------------------------------------------------------- persistence
     def to_dict(self, qinv: np.ndarray) -> dict[str, Any]:
         """JSON-ready state (``checked``: whether the memory's current Qinv was checked)."""

@@ -11,15 +11,21 @@ kernel cache nor the O(n·d) keys):
 
 - the per-slot vectors (``alpha``, ``g``, ``state``, ...) and the per-column arrays
   ``ac`` and ``slot_of_col``, whole;
-- the bordered inverse ``Qinv`` by reference only: no operation writes into a ``Qinv``
-  array (each change makes a new one: the health monitor and the Gram copy know the
-  inverse by identity), so the object the checkpoint holds is the old inverse as it
-  was (``tests/exact/test_atomic.py`` holds every operation to this); copying it and
+- the bordered inverse ``Qinv`` by reference only: each change makes a new inverse
+  object (the health monitor and the Gram copy know the inverse by identity), and an
+  operation writes into an old one's memory only where it counts it
+  (``SlotState.inverse_overwrites``: a compiled removal writes its inverse over the
+  old one where it fits, :func:`svattn.exact.backends.compiled.schur.materialise`);
+  so the object the checkpoint holds is the old inverse as it was unless that count
+  moved (``tests/exact/test_atomic.py`` holds every operation to this). Copying it and
   scrubbing the copy were two passes over |S|² floats per operation (~1 ms of a
-  removal at 781 margin tokens). An operation that succeeds scrubs the inverse it
-  replaced, unless an enclosing operation's checkpoint holds it (``erase`` and
-  ``remove_many`` run removals inside one atomic call: the outermost scrubs it when it
-  succeeds);
+  removal at 781 margin tokens). A restore after a write in place recomputes the
+  inverse from the restored margin block (:func:`svattn.exact.core.cache.refactorize`,
+  ``O(|S|³)``, on a failure only): the same matrix to rounding, like the cache below.
+  An operation that succeeds scrubs the inverse it replaced, unless an enclosing
+  operation's checkpoint holds it (``erase`` and ``remove_many`` run removals inside
+  one atomic call: the outermost scrubs it when it succeeds) or the current inverse
+  lies in its memory;
 - the keys, values, ids, hashes and tags only of the slots the operation may wipe
   (named by the caller: the token a removal takes, the reserve set compaction drops);
   every other slot an operation writes was free before it, so the restore clears it;
@@ -28,9 +34,9 @@ kernel cache nor the O(n·d) keys):
 
 The restored cache equals the old one to rounding (its entries were computed by two
 formulas, the batched rows of :func:`~svattn.exact.core.kernels.kernel_matrix` and the
-compiled columns, and the restore uses the first), so a memory that rolled back
-continues within rounding of one that never failed; every other field, and the digest,
-is restored bit for bit.
+compiled columns, and the restore uses the first), and so does an inverse recomputed
+after a write in place, so a memory that rolled back continues within rounding of one
+that never failed; every other field, and the digest, is restored bit for bit.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from svattn.exact.backends import compiled, reference
+from svattn.exact.core.cache import refactorize
 from svattn.exact.core.errors import OperationError
 from svattn.exact.core.kernels import kernel_matrix
 from svattn.exact.core.state import SlotState, scrub
@@ -72,7 +79,7 @@ class Checkpoint:
     scalar_values: tuple  # every scalar field's value, in the order of _SCALARS
     vectors: dict[str, np.ndarray]
     rows: dict[str, tuple[np.ndarray, np.ndarray]]  # array -> (wiped slots, their entries)
-    qinv_obj: np.ndarray  # the inverse itself (never written into; see the module docs)
+    qinv_obj: np.ndarray  # the inverse itself (written over only where counted: module docs)
     ac: np.ndarray
     slot_of_col: np.ndarray
     free_slots: list[int]
@@ -115,11 +122,15 @@ def checkpoint(ss: SlotState, wiped: Iterable[int] = (), *, light: bool = False)
                       ss.Qinv, ss.ac.copy(), ss.slot_of_col.copy(), list(ss.free_slots))
 
 
-def restore(ss: SlotState, cp: Checkpoint) -> None:
-    """Put ``ss`` back to the checkpoint (see the module docs for what is recomputed)."""
+def restore(ss: SlotState, cp: Checkpoint) -> bool:
+    """Put ``ss`` back to the checkpoint (see the module docs for what is recomputed);
+    True when the inverse was recomputed (the checkpoint's was written over)."""
     if cp.light:
         _restore_light(ss, cp)
-        return
+        return False
+    # (the count is not put back: an enclosing operation's restore compares it too)
+    overwrites = ss.inverse_overwrites
+    overwritten = overwrites != cp.scalars["inverse_overwrites"]
     if not cp.vectors:  # the state was empty: drop whatever the operation allocated,
         for f in dataclasses.fields(ss):  # every array scrubbed (rows never admitted)
             value = getattr(ss, f.name)
@@ -132,7 +143,8 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
             setattr(ss, f.name, getattr(fresh, f.name))
         for name, value in cp.scalars.items():
             setattr(ss, name, value)
-        return
+        ss.inverse_overwrites = overwrites
+        return False
     cap, ccap = int(cp.scalars["cap"]), int(cp.scalars["ccap"])
     _clear_filled(ss, cp, _ROWS)
     for name, value in cp.scalars.items():
@@ -146,6 +158,10 @@ def restore(ss: SlotState, cp: Checkpoint) -> None:
     ss.id_to_slot = {int(old_slot_id[s]): int(s) for s in live}
     _rebuild_cache(ss, cap, ccap, live)
     _reset_scratch(ss)
+    ss.inverse_overwrites = overwrites
+    if overwritten:  # the old inverse's memory holds a later one: recomputed
+        refactorize(ss, count=False)
+    return overwritten
 
 
 def _reset_scratch(ss: SlotState) -> None:
@@ -239,9 +255,11 @@ def atomic(ss: SlotState, health: Any, log: _Log | None, op: str, *,
         if log is not None:  # first: a record of what is being undone must not stay
             log.rollback(mark)
         try:
-            restore(ss, cp)
+            recomputed = restore(ss, cp)
             vars(health).clear()
             vars(health).update(monitor)
+            if recomputed:  # (the same inverse to rounding: its check carries over)
+                health.carry_check(cp.qinv_obj, ss.Qinv)
         except BaseException as again:
             health.broken = (f"{op} failed ({type(exc).__name__}: {exc}) and restoring the "
                              f"state failed too ({type(again).__name__}: {again})")
@@ -284,7 +302,8 @@ def _scrub_after_success(ss: SlotState, cp: Checkpoint, *, keep_inverse: bool = 
     if slots is not None:
         for arr in cp.vectors.values():
             arr[slots] = 0
-    if cp.qinv_obj is not ss.Qinv and not keep_inverse:
+    if (cp.qinv_obj is not ss.Qinv and not keep_inverse
+            and not np.may_share_memory(cp.qinv_obj, ss.Qinv)):  # (written over in place)
         scrub(cp.qinv_obj)
         _keep_spare(ss, cp.qinv_obj)
 

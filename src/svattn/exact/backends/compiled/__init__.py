@@ -356,18 +356,21 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     m = ss.nS + 2  # (room for one more margin token than now)
     if ss.nS and ss.qspare.size < m * m:  # a spare with room to grow (see SPARE_ROOM)
         ss.qspare = np.zeros((m + SPARE_ROOM) ** 2)
+    # the inverse may be written over the old one (segments.remove_segments): its memory
+    qflat = ss.Qinv.reshape(-1) if ss.Qinv.flags.c_contiguous else _NO_SPARE
     # the error sum is synced first, without c: its share of the end state is 0
     try:
-        status, nS, chi, mu, Qinv, in_spare = segments.remove_segments(
+        status, nS, chi, mu, Qinv, where = segments.remove_segments(
             ss.KC, ss.XC, ss.ac, ss.slot_of_col, ss.col_of_slot, ss.X, ss.V, ss.xn2, ss.diag,
             ss.alpha, ss.g, ss.state, ss.slot_id, ss.Qinv, ss.esum, ss.esum_member,
             ss.error_sum_rebuild_due, ss.nS, ss.chi, hi, ss.mu, ss.C, ss.gamma_value,
             ss.is_rbf, c, int(ss.col_of_slot[c]) if contract_first else -1, ss.max_segments,
             ss.max_jumps, ss.scale, g_end, out, facts, sup_ids, sup_values, kss,
-            FACTOR_KEPT_FROM, qb, kept, ss.qspare)
+            FACTOR_KEPT_FROM, qb, kept, ss.qspare, qflat)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # a work copy of the inverse held c's row and column
-        ss.qspare.fill(0.0)  # (the inverse may have been written into it)
+        ss.qspare.fill(0.0)  # (the inverse may have been written into it,
+        ss.inverse_overwrites += 1  # or over the old one: the re-solve makes a new one)
         ss.qwork_for, ss.qwork_n = None, 0
         ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
@@ -375,9 +378,12 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     jumped = int(out[codes.SEG_JUMPED])
     ss.n_jumps += jumped > 0
     ss.n_jump_fallbacks += jumped < 0
-    if in_spare:  # the inverse was written into the spare's memory: a view of it
-        m = int(nS) + 1
+    m = int(nS) + 1
+    if where == codes.WRITTEN_IN_SPARE:  # into the spare's memory: a view of it
         Qinv, ss.qspare = ss.qspare[: m * m].reshape(m, m), _NO_SPARE
+    elif where == codes.WRITTEN_IN_PLACE:  # over the old inverse: a view of its memory
+        Qinv = qflat[: m * m].reshape(m, m)
+        ss.inverse_overwrites += 1
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
     ss.qwork_for, ss.qwork_n = None, 0  # (the work copy is zeros again)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))
@@ -532,7 +538,8 @@ def _close_holes(f: KeptFactor, ids: np.ndarray
 
 
 _NO_SPARE = np.zeros(0)
-# The removal's inverse is written into a spare buffer (``SlotState.qspare``: the
+# The removal's inverse is written over the old one where it fits (segments.remove_segments),
+# else into a spare buffer (``SlotState.qspare``: the
 # replaced inverse's memory, kept zeroed between operations); where none is large
 # enough, one with room for this many more margin tokens is made, so that the two
 # buffers take turns and a fresh array (|S|² page faults: 2-4 passes over the margin

@@ -18,3 +18,6 @@ RATE_TOL = 1e-13
 # Reassociation lets LLVM vectorize the dot products (a rounding-level change);
 # no flag that assumes away NaN or inf, which the step tests rely on.
 VEC = {"reassoc", "contract"}
+# where remove_segments wrote the inverse it returns: a fresh array, the spare buffer, or
+# over the old inverse's own memory
+WRITTEN_FRESH, WRITTEN_IN_SPARE, WRITTEN_IN_PLACE = range(3)

@@ -363,14 +363,37 @@ def _rank_update_pair(da, db, sa, sb, W, ga, gb, b, n, k):
         r += 4
 
 
+@njit(cache=True)
+def fits_in_place(aug, mT, m0, room):
+    """Whether :func:`materialise` can write the inverse of ``mT`` rows over ``Q0``'s own
+    ``room`` floats (``Q0`` row-major, ``m0`` rows): it fits, and no row of the result
+    comes from a row of ``Q0`` above it (``aug[i] >= i``), so writing the rows in order
+    never overwrites a row of ``Q0`` still to be read (a removal's order keeps every
+    row's place or moves one up from the end: :func:`~svattn.exact.backends.compiled.
+    working_set.final_order`)."""
+    if mT > m0 or mT * mT > room:
+        return False
+    for i in range(mT):
+        if aug[i] >= 0 and aug[i] < i:
+            return False
+    return True
+
+
 @njit(cache=True, fastmath=VEC)
-def materialise(Q0, m0, sy, aug, mT, out):
-    """The bordered inverse of the margin system, into ``out[:mT, :mT]``: its row ``i``
-    is row ``aug[i]`` of the augmented system (``aug[i] >= 0``: a row of ``Q0``; ``-1 − q``:
-    the joined token of capacitance column ``q``; ``aug[0]`` is 0, mu's row). One read of
-    ``Q0`` and one write of the result, ``O(|S|²·k)`` operations (a rank-k update): each
-    run of consecutive rows of ``Q0`` in a row of the result (a removal's order moves a
-    few) written once, updated as it is, two rows at a time (:func:`_rank_update_pair`)."""
+def materialise(Q0, m0, sy, aug, mT, dst, in_place):
+    """The bordered inverse of the margin system, row-major into ``dst[:mT²]``: its row
+    ``i`` is row ``aug[i]`` of the augmented system (``aug[i] >= 0``: a row of ``Q0``;
+    ``-1 − q``: the joined token of capacitance column ``q``; ``aug[0]`` is 0, mu's row).
+    One read of ``Q0`` and one write of the result, ``O(|S|²·k)`` operations (a rank-k
+    update): each run of consecutive rows of ``Q0`` in a row of the result (a removal's
+    order moves a few) written once, updated as it is, two rows at a time
+    (:func:`_rank_update_pair`).
+
+    ``in_place``: ``dst`` is ``Q0``'s own memory (:func:`fits_in_place` holds). Each
+    row of ``Q0`` is copied aside just before the result's rows overwrite it, and the
+    floats past the result (``dst[mT²:m0²]``, the old inverse's tail) are zeroed. The
+    old inverse is then gone, and its memory was read and written once: no second
+    array's memory to fault in or write, and none to zero after the operation."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
     k = cnt[0]
     G = np.zeros((max(k, 1), m0))  # G = (Q0 U) S⁻¹, by rows
@@ -405,14 +428,18 @@ def materialise(Q0, m0, sy, aug, mT, out):
     gk = np.zeros(max(k, 1))
     gk2 = np.zeros(max(k, 1))
     alone = np.empty(mT)  # the second row of a row alone's update (discarded)
+    # in place: the two rows of Q0 an update reads, copied aside first
+    sa = np.empty(m0 if in_place else 0)
+    sb = np.empty(m0 if in_place else 0)
     i = 0
     while i < mT:
         A = aug[i]
+        o = dst[i * mT:(i + 1) * mT]
         if A < 0:  # a joined token's row
             qa = -1 - A
             for j in range(mT):
                 B = aug[j]
-                out[i, j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
+                o[j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
             i += 1
             continue
         i2 = i + 1 if i + 1 < mT and aug[i + 1] >= 0 else i  # two rows of Q0 at once
@@ -420,21 +447,30 @@ def materialise(Q0, m0, sy, aug, mT, out):
         for r in range(k):
             gk[r] = G[r, A]
             gk2[r] = G[r, B]
-        o = out[i]
-        o2 = out[i2] if i2 > i else alone
+        o2 = dst[i2 * mT:(i2 + 1) * mT] if i2 > i else alone
+        if in_place:
+            for j in range(m0):
+                sa[j] = Q0[A, j]
+                sb[j] = Q0[B, j]
+            ra, rb = sa, sb
+        else:
+            ra, rb = Q0[A], Q0[B]
         for q in range(nr):
             j0 = run_j[q]
-            _rank_update_pair(o[j0:], o2[j0:], Q0[A], Q0[B], Wc, gk, gk2, run_b[q],
-                              run_n[q], k)
+            _rank_update_pair(o[j0:], o2[j0:], ra, rb, Wc, gk, gk2, run_b[q], run_n[q], k)
         for q in range(nj):
             j = joined[q]
-            out[i, j] = -G[-1 - aug[j], A]
-            out[i2, j] = -G[-1 - aug[j], B]
+            o[j] = -G[-1 - aug[j], A]
+            o2[j] = -G[-1 - aug[j], B]
         i = i2 + 1
+    if in_place:
+        dst[mT * mT:m0 * m0] = 0.0
     G.fill(0.0)
     gk.fill(0.0)
     gk2.fill(0.0)
     alone.fill(0.0)
+    sa.fill(0.0)
+    sb.fill(0.0)
 
 
 @njit(cache=True)

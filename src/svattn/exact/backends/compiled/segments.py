@@ -40,6 +40,9 @@ from svattn.exact.backends.compiled.codes import (
     SEG_SUPPORT,
     SEG_SYNC,
     SEG_UNIQUE,
+    WRITTEN_FRESH,
+    WRITTEN_IN_PLACE,
+    WRITTEN_IN_SPARE,
 )
 from svattn.exact.backends.compiled.columns import (
     add_column,
@@ -61,6 +64,7 @@ from svattn.exact.backends.compiled.linalg import (
 )
 from svattn.exact.backends.compiled.schur import (
     add_drop,
+    fits_in_place,
     materialise,
     new_system,
     rhs_on,
@@ -341,7 +345,7 @@ def finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member
 def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot_id, Qinv, esum,
                     member, rebuild, nS, chi, hi, mu, C, gamma, is_rbf, c, contract_col,
                     max_segments, max_jumps, scale, g_end, out, facts, sup_ids, sup_values,
-                    KSS, pd_defer, Qb, kss_in, spare):
+                    KSS, pd_defer, Qb, kss_in, spare, qflat):
     """Remove token ``c`` (driven, outside the margin set) segment by segment,
     each segment costing one pass over the margin block.
 
@@ -365,19 +369,24 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     final margin Gram block and ``out[SEG_GRAM]`` the largest block written. With
     ``pd_defer`` margin tokens or more the
     uniqueness test is left to the caller's kept factor (``out[SEG_UNIQUE]`` -2).
-    The memory's inverse ``Qinv`` is never written: the first segment and the working
-    set solve against it with the set's changes in a small capacitance system
+    The memory's inverse ``Qinv`` is not written on the way: the first segment and the
+    working set solve against it with the set's changes in a small capacitance system
     (:mod:`~svattn.exact.backends.compiled.schur`), and the inverse returned is written
-    from it once. ``Qb`` ((ccap + 1)², zeros; the caller's, which zeroes it if this call
+    from it once, at the end. ``Qb`` ((ccap + 1)², zeros; the caller's, which zeroes it if this call
     raises) takes a work copy only where the segment loop goes on past the first
     segment (:func:`~svattn.exact.backends.compiled.working_set.restart`); zeroed again
     before returning. ``kss_in``: ``KSS`` holds the margin block already (the previous
     operation's, :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the
-    first segment gathers it. ``spare``: zeroed memory for the inverse returned (a
-    replaced inverse's, ``SlotState.qspare``), used when it holds ``(nS + 1)²`` floats.
-    Returns
-    ``(status, nS, chi, mu, Qinv, in_spare)``, ``in_spare`` when the inverse is in
-    ``spare[:(nS + 1)²]`` (row-major; ``Qinv`` then empty): DONE; FALLBACK when a case is left to
+    first segment gathers it. Where the inverse returned is written (``where``):
+    over ``Qinv``'s own memory ``qflat`` (row-major, its ``m0²`` floats; empty: not
+    this) where :func:`~svattn.exact.backends.compiled.schur.fits_in_place` holds (or,
+    from the work copy, where it is no larger), zeros after it
+    (:data:`~svattn.exact.backends.compiled.codes.WRITTEN_IN_PLACE`: ``Qinv`` is then
+    gone, and the caller counts it, ``SlotState.inverse_overwrites``); else into
+    ``spare``, zeroed memory (a replaced inverse's, ``SlotState.qspare``) where it holds
+    ``(nS + 1)²`` floats (``WRITTEN_IN_SPARE``); else a fresh array (``WRITTEN_FRESH``).
+    Returns ``(status, nS, chi, mu, Qinv, where)`` (``Qinv`` empty unless fresh;
+    the others are ``[:(nS + 1)²]`` of their memory, row-major): DONE; FALLBACK when a case is left to
     :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
     with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
@@ -612,19 +621,30 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         restart(Qb, Qinv, n0, p0)
         qb_ready = True
         qb_ext = max(qb_ext, n0 + 1)
-    in_spare = m > 0 and spare.shape[0] >= m * m
-    if in_spare:
+    # over the old inverse where it fits (module text); else the spare; else a fresh array
+    room = qflat.shape[0]
+    if m and (qb_ready and m <= m0 and m * m <= room
+              or not qb_ready and fits_in_place(aug, m, m0, room)):
+        where = WRITTEN_IN_PLACE
+        Qres = qflat[: m * m].reshape((m, m))
+        Qout = np.zeros((0, 0))
+    elif m > 0 and spare.shape[0] >= m * m:
+        where = WRITTEN_IN_SPARE
         Qres = spare[: m * m].reshape((m, m))
         Qout = np.zeros((0, 0))
     else:
+        where = WRITTEN_FRESH
         Qout = np.zeros((m, m))
         Qres = Qout
     if m and qb_ready:  # the segment loop's work copy
         for i in range(m):
             for j in range(m):
                 Qres[i, j] = Qb[i, j]
+        if where == WRITTEN_IN_PLACE:
+            qflat[m * m:m0 * m0] = 0.0
     elif m:  # Qinv with the path's changes (c's row dropped, at least)
-        materialise(Qinv, m0, sy, aug, m, Qres)
+        in_place = where == WRITTEN_IN_PLACE
+        materialise(Qinv, m0, sy, aug, m, qflat if in_place else Qres.reshape(m * m), in_place)
     if status == DONE:
         chi = finish_removal(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, member,
                               state, slot_id, Qres, KSS, nS, chi, hi, mu, C, scale, c, out,
@@ -634,6 +654,6 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
             Qb[i, j] = 0.0
     schur_scrub(sy, m0)
     z0.fill(0.0)
-    return status, nS, chi, mu, Qout, in_spare
+    return status, nS, chi, mu, Qout, where
 
 quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)
