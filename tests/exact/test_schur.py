@@ -72,18 +72,21 @@ def _check(K, Q0, sy, base_active, joined):
 
 
 def _check_in_place(Q0, sy, aug, out):
-    """Written over a copy of ``Q0`` where it fits: the same floats as ``out`` (the
-    rows of ``Q0`` read before the result's rows reach them), zeros past the result in
-    the old inverse's memory, and nothing written past that memory (NaN guards)."""
+    """Written over a copy of ``Q0`` (with room for two more rows, zeros) where it fits:
+    the same floats as ``out`` (each row of ``Q0`` read before a row of the result
+    reaches it, upwards or downwards), zeros past the result in the old inverse's
+    memory, and nothing written past that memory (NaN guards). Without the room, a
+    larger result does not fit."""
     m0, m = Q0.shape[0], out.shape[0]
-    if not schur.fits_in_place(aug, m, m0, m0 * m0):
-        assert m > m0 or any(0 <= a < i for i, a in enumerate(aug))
-        return
-    flat = np.full(m0 * m0 + 16, np.nan)
+    room = (m0 + 2) ** 2
+    assert schur.fits_in_place(aug, m, m0, room)
+    assert schur.fits_in_place(aug, m, m0, m0 * m0) == (m <= m0)
+    flat = np.full(room + 16, np.nan)
+    flat[:room] = 0.0
     flat[: m0 * m0] = Q0.reshape(-1)
-    schur.materialise(flat[: m0 * m0].reshape(m0, m0), m0, sy, aug, m, flat[: m0 * m0], True)
+    schur.materialise(flat[: m0 * m0].reshape(m0, m0), m0, sy, aug, m, flat[:room], True)
     np.testing.assert_array_equal(flat[: m * m].reshape(m, m), out)
-    assert not flat[m * m: m0 * m0].any() and np.isnan(flat[m0 * m0:]).all()
+    assert not flat[m * m: room].any() and np.isnan(flat[room:]).all()
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -173,11 +176,41 @@ def test_the_inverse_written_over_the_old_one_in_a_removal_s_order(seed):
     want = np.linalg.inv(_bordered(K, np.array(slots)))
     np.testing.assert_allclose(out, want, rtol=0, atol=1e-9 * np.abs(want).max())
     _check_in_place(Q0, sy, aug, out)
+    # rows moved against the direction of writing are set aside first: the same floats
     moved_down = aug.copy()
-    moved_down[8], moved_down[3] = aug[3], aug[8]  # row 3 of Q0 to row 8: the result's
-    assert not schur.fits_in_place(moved_down, m, m0, m0 * m0)  # rows 0-7 overwrite it
+    moved_down[8], moved_down[3] = aug[3], aug[8]  # row 3 of Q0 to row 8, 8 to 3
+    out2 = np.zeros((m, m))
+    schur.materialise(Q0, m0, sy, moved_down, m, out2.reshape(-1), False)
+    _check_in_place(Q0, sy, moved_down, out2)
     assert not schur.fits_in_place(aug, m, m0, m * m - 1)  # no room
-    assert not schur.fits_in_place(np.arange(m0 + 1), m0 + 1, m0, (m0 + 1) ** 2)
+
+
+def test_a_larger_inverse_written_over_the_old_one_downwards():
+    """A removal that ends on more margin tokens (two join, one leaves: its hole taken
+    by the last row, the joined tokens last) written over the old inverse's memory with
+    room to grow: rows written downwards, the moved-up row set aside; equal to the
+    dense inverse and to the out-of-place result bit for bit."""
+    K, KC, cos, diag, Q0, qrow_col = _setup(4)
+    m0 = Q0.shape[0]
+    sy = schur.new_system(m0, 12, 6)
+    schur.scrub(sy, m0)
+    assert schur.add_drop(Q0, m0, 6, KC, cos, diag, sy)
+    joins = []
+    for s in (N0, N0 + 1):
+        e = schur.new_join(Q0, m0, s, qrow_col, KC, sy)
+        assert schur.add_join(Q0, m0, e, KC, cos, diag, sy, 1.0)
+        joins.append(-1 - schur.col_index(sy, schur.JOIN, e))
+    aug = list(range(m0))
+    aug[6] = m0 - 1
+    aug = np.array(aug[: m0 - 1] + joins, dtype=np.int64)
+    m = len(aug)
+    assert m == m0 + 1
+    slots = [a - 1 for a in aug[1: m0 - 1]] + [N0, N0 + 1]
+    out = np.zeros((m, m))
+    schur.materialise(Q0, m0, sy, aug, m, out.reshape(-1), False)
+    want = np.linalg.inv(_bordered(K, np.array(slots)))
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-9 * np.abs(want).max())
+    _check_in_place(Q0, sy, aug, out)
 
 
 def test_a_copy_joining_fails_its_pivot_and_leaves_the_system_unchanged():

@@ -357,7 +357,7 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
     if ss.nS and ss.qspare.size < m * m:  # a spare with room to grow (see SPARE_ROOM)
         ss.qspare = np.zeros((m + SPARE_ROOM) ** 2)
     # the inverse may be written over the old one (segments.remove_segments): its memory
-    qflat = ss.Qinv.reshape(-1) if ss.Qinv.flags.c_contiguous else _NO_SPARE
+    qflat = inverse_memory(ss.Qinv)
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv, where = segments.remove_segments(
@@ -369,8 +369,9 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
             FACTOR_KEPT_FROM, qb, kept, ss.qspare, qflat)
     except ZeroDivisionError as exc:  # a lost pivot (see the note above)
         qb.fill(0.0)  # a work copy of the inverse held c's row and column
-        ss.qspare.fill(0.0)  # (the inverse may have been written into it,
-        ss.inverse_overwrites += 1  # or over the old one: the re-solve makes a new one)
+        ss.qspare.fill(0.0)  # (the inverse may have been written into it, or over the
+        qflat.fill(0.0)  # old one and past it: the re-solve makes a new one, and a
+        ss.inverse_overwrites += 1  # restore recomputes it, rollback)
         ss.qwork_for, ss.qwork_n = None, 0
         ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
         raise NeedResolve from exc
@@ -538,6 +539,17 @@ def _close_holes(f: KeptFactor, ids: np.ndarray
 
 
 _NO_SPARE = np.zeros(0)
+
+
+def inverse_memory(Q: np.ndarray) -> np.ndarray:
+    """The whole row-major buffer the inverse ``Q`` begins, flat (an inverse written
+    over an older one is a view of its first floats: the rest is room to grow into,
+    zeros), or an empty array where ``Q`` is not such a view."""
+    owner = Q.base if isinstance(Q.base, np.ndarray) else Q
+    if not (Q.flags.c_contiguous and owner.flags.c_contiguous and owner.dtype == np.float64
+            and owner.ctypes.data == Q.ctypes.data):
+        return _NO_SPARE
+    return owner.reshape(-1)
 # The removal's inverse is written over the old one where it fits (segments.remove_segments),
 # else into a spare buffer (``SlotState.qspare``: the
 # replaced inverse's memory, kept zeroed between operations); where none is large

@@ -363,20 +363,46 @@ def _rank_update_pair(da, db, sa, sb, W, ga, gb, b, n, k):
         r += 4
 
 
+# rows of Q0 set aside before a write in place, at most (module text of materialise)
+SET_ASIDE_ROWS = 64
+
+
+@njit(cache=True)
+def _overwritten_first(aug, i, mT, m0):
+    """Whether row ``i`` of the result reads a row of ``Q0`` that the rows written before
+    it in place overwrite: rows are written upwards when the result is no larger
+    (``aug[i] < i``: a row of Q0 moved down), downwards when it grows (``aug[i] > i``:
+    moved up)."""
+    a = aug[i]
+    return a >= 0 and (a < i if mT <= m0 else a > i)
+
+
+@njit(cache=True)
+def _row_aside(Q0, A, aside, q, buf):
+    """Row ``A`` of ``Q0`` as a write in place reads it: the copy set aside first
+    (``q >= 0``), else a copy into ``buf`` taken now."""
+    if q >= 0:
+        return aside[q]
+    for j in range(Q0.shape[1]):
+        buf[j] = Q0[A, j]
+    return buf
+
+
 @njit(cache=True)
 def fits_in_place(aug, mT, m0, room):
     """Whether :func:`materialise` can write the inverse of ``mT`` rows over ``Q0``'s own
-    ``room`` floats (``Q0`` row-major, ``m0`` rows): it fits, and no row of the result
-    comes from a row of ``Q0`` above it (``aug[i] >= i``), so writing the rows in order
-    never overwrites a row of ``Q0`` still to be read (a removal's order keeps every
-    row's place or moves one up from the end: :func:`~svattn.exact.backends.compiled.
-    working_set.final_order`)."""
-    if mT > m0 or mT * mT > room:
+    memory of ``room`` floats (``Q0`` row-major in its first ``m0²``): the result fits,
+    and at most :data:`SET_ASIDE_ROWS` rows of ``Q0`` must be set aside first (a
+    removal's order keeps every row's place or moves one up from the end into a hole:
+    :func:`~svattn.exact.backends.compiled.working_set.final_order`; none is set aside
+    when the set shrinks, one per hole when it grows)."""
+    if mT * mT > room or m0 * m0 > room:
         return False
+    n = 0
     for i in range(mT):
-        if aug[i] >= 0 and aug[i] < i:
-            return False
-    return True
+        if _overwritten_first(aug, i, mT, m0):
+            n += 1
+    return n <= SET_ASIDE_ROWS
 
 
 @njit(cache=True, fastmath=VEC)
@@ -389,10 +415,13 @@ def materialise(Q0, m0, sy, aug, mT, dst, in_place):
     order moves a few) written once, updated as it is, two rows at a time
     (:func:`_rank_update_pair`).
 
-    ``in_place``: ``dst`` is ``Q0``'s own memory (:func:`fits_in_place` holds). Each
-    row of ``Q0`` is copied aside just before the result's rows overwrite it, and the
-    floats past the result (``dst[mT²:m0²]``, the old inverse's tail) are zeroed. The
-    old inverse is then gone, and its memory was read and written once: no second
+    ``in_place``: ``dst`` is ``Q0``'s own memory (:func:`fits_in_place` holds). The
+    result's rows are written upwards where it is no larger than ``Q0`` (row ``i`` over
+    the floats of rows ``<= i`` of ``Q0``), downwards where it grows (into the room past
+    ``Q0``); each row of ``Q0`` is copied aside just before the rows written over it,
+    and the few that a row written earlier would overwrite first are set aside before
+    any is written. The floats past the result (the old inverse's tail) are zeroed.
+    The old inverse is then gone, and its memory was read and written once: no second
     array's memory to fault in or write, and none to zero after the operation."""
     cols, cnt, Sm, Si, Wc, Ut, Wt, UW, eslot = sy
     k = cnt[0]
@@ -425,14 +454,37 @@ def materialise(Q0, m0, sy, aug, mT, dst, in_place):
         if aug[j] < 0:
             joined[nj] = j
             nj += 1
+    # the rows in groups written together: two rows of Q0, or one row alone
+    gs = np.empty(mT + 1, dtype=np.int64)
+    ng = 0
+    i = 0
+    while i < mT:
+        gs[ng] = i
+        ng += 1
+        i += 2 if aug[i] >= 0 and i + 1 < mT and aug[i + 1] >= 0 else 1
+    gs[ng] = mT
+    # in place: the rows of Q0 a row written earlier would overwrite, set aside first
+    aside_of = np.full(mT if in_place else 0, -1, dtype=np.int64)
+    n_aside = 0
+    if in_place:
+        for i in range(mT):
+            if _overwritten_first(aug, i, mT, m0):
+                aside_of[i] = n_aside
+                n_aside += 1
+    aside = np.empty((n_aside, m0))
+    for i in range(mT if in_place else 0):
+        if aside_of[i] >= 0:
+            for j in range(m0):
+                aside[aside_of[i], j] = Q0[aug[i], j]
     gk = np.zeros(max(k, 1))
     gk2 = np.zeros(max(k, 1))
     alone = np.empty(mT)  # the second row of a row alone's update (discarded)
-    # in place: the two rows of Q0 an update reads, copied aside first
-    sa = np.empty(m0 if in_place else 0)
+    sa = np.empty(m0 if in_place else 0)  # in place: the rows an update reads, aside
     sb = np.empty(m0 if in_place else 0)
-    i = 0
-    while i < mT:
+    down = in_place and mT > m0
+    for g in range(ng):
+        gi = ng - 1 - g if down else g
+        i = gs[gi]
         A = aug[i]
         o = dst[i * mT:(i + 1) * mT]
         if A < 0:  # a joined token's row
@@ -440,19 +492,16 @@ def materialise(Q0, m0, sy, aug, mT, dst, in_place):
             for j in range(mT):
                 B = aug[j]
                 o[j] = -G[qa, B] if B >= 0 else Si[qa, -1 - B]
-            i += 1
             continue
-        i2 = i + 1 if i + 1 < mT and aug[i + 1] >= 0 else i  # two rows of Q0 at once
+        i2 = i + 1 if gs[gi + 1] == i + 2 else i  # two rows of Q0 at once
         B = aug[i2]  # (a row alone: its own row again, written to a scratch row)
         for r in range(k):
             gk[r] = G[r, A]
             gk2[r] = G[r, B]
         o2 = dst[i2 * mT:(i2 + 1) * mT] if i2 > i else alone
         if in_place:
-            for j in range(m0):
-                sa[j] = Q0[A, j]
-                sb[j] = Q0[B, j]
-            ra, rb = sa, sb
+            ra = _row_aside(Q0, A, aside, aside_of[i], sa)
+            rb = _row_aside(Q0, B, aside, aside_of[i2], sb)
         else:
             ra, rb = Q0[A], Q0[B]
         for q in range(nr):
@@ -462,8 +511,7 @@ def materialise(Q0, m0, sy, aug, mT, dst, in_place):
             j = joined[q]
             o[j] = -G[-1 - aug[j], A]
             o2[j] = -G[-1 - aug[j], B]
-        i = i2 + 1
-    if in_place:
+    if in_place and mT < m0:
         dst[mT * mT:m0 * m0] = 0.0
     G.fill(0.0)
     gk.fill(0.0)
@@ -471,6 +519,7 @@ def materialise(Q0, m0, sy, aug, mT, dst, in_place):
     alone.fill(0.0)
     sa.fill(0.0)
     sb.fill(0.0)
+    aside.fill(0.0)
 
 
 @njit(cache=True)

@@ -378,9 +378,10 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     before returning. ``kss_in``: ``KSS`` holds the margin block already (the previous
     operation's, :mod:`svattn.exact.core.gram`), followed through ``c``'s exit; else the
     first segment gathers it. Where the inverse returned is written (``where``):
-    over ``Qinv``'s own memory ``qflat`` (row-major, its ``m0²`` floats; empty: not
-    this) where :func:`~svattn.exact.backends.compiled.schur.fits_in_place` holds (or,
-    from the work copy, where it is no larger), zeros after it
+    over ``Qinv``'s own memory ``qflat`` (row-major, ``Qinv`` its first ``m0²`` floats,
+    room past them; empty: not this) where
+    :func:`~svattn.exact.backends.compiled.schur.fits_in_place` holds (or, from the
+    work copy, where it fits), zeros after it
     (:data:`~svattn.exact.backends.compiled.codes.WRITTEN_IN_PLACE`: ``Qinv`` is then
     gone, and the caller counts it, ``SlotState.inverse_overwrites``); else into
     ``spare``, zeroed memory (a replaced inverse's, ``SlotState.qspare``) where it holds
@@ -623,7 +624,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         qb_ext = max(qb_ext, n0 + 1)
     # over the old inverse where it fits (module text); else the spare; else a fresh array
     room = qflat.shape[0]
-    if m and (qb_ready and m <= m0 and m * m <= room
+    if m and (qb_ready and m * m <= room and m0 * m0 <= room
               or not qb_ready and fits_in_place(aug, m, m0, room)):
         where = WRITTEN_IN_PLACE
         Qres = qflat[: m * m].reshape((m, m))
@@ -640,7 +641,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         for i in range(m):
             for j in range(m):
                 Qres[i, j] = Qb[i, j]
-        if where == WRITTEN_IN_PLACE:
+        if where == WRITTEN_IN_PLACE and m < m0:
             qflat[m * m:m0 * m0] = 0.0
     elif m:  # Qinv with the path's changes (c's row dropped, at least)
         in_place = where == WRITTEN_IN_PLACE
