@@ -372,3 +372,38 @@ def test_the_whole_factor_by_lapack_equals_the_compiled_loop():
     broken[2, 2] = np.nan
     assert not backend.factor_into(broken, 10, 1e-9, np.zeros((64, 64)))
     assert not linalg.cholesky_into(broken, 10, 1e-9, np.zeros((64, 64)))
+
+
+@pytest.mark.parametrize("seed, n, drops, before", [
+    (0, 40, [39, 12, 11, 0], []),  # adjacent rows (copies leave together), first, last
+    (1, 60, [50, 31, 7], [44, 20]),  # beside holes already made
+    (2, 33, [5, 3], [4]),  # a hole between the two
+    (3, 25, [17], []),  # one row: the single-row routine's result
+])
+def test_rows_deleted_at_once_equal_the_rows_deleted_one_at_a_time(seed, n, drops, before):
+    """``chol_holes`` (one sweep of rotations for every deleted row) against
+    ``chol_hole`` a row at a time in descending order (the reference it replaces) and
+    against numpy's factor of the rows kept: the same factor to rounding, each hole a
+    row and column of the unit matrix, nothing written past the factor."""
+    rng = np.random.default_rng(seed)
+    K = _gram(rng, n) + 1e-3 * np.eye(n)
+    shift = 1e-9
+    L = padded_square(n + 4, columns=True)
+    L[:n, :n] = _numpy_factor(K, shift)
+    for p in before:
+        linalg.chol_hole(L, p, n)
+    one_by_one = L.copy(order="F")
+    for p in sorted(drops, reverse=True):
+        assert linalg.chol_hole(one_by_one, p, n) == n
+    assert linalg.chol_holes(L, np.array(drops, dtype=np.int64), n) == n
+    np.testing.assert_allclose(L, one_by_one, rtol=0, atol=1e-12)
+    live = np.ones(n, dtype=bool)
+    live[list(drops) + list(before)] = False
+    np.testing.assert_allclose(L[np.ix_(live, live)], _numpy_factor(K[np.ix_(live, live)], shift),
+                               atol=1e-12)
+    for p in np.flatnonzero(~live):
+        unit = np.zeros(n)
+        unit[p] = 1.0
+        np.testing.assert_array_equal(L[p, :n], unit)
+        np.testing.assert_array_equal(L[:n, p], unit)
+    assert not L[n:].any() and not L[:, n:].any()

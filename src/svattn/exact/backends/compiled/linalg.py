@@ -380,6 +380,62 @@ def chol_hole(L, p, n):
     return n
 
 
+@njit(cache=True, fastmath=VEC)
+def chol_holes(L, drops, n):
+    """:func:`chol_hole` for every row of ``drops`` (distinct) at once: the columns
+    below the deleted rows (less their entries in rows deleted with them) are each one
+    term of a rank-r update of the rows kept, applied by rotations column by column
+    from the first deleted row on — one read and write of the factor below it, where a
+    row at a time reads it once per row (each column's rest rotated with every term in
+    turn while it is in cache). The same factor up to rounding: the Cholesky factor of
+    the matrix without the rows, with unit entries in their places
+    (``tests/exact/test_kept_factor.py`` holds it to :func:`chol_hole` a row at a time).
+    Returns ``n``."""
+    r = drops.shape[0]
+    Lt = L.T  # (Lt[j]: column j of L)
+    gone = np.zeros(n, dtype=np.bool_)
+    pmin = n
+    for q in range(r):
+        gone[drops[q]] = True
+        pmin = min(pmin, drops[q])
+    X = np.zeros((r, n))  # each deleted row's column below it: a term of the update
+    for q in range(r):
+        lp = Lt[drops[q]]
+        xq = X[q]
+        for i in range(drops[q] + 1, n):
+            if not gone[i]:
+                xq[i] = lp[i]
+    for q in range(r):  # the holes: rows and columns of the unit matrix
+        p = drops[q]
+        lp = Lt[p]
+        for j in range(p):
+            L[p, j] = 0.0
+        for i in range(p, n):
+            lp[i] = 0.0
+        L[p, p] = 1.0
+    for col in range(pmin + 1, n):
+        cl = Lt[col][col + 1:n]
+        for q in range(r):
+            xq = X[q]
+            xk = xq[col]
+            if xk == 0.0:  # (a hole, a row above the term's own, or an exact zero)
+                continue
+            a = L[col, col]
+            h = math.hypot(a, xk)
+            c = a / h
+            s = xk / h
+            L[col, col] = h
+            xq[col] = 0.0
+            xr = xq[col + 1:n]
+            for i in range(n - 1 - col):
+                t = cl[i]
+                xi = xr[i]
+                cl[i] = c * t + s * xi
+                xr[i] = c * xi - s * t
+    X.fill(0.0)  # rotated kernel-derived values: freed zeroed
+    return n
+
+
 @njit(cache=True)
 def chol_compact(L, n, live):
     """Close the holes of ``L[:n, :n]`` (column-major): the rows and columns with
@@ -497,13 +553,15 @@ def chol_append_block(L, n, B, D, shift):
 @njit(cache=True)
 def chol_update(L, n, drops, fpos, news, K, shift):
     """The kept factor of ``K``'s block at margin positions ``fpos[:n]`` (-1: a hole;
-    factor rows ``drops``, in descending order, made holes first, :func:`chol_hole`)
+    factor rows ``drops``, in descending order, made holes first, :func:`chol_holes`)
     grown by the margin positions ``news`` in order, read from ``K`` (margin order,
     symmetric part; all appended at once, :func:`chol_append_block`). Returns the rows
     in use (holes included), or -1 when the appended rows would leave the matrix not
     positive definite (the factor is then partly updated: the caller discards it)."""
-    for q in range(drops.shape[0]):
-        n = chol_hole(L, drops[q], n)
+    if drops.shape[0] == 1:
+        n = chol_hole(L, drops[0], n)
+    elif drops.shape[0] > 1:  # (one sweep for all: chol_holes)
+        n = chol_holes(L, drops, n)
     nn = news.shape[0]
     if nn == 0:
         return n
