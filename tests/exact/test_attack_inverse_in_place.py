@@ -328,3 +328,43 @@ def test_a_long_mixed_stream_against_the_reference_and_a_loaded_twin(monkeypatch
             np.testing.assert_allclose(A.alpha, alpha, rtol=0, atol=1e-9)
     # both ways of writing the inverse were taken, by the memory and its twin alike
     assert {codes.WRITTEN_IN_PLACE, codes.WRITTEN_IN_SPARE} <= set(where), where
+
+
+def test_copies_of_a_memory_whose_inverse_lies_in_an_old_ones_memory(tmp_path):
+    # After writes over, the inverse is a view of the first (nS + 1)² floats of a larger
+    # buffer (zeros past it). Pickled, deep-copied, copied and saved-and-loaded memories
+    # share none of it; removals on the copies (written over their own inverse) leave
+    # the original's untouched, and every copy goes on bit for bit as the original.
+    mem = build(tags=True)
+    ss = mem.solver_state
+    for t in mem.partition()["margin"][:3]:
+        mem.remove(t)
+    base = ss.Qinv.base
+    assert isinstance(base, np.ndarray) and base.size > ss.Qinv.size
+    mem.save(tmp_path / "m.safetensors")
+    copies = {"pickle": pickle.loads(pickle.dumps(mem)), "deepcopy": copy.deepcopy(mem),
+              "copy": mem.copy(),
+              "load": SVDDMemory.load(tmp_path / "m.safetensors", tag_key=b"k" * 32)}
+    state_copy = pickle.loads(pickle.dumps(ss))  # (the solver state alone)
+    np.testing.assert_array_equal(state_copy.Qinv, ss.Qinv)
+    assert not np.may_share_memory(state_copy.Qinv, ss.Qinv)
+    was = ss.Qinv.copy()
+    victims = mem.partition()["margin"][3:6]
+    for name, c in copies.items():
+        cs = c.solver_state
+        assert c.state_digest() == mem.state_digest(), name
+        np.testing.assert_array_equal(cs.Qinv, ss.Qinv)
+        assert not np.may_share_memory(cs.Qinv, base), name
+        count = cs.inverse_overwrites
+        c.remove(victims[0])
+        c.remove_many(victims[1:])
+        assert cs.inverse_overwrites > count, name  # (written over their own)
+        check_scratch_between_operations(cs)
+    np.testing.assert_array_equal(ss.Qinv, was)  # the original's inverse untouched
+    assert not _outside_the_live_inverse(ss).any()
+    mem.remove(victims[0])
+    mem.remove_many(victims[1:])
+    for name, c in copies.items():
+        assert c.state_digest() == mem.state_digest(), name
+        np.testing.assert_array_equal(c.solver_state.Qinv, ss.Qinv)
+    assert_inverse_exact(ss)
