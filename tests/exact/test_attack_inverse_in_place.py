@@ -368,3 +368,39 @@ def test_copies_of_a_memory_whose_inverse_lies_in_an_old_ones_memory(tmp_path):
         assert c.state_digest() == mem.state_digest(), name
         np.testing.assert_array_equal(c.solver_state.Qinv, ss.Qinv)
     assert_inverse_exact(ss)
+
+
+def test_every_fault_in_an_estimator_forget_of_several_rows(monkeypatch):
+    # SVDD.forget of four margin rows (remove_many in the core), a fault at every call:
+    # the model unchanged after each, its inverse the dense one; then the forget equals
+    # a fresh fit on the rows left to 1e-9.
+    from svattn import SVDD
+
+    X = np.random.default_rng(5).normal(size=(140, 3))
+    model = SVDD(C=0.02, gamma=3.0).fit(X)
+    mem = model.memory_
+    ss = mem.solver_state
+    rows = [int(t) for t in mem.partition()["margin"][:4]]  # (ids are positions here)
+    faults = install_faults(monkeypatch)
+    total, moved = 0, []
+    while True:
+        total += 1
+        digest, count = mem.state_digest(), ss.inverse_overwrites
+        faults.calls, faults.fail_at = 0, total
+        try:
+            model.forget(indices=rows)
+        except (OperationError, Injected):
+            faults.fail_at = -1
+            moved.append(ss.inverse_overwrites - count)
+            assert mem.state_digest() == digest and len(mem) == 140
+            assert_inverse_exact(ss)
+            check_scratch_between_operations(ss)
+            continue
+        break  # (no fault left to inject: the forget went through)
+    faults.fail_at = -1
+    assert max(moved) >= 2, moved
+    keep = np.delete(np.arange(140), rows)
+    fresh = SVDD(C=model.C_, gamma=model.gamma_).fit(X[keep])
+    gap = np.abs(model.decision_function(X) - fresh.decision_function(X)).max()
+    assert gap <= 1e-9
+    assert_inverse_exact(ss)
