@@ -404,3 +404,63 @@ def test_every_fault_in_an_estimator_forget_of_several_rows(monkeypatch):
     gap = np.abs(model.decision_function(X) - fresh.decision_function(X)).max()
     assert gap <= 1e-9
     assert_inverse_exact(ss)
+
+
+@pytest.mark.parametrize("fails", ["inner", "outer"])
+def test_two_memories_in_one_thread_one_operation_inside_the_other(monkeypatch, fails):
+    # The open checkpoints are one stack per thread, shared by every memory: memory B's
+    # remove_many runs inside memory A's (from A's second removal's certificate, after A's
+    # inverse was written over), and one of them fails (B's third removal, or A after B
+    # succeeded). The one that fails is restored (its inverse the dense one), the other
+    # goes on as a twin that ran alone, and no inverse either dropped keeps a float.
+    from svattn.exact.operations import solver
+
+    A, B = build(seed=4), build(seed=9)
+    twin_a, twin_b = build(seed=4), build(seed=9)
+    va, vb = A.partition()["margin"][:3], B.partition()["margin"][:4]
+    before_a, before_b = snapshot(A, None), snapshot(B, None)
+    old_a, old_b = A.solver_state.Qinv, B.solver_state.Qinv
+    real = solver.certificate_facts
+    calls = {"A": 0, "B": 0}
+
+    def facts(ss, be, outcome):
+        who = "A" if ss is A.solver_state else "B"
+        calls[who] += 1
+        if who == "A" and calls["A"] == 2:
+            assert ss.inverse_overwrites >= 1
+            if fails == "inner":
+                with pytest.raises(OperationError, match="Injected"):
+                    B.remove_many(vb)
+            else:
+                B.remove_many(vb)
+                raise Injected("A fails after B's remove_many went through")
+        if who == "B" and calls["B"] == 3 and fails == "inner":
+            raise Injected("B's third removal")
+        return real(ss, be, outcome)
+
+    monkeypatch.setattr(solver, "certificate_facts", facts)
+    dropped = _spy_on_restores(monkeypatch)
+    if fails == "inner":
+        A.remove_many(va)
+        twin_a.remove_many(va)
+        assert_same(before_b, snapshot(B, None))
+        np.testing.assert_allclose(A.alpha, twin_a.alpha, rtol=0, atol=1e-12)
+        assert A.state_digest() == twin_a.state_digest()
+    else:
+        with pytest.raises(OperationError, match="Injected"):
+            A.remove_many(va)
+        twin_b.remove_many(vb)
+        assert_same(before_a, snapshot(A, None))
+        assert B.state_digest() == twin_b.state_digest()
+    assert calls["B"] >= 3 and dropped
+    for mem in (A, B):
+        ss = mem.solver_state
+        assert_inverse_exact(ss)
+        check_scratch_between_operations(ss)
+        assert not _outside_the_live_inverse(ss).any()
+    for old, mem in ((old_a, A), (old_b, B)):
+        live = mem.solver_state.Qinv
+        assert old is live or not _outside_the_live_inverse(mem.solver_state, old).any()
+    for a in dropped:
+        assert any(np.may_share_memory(a, m.solver_state.Qinv) for m in (A, B)) or not a.any()
+    assert not rollback._open_checkpoints()
