@@ -45,7 +45,8 @@ def build(seed: int = 4, n: int = 150, *, backend: str = "compiled", log=None,
     rng = np.random.default_rng(seed)
     mem = SVDDMemory(C=0.02, kernel="rbf", gamma=3.0, backend=backend, audit_log=log,
                      tag_key=b"k" * 32 if tags else None)
-    mem.extend(rng.normal(size=(n, 3)), tags=[f"s{i % 5}" for i in range(n)] if tags else None)
+    subjects = [f"s{i % 5}" if i < 25 else "rest" for i in range(n)]  # (s1: five rows)
+    mem.extend(rng.normal(size=(n, 3)), tags=subjects if tags else None)
     return mem
 
 
@@ -112,9 +113,6 @@ def _spy_on_restores(monkeypatch) -> list[np.ndarray]:
 
     monkeypatch.setattr(rollback, "restore", spy)
     return dropped
-
-
-NESTED = ["remove_many", "erase", "forget"]
 
 
 def _nested_op(mem: SVDDMemory, op: str, victims: list[int]):
@@ -464,3 +462,43 @@ def test_two_memories_in_one_thread_one_operation_inside_the_other(monkeypatch, 
     for a in dropped:
         assert any(np.may_share_memory(a, m.solver_state.Qinv) for m in (A, B)) or not a.any()
     assert not rollback._open_checkpoints()
+
+
+def _state_floats(mem: SVDDMemory) -> np.ndarray:
+    """Every float64 the solver state holds: each array whole (the inverse's and the
+    spare's base buffers too, past their views) and the kept factor."""
+    ss = mem.solver_state
+    arrays = [v for v in vars(ss).values() if isinstance(v, np.ndarray) and v.dtype == float]
+    arrays += [a.base for a in arrays if isinstance(a.base, np.ndarray)]
+    if ss.pd_factor is not None:
+        arrays.append(ss.pd_factor.L)
+    return np.concatenate([a.ravel() for a in arrays])
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_no_float_of_a_removed_margin_token_s_inverse_row_survives(seed):
+    # The removed token's row and column of the old inverse (its entries depend on its
+    # key) leave no float anywhere in the state after its removal, whether the inverse
+    # was written over the old one or into the spare; the removals alternate with adds
+    # far out (a removal that grows the margin set cannot go in place).
+    rng = np.random.default_rng(seed)
+    mem = build(seed=seed)
+    ss = mem.solver_state
+    where = []
+    for step in range(16):
+        if step % 4 == 3:
+            mem.extend(rng.normal(size=(3, 3)) * 1.5)
+            continue
+        c = mem.partition()["margin"][(5 * step) % ss.nS]
+        p = int(ss.col_of_slot[ss.id_to_slot[c]])
+        row = ss.Qinv[p + 1].copy()
+        old, count = ss.Qinv, ss.inverse_overwrites
+        mem.remove(c)
+        where.append("in place" if ss.inverse_overwrites > count else "elsewhere")
+        held = set(_state_floats(mem).tolist())
+        survived = [v for v in row.tolist() if v != 0.0 and v in held]
+        assert not survived, f"step {step}: {len(survived)} floats of the removed row"
+        if old is not ss.Qinv:
+            assert not _outside_the_live_inverse(ss, old).any()
+        check_scratch_between_operations(ss)
+    assert "in place" in where
