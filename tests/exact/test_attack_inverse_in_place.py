@@ -50,17 +50,19 @@ def build(seed: int = 4, n: int = 150, *, backend: str = "compiled", log=None,
     return mem
 
 
-def after_the_kernel(monkeypatch, exc: type[BaseException], *, only_in_place: bool = True):
-    """``segments.remove_segments`` runs, then ``exc`` is raised (once) as it returns: an
-    interrupt Python delivers at the first bytecode after a long kernel, or an error the
-    kernel raises after its write. Returns the list of ``where`` codes seen."""
+def after_the_kernel(monkeypatch, exc: type[BaseException], *,
+                     on: int = codes.WRITTEN_IN_PLACE) -> list[int]:
+    """``segments.remove_segments`` runs, then ``exc`` is raised (once, the first time it
+    wrote its inverse ``on`` that memory) as it returns: an interrupt Python delivers at
+    the first bytecode after a long kernel, or an error the kernel raises after its
+    write. Returns the list of ``where`` codes seen."""
     real = segments.remove_segments
     seen: list[int] = []
 
     def wrapped(*args):
         out = real(*args)
         seen.append(int(out[-1]))
-        if not (only_in_place and out[-1] != codes.WRITTEN_IN_PLACE) and len(seen) == 1:
+        if out[-1] == on and seen.count(on) == 1:
             raise exc("raised as the removal kernel returned")
         return out
 
@@ -100,6 +102,31 @@ def test_an_interrupt_as_the_kernel_returns_from_an_in_place_write_restores_the_
     np.testing.assert_allclose(mem.alpha, twin.alpha, rtol=0, atol=1e-12)
     assert_inverse_exact(ss)
     check_scratch_between_operations(ss)
+
+
+def test_an_interrupt_as_the_kernel_returns_from_a_write_into_the_spare_scrubs_it(
+        monkeypatch):
+    # The same where the inverse went into the spare (a removal that grows the margin
+    # set): the memory is restored, and the spare, which held the failed inverse (the
+    # Python side had not yet taken it as the inverse), is zeroed before it is dropped.
+    rng = np.random.default_rng(4)
+    mem = SVDDMemory(C=0.01, kernel="rbf", gamma=3.0)
+    mem.extend(rng.normal(size=(300, 3)))
+    ss = mem.solver_state
+    seen = after_the_kernel(monkeypatch, KeyboardInterrupt, on=codes.WRITTEN_IN_SPARE)
+    dropped = _spy_on_restores(monkeypatch)
+    for _ in range(20):
+        before = snapshot(mem, None)
+        try:
+            mem.remove(int(rng.choice(mem.partition()["margin"])))
+        except KeyboardInterrupt:
+            break
+    assert codes.WRITTEN_IN_SPARE in seen
+    assert_same(before, snapshot(mem, None))
+    assert_inverse_exact(ss)
+    check_scratch_between_operations(ss)
+    assert dropped and all(not a.any() for a in dropped
+                           if not np.may_share_memory(a, ss.Qinv))
 
 
 def _spy_on_restores(monkeypatch) -> list[np.ndarray]:
@@ -188,7 +215,7 @@ def test_a_lost_pivot_after_the_write_over_re_solves_to_a_fresh_fit(monkeypatch,
     else:
         mem.remove(victims[0])
         twin.remove(victims[0])
-    assert seen[0] == codes.WRITTEN_IN_PLACE and ss.n_resolves == resolves + 1
+    assert codes.WRITTEN_IN_PLACE in seen and ss.n_resolves == resolves + 1
     assert mem.ids == twin.ids
     np.testing.assert_allclose(mem.alpha, twin.alpha, rtol=0, atol=1e-9)
     alpha, mu = retrain(mem)
