@@ -529,3 +529,36 @@ def test_no_float_of_a_removed_margin_token_s_inverse_row_survives(seed):
             assert not _outside_the_live_inverse(ss, old).any()
         check_scratch_between_operations(ss)
     assert "in place" in where
+
+
+def test_a_lost_pivot_after_the_kernel_gathered_the_margin_block_leaves_no_gram_copy(
+        monkeypatch):
+    # A lost pivot in a removal whose Gram copy was not kept (the one after a re-solve):
+    # the kernel gathers K_SS itself before it solves. The lost-pivot path forgot the
+    # copy (kss_for None) but left kss_ext 0, so zeroing up to kss_ext after the
+    # operation kept the whole block: 12,769 nonzeros (113²) at 113 margin tokens, 6-14
+    # of them the removed token's own kernel values, in a buffer the state keeps.
+    real = segments.remove_segments
+
+    def lost(*args):
+        real(*args)
+        raise ZeroDivisionError("a lost pivot as the kernel ends")
+
+    monkeypatch.setattr(segments, "remove_segments", lost)
+    rng = np.random.default_rng(1)
+    mem = SVDDMemory(C=0.02, kernel="rbf", gamma=3.0)
+    mem.extend(rng.normal(size=(160, 3)))
+    ss = mem.solver_state
+    for step in range(3):  # (the first removal's copy is kept; the later ones' not)
+        margin = mem.partition()["margin"]
+        c = margin[(7 * step) % len(margin)]
+        kept = ss.current_margin_gram() is not None
+        x = ss.X[ss.id_to_slot[c]].copy()
+        mem.remove(c)
+        assert kept == (step == 0)
+        check_scratch_between_operations(ss)
+        kc = gram_matrix(np.vstack([x, ss.X[ss.live_slots()]]), ss.kernel,
+                         ss.gamma_value)[0, 1:]
+        assert not np.isin(ss.kss, kc).any()
+    alpha, _ = retrain(mem)
+    np.testing.assert_allclose(mem.alpha, alpha, rtol=0, atol=1e-9)

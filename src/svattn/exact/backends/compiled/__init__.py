@@ -378,7 +378,12 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
         ss.qspare.fill(0.0)  # (the inverse may have been written into it, or over the
         ss.inverse_overwrites = before + 1  # old one: counted, a lost pivot or not)
         ss.qwork_for, ss.qwork_n = None, 0
-        ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
+        # K_SS may be part-updated, and past kss_ext where the kernel gathered the block
+        # itself (the Gram copy not kept): zeroed whole now (kept, its block stayed
+        # within kss_ext; gathered, it held the whole block, the removed token's kernel
+        # values among them, which zeroing up to kss_ext after the operation left)
+        kss.fill(0.0)
+        ss.kss_for, ss.kss_ext = None, 0
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
     jumped = int(out[codes.SEG_JUMPED])
