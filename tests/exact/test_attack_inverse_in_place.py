@@ -562,3 +562,35 @@ def test_a_lost_pivot_after_the_kernel_gathered_the_margin_block_leaves_no_gram_
         assert not np.isin(ss.kss, kc).any()
     alpha, _ = retrain(mem)
     np.testing.assert_allclose(mem.alpha, alpha, rtol=0, atol=1e-9)
+
+
+def test_two_threads_each_removing_from_its_own_memory():
+    # The open checkpoints are per thread: two threads' nested removals (writes over
+    # their memory's own inverse) interleave freely, and each memory ends as its twin.
+    import threading
+
+    mems = [build(seed=s) for s in (4, 9)]
+    twins = [build(seed=s) for s in (4, 9)]
+    plans = [[m.partition()["margin"][i:i + 3] for i in (0, 6, 12)] for m in mems]
+    errors: list[BaseException] = []
+
+    def run(mem, plan):
+        try:
+            for ids in plan:
+                mem.remove_many(ids)
+        except BaseException as exc:  # (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(m, p)) for m, p in zip(mems, plans,
+                                                                           strict=True)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for mem, twin, plan in zip(mems, twins, plans, strict=True):
+        for ids in plan:
+            twin.remove_many(ids)
+        assert mem.state_digest() == twin.state_digest()
+        assert_inverse_exact(mem.solver_state)
+        check_scratch_between_operations(mem.solver_state)
