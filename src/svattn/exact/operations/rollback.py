@@ -25,7 +25,8 @@ kernel cache nor the O(n·d) keys):
   An operation that succeeds scrubs the inverse it replaced, unless an enclosing
   operation's checkpoint holds it (``erase`` and ``remove_many`` run removals inside
   one atomic call: the outermost scrubs it when it succeeds) or the current inverse
-  lies in its memory;
+  lies in its memory. A restore scrubs the failed operation's inverse, and the old
+  one's memory where a later inverse was written over it (neither is kept);
 - the keys, values, ids, hashes and tags only of the slots the operation may wipe
   (named by the caller: the token a removal takes, the reserve set compaction drops);
   every other slot an operation writes was free before it, so the restore clears it;
@@ -131,6 +132,7 @@ def restore(ss: SlotState, cp: Checkpoint) -> bool:
     # (the count is not put back: an enclosing operation's restore compares it too)
     overwrites = ss.inverse_overwrites
     overwritten = overwrites != cp.scalars["inverse_overwrites"]
+    failed = ss.Qinv  # the failed operation's inverse (scrubbed below unless it is the one kept)
     if not cp.vectors:  # the state was empty: drop whatever the operation allocated,
         for f in dataclasses.fields(ss):  # every array scrubbed (rows never admitted)
             value = getattr(ss, f.name)
@@ -161,6 +163,9 @@ def restore(ss: SlotState, cp: Checkpoint) -> bool:
     ss.inverse_overwrites = overwrites
     if overwritten:  # the old inverse's memory holds a later one: recomputed
         refactorize(ss, count=False)
+        scrub(cp.qinv_obj)  # (that later inverse, as the failed operation left it)
+    if not np.may_share_memory(failed, ss.Qinv):
+        scrub(failed)
     return overwritten
 
 
@@ -169,6 +174,8 @@ def _reset_scratch(ss: SlotState) -> None:
     failed operation added) and the kept factor scrubbed first."""
     scrub(ss.kss)
     scrub(ss.qwork)
+    if not np.may_share_memory(ss.qspare, ss.Qinv):  # (zeros, unless the removal kernel
+        scrub(ss.qspare)  # raised while it wrote the inverse there)
     ss.drop_factor()
     for name, make in _SCRATCH.items():
         setattr(ss, name, make())

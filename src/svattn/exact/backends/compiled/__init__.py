@@ -358,6 +358,12 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
         ss.qspare = np.zeros((m + SPARE_ROOM) ** 2)
     # the inverse may be written over the old one (segments.remove_segments): its memory
     qflat = inverse_memory(ss.Qinv)
+    # counted before the call, taken back below where the kernel did not write over it:
+    # an exception it raises after the write, or an interrupt Python delivers as it
+    # returns, must find the count moved (a restore then recomputes the inverse; one
+    # counted in vain only costs the restore that recomputation)
+    counted, before = qflat.size > 0, ss.inverse_overwrites
+    ss.inverse_overwrites += counted
     # the error sum is synced first, without c: its share of the end state is 0
     try:
         status, nS, chi, mu, Qinv, where = segments.remove_segments(
@@ -371,20 +377,26 @@ def remove_by_segments(ss: SlotState, c: int, *, contract_first: bool) -> Remova
         qb.fill(0.0)  # a work copy of the inverse held c's row and column
         ss.qspare.fill(0.0)  # (the inverse may have been written into it, or over the
         qflat.fill(0.0)  # old one and past it: the re-solve makes a new one, and a
-        ss.inverse_overwrites += 1  # restore recomputes it, rollback)
+        ss.inverse_overwrites = before + 1  # restore recomputes it: counted either way)
         ss.qwork_for, ss.qwork_n = None, 0
-        ss.kss_for = None  # (K_SS may be part-updated: zeroed whole after the operation)
+        # K_SS may be part-updated, and past kss_ext where the kernel gathered the block
+        # itself (the Gram copy not kept): zeroed whole now (kept, its block stayed
+        # within kss_ext; gathered, it held the whole block, the removed token's kernel
+        # values among them, which zeroing up to kss_ext after the operation left)
+        kss.fill(0.0)
+        ss.kss_for, ss.kss_ext = None, 0
         raise NeedResolve from exc
     ss.n_block_passes += int(out[codes.SEG_PASSES])
     jumped = int(out[codes.SEG_JUMPED])
     ss.n_jumps += jumped > 0
     ss.n_jump_fallbacks += jumped < 0
     m = int(nS) + 1
+    if where == codes.WRITTEN_IN_PLACE:  # over the old inverse (counted): a view of it
+        Qinv = qflat[: m * m].reshape(m, m)
+    else:
+        ss.inverse_overwrites -= counted  # (not written over)
     if where == codes.WRITTEN_IN_SPARE:  # into the spare's memory: a view of it
         Qinv, ss.qspare = ss.qspare[: m * m].reshape(m, m), _NO_SPARE
-    elif where == codes.WRITTEN_IN_PLACE:  # over the old inverse: a view of its memory
-        Qinv = qflat[: m * m].reshape(m, m)
-        ss.inverse_overwrites += 1
     ss.nS, ss.chi, ss.mu, ss.Qinv = int(nS), int(chi), float(mu), Qinv
     ss.qwork_for, ss.qwork_n = None, 0  # (the work copy is zeros again)
     ss.kss_ext = max(ss.kss_ext, int(out[codes.SEG_GRAM]))

@@ -387,8 +387,8 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
     ``spare``, zeroed memory (a replaced inverse's, ``SlotState.qspare``) where it holds
     ``(nS + 1)²`` floats (``WRITTEN_IN_SPARE``); else a fresh array (``WRITTEN_FRESH``).
     Returns ``(status, nS, chi, mu, Qinv, where)`` (``Qinv`` empty unless fresh;
-    the others are ``[:(nS + 1)²]`` of their memory, row-major): DONE; FALLBACK when a case is left to
-    :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
+    the others are ``[:(nS + 1)²]`` of their memory, row-major): DONE; FALLBACK when a
+    case is left to :func:`drive_events` (a zero-length or near-tied event, an empty margin set,
     no free column, ``max_segments`` segments taken), from a consistent state
     with g accurate on every row; or NEED_RESOLVE (Q turned singular). ``out``
     receives the segments taken, the error-sum updates and the last token to
