@@ -496,9 +496,10 @@ def chol_append(L, n, b, d, shift):
 def chol_append_block(L, n, B, D, shift):
     """Append the rows ``B[t]`` (``t < nn``: each new token against the ``n`` of
     ``L[:n, :n]``) with their own block ``D`` (``nn × nn``, then shifted on its diagonal)
-    at once: one forward substitution with ``nn`` right-hand sides by columns of ``L``
-    (one read of ``L``, where :func:`chol_append` row by row reads it ``nn`` times;
-    adjacent entries in the kept factor's column-major order), then the factor of the
+    at once: one forward substitution with ``nn`` right-hand sides by columns of ``L``,
+    four at a time (one read of ``L``, where :func:`chol_append` row by row reads it
+    ``nn`` times; adjacent entries in the kept factor's column-major order; each row of
+    the right-hand sides read once per four columns), then the factor of the
     ``nn × nn`` Schur complement ``D − shift·I − Y Yᵀ`` — the appended rows' own block,
     the same factor up to rounding. False, ``L`` unchanged, when the grown matrix would
     not be positive definite."""
@@ -508,7 +509,25 @@ def chol_append_block(L, n, B, D, shift):
         for i in range(n):
             Y[t, i] = B[t, i]
     Lt = L.T  # (Lt[k]: column k of L, adjacent entries in column-major order)
-    for k in range(n):  # by columns of L
+    k = 0
+    while k + 4 <= n:  # four columns of L at a time: the rows below them in one sweep
+        for t in range(nn):  # (read four streams at once, each row of Y once)
+            yt = Y[t]
+            v0 = yt[k] / L[k, k]
+            v1 = (yt[k + 1] - L[k + 1, k] * v0) / L[k + 1, k + 1]
+            v2 = (yt[k + 2] - L[k + 2, k] * v0 - L[k + 2, k + 1] * v1) / L[k + 2, k + 2]
+            v3 = (yt[k + 3] - L[k + 3, k] * v0 - L[k + 3, k + 1] * v1
+                  - L[k + 3, k + 2] * v2) / L[k + 3, k + 3]
+            yt[k], yt[k + 1], yt[k + 2], yt[k + 3] = v0, v1, v2, v3
+            c0 = Lt[k][k + 4:n]
+            c1 = Lt[k + 1][k + 4:n]
+            c2 = Lt[k + 2][k + 4:n]
+            c3 = Lt[k + 3][k + 4:n]
+            yr = yt[k + 4:n]
+            for i in range(n - 4 - k):
+                yr[i] -= c0[i] * v0 + c1[i] * v1 + c2[i] * v2 + c3[i] * v3
+        k += 4
+    for k in range(k, n):  # the last columns, one at a time
         d = L[k, k]
         lk = Lt[k][k + 1:n]
         for t in range(nn):
