@@ -527,7 +527,8 @@ def chol_append_block(L, n, B, D, shift):
             for i in range(n - 4 - k):
                 yr[i] -= c0[i] * v0 + c1[i] * v1 + c2[i] * v2 + c3[i] * v3
         k += 4
-    for k in range(k, n):  # the last columns, one at a time
+    first = k
+    for k in range(first, n):  # the last columns, one at a time
         d = L[k, k]
         lk = Lt[k][k + 1:n]
         for t in range(nn):
