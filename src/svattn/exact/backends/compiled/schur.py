@@ -4,7 +4,7 @@ A removal's path changes the margin set a few times: a token leaves, another joi
 Following each change with a rank-one update of the bordered inverse reads and writes
 its ``(|S| + 1)²`` floats per event, and a copy of the result is written once more at
 the end. Here the memory's inverse ``Q0`` of the bordered system ``A0`` of the margin
-set ``S0`` the removal starts from is never written: the set changes are held in a
+set ``S0`` the removal starts from is not written on the way: the set changes are held in a
 small Schur-complement system beside it, as in the Schur-complement active-set
 methods for quadratic programs (Gill, Murray, Saunders and Wright, "Sparse matrix
 methods in optimization", SIAM J. Sci. Stat. Comput. 5, 1984; Bartlett and Biegler,
@@ -21,9 +21,9 @@ taken up by its multiplier, so the rest of the system is the margin system witho
 it); a token that joins is its column of the bordered matrix, ``u = [1, 2 K(S0, s)]``,
 with ``V``'s entries ``2 K(s, s')``. A change costs ``O(|S|·k)`` (a joining token one
 product with ``Q0``, ``Q0 u``), a solve ``O(|S|·k + k³)``; the inverse of the margin
-set the path ends on is written once (:func:`materialise`):
-``Q0 + (Q0 U) S⁻¹ (Q0 U)ᵀ`` on the tokens of ``S0`` kept, ``−(Q0 U) S⁻¹`` beside the
-joined ones and ``S⁻¹`` between them.
+set the path ends on is written once (:func:`materialise`, over ``Q0``'s own memory
+where it fits): ``Q0 + (Q0 U) S⁻¹ (Q0 U)ᵀ`` on the tokens of ``S0`` kept,
+``−(Q0 U) S⁻¹`` beside the joined ones and ``S⁻¹`` between them.
 
 The arrays of one system: ``cols`` ((kcap, 2): each capacitance column's kind,
 :data:`DROP` or :data:`JOIN`, and its index: a row of ``Q0`` or a joined token's

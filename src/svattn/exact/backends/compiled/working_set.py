@@ -473,9 +473,10 @@ def path_on_rows(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum, KS
 
 @njit(cache=True)
 def restart(Qb, Qinv, n0, p0):
-    """``Qb``'s leading block: the memory's inverse ``Qinv`` of ``n0`` margin tokens (which
-    no removal writes), less margin position ``p0`` when the removed token was one (a
-    rank-one drop, :func:`~svattn.exact.backends.compiled.columns.qb_drop`): the work
+    """``Qb``'s leading block: the memory's inverse ``Qinv`` of ``n0`` margin tokens
+    (which a removal writes over only at its end), less margin position ``p0`` when
+    the removed token was one (a rank-one drop,
+    :func:`~svattn.exact.backends.compiled.columns.qb_drop`): the work
     copy the segment loop and the event loop go on with where the working set is not
     taken, or fails."""
     bordered_into(Qinv, n0, Qb)
@@ -543,7 +544,7 @@ def working_set_path(KC, XC, ac, soc, cos, X, diag, alpha, g, g_end, state, esum
     predicted ahead of any pass (``ahead``, :func:`~svattn.exact.backends.compiled.
     segments.line_ahead`: the first segment's g then comes from the rows); then
     check the end by one pass (see the module's text). The margin systems are solved against the
-    memory's inverse ``Q0`` (``m0`` rows; never written) with the path's set changes in
+    memory's inverse ``Q0`` (``m0`` rows; not written here) with the path's set changes in
     the capacitance system ``sy`` (:mod:`~svattn.exact.backends.compiled.schur`), which
     holds the start's on entry (``c``'s row ``p0row`` dropped, -1: none) and ``z0`` its
     ``Q0 b``; ``qrow_col``: the cache column of each row's token.
