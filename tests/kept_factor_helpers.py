@@ -36,3 +36,14 @@ def padded_block(K: np.ndarray, ids, ccap: int = 16) -> np.ndarray:
     kss = np.zeros((ccap, ccap + 8))
     kss[: len(ids), : len(ids)] = K[np.ix_(ids, ids)]
     return kss
+
+
+def assert_holes_are_unit(L: np.ndarray, n: int, live: np.ndarray) -> None:
+    """Each hole of the kept buffer ``L`` (``live`` False) a row and column of the unit
+    matrix within its ``n`` rows, and nothing written past them."""
+    for p in np.flatnonzero(~live):
+        unit = np.zeros(n)
+        unit[p] = 1.0
+        np.testing.assert_array_equal(L[p, :n], unit)
+        np.testing.assert_array_equal(L[:n, p], unit)
+    assert not L[n:].any() and not L[:, n:].any()

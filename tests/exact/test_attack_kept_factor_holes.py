@@ -14,6 +14,7 @@ import pytest
 
 import svattn.exact.backends.compiled as backend
 from kept_factor_helpers import MarginStub as _Margin
+from kept_factor_helpers import assert_holes_are_unit
 from kept_factor_helpers import numpy_factor as _numpy_factor
 from kept_factor_helpers import padded_block as _block
 from kept_factor_helpers import rbf_gram as _gram
@@ -77,15 +78,6 @@ def _holed_factor(rng, n: int, holes: list[int], shift: float = 1e-9):
     return K, L, live
 
 
-def _assert_holes_are_unit(L, n, live):
-    for p in np.flatnonzero(~live):
-        unit = np.zeros(n)
-        unit[p] = 1.0
-        np.testing.assert_array_equal(L[p, :n], unit)
-        np.testing.assert_array_equal(L[:n, p], unit)
-    assert not L[n:].any() and not L[:, n:].any()
-
-
 @pytest.mark.parametrize("holes", [
     [0], [11], [0, 11], [0, 1, 2], [9, 10, 11], list(range(11)), list(range(1, 12)),
     [i for i in range(12) if i != 5], [0, 3, 4, 11], list(range(0, 12, 2))],
@@ -95,7 +87,7 @@ def test_holes_then_compaction_give_the_factor_of_the_live_rows(holes):
     n = 12
     rng = np.random.default_rng(len(holes) * 31 + holes[0])
     K, L, live = _holed_factor(rng, n, holes)
-    _assert_holes_are_unit(L, n, live)
+    assert_holes_are_unit(L, n, live)
     keep = np.flatnonzero(live)
     # the factor with holes: the live block's factor, holes decoupled unit rows
     np.testing.assert_allclose(L[np.ix_(keep, keep)], _numpy_factor(K[np.ix_(keep, keep)], 1e-9),
@@ -161,7 +153,7 @@ def test_a_closing_at_a_full_buffer_makes_room_when_old_holes_go():
     np.testing.assert_allclose(f.L[np.ix_(live, live)],
                                _numpy_factor(K[np.ix_(f.ids[live], f.ids[live])], f.shift),
                                atol=1e-12)
-    _assert_holes_are_unit(f.L, f.n, live)
+    assert_holes_are_unit(f.L, f.n, live)
 
 
 # ---------------------------------------------------- twins over long sequences
@@ -177,7 +169,7 @@ def _check_factor(mem: SVDDMemory, forgotten: set[int]) -> None:
     assert f.holes <= backend.MAX_HOLES  # (closed at MAX_HOLES, by a trim too)
     assert not forgotten & set(f.ids.tolist())
     assert set(f.ids[live].tolist()) <= set(ss.margin_ids().tolist())
-    _assert_holes_are_unit(f.L, n, live)
+    assert_holes_are_unit(f.L, n, live)
     slots = np.array([ss.id_to_slot[int(t)] for t in f.ids[live]])
     if len(slots):
         block = ss.KC[slots][:, ss.col_of_slot[slots]]
@@ -412,7 +404,7 @@ def test_a_thousand_synthetic_updates_across_the_refresh_keep_the_block_and_the_
             Ll = f.L[np.ix_(live, live)]
             B = K[np.ix_(f.ids[live], f.ids[live])]
             worst = max(worst, float(np.abs(Ll @ Ll.T - (B - f.shift * np.eye(len(B)))).max()))
-            _assert_holes_are_unit(f.L, f.n, live)
+            assert_holes_are_unit(f.L, f.n, live)
     assert worst < 1e-12
     assert 0 < sum(verdicts) < len(verdicts)
     assert kept_steps >= 1000 and closed >= 3 and refreshed >= 1
