@@ -219,7 +219,7 @@ def test_faults_where_the_scratch_is_kept_leave_the_memory_unchanged(faults, mon
         monkeypatch.setattr(gram.MarginGramScratch, name,
                             faults.wrap(getattr(gram.MarginGramScratch, name)))
     monkeypatch.setattr(gram.KeptFactor, "trim", faults.wrap(gram.KeptFactor.trim))
-    monkeypatch.setattr(linalg, "chol_hole", faults.wrap(linalg.chol_hole))
+    monkeypatch.setattr(linalg, "chol_holes", faults.wrap(linalg.chol_holes))
     rng = np.random.default_rng(5)
     centers = rng.normal(size=(8, 3)) * 2
     x = centers[rng.integers(0, 8, 620)] + rng.normal(size=(620, 3)) * 0.5

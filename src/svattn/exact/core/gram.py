@@ -109,9 +109,9 @@ class KeptFactor:
         self.seen = margin_ids.copy()
         return True
 
-    def trim(self, margin_ids: np.ndarray, delete_row) -> bool:
-        """Make holes of the rows of the tokens not in ``margin_ids`` (``delete_row(L, p,
-        n)``, the compiled :func:`~svattn.exact.backends.compiled.linalg.chol_hole`)
+    def trim(self, margin_ids: np.ndarray, delete_rows) -> bool:
+        """Make holes of the rows of the tokens not in ``margin_ids`` (``delete_rows(L,
+        rows, n)``, the compiled :func:`~svattn.exact.backends.compiled.linalg.chol_holes`)
         when they are at most ``max(2, size // 32)`` (the update budget of
         :func:`svattn.exact.backends.compiled.margin_positive_definite`) and some token stays;
         False, nothing changed, otherwise."""
@@ -119,8 +119,8 @@ class KeptFactor:
         gone = np.flatnonzero(~found)
         if len(gone) > max(2, self.size // 32) or len(gone) >= self.size:
             return False
-        for p in gone[::-1]:  # descending, as the removal's own updates
-            self.n = int(delete_row(self.L, int(p), self.n))
+        if len(gone):
+            self.n = int(delete_rows(self.L, gone.astype(np.int64), self.n))
         self.ids = self.ids.copy()
         self.ids[gone] = HOLE
         self.holes += len(gone)
