@@ -107,6 +107,15 @@ def test_a_hole_at_the_only_row_and_compaction_to_nothing():
     assert not L.any()
 
 
+def _full_buffer_factor(seed: int, ccap: int):
+    """The Gram matrix of 13 keys and the kept factor of its first ``ccap`` tokens in a
+    buffer of ``ccap`` columns (full)."""
+    K = _gram(np.random.default_rng(seed), 13)
+    m = _Margin(list(range(ccap)), ccap=ccap)
+    assert backend.margin_positive_definite(m, _block(K, m.ids, ccap))
+    return K, m.pd_factor
+
+
 def test_an_update_whose_rows_do_not_fit_after_the_closing_writes_nothing_past_the_buffer():
     """A factor filling its buffer (``L.shape[1]`` columns) loses a token and gains one:
     the closing (``f.n + news > L.shape[1]``) frees only old holes (none), the row
@@ -115,11 +124,7 @@ def test_an_update_whose_rows_do_not_fit_after_the_closing_writes_nothing_past_t
     10 columns; in a real buffer, heap memory overwritten). The factor is computed whole
     instead; the verdict is the whole test's."""
     ccap = 10
-    rng = np.random.default_rng(4)
-    K = _gram(rng, 13)
-    first = _Margin(list(range(ccap)), ccap=ccap)
-    assert backend.margin_positive_definite(first, _block(K, first.ids, ccap))
-    f = first.pd_factor
+    K, f = _full_buffer_factor(4, ccap)
     assert f.L.shape[1] == ccap and f.n == ccap
     big = np.zeros((f.L.shape[0], ccap + 4), order="F")  # the buffer, with a guard band
     big[:, :ccap] = f.L
@@ -139,11 +144,7 @@ def test_an_update_whose_rows_do_not_fit_after_the_closing_writes_nothing_past_t
 
 def test_a_closing_at_a_full_buffer_makes_room_when_old_holes_go():
     ccap = 10
-    rng = np.random.default_rng(6)
-    K = _gram(rng, 13)
-    m = _Margin(list(range(ccap)), ccap=ccap)
-    assert backend.margin_positive_definite(m, _block(K, m.ids, ccap))
-    f = m.pd_factor
+    K, f = _full_buffer_factor(6, ccap)
     for margin in (list(range(1, 10)), list(range(2, 10)) + [10]):  # a hole, then closed
         m = _Margin(margin, ccap=ccap, factor=f)
         assert backend.margin_positive_definite(m, _block(K, margin, ccap))

@@ -323,14 +323,12 @@ def _keep_spare(ss: SlotState, old: np.ndarray) -> None:
     of ms at 2,468 margin tokens, more than a pass over the margin block). Only memory
     nothing else refers to: a plain array, one a compiled kernel allocated (its base is
     numba's memory owner, not an array: such inverses were dropped, and every other
-    removal faulted a fresh array in), or the flat buffer a spare-made inverse is a
-    view of."""
-    flat = old.base if isinstance(old.base, np.ndarray) else old
-    if flat.dtype != np.float64 or isinstance(flat.base, np.ndarray):
-        return
-    if not flat.flags.c_contiguous or flat.size <= ss.qspare.size:
-        return
-    ss.qspare = flat.reshape(-1)
+    removal faulted a fresh array in), or the flat buffer a spare-made inverse or one
+    written over an older one is a view of (:func:`~svattn.exact.backends.compiled.
+    inverse_memory`)."""
+    flat = compiled.inverse_memory(old)
+    if flat.size > ss.qspare.size:
+        ss.qspare = flat
 
 
 __all__ = ["Checkpoint", "atomic", "checkpoint", "restore"]

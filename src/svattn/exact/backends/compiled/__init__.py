@@ -562,14 +562,17 @@ _NO_ROWS = np.zeros(0, dtype=np.int64)
 
 
 def inverse_memory(Q: np.ndarray) -> np.ndarray:
-    """The whole row-major buffer the inverse ``Q`` begins, flat (an inverse written
-    over an older one is a view of its first floats: the rest is room to grow into,
-    zeros), or an empty array where ``Q`` is not such a view."""
+    """The whole row-major float64 buffer the inverse ``Q`` begins, flat: ``Q``'s own, or
+    the one it is a view of the first floats of (a spare-made inverse, one written over
+    an older one: the rest is room to grow into, zeros); an empty array where ``Q`` is
+    not row-major at the start of such a buffer."""
     owner = Q.base if isinstance(Q.base, np.ndarray) else Q
     if not (Q.flags.c_contiguous and owner.flags.c_contiguous and owner.dtype == np.float64
             and owner.ctypes.data == Q.ctypes.data):
         return _NO_SPARE
     return owner.reshape(-1)
+
+
 # The removal's inverse is written over the old one where it fits (segments.remove_segments),
 # else into a spare buffer (``SlotState.qspare``: the
 # replaced inverse's memory, kept zeroed between operations); where none is large

@@ -624,8 +624,7 @@ def remove_segments(KC, XC, ac, soc, cos, X, V, xn2, diag, alpha, g, state, slot
         qb_ext = max(qb_ext, n0 + 1)
     # over the old inverse where it fits (module text); else the spare; else a fresh array
     room = qflat.shape[0]
-    if m and (qb_ready and m * m <= room and m0 * m0 <= room
-              or not qb_ready and fits_in_place(aug, m, m0, room)):
+    if m and (qb_ready and m * m <= room or not qb_ready and fits_in_place(aug, m, m0, room)):
         where = WRITTEN_IN_PLACE
         Qres = qflat[: m * m].reshape((m, m))
         Qout = np.zeros((0, 0))
