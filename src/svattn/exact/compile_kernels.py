@@ -33,6 +33,10 @@ def _compile_kept_factor(rng: np.random.Generator) -> None:
     fpos = np.arange(8, dtype=np.int64)
     linalg.chol_update(L, 6, np.array([2], dtype=np.int64), fpos,
                        np.array([6, 7], dtype=np.int64), K, 1e-9)
+    # the uniqueness test with tied tokens appends their rows from Python
+    # (compiled.tied_positive_definite), then takes them off
+    if linalg.chol_append_block(L, 7, np.ascontiguousarray(K[7:8, :7]), np.ones((1, 1)), 1e-9):
+        L[7, :8] = 0.0
     n = linalg.chol_hole(L, 1, 7)  # (the kept factor's trim, SlotState.release_margin_gram)
     linalg.chol_compact(L, n, np.arange(n) != 1)  # (its holes closed)
     linalg.positive_definite(np.ascontiguousarray(K[:6, :6]), 1e-10)

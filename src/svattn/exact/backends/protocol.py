@@ -42,7 +42,8 @@ class Backend(Protocol):
         :meth:`solve_margin`, :meth:`margin_gram`, :meth:`margin_health`,
         :meth:`contract`, :meth:`positive_definite`.
     Optimality
-        :meth:`g_exact`, :meth:`kkt`, :meth:`tied_slots`, :meth:`certificate_facts`.
+        :meth:`g_exact`, :meth:`kkt`, :meth:`tied_slots`, :meth:`tied_positive_definite`,
+        :meth:`certificate_facts`.
     Operations
         :meth:`drive` (the event loop), :meth:`remove_by_segments`,
         :meth:`reserve_add`, :meth:`reserve_block`, :meth:`nearest_reserve`,
@@ -147,6 +148,12 @@ class Backend(Protocol):
 
     def tied_slots(self, ss: SlotState, g: np.ndarray, tie: float) -> np.ndarray:
         """Slots whose gradient sits within ``tie`` of a boundary."""
+        ...
+
+    def tied_positive_definite(self, ss: SlotState, tied: np.ndarray) -> bool:
+        """Whether the kernel block of the margin set and the slots ``tied`` (not in
+        it) minus ``1e-10·trace`` on its diagonal is positive definite: the uniqueness
+        test of an optimum with tokens tied at ``g = 0``."""
         ...
 
     def wipe_slot_arrays(self, ss: SlotState, slot: int) -> int:

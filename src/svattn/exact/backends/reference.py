@@ -22,7 +22,13 @@ from svattn.exact.core.cache import (
     outside_description,
     swap_cols,
 )
-from svattn.exact.core.kernels import KernelOverflowError, kernel_diag, kernel_matrix, sq_distances
+from svattn.exact.core.kernels import (
+    KernelOverflowError,
+    gram_matrix,
+    kernel_diag,
+    kernel_matrix,
+    sq_distances,
+)
 from svattn.exact.core.kktsets import DRIVEN, ERROR, FREE, MARGIN, RESERVE
 from svattn.exact.core.outcome import RemovalOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
@@ -331,6 +337,13 @@ def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
     except np.linalg.LinAlgError:
         return False
     return True
+
+
+def tied_positive_definite(ss: SlotState, tied: np.ndarray) -> bool:
+    """The kernel block of the margin set and ``tied``, from the keys, by
+    :func:`positive_definite` (``1e-10``)."""
+    T = np.concatenate([ss.margin_slots(), tied])
+    return positive_definite(gram_matrix(ss.X[T], ss.kernel, ss.gamma_value), 1e-10)
 
 
 def count_states(ss: SlotState) -> tuple[int, int, int]:
@@ -666,4 +679,4 @@ __all__ = ["NAME", "alloc_col", "certificate_facts", "contract", "count_states",
            "g_exact", "kkt", "margin_gram", "margin_health", "nearest_reserve",
            "positive_definite", "ready_for_removals", "refresh_standby", "remove_by_segments",
            "reserve_add", "reserve_block", "settle_error_columns", "solve_margin", "store_row",
-           "support_slots_by_id", "tied_slots", "wipe_slot_arrays"]
+           "support_slots_by_id", "tied_positive_definite", "tied_slots", "wipe_slot_arrays"]

@@ -264,13 +264,11 @@ def unique_optimum(ss: SlotState, be: Backend) -> bool:
         # K_T has two equal rows, so it is singular: the Cholesky test below would say
         # the same after O(|T|²·d) work (streams of byte-level keys hold many copies)
         return False
-    if len(tied):
-        Kt = gram_matrix(ss.X[T], ss.kernel, ss.gamma_value)
-    else:  # the margin block of the cache is K_SS already
-        Kt = ss.KC[T, :nS]
-    # positive definite with smallest eigenvalue above 1e-10 · the largest (<= trace):
-    # K_T − 1e-10·trace·I has a Cholesky factor
-    return be.positive_definite(Kt, 1e-10)
+    if len(tied):  # (the backend's: the compiled one appends them to its kept factor)
+        return be.tied_positive_definite(ss, tied)
+    # the margin block of the cache is K_SS already; positive definite with smallest
+    # eigenvalue above 1e-10 · the largest (<= trace): K_T − 1e-10·trace·I has a factor
+    return be.positive_definite(ss.KC[T, :nS], 1e-10)
 
 
 def fresh_g(ss: SlotState, be: Backend) -> np.ndarray:
