@@ -325,7 +325,8 @@ def test_pickles_and_saved_memories_carry_no_factor_rows(monkeypatch, tmp_path):
     assert mem.copy().solver_state.pd_factor is None
     mem.save(tmp_path / "m")
     loaded = SVDDMemory.load(tmp_path / "m")
-    assert loaded.solver_state.pd_factor is None
+    rebuilt = loaded.solver_state.pd_factor  # (built on loading, as a fit builds it)
+    assert rebuilt is None or (rebuilt.updates == 0 and rebuilt.holes == 0)
     assert probe not in b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
     for _ in range(6):  # the loaded memory certifies as the original
         t = int(rng.choice(mem.partition()["margin"]))

@@ -166,6 +166,7 @@ class SVDDMemory:
         self._health.restore(health, self._s.Qinv)
         self._audit = None
         self._signing_key = self._tag_key = self._commit_key = None
+        self._be.ready_for_removals(self._s)  # (caches a fit leaves: not pickled, built)
 
     _ingest_path = "incremental"  # the last add's AddOutcome.path (until one: the default)
     C = property(lambda self: self._s.C, doc="Box bound on each coefficient.")
@@ -486,6 +487,7 @@ class SVDDMemory:
         with fileformat.inconsistent_state(where):  # the semantic checks, from the arrays
             fileformat.check_loaded_state(mem._s, mem._be, mem._health, t, meta, where,
                                           digest=mem.state_digest(), residual=mem._residual())
+        mem._be.ready_for_removals(mem._s)  # (as after a fit and an unpickle)
         if audit_log is not None:
             mem._audit = AuditLog.resume(audit_log, mem._audit_facts(), state_path=path,
                                          state_sha256=fileformat.sha256_hex(data),

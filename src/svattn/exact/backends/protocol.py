@@ -101,10 +101,10 @@ class Backend(Protocol):
         ...
 
     def ready_for_removals(self, ss: SlotState) -> None:
-        """After a batch solve: build what a removal keeps between operations (the
-        margin Gram block, the uniqueness test's factor, the work copy of the inverse),
-        so that the first removal after a fit costs what a later one does; nothing
-        where a backend keeps none."""
+        """After a batch solve, an unpickle or a load: build what a removal keeps between
+        operations (the margin Gram block, the uniqueness test's factor, the work copy of
+        the inverse), so that the first removal after a fit costs what a later one does;
+        nothing where a backend keeps none."""
         ...
 
     def refresh_standby(self, ss: SlotState) -> None:

@@ -108,10 +108,10 @@ def solve_margin(ss: SlotState) -> int | None:
 
 
 def ready_for_removals(ss: SlotState) -> None:
-    """After a batch solve (a fit), what the first removal would otherwise build and
-    every later one keeps: ``K_SS`` gathered into the kept buffer, the uniqueness
-    test's factor (:func:`margin_positive_definite`: one LAPACK factorization,
-    O(|S|³)) and the spare buffer the removal's inverse is written into
+    """After a batch solve (a fit), an unpickle or a load, what the first removal would
+    otherwise build and every later one keeps: ``K_SS`` gathered into the kept buffer,
+    the uniqueness test's factor (:func:`margin_positive_definite`: one LAPACK
+    factorization, O(|S|³)) and the spare buffer the removal's inverse is written into
     (:data:`SPARE_ROOM`). The first forget after a fit was 1.5-3.9× a
     settled one for these (#51); the fit pays them once."""
     nS = ss.nS
