@@ -101,3 +101,52 @@ def test_the_tied_tests_copy_no_key_into_freed_memory(monkeypatch, call):
     gc.collect()
     assert _copies_in_process_memory(needle) == before
     strided.base.fill(0)
+
+
+@pytest.fixture(scope="module")
+def icu_rows() -> np.ndarray:
+    from svattn.data.icu import default_slice_path, load_mimic3_vitals
+
+    keys = np.ascontiguousarray(load_mimic3_vitals(default_slice_path()).standardised().keys)
+    _, first = np.unique(keys, axis=0, return_index=True)
+    return keys[np.sort(first)][:600]
+
+
+@pytest.fixture
+def general(monkeypatch) -> list[int]:
+    """Counts the compiled backend's general test (the block from the keys, factored)."""
+    calls: list[int] = []
+    whole = compiled.positive_definite
+
+    def counted(K, rel_shift):
+        calls.append(len(K))
+        return whole(K, rel_shift)
+
+    monkeypatch.setattr(compiled, "positive_definite", counted)
+    return calls
+
+
+def _outside(ss) -> np.ndarray:
+    st = ss.state[: ss.hi]
+    return np.flatnonzero((st == RESERVE) | (st == ERROR))
+
+
+def test_a_gram_buffer_too_small_for_the_cache_is_not_read_as_zeros(icu_rows, general,
+                                                                    monkeypatch):
+    # the kept factor's test read K_SS (current_margin_gram) and only then asked for the
+    # Gram buffer (gram_buffer), which replaces one smaller than the cache's columns by
+    # zeros: the margin test then ran on zeros and the shift guard read K_SS's trace as 0,
+    # so the factor "told" for more tied tokens than its shift covers. Simulated by a
+    # cache grown while the inverse (and so the copy of K_SS) stays current.
+    monkeypatch.setattr(compiled, "FACTOR_KEPT_FROM", 4)
+    mem = SVDDMemory(1.0 / (0.05 * 600), gamma=0.1)
+    mem.extend(icu_rows)
+    ss = mem.solver_state
+    f = ss.pd_factor
+    covered = int(round(f.shift / 1e-10 - np.trace(ss.current_margin_gram())))
+    tied = _outside(ss)[: covered + 1]  # one more than the factor's shift covers
+    ss.grow_cols()
+    assert ss.current_margin_gram() is not None and ss.kss.shape[0] < ss.ccap
+    got = compiled.tied_positive_definite(ss, tied)
+    assert len(general) == 1  # the factor could not tell: the general test decided
+    assert got == reference.tied_positive_definite(ss, tied)
