@@ -276,7 +276,16 @@ def certificate_facts(ss: SlotState, g: np.ndarray, tie: float
         g, ss.alpha, ss.state, ss.slot_id, ss.kss[:0, :0] if kept else margin_gram(ss),
         0 if kept else ss.nS, ss.hi, tie, 1e-10, ss.mu)
     if kept and unique == 1 and not factor_covers_margin(ss):
-        unique = int(margin_positive_definite(ss, margin_gram(ss)))
+        # the kept buffer itself when current (C-ordered: the type compile_kernels compiles
+        # the factor's update for; a view of its block compiled another at first use, 1.5
+        # s in a removal), else a gathered copy, zeroed after (kernel values: the cache's)
+        current = ss.current_margin_gram() is not None
+        kss = ss.kss if current else margin_gram(ss)
+        try:
+            unique = int(margin_positive_definite(ss, kss))
+        finally:
+            if not current:
+                kss.fill(0.0)
     return int(nm), int(ne), int(nr), int(unique), ids, values
 
 
