@@ -180,3 +180,81 @@ def test_the_certificates_margin_test_reads_the_kept_buffer_not_a_view(icu_rows,
     cert = mem.remove(mem.partition()["reserve"][0])
     assert seen and all(seen), seen
     assert cert.unique_optimum
+
+
+def _fitted_kept(seed: int = 5) -> tuple[SVDDMemory, np.ndarray]:
+    """A memory whose kept factor covers its margin set, and tokens outside it that the
+    factor can tell for (taken as tied: the test's contract holds for any)."""
+    mem = SVDDMemory(0.05)
+    mem.extend(np.random.default_rng(seed).normal(size=(200, 3)))
+    ss = mem.solver_state
+    compiled.margin_positive_definite(ss, ss.gram_buffer())
+    tied = _outside(ss)[:2]
+    assert compiled._tied_on_kept_factor(ss, tied)  # (the append succeeds: it tells)
+    return mem, tied
+
+
+@pytest.mark.parametrize("where", ["append", "gram"])
+@pytest.mark.parametrize("exc", [KeyboardInterrupt, RuntimeError])
+def test_an_exception_mid_test_leaves_the_factor_bit_for_bit_and_zeroes_the_rows(
+        monkeypatch, where, exc):
+    monkeypatch.setattr(compiled, "FACTOR_KEPT_FROM", 4)
+    mem, tied = _fitted_kept()
+    ss = mem.solver_state
+    f = ss.pd_factor
+    L, n, ids, shift = f.L.copy(), f.n, f.ids.copy(), f.shift
+    held: dict[str, np.ndarray] = {}
+    append = compiled.linalg.chol_append_block
+
+    def append_then_raise(L_, n_, B, D, s):  # (the rows written, then the interrupt)
+        held["B"], held["D"] = B, D
+        assert append(L_, n_, B, D, s)
+        assert L_[n_:n_ + len(B)].any()
+        raise exc
+
+    def gram_raises(x, kernel, gamma):
+        held["B"] = sys._getframe(1).f_locals["B"]  # (the rows read before the block)
+        assert held["B"].any()
+        raise exc
+
+    if where == "append":
+        monkeypatch.setattr(compiled.linalg, "chol_append_block", append_then_raise)
+    else:
+        monkeypatch.setattr(compiled.tied_test, "gram_matrix", gram_raises)
+    with pytest.raises(exc):
+        compiled.tied_positive_definite(ss, tied)
+    assert ss.pd_factor is f and f.n == n and f.shift == shift and np.array_equal(f.ids, ids)
+    assert np.array_equal(f.L, L) and not f.L[n:].any()
+    assert held and not any(a.any() for a in held.values())  # kernel values zeroed
+
+
+def test_an_interrupt_in_a_forgets_tie_test_rolls_back_and_the_next_forget_certifies(
+        monkeypatch):
+    monkeypatch.setattr(compiled, "FACTOR_KEPT_FROM", 4)
+    mem, row, tw, victim = _tied_beside("compiled", 5)
+    ss = mem.solver_state
+    digest, sizes = mem.state_digest(), {k: len(v) for k, v in mem.partition().items()}
+    append = compiled.linalg.chol_append_block
+    calls = []
+
+    def append_then_interrupt(L_, n_, B, D, s):
+        calls.append(1)
+        append(L_, n_, B, D, s)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(compiled.linalg, "chol_append_block", append_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        mem.remove(victim)
+    assert calls  # (the interrupt came from the tie test's append)
+    assert mem.state_digest() == digest
+    assert {k: len(v) for k, v in mem.partition().items()} == sizes
+    f = ss.pd_factor
+    assert f is None or not f.L[f.n:].any()
+    monkeypatch.setattr(compiled.linalg, "chol_append_block", append)
+    cert = mem.remove(victim)
+    assert cert.unique_optimum is False  # the near-copy tied: singular, as before
+    twin = SVDDMemory(0.05)
+    rng = np.random.default_rng(5)
+    twin.extend(rng.normal(size=(200, 3)))
+    twin.add(row)
+    assert twin.remove(victim).unique_optimum is False
