@@ -16,7 +16,6 @@ import pytest
 from svattn.exact import SVDDMemory
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.kktsets import ERROR, RESERVE
-from svattn.exact.operations import solver
 
 sys.path.insert(0, os.path.dirname(__file__))
 from test_residue import _copies_in_process_memory  # noqa: E402
@@ -190,7 +189,8 @@ def _fitted_kept(seed: int = 5) -> tuple[SVDDMemory, np.ndarray]:
     ss = mem.solver_state
     compiled.margin_positive_definite(ss, ss.gram_buffer())
     tied = _outside(ss)[:2]
-    assert compiled._tied_on_kept_factor(ss, tied)  # (the append succeeds: it tells)
+    if ss.nS >= compiled.FACTOR_KEPT_FROM:
+        assert compiled._tied_on_kept_factor(ss, tied)  # (the append succeeds: it tells)
     return mem, tied
 
 
@@ -258,3 +258,33 @@ def test_an_interrupt_in_a_forgets_tie_test_rolls_back_and_the_next_forget_certi
     twin.extend(rng.normal(size=(200, 3)))
     twin.add(row)
     assert twin.remove(victim).unique_optimum is False
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_has_equal_rows_gives_np_uniques_verdict(seed):
+    # the copy test before the backend's (solver.unique_optimum) now sorts its own copy
+    # to zero it: the same verdict as the np.unique count it replaced, bitwise (-0.0 is
+    # not 0.0; a near-copy is not a copy)
+    from svattn.exact.core.kernels import has_equal_rows
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(40, 3)).round(1 if seed % 2 else 6)
+    cases = [x, x[:1], x[:0], np.vstack([x, x[7]]), np.vstack([x, x[7] + 1e-15]),
+             np.array([[0.0, 1.0], [-0.0, 1.0]]), np.array([[0.0, 1.0], [0.0, 1.0]]),
+             np.vstack([x, x[3]])[:, ::-1], np.vstack([x, x[3]])[::2]]
+    for rows in cases:
+        c = np.ascontiguousarray(rows)
+        void = c.view(np.dtype((np.void, c.dtype.itemsize * max(c.shape[1], 1)))).ravel()
+        assert has_equal_rows(rows) == (len(np.unique(void)) < len(void))
+
+
+@pytest.mark.parametrize("kept_from", [4, 10**6], ids=["kept-factor", "general"])
+def test_duplicated_or_unsorted_tied_slots_get_the_references_verdict(monkeypatch, kept_from):
+    monkeypatch.setattr(compiled, "FACTOR_KEPT_FROM", kept_from)
+    mem, _ = _fitted_kept()
+    ss = mem.solver_state
+    out = _outside(ss)
+    for tied in (out[[5, 2, 9]], out[[5, 5]], out[[3, 1, 3, 2]], out[::-1][:6]):
+        assert compiled.tied_positive_definite(ss, tied) == reference.tied_positive_definite(
+            ss, tied)
+    assert not compiled.tied_positive_definite(ss, out[[5, 5]])  # (a repeated row: singular)
