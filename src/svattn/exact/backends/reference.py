@@ -341,9 +341,16 @@ def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
 
 def tied_positive_definite(ss: SlotState, tied: np.ndarray) -> bool:
     """The kernel block of the margin set and ``tied``, from the keys, by
-    :func:`positive_definite` (``1e-10``)."""
-    T = np.concatenate([ss.margin_slots(), tied])
-    return positive_definite(gram_matrix(ss.X[T], ss.kernel, ss.gamma_value), 1e-10)
+    :func:`positive_definite` (``1e-10``); the keys' copy and the block zeroed after."""
+    keys = ss.X[np.concatenate([ss.margin_slots(), tied])]
+    K = None
+    try:
+        K = gram_matrix(keys, ss.kernel, ss.gamma_value)
+        return positive_definite(K, 1e-10)
+    finally:
+        scrub(keys)
+        if K is not None:
+            scrub(K)
 
 
 def count_states(ss: SlotState) -> tuple[int, int, int]:

@@ -661,9 +661,16 @@ def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:
 
 
 def has_equal_rows(rows: np.ndarray) -> bool:
-    """True when two rows are bitwise equal (one sort of the rows' bytes)."""
-    rows = np.ascontiguousarray(rows)
-    keys = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
-    return len(np.unique(keys)) < len(keys)
+    """True when two rows are bitwise equal (one sort of the rows' bytes). The sorted copy
+    (and a contiguous copy of ``rows`` where one is made) is zeroed before it is freed:
+    the rows are keys, and nothing of a removed token may survive in freed memory."""
+    c = np.ascontiguousarray(rows)
+    keys = np.sort(c.view(np.dtype((np.void, c.dtype.itemsize * c.shape[1]))).ravel())
+    try:
+        return bool((keys[1:] == keys[:-1]).any())
+    finally:
+        keys.view(np.uint8).fill(0)
+        if c is not rows:
+            c.fill(0)
 
 quick_load(globals())  # cached kernels load without numba's registry refresh (core.compiling)

@@ -260,11 +260,16 @@ def unique_optimum(ss: SlotState, be: Backend) -> bool:
     if len(tied) + nS <= 1:
         return True
     T = np.concatenate([ss.margin_slots(), tied])
-    if len(tied) and has_equal_rows(ss.X[T]):
-        # K_T has two equal rows, so it is singular: the Cholesky test below would say
-        # the same after O(|T|²·d) work (streams of byte-level keys hold many copies)
-        return False
-    if len(tied):  # (the backend's: the compiled one appends them to its kept factor)
+    if len(tied):
+        keys = ss.X[T]  # (a copy of live tokens' keys: zeroed, as they may be removed later)
+        try:
+            if has_equal_rows(keys):
+                # K_T has two equal rows, so it is singular: the Cholesky test below would
+                # say the same after O(|T|²·d) work (byte-level keys hold many copies)
+                return False
+        finally:
+            scrub(keys)
+        # (the backend's: the compiled one appends them to its kept factor)
         return be.tied_positive_definite(ss, tied)
     # the margin block of the cache is K_SS already; positive definite with smallest
     # eigenvalue above 1e-10 · the largest (<= trace): K_T − 1e-10·trace·I has a factor

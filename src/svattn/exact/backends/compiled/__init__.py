@@ -24,9 +24,9 @@ from scipy.linalg.lapack import dpotrf
 
 from svattn.exact.backends import reference
 from svattn.exact.backends.compiled import checks, codes, columns, events, linalg, reserve, segments
+from svattn.exact.backends.compiled import tied as tied_test
 from svattn.exact.core.cache import mu_move
 from svattn.exact.core.gram import HOLE, KeptFactor, locate, padded_square
-from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.core.kktsets import FREE
 from svattn.exact.core.outcome import CertificateFacts, HealthReading, RemovalOutcome
 from svattn.exact.core.state import NeedResolve, SlotState, scrub
@@ -237,41 +237,14 @@ def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
 
 def tied_positive_definite(ss: SlotState, tied: np.ndarray) -> bool:
     """:func:`svattn.exact.backends.reference.tied_positive_definite`, compiled: the kept
-    factor's verdict where it gives one (:func:`_tied_on_kept_factor`: the tied tokens'
-    rows appended, O(|S|²·t)), else the general test, which gathers the block from the
-    keys and factors it whole, O(|S|³): 250 ms at 2,468 margin tokens, in 2-3% of the
-    distinct ICU rows' support forgets (near-copies of margin tokens tie)."""
-    if _tied_on_kept_factor(ss, tied):
-        return True
-    T = np.concatenate([ss.margin_slots(), tied])
-    return positive_definite(gram_matrix(ss.X[T], ss.kernel, ss.gamma_value), 1e-10)
+    factor's verdict where it gives one, else the general test (:mod:`.tied`)."""
+    return tied_test.tied_positive_definite(ss, tied, margin_positive_definite,
+                                            positive_definite, FACTOR_KEPT_FROM)
 
 
 def _tied_on_kept_factor(ss: SlotState, tied: np.ndarray) -> bool:
-    """True when the kept factor proves the block of the margin set and ``tied`` minus
-    ``1e-10·trace`` positive definite: the factor brought to the margin set
-    (:func:`margin_positive_definite`), the tied tokens' rows appended at its shift and
-    taken off again (zeroed). Its shift must be at least ``1e-10·trace`` of the whole
-    block (a larger shift's verdict holds for the smaller: ``gram.py`` says why the
-    kept factor's is doubled). False where it cannot tell: no current ``K_SS`` or
-    factor, a smaller shift, no room, an append that fails."""
-    kss, t = ss.current_margin_gram(), len(tied)
-    if kss is None or ss.nS < FACTOR_KEPT_FROM or not margin_positive_definite(
-            ss, ss.gram_buffer()):
-        return False
-    f, margin = ss.pd_factor, ss.margin_ids()
-    shift = 1e-10 * (float(np.trace(kss)) + float(ss.diag[tied].sum()))
-    if f is None or f.shift < shift or f.n + t > min(f.L.shape) or not f.within(margin):
-        return False
-    found, where = locate(f.ids, margin)  # (a hole's row: 0 against it)
-    B = np.ascontiguousarray(np.where(found, ss.KC[np.ix_(tied, where)], 0.0))
-    D = gram_matrix(ss.X[tied], ss.kernel, ss.gamma_value)
-    try:
-        return bool(linalg.chol_append_block(f.L, f.n, B, D, f.shift))
-    finally:  # the appended rows off the factor; kernel values scrubbed
-        f.L[f.n:f.n + t, :f.n + t] = 0.0
-        B.fill(0.0)
-        D.fill(0.0)
+    """:func:`.tied.on_kept_factor` with this backend's margin test."""
+    return tied_test.on_kept_factor(ss, tied, margin_positive_definite, FACTOR_KEPT_FROM)
 
 
 def count_states(ss: SlotState) -> tuple[int, int, int]:
@@ -303,7 +276,16 @@ def certificate_facts(ss: SlotState, g: np.ndarray, tie: float
         g, ss.alpha, ss.state, ss.slot_id, ss.kss[:0, :0] if kept else margin_gram(ss),
         0 if kept else ss.nS, ss.hi, tie, 1e-10, ss.mu)
     if kept and unique == 1 and not factor_covers_margin(ss):
-        unique = int(margin_positive_definite(ss, margin_gram(ss)))
+        # the kept buffer itself when current (C-ordered: the type compile_kernels compiles
+        # the factor's update for; a view of its block compiled another at first use, 1.5
+        # s in a removal), else a gathered copy, zeroed after (kernel values: the cache's)
+        current = ss.current_margin_gram() is not None
+        kss = ss.kss if current else margin_gram(ss)
+        try:
+            unique = int(margin_positive_definite(ss, kss))
+        finally:
+            if not current:
+                kss.fill(0.0)
     return int(nm), int(ne), int(nr), int(unique), ids, values
 
 
