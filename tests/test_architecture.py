@@ -230,7 +230,8 @@ def test_svddmemory_is_orchestration():
 REPO = SRC.parents[1]
 INSTRUMENTED = {"benchmarks/ab_jumps.py", "benchmarks/attack_ill_border_ahead.py",
                 "benchmarks/bench_erase.py",
-                "benchmarks/bench_stream_speed.py", "benchmarks/profile_forget_parts.py"}
+                "benchmarks/bench_stream_speed.py", "benchmarks/bench_tied_uniqueness.py",
+                "benchmarks/profile_forget_parts.py"}
 
 
 def _state_readers(path: Path) -> list[str]:
