@@ -212,9 +212,13 @@ def refactorize(s: SlotState, *, count: bool = True) -> None:
     Q = np.zeros((nS + 1, nS + 1))
     Q[0, 1:] = 1.0
     Q[1:, 0] = 1.0
-    KSS = s.KC[S, :nS]
-    Q[1:, 1:] = KSS + KSS.T
-    s.Qinv = np.linalg.inv(Q)
+    KSS = s.KC[S, :nS]  # (it and Q hold kernel values: scrubbed)
+    try:
+        np.add(KSS, KSS.T, out=Q[1:, 1:])
+        s.Qinv = np.linalg.inv(Q)
+    finally:
+        scrub(KSS)
+        scrub(Q)
     s.n_refactorizations += int(count)
 
 
