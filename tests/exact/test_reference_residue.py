@@ -213,3 +213,37 @@ def test_the_margin_blocks_gathered_from_the_cache_are_scrubbed(monkeypatch, whe
     else:
         cache.refactorize(ss)
     assert any(a.shape == KSS.shape and np.array_equal(a, KSS) for a in scrubbed)
+
+
+@_PROC
+@BOTH
+@pytest.mark.parametrize("query", ["readout", "decision_function"])
+@pytest.mark.parametrize("values", [False, True], ids=["keys", "keys+values"])
+def test_reading_the_memory_then_removing_a_token_leaves_no_copy(monkeypatch, backend, query,
+                                                                 values):
+    # a readout gathered the support's keys and values (ss.X[slots], ss.V[slots]) and
+    # copied them again (keys[keep], values[keep]), the decision function likewise, all
+    # freed unzeroed: after a read, a support token's later removal left 2-3 copies of
+    # its key in freed memory (and of its value)
+    monkeypatch.setattr(ingest, "FIRST_BATCH_MIN_ROWS", 1 << 60)
+    rng = np.random.default_rng(18)
+    X = rng.normal(size=(200, 3))
+    V = rng.normal(size=(200, 2)) if values else None
+    mem = SVDDMemory(0.05, backend=backend)
+    mem.extend(X, V)
+    tid = mem.partition()["margin"][1]
+    row = X[tid].copy()
+    value = V[tid].copy() if values else None
+    X.fill(0.0)
+    if values:
+        V.fill(0.0)
+    q = rng.normal(size=(40, 3))  # (past the 32 columns where distances go transposed)
+    for _ in range(2):
+        getattr(mem, query)(q)
+    vneedle = None if value is None else value.tobytes()
+    if vneedle is not None:
+        value.fill(0.0)
+    assert _remove_and_scan(mem, tid, row) == 0
+    if vneedle is not None:
+        gc.collect()
+        assert _copies_in_process_memory(vneedle) == 0
