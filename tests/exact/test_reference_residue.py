@@ -38,7 +38,8 @@ def _fitted(monkeypatch, backend: str, seed: int, kernel: str = "rbf", *,
     zeroed."""
     if not batch:
         monkeypatch.setattr(ingest, "FIRST_BATCH_MIN_ROWS", 1 << 60)
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([7031, seed])  # (keys no other test draws: a scan counts
+    # every copy in the process, a dropped memory's too)
     X = rng.normal(size=(200, 3)) * (0.3 if kernel == "exp" else 1.0)
     mem = SVDDMemory(0.05, kernel, backend=backend)
     mem.extend(X)
@@ -77,7 +78,7 @@ def test_a_removed_tokens_key_leaves_no_copy(monkeypatch, backend, which, kernel
 
 @_PROC
 @BOTH
-@pytest.mark.parametrize("seed", [5, 7, 8, 9])
+@pytest.mark.parametrize("seed", [2, 3, 6, 7, 8, 9])
 def test_a_tied_near_copys_key_leaves_no_copy(monkeypatch, backend, seed):
     # the attacker's scenario: a near-copy (1e-9) of a margin token sits tied beside it
     # (a reserve token holding a standby column); another margin token is forgotten
@@ -103,7 +104,7 @@ def test_a_driven_in_tokens_key_leaves_no_copy(monkeypatch, backend):
     # a row added far outside (the drive takes it in, its column allocated), a margin
     # token removed (columns move), then the row
     mem = _fitted(monkeypatch, backend, 12)
-    row = np.random.default_rng(99).normal(size=3) * 3.0
+    row = np.random.default_rng([7031, 99]).normal(size=3) * 3.0
     tid = mem.add(row)
     mem.remove(mem.partition()["margin"][1])
     assert _remove_and_scan(mem, tid, row) == 0
@@ -226,7 +227,7 @@ def test_reading_the_memory_then_removing_a_token_leaves_no_copy(monkeypatch, ba
     # freed unzeroed: after a read, a support token's later removal left 2-3 copies of
     # its key in freed memory (and of its value)
     monkeypatch.setattr(ingest, "FIRST_BATCH_MIN_ROWS", 1 << 60)
-    rng = np.random.default_rng(18)
+    rng = np.random.default_rng([7031, 18])
     X = rng.normal(size=(200, 3))
     V = rng.normal(size=(200, 2)) if values else None
     mem = SVDDMemory(0.05, backend=backend)
