@@ -38,10 +38,9 @@ from svattn.exact import fastpath
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.cache import refactorize
 from svattn.exact.core.errors import MarginSystem, OperationError, UnknownTokenError
-from svattn.exact.core.kernels import biased_softmax_readout, decision_values
 from svattn.exact.core.kktsets import RESERVE, SET_NAMES
 from svattn.exact.core.state import SlotState, check_parameters
-from svattn.exact.operations import ingest, solver
+from svattn.exact.operations import ingest, scoring, solver
 from svattn.exact.operations.health import HealthMonitor, HealthReading, reading_first
 from svattn.exact.operations.rollback import atomic
 from svattn.exact.operations.validation import check_queries, check_rows, plain_row
@@ -634,10 +633,7 @@ class SVDDMemory:
         """
         ss = self._s
         q, single = check_queries(ss, queries)
-        slots = ss.cached_support_slots()
-        vals = (ss.X if ss.value_is_key else ss.V)[slots]
-        out = biased_softmax_readout(q, ss.X[slots], vals, ss.alpha[slots], ss.kernel,
-                                     ss.gamma_value)
+        out = scoring.support_readout(ss, q)  # (its copies of keys and values scrubbed)
         return out[0] if single else out
 
     def decision_function(self, x) -> np.ndarray:
@@ -647,8 +643,7 @@ class SVDDMemory:
         """
         ss = self._s
         q, single = check_queries(ss, x)
-        slots = ss.cached_support_slots()
-        out = decision_values(q, ss.X[slots], ss.alpha[slots], ss.mu, ss.kernel, ss.gamma_value)
+        out = scoring.support_readout(ss, q, decision=True)
         return out[0] if single else out
 
     def kkt_residual(self) -> float:

@@ -240,14 +240,18 @@ def solve_margin(ss: SlotState) -> int | None:
         rhs[0] = 1.0 - ss.C * len(E)
         # the error tokens' share at the margin rows, K[S, E] summed: read off the
         # margin columns' error rows (K is symmetric), not the kept error sum
-        rhs[1:] = ss.diag[S] - 2.0 * ss.C * ss.KC[E, :nS].sum(axis=0)
-        KSS = ss.KC[S, :nS]
-        x = ss.Qinv @ rhs
-        for _ in range(2):  # iterative refinement
-            res = rhs.copy()
-            res[0] -= x[1:].sum()
-            res[1:] -= x[0] + 2.0 * (KSS @ x[1:])
-            x += ss.Qinv @ res
+        KE, KSS = ss.KC[E, :nS], ss.KC[S, :nS]  # (copies of kernel values: scrubbed)
+        try:
+            rhs[1:] = ss.diag[S] - 2.0 * ss.C * KE.sum(axis=0)
+            x = ss.Qinv @ rhs
+            for _ in range(2):  # iterative refinement
+                res = rhs.copy()
+                res[0] -= x[1:].sum()
+                res[1:] -= x[0] + 2.0 * (KSS @ x[1:])
+                x += ss.Qinv @ res
+        finally:
+            scrub(KE)
+            scrub(KSS)
         ss.mu = float(x[0])
         ss.alpha[S] = x[1:]
     ss.sync_ac()

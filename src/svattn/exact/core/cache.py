@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
-from svattn.exact.core.state import NeedResolve, SlotState
+from svattn.exact.core.state import NeedResolve, SlotState, scrub
 
 # The expansion's singularity bound: a token whose Schur complement against the margin set
 # is at most this share of its size (:func:`border_size`; the scale in ``compiled.schur``'s
@@ -71,14 +71,26 @@ def swap_cols(s: SlotState, p: int, q: int) -> None:
     if p == q:
         return
     hi = s.hi
-    s.KC[:hi, [p, q]] = s.KC[:hi, [q, p]]
-    s.XC[[p, q]] = s.XC[[q, p]]
+    # through one scrubbed scratch each: a fancy-indexed copy (``XC[[q, p]]``) would free
+    # the two tokens' keys and kernel columns unzeroed (found by a residue scan)
+    _swap(s.KC[:hi, p], s.KC[:hi, q])
+    _swap(s.XC[p], s.XC[q])
     s.ac[[p, q]] = s.ac[[q, p]]
     soc = s.slot_of_col
     soc[[p, q]] = soc[[q, p]]
     for col in (p, q):
         if soc[col] >= 0:
             s.col_of_slot[soc[col]] = col
+
+
+def _swap(a: np.ndarray, b: np.ndarray) -> None:
+    """Exchange the contents of two disjoint views, the scratch scrubbed."""
+    t = a.copy()
+    try:
+        a[...] = b
+        b[...] = t
+    finally:
+        scrub(t)
 
 
 def expand(s: SlotState, k: int) -> None:
@@ -200,9 +212,13 @@ def refactorize(s: SlotState, *, count: bool = True) -> None:
     Q = np.zeros((nS + 1, nS + 1))
     Q[0, 1:] = 1.0
     Q[1:, 0] = 1.0
-    KSS = s.KC[S, :nS]
-    Q[1:, 1:] = KSS + KSS.T
-    s.Qinv = np.linalg.inv(Q)
+    KSS = s.KC[S, :nS]  # (it and Q hold kernel values: scrubbed)
+    try:
+        np.add(KSS, KSS.T, out=Q[1:, 1:])
+        s.Qinv = np.linalg.inv(Q)
+    finally:
+        scrub(KSS)
+        scrub(Q)
     s.n_refactorizations += int(count)
 
 

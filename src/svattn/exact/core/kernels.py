@@ -443,10 +443,15 @@ def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     array([[0., 2.],
            [2., 0.]])
     """
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    if len(y) < _WIDE:
-        return _sq_dist(x, np.ascontiguousarray(y, dtype=np.float64))
-    return _sq_dist_wide(x, np.ascontiguousarray(np.asarray(y, dtype=np.float64).T))
+    xc, yc = np.ascontiguousarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
+    wide = len(yc) >= _WIDE
+    yc = np.ascontiguousarray(yc.T if wide else yc)
+    try:
+        return _sq_dist_wide(xc, yc) if wide else _sq_dist(xc, yc)
+    finally:  # a copy made here holds keys: zeroed before it is freed
+        for c, a in ((xc, x), (yc, y)):
+            if not (isinstance(a, np.ndarray) and np.may_share_memory(c, a)):
+                c.fill(0.0)
 
 
 # Compiled loops, not scipy's cdist/pdist: importing scipy.spatial (it pulls in
@@ -586,12 +591,20 @@ def biased_softmax_readout(
     array([[2.]])
     """
     keep = alpha > 0
-    logits = log_kernel(queries, keys[keep], kernel, gamma)
-    logits += np.log(alpha[keep])[None, :]
-    logits -= logits.max(axis=1, keepdims=True)
-    w = np.exp(logits, out=logits)
-    w /= w.sum(axis=1, keepdims=True)
-    return w @ values[keep]
+    every = bool(keep.all())  # (else copies of keys and values: scrubbed, as the weights)
+    k, v = (keys, values) if every else (keys[keep], values[keep])
+    w = None
+    try:
+        w = log_kernel(queries, k, kernel, gamma)
+        w += np.log(alpha[keep])[None, :]
+        w -= w.max(axis=1, keepdims=True)
+        np.exp(w, out=w)
+        w /= w.sum(axis=1, keepdims=True)
+        return w @ v
+    finally:
+        for a in ((w,) if every else (k, v, w)):
+            if a is not None:
+                a.fill(0.0)
 
 
 def gram_matrix(x: np.ndarray, kernel: str | Kernel, gamma: float) -> np.ndarray:
@@ -632,8 +645,15 @@ def decision_values(
     array([0.])
     """
     keep = alpha > 0
-    Kq = kernel_matrix(queries, keys[keep], kernel, gamma)
-    return 2.0 * (Kq @ alpha[keep]) - kernel_diag(queries, kernel, gamma) + mu
+    every = bool(keep.all())  # (else a copy of keys: scrubbed, as the kernel values)
+    k, Kq = (keys if every else keys[keep]), None
+    try:
+        Kq = kernel_matrix(queries, k, kernel, gamma)
+        return 2.0 * (Kq @ alpha[keep]) - kernel_diag(queries, kernel, gamma) + mu
+    finally:
+        for a in ((Kq,) if every else (k, Kq)):
+            if a is not None:
+                a.fill(0.0)
 
 
 def copy_groups(K: np.ndarray) -> tuple[np.ndarray, list[int]]:

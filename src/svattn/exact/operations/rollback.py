@@ -227,9 +227,15 @@ def _rebuild_cache(ss: SlotState, cap: int, ccap: int, live: np.ndarray) -> None
     if not (len(cols) and len(live)):
         return
     owners = ss.slot_of_col[cols]
-    ss.XC[cols] = ss.X[owners]
-    block = kernel_matrix(ss.X[live], ss.XC[cols], ss.kernel, ss.gamma_value)
-    ss.KC[np.ix_(live, cols)] = block
+    for c, s in zip(cols.tolist(), owners.tolist(), strict=True):
+        ss.XC[c] = ss.X[s]  # (row by row: no temporary copy of keys)
+    keys, xc, block = ss.X[live], ss.XC[cols], None
+    try:  # the copies of keys and the kernel block: scrubbed (tokens may be removed later)
+        block = kernel_matrix(keys, xc, ss.kernel, ss.gamma_value)
+        ss.KC[np.ix_(live, cols)] = block
+    finally:
+        for a in (keys, xc) if block is None else (keys, xc, block):
+            scrub(a)
     ss.KC[owners, cols] = ss.diag[owners]  # a token's own entry is its diagonal
 
 

@@ -10,7 +10,12 @@ from svattn.exact.backends import reference
 from svattn.exact.backends.compiled.reserve import error_share
 from svattn.exact.backends.protocol import Backend
 from svattn.exact.core.conventions import mu_for_empty_margin
-from svattn.exact.core.kernels import get_kernel, kernel_matrix
+from svattn.exact.core.kernels import (
+    biased_softmax_readout,
+    decision_values,
+    get_kernel,
+    kernel_matrix,
+)
 from svattn.exact.core.kktsets import ERROR, RESERVE
 from svattn.exact.core.state import SlotState, scrub
 
@@ -121,4 +126,22 @@ def canonical_mu(ss: SlotState, be: Backend) -> None:
         ss.mu, ss.g[: ss.hi] = high, g_high
 
 
-__all__ = ["canonical_mu", "error_shares", "esum_rows", "mu_interval", "score_rows"]
+def support_readout(ss: SlotState, q: np.ndarray, *, decision: bool = False) -> np.ndarray:
+    """The readout (``decision``: the decision values) of queries ``q`` over the cached
+    support, through copies of its keys and values that are scrubbed after (a token in
+    them may be removed later: nothing of it stays in freed memory)."""
+    slots = ss.cached_support_slots()
+    keys = ss.X[slots]
+    vals = None if decision else keys if ss.value_is_key else ss.V[slots]
+    try:
+        if decision:
+            return decision_values(q, keys, ss.alpha[slots], ss.mu, ss.kernel, ss.gamma_value)
+        return biased_softmax_readout(q, keys, vals, ss.alpha[slots], ss.kernel, ss.gamma_value)
+    finally:
+        scrub(keys)
+        if vals is not None:
+            scrub(vals)
+
+
+__all__ = ["canonical_mu", "error_shares", "esum_rows", "mu_interval", "score_rows",
+           "support_readout"]

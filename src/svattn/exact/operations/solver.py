@@ -577,14 +577,22 @@ def resolve_by_gram(ss: SlotState, be: Backend, *, polish_after: bool = True) ->
     # (batch.py: O(n·|S|) + O(|S|²)); K is freed before the cache columns of the
     # support are filled (8·n·|S ∪ E| bytes, the state itself). The copy test goes one
     # row at a time: its n×n distance and comparison matrices had the peak at ~32·n².
-    K = gram_matrix(ss.X[live], ss.kernel, ss.gamma_value)
-    diag = ss.diag[live]
-    group, reps = copy_groups(K)
-    reps_a = np.asarray(reps)
-    sizes = np.bincount(group, minlength=len(reps))
-    if len(reps) < len(live):
-        K = K[np.ix_(reps_a, reps_a)]  # (the full matrix is freed)
-    sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
+    # The keys' copy and K: scrubbed (a token in them may be removed later)
+    keys, K = ss.X[live], None
+    try:
+        K = gram_matrix(keys, ss.kernel, ss.gamma_value)
+        diag = ss.diag[live]
+        group, reps = copy_groups(K)
+        reps_a = np.asarray(reps)
+        sizes = np.bincount(group, minlength=len(reps))
+        if len(reps) < len(live):
+            full, K = K, K[np.ix_(reps_a, reps_a)]
+            scrub(full)  # (the full matrix is freed)
+        sol = batch_solve(K, diag[reps_a], ss.C * sizes, tol=0.01 * ss.tol)
+    finally:
+        scrub(keys)
+        if K is not None:
+            scrub(K)
     del K  # freed before the support's cache columns are allocated
     alpha = np.zeros(len(live))
     for gi, w in enumerate(sol.alpha):  # each group's weight over its members in id order
