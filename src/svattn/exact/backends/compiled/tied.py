@@ -3,8 +3,8 @@ the margin set and the tied tokens minus ``1e-10·trace`` must be positive defin
 (:func:`svattn.exact.backends.reference.tied_positive_definite`). The kept factor tells
 where it can (:func:`on_kept_factor`: the tied tokens' rows appended, O(|S|²·t)); else
 the general test gathers the block from the keys and factors it whole
-(:func:`general_test`, O(|S|³): 163-197 ms at 2,184-2,401 margin tokens, where the
-kept factor took 1.2-1.5 ms, ``benchmarks/bench_tied_uniqueness.py``; 4 of 600 support
+(:func:`general_test`, O(|S|³): 196-232 ms at 2,184-2,401 margin tokens, where the
+kept factor took 1.4-2.1 ms, ``benchmarks/bench_tied_uniqueness.py``; 4 of 600 support
 forgets of the distinct ICU rows left a tied token).
 
 Every temporary holding keys or kernel values is zeroed before it is freed, on every
