@@ -20,6 +20,8 @@ from svattn.exact.core.kktsets import ERROR, RESERVE
 sys.path.insert(0, os.path.dirname(__file__))
 from test_residue import _copies_in_process_memory  # noqa: E402
 
+from tied_helpers import add_tied_near_copy, distinct_icu_rows  # noqa: E402
+
 _PROC = pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
                            reason="needs Linux's /proc/self/mem to read the process's memory")
 
@@ -30,12 +32,7 @@ def _tied_beside(backend: str, seed: int) -> tuple[SVDDMemory, np.ndarray, int, 
     rng = np.random.default_rng(seed)
     mem = SVDDMemory(0.05, backend=backend)
     mem.extend(rng.normal(size=(200, 3)))
-    ss = mem.solver_state
-    m0 = int(ss.margin_slots()[0])
-    row = ss.X[m0] + 1e-9
-    tw = mem.add(row)
-    twin = ss.id_to_slot[tw]
-    victim = next(int(ss.slot_id[s]) for s in ss.margin_slots() if s not in (twin, m0))
+    row, tw, victim = add_tied_near_copy(mem)
     return mem, row, tw, victim
 
 
@@ -107,25 +104,7 @@ def test_the_tied_tests_copy_no_key_into_freed_memory(monkeypatch, call):
 
 @pytest.fixture(scope="module")
 def icu_rows() -> np.ndarray:
-    from svattn.data.icu import default_slice_path, load_mimic3_vitals
-
-    keys = np.ascontiguousarray(load_mimic3_vitals(default_slice_path()).standardised().keys)
-    _, first = np.unique(keys, axis=0, return_index=True)
-    return keys[np.sort(first)][:700]
-
-
-@pytest.fixture
-def general(monkeypatch) -> list[int]:
-    """Counts the compiled backend's general test (the block from the keys, factored)."""
-    calls: list[int] = []
-    whole = compiled.positive_definite
-
-    def counted(K, rel_shift):
-        calls.append(len(K))
-        return whole(K, rel_shift)
-
-    monkeypatch.setattr(compiled, "positive_definite", counted)
-    return calls
+    return distinct_icu_rows(700)
 
 
 def _outside(ss) -> np.ndarray:
@@ -133,7 +112,7 @@ def _outside(ss) -> np.ndarray:
     return np.flatnonzero((st == RESERVE) | (st == ERROR))
 
 
-def test_a_gram_buffer_too_small_for_the_cache_is_not_read_as_zeros(icu_rows, general,
+def test_a_gram_buffer_too_small_for_the_cache_is_not_read_as_zeros(icu_rows, whole_tests,
                                                                     monkeypatch):
     # the kept factor's test read K_SS (current_margin_gram) and only then asked for the
     # Gram buffer (gram_buffer), which replaces one smaller than the cache's columns by
@@ -150,7 +129,7 @@ def test_a_gram_buffer_too_small_for_the_cache_is_not_read_as_zeros(icu_rows, ge
     ss.grow_cols()
     assert ss.current_margin_gram() is not None and ss.kss.shape[0] < ss.ccap
     got = compiled.tied_positive_definite(ss, tied)
-    assert len(general) == 1  # the factor could not tell: the general test decided
+    assert len(whole_tests) == 1  # the factor could not tell: the general test decided
     assert got == reference.tied_positive_definite(ss, tied)
 
 

@@ -27,6 +27,8 @@ from svattn.exact.operations import ingest, rollback, solver
 sys.path.insert(0, os.path.dirname(__file__))
 from test_residue import _copies_in_process_memory, _spy_on_scrub  # noqa: E402
 
+from tied_helpers import add_tied_near_copy  # noqa: E402
+
 _PROC = pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
                            reason="needs Linux's /proc/self/mem to read the process's memory")
 BOTH = pytest.mark.parametrize("backend", ["reference", "compiled"])
@@ -92,13 +94,9 @@ def test_a_tied_near_copys_key_leaves_no_copy(monkeypatch, backend, seed):
     # one block, as the attacker's memory was: the near-copy is added after the fit.)
     mem = _fitted(monkeypatch, backend, seed, batch=True)
     ss = mem.solver_state
-    m0 = int(ss.margin_slots()[0])
-    row = ss.X[m0] + 1e-9
-    tw = mem.add(row)
-    twin = ss.id_to_slot[tw]
-    victim = next(int(ss.slot_id[s]) for s in ss.margin_slots() if s not in (twin, m0))
+    row, tw, victim = add_tied_near_copy(mem)
     mem.remove(victim)
-    assert ss.state[twin] in (ERROR, RESERVE)
+    assert ss.state[ss.id_to_slot[tw]] in (ERROR, RESERVE)
     assert _remove_and_scan(mem, tw, row) == 0
 
 

@@ -18,11 +18,11 @@ import copy
 import numpy as np
 import pytest
 
-from svattn.data.icu import default_slice_path, load_mimic3_vitals
 from svattn.exact import SVDDMemory
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.kktsets import ERROR, RESERVE
 from svattn.exact.operations import solver
+from tied_helpers import add_tied_near_copy, distinct_icu_rows
 
 N = 600
 NU = 0.05
@@ -30,9 +30,7 @@ NU = 0.05
 
 @pytest.fixture(scope="module")
 def rows() -> np.ndarray:
-    keys = np.ascontiguousarray(load_mimic3_vitals(default_slice_path()).standardised().keys)
-    _, first = np.unique(keys, axis=0, return_index=True)
-    return keys[np.sort(first)][:N]
+    return distinct_icu_rows(N)
 
 
 @pytest.fixture(scope="module")
@@ -42,20 +40,6 @@ def fitted(rows) -> SVDDMemory:
     ss = mem.solver_state
     assert ss.nS >= compiled.FACTOR_KEPT_FROM and ss.pd_factor is not None
     return mem
-
-
-@pytest.fixture
-def general(monkeypatch) -> list[int]:
-    """Counts the compiled backend's general test (the block from the keys, factored)."""
-    calls: list[int] = []
-    whole = compiled.positive_definite
-
-    def counted(K, rel_shift):
-        calls.append(len(K))
-        return whole(K, rel_shift)
-
-    monkeypatch.setattr(compiled, "positive_definite", counted)
-    return calls
 
 
 def _copy(mem: SVDDMemory) -> SVDDMemory:
@@ -79,7 +63,7 @@ def _factor(ss):
 
 
 @pytest.mark.parametrize("count", [1, 2, 5])
-def test_the_kept_factor_gives_the_general_tests_verdict(fitted, general, count):
+def test_the_kept_factor_gives_the_general_tests_verdict(fitted, whole_tests, count):
     """Tokens outside the margin set taken as tied (the test's contract holds for any):
     the kept factor says positive definite, as the general test does, without it."""
     mem = _copy(fitted)
@@ -89,7 +73,7 @@ def test_the_kept_factor_gives_the_general_tests_verdict(fitted, general, count)
         tied = np.sort(rng.choice(_outside(mem), count, replace=False))
         assert reference.tied_positive_definite(ss, tied)
         assert compiled.tied_positive_definite(ss, tied)
-    assert general == []  # the kept factor told
+    assert whole_tests == []  # the kept factor told
 
 
 def test_the_factor_is_left_as_it_was(fitted):
@@ -104,7 +88,7 @@ def test_the_factor_is_left_as_it_was(fitted):
     assert not f.L[n:].any()
 
 
-def test_a_singular_block_is_left_to_the_general_test(fitted, general):
+def test_a_singular_block_is_left_to_the_general_test(fitted, whole_tests):
     """Two tokens outside the margin set 1e-7 apart (a near-copy added beside a reserve
     token): the block is singular to far below the shift, the append fails and the
     general test says so, as the reference does; the factor is as it was."""
@@ -117,12 +101,12 @@ def test_a_singular_block_is_left_to_the_general_test(fitted, general):
     L, n, ids, _ = _factor(ss)
     assert not reference.tied_positive_definite(ss, tied)
     assert not compiled.tied_positive_definite(ss, tied)
-    assert len(general) == 1  # the kept factor could not tell
+    assert len(whole_tests) == 1  # the kept factor could not tell
     f = ss.pd_factor
     assert f.n == n and np.array_equal(f.L, L) and np.array_equal(f.ids, ids)
 
 
-def test_more_tied_tokens_than_its_shift_covers_go_to_the_general_test(rows, general,
+def test_more_tied_tokens_than_its_shift_covers_go_to_the_general_test(rows, whole_tests,
                                                                         monkeypatch):
     """The kept factor's shift (twice ``1e-10·trace`` of the margin block when computed)
     must be at least ``1e-10·trace`` of the whole block: past as many tied tokens as
@@ -138,27 +122,23 @@ def test_more_tied_tokens_than_its_shift_covers_go_to_the_general_test(rows, gen
     assert covered == ss.nS and len(tied) == covered + 1 and f.n + len(tied) <= min(f.L.shape)
     assert compiled.tied_positive_definite(ss, tied) == reference.tied_positive_definite(
         ss, tied)
-    assert len(general) == 1
+    assert len(whole_tests) == 1
     assert compiled.tied_positive_definite(ss, tied[:covered - 1])  # (within: it tells)
-    assert len(general) == 1
+    assert len(whole_tests) == 1
 
 
-def test_a_forget_beside_a_near_copy_certifies_as_the_reference_does(fitted, general):
+def test_a_forget_beside_a_near_copy_certifies_as_the_reference_does(fitted, whole_tests):
     """A near-copy (1e-9) of a margin token sits tied at g = 0 beside it; a support
     forget of another token leaves it tied, and its certificate's uniqueness is the
     general test's verdict (not unique: the block is singular), through the backend's
     test."""
     mem = _copy(fitted)
     ss = mem.solver_state
-    margin = ss.margin_slots()
-    twin = ss.id_to_slot[mem.add(ss.X[margin[0]] + 1e-9)]
-    sibling = ss.slot_id[margin[0]]
-    victim = next(int(ss.slot_id[s]) for s in ss.margin_slots()
-                  if s not in (twin, ss.id_to_slot[sibling]))
+    _, _, victim = add_tied_near_copy(mem)
     cert = mem.remove(victim)
     g = solver.fresh_g(ss, compiled)
     tied = compiled.tied_slots(ss, g, 1e-9 * ss.scale)
     assert len(tied) >= 1
     assert cert.unique_optimum is False
-    assert len(general) == 1  # the backend's test: the kept factor could not tell
+    assert len(whole_tests) == 1  # the backend's test: the kept factor could not tell
     assert cert.unique_optimum == reference.tied_positive_definite(ss, tied)

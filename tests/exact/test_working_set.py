@@ -15,11 +15,11 @@ import copy
 import numpy as np
 import pytest
 
-from svattn.data.icu import default_slice_path, load_mimic3_vitals
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.operations import solver
 from svattn.exact.oracle import solve_svdd
+from tied_helpers import distinct_icu_rows
 
 N = 1500
 NU = 0.05
@@ -27,9 +27,7 @@ NU = 0.05
 
 @pytest.fixture(scope="module")
 def rows() -> np.ndarray:
-    keys = np.ascontiguousarray(load_mimic3_vitals(default_slice_path()).standardised().keys)
-    _, first = np.unique(keys, axis=0, return_index=True)
-    return keys[np.sort(first)][:N]  # file order, each row once
+    return distinct_icu_rows(N)  # file order, each row once
 
 
 @pytest.fixture(scope="module")
