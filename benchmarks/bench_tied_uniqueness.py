@@ -32,20 +32,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.data.icu import load_mimic3_vitals  # noqa: E402
-from svattn.exact.backends import compiled  # noqa: E402
-from svattn.exact.core.kernels import gram_matrix  # noqa: E402
+from svattn.exact.backends import compiled, reference  # noqa: E402
 from svattn.exact.operations import solver  # noqa: E402
 from svattn.exact.view import instrument  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = REPO.parent / "shared" / "data" / "icu" / "mimic3_demo_vitals.csv.gz"
-
-
-def whole_test(ss, tied: np.ndarray) -> bool:
-    """The whole test: the block of the margin set and ``tied`` from the keys, factored
-    (what ``unique_optimum`` ran before the kept factor took tied tokens)."""
-    T = np.concatenate([ss.margin_slots(), tied])
-    return compiled.positive_definite(gram_matrix(ss.X[T], ss.kernel, ss.gamma_value), 1e-10)
 
 
 def run(X: np.ndarray, nu: float, gamma: float, count: int, seed: int) -> dict:
@@ -65,7 +57,7 @@ def run(X: np.ndarray, nu: float, gamma: float, count: int, seed: int) -> dict:
         kept = compiled.tied_positive_definite(ss, tied)
         t_kept = time.perf_counter() - t
         t = time.perf_counter()
-        whole = whole_test(ss, tied)
+        whole = reference.tied_block_test(ss, tied, compiled.positive_definite)
         t_whole = time.perf_counter() - t
         ties.append({"forget": k, "tied": int(len(tied)), "margin": int(ss.nS),
                      "kept_factor_ms": 1e3 * t_kept, "whole_test_ms": 1e3 * t_whole,

@@ -87,7 +87,7 @@ def test_the_tied_tests_copy_no_key_into_freed_memory(monkeypatch, call):
     runs = {
         "reference": lambda: reference.tied_positive_definite(ss, tied),
         "compiled": lambda: compiled.tied_positive_definite(ss, tied),
-        "compiled general": lambda: compiled.tied_test.general_test(
+        "compiled general": lambda: reference.tied_block_test(
             ss, tied, compiled.positive_definite),
         "has_equal_rows": lambda: has_equal_rows(strided),
     }
@@ -172,7 +172,8 @@ def _fitted_kept(seed: int = 5) -> tuple[SVDDMemory, np.ndarray]:
     compiled.margin_positive_definite(ss, ss.gram_buffer())
     tied = _outside(ss)[:2]
     if ss.nS >= compiled.FACTOR_KEPT_FROM:
-        assert compiled._tied_on_kept_factor(ss, tied)  # (the append succeeds: it tells)
+        assert compiled.tied_test.on_kept_factor(  # (the append succeeds: it tells)
+            ss, tied, compiled.margin_positive_definite, compiled.FACTOR_KEPT_FROM)
     return mem, tied
 
 

@@ -11,6 +11,7 @@ The algorithm that calls them is :mod:`svattn.exact.operations.solver`; ``docs/d
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -344,13 +345,19 @@ def positive_definite(K: np.ndarray, rel_shift: float) -> bool:
 
 
 def tied_positive_definite(ss: SlotState, tied: np.ndarray) -> bool:
-    """The kernel block of the margin set and ``tied``, from the keys, by
-    :func:`positive_definite` (``1e-10``); the keys' copy and the block zeroed after."""
+    """:func:`tied_block_test` by :func:`positive_definite`."""
+    return tied_block_test(ss, tied, positive_definite)
+
+
+def tied_block_test(ss: SlotState, tied: np.ndarray, block_test: Callable) -> bool:
+    """``block_test`` (``1e-10``) on the kernel block of the margin set and ``tied``,
+    computed from the keys (the general uniqueness test beside tied tokens; the compiled
+    backend passes its own factorization); the keys' copy and the block zeroed after."""
     keys = ss.X[np.concatenate([ss.margin_slots(), tied])]
     K = None
     try:
         K = gram_matrix(keys, ss.kernel, ss.gamma_value)
-        return positive_definite(K, 1e-10)
+        return bool(block_test(K, 1e-10))
     finally:
         scrub(keys)
         if K is not None:

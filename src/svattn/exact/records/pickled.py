@@ -1,6 +1,6 @@
 """The pickle of a solver state: its data, coefficients and factors, not its kernel cache.
 
-A fitted memory's kernel cache is an n×|S ∪ E| block (272 MB of a 20k-row model whose
+A fitted memory's kernel cache is an n × (its columns) block (184 MB of a 20k-row model whose
 pickle without it is 14.5 MB, ``benchmarks/bench_pickle.py``), and every entry of it is
 a kernel value of two keys the state holds. :func:`pack` leaves it out, with the two
 per-token hashes (also functions of the keys) and the slot arrays' padding past

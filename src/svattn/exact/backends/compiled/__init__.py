@@ -242,11 +242,6 @@ def tied_positive_definite(ss: SlotState, tied: np.ndarray) -> bool:
                                             positive_definite, FACTOR_KEPT_FROM)
 
 
-def _tied_on_kept_factor(ss: SlotState, tied: np.ndarray) -> bool:
-    """:func:`.tied.on_kept_factor` with this backend's margin test."""
-    return tied_test.on_kept_factor(ss, tied, margin_positive_definite, FACTOR_KEPT_FROM)
-
-
 def count_states(ss: SlotState) -> tuple[int, int, int]:
     """:func:`svattn.exact.backends.reference.count_states`, compiled."""
     nm, ne, nr = checks.count_states(ss.state, ss.hi)

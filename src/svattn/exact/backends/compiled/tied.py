@@ -2,9 +2,10 @@
 the margin set and the tied tokens minus ``1e-10·trace`` must be positive definite
 (:func:`svattn.exact.backends.reference.tied_positive_definite`). The kept factor tells
 where it can (:func:`on_kept_factor`: the tied tokens' rows appended, O(|S|²·t)); else
-the general test gathers the block from the keys and factors it whole
-(:func:`general_test`, O(|S|³): 196-232 ms at 2,184-2,401 margin tokens, where the
-kept factor took 1.4-2.1 ms, ``benchmarks/bench_tied_uniqueness.py``; 4 of 600 support
+the general test gathers the block from the keys and factors it whole (the reference's
+:func:`~svattn.exact.backends.reference.tied_block_test` with this backend's
+factorization, O(|S|³): 170-200 ms at 2,184-2,401 margin tokens, where the kept factor
+took 1.4-1.8 ms, ``benchmarks/bench_tied_uniqueness.py``; 4 of 600 support
 forgets of the distinct ICU rows left a tied token).
 
 Every temporary holding keys or kernel values is zeroed before it is freed, on every
@@ -23,6 +24,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from svattn.exact.backends import reference
 from svattn.exact.backends.compiled import linalg
 from svattn.exact.core.gram import locate
 from svattn.exact.core.kernels import gram_matrix
@@ -35,24 +37,11 @@ BlockTest = Callable[[np.ndarray, float], bool]
 def tied_positive_definite(ss: SlotState, tied: np.ndarray, margin_test: MarginTest,
                            block_test: BlockTest, kept_from: int) -> bool:
     """The kept factor's verdict where it gives one (:func:`on_kept_factor`), else
-    :func:`general_test`'s."""
+    :func:`~svattn.exact.backends.reference.tied_block_test`'s (the general test) with
+    ``block_test``."""
     if on_kept_factor(ss, tied, margin_test, kept_from):
         return True
-    return general_test(ss, tied, block_test)
-
-
-def general_test(ss: SlotState, tied: np.ndarray, block_test: BlockTest) -> bool:
-    """``block_test`` (``1e-10``) on the kernel block of the margin set and ``tied``,
-    computed from the keys; the keys' copy and the block zeroed after."""
-    keys = ss.X[np.concatenate([ss.margin_slots(), tied])]
-    K = None
-    try:
-        K = gram_matrix(keys, ss.kernel, ss.gamma_value)
-        return bool(block_test(K, 1e-10))
-    finally:
-        scrub(keys)
-        if K is not None:
-            scrub(K)
+    return reference.tied_block_test(ss, tied, block_test)
 
 
 def on_kept_factor(ss: SlotState, tied: np.ndarray, margin_test: MarginTest,
