@@ -17,7 +17,10 @@ spell of a shared machine falls on both sides:
 * the removal floor after them: one pass over the margin block of the kernel cache
   (:func:`bench_stream_speed.removal_floor`: every token's g, which a forget's
   certificate covers), and refit ÷ that pass — the most any forget that keeps g exact
-  on every token could reach;
+  on every token could reach; and, paired, one such pass timed just before and just
+  after each support forget, each forget over the mean of its two (the machine's
+  bandwidth drifts over minutes; two times taken seconds apart share it), by the count
+  of tokens that joined the margin set in it;
 * ``decision_function`` of 2,000 probe rows, against ``OneClassSVM``'s;
 * memory: the solver state's bytes per token (its numpy buffers: keys, the support's
   kernel columns, the bordered inverse; ``view.state_nbytes``);
@@ -46,7 +49,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from bench_stream_speed import removal_floor  # noqa: E402
+from bench_stream_speed import by_joined, floor_pass, removal_floor  # noqa: E402
 from streams import clustered_outliers  # noqa: E402
 from svattn import SVDD  # noqa: E402
 
@@ -74,13 +77,20 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
     oc_dec_s, _ = timed(lambda: oc.decision_function(probes))
     rng = np.random.default_rng(seed)
     rows = {i: X[i] for i in range(n)}
-    forget_s, add_s, refit_s, support, passes = [], [], [], [], []
+    forget_s, add_s, refit_s, support, passes, paired = [], [], [], [], [], []
+    joined: list[int] = []
     for k in range(forgets):
         pool = model.support_ if k % 2 == 0 else np.fromiter(rows, np.int64)
         victim = int(pool[rng.integers(len(pool))])
         support.append(victim in set(model.support_.tolist()))
         before = model.memory_.view.counters()["n_block_passes"]
+        margin_before = set(model.memory_.partition()["margin"].tolist())
+        pass_before = floor_pass(model.memory_) if support[-1] else 0.0
         s, receipt = timed(lambda v=victim: model.forget(indices=[v]))
+        if support[-1]:
+            paired.append(s / (0.5 * (pass_before + floor_pass(model.memory_))))
+            joined.append(len(set(model.memory_.partition()["margin"].tolist())
+                              - margin_before))
         passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         assert receipt.certificates[0].kkt_residual_after <= model.tol
         forget_s.append(s)
@@ -122,6 +132,13 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
                                                                    strict=True) if sv])
          / med(floor_s),
          "first_forget_over_floor_pass": forget_s[0] / med(floor_s),
+         # each support forget over the mean of one pass just before and one just after it
+         "support_forget_over_paired_pass_median": med(paired),
+         "support_forget_over_paired_pass_mean": float(np.mean(paired)),
+         "support_forget_over_paired_pass_all": paired,
+         # tokens that joined the margin set in each support forget
+         "support_forget_joined_all": joined,
+         "support_forget_over_paired_pass_by_joined": by_joined(joined, np.array(paired)),
          "partial_fit_one_row_median_ms": 1e3 * med(add_s),
          "refit_over_partial_fit": med(refit_s) / med(add_s),
          "decision_2000_ms": 1e3 * dec_s, "ocsvm_decision_2000_ms": 1e3 * oc_dec_s,
@@ -200,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"n={n:>6} γ={gamma}: margin {r['margin']}, fit {r['svdd_fit_s']:.2f} s "
                       f"vs {r['ocsvm_fit_s']:.2f} s ({r['fit_ratio']:.2f}x, {r['fit_path']}), "
                       f"forget {r['forget_median_ms']:.1f} ms (refit/forget "
-                      f"{r['refit_over_forget']:.0f}x), partial_fit "
+                      f"{r['refit_over_forget']:.0f}x; support forget "
+                      f"{r['support_forget_over_floor_pass']:.2f}x one pass after them, "
+                      f"{r['support_forget_over_paired_pass_median']:.2f}x paired), partial_fit "
                       f"{r['partial_fit_one_row_median_ms']:.1f} ms, dev "
                       f"{r['max_decision_dev_vs_fresh_fit']:.1e}", flush=True)
                 if args.json:  # written after every case: a long run keeps what it measured

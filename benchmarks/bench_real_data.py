@@ -16,7 +16,11 @@ one run and on one BLAS thread (libsvm runs on one):
   rows held);
   beside them the passes over the margin block each forget took (the solver's counter)
   and, after the forgets, one such pass timed (``bench_stream_speed.removal_floor``):
-  the forget's floor, and the first and median forget as multiples of it;
+  the forget's floor, and the first and median forget as multiples of it; and, paired,
+  one such pass timed just before and just after each forget, each forget over the
+  mean of its two (the machine's bandwidth drifts by a quarter over minutes: a ratio
+  of two times taken seconds apart does not carry that drift), with each forget's count
+  of tokens that joined the margin set and the paired ratio's median by that count;
 * after the forgets, the largest deviation of the decision function from a fresh
   ``SVDD(C=model.C_, gamma=model.gamma_).fit`` of the rows held, and of every group
   of identical rows' coefficient sum (the optimum fixes only the sum: copies share
@@ -53,7 +57,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from bench_stream_speed import removal_floor  # noqa: E402
+from bench_stream_speed import by_joined, floor_pass, removal_floor  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.data.icu import default_slice_path, load_mimic3_vitals  # noqa: E402
 
@@ -100,12 +104,16 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     """``count`` support forgets of ``model`` (fitted on X); timings and exactness."""
     rng = np.random.default_rng(seed)
     held = np.ones(len(X), bool)
-    times, refits, passes = [], [], []
+    times, refits, passes, paired, joined = [], [], [], [], []
     resolves = model.memory_.n_resolves
     for k in range(count):
         victim = int(model.support_[rng.integers(len(model.support_))])
         before = model.memory_.view.counters()["n_block_passes"]
+        margin_before = set(model.memory_.partition()["margin"].tolist())
+        pass_before = floor_pass(model.memory_)
         _, t = timed(lambda v=victim: model.forget(indices=[v]))
+        paired.append(0.5 * (pass_before + floor_pass(model.memory_)))
+        joined.append(len(set(model.memory_.partition()["margin"].tolist()) - margin_before))
         times.append(t)
         passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         held[victim] = False
@@ -122,6 +130,7 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     theirs[fresh.support_] = fresh.dual_coef_.ravel()
     sums = np.bincount(group, mine) - np.bincount(group, theirs)
     floor = float(np.median([removal_floor(model.memory_)[0] for _ in range(9)]))
+    over_paired = np.array(times) / np.array(paired)
     return {"forgets": count, "first_forget_ms": 1e3 * times[0],
             # one pass over the margin block (n × |S|), after the forgets: a forget's floor
             "floor_pass_ms": 1e3 * floor,
@@ -135,6 +144,17 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
             # slow one, e.g. a uniqueness test beside tied tokens)
             "forget_mean_ms": 1e3 * float(np.mean(times)),
             "forget_mean_over_floor": float(np.mean(times)) / floor,
+            # each forget over the mean of one pass timed just before and one just after it
+            "paired_pass_ms_median": 1e3 * float(np.median(paired)),
+            "paired_pass_ms_range": [1e3 * float(min(paired)), 1e3 * float(max(paired))],
+            "forget_over_paired_pass_median": float(np.median(over_paired)),
+            "forget_over_paired_pass_mean": float(np.mean(over_paired)),
+            "forget_over_paired_pass_all": over_paired.tolist(),
+            # tokens that joined the margin set in each forget, and the paired ratio's
+            # median by that count (each join costs a product with the inverse and a
+            # row of the uniqueness factor: two reads of an |S|² half)
+            "forget_joined_all": joined,
+            "forget_over_paired_pass_by_joined": by_joined(joined, over_paired),
             "forget_max_ms": 1e3 * float(np.max(times)),
             "forget_all_ms": [1e3 * t for t in times],
             "ocsvm_default_refit_median_ms": 1e3 * float(np.median(refits)),
@@ -248,7 +268,12 @@ def main(argv: list[str] | None = None) -> int:
                   f"max {r['forget_max_ms']:.0f} ms "
                   f"(one pass {r['floor_pass_ms']:.1f} ms: median "
                   f"{r['forget_median_over_floor']:.1f}×, first "
-                  f"{r['first_forget_over_floor']:.1f}×;"
+                  f"{r['first_forget_over_floor']:.1f}×; paired with a pass just "
+                  f"before and after each: median {r['forget_over_paired_pass_median']:.2f}×,"
+                  f" mean {r['forget_over_paired_pass_mean']:.2f}×; by tokens joining the "
+                  f"margin set: " + ", ".join(f"{k}: {v['median']:.2f}× ({v['forgets']})" for k, v
+                                             in r['forget_over_paired_pass_by_joined'].items())
+                  + ";"
                   f" at most {r['forget_passes_max']} passes) "
                   f"({r['forget_resolves']} re-solves); SVDD refit / forget "
                   f"{r['svdd_refit_over_forget_median']:.0f}×, OneClassSVM refit "

@@ -88,18 +88,37 @@ def removal_floor(mem: SVDDMemory) -> tuple[float, float]:
     the certificate's KKT residual covers) and one Cholesky test of ``K_SS`` (the
     certificate's uniqueness claim). Returns ``(pass_s, cholesky_s)``."""
     ss = instrument(mem)
+    nS = ss.nS
+    t_pass = floor_pass(mem)
+    kss = np.ascontiguousarray(ss.KC[ss.slot_of_col[:nS], :nS])
+    t = time.perf_counter()
+    linalg.positive_definite(kss, 1e-10)
+    t_chol = time.perf_counter() - t
+    kss.fill(0.0)
+    return t_pass, t_chol
+
+
+def floor_pass(mem: SVDDMemory) -> float:
+    """The pass of :func:`removal_floor` alone (no Cholesky test, no |S|² copy: timed
+    beside a forget, it leaves the allocator and the caches as the forget found them),
+    in seconds."""
+    ss = instrument(mem)
     nS, hi = ss.nS, ss.hi
     w, out = np.full(max(nS, 1), 1.0 / max(nS, 1)), np.zeros(hi)
     t = time.perf_counter()
     columns.add_block_matvec(ss.KC, w, nS, hi, out)
     t_pass = time.perf_counter() - t
-    kss = np.ascontiguousarray(ss.KC[ss.slot_of_col[:nS], :nS])
-    t = time.perf_counter()
-    linalg.positive_definite(kss, 1e-10)
-    t_chol = time.perf_counter() - t
     out.fill(0.0)
-    kss.fill(0.0)
-    return t_pass, t_chol
+    return t_pass
+
+
+def by_joined(joined: list[int], ratios: np.ndarray) -> dict[str, dict]:
+    """Per count of tokens joining the margin set (``"3+"``: three or more): how many
+    forgets had it and their median ratio."""
+    keys = np.minimum(np.asarray(joined), 3)
+    return {(str(k) if k < 3 else "3+"): {"forgets": int((keys == k).sum()),
+                                          "median": float(np.median(ratios[keys == k]))}
+            for k in range(4) if (keys == k).any()}
 
 
 def stream_adds(mem: SVDDMemory, xs: np.ndarray) -> tuple[list[float], list[float]]:

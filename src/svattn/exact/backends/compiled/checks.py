@@ -274,6 +274,18 @@ def wipe_slot_arrays(X, V, KC, XC, ac, soc, cos, xn2, diag, alpha, g, esum, memb
 
 
 @njit(cache=True)
+def _in_sync(member, state, hi):
+    """Whether the error sum's members are exactly the error tokens (nothing for
+    :func:`error_sum_sync` to do). A scan of its own: the same test inside the loop
+    that holds the updates made a sync with nothing to do take 62 µs at 8,000 slots,
+    where it takes 6 µs with this scan first (the call included)."""
+    for s in range(hi):
+        if member[s] != (state[s] == ERROR):
+            return False
+    return True
+
+
+@njit(cache=True)
 def _fresh_column_add(esum, X, diag, s, hi, gamma, is_rbf, sign, tmp):
     """``esum[:hi] += sign · K[:hi, s]`` from a column computed into ``tmp`` (hi, 1)
     as :func:`~.columns.kernel_column` computes a cached one; ``tmp`` is zeroed after
@@ -296,6 +308,8 @@ def error_sum_sync(esum, member, KC, soc, cos, state, X, diag, nS, chi, hi, gamm
     of columns added or subtracted, or -1 after a rebuild from scratch.
     """
     n = 0
+    if not rebuild and _in_sync(member, state, hi):
+        return 0  # (the usual case)
     tmp = np.zeros((0, 1))  # a scratch column, allocated on first need
     if rebuild:  # start empty: every error column is then added below
         for i in range(hi):
