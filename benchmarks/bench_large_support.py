@@ -84,12 +84,12 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
         victim = int(pool[rng.integers(len(pool))])
         support.append(victim in set(model.support_.tolist()))
         before = model.memory_.view.counters()["n_block_passes"]
-        margin_before = set(model.memory_.partition()["margin"].tolist())
+        margin_before = set(model.memory_.partition()["margin"])
         pass_before = floor_pass(model.memory_) if support[-1] else 0.0
         s, receipt = timed(lambda v=victim: model.forget(indices=[v]))
         if support[-1]:
             paired.append(s / (0.5 * (pass_before + floor_pass(model.memory_))))
-            joined.append(len(set(model.memory_.partition()["margin"].tolist())
+            joined.append(len(set(model.memory_.partition()["margin"])
                               - margin_before))
         passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         assert receipt.certificates[0].kkt_residual_after <= model.tol

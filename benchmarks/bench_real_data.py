@@ -109,11 +109,11 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     for k in range(count):
         victim = int(model.support_[rng.integers(len(model.support_))])
         before = model.memory_.view.counters()["n_block_passes"]
-        margin_before = set(model.memory_.partition()["margin"].tolist())
+        margin_before = set(model.memory_.partition()["margin"])
         pass_before = floor_pass(model.memory_)
         _, t = timed(lambda v=victim: model.forget(indices=[v]))
         paired.append(0.5 * (pass_before + floor_pass(model.memory_)))
-        joined.append(len(set(model.memory_.partition()["margin"].tolist()) - margin_before))
+        joined.append(len(set(model.memory_.partition()["margin"]) - margin_before))
         times.append(t)
         passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         held[victim] = False
