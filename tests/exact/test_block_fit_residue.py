@@ -19,13 +19,18 @@ import pytest
 from heap_helpers import copies_in_process_memory, needs_proc_mem
 from svattn.exact import SVDDMemory
 from svattn.exact.core import cache
+from svattn.exact.memory import BACKENDS
 from svattn.exact.operations import batch, solver
 
 
 @needs_proc_mem
-@pytest.mark.parametrize(("n", "d", "first"), [(128, 5, 0), (150, 4, 0), (200, 5, 0),
-                                               (300, 3, 0), (600, 3, 40)])
-def test_a_forgotten_support_token_of_a_block_fit_leaves_no_copy_in_freed_memory(n, d, first):
+@pytest.mark.parametrize(("n", "d", "first", "resolve"), [
+    (128, 5, 0, False), (150, 4, 0, False), (200, 5, 0, False), (300, 3, 0, False),
+    (600, 3, 40, False),  # a block onto held rows
+    (800, 3, 0, True),  # then the re-solve by columns (solver.resolve_by_columns)
+])
+def test_a_forgotten_support_token_of_a_block_fit_leaves_no_copy_in_freed_memory(
+        monkeypatch, n, d, first, resolve):
     # libsvm's support is the margin and the error tokens; each is forgotten, the
     # caller's copy zeroed, and the process's heap (live and freed blocks) read for its
     # key right after the forget. Before the fix every margin key had one copy left
@@ -34,13 +39,20 @@ def test_a_forgotten_support_token_of_a_block_fit_leaves_no_copy_in_freed_memory
     # allocator to keep them aside untouched (tcache), where larger ones were mostly
     # written over by later allocations (the reason the scan alone cannot pin it: the
     # test below does)
-    rng = np.random.default_rng([n, d, first])
+    rng = np.random.default_rng([n, d, first + 7 * resolve])
     X = rng.normal(size=(n, d))
     mem = SVDDMemory(0.02)
     if first:  # a memory of `first` tokens, then a block into it (ingest's second batch)
         mem.extend(X[:first])
     mem.extend(X[first:])
-    assert mem.ingest_path == "libsvm+exact"
+    assert resolve or mem.ingest_path == "libsvm+exact"
+    if resolve:  # (whichever path the fit took)
+        by_columns = []
+        real = solver.resolve_by_columns
+        monkeypatch.setattr(solver, "resolve_by_columns",
+                            lambda *a: by_columns.append(1) or real(*a))
+        solver.resolve(mem.solver_state, BACKENDS[mem.backend])
+        assert by_columns
     part = mem.partition()
     victims = part["margin"][:4] + part["error"][:2]
     assert len(victims) == 6
