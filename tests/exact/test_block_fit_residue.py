@@ -80,7 +80,7 @@ def _peak_bytes(f) -> int:
 
 def _fitted_state():
     mem = SVDDMemory(0.02)
-    mem.extend(np.random.default_rng(0).normal(size=(600, 16)))
+    mem.extend(np.random.default_rng(0).normal(size=(600, 32)))
     assert mem.ingest_path == "libsvm+exact"
     return mem, mem.solver_state
 
@@ -98,7 +98,7 @@ def test_the_column_keys_are_taken_without_a_temporary():
     peak = _peak_bytes(lambda: cache.index_columns(ss, margin))
     ss.chi = chi
     assert np.array_equal(ss.XC[: ss.nS], keys)
-    assert peak < keys.nbytes // 2, peak  # (the index arrays it builds: 8 bytes a key)
+    assert peak < keys.nbytes // 2, peak  # (its index arrays: ~60 bytes a key, a key 256)
 
 
 def test_the_keys_handed_to_libsvm_are_taken_without_a_temporary(monkeypatch):
