@@ -7,23 +7,16 @@ Gram buffer it reads, and the kernel signatures its callers reach.
 from __future__ import annotations
 
 import gc
-import os
 import sys
 
 import numpy as np
 import pytest
 
+from heap_helpers import copies_in_process_memory, needs_proc_mem
 from svattn.exact import SVDDMemory
 from svattn.exact.backends import compiled, reference
 from svattn.exact.core.kktsets import ERROR, RESERVE
-
-sys.path.insert(0, os.path.dirname(__file__))
-from test_residue import _copies_in_process_memory  # noqa: E402
-
-from tied_helpers import add_tied_near_copy, distinct_icu_rows  # noqa: E402
-
-_PROC = pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
-                           reason="needs Linux's /proc/self/mem to read the process's memory")
+from tied_helpers import add_tied_near_copy, distinct_icu_rows
 
 
 def _tied_beside(backend: str, seed: int) -> tuple[SVDDMemory, np.ndarray, int, int]:
@@ -36,7 +29,7 @@ def _tied_beside(backend: str, seed: int) -> tuple[SVDDMemory, np.ndarray, int, 
     return mem, row, tw, victim
 
 
-@_PROC
+@needs_proc_mem
 @pytest.mark.parametrize("kept_from", [4, 10**6], ids=["kept-factor", "general"])
 def test_a_tied_tokens_key_leaves_no_copy_in_freed_memory(monkeypatch, kept_from):
     # the test gathered the keys of the margin set and the tied tokens (ss.X[T]) for the
@@ -65,10 +58,10 @@ def test_a_tied_tokens_key_leaves_no_copy_in_freed_memory(monkeypatch, kept_from
     mem.remove(tw)
     gc.collect()
     row.fill(0)
-    assert _copies_in_process_memory(needle) == 0
+    assert copies_in_process_memory(needle) == 0
 
 
-@_PROC
+@needs_proc_mem
 @pytest.mark.parametrize("call", ["reference", "compiled", "compiled general",
                                   "has_equal_rows"])
 def test_the_tied_tests_copy_no_key_into_freed_memory(monkeypatch, call):
@@ -94,11 +87,11 @@ def test_the_tied_tests_copy_no_key_into_freed_memory(monkeypatch, call):
     needle = row.tobytes()
     row.fill(0)
     gc.collect()
-    before = _copies_in_process_memory(needle)
+    before = copies_in_process_memory(needle)
     assert before >= 1  # the stored key: the scan is not vacuous
     runs[call]()
     gc.collect()
-    assert _copies_in_process_memory(needle) == before
+    assert copies_in_process_memory(needle) == before
     strided.base.fill(0)
 
 

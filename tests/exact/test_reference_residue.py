@@ -4,9 +4,10 @@ included, whatever the removal went through (drive events, contraction, polish, 
 re-solve); the temporaries that held keys or kernel values are zeroed before they are
 freed (``scrub``), exceptions included.
 
-The scan is :func:`test_residue._copies_in_process_memory` (``/proc/self/mem``). The
-memories here are fitted row by row (the incremental path) where the removed token
-was in the fit: a block fit's libsvm call leaves a copy of its own (see the changelog).
+The scan is :func:`heap_helpers.copies_in_process_memory` (``/proc/self/mem``). The
+memories here are fitted row by row (the incremental path), and as one block (libsvm's
+warm start and the exact finish) where the removed token was in the fit
+(``tests/exact/test_block_fit_residue.py``: what that path left before).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sys
 import numpy as np
 import pytest
 
+from heap_helpers import copies_in_process_memory, needs_proc_mem
 from svattn.exact import SVDDMemory
 from svattn.exact.core.kktsets import ERROR, MARGIN, RESERVE
 from svattn.exact.core.state import NeedResolve
@@ -25,12 +27,10 @@ from svattn.exact.memory import BACKENDS
 from svattn.exact.operations import ingest, rollback, solver
 
 sys.path.insert(0, os.path.dirname(__file__))
-from test_residue import _copies_in_process_memory, _spy_on_scrub  # noqa: E402
+from test_residue import _spy_on_scrub  # noqa: E402
 
 from tied_helpers import add_tied_near_copy  # noqa: E402
 
-_PROC = pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
-                           reason="needs Linux's /proc/self/mem to read the process's memory")
 BOTH = pytest.mark.parametrize("backend", ["reference", "compiled"])
 
 
@@ -54,20 +54,21 @@ def _remove_and_scan(mem: SVDDMemory, tid: int, row: np.ndarray) -> int:
     """Remove ``tid`` (key ``row``, zeroed after) and count its key's copies left."""
     needle = row.tobytes()
     gc.collect()
-    assert _copies_in_process_memory(needle) >= 2  # the stored key and `row`: not vacuous
+    assert copies_in_process_memory(needle) >= 2  # the stored key and `row`: not vacuous
     mem.remove(tid)
     gc.collect()
     row.fill(0.0)
-    return _copies_in_process_memory(needle)
+    return copies_in_process_memory(needle)
 
 
-@_PROC
+@needs_proc_mem
 @BOTH
 @pytest.mark.parametrize("which", ["margin", "error", "reserve"])
-@pytest.mark.parametrize("kernel", ["rbf", "exp"])
-def test_a_removed_tokens_key_leaves_no_copy(monkeypatch, backend, which, kernel):
-    mem = _fitted(monkeypatch, backend, 11 + ["margin", "error", "reserve"].index(which),
-                  kernel)
+@pytest.mark.parametrize(("kernel", "fit"), [("rbf", "rows"), ("exp", "rows"),
+                                             ("rbf", "block")])  # (the block path: rbf's)
+def test_a_removed_tokens_key_leaves_no_copy(monkeypatch, backend, which, kernel, fit):
+    mem = _fitted(monkeypatch, backend, 11 + ["margin", "error", "reserve"].index(which)
+                  + 100 * (fit == "block"), kernel, batch=fit == "block")
     ss = mem.solver_state
     part = mem.partition()
     assert len(part[which]) >= 3
@@ -81,7 +82,7 @@ def test_a_removed_tokens_key_leaves_no_copy(monkeypatch, backend, which, kernel
     assert _remove_and_scan(mem, tid, ss.X[slot].copy()) == 0
 
 
-@_PROC
+@needs_proc_mem
 @pytest.mark.parametrize(("backend", "seed"), [  # (seeds where the near-copy ends tied)
     *(("reference", s) for s in (2, 3, 6, 7, 8, 9)),
     *(("compiled", s) for s in (5, 7, 8, 10, 12, 13))])
@@ -100,7 +101,7 @@ def test_a_tied_near_copys_key_leaves_no_copy(monkeypatch, backend, seed):
     assert _remove_and_scan(mem, tw, row) == 0
 
 
-@_PROC
+@needs_proc_mem
 @BOTH
 def test_a_driven_in_tokens_key_leaves_no_copy(monkeypatch, backend):
     # a row added far outside (the drive takes it in, its column allocated), a margin
@@ -112,7 +113,7 @@ def test_a_driven_in_tokens_key_leaves_no_copy(monkeypatch, backend):
     assert _remove_and_scan(mem, tid, row) == 0
 
 
-@_PROC
+@needs_proc_mem
 @BOTH
 def test_a_removal_that_falls_back_to_a_resolve_leaves_no_copy(monkeypatch, backend):
     # the removal's drive gives up (NeedResolve): the Gram re-solve of the live set,
@@ -218,7 +219,7 @@ def test_the_margin_blocks_gathered_from_the_cache_are_scrubbed(monkeypatch, whe
     assert any(a.shape == KSS.shape and np.array_equal(a, KSS) for a in scrubbed)
 
 
-@_PROC
+@needs_proc_mem
 @BOTH
 @pytest.mark.parametrize("query", ["readout", "decision_function"])
 @pytest.mark.parametrize("values", [False, True], ids=["keys", "keys+values"])
@@ -249,4 +250,4 @@ def test_reading_the_memory_then_removing_a_token_leaves_no_copy(monkeypatch, ba
     assert _remove_and_scan(mem, tid, row) == 0
     if vneedle is not None:
         gc.collect()
-        assert _copies_in_process_memory(vneedle) == 0
+        assert copies_in_process_memory(vneedle) == 0

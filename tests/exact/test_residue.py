@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
 
 import numpy as np
 import pytest
 
+from heap_helpers import copies_in_process_memory, needs_proc_mem
 from svattn.exact import SVDDMemory
 from svattn.exact.core.hashes import token_hash
 from svattn.exact.memory import BACKENDS
@@ -285,7 +285,6 @@ def test_a_temporary_file_a_live_save_is_writing_is_left_alone(tmp_path):
     exists until after the rename: a load beside it (another process) must not delete
     that file, or the live save's rename would fail."""
     import fcntl
-    import os
 
     mem = SVDDMemory(0.1)
     mem.extend(np.random.default_rng(6).normal(size=(30, 3)))
@@ -340,48 +339,7 @@ def test_a_removed_tokens_kernel_row_is_zeroed_past_the_columns_in_use(backend):
         assert not (ss.slot_of_col[: ss.chi] < 0).any()
 
 
-def _copies_in_process_memory(needle: bytes) -> int:
-    """How many times ``needle`` occurs in this process's writable heap and anonymous
-    memory (live and freed blocks alike), not counting the needle's own bytes.
-
-    The scan reads through one anonymous mapping made after the list of mappings is
-    taken (so it is not scanned itself), zeroed and unmapped at the end: reading into
-    ``bytes`` objects would leave copies of the heap, needle included, in freed memory
-    that a later scan would count.
-    """
-    import mmap
-
-    own = id(needle) + sys.getsizeof(b"") - 1  # where CPython keeps a bytes object's data
-    with open("/proc/self/maps") as fh:
-        maps = fh.read().splitlines()
-    step, hits = 1 << 22, 0
-    buf = mmap.mmap(-1, step + len(needle))
-    try:
-        with open("/proc/self/mem", "rb", 0) as mem:
-            for line in maps:
-                parts = line.split()
-                if "rw" not in parts[1] or (len(parts) > 5 and parts[5] != "[heap]"):
-                    continue  # read-only, or a file's or the stack's mapping
-                lo, hi = (int(x, 16) for x in parts[0].split("-"))
-                for start in range(lo, hi, step):
-                    size = min(step + len(needle) - 1, hi - start)
-                    try:
-                        mem.seek(start)
-                        got = mem.readinto(memoryview(buf)[:size])
-                    except (OSError, ValueError, OverflowError):
-                        break
-                    at = buf.find(needle, 0, got or 0)
-                    while at >= 0:  # a match in the overlap is counted by its chunk only
-                        hits += start + at != own and at < step
-                        at = buf.find(needle, at + 1, got)
-    finally:
-        buf[:] = bytes(len(buf))
-        buf.close()
-    return hits
-
-
-@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
-                    reason="needs Linux's /proc/self/mem to read the process's memory")
+@needs_proc_mem
 @pytest.mark.parametrize("values", [False, True], ids=["keys", "keys+values"])
 @pytest.mark.parametrize("hashing", ["commit_tokens", "block_hashes", "token_digests",
                                      "commit_token", "token_hash", "row_hash"])
@@ -410,15 +368,14 @@ def test_hashing_new_rows_leaves_no_copy_of_them_in_freed_memory(hashing, values
         "token_hash": lambda: hashes.token_hash(3, X[3].tolist(), None),
         "row_hash": lambda: hashes.row_hash(X[3], X[3] if V is None else V[3]),
     }
-    before = _copies_in_process_memory(needle)
+    before = copies_in_process_memory(needle)
     assert before >= 1  # X itself: the scan is not vacuous
     calls[hashing]()
     gc.collect()
-    assert _copies_in_process_memory(needle) == before
+    assert copies_in_process_memory(needle) == before
 
 
-@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
-                    reason="needs Linux's /proc/self/mem to read the process's memory")
+@needs_proc_mem
 @pytest.mark.parametrize("rows", [1, 5, 20])
 @pytest.mark.parametrize("how", ["remove", "remove with values", "erase"])
 def test_an_extended_then_removed_row_leaves_no_copy_in_freed_memory(rows, how):
@@ -438,18 +395,17 @@ def test_an_extended_then_removed_row_leaves_no_copy_in_freed_memory(rows, how):
     ids = mem.extend(X, V, tags=[f"s{i}" for i in range(rows)] if how == "erase" else None)
     X.fill(0)  # the caller's own copy goes
     del X
-    assert _copies_in_process_memory(needle) >= 2  # the stored key and `row`: not vacuous
+    assert copies_in_process_memory(needle) >= 2  # the stored key and `row`: not vacuous
     if how == "erase":
         mem.erase(f"s{j}")
     else:
         mem.remove(ids[j])
     gc.collect()
     row.fill(0)
-    assert _copies_in_process_memory(needle) == 0
+    assert copies_in_process_memory(needle) == 0
 
 
-@pytest.mark.skipif(not os.access("/proc/self/mem", os.R_OK),
-                    reason="needs Linux's /proc/self/mem to read the process's memory")
+@needs_proc_mem
 def test_a_removed_error_token_leaves_no_copy_of_its_key_in_freed_memory():
     # an error token keeps no column: its removal computes one afresh (and the error sum
     # loses it), each temporary holding its key's data zeroed before it is freed
@@ -466,8 +422,8 @@ def test_a_removed_error_token_leaves_no_copy_of_its_key_in_freed_memory():
     tid = ids[3]
     assert tid in mem.partition()["error"]
     assert mem.solver_state.col_of_slot[mem.solver_state.id_to_slot[tid]] < 0
-    assert _copies_in_process_memory(needle) >= 2  # the stored key and `row`
+    assert copies_in_process_memory(needle) >= 2  # the stored key and `row`
     mem.remove(tid)
     gc.collect()
     row.fill(0)
-    assert _copies_in_process_memory(needle) == 0
+    assert copies_in_process_memory(needle) == 0

@@ -345,7 +345,10 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     alphas and both maps between slots and columns."""
     na = len(slots)
     ss.KC[slots, np.arange(na)] = ss.diag[slots]
-    np.take(ss.X, slots, axis=0, out=ss.XC[:na])  # (no temporary key copy)
+    # "clip" (the slots are live, in range): take writes straight into out, where its
+    # default "raise" fills a buffered copy of out and frees it unzeroed — a copy of
+    # every margin key left in freed memory after the token's removal
+    np.take(ss.X, slots, axis=0, out=ss.XC[:na], mode="clip")
     ss.slot_of_col[:na] = slots
     ss.col_of_slot[slots] = np.arange(na)
     ss.ac[:na] = ss.alpha[slots]

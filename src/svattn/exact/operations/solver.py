@@ -550,7 +550,8 @@ def solve_by_columns(ss: SlotState, live: np.ndarray, rows: np.ndarray | None = 
     the caller scrubs the columns it gets back."""
     m = len(live) + (0 if rows is None else len(rows))
     X = np.empty((m, ss.X.shape[1]))  # scrubbed below
-    np.take(ss.X, live, axis=0, out=X[: len(live)])  # (no temporary key copy)
+    # ("clip": no buffered copy of out, which "raise" frees unzeroed; cache.index_columns)
+    np.take(ss.X, live, axis=0, out=X[: len(live)], mode="clip")
     if rows is not None:
         X[len(live):] = rows
     try:
