@@ -344,17 +344,32 @@ def index_columns(ss: SlotState, slots: np.ndarray) -> None:
     ``slots``' columns: each token's own entry (its diagonal), the cached keys and
     alphas and both maps between slots and columns."""
     na = len(slots)
+    take_rows(ss.X[: ss.hi], slots, ss.XC[:na])  # (slots past hi: none live)
     ss.KC[slots, np.arange(na)] = ss.diag[slots]
-    # "clip" (the slots are live, in range): take writes straight into out, where its
-    # default "raise" fills a buffered copy of out and frees it unzeroed — a copy of
-    # every margin key left in freed memory after the token's removal
-    np.take(ss.X, slots, axis=0, out=ss.XC[:na], mode="clip")
     ss.slot_of_col[:na] = slots
     ss.col_of_slot[slots] = np.arange(na)
     ss.ac[:na] = ss.alpha[slots]
     ss.chi = na
 
 
+def take_rows(src: np.ndarray, rows: np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = src[rows]`` with no temporary copy of the rows: ``np.take`` in
+    ``mode="clip"`` writes straight into ``out``, where its default ``"raise"`` fills a
+    buffered copy of ``out`` and frees it unzeroed (a copy of every key taken, left in
+    freed memory after the token's removal). "clip" would clamp an index out of range,
+    a negative one included, to a wrong row without a word: each is refused first.
+
+    Raises
+    ------
+    IndexError
+        An index below 0 or past ``src``'s rows (nothing written).
+    """
+    if len(rows) and not 0 <= int(rows.min()) <= int(rows.max()) < src.shape[0]:
+        raise IndexError(f"rows {int(rows.min())}..{int(rows.max())} out of range for "
+                         f"{src.shape[0]} rows")
+    np.take(src, rows, axis=0, out=out, mode="clip")
+
+
 __all__ = ["ILL_SCHUR", "SINGULAR_SCHUR", "adopt_rows", "border_size", "expand", "first_bound",
            "flat_exchange", "free_col", "ill_margin", "index_columns", "mu_move", "permute_rows",
-           "refactorize", "swap_cols", "write_columns"]
+           "refactorize", "swap_cols", "take_rows", "write_columns"]

@@ -22,6 +22,7 @@ from svattn.exact.core.cache import (
     ill_margin,
     outside_description,
     refactorize,
+    take_rows,
     write_columns,
 )
 from svattn.exact.core.hashes import block_hashes
@@ -550,8 +551,7 @@ def solve_by_columns(ss: SlotState, live: np.ndarray, rows: np.ndarray | None = 
     the caller scrubs the columns it gets back."""
     m = len(live) + (0 if rows is None else len(rows))
     X = np.empty((m, ss.X.shape[1]))  # scrubbed below
-    # ("clip": no buffered copy of out, which "raise" frees unzeroed; cache.index_columns)
-    np.take(ss.X, live, axis=0, out=X[: len(live)], mode="clip")
+    take_rows(ss.X[: ss.hi], live, X[: len(live)])  # (no buffered copy: cache.take_rows)
     if rows is not None:
         X[len(live):] = rows
     try:
