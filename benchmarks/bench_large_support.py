@@ -49,7 +49,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from bench_stream_speed import by_joined, floor_pass, removal_floor  # noqa: E402
+from bench_stream_speed import by_joined, floor_pass, margin_joins, removal_floor  # noqa: E402
 from streams import clustered_outliers  # noqa: E402
 from svattn import SVDD  # noqa: E402
 
@@ -79,18 +79,21 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
     rows = {i: X[i] for i in range(n)}
     forget_s, add_s, refit_s, support, passes, paired = [], [], [], [], [], []
     joined: list[int] = []
+    joins: list[int] = []
     for k in range(forgets):
         pool = model.support_ if k % 2 == 0 else np.fromiter(rows, np.int64)
         victim = int(pool[rng.integers(len(pool))])
         support.append(victim in set(model.support_.tolist()))
         before = model.memory_.view.counters()["n_block_passes"]
-        margin_before = set(model.memory_.partition()["margin"])
+        part_before = model.memory_.partition()
         pass_before = floor_pass(model.memory_) if support[-1] else 0.0
         s, receipt = timed(lambda v=victim: model.forget(indices=[v]))
         if support[-1]:
             paired.append(s / (0.5 * (pass_before + floor_pass(model.memory_))))
-            joined.append(len(set(model.memory_.partition()["margin"])
-                              - margin_before))
+            net, n_joins = margin_joins(part_before, model.memory_.partition(),
+                                        receipt.certificates[0].n_events)
+            joined.append(net)
+            joins.append(n_joins)
         passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         assert receipt.certificates[0].kkt_residual_after <= model.tol
         forget_s.append(s)
@@ -136,9 +139,12 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
          "support_forget_over_paired_pass_median": med(paired),
          "support_forget_over_paired_pass_mean": float(np.mean(paired)),
          "support_forget_over_paired_pass_all": paired,
-         # tokens that joined the margin set in each support forget
+         # tokens that joined the margin set in each support forget: net (in the set
+         # after, not before), and every join (bench_stream_speed.margin_joins)
          "support_forget_joined_all": joined,
          "support_forget_over_paired_pass_by_joined": by_joined(joined, np.array(paired)),
+         "support_forget_joins_all": joins,
+         "support_forget_over_paired_pass_by_joins": by_joined(joins, np.array(paired)),
          "partial_fit_one_row_median_ms": 1e3 * med(add_s),
          "refit_over_partial_fit": med(refit_s) / med(add_s),
          "decision_2000_ms": 1e3 * dec_s, "ocsvm_decision_2000_ms": 1e3 * oc_dec_s,

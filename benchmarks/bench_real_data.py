@@ -57,7 +57,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from bench_stream_speed import by_joined, floor_pass, removal_floor  # noqa: E402
+from bench_stream_speed import by_joined, floor_pass, margin_joins, removal_floor  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.data.icu import default_slice_path, load_mimic3_vitals  # noqa: E402
 
@@ -104,16 +104,19 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     """``count`` support forgets of ``model`` (fitted on X); timings and exactness."""
     rng = np.random.default_rng(seed)
     held = np.ones(len(X), bool)
-    times, refits, passes, paired, joined = [], [], [], [], []
+    times, refits, passes, paired, joined, joins = [], [], [], [], [], []
     resolves = model.memory_.n_resolves
     for k in range(count):
         victim = int(model.support_[rng.integers(len(model.support_))])
         before = model.memory_.view.counters()["n_block_passes"]
-        margin_before = set(model.memory_.partition()["margin"])
+        part_before = model.memory_.partition()
         pass_before = floor_pass(model.memory_)
-        _, t = timed(lambda v=victim: model.forget(indices=[v]))
+        receipt, t = timed(lambda v=victim: model.forget(indices=[v]))
         paired.append(0.5 * (pass_before + floor_pass(model.memory_)))
-        joined.append(len(set(model.memory_.partition()["margin"]) - margin_before))
+        net, n_joins = margin_joins(part_before, model.memory_.partition(),
+                                    receipt.certificates[0].n_events)
+        joined.append(net)
+        joins.append(n_joins)
         times.append(t)
         passes.append(model.memory_.view.counters()["n_block_passes"] - before)
         held[victim] = False
@@ -152,9 +155,13 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
             "forget_over_paired_pass_all": over_paired.tolist(),
             # tokens that joined the margin set in each forget, and the paired ratio's
             # median by that count (each join costs a product with the inverse, a read
-            # of an |S|² half, and its rows in the uniqueness factor)
+            # of an |S|² half, and its rows in the uniqueness factor): net (in the set
+            # after, not before), and every join (one that left again, or left and came
+            # back, too: bench_stream_speed.margin_joins)
             "forget_joined_all": joined,
             "forget_over_paired_pass_by_joined": by_joined(joined, over_paired),
+            "forget_joins_all": joins,
+            "forget_over_paired_pass_by_joins": by_joined(joins, over_paired),
             "forget_max_ms": 1e3 * float(np.max(times)),
             "forget_all_ms": [1e3 * t for t in times],
             "ocsvm_default_refit_median_ms": 1e3 * float(np.median(refits)),

@@ -112,6 +112,24 @@ def floor_pass(mem: SVDDMemory) -> float:
     return t_pass
 
 
+def margin_joins(before: dict[str, list[int]], after: dict[str, list[int]],
+                 n_events: int) -> tuple[int, int]:
+    """Tokens that joined the margin set in one removal, from the memory's partition
+    before and after it and its certificate's ``n_events``: ``(net, joins)``. ``net``
+    counts the tokens in the margin set after and not before; ``joins`` every entry
+    into it, a token that joined and left again, or left and joined again, included
+    (a working set's end reports such set changes too). Each event moves one token
+    across the margin set's border, c's exit aside, so ``joins − leaves`` is the net
+    change and ``joins + leaves = n_events − 1``. A removal with no events (a reserve
+    token's, or a batch re-solve: ``n_events`` ≤ 0) has ``joins = net``."""
+    held = {t for ts in after.values() for t in ts}
+    mb, ma = set(before["margin"]) & held, set(after["margin"])
+    net, left = len(ma - mb), len(mb - ma)
+    if n_events < 1:
+        return net, net
+    return net, max(net, (n_events - 1 + net - left) // 2)
+
+
 def by_joined(joined: list[int], ratios: np.ndarray) -> dict[str, dict]:
     """Per count of tokens joining the margin set (``"3+"``: three or more): how many
     forgets had it and their median ratio."""
