@@ -18,9 +18,11 @@ one run and on one BLAS thread (libsvm runs on one):
   and, after the forgets, one such pass timed (``bench_stream_speed.removal_floor``):
   the forget's floor, and the first and median forget as multiples of it; and, paired,
   one such pass timed just before and just after each forget, each forget over the
-  mean of its two (the pass alone moved 8.7–14.4 ms within one run of 60 forgets on
-  the distinct rows: two times taken a few ms apart share that drift), with each forget's count
-  of tokens that joined the margin set and the paired ratio's median by that count;
+  mean of its two (that mean ranged 8.7–14.0 ms within one run of 60 forgets on the
+  distinct rows, 9.3–14.4 ms in another: two times taken a few ms apart share that
+  drift), with each forget's count of tokens that joined the margin set (net, and
+  every join: ``bench_stream_speed.margin_joins``) and the paired ratio's median by
+  each count;
 * after the forgets, the largest deviation of the decision function from a fresh
   ``SVDD(C=model.C_, gamma=model.gamma_).fit`` of the rows held, and of every group
   of identical rows' coefficient sum (the optimum fixes only the sum: copies share
