@@ -49,7 +49,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from bench_stream_speed import by_joined, floor_pass, margin_joins, removal_floor  # noqa: E402
+from bench_stream_speed import by_joined, paired_forget, removal_floor  # noqa: E402
 from streams import clustered_outliers  # noqa: E402
 from svattn import SVDD  # noqa: E402
 
@@ -84,19 +84,14 @@ def run_case(n: int, gamma: float, nu: float, *, fits: int, forgets: int, refits
         pool = model.support_ if k % 2 == 0 else np.fromiter(rows, np.int64)
         victim = int(pool[rng.integers(len(pool))])
         support.append(victim in set(model.support_.tolist()))
-        before = model.memory_.view.counters()["n_block_passes"]
-        part_before = model.memory_.partition()
-        pass_before = floor_pass(model.memory_) if support[-1] else 0.0
-        s, receipt = timed(lambda v=victim: model.forget(indices=[v]))
+        f = paired_forget(model, victim, passes=support[-1])
         if support[-1]:
-            paired.append(s / (0.5 * (pass_before + floor_pass(model.memory_))))
-            net, n_joins = margin_joins(part_before, model.memory_.partition(),
-                                        receipt.certificates[0].n_events)
-            joined.append(net)
-            joins.append(n_joins)
-        passes.append(model.memory_.view.counters()["n_block_passes"] - before)
-        assert receipt.certificates[0].kkt_residual_after <= model.tol
-        forget_s.append(s)
+            paired.append(f.seconds / f.pass_s)
+            joined.append(f.joined)
+            joins.append(f.joins)
+        passes.append(f.passes)
+        assert f.receipt.certificates[0].kkt_residual_after <= model.tol
+        forget_s.append(f.seconds)
         rows.pop(victim)
         if k < refits:
             rest = np.stack(list(rows.values()))

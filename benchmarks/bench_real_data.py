@@ -59,7 +59,7 @@ from threadpoolctl import threadpool_limits
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_records import add_conditions, write_record  # noqa: E402
-from bench_stream_speed import by_joined, floor_pass, margin_joins, removal_floor  # noqa: E402
+from bench_stream_speed import by_joined, paired_forget, removal_floor  # noqa: E402
 from svattn import SVDD  # noqa: E402
 from svattn.data.icu import default_slice_path, load_mimic3_vitals  # noqa: E402
 
@@ -106,21 +106,11 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     """``count`` support forgets of ``model`` (fitted on X); timings and exactness."""
     rng = np.random.default_rng(seed)
     held = np.ones(len(X), bool)
-    times, refits, passes, paired, joined, joins = [], [], [], [], [], []
+    runs, refits = [], []
     resolves = model.memory_.n_resolves
     for k in range(count):
         victim = int(model.support_[rng.integers(len(model.support_))])
-        before = model.memory_.view.counters()["n_block_passes"]
-        part_before = model.memory_.partition()
-        pass_before = floor_pass(model.memory_)
-        receipt, t = timed(lambda v=victim: model.forget(indices=[v]))
-        paired.append(0.5 * (pass_before + floor_pass(model.memory_)))
-        net, n_joins = margin_joins(part_before, model.memory_.partition(),
-                                    receipt.certificates[0].n_events)
-        joined.append(net)
-        joins.append(n_joins)
-        times.append(t)
-        passes.append(model.memory_.view.counters()["n_block_passes"] - before)
+        runs.append(paired_forget(model, victim))
         held[victim] = False
         if k < 5:  # the baseline on the same rows, in alternation
             _, t = timed(lambda: OneClassSVM(nu=nu, gamma=model.gamma_).fit(X[held]))
@@ -135,6 +125,9 @@ def forgets(model: SVDD, X: np.ndarray, nu: float, count: int, seed: int) -> dic
     theirs[fresh.support_] = fresh.dual_coef_.ravel()
     sums = np.bincount(group, mine) - np.bincount(group, theirs)
     floor = float(np.median([removal_floor(model.memory_)[0] for _ in range(9)]))
+    times, paired = [r.seconds for r in runs], [r.pass_s for r in runs]
+    passes, joined, joins = ([r.passes for r in runs], [r.joined for r in runs],
+                             [r.joins for r in runs])
     over_paired = np.array(times) / np.array(paired)
     return {"forgets": count, "first_forget_ms": 1e3 * times[0],
             # one pass over the margin block (n × |S|), after the forgets: a forget's floor

@@ -43,7 +43,9 @@ import argparse
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from threadpoolctl import threadpool_limits
@@ -128,6 +130,36 @@ def margin_joins(before: dict[str, list[int]], after: dict[str, list[int]],
     if n_events < 1:
         return net, net
     return net, max(net, (n_events - 1 + net - left) // 2)
+
+
+@dataclass
+class PairedForget:
+    """One forget timed between passes (:func:`paired_forget`)."""
+
+    receipt: Any  # the estimator's ForgetReceipt
+    seconds: float  # the forget
+    pass_s: float  # the mean of the passes just before and just after it (0.0: not timed)
+    joined: int  # tokens in the margin set after it and not before
+    joins: int  # every join into the margin set in it (:func:`margin_joins`)
+    passes: int  # passes over the margin block it took (the solver's counter)
+
+
+def paired_forget(model: Any, victim: int, *, passes: bool = True) -> PairedForget:
+    """``model.forget`` of ``victim`` (an ``svattn.SVDD``) timed alone, with its joins
+    into the margin set and the passes it took; with ``passes``, one
+    :func:`floor_pass` timed just before it and one just after (the ratio paired with
+    its own passes: the machine's bandwidth drifts within a run)."""
+    mem = model.memory_
+    counted, part_before = mem.view.counters()["n_block_passes"], mem.partition()
+    before = floor_pass(mem) if passes else 0.0
+    t = time.perf_counter()
+    receipt = model.forget(indices=[victim])
+    seconds = time.perf_counter() - t
+    pass_s = 0.5 * (before + floor_pass(mem)) if passes else 0.0
+    joined, joins = margin_joins(part_before, mem.partition(),
+                                 receipt.certificates[0].n_events)
+    return PairedForget(receipt, seconds, pass_s, joined, joins,
+                        mem.view.counters()["n_block_passes"] - counted)
 
 
 def by_joined(joined: list[int], ratios: np.ndarray) -> dict[str, dict]:

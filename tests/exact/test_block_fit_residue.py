@@ -4,8 +4,8 @@ The copy that outlived a forgotten support token was not libsvm's: ``np.take(...
 in its default ``mode="raise"`` fills a buffered copy of ``out`` and then copies it over,
 freeing the buffer unzeroed. The block fit took the column keys (``core.cache.
 index_columns``: every margin key) and the keys it hands libsvm (``solver.
-solve_by_columns``: every live key) that way; both now take with ``mode="clip"``, which
-writes straight into ``out``.
+solve_by_columns``: every live key) that way; both now take through ``core.cache.
+take_rows`` (``mode="clip"``, which writes straight into ``out``, after a range check).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ import numpy as np
 
 from svattn.exact.backends import reference
 from svattn.exact.backends.compiled import linalg
+from svattn.exact.core.cache import take_rows
 from svattn.exact.core.gram import locate
 from svattn.exact.core.kernels import gram_matrix
 from svattn.exact.core.state import SlotState, scrub
@@ -72,9 +73,9 @@ def on_kept_factor(ss: SlotState, tied: np.ndarray, margin_test: MarginTest,
     D = keys = None
     try:
         # the tied tokens' rows of the margin columns read straight into B (a fancy
-        # index's copy was freed unzeroed; "clip": take writes into out unbuffered)
+        # index's copy was freed unzeroed; take_rows: no buffered copy either)
         at = tied[:, None] + KC.shape[0] * np.where(found, where, 0)[None, :]
-        np.take(KC.reshape(-1, order="F"), at, out=B, mode="clip")
+        take_rows(KC.reshape(-1, order="F"), at, B)
         B[:, ~found] = 0.0
         keys = ss.X[tied]
         D = gram_matrix(keys, ss.kernel, ss.gamma_value)
